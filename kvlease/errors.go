@@ -1,0 +1,104 @@
+package kvlease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Every error a kvlease function returns wraps one of these
+// (or a context error), so callers test with [errors.Is] and never need to
+// import NATS error values.
+var (
+	// ErrInvalidName: the lease name breaks NATS key rules or is too long.
+	ErrInvalidName = errors.New("kvlease: invalid lease name")
+	// ErrInvalidHolder: the holder identity is empty, too long or not printable.
+	ErrInvalidHolder = errors.New("kvlease: invalid holder")
+	// ErrDurationOutOfRange: the requested duration is outside the policy's bounds.
+	ErrDurationOutOfRange = errors.New("kvlease: duration out of range")
+	// ErrInvalidTiming: margins, clock-rate bound or renew interval leave no
+	// room to renew.
+	ErrInvalidTiming = errors.New("kvlease: invalid timing")
+	// ErrInvalidOption: an option was given a value it cannot take.
+	ErrInvalidOption = errors.New("kvlease: invalid option")
+	// ErrHeld: the lease is held by someone (see [HeldError]).
+	ErrHeld = errors.New("kvlease: lease is held")
+	// ErrNotHolder: a renewal or release came from someone who is not the
+	// current holder, or named a revision that is no longer current.
+	ErrNotHolder = errors.New("kvlease: not the holder")
+	// ErrStaleRevision (always with ErrNotHolder): the tenure is still the
+	// caller's, but the revision given is not current. Usually an earlier
+	// renewal succeeded and its reply was lost; the keeper counts it as a
+	// spurious loss.
+	ErrStaleRevision = errors.New("kvlease: stale revision")
+	// ErrNotFound: no live lease has that name (never granted, released,
+	// revoked or lapsed).
+	ErrNotFound = errors.New("kvlease: lease not found")
+	// ErrExpired: the holder-side deadline has passed (see [LeaseExpiredError]).
+	ErrExpired = errors.New("kvlease: lease expired")
+	// ErrStaleToken: a fence refused a token lower than one it has accepted
+	// (see [StaleTokenError]).
+	ErrStaleToken = errors.New("kvlease: stale fencing token")
+	// ErrUnavailable: the grantor (NATS server) could not be reached or did
+	// not answer in time. The operation may or may not have taken effect.
+	ErrUnavailable = errors.New("kvlease: grantor unavailable")
+	// ErrBucket: the lease bucket is missing or misconfigured.
+	ErrBucket = errors.New("kvlease: lease bucket unusable")
+	// ErrClosed: the keeper was closed or stopped by its owner.
+	ErrClosed = errors.New("kvlease: closed")
+)
+
+// HeldError reports who holds a lease that could not be granted.
+type HeldError struct {
+	Name   string
+	Holder string
+	Token  Token
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("kvlease: lease %q is held by %q (token %d)", e.Name, e.Holder, e.Token)
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// LeaseExpiredError is returned by [Lease.Check] when the holder may no
+// longer act: the remaining time before its deadline is less than needed.
+type LeaseExpiredError struct {
+	Name  string
+	Token Token
+	// Remaining is the time left before the holder's deadline when checked;
+	// zero or negative once the deadline has passed.
+	Remaining time.Duration
+	// Need is the time the caller asked to have left (0 for a plain Check).
+	Need time.Duration
+	// Margin is the holder margin already subtracted from the deadline.
+	Margin time.Duration
+}
+
+func (e *LeaseExpiredError) Error() string {
+	if e.Remaining <= 0 {
+		return fmt.Sprintf("kvlease: lease %q (token %d) expired %v ago (holder margin %v)",
+			e.Name, e.Token, -e.Remaining, e.Margin)
+	}
+	return fmt.Sprintf("kvlease: lease %q (token %d) has %v left, %v needed (holder margin %v)",
+		e.Name, e.Token, e.Remaining, e.Need, e.Margin)
+}
+
+// Is makes errors.Is(err, ErrExpired) true.
+func (e *LeaseExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// StaleTokenError is returned by a fence that has already accepted a higher
+// token for the resource.
+type StaleTokenError struct {
+	Resource string
+	Token    Token
+	Highest  Token
+}
+
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("kvlease: stale token %d for %q: %d already accepted", e.Token, e.Resource, e.Highest)
+}
+
+// Is makes errors.Is(err, ErrStaleToken) true.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }

@@ -1,0 +1,162 @@
+package kvlease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A fence sits at a protected resource and makes overlapping holders
+// harmless: it remembers, per resource, the highest token it has accepted and
+// refuses any lower one. A holder that was paused past its deadline and
+// resumes carries an old token, and is refused once its successor has
+// written. Equal tokens are accepted: one tenure may write many times.
+//
+// The check and the effect must be one atomic step at the resource. For a
+// SQL database that is one statement (docs/fencing.md):
+//
+//	UPDATE resource SET value = :value, last_token = :token
+//	 WHERE id = :id AND last_token <= :token
+//	-- 0 rows updated: stale token, refuse.
+
+// MemFence is an in-process fence. The zero value is ready to use.
+type MemFence struct {
+	mu       sync.Mutex
+	highest  map[string]Token
+	rejected atomic.Int64
+}
+
+// Do runs effect if token is at least the highest token accepted for
+// resource, and records token as accepted if effect succeeds. Calls for the
+// same resource are serialized, so the check and the effect are atomic.
+//
+// Errors: [*StaleTokenError]; effect's error.
+func (f *MemFence) Do(resource string, token Token, effect func() error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.highest == nil {
+		f.highest = make(map[string]Token)
+	}
+	if h := f.highest[resource]; token < h {
+		f.rejected.Add(1)
+		return &StaleTokenError{Resource: resource, Token: token, Highest: h}
+	}
+	if effect != nil {
+		if err := effect(); err != nil {
+			return err
+		}
+	}
+	f.highest[resource] = token
+	return nil
+}
+
+// Highest returns the highest token accepted for resource (0 if none).
+func (f *MemFence) Highest(resource string) Token {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.highest[resource]
+}
+
+// Rejected counts refused tokens.
+func (f *MemFence) Rejected() int64 { return f.rejected.Load() }
+
+// KVFence is a fence shared by processes: each resource is a key in a
+// JetStream KV bucket holding the resource's value and the token that wrote
+// it, and a write is a compare-and-set on the key's revision. Use it when the
+// protected resource is that value, or as the gate in front of a resource
+// that has no fence of its own (then the gate and the resource can still be
+// raced; prefer a fence inside the resource).
+type KVFence struct {
+	kv       jetstream.KeyValue
+	rejected atomic.Int64
+}
+
+// FencedValue is what a KVFence stores per resource.
+type FencedValue struct {
+	Token Token  `json:"token"`
+	Data  []byte `json:"data"`
+}
+
+// OpenKVFence opens (creating if missing) a fence bucket. It is an ordinary
+// KV bucket with history 1 and no TTLs, replicated as given.
+func OpenKVFence(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*KVFence, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "leased: fenced resources (value + last accepted token)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, translate("open fence bucket", err)
+	}
+	return &KVFence{kv: kv}, nil
+}
+
+// Write stores data for resource if token is at least the token of the
+// current value, atomically (compare-and-set; retried if another writer with
+// an acceptable token got there first).
+//
+// Errors: [ErrInvalidName]; [*StaleTokenError]; [ErrUnavailable].
+func (f *KVFence) Write(ctx context.Context, resource string, token Token, data []byte) error {
+	if err := ValidateName(resource); err != nil {
+		return err
+	}
+	next, _ := json.Marshal(FencedValue{Token: token, Data: data})
+	for {
+		cur, rev, err := f.read(ctx, resource)
+		if err != nil {
+			return err
+		}
+		if token < cur.Token {
+			f.rejected.Add(1)
+			return &StaleTokenError{Resource: resource, Token: token, Highest: cur.Token}
+		}
+		if rev == 0 {
+			_, err = f.kv.Create(ctx, resource, next)
+		} else {
+			_, err = f.kv.Update(ctx, resource, next, rev)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // someone wrote in between: compare again
+		}
+		if err != nil {
+			return translate("fenced write", err)
+		}
+		return nil
+	}
+}
+
+// Read returns the resource's value and the token that wrote it.
+//
+// Errors: [ErrNotFound]; [ErrUnavailable].
+func (f *KVFence) Read(ctx context.Context, resource string) (FencedValue, error) {
+	v, rev, err := f.read(ctx, resource)
+	if err == nil && rev == 0 {
+		err = fmt.Errorf("%w: no value for %q", ErrNotFound, resource)
+	}
+	return v, err
+}
+
+func (f *KVFence) read(ctx context.Context, resource string) (FencedValue, uint64, error) {
+	e, err := f.kv.Get(ctx, resource)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return FencedValue{}, 0, nil
+	}
+	if err != nil {
+		return FencedValue{}, 0, translate("fence read", err)
+	}
+	var v FencedValue
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return FencedValue{}, 0, fmt.Errorf("kvlease: fence value of %q is corrupt: %w", resource, err)
+	}
+	return v, e.Revision(), nil
+}
+
+// Rejected counts refused tokens.
+func (f *KVFence) Rejected() int64 { return f.rejected.Load() }

@@ -1,0 +1,255 @@
+package kvlease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Keeper keeps a [Lease] renewed from its own goroutine.
+//
+// It renews every interval (default D/3) counted from when the last
+// successful renewal was sent. A refused renewal ([ErrNotHolder],
+// [ErrNotFound]) is a loss at once. A renewal that gets no answer is retried
+// with backoff while time remains, but never sent after the holder's
+// deadline, and no request is left in flight past it: when the deadline
+// passes the lease is lost, at once, whatever the network is doing.
+//
+// On loss the keeper cancels [Keeper.Context], closes [Keeper.Done], and
+// then calls the OnLost callback. Work guarded by the lease should watch the
+// context and still call [Lease.Check] before each effect.
+type Keeper struct {
+	l        *Lease
+	interval time.Duration
+	onLost   func(error)
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   chan struct{} // closed by Close/Stop
+	done   chan struct{} // closed when the loop has exited
+	once   sync.Once
+
+	mu  sync.Mutex
+	err error
+
+	renewals    atomic.Int64
+	failures    atomic.Int64
+	consecutive atomic.Int64
+	spurious    atomic.Int64
+	latency     latencyStats
+}
+
+// KeeperOption configures [Keep].
+type KeeperOption func(*Keeper) error
+
+// WithRenewInterval sets how often the keeper renews. It must be at most half
+// the holder's validity window (see [ValidateTiming]). Default D/3.
+func WithRenewInterval(d time.Duration) KeeperOption {
+	return func(k *Keeper) error { k.interval = d; return nil }
+}
+
+// WithOnLost sets a callback for the loss of the lease (not for Close or
+// Stop). It is called once, on the keeper's goroutine, after Context is
+// cancelled and Done is closed; it may block and may call Close.
+func WithOnLost(fn func(reason error)) KeeperOption {
+	return func(k *Keeper) error { k.onLost = fn; return nil }
+}
+
+// Keep starts keeping l renewed until it is lost, [Keeper.Close]d, or ctx
+// ends (which, like Close, releases the lease).
+//
+// Errors: [ErrInvalidTiming] if the interval does not fit the lease.
+func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) {
+	k := &Keeper{l: l, interval: DefaultRenewInterval(l.d), stop: make(chan struct{}), done: make(chan struct{})}
+	for _, opt := range opts {
+		if err := opt(k); err != nil {
+			return nil, err
+		}
+	}
+	if err := ValidateTiming(l.d, l.margin, k.interval, l.rho); err != nil {
+		return nil, err
+	}
+	k.ctx, k.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	go k.run(ctx)
+	return k, nil
+}
+
+// Lease returns the lease being kept.
+func (k *Keeper) Lease() *Lease { return k.l }
+
+// Context is cancelled the moment the lease is lost, closed or stopped;
+// context.Cause gives the reason.
+func (k *Keeper) Context() context.Context { return k.ctx }
+
+// Done is closed when the keeper stops for any reason.
+func (k *Keeper) Done() <-chan struct{} { return k.done }
+
+// Err returns why the keeper stopped: the loss reason, [ErrClosed] after
+// Close or Stop, the context's error if ctx ended; nil while it runs.
+func (k *Keeper) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+// Stop stops renewing without releasing: the lease runs out at its deadline
+// (the server lapses it later). Use it to hand over by expiry.
+func (k *Keeper) Stop() {
+	k.once.Do(func() { close(k.stop) })
+	<-k.done
+}
+
+// Close stops renewing and releases the lease. It returns the release error,
+// if any; releasing a lease that was already lost is not an error.
+func (k *Keeper) Close(ctx context.Context) error {
+	k.Stop()
+	if errors.Is(k.Err(), ErrClosed) {
+		return k.l.Release(ctx)
+	}
+	return nil
+}
+
+// KeeperStats are the keeper's counters.
+type KeeperStats struct {
+	Renewals            int64         // successful renewals
+	Failures            int64         // renewals that failed, all causes
+	ConsecutiveFailures int64         // failures since the last success
+	SpuriousLosses      int64         // losses while the lease was still ours at the server
+	LateEffects         int64         // Checks that found the deadline passed ("expiries during work")
+	LastLatency         time.Duration // round trip of the last successful renewal
+	MaxLatency          time.Duration
+	MeanLatency         time.Duration
+}
+
+// Stats returns a snapshot of the counters.
+func (k *Keeper) Stats() KeeperStats {
+	last, maxL, mean := k.latency.snapshot()
+	return KeeperStats{
+		Renewals:            k.renewals.Load(),
+		Failures:            k.failures.Load(),
+		ConsecutiveFailures: k.consecutive.Load(),
+		SpuriousLosses:      k.spurious.Load(),
+		LateEffects:         k.l.LateEffects(),
+		LastLatency:         last,
+		MaxLatency:          maxL,
+		MeanLatency:         mean,
+	}
+}
+
+func (k *Keeper) run(parent context.Context) {
+	var reason error
+	defer func() {
+		k.mu.Lock()
+		k.err = reason
+		k.mu.Unlock()
+		k.cancel(reason)
+		close(k.done)
+		if k.onLost != nil && !errors.Is(reason, ErrClosed) && parent.Err() == nil {
+			k.onLost(reason)
+		}
+	}()
+	// Renewals run under a context that Stop and ctx cancel, so neither
+	// waits for a slow server.
+	rctx, rcancel := context.WithCancel(parent)
+	defer rcancel()
+	go func() {
+		select {
+		case <-k.stop:
+			rcancel()
+		case <-rctx.Done():
+		}
+	}()
+
+	next := k.interval
+	backoff := k.interval / 10
+	timer := time.NewTimer(next)
+	defer timer.Stop()
+	for {
+		deadline := k.l.Deadline()
+		expiry := time.NewTimer(time.Until(deadline))
+		select {
+		case <-timer.C:
+			expiry.Stop()
+		case <-expiry.C:
+			reason = &LeaseExpiredError{Name: k.l.name, Token: k.l.Token(), Remaining: time.Until(deadline), Margin: k.l.margin}
+			return
+		case <-k.stop:
+			expiry.Stop()
+			reason = ErrClosed
+			return
+		case <-parent.Done():
+			expiry.Stop()
+			reason = context.Cause(parent)
+			k.releaseAfterCancel()
+			return
+		}
+		start := time.Now()
+		err := k.l.Renew(rctx)
+		switch {
+		case err == nil:
+			k.latency.add(time.Since(start))
+			k.renewals.Add(1)
+			k.consecutive.Store(0)
+			backoff = k.interval / 10
+			timer.Reset(k.interval - time.Since(start))
+			continue
+		case rctx.Err() != nil && parent.Err() == nil: // Stop
+			reason = ErrClosed
+			return
+		case parent.Err() != nil:
+			reason = context.Cause(parent)
+			k.releaseAfterCancel()
+			return
+		}
+		k.failures.Add(1)
+		k.consecutive.Add(1)
+		if errors.Is(err, ErrStaleRevision) {
+			k.spurious.Add(1)
+		}
+		if !errors.Is(err, ErrUnavailable) {
+			// Refused, expired or invalid: authority is gone now.
+			reason = err
+			return
+		}
+		if k.l.Remaining() <= 0 {
+			reason = &LeaseExpiredError{Name: k.l.name, Token: k.l.Token(), Remaining: k.l.Remaining(), Margin: k.l.margin}
+			return
+		}
+		// No answer: retry soon, while time remains. The deadline timer
+		// above still ends the tenure on time.
+		timer.Reset(backoff)
+		backoff = min(backoff*2, k.interval/2)
+	}
+}
+
+// releaseAfterCancel releases when the keeper's parent context ends, bounded
+// by the lease's remaining time (after which there is nothing to release).
+func (k *Keeper) releaseAfterCancel() {
+	ctx, cancel := context.WithTimeout(context.Background(), max(k.l.Remaining(), 0)+k.l.margin)
+	defer cancel()
+	_ = k.l.Release(ctx)
+}
+
+type latencyStats struct {
+	mu         sync.Mutex
+	last, maxL time.Duration
+	sum        time.Duration
+	n          int64
+}
+
+func (s *latencyStats) add(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last, s.maxL, s.sum, s.n = d, max(s.maxL, d), s.sum+d, s.n+1
+}
+
+func (s *latencyStats) snapshot() (last, maxL, mean time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n > 0 {
+		mean = s.sum / time.Duration(s.n)
+	}
+	return s.last, s.maxL, mean
+}

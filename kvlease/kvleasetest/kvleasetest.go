@@ -1,0 +1,91 @@
+// Package kvleasetest provides helpers for tests that need a real JetStream
+// server: an embedded single-node server in t.TempDir(), connections, a lease
+// store on it, and a TCP proxy that can cut a client off. Everything started
+// here stops in t.Cleanup.
+package kvleasetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/kvlease"
+)
+
+// ServerOption adjusts the embedded server's config.
+type ServerOption func(*embedded.Config)
+
+// WithUnsafeSync makes the server acknowledge before syncing (for the
+// benchmarks that compare both modes).
+func WithUnsafeSync() ServerOption {
+	return func(c *embedded.Config) { c.Sync = embedded.UnsafeSyncInterval }
+}
+
+// WithDataDir reuses a data directory (to restart a server on its data).
+func WithDataDir(dir string) ServerOption { return func(c *embedded.Config) { c.DataDir = dir } }
+
+// WithPort fixes the client port (to restart a server where clients expect it).
+func WithPort(port int) ServerOption { return func(c *embedded.Config) { c.Port = port } }
+
+// NewServer starts an embedded JetStream server on 127.0.0.1 with a free
+// port and its store in t.TempDir(), syncing before every ack.
+func NewServer(tb testing.TB, opts ...ServerOption) *embedded.Server {
+	tb.Helper()
+	cfg := embedded.Config{DataDir: tb.TempDir()}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	s, err := embedded.Start(cfg)
+	if err != nil {
+		tb.Fatalf("kvleasetest: start server: %v", err)
+	}
+	tb.Cleanup(s.Shutdown)
+	return s
+}
+
+// Connect opens a NATS connection to url that the test closes on cleanup.
+// It reconnects forever, so that tests see faults as timeouts, not as a
+// closed connection.
+func Connect(tb testing.TB, url string, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		tb.Fatalf("kvleasetest: connect %s: %v", url, err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream returns a JetStream context on nc.
+func JetStream(tb testing.TB, nc *nats.Conn) jetstream.JetStream {
+	tb.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("kvleasetest: jetstream: %v", err)
+	}
+	return js
+}
+
+// OpenStore opens the lease bucket through a new connection to url.
+func OpenStore(tb testing.TB, url string, opts ...kvlease.Option) *kvlease.Store {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kvlease.Open(ctx, JetStream(tb, Connect(tb, url)), opts...)
+	if err != nil {
+		tb.Fatalf("kvleasetest: open store: %v", err)
+	}
+	return st
+}
+
+// NewStore starts a server and opens a lease store on it.
+func NewStore(tb testing.TB, opts ...kvlease.Option) (*embedded.Server, *kvlease.Store) {
+	tb.Helper()
+	s := NewServer(tb)
+	return s, OpenStore(tb, s.ClientURL(), opts...)
+}

@@ -1,0 +1,208 @@
+package kvlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Lease is the holder's side of a tenure: its fencing token and its own
+// deadline, computed from a monotonic clock read just before the request was
+// sent: t0 + D·(1−ρ) − margin. The grantor keeps the key for at least
+// ceil(D + grantor margin) after it stored the request, which is after t0, so
+// the holder's right always ends before anyone else can be granted the lease.
+//
+// That holds for clocks that run at rates within ρ of each other. It does
+// not hold across a pause: a process stopped between [Lease.Check] and its
+// effect acts late without knowing. Only a resource that checks the token
+// (a [MemFence], [KVFence], or the SQL pattern in docs/fencing.md) makes that
+// harmless.
+//
+// A Lease is safe for concurrent use. Keep it renewed with [Keep].
+type Lease struct {
+	g      Grantor
+	name   string
+	holder string
+	d      time.Duration
+	margin time.Duration
+	rho    float64
+	now    func() time.Time
+
+	mu       sync.Mutex
+	rec      Record
+	t0       time.Time // when the last successful request was sent
+	deadline time.Time // t0 + HolderValidity
+	released bool
+
+	lateEffects atomic.Int64
+}
+
+// LeaseOption configures [Acquire].
+type LeaseOption func(*leaseOptions) error
+
+type leaseOptions struct {
+	margin    time.Duration
+	marginSet bool
+	rho       float64
+	attrs     map[string]string
+	now       func() time.Time
+}
+
+// WithHolderMargin sets m_h, subtracted from the holder's deadline. Default
+// [DefaultHolderMargin](D).
+func WithHolderMargin(m time.Duration) LeaseOption {
+	return func(o *leaseOptions) error { o.margin, o.marginSet = m, true; return nil }
+}
+
+// WithClockRate sets ρ, the bound on the rate difference between this
+// machine's clock and the server's. Default [DefaultClockRate].
+func WithClockRate(rho float64) LeaseOption {
+	return func(o *leaseOptions) error { o.rho = rho; return nil }
+}
+
+// WithAttributes annotates the tenure (stored in the lease record).
+func WithAttributes(attrs map[string]string) LeaseOption {
+	return func(o *leaseOptions) error { o.attrs = attrs; return nil }
+}
+
+// Acquire asks g for a tenure of duration d and returns the holder's lease.
+// The deadline counts from the monotonic time read before the request went
+// out, not from the reply.
+//
+// Errors: [ErrInvalidTiming] if the margins leave no validity (nothing sent);
+// otherwise those of [Store.Grant], including [HeldError].
+func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duration, opts ...LeaseOption) (*Lease, error) {
+	o := leaseOptions{rho: DefaultClockRate, now: time.Now}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if !o.marginSet {
+		o.margin = DefaultHolderMargin(d)
+	}
+	if err := ValidateWindow(d, o.margin, o.rho); err != nil {
+		return nil, err
+	}
+	l := &Lease{g: g, name: name, holder: holder, d: d, margin: o.margin, rho: o.rho, now: o.now}
+	t0 := l.now()
+	rec, err := g.Grant(ctx, GrantRequest{Name: name, Holder: holder, Duration: d, Attributes: o.attrs})
+	if err != nil {
+		return nil, err
+	}
+	l.rec, l.t0, l.deadline = rec, t0, t0.Add(HolderValidity(d, o.rho, o.margin))
+	return l, nil
+}
+
+// Name returns the lease name.
+func (l *Lease) Name() string { return l.name }
+
+// Holder returns the holder identity.
+func (l *Lease) Holder() string { return l.holder }
+
+// Duration returns D.
+func (l *Lease) Duration() time.Duration { return l.d }
+
+// Margin returns the holder margin m_h.
+func (l *Lease) Margin() time.Duration { return l.margin }
+
+// Token returns the fencing token: the revision that began the tenure. Pass
+// it with every effect to a resource that checks it.
+func (l *Lease) Token() Token {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rec.Token
+}
+
+// Record returns the grantor's record from the last grant or renewal.
+func (l *Lease) Record() Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rec
+}
+
+// Deadline returns the holder's deadline (with a monotonic clock reading).
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Remaining returns the time left before the deadline; ≤ 0 once it passed.
+func (l *Lease) Remaining() time.Duration { return l.Deadline().Sub(l.now()) }
+
+// Check returns nil if the holder may act now, and a [*LeaseExpiredError]
+// otherwise. Call it immediately before every effect, not once per loop.
+func (l *Lease) Check() error { return l.CheckFor(0) }
+
+// CheckFor returns nil if at least need remains before the deadline: use it
+// before an effect that takes need to land. An expired lease counts as an
+// effect attempted after the deadline ([Lease.LateEffects]).
+func (l *Lease) CheckFor(need time.Duration) error {
+	rem := l.Remaining()
+	if rem > need {
+		return nil
+	}
+	if rem <= 0 {
+		l.lateEffects.Add(1)
+	}
+	return &LeaseExpiredError{Name: l.name, Token: l.Token(), Remaining: rem, Need: need, Margin: l.margin}
+}
+
+// LateEffects counts the checks that found the deadline already passed:
+// "expiries during work".
+func (l *Lease) LateEffects() int64 { return l.lateEffects.Load() }
+
+// Renew extends the tenure. It refuses to send once the deadline has passed
+// (a renewal is only a renewal if sent before the holder's deadline; after
+// that, acquire a new tenure), and never leaves a request in flight past the
+// deadline. On success the deadline moves to t0 + D·(1−ρ) − m_h, where t0 is
+// when this renewal was sent.
+//
+// Errors: [*LeaseExpiredError]; those of [Store.Renew].
+func (l *Lease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	rec, deadline := l.rec, l.deadline
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: lease %q was released", ErrNotFound, l.name)
+	}
+	t0 := l.now()
+	if !t0.Before(deadline) {
+		return &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(t0), Margin: l.margin}
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	next, err := l.g.Renew(ctx, RenewRequest{
+		Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Duration: l.d,
+	})
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t0.After(l.t0) {
+		l.rec, l.t0, l.deadline = next, t0, t0.Add(HolderValidity(l.d, l.rho, l.margin))
+	}
+	return nil
+}
+
+// Release ends the tenure at the grantor. The lease is invalid from the
+// moment Release is called, whatever it returns. [ErrNotFound] (already
+// lapsed, or released by a retry) is not an error here: Release returns nil.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	rec := l.rec
+	l.released = true
+	l.deadline = l.now()
+	l.mu.Unlock()
+	err := l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision})
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}

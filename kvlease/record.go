@@ -1,0 +1,89 @@
+package kvlease
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Token is a fencing token: the KV revision at which a tenure began. It is
+// stable across the tenure's renewals (like etcd's CreateRevision or Chubby's
+// lock generation) and every later tenure of any lease in the same bucket
+// gets a higher one, because revisions are the bucket stream's sequence
+// numbers. Resources compare tokens, never holders (see [MemFence]).
+type Token uint64
+
+// Record is the grantor's view of a live lease.
+type Record struct {
+	Name   string `json:"name"`
+	Holder string `json:"holder"`
+	// Token is the revision of the grant that began this tenure.
+	Token Token `json:"token"`
+	// Revision is the current revision: the compare-and-set handle for the
+	// next renewal or release. Equal to Token until the first renewal.
+	Revision uint64 `json:"revision"`
+	// Duration is the duration the holder asked for (D).
+	Duration time.Duration `json:"duration"`
+	// TTL is what the server keeps the key for: [ServerTTL](D, grantor margin).
+	TTL time.Duration `json:"ttl"`
+	// StoredAt is the server's wall-clock time of this revision; the server
+	// lapses the key at StoredAt + TTL by its own clock (or up to ~250 ms later).
+	StoredAt time.Time `json:"stored_at"`
+	// GrantedAt is the server time of the grant that began the tenure.
+	GrantedAt time.Time `json:"granted_at"`
+	// Attributes are the holder's key/value annotations, set at grant.
+	Attributes map[string]string `json:"attributes,omitempty"`
+}
+
+// ExpiresAt is when the server will lapse this revision, by the server's clock.
+func (r Record) ExpiresAt() time.Time { return r.StoredAt.Add(r.TTL) }
+
+// Remaining estimates how long until the server lapses the key, measured
+// with the local wall clock against the server's timestamps; it is a hint for
+// display, off by the clock offset between the two machines.
+func (r Record) Remaining(now time.Time) time.Duration { return r.ExpiresAt().Sub(now) }
+
+// value is the JSON stored in the bucket. A grant does not know its own
+// revision before it is stored, so a grant's value has Token 0 and the token
+// is the revision; renewals carry the token and grant time forward.
+type value struct {
+	Holder     string            `json:"holder"`
+	Token      Token             `json:"token,omitempty"`
+	DurationMS int64             `json:"duration_ms"`
+	GrantedAt  *time.Time        `json:"granted_at,omitempty"`
+	Attributes map[string]string `json:"attrs,omitempty"`
+}
+
+func (v value) encode() []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // a struct of strings and numbers always marshals
+	}
+	return b
+}
+
+// decodeRecord builds a Record from a stored put. ttl is the message's TTL.
+func decodeRecord(name string, rev uint64, stored time.Time, ttl time.Duration, data []byte) (Record, error) {
+	var v value
+	if err := json.Unmarshal(data, &v); err != nil {
+		return Record{}, fmt.Errorf("%w: revision %d of %q is not a lease record: %v", ErrBucket, rev, name, err)
+	}
+	r := Record{
+		Name:       name,
+		Holder:     v.Holder,
+		Token:      v.Token,
+		Revision:   rev,
+		Duration:   time.Duration(v.DurationMS) * time.Millisecond,
+		TTL:        ttl,
+		StoredAt:   stored,
+		GrantedAt:  stored,
+		Attributes: v.Attributes,
+	}
+	if r.Token == 0 {
+		r.Token = Token(rev)
+	}
+	if v.GrantedAt != nil {
+		r.GrantedAt = *v.GrantedAt
+	}
+	return r, nil
+}

@@ -1,0 +1,568 @@
+package kvlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Headers on the messages kvlease writes. A watcher reads them from the
+// bucket's stream to tell a release from a revocation (both are purges).
+const (
+	hdrOp     = "Leased-Op"     // grant | renew | release | revoke
+	hdrHolder = "Leased-Holder" // on release and revoke: the holder whose tenure ended
+	hdrToken  = "Leased-Token"  // on release and revoke: that tenure's token
+	hdrReason = "Leased-Reason" // on revoke: the operator's reason
+
+	hdrKVOp     = "KV-Operation"
+	kvOpPurge   = "PURGE"
+	kvOpDel     = "DEL"
+	rollupSubj  = "sub"
+	markerMaxAg = "MaxAge"
+)
+
+// Store is the grantor side of leases on one JetStream KV bucket: grant,
+// renew, release, revoke, get, list and watch. It is safe for concurrent use.
+//
+// Every write is a single JetStream publish with an expected-last-revision
+// check, so the bucket alone decides conflicts: several Stores (in several
+// processes) may serve the same bucket.
+type Store struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	o      options
+	tracer trace.Tracer
+	log    *slog.Logger
+	prefix string // "$KV.<bucket>."
+	cache  revCache
+}
+
+var _ Grantor = (*Store)(nil)
+
+// Open opens the lease bucket, creating it if it is missing (history 1,
+// per-key TTLs enabled, file storage, the configured replicas). An existing
+// bucket must support per-key TTLs and keep one revision per key, or Open
+// fails with [ErrBucket]; Open never deletes or recreates a bucket, since
+// that would reset the revisions that serve as fencing tokens.
+//
+// Open returns [ErrUnavailable] if the server does not answer before ctx ends.
+func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, o.bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound) && o.create:
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:         o.bucket,
+			Description:    "leased: leases (revision = fencing token)",
+			History:        1,
+			Storage:        jetstream.FileStorage,
+			Replicas:       o.replicas,
+			LimitMarkerTTL: o.markerTTL,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) { // lost a race with another Open
+			kv, err = js.KeyValue(ctx, o.bucket)
+		}
+		if err != nil {
+			return nil, translate("create bucket", err)
+		}
+		o.logger.Info("created lease bucket", "bucket", o.bucket, "replicas", o.replicas)
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, fmt.Errorf("%w: bucket %q does not exist", ErrBucket, o.bucket)
+	case err != nil:
+		return nil, translate("open bucket", err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, translate("bucket status", err)
+	}
+	if err := checkBucket(st); err != nil {
+		return nil, err
+	}
+	stream, err := js.Stream(ctx, "KV_"+o.bucket)
+	if err != nil {
+		return nil, translate("open bucket stream", err)
+	}
+	if have := stream.CachedInfo().Config.Replicas; have != o.replicas {
+		o.logger.Warn("lease bucket replicas differ from configuration",
+			"bucket", o.bucket, "have", have, "configured", o.replicas)
+	}
+	return &Store{
+		js:     js,
+		stream: stream,
+		o:      o,
+		tracer: o.tracer(),
+		log:    o.logger,
+		prefix: "$KV." + o.bucket + ".",
+		cache:  revCache{m: make(map[string]cacheEntry)},
+	}, nil
+}
+
+func checkBucket(st jetstream.KeyValueStatus) error {
+	switch {
+	case st.LimitMarkerTTL() <= 0:
+		return fmt.Errorf("%w: bucket %q was created without per-key TTLs (LimitMarkerTTL); "+
+			"create a new bucket for leases, do not recreate this one (its revisions are fencing tokens)",
+			ErrBucket, st.Bucket())
+	case st.History() != 1:
+		return fmt.Errorf("%w: bucket %q keeps %d revisions per key; leases need history 1", ErrBucket, st.Bucket(), st.History())
+	}
+	return nil
+}
+
+// Bucket returns the bucket's name.
+func (s *Store) Bucket() string { return s.o.bucket }
+
+// GrantorMargin returns m_g.
+func (s *Store) GrantorMargin() time.Duration { return s.o.grantorMargin }
+
+// GrantRequest asks for a new tenure.
+type GrantRequest struct {
+	Name       string
+	Holder     string
+	Duration   time.Duration
+	Attributes map[string]string
+}
+
+// RenewRequest extends a tenure. Token and Revision come from the holder's
+// last grant or renewal.
+type RenewRequest struct {
+	Name     string
+	Holder   string
+	Token    Token
+	Revision uint64
+	Duration time.Duration
+}
+
+// ReleaseRequest ends a tenure early.
+type ReleaseRequest struct {
+	Name     string
+	Holder   string
+	Token    Token
+	Revision uint64
+}
+
+// Grantor is what a holder needs from a grantor. *Store implements it on the
+// bucket directly; the grantor package implements it over the service API.
+type Grantor interface {
+	Grant(ctx context.Context, req GrantRequest) (Record, error)
+	Renew(ctx context.Context, req RenewRequest) (Record, error)
+	Release(ctx context.Context, req ReleaseRequest) error
+}
+
+func (s *Store) checkDuration(d time.Duration) error {
+	if d < s.o.minDuration || d > s.o.maxDuration {
+		return fmt.Errorf("%w: %v not in [%v, %v]", ErrDurationOutOfRange, d, s.o.minDuration, s.o.maxDuration)
+	}
+	return nil
+}
+
+// Grant creates a tenure if the lease is free: no key, or its last entry is a
+// release, revocation or expiry marker. The key is stored with TTL
+// [ServerTTL](Duration, grantor margin); the returned record's Token is the
+// new revision, higher than every revision before it in the bucket.
+//
+// Errors: [ErrInvalidName], [ErrInvalidHolder], [ErrDurationOutOfRange]
+// (nothing written); [HeldError] if someone holds it; [ErrUnavailable].
+func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err error) {
+	ctx, span := s.startSpan(ctx, "grant", req.Name, AttrHolder.String(req.Holder),
+		AttrDuration.Int64(req.Duration.Milliseconds()))
+	defer func() { endSpan(span, &rec, err) }()
+	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.checkDuration(req.Duration)); err != nil {
+		return Record{}, err
+	}
+	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
+	data := value{Holder: req.Holder, DurationMS: req.Duration.Milliseconds(), Attributes: req.Attributes}.encode()
+	expect, _ := s.cache.lastGone(req.Name)
+	// Each retry follows a newer revision; three covers a lease that lapses
+	// or is released while we look.
+	for range 3 {
+		rev, err := s.publish(ctx, req.Name, "grant", data, nil, expect, ttl)
+		if err == nil {
+			rec = Record{
+				Name: req.Name, Holder: req.Holder, Token: Token(rev), Revision: rev,
+				Duration: req.Duration, TTL: ttl, StoredAt: time.Now(), Attributes: req.Attributes,
+			}
+			rec.GrantedAt = rec.StoredAt
+			s.cache.put(rec)
+			return rec, nil
+		}
+		if !errors.Is(err, errMismatch) {
+			return Record{}, err
+		}
+		cur, live, err := s.last(ctx, req.Name)
+		switch {
+		case err != nil:
+			return Record{}, err
+		case live:
+			return Record{}, &HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
+		}
+		expect = cur.Revision
+	}
+	return Record{}, fmt.Errorf("%w: lease %q changed hands during the grant", ErrHeld, req.Name)
+}
+
+// Renew extends the tenure named by (Holder, Token, Revision) with a
+// compare-and-set on Revision that also sets a fresh TTL, in one publish (a
+// plain KV update would drop the TTL). The returned record carries the new
+// revision, which the next renewal must name.
+//
+// Errors: invalid input as for Grant; [ErrNotHolder] if Holder or Token do not
+// match the lease or Revision is not current; [ErrNotFound] if the lease has
+// lapsed or was released or revoked; [ErrUnavailable].
+func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err error) {
+	ctx, span := s.startSpan(ctx, "renew", req.Name, AttrHolder.String(req.Holder),
+		AttrToken.Int64(int64(req.Token)), AttrDuration.Int64(req.Duration.Milliseconds()))
+	defer func() { endSpan(span, &rec, err) }()
+	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.checkDuration(req.Duration)); err != nil {
+		return Record{}, err
+	}
+	cur, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision)
+	if err != nil {
+		return Record{}, err
+	}
+	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
+	granted := cur.GrantedAt
+	data := value{
+		Holder: req.Holder, Token: req.Token, DurationMS: req.Duration.Milliseconds(),
+		GrantedAt: &granted, Attributes: cur.Attributes,
+	}.encode()
+	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
+	if err != nil {
+		return Record{}, s.explainMismatch(ctx, req.Name, req.Token, err)
+	}
+	rec = cur
+	rec.Revision, rec.Duration, rec.TTL, rec.StoredAt = rev, req.Duration, ttl, time.Now()
+	s.cache.put(rec)
+	return rec, nil
+}
+
+// Release ends the tenure named by (Holder, Token, Revision) with a
+// compare-and-purge that leaves a tombstone lasting the marker TTL.
+//
+// Errors: as for Renew. [ErrNotFound] means there was nothing left to release
+// (it lapsed, or an earlier release whose reply was lost succeeded).
+func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
+	ctx, span := s.startSpan(ctx, "release", req.Name, AttrHolder.String(req.Holder), AttrToken.Int64(int64(req.Token)))
+	defer func() { endSpan(span, nil, err) }()
+	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
+		return err
+	}
+	if _, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision); err != nil {
+		return err
+	}
+	_, err = s.purge(ctx, req.Name, "release", req.Holder, req.Token, "", req.Revision)
+	return s.explainMismatch(ctx, req.Name, req.Token, err)
+}
+
+// Revoke ends whatever tenure the lease has, regardless of holder, and
+// returns the record it ended. reason is stored with the tombstone and shows
+// in watch events.
+//
+// Errors: [ErrInvalidName]; [ErrNotFound] if no tenure is live; [ErrUnavailable].
+func (s *Store) Revoke(ctx context.Context, name, reason string) (rec Record, err error) {
+	ctx, span := s.startSpan(ctx, "revoke", name, AttrCause.String(reason))
+	defer func() { endSpan(span, &rec, err) }()
+	if err := ValidateName(name); err != nil {
+		return Record{}, err
+	}
+	for range 3 {
+		cur, live, err := s.last(ctx, name)
+		if err != nil {
+			return Record{}, err
+		}
+		if !live {
+			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+		}
+		_, err = s.purge(ctx, name, "revoke", cur.Holder, cur.Token, reason, cur.Revision)
+		if err == nil {
+			return cur, nil
+		}
+		if !errors.Is(err, errMismatch) {
+			return Record{}, err
+		}
+	}
+	return Record{}, fmt.Errorf("%w: lease %q kept changing during revocation", ErrUnavailable, name)
+}
+
+// Get returns the live tenure of a lease. It reads through the nearest
+// replica (direct get), which on a cluster can lag: use it as a hint, and
+// decide with Grant, Renew or Release, which compare-and-set.
+//
+// Errors: [ErrInvalidName]; [ErrNotFound]; [ErrUnavailable].
+func (s *Store) Get(ctx context.Context, name string) (Record, error) {
+	if err := ValidateName(name); err != nil {
+		return Record{}, err
+	}
+	rec, live, err := s.last(ctx, name)
+	if err != nil {
+		return Record{}, err
+	}
+	if !live {
+		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	return rec, nil
+}
+
+// List returns the live leases whose names start with prefix ("" for all),
+// in name order. It replays the bucket's current state through a consumer;
+// for a view that stays current, use [Store.Watch].
+func (s *Store) List(ctx context.Context, prefix string) ([]Record, error) {
+	w, err := s.Watch(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	var out []Record
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				return nil, w.Err()
+			}
+			if ev.Replay {
+				out = append(out, *ev.Record)
+			}
+		case <-w.Synced():
+			// The watcher closes Synced after queueing the last replayed
+			// event, so whatever replay is still buffered is ready now.
+			for drained := false; !drained; {
+				select {
+				case ev := <-w.Events():
+					if ev.Replay {
+						out = append(out, *ev.Record)
+					}
+				default:
+					drained = true
+				}
+			}
+			slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
+			return out, nil
+		case <-ctx.Done():
+			return nil, translate("list", ctx.Err())
+		}
+	}
+}
+
+// verify checks that (holder, token, rev) names the current tenure as far as
+// the store can tell before writing; the compare-and-set that follows is what
+// makes it exact. Revisions are immutable, so the record at rev is read once
+// (from the cache of our own writes, or by sequence) and compared.
+func (s *Store) verify(ctx context.Context, name, holder string, token Token, rev uint64) (Record, error) {
+	cur, ok := s.cache.get(name, rev)
+	if !ok {
+		m, err := s.stream.GetMsg(ctx, rev)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return Record{}, s.explainMismatch(ctx, name, token, errMismatch)
+		case err != nil:
+			return Record{}, translate("read revision", err)
+		case m.Subject != s.prefix+name || gone(m.Header):
+			return Record{}, fmt.Errorf("%w: revision %d is not a tenure of %q", ErrNotHolder, rev, name)
+		}
+		if cur, err = s.decode(name, m); err != nil {
+			return Record{}, err
+		}
+	}
+	if cur.Holder != holder || cur.Token != token {
+		return Record{}, fmt.Errorf("%w: %q is held by %q with token %d, not %q with token %d",
+			ErrNotHolder, name, cur.Holder, cur.Token, holder, token)
+	}
+	return cur, nil
+}
+
+// explainMismatch turns a failed compare-and-set into the error a holder
+// needs: the lease is gone, or someone else's, or only our revision is old.
+func (s *Store) explainMismatch(ctx context.Context, name string, token Token, err error) error {
+	if !errors.Is(err, errMismatch) {
+		return err
+	}
+	cur, live, lerr := s.last(ctx, name)
+	switch {
+	case lerr != nil:
+		return lerr
+	case !live:
+		return fmt.Errorf("%w: %q lapsed or was released or revoked", ErrNotFound, name)
+	case cur.Token != token:
+		return fmt.Errorf("%w: %q now belongs to %q with token %d", ErrNotHolder, name, cur.Holder, cur.Token)
+	default:
+		return fmt.Errorf("%w: %w: %q is at revision %d", ErrNotHolder, ErrStaleRevision, name, cur.Revision)
+	}
+}
+
+// last reads the latest entry for name. live is false if there is none or
+// it is a release, revocation or expiry marker; then rec.Revision is the
+// marker's revision (0 if none), the one a new grant must name.
+func (s *Store) last(ctx context.Context, name string) (rec Record, live bool, err error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, s.prefix+name)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return Record{Name: name}, false, nil
+	case err != nil:
+		return Record{}, false, translate("read lease", err)
+	case gone(m.Header):
+		s.cache.markGone(name, m.Sequence)
+		return Record{Name: name, Revision: m.Sequence}, false, nil
+	}
+	rec, err = s.decode(name, m)
+	return rec, err == nil, err
+}
+
+func (s *Store) decode(name string, m *jetstream.RawStreamMsg) (Record, error) {
+	return decodeRecord(name, m.Sequence, m.Time, parseTTL(m.Header.Get(jetstream.MsgTTLHeader)), m.Data)
+}
+
+// gone reports whether a stored message ends a tenure: a delete or purge
+// tombstone, or a server marker (TTL lapse, stream purge or removal).
+func gone(h nats.Header) bool {
+	if h == nil {
+		return false
+	}
+	return h.Get(hdrKVOp) != "" || h.Get(jetstream.MarkerReasonHeader) != ""
+}
+
+// parseTTL reads a Nats-TTL header: a Go duration or a number of seconds.
+func parseTTL(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return d
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	return 0
+}
+
+// publish writes one message to the lease's subject, expecting expect to be
+// the subject's last revision (0: no message), with a TTL if ttl > 0.
+func (s *Store) publish(ctx context.Context, name, op string, data []byte, hdr nats.Header, expect uint64, ttl time.Duration) (uint64, error) {
+	if hdr == nil {
+		hdr = nats.Header{}
+	}
+	hdr.Set(hdrOp, op)
+	msg := &nats.Msg{Subject: s.prefix + name, Header: hdr, Data: data}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(expect)}
+	if ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(ttl))
+	}
+	ack, err := s.js.PublishMsg(ctx, msg, opts...)
+	if err != nil {
+		return 0, translate(op, err)
+	}
+	return ack.Sequence, nil
+}
+
+// purge writes a tombstone that rolls up the subject, if rev is current.
+func (s *Store) purge(ctx context.Context, name, op, holder string, token Token, reason string, rev uint64) (uint64, error) {
+	hdr := nats.Header{}
+	hdr.Set(hdrKVOp, kvOpPurge)
+	hdr.Set(jetstream.MsgRollup, rollupSubj)
+	hdr.Set(hdrHolder, holder)
+	hdr.Set(hdrToken, strconv.FormatUint(uint64(token), 10))
+	if reason != "" {
+		hdr.Set(hdrReason, reason)
+	}
+	seq, err := s.publish(ctx, name, op, nil, hdr, rev, s.o.markerTTL)
+	if err == nil {
+		s.cache.markGone(name, seq)
+	}
+	return seq, err
+}
+
+// errMismatch is a failed compare-and-set, before it is explained.
+var errMismatch = errors.New("kvlease: revision mismatch")
+
+// translate maps NATS errors to kvlease's: compare-and-set conflicts to
+// errMismatch, everything that means "no answer" to ErrUnavailable.
+func translate(op string, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		return errMismatch
+	case errors.As(err, &apiErr) && strings.Contains(strings.ToLower(apiErr.Description), "ttl"):
+		return fmt.Errorf("%w: %s: %w", ErrBucket, op, err)
+	case errors.As(err, &apiErr):
+		return fmt.Errorf("kvlease: %s refused: %w", op, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrNoServers),
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+	default:
+		return fmt.Errorf("kvlease: %s: %w", op, err)
+	}
+}
+
+// revCache remembers, per lease, the last revision this Store wrote or saw:
+// the record of a live revision (revisions are immutable, so a renewal that
+// names it can be verified without a read), or the revision of the tombstone
+// a new grant must name. Bounded; eviction only costs a read.
+type revCache struct {
+	mu sync.Mutex
+	m  map[string]cacheEntry
+}
+
+type cacheEntry struct {
+	rec  Record // zero Holder: a tombstone at rec.Revision
+	gone bool
+}
+
+const revCacheMax = 1 << 16
+
+func (c *revCache) set(name string, e cacheEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[name]; !ok && len(c.m) >= revCacheMax {
+		for k := range c.m { // evict one at random
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[name] = e
+}
+
+func (c *revCache) put(rec Record)                 { c.set(rec.Name, cacheEntry{rec: rec}) }
+func (c *revCache) markGone(name string, rev uint64) { c.set(name, cacheEntry{rec: Record{Revision: rev}, gone: true}) }
+
+func (c *revCache) get(name string, rev uint64) (Record, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[name]
+	if !ok || e.gone || e.rec.Revision != rev {
+		return Record{}, false
+	}
+	return e.rec, true
+}
+
+// lastGone returns the tombstone revision a grant should expect, if known.
+func (c *revCache) lastGone(name string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[name]
+	if !ok || !e.gone {
+		return 0, false
+	}
+	return e.rec.Revision, true
+}

@@ -1,0 +1,85 @@
+package kvlease
+
+import (
+	"fmt"
+	"time"
+)
+
+// The safety arithmetic (docs/safety.md). Pure functions, table-tested.
+
+const (
+	// MinDuration is the shortest lease the server can keep: NATS per-message
+	// TTLs are whole seconds and anything under 1 s is rejected.
+	MinDuration = time.Second
+	// DefaultMaxDuration is the default upper bound on a lease's duration.
+	DefaultMaxDuration = time.Hour
+	// DefaultGrantorMargin is added to every duration before it is rounded
+	// up to the server TTL. It absorbs a forward step of the server's wall
+	// clock of up to this much (DESIGN §2 item 6).
+	DefaultGrantorMargin = time.Second
+	// DefaultClockRate is the assumed bound ρ on the rate difference between
+	// the holder's and the server's clocks: 1e-3, ten times what commodity
+	// quartz drifts, so that unmeasured clocks are covered.
+	DefaultClockRate = 1e-3
+)
+
+// ServerTTL returns the TTL the grantor stores for a lease of duration d:
+// d + grantorMargin rounded up to whole seconds. NATS truncates a TTL to whole
+// seconds, and truncation would expire a lease early, so we round up.
+func ServerTTL(d, grantorMargin time.Duration) time.Duration {
+	t := d + grantorMargin
+	if r := t % time.Second; r != 0 {
+		t += time.Second - r
+	}
+	return t
+}
+
+// HolderValidity returns how long after t0 (the monotonic time read just
+// before the grant or renewal was sent) the holder may act: d·(1−ρ) − margin.
+// It is ≤ 0 when the margins leave nothing.
+func HolderValidity(d time.Duration, rho float64, margin time.Duration) time.Duration {
+	return time.Duration(float64(d)*(1-rho)) - margin
+}
+
+// DefaultHolderMargin returns the holder margin used when none is given:
+// d/10, at least 100 ms and at most 2 s. It covers the time between a Check
+// and the effect it guards reaching the resource.
+func DefaultHolderMargin(d time.Duration) time.Duration {
+	return min(max(d/10, 100*time.Millisecond), 2*time.Second)
+}
+
+// DefaultRenewInterval returns d/3: two renewals can fail before the holder
+// deadline, and each has a third of the lease to complete.
+func DefaultRenewInterval(d time.Duration) time.Duration { return d / 3 }
+
+// ValidateWindow checks that a holder with margin m_h and clock-rate bound
+// ρ has a positive validity window in a lease of duration d.
+func ValidateWindow(d, margin time.Duration, rho float64) error {
+	switch {
+	case rho < 0 || rho >= 0.1:
+		return fmt.Errorf("%w: clock-rate bound %g outside [0, 0.1)", ErrInvalidTiming, rho)
+	case margin < 0:
+		return fmt.Errorf("%w: negative holder margin %v", ErrInvalidTiming, margin)
+	case HolderValidity(d, rho, margin) <= 0:
+		return fmt.Errorf("%w: holder margin %v leaves no validity in a %v lease", ErrInvalidTiming, margin, d)
+	}
+	return nil
+}
+
+// ValidateTiming checks that a holder with these settings can keep a lease:
+// the window must be valid (see [ValidateWindow]) and the renew interval
+// positive and at most half the window, so that a renewal and one retry fit
+// before the deadline.
+func ValidateTiming(d, margin, interval time.Duration, rho float64) error {
+	if err := ValidateWindow(d, margin, rho); err != nil {
+		return err
+	}
+	switch w := HolderValidity(d, rho, margin); {
+	case interval <= 0:
+		return fmt.Errorf("%w: renew interval %v must be positive", ErrInvalidTiming, interval)
+	case interval > w/2:
+		return fmt.Errorf("%w: renew interval %v exceeds half the holder's validity %v (duration %v, margin %v)",
+			ErrInvalidTiming, interval, w, d, margin)
+	}
+	return nil
+}

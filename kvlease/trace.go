@@ -1,0 +1,70 @@
+package kvlease
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+const instrumentationName = "github.com/leased/leased/kvlease"
+
+// Span attribute keys, shared with the grantor and telemetry packages.
+const (
+	AttrName     = attribute.Key("lease.name")
+	AttrHolder   = attribute.Key("lease.holder")
+	AttrToken    = attribute.Key("lease.token")
+	AttrRevision = attribute.Key("lease.revision")
+	AttrDuration = attribute.Key("lease.duration_ms")
+	AttrTTL      = attribute.Key("lease.ttl_s")
+	AttrOutcome  = attribute.Key("lease.outcome")
+	AttrCause    = attribute.Key("lease.cause")
+)
+
+func (s *Store) startSpan(ctx context.Context, op, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	attrs = append(attrs, AttrName.String(name))
+	return s.tracer.Start(ctx, "lease."+op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+}
+
+// endSpan records the outcome of an operation on span and ends it.
+func endSpan(span trace.Span, rec *Record, err error) {
+	if rec != nil && rec.Revision != 0 {
+		span.SetAttributes(
+			AttrHolder.String(rec.Holder),
+			AttrToken.Int64(int64(rec.Token)),
+			AttrRevision.Int64(int64(rec.Revision)),
+			AttrTTL.Int64(int64(rec.TTL.Seconds())),
+		)
+	}
+	span.SetAttributes(AttrOutcome.String(outcome(err)))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// outcome is a low-cardinality label for err.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrHeld):
+		return "held"
+	case errors.Is(err, ErrNotHolder):
+		return "not_holder"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrExpired):
+		return "expired"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, ErrInvalidName), errors.Is(err, ErrInvalidHolder),
+		errors.Is(err, ErrDurationOutOfRange), errors.Is(err, ErrInvalidTiming):
+		return "invalid_argument"
+	default:
+		return "error"
+	}
+}

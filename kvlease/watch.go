@@ -1,0 +1,286 @@
+package kvlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EventType says what happened to a lease.
+type EventType int
+
+const (
+	// EventGranted: a new tenure began.
+	EventGranted EventType = iota + 1
+	// EventRenewed: the current tenure was extended.
+	EventRenewed
+	// EventReleased: the holder ended its tenure.
+	EventReleased
+	// EventRevoked: someone ended the tenure regardless of its holder.
+	EventRevoked
+	// EventExpired: the server lapsed the tenure because its TTL ran out.
+	EventExpired
+)
+
+var eventNames = [...]string{"", "granted", "renewed", "released", "revoked", "expired"}
+
+func (t EventType) String() string {
+	if t > 0 && int(t) < len(eventNames) {
+		return eventNames[t]
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
+
+// Ends reports whether the event ends a tenure.
+func (t EventType) Ends() bool { return t >= EventReleased }
+
+// Event is one change to a lease, read from the bucket's stream.
+type Event struct {
+	Type EventType
+	Name string
+	// Revision is the stream revision of this change.
+	Revision uint64
+	// Time is when the server stored the change (its wall clock).
+	Time time.Time
+	// Record is the tenure after a grant or renewal, or the tenure that
+	// ended if this watcher saw it live; nil otherwise.
+	Record *Record
+	// Holder and Token identify the tenure concerned, where known.
+	Holder string
+	Token  Token
+	// Reason is the revocation reason or the server's marker reason.
+	Reason string
+	// Replay is true for events that describe the state when the watch
+	// began rather than a change that happened since.
+	Replay bool
+}
+
+// Lateness is, for an expiry the watcher saw live, how long after the
+// server's deadline (StoredAt + TTL) the server wrote its expiry marker.
+func (e Event) Lateness() (time.Duration, bool) {
+	if e.Type != EventExpired || e.Record == nil {
+		return 0, false
+	}
+	return e.Time.Sub(e.Record.ExpiresAt()), true
+}
+
+// WatchOption configures [Store.Watch].
+type WatchOption func(*watchOptions)
+
+type watchOptions struct{ updatesOnly bool }
+
+// UpdatesOnly skips the replay of current state: only changes from now on.
+func UpdatesOnly() WatchOption { return func(o *watchOptions) { o.updatesOnly = true } }
+
+// Watcher delivers lease events. Events arrive in revision order.
+type Watcher struct {
+	events chan Event
+	synced chan struct{}
+	done   chan struct{}
+	stop   func()
+	mu     sync.Mutex
+	err    error
+}
+
+// Events returns the event channel, closed when the watcher stops. It holds
+// 256 events; a reader that falls behind stalls delivery, not the server.
+func (w *Watcher) Events() <-chan Event { return w.events }
+
+// Synced is closed once every live lease that existed when the watch began
+// has been delivered (as Replay events). Closed at once with [UpdatesOnly].
+func (w *Watcher) Synced() <-chan struct{} { return w.synced }
+
+// Stop ends the watch and waits for its goroutine to finish.
+func (w *Watcher) Stop() {
+	w.stop()
+	<-w.done
+}
+
+// Err returns why the watcher stopped, nil if by Stop or context.
+func (w *Watcher) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Watch delivers events for leases whose names start with prefix ("" for
+// all): first the current state (Replay events, then Synced closes), then
+// every grant, renewal, release, revocation and expiry as the server stores
+// it. It is driven by the server's messages, including the marker the server
+// writes when a TTL lapses: nothing polls. The watch ends when ctx ends or
+// Stop is called.
+func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (*Watcher, error) {
+	if err := validatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	var o watchOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	// Filter by subject on whole dot-separated tokens; the rest of the
+	// prefix is matched here.
+	filter := s.prefix + ">"
+	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {
+		filter = s.prefix + prefix[:i+1] + ">"
+	}
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	}
+	var snapshot uint64
+	if o.updatesOnly {
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	} else {
+		info, err := s.stream.Info(ctx)
+		if err != nil {
+			return nil, translate("watch", err)
+		}
+		snapshot = info.State.LastSeq
+	}
+	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, cfg)
+	if err != nil {
+		return nil, translate("watch", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, translate("watch", err)
+	}
+	w := &Watcher{
+		events: make(chan Event, 256),
+		synced: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w.stop = cancel
+	if info := cons.CachedInfo(); o.updatesOnly || info == nil || info.NumPending == 0 {
+		close(w.synced)
+	}
+	go func() { // the iterator has no context: stop it when ours ends
+		<-ctx.Done()
+		it.Stop()
+	}()
+	go w.run(ctx, s, it, prefix, snapshot)
+	return w, nil
+}
+
+func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContext, prefix string, snapshot uint64) {
+	defer close(w.done)
+	defer close(w.events)
+	live := make(map[string]*Record) // tenures this watcher has seen begin and not end
+	synced := func() bool {
+		select {
+		case <-w.synced:
+			return true
+		default:
+			return false
+		}
+	}
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, jetstream.ErrConnectionClosed) {
+				w.mu.Lock()
+				w.err = translate("watch", err)
+				w.mu.Unlock()
+				return
+			}
+			continue // the ordered consumer recreates itself after gaps and reconnects
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		if !synced() && md.Sequence.Stream > snapshot {
+			close(w.synced)
+		}
+		name := strings.TrimPrefix(m.Subject(), s.prefix)
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		ev, ok := s.classify(name, md, m, live, !synced())
+		if ok {
+			select {
+			case w.events <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !synced() && md.NumPending == 0 {
+			close(w.synced)
+		}
+	}
+}
+
+// classify turns one stored message into an event, updating live.
+// During replay only live tenures are reported: how a lease ended before the
+// watch began is history, not state.
+func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live map[string]*Record, replay bool) (Event, bool) {
+	h := m.Headers()
+	ev := Event{Name: name, Revision: md.Sequence.Stream, Time: md.Timestamp, Replay: replay}
+	if !gone(h) {
+		rec, err := decodeRecord(name, ev.Revision, ev.Time, parseTTL(h.Get(jetstream.MsgTTLHeader)), m.Data())
+		if err != nil {
+			s.log.Warn("skipping undecodable lease entry", "name", name, "revision", ev.Revision, "err", err)
+			return Event{}, false
+		}
+		ev.Type = EventRenewed
+		if uint64(rec.Token) == rec.Revision {
+			ev.Type = EventGranted
+		}
+		ev.Record, ev.Holder, ev.Token = &rec, rec.Holder, rec.Token
+		live[name] = &rec
+		return ev, true
+	}
+	prev, wasLive := live[name]
+	delete(live, name)
+	if replay {
+		return Event{}, false
+	}
+	if prev != nil {
+		ev.Record, ev.Holder, ev.Token = prev, prev.Holder, prev.Token
+	}
+	if reason := h.Get(jetstream.MarkerReasonHeader); reason != "" {
+		// A server marker. One that follows a release tombstone's own
+		// expiry ends nothing: report markers only for tenures seen live.
+		if !wasLive {
+			return Event{}, false
+		}
+		ev.Type, ev.Reason = EventRevoked, reason
+		if reason == markerMaxAg {
+			ev.Type, ev.Reason = EventExpired, ""
+		}
+		return ev, true
+	}
+	ev.Type, ev.Reason = EventRevoked, h.Get(hdrReason)
+	switch h.Get(hdrOp) {
+	case "release":
+		ev.Type = EventReleased
+	case "revoke":
+	default: // a plain KV delete or purge by some other client
+		ev.Reason = "kv " + strings.ToLower(h.Get(hdrKVOp))
+	}
+	if ev.Holder == "" {
+		ev.Holder = h.Get(hdrHolder)
+		ev.Token = Token(parseUint(h.Get(hdrToken)))
+	}
+	return ev, wasLive || ev.Holder != ""
+}
+
+func parseUint(s string) uint64 {
+	var n uint64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n
+}
