@@ -136,6 +136,9 @@ func (f *KVFence) Write(ctx context.Context, resource string, token Token, data 
 //
 // Errors: [ErrNotFound]; [ErrUnavailable].
 func (f *KVFence) Read(ctx context.Context, resource string) (FencedValue, error) {
+	if err := ValidateName(resource); err != nil {
+		return FencedValue{}, err
+	}
 	v, rev, err := f.read(ctx, resource)
 	if err == nil && rev == 0 {
 		err = fmt.Errorf("%w: no value for %q", ErrNotFound, resource)

@@ -163,7 +163,7 @@ func (k *Keeper) run(parent context.Context) {
 	}()
 
 	next := k.interval
-	backoff := k.interval / 10
+	backoff := max(k.interval/10, 10*time.Millisecond)
 	timer := time.NewTimer(next)
 	defer timer.Stop()
 	for {
@@ -192,7 +192,7 @@ func (k *Keeper) run(parent context.Context) {
 			k.latency.add(time.Since(start))
 			k.renewals.Add(1)
 			k.consecutive.Store(0)
-			backoff = k.interval / 10
+			backoff = max(k.interval/10, 10*time.Millisecond)
 			timer.Reset(k.interval - time.Since(start))
 			continue
 		case rctx.Err() != nil && parent.Err() == nil: // Stop

@@ -81,6 +81,9 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 			return nil, err
 		}
 	}
+	if d < MinDuration {
+		return nil, fmt.Errorf("%w: %v is below %v", ErrDurationOutOfRange, d, MinDuration)
+	}
 	if !o.marginSet {
 		o.margin = DefaultHolderMargin(d)
 	}
@@ -185,7 +188,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if t0.After(l.t0) {
+	if t0.After(l.t0) && !l.released {
 		l.rec, l.t0, l.deadline = next, t0, t0.Add(HolderValidity(l.d, l.rho, l.margin))
 	}
 	return nil

@@ -246,7 +246,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	}.encode()
 	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
 	if err != nil {
-		return Record{}, s.explainMismatch(ctx, req.Name, req.Token, err)
+		return Record{}, s.explainMismatch(ctx, req.Name, req.Holder, req.Token, err)
 	}
 	rec = cur
 	rec.Revision, rec.Duration, rec.TTL, rec.StoredAt = rev, req.Duration, ttl, time.Now()
@@ -269,7 +269,7 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 		return err
 	}
 	_, err = s.purge(ctx, req.Name, "release", req.Holder, req.Token, "", req.Revision)
-	return s.explainMismatch(ctx, req.Name, req.Token, err)
+	return s.explainMismatch(ctx, req.Name, req.Holder, req.Token, err)
 }
 
 // Revoke ends whatever tenure the lease has, regardless of holder, and
@@ -371,7 +371,7 @@ func (s *Store) verify(ctx context.Context, name, holder string, token Token, re
 		m, err := s.stream.GetMsg(ctx, rev)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return Record{}, s.explainMismatch(ctx, name, token, errMismatch)
+			return Record{}, s.explainMismatch(ctx, name, holder, token, errMismatch)
 		case err != nil:
 			return Record{}, translate("read revision", err)
 		case m.Subject != s.prefix+name || gone(m.Header):
@@ -390,7 +390,7 @@ func (s *Store) verify(ctx context.Context, name, holder string, token Token, re
 
 // explainMismatch turns a failed compare-and-set into the error a holder
 // needs: the lease is gone, or someone else's, or only our revision is old.
-func (s *Store) explainMismatch(ctx context.Context, name string, token Token, err error) error {
+func (s *Store) explainMismatch(ctx context.Context, name, holder string, token Token, err error) error {
 	if !errors.Is(err, errMismatch) {
 		return err
 	}
@@ -400,7 +400,7 @@ func (s *Store) explainMismatch(ctx context.Context, name string, token Token, e
 		return lerr
 	case !live:
 		return fmt.Errorf("%w: %q lapsed or was released or revoked", ErrNotFound, name)
-	case cur.Token != token:
+	case cur.Token != token || cur.Holder != holder:
 		return fmt.Errorf("%w: %q now belongs to %q with token %d", ErrNotHolder, name, cur.Holder, cur.Token)
 	default:
 		return fmt.Errorf("%w: %w: %q is at revision %d", ErrNotHolder, ErrStaleRevision, name, cur.Revision)
@@ -543,8 +543,10 @@ func (c *revCache) set(name string, e cacheEntry) {
 	c.m[name] = e
 }
 
-func (c *revCache) put(rec Record)                 { c.set(rec.Name, cacheEntry{rec: rec}) }
-func (c *revCache) markGone(name string, rev uint64) { c.set(name, cacheEntry{rec: Record{Revision: rev}, gone: true}) }
+func (c *revCache) put(rec Record) { c.set(rec.Name, cacheEntry{rec: rec}) }
+func (c *revCache) markGone(name string, rev uint64) {
+	c.set(name, cacheEntry{rec: Record{Revision: rev}, gone: true})
+}
 
 func (c *revCache) get(name string, rev uint64) (Record, bool) {
 	c.mu.Lock()

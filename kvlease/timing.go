@@ -56,7 +56,7 @@ func DefaultRenewInterval(d time.Duration) time.Duration { return d / 3 }
 // ρ has a positive validity window in a lease of duration d.
 func ValidateWindow(d, margin time.Duration, rho float64) error {
 	switch {
-	case rho < 0 || rho >= 0.1:
+	case !(rho >= 0 && rho < 0.1): // also refuses NaN
 		return fmt.Errorf("%w: clock-rate bound %g outside [0, 0.1)", ErrInvalidTiming, rho)
 	case margin < 0:
 		return fmt.Errorf("%w: negative holder margin %v", ErrInvalidTiming, margin)

@@ -198,22 +198,21 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 		if err != nil {
 			continue
 		}
-		if !synced() && md.Sequence.Stream > snapshot {
+		replay := !synced()
+		if replay && md.Sequence.Stream > snapshot { // the first change after the snapshot
 			close(w.synced)
+			replay = false
 		}
-		name := strings.TrimPrefix(m.Subject(), s.prefix)
-		if !strings.HasPrefix(name, prefix) {
-			continue
-		}
-		ev, ok := s.classify(name, md, m, live, !synced())
-		if ok {
-			select {
-			case w.events <- ev:
-			case <-ctx.Done():
-				return
+		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) {
+			if ev, ok := s.classify(name, md, m, live, replay); ok {
+				select {
+				case w.events <- ev:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
-		if !synced() && md.NumPending == 0 {
+		if replay && md.NumPending == 0 {
 			close(w.synced)
 		}
 	}

@@ -1,0 +1,824 @@
+package kvlease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+)
+
+// bubbleGrantor is an in-memory kvlease.Grantor for synctest bubbles. It
+// behaves like the Store: Grant creates a tenure whose token is a new,
+// increasing revision; Renew and Release compare-and-set on (holder, token,
+// revision); keys lapse ServerTTL(D, m_g) after they were stored (fake time).
+// It can be made unreachable (calls block until ctx ends) or refusing
+// (Renew fails with ErrNotHolder).
+type bubbleGrantor struct {
+	mu       sync.Mutex
+	rev      uint64
+	leases   map[string]kvlease.Record
+	mode     bubbleMode
+	renews   []bubbleCall // every Renew call, reached or not
+	releases []kvlease.ReleaseRequest
+	grants   int
+}
+
+type bubbleMode int
+
+const (
+	modeOK          bubbleMode = iota
+	modeUnreachable            // block until ctx is done, then ErrUnavailable
+	modeFailFast               // ErrUnavailable at once (e.g. no responders)
+	modeRefuse                 // Renew: ErrNotHolder
+)
+
+type bubbleCall struct {
+	at   time.Time
+	mode bubbleMode
+	req  kvlease.RenewRequest
+}
+
+const bubbleGrantorMargin = time.Second
+
+var _ kvlease.Grantor = (*bubbleGrantor)(nil)
+
+func newBubbleGrantor() *bubbleGrantor {
+	return &bubbleGrantor{leases: make(map[string]kvlease.Record)}
+}
+
+func (g *bubbleGrantor) setMode(m bubbleMode) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mode = m
+}
+
+// unreachable blocks until ctx is done, like a request to a partitioned
+// server, and fails the way the Store does then.
+func (g *bubbleGrantor) unreachable(ctx context.Context, op string) error {
+	<-ctx.Done()
+	return fmt.Errorf("%w: %s: %w", kvlease.ErrUnavailable, op, ctx.Err())
+}
+
+// live returns the live record for name (holding g.mu).
+func (g *bubbleGrantor) live(name string) (kvlease.Record, bool) {
+	r, ok := g.leases[name]
+	if !ok {
+		return kvlease.Record{}, false
+	}
+	if !time.Now().Before(r.ExpiresAt()) {
+		delete(g.leases, name)
+		return kvlease.Record{}, false
+	}
+	return r, true
+}
+
+func (g *bubbleGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	g.mu.Lock()
+	mode := g.mode
+	g.mu.Unlock()
+	switch mode {
+	case modeUnreachable:
+		return kvlease.Record{}, g.unreachable(ctx, "grant")
+	case modeFailFast:
+		return kvlease.Record{}, fmt.Errorf("%w: grant: no responders", kvlease.ErrUnavailable)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cur, ok := g.live(req.Name); ok {
+		return kvlease.Record{}, &kvlease.HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
+	}
+	g.rev++
+	g.grants++
+	now := time.Now()
+	rec := kvlease.Record{
+		Name: req.Name, Holder: req.Holder, Token: kvlease.Token(g.rev), Revision: g.rev,
+		Duration: req.Duration, TTL: kvlease.ServerTTL(req.Duration, bubbleGrantorMargin),
+		StoredAt: now, GrantedAt: now, Attributes: req.Attributes,
+	}
+	g.leases[req.Name] = rec
+	return rec, nil
+}
+
+func (g *bubbleGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	g.mu.Lock()
+	mode := g.mode
+	g.renews = append(g.renews, bubbleCall{at: time.Now(), mode: mode, req: req})
+	g.mu.Unlock()
+	switch mode {
+	case modeUnreachable:
+		return kvlease.Record{}, g.unreachable(ctx, "renew")
+	case modeFailFast:
+		return kvlease.Record{}, fmt.Errorf("%w: renew: no responders", kvlease.ErrUnavailable)
+	case modeRefuse:
+		return kvlease.Record{}, fmt.Errorf("%w: %q refused", kvlease.ErrNotHolder, req.Name)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cur, err := g.check(req.Name, req.Holder, req.Token, req.Revision)
+	if err != nil {
+		return kvlease.Record{}, err
+	}
+	g.rev++
+	cur.Revision, cur.Duration, cur.StoredAt = g.rev, req.Duration, time.Now()
+	cur.TTL = kvlease.ServerTTL(req.Duration, bubbleGrantorMargin)
+	g.leases[req.Name] = cur
+	return cur, nil
+}
+
+func (g *bubbleGrantor) Release(ctx context.Context, req kvlease.ReleaseRequest) error {
+	g.mu.Lock()
+	mode := g.mode
+	g.mu.Unlock()
+	switch mode {
+	case modeUnreachable:
+		return g.unreachable(ctx, "release")
+	case modeFailFast:
+		return fmt.Errorf("%w: release: no responders", kvlease.ErrUnavailable)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, err := g.check(req.Name, req.Holder, req.Token, req.Revision); err != nil {
+		return err
+	}
+	g.rev++ // the tombstone
+	delete(g.leases, req.Name)
+	g.releases = append(g.releases, req)
+	return nil
+}
+
+// check is the compare of compare-and-set (holding g.mu).
+func (g *bubbleGrantor) check(name, holder string, token kvlease.Token, rev uint64) (kvlease.Record, error) {
+	cur, ok := g.live(name)
+	switch {
+	case !ok:
+		return kvlease.Record{}, fmt.Errorf("%w: %q", kvlease.ErrNotFound, name)
+	case cur.Holder != holder || cur.Token != token:
+		return kvlease.Record{}, fmt.Errorf("%w: %q held by %q", kvlease.ErrNotHolder, name, cur.Holder)
+	case cur.Revision != rev:
+		return kvlease.Record{}, fmt.Errorf("%w: %w: %q at %d", kvlease.ErrNotHolder, kvlease.ErrStaleRevision, name, cur.Revision)
+	}
+	return cur, nil
+}
+
+func (g *bubbleGrantor) renewCalls() []bubbleCall {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]bubbleCall(nil), g.renews...)
+}
+
+func (g *bubbleGrantor) released() []kvlease.ReleaseRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]kvlease.ReleaseRequest(nil), g.releases...)
+}
+
+func (g *bubbleGrantor) lookup(name string) (kvlease.Record, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.live(name)
+}
+
+// lostRecorder records OnLost calls.
+type lostRecorder struct {
+	mu    sync.Mutex
+	calls []lostCall
+}
+
+type lostCall struct {
+	at  time.Time
+	err error
+}
+
+func (r *lostRecorder) onLost(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, lostCall{time.Now(), err})
+}
+
+func (r *lostRecorder) get() []lostCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]lostCall(nil), r.calls...)
+}
+
+func mustAcquire(t *testing.T, g kvlease.Grantor, name string, d time.Duration, opts ...kvlease.LeaseOption) *kvlease.Lease {
+	t.Helper()
+	l, err := kvlease.Acquire(t.Context(), g, name, "holder-1", d, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %v): %v", name, d, err)
+	}
+	return l
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestKeeperRenewsEveryThird(t *testing.T) {
+	for _, d := range []time.Duration{1500 * time.Millisecond, 3 * time.Second, 10 * time.Second} {
+		t.Run(d.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newBubbleGrantor()
+				start := time.Now()
+				l := mustAcquire(t, g, "svc/web", d)
+				token := l.Token()
+				k, err := kvlease.Keep(t.Context(), l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				interval := d / 3
+				// Step through 10 D in small steps: the lease must be valid
+				// at every one of them.
+				step := d / 30
+				for now := time.Duration(0); now < 10*d; now += step {
+					time.Sleep(step)
+					synctest.Wait()
+					if err := l.Check(); err != nil {
+						t.Fatalf("at %v: Check: %v", time.Since(start), err)
+					}
+					if isClosed(k.Done()) || k.Context().Err() != nil {
+						t.Fatalf("at %v: keeper stopped: %v", time.Since(start), k.Err())
+					}
+				}
+				// Stop between the 30th and 31st renewal.
+				time.Sleep(time.Until(start.Add(10*d + interval/2)))
+				synctest.Wait()
+				// Renewals at exactly i·D/3 for i = 1..30 (10 D = 30 intervals),
+				// each naming the revision the previous one returned (the
+				// grantor writes nothing else, so revisions go up by one).
+				calls := g.renewCalls()
+				if len(calls) != 30 {
+					t.Fatalf("%d renewals in 10 D, want 30", len(calls))
+				}
+				for i, c := range calls {
+					if want := time.Duration(i+1) * interval; c.at.Sub(start) != want {
+						t.Errorf("renewal %d at %v, want %v", i+1, c.at.Sub(start), want)
+					}
+					if c.mode != modeOK || c.req.Token != token || c.req.Revision != uint64(token)+uint64(i) {
+						t.Errorf("renewal %d: token %d revision %d, want token %d revision %d",
+							i+1, c.req.Token, c.req.Revision, token, uint64(token)+uint64(i))
+					}
+				}
+				if l.Token() != token {
+					t.Errorf("token changed across renewals: %d -> %d", token, l.Token())
+				}
+				// The deadline follows the last renewal (sent at 30 intervals).
+				w := kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d))
+				if got, want := l.Deadline().Sub(start), 30*interval+w; got != want {
+					t.Errorf("deadline at %v, want %v", got, want)
+				}
+				st := k.Stats()
+				if st.Renewals != 30 || st.Failures != 0 || st.ConsecutiveFailures != 0 || st.SpuriousLosses != 0 {
+					t.Errorf("stats = %+v, want 30 renewals and no failures", st)
+				}
+				if err := k.Close(context.Background()); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			})
+		})
+	}
+}
+
+func TestKeeperUnreachableLosesAtDeadline(t *testing.T) {
+	const d = 3 * time.Second
+	tests := []struct {
+		name string
+		mode bubbleMode
+		// goodRenewals succeed before the grantor goes away.
+		goodRenewals int
+	}{
+		{"blocking from the start", modeUnreachable, 0},
+		{"blocking after two renewals", modeUnreachable, 2},
+		{"failing fast from the start", modeFailFast, 0},
+		{"failing fast after two renewals", modeFailFast, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newBubbleGrantor()
+				start := time.Now()
+				l := mustAcquire(t, g, "svc/web", d)
+				var lost lostRecorder
+				k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
+				if err != nil {
+					t.Fatal(err)
+				}
+				interval := kvlease.DefaultRenewInterval(d)
+				// Cut the grantor off halfway between renewals.
+				time.Sleep(time.Duration(tt.goodRenewals)*interval + interval/2)
+				g.setMode(tt.mode)
+				lastSent := time.Duration(tt.goodRenewals) * interval
+				deadline := lastSent + kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d))
+				if got := l.Deadline().Sub(start); got != deadline {
+					t.Fatalf("deadline at %v, want %v", got, deadline)
+				}
+
+				<-k.Done()
+				lostAt := time.Since(start)
+				if diff := (lostAt - deadline).Abs(); diff > time.Millisecond {
+					t.Errorf("Done closed at %v, want the holder deadline %v (off by %v)", lostAt, deadline, diff)
+				}
+				if k.Context().Err() == nil {
+					t.Error("Context not cancelled after Done closed")
+				}
+				var le *kvlease.LeaseExpiredError
+				if err := k.Err(); !errors.As(err, &le) || !errors.Is(err, kvlease.ErrExpired) {
+					t.Fatalf("Err() = %v, want a *LeaseExpiredError", err)
+				}
+				if le.Name != "svc/web" || le.Token != l.Token() || le.Remaining > 0 {
+					t.Errorf("LeaseExpiredError = %+v", *le)
+				}
+				if cause := context.Cause(k.Context()); !errors.Is(cause, kvlease.ErrExpired) {
+					t.Errorf("context cause = %v, want ErrExpired", cause)
+				}
+				if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
+					t.Errorf("Check after loss = %v, want ErrExpired", err)
+				}
+
+				synctest.Wait() // let OnLost run
+				calls := lost.get()
+				if len(calls) != 1 {
+					t.Fatalf("OnLost called %d times, want 1", len(calls))
+				}
+				if calls[0].err != k.Err() {
+					t.Errorf("OnLost(%v), want Err() = %v", calls[0].err, k.Err())
+				}
+				if d := (calls[0].at.Sub(start) - deadline).Abs(); d > time.Millisecond {
+					t.Errorf("OnLost at %v, want %v", calls[0].at.Sub(start), deadline)
+				}
+
+				renews := g.renewCalls()
+				failed := 0
+				for i, c := range renews {
+					if at := c.at.Sub(start); at >= deadline {
+						t.Errorf("renew call %d sent at %v, at or after the deadline %v", i, at, deadline)
+					}
+					if c.mode != modeOK {
+						failed++
+					}
+				}
+				if failed == 0 {
+					t.Error("no renewal was attempted while the grantor was unreachable")
+				}
+				st := k.Stats()
+				if st.Renewals != int64(tt.goodRenewals) {
+					t.Errorf("Stats().Renewals = %d, want %d", st.Renewals, tt.goodRenewals)
+				}
+				if st.Failures != int64(failed) {
+					t.Errorf("Stats().Failures = %d, want %d (calls that failed)", st.Failures, failed)
+				}
+				// No renewal after loss, however long we wait.
+				time.Sleep(3 * d)
+				if n := len(g.renewCalls()); n != len(renews) {
+					t.Errorf("%d renew calls after the lease was lost", n-len(renews))
+				}
+				// The lease was lost, not closed: Close does not release.
+				g.setMode(modeOK)
+				if err := k.Close(context.Background()); err != nil {
+					t.Errorf("Close after loss: %v", err)
+				}
+				if r := g.released(); len(r) != 0 {
+					t.Errorf("Close after loss released: %+v", r)
+				}
+			})
+		})
+	}
+}
+
+func TestKeeperRefusedLosesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		start := time.Now()
+		l := mustAcquire(t, g, "svc/web", d)
+		var lost lostRecorder
+		k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.setMode(modeRefuse)
+		<-k.Done()
+		interval := kvlease.DefaultRenewInterval(d)
+		if got := time.Since(start); got != interval {
+			t.Errorf("lost at %v, want at the first renewal %v (deadline is %v)", got, interval, l.Deadline().Sub(start))
+		}
+		if err := k.Err(); !errors.Is(err, kvlease.ErrNotHolder) {
+			t.Errorf("Err() = %v, want ErrNotHolder", err)
+		}
+		if cause := context.Cause(k.Context()); !errors.Is(cause, kvlease.ErrNotHolder) {
+			t.Errorf("context cause = %v, want ErrNotHolder", cause)
+		}
+		synctest.Wait()
+		if calls := lost.get(); len(calls) != 1 || !errors.Is(calls[0].err, kvlease.ErrNotHolder) {
+			t.Errorf("OnLost calls = %+v, want one with ErrNotHolder", calls)
+		}
+		st := k.Stats()
+		if st.Failures != 1 || st.Renewals != 0 || st.ConsecutiveFailures != 1 {
+			t.Errorf("Stats() = %+v, want 1 failure, 0 renewals", st)
+		}
+		if n := len(g.renewCalls()); n != 1 {
+			t.Errorf("%d renew calls, want 1", n)
+		}
+	})
+}
+
+func TestKeeperSpuriousLoss(t *testing.T) {
+	// A renewal that succeeded at the grantor but whose reply was lost leaves
+	// the holder naming an old revision: the next renewal is refused with
+	// ErrStaleRevision, which is a loss, and counted as spurious.
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		// Someone renews behind the holder's back with its credentials.
+		rec := l.Record()
+		if _, err := g.Renew(t.Context(), kvlease.RenewRequest{
+			Name: rec.Name, Holder: rec.Holder, Token: rec.Token, Revision: rec.Revision, Duration: d,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		k, err := kvlease.Keep(t.Context(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-k.Done()
+		if err := k.Err(); !errors.Is(err, kvlease.ErrStaleRevision) || !errors.Is(err, kvlease.ErrNotHolder) {
+			t.Errorf("Err() = %v, want ErrNotHolder and ErrStaleRevision", err)
+		}
+		if st := k.Stats(); st.SpuriousLosses != 1 || st.Failures != 1 {
+			t.Errorf("Stats() = %+v, want 1 spurious loss", st)
+		}
+	})
+}
+
+func TestKeeperCloseReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		var lost lostRecorder
+		k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2*kvlease.DefaultRenewInterval(d) + time.Millisecond) // two renewals
+		rec := l.Record()
+		if rec.Revision == uint64(rec.Token) {
+			t.Fatalf("no renewal happened: %+v", rec)
+		}
+		if err := k.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if !isClosed(k.Done()) || k.Context().Err() == nil {
+			t.Error("Close returned with Done open or Context live")
+		}
+		if err := k.Err(); !errors.Is(err, kvlease.ErrClosed) {
+			t.Errorf("Err() = %v, want ErrClosed", err)
+		}
+		rel := g.released()
+		want := kvlease.ReleaseRequest{Name: "svc/web", Holder: "holder-1", Token: rec.Token, Revision: rec.Revision}
+		if len(rel) != 1 || rel[0] != want {
+			t.Errorf("grantor saw releases %+v, want [%+v]", rel, want)
+		}
+		if _, ok := g.lookup("svc/web"); ok {
+			t.Error("lease still live at the grantor after Close")
+		}
+		if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
+			t.Errorf("Check after Close = %v, want ErrExpired", err)
+		}
+		renews := len(g.renewCalls())
+		time.Sleep(3 * d)
+		synctest.Wait()
+		if n := len(g.renewCalls()); n != renews {
+			t.Errorf("%d renewals after Close", n-renews)
+		}
+		if calls := lost.get(); len(calls) != 0 {
+			t.Errorf("OnLost called after Close: %+v", calls)
+		}
+		// Close twice is harmless.
+		if err := k.Close(context.Background()); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+		if n := len(g.released()); n != 1 {
+			t.Errorf("%d releases after a second Close, want 1", n)
+		}
+	})
+}
+
+func TestKeeperStopDoesNotRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		start := time.Now()
+		l := mustAcquire(t, g, "svc/web", d)
+		var lost lostRecorder
+		k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
+		if err != nil {
+			t.Fatal(err)
+		}
+		interval := kvlease.DefaultRenewInterval(d)
+		time.Sleep(interval + interval/2) // one renewal
+		k.Stop()
+		if !isClosed(k.Done()) || k.Context().Err() == nil {
+			t.Error("Stop returned with Done open or Context live")
+		}
+		if err := k.Err(); !errors.Is(err, kvlease.ErrClosed) {
+			t.Errorf("Err() = %v, want ErrClosed", err)
+		}
+		if rel := g.released(); len(rel) != 0 {
+			t.Errorf("Stop released: %+v", rel)
+		}
+		if _, ok := g.lookup("svc/web"); !ok {
+			t.Error("lease not live at the grantor after Stop")
+		}
+		// The holder keeps its right until its deadline, and no longer.
+		deadline := l.Deadline()
+		if got, want := deadline.Sub(start), interval+kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d)); got != want {
+			t.Errorf("deadline %v, want %v", got, want)
+		}
+		if err := l.Check(); err != nil {
+			t.Errorf("Check after Stop, before deadline: %v", err)
+		}
+		renews := len(g.renewCalls())
+		time.Sleep(time.Until(deadline))
+		if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
+			t.Errorf("Check at deadline after Stop = %v, want ErrExpired", err)
+		}
+		if n := len(g.renewCalls()); n != renews {
+			t.Errorf("%d renewals after Stop", n-renews)
+		}
+		// The grantor lapses the key later, by its TTL.
+		time.Sleep(kvlease.ServerTTL(d, bubbleGrantorMargin))
+		if _, ok := g.lookup("svc/web"); ok {
+			t.Error("lease still live at the grantor after its TTL")
+		}
+		synctest.Wait()
+		if calls := lost.get(); len(calls) != 0 {
+			t.Errorf("OnLost called after Stop: %+v", calls)
+		}
+	})
+}
+
+func TestKeeperStopDuringBlockedRenewal(t *testing.T) {
+	// Stop and Close must not wait for a renewal stuck on a silent grantor.
+	for _, closeIt := range []bool{false, true} {
+		name := "Stop"
+		if closeIt {
+			name = "Close"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const d = 3 * time.Second
+				g := newBubbleGrantor()
+				l := mustAcquire(t, g, "svc/web", d)
+				var lost lostRecorder
+				k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.setMode(modeUnreachable)
+				time.Sleep(kvlease.DefaultRenewInterval(d) + 100*time.Millisecond)
+				synctest.Wait()
+				if n := len(g.renewCalls()); n != 1 {
+					t.Fatalf("%d renew calls in flight, want 1", n)
+				}
+				stopAt := time.Now()
+				if closeIt {
+					ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+					err := k.Close(ctx)
+					cancel()
+					if !errors.Is(err, kvlease.ErrUnavailable) {
+						t.Errorf("Close with the grantor unreachable = %v, want ErrUnavailable", err)
+					}
+					if got := time.Since(stopAt); got != 200*time.Millisecond {
+						t.Errorf("Close took %v, want its context's 200ms", got)
+					}
+					if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
+						t.Errorf("Check after a failed Close = %v, want ErrExpired", err)
+					}
+				} else {
+					k.Stop()
+					if got := time.Since(stopAt); got != 0 {
+						t.Errorf("Stop waited %v for the blocked renewal", got)
+					}
+				}
+				if err := k.Err(); !errors.Is(err, kvlease.ErrClosed) {
+					t.Errorf("Err() = %v, want ErrClosed", err)
+				}
+				if st := k.Stats(); st.Failures != 0 {
+					t.Errorf("a renewal cut short by Stop counted as a failure: %+v", st)
+				}
+				synctest.Wait()
+				if calls := lost.get(); len(calls) != 0 {
+					t.Errorf("OnLost called: %+v", calls)
+				}
+			})
+		})
+	}
+}
+
+func TestKeeperParentCancelReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		var lost lostRecorder
+		ctx, cancel := context.WithCancel(t.Context())
+		k, err := kvlease.Keep(ctx, l, kvlease.WithOnLost(lost.onLost))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(kvlease.DefaultRenewInterval(d) + time.Millisecond)
+		cancel()
+		<-k.Done()
+		if err := k.Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("Err() = %v, want context.Canceled", err)
+		}
+		if rel := g.released(); len(rel) != 1 {
+			t.Errorf("grantor saw %d releases after the parent context ended, want 1", len(rel))
+		}
+		synctest.Wait()
+		if calls := lost.get(); len(calls) != 0 {
+			t.Errorf("OnLost called after parent cancel: %+v", calls)
+		}
+	})
+}
+
+func TestLeaseCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		const margin = 300 * time.Millisecond
+		g := newBubbleGrantor()
+		start := time.Now()
+		l := mustAcquire(t, g, "svc/web", d, kvlease.WithHolderMargin(margin))
+		w := kvlease.HolderValidity(d, kvlease.DefaultClockRate, margin)
+		if got := l.Deadline().Sub(start); got != w {
+			t.Fatalf("deadline at %v, want %v", got, w)
+		}
+		if err := l.Check(); err != nil {
+			t.Fatalf("Check right after Acquire: %v", err)
+		}
+
+		time.Sleep(w - 500*time.Millisecond)
+		if err := l.CheckFor(499 * time.Millisecond); err != nil {
+			t.Errorf("CheckFor(499ms) with 500ms left: %v", err)
+		}
+		var le *kvlease.LeaseExpiredError
+		for _, need := range []time.Duration{500 * time.Millisecond, 600 * time.Millisecond} {
+			err := l.CheckFor(need)
+			if !errors.As(err, &le) || !errors.Is(err, kvlease.ErrExpired) {
+				t.Fatalf("CheckFor(%v) with 500ms left = %v, want *LeaseExpiredError", need, err)
+			}
+			if le.Remaining != 500*time.Millisecond || le.Need != need || le.Margin != margin || le.Token != l.Token() || le.Name != "svc/web" {
+				t.Errorf("CheckFor(%v): %+v", need, *le)
+			}
+		}
+		if n := l.LateEffects(); n != 0 {
+			t.Errorf("LateEffects = %d before the deadline, want 0", n)
+		}
+
+		time.Sleep(500*time.Millisecond - time.Nanosecond)
+		if err := l.Check(); err != nil {
+			t.Errorf("Check 1ns before the deadline: %v", err)
+		}
+		time.Sleep(time.Nanosecond)
+		if err := l.Check(); !errors.As(err, &le) || le.Remaining != 0 {
+			t.Errorf("Check at the deadline = %v, want *LeaseExpiredError with 0 remaining", err)
+		}
+		time.Sleep(time.Second)
+		if err := l.Check(); !errors.As(err, &le) || le.Remaining != -time.Second {
+			t.Errorf("Check 1s after the deadline = %v, want *LeaseExpiredError with -1s remaining", err)
+		}
+		if err := l.CheckFor(time.Second); !errors.Is(err, kvlease.ErrExpired) {
+			t.Errorf("CheckFor after the deadline = %v", err)
+		}
+		if n := l.LateEffects(); n != 3 {
+			t.Errorf("LateEffects = %d, want 3 (checks at or after the deadline)", n)
+		}
+		// A renewal is never sent after the deadline.
+		if err := l.Renew(t.Context()); !errors.As(err, &le) {
+			t.Errorf("Renew after the deadline = %v, want *LeaseExpiredError", err)
+		}
+		if n := len(g.renewCalls()); n != 0 {
+			t.Errorf("Renew after the deadline reached the grantor (%d calls)", n)
+		}
+	})
+}
+
+func TestLeaseCheckRenewMovesDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		start := time.Now()
+		l := mustAcquire(t, g, "svc/web", d)
+		w := kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d))
+		time.Sleep(2 * time.Second)
+		if err := l.Renew(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := l.Deadline().Sub(start), 2*time.Second+w; got != want {
+			t.Errorf("deadline after renewal at 2s = %v, want %v", got, want)
+		}
+		time.Sleep(w - time.Nanosecond)
+		if err := l.Check(); err != nil {
+			t.Errorf("Check just before the renewed deadline: %v", err)
+		}
+		// A renewal that blocks is abandoned at the deadline, not after.
+		g.setMode(modeUnreachable)
+		err := l.Renew(t.Context())
+		if !errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("blocked Renew = %v, want ErrUnavailable with DeadlineExceeded", err)
+		}
+		if got, want := time.Since(start), 2*time.Second+w; got != want {
+			t.Errorf("blocked Renew returned at %v, want the deadline %v", got, want)
+		}
+	})
+}
+
+// gatedRenewGrantor lets a renewal land at the grantor and then holds its
+// reply until gate is closed: a reply in flight.
+type gatedRenewGrantor struct {
+	*bubbleGrantor
+	gate chan struct{}
+}
+
+func (g gatedRenewGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	rec, err := g.bubbleGrantor.Renew(ctx, req)
+	<-g.gate
+	return rec, err
+}
+
+func TestLeaseCheckReleaseDuringRenew(t *testing.T) {
+	// Release says the lease is invalid from the moment it is called,
+	// whatever it returns. A renewal whose reply arrives after that must not
+	// bring the deadline back.
+	synctest.Test(t, func(t *testing.T) {
+		g := gatedRenewGrantor{newBubbleGrantor(), make(chan struct{})}
+		l := mustAcquire(t, g, "svc/web", 3*time.Second)
+		time.Sleep(time.Second)
+		renewed := make(chan error, 1)
+		go func() { renewed <- l.Renew(t.Context()) }()
+		synctest.Wait() // the renewal landed; its reply is held
+		// The release names the revision before the renewal, so the
+		// grantor refuses it; the lease is invalid anyway.
+		if err := l.Release(t.Context()); !errors.Is(err, kvlease.ErrNotHolder) {
+			t.Fatalf("Release racing a renewal = %v, want ErrNotHolder (stale revision)", err)
+		}
+		if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
+			t.Fatalf("Check after Release = %v, want ErrExpired", err)
+		}
+		close(g.gate)
+		if err := <-renewed; err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
+			t.Errorf("Check after Release and a late renewal reply = %v, want ErrExpired", err)
+		}
+	})
+}
+
+func TestKeeperRejectsInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		w := kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d))
+		for _, iv := range []time.Duration{w/2 + time.Nanosecond, w, d, 0, -time.Second} {
+			k, err := kvlease.Keep(t.Context(), l, kvlease.WithRenewInterval(iv))
+			if !errors.Is(err, kvlease.ErrInvalidTiming) || k != nil {
+				t.Errorf("Keep with interval %v = (%v, %v), want ErrInvalidTiming", iv, k, err)
+			}
+		}
+		// Half the window is the largest interval allowed.
+		k, err := kvlease.Keep(t.Context(), l, kvlease.WithRenewInterval(w/2))
+		if err != nil {
+			t.Fatalf("Keep with interval w/2: %v", err)
+		}
+		k.Stop()
+		// Nothing was started by the failed Keeps: synctest.Test fails on
+		// goroutines left in the bubble.
+	})
+}
+
+func TestKeeperAcquireRejectsMargin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newBubbleGrantor()
+		_, err := kvlease.Acquire(t.Context(), g, "svc/web", "holder-1", time.Second, kvlease.WithHolderMargin(time.Second))
+		if !errors.Is(err, kvlease.ErrInvalidTiming) {
+			t.Fatalf("Acquire with margin = D: %v, want ErrInvalidTiming", err)
+		}
+		if g.grants != 0 {
+			t.Errorf("Acquire with invalid timing sent %d grants", g.grants)
+		}
+	})
+}

@@ -1,0 +1,329 @@
+package kvlease_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// nextEvent waits for the next event on w matching want (skipping others),
+// failing the test after timeout.
+func nextEvent(t *testing.T, w *kvlease.Watcher, timeout time.Duration, want func(kvlease.Event) bool) kvlease.Event {
+	t.Helper()
+	tm := time.NewTimer(timeout)
+	defer tm.Stop()
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("watcher closed: %v", w.Err())
+			}
+			if want(ev) {
+				return ev
+			}
+		case <-tm.C:
+			t.Fatalf("no matching event within %v", timeout)
+		}
+	}
+}
+
+func ofType(name string, typ kvlease.EventType) func(kvlease.Event) bool {
+	return func(ev kvlease.Event) bool { return ev.Name == name && ev.Type == typ }
+}
+
+func watch(t *testing.T, st *kvlease.Store, prefix string) *kvlease.Watcher {
+	t.Helper()
+	w, err := st.Watch(t.Context(), prefix)
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	t.Cleanup(w.Stop)
+	<-w.Synced()
+	return w
+}
+
+func TestGrantRenewReleaseRevoke(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	w := watch(t, st, "")
+
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "jobs.a", Holder: "h1", Duration: 5 * time.Second,
+		Attributes: map[string]string{"role": "primary"}})
+	if err != nil {
+		t.Fatalf("grant: %v", err)
+	}
+	if uint64(rec.Token) != rec.Revision || rec.TTL != 6*time.Second || rec.Holder != "h1" {
+		t.Fatalf("grant record = %+v, want token = revision, TTL 6s", rec)
+	}
+	if ev := nextEvent(t, w, 5*time.Second, ofType("jobs.a", kvlease.EventGranted)); ev.Token != rec.Token || ev.Holder != "h1" {
+		t.Fatalf("granted event = %+v", ev)
+	}
+
+	// A second grant is refused and names the holder.
+	_, err = st.Grant(ctx, kvlease.GrantRequest{Name: "jobs.a", Holder: "h2", Duration: 5 * time.Second})
+	var held *kvlease.HeldError
+	if !errors.As(err, &held) || held.Holder != "h1" || held.Token != rec.Token || !errors.Is(err, kvlease.ErrHeld) {
+		t.Fatalf("second grant: err = %v, want HeldError by h1", err)
+	}
+
+	ren, err := st.Renew(ctx, kvlease.RenewRequest{Name: "jobs.a", Holder: "h1", Token: rec.Token,
+		Revision: rec.Revision, Duration: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if ren.Token != rec.Token || ren.Revision <= rec.Revision || ren.Attributes["role"] != "primary" {
+		t.Fatalf("renewed record = %+v, want same token, higher revision, attributes kept", ren)
+	}
+	nextEvent(t, w, 5*time.Second, ofType("jobs.a", kvlease.EventRenewed))
+
+	got, err := st.Get(ctx, "jobs.a")
+	if err != nil || got.Revision != ren.Revision || got.Token != rec.Token || got.TTL != 6*time.Second {
+		t.Fatalf("get = %+v, %v; want revision %d token %d ttl 6s", got, err, ren.Revision, rec.Token)
+	}
+	if rem := got.Remaining(time.Now()); rem <= 4*time.Second || rem > 6*time.Second {
+		t.Fatalf("remaining as the server sees it = %v, want in (4s, 6s]", rem)
+	}
+
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "jobs.a", Holder: "h1", Token: rec.Token, Revision: ren.Revision}); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if ev := nextEvent(t, w, 5*time.Second, ofType("jobs.a", kvlease.EventReleased)); ev.Token != rec.Token || ev.Holder != "h1" {
+		t.Fatalf("released event = %+v", ev)
+	}
+	if _, err := st.Get(ctx, "jobs.a"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("get after release: %v, want ErrNotFound", err)
+	}
+
+	// A new tenure after release gets a strictly higher token.
+	rec2, err := st.Grant(ctx, kvlease.GrantRequest{Name: "jobs.a", Holder: "h2", Duration: 5 * time.Second})
+	if err != nil || rec2.Token <= ren.Token || rec2.Token <= kvlease.Token(ren.Revision) {
+		t.Fatalf("grant after release = %+v, %v; want token above %d", rec2, err, ren.Revision)
+	}
+	revoked, err := st.Revoke(ctx, "jobs.a", "maintenance")
+	if err != nil || revoked.Holder != "h2" || revoked.Token != rec2.Token {
+		t.Fatalf("revoke = %+v, %v", revoked, err)
+	}
+	if ev := nextEvent(t, w, 5*time.Second, ofType("jobs.a", kvlease.EventRevoked)); ev.Reason != "maintenance" || ev.Holder != "h2" {
+		t.Fatalf("revoked event = %+v", ev)
+	}
+	if _, err := st.Revoke(ctx, "jobs.a", "again"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("second revoke: %v, want ErrNotFound", err)
+	}
+	// The old holder's release after revocation: nothing to release.
+	err = st.Release(ctx, kvlease.ReleaseRequest{Name: "jobs.a", Holder: "h2", Token: rec2.Token, Revision: rec2.Revision})
+	if !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("release after revoke: %v, want ErrNotFound", err)
+	}
+}
+
+func TestNonHolderCannotRenewOrRelease(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	elsewhere, err := st.Grant(ctx, kvlease.GrantRequest{Name: "other", Holder: "owner", Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "db", Holder: "owner", Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ren, err := st.Renew(ctx, kvlease.RenewRequest{Name: "db", Holder: "owner", Token: rec.Token, Revision: rec.Revision, Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second store on its own connection has none of the first's cache:
+	// it must verify by reading.
+	other := kvleasetest.OpenStore(t, srv.ClientURL())
+	cases := []struct {
+		name     string
+		holder   string
+		token    kvlease.Token
+		revision uint64
+		stale    bool
+	}{
+		{"other holder, current revision", "intruder", rec.Token, ren.Revision, false},
+		{"right holder, wrong token", "owner", rec.Token + 1000, ren.Revision, false},
+		{"right holder, stale revision", "owner", rec.Token, rec.Revision, true},
+		{"other holder, stale revision", "intruder", rec.Token, rec.Revision, false},
+		{"revision of another key", "owner", rec.Token, elsewhere.Revision, false},
+	}
+	for _, s := range []*kvlease.Store{st, other} {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				_, err := s.Renew(ctx, kvlease.RenewRequest{Name: "db", Holder: c.holder, Token: c.token, Revision: c.revision, Duration: 10 * time.Second})
+				if !errors.Is(err, kvlease.ErrNotHolder) {
+					t.Fatalf("renew: %v, want ErrNotHolder", err)
+				}
+				if c.stale != errors.Is(err, kvlease.ErrStaleRevision) {
+					t.Fatalf("renew: %v, ErrStaleRevision should be %v", err, c.stale)
+				}
+				err = s.Release(ctx, kvlease.ReleaseRequest{Name: "db", Holder: c.holder, Token: c.token, Revision: c.revision})
+				if !errors.Is(err, kvlease.ErrNotHolder) {
+					t.Fatalf("release: %v, want ErrNotHolder", err)
+				}
+			})
+		}
+	}
+	// Nothing was written: the owner's revision is still current.
+	got, err := st.Get(ctx, "db")
+	if err != nil || got.Revision != ren.Revision || got.Holder != "owner" {
+		t.Fatalf("after refused attempts: %+v, %v; want owner at revision %d", got, err, ren.Revision)
+	}
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithDurationRange(time.Second, time.Minute))
+	ctx := t.Context()
+	lastSeq := func() uint64 {
+		t.Helper()
+		js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+		s, err := js.Stream(ctx, "KV_"+kvlease.DefaultBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().State.LastSeq
+	}
+	seq0 := lastSeq()
+	cases := []struct {
+		name string
+		req  kvlease.GrantRequest
+		want error
+	}{
+		{"empty name", kvlease.GrantRequest{Name: "", Holder: "h", Duration: 2 * time.Second}, kvlease.ErrInvalidName},
+		{"wildcard", kvlease.GrantRequest{Name: "a.*", Holder: "h", Duration: 2 * time.Second}, kvlease.ErrInvalidName},
+		{"full wildcard", kvlease.GrantRequest{Name: ">", Holder: "h", Duration: 2 * time.Second}, kvlease.ErrInvalidName},
+		{"space", kvlease.GrantRequest{Name: "a b", Holder: "h", Duration: 2 * time.Second}, kvlease.ErrInvalidName},
+		{"leading dot", kvlease.GrantRequest{Name: ".a", Holder: "h", Duration: 2 * time.Second}, kvlease.ErrInvalidName},
+		{"too long", kvlease.GrantRequest{Name: strings.Repeat("a", kvlease.MaxNameLen+1), Holder: "h", Duration: 2 * time.Second}, kvlease.ErrInvalidName},
+		{"empty holder", kvlease.GrantRequest{Name: "a", Holder: "", Duration: 2 * time.Second}, kvlease.ErrInvalidHolder},
+		{"control char holder", kvlease.GrantRequest{Name: "a", Holder: "h\x00", Duration: 2 * time.Second}, kvlease.ErrInvalidHolder},
+		{"duration below 1s", kvlease.GrantRequest{Name: "a", Holder: "h", Duration: 999 * time.Millisecond}, kvlease.ErrDurationOutOfRange},
+		{"duration zero", kvlease.GrantRequest{Name: "a", Holder: "h"}, kvlease.ErrDurationOutOfRange},
+		{"duration above max", kvlease.GrantRequest{Name: "a", Holder: "h", Duration: time.Minute + time.Second}, kvlease.ErrDurationOutOfRange},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := st.Grant(ctx, c.req); !errors.Is(err, c.want) {
+				t.Fatalf("grant: %v, want %v", err, c.want)
+			}
+			if _, err := kvlease.Acquire(ctx, st, c.req.Name, c.req.Holder, c.req.Duration); !errors.Is(err, c.want) {
+				t.Fatalf("acquire: %v, want %v", err, c.want)
+			}
+		})
+	}
+	t.Run("margin leaves no validity", func(t *testing.T) {
+		_, err := kvlease.Acquire(ctx, st, "a", "h", 2*time.Second, kvlease.WithHolderMargin(2*time.Second))
+		if !errors.Is(err, kvlease.ErrInvalidTiming) {
+			t.Fatalf("acquire: %v, want ErrInvalidTiming", err)
+		}
+	})
+	t.Run("renew interval leaves no room", func(t *testing.T) {
+		l, err := kvlease.Acquire(ctx, st, "ok", "h", 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		seq := lastSeq()
+		if _, err := kvlease.Keep(ctx, l, kvlease.WithRenewInterval(2*time.Second)); !errors.Is(err, kvlease.ErrInvalidTiming) {
+			t.Fatalf("keep: %v, want ErrInvalidTiming", err)
+		}
+		if lastSeq() != seq {
+			t.Fatal("a refused keeper wrote to the bucket")
+		}
+	})
+	if got := lastSeq(); got != seq0+2 { // the one valid grant and its release in the last subtest
+		t.Fatalf("bucket last revision %d, want %d: bad input was written", got, seq0+2)
+	}
+}
+
+func TestUnreachableServerFailsWithinDeadline(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	srv.Shutdown()
+	for _, timeout := range []time.Duration{200 * time.Millisecond, time.Second} {
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		start := time.Now()
+		_, err := st.Grant(ctx, kvlease.GrantRequest{Name: "x", Holder: "h", Duration: 2 * time.Second})
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, kvlease.ErrUnavailable) {
+			t.Fatalf("grant to a stopped server: %v, want ErrUnavailable", err)
+		}
+		if took > timeout+250*time.Millisecond {
+			t.Fatalf("grant took %v with a %v deadline", took, timeout)
+		}
+	}
+}
+
+func TestOpenRefusesBucketWithoutTTLs(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "plain"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := kvlease.Open(t.Context(), js, kvlease.WithBucket("plain"))
+	if !errors.Is(err, kvlease.ErrBucket) || !strings.Contains(err.Error(), "per-key TTL") {
+		t.Fatalf("open: %v, want ErrBucket about per-key TTLs", err)
+	}
+	if _, err := kvlease.Open(t.Context(), js, kvlease.WithBucket("missing"), kvlease.WithoutCreate()); !errors.Is(err, kvlease.ErrBucket) {
+		t.Fatalf("open missing without create: %v, want ErrBucket", err)
+	}
+	// The plain bucket is untouched.
+	if _, err := js.KeyValue(t.Context(), "plain"); err != nil {
+		t.Fatalf("plain bucket gone: %v", err)
+	}
+}
+
+func TestListByPrefix(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	if got, err := st.List(ctx, ""); err != nil || len(got) != 0 {
+		t.Fatalf("list of empty bucket = %v, %v", got, err)
+	}
+	for _, n := range []string{"svc.web.1", "svc.web.2", "svc.db.1", "other"} {
+		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: n, Holder: "h", Duration: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, _ := st.Get(ctx, "svc.db.1")
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "svc.db.1", Holder: "h", Token: rec.Token, Revision: rec.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"", []string{"other", "svc.web.1", "svc.web.2"}},
+		{"svc.", []string{"svc.web.1", "svc.web.2"}},
+		{"svc.web", []string{"svc.web.1", "svc.web.2"}},
+		{"svc.web.2", []string{"svc.web.2"}},
+		{"oth", []string{"other"}},
+		{"none", nil},
+	} {
+		t.Run(c.prefix, func(t *testing.T) {
+			got, err := st.List(ctx, c.prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, r := range got {
+				names = append(names, r.Name)
+			}
+			if strings.Join(names, ",") != strings.Join(c.want, ",") {
+				t.Fatalf("list(%q) = %v, want %v", c.prefix, names, c.want)
+			}
+		})
+	}
+	if _, err := st.List(ctx, "a*"); !errors.Is(err, kvlease.ErrInvalidName) {
+		t.Fatalf("list with wildcard: %v, want ErrInvalidName", err)
+	}
+}

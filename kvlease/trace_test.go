@@ -1,0 +1,264 @@
+package kvlease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// traceStore opens a Store on a fresh server whose spans go to a recorder.
+func traceStore(t *testing.T) (*kvlease.Store, *tracetest.SpanRecorder) {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	srv := kvleasetest.NewServer(t)
+	return kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithTracerProvider(tp)), rec
+}
+
+// oneSpan returns the only span that ended after the first n, and checks
+// that it is a client span named want.
+func oneSpan(t *testing.T, rec *tracetest.SpanRecorder, n int, want string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	spans := rec.Ended()[n:]
+	if len(spans) != 1 {
+		names := make([]string, len(spans))
+		for i, s := range spans {
+			names[i] = s.Name()
+		}
+		t.Fatalf("operation ended %d spans %v, want one %q", len(spans), names, want)
+	}
+	if spans[0].Name() != want {
+		t.Fatalf("span %q, want %q", spans[0].Name(), want)
+	}
+	if k := spans[0].SpanKind(); k != trace.SpanKindClient {
+		t.Errorf("span %q kind %v, want client", want, k)
+	}
+	return spans[0]
+}
+
+func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := make(map[attribute.Key]attribute.Value)
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// checkAttrs checks string and int64 attributes; absent lists keys that
+// must not be set.
+func checkAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want map[attribute.Key]any, absent ...attribute.Key) {
+	t.Helper()
+	got := spanAttrs(s)
+	for k, w := range want {
+		v, ok := got[k]
+		if !ok {
+			t.Errorf("span %q: no attribute %s", s.Name(), k)
+			continue
+		}
+		switch w := w.(type) {
+		case string:
+			if v.Type() != attribute.STRING || v.AsString() != w {
+				t.Errorf("span %q: %s = %v, want %q", s.Name(), k, v.Emit(), w)
+			}
+		case int64:
+			if v.Type() != attribute.INT64 || v.AsInt64() != w {
+				t.Errorf("span %q: %s = %v, want %d", s.Name(), k, v.Emit(), w)
+			}
+		default:
+			t.Fatalf("checkAttrs: unsupported %T", w)
+		}
+	}
+	for _, k := range absent {
+		if v, ok := got[k]; ok {
+			t.Errorf("span %q: unexpected %s = %v", s.Name(), k, v.Emit())
+		}
+	}
+}
+
+func checkOK(t *testing.T, s sdktrace.ReadOnlySpan) {
+	t.Helper()
+	if st := s.Status(); st.Code == codes.Error {
+		t.Errorf("span %q status %v %q, want not Error", s.Name(), st.Code, st.Description)
+	}
+	for _, e := range s.Events() {
+		if e.Name == "exception" {
+			t.Errorf("span %q has an exception event: %v", s.Name(), e.Attributes)
+		}
+	}
+}
+
+func TestTraceOperations(t *testing.T) {
+	st, rec := traceStore(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	const d = 2 * time.Second
+	ttl := int64(kvlease.ServerTTL(d, st.GrantorMargin()) / time.Second) // 3
+
+	n := len(rec.Ended())
+	r, err := st.Grant(ctx, kvlease.GrantRequest{Name: "svc/a", Holder: "h1", Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := oneSpan(t, rec, n, "lease.grant")
+	checkAttrs(t, s, map[attribute.Key]any{
+		kvlease.AttrName:    "svc/a",
+		kvlease.AttrHolder:  "h1",
+		kvlease.AttrToken:   int64(r.Token),
+		kvlease.AttrTTL:     ttl,
+		kvlease.AttrOutcome: "ok",
+	})
+	checkOK(t, s)
+
+	n = len(rec.Ended())
+	r2, err := st.Renew(ctx, kvlease.RenewRequest{Name: "svc/a", Holder: "h1", Token: r.Token, Revision: r.Revision, Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Token != r.Token || r2.Revision <= r.Revision {
+		t.Fatalf("renewal record %+v after %+v", r2, r)
+	}
+	s = oneSpan(t, rec, n, "lease.renew")
+	checkAttrs(t, s, map[attribute.Key]any{
+		kvlease.AttrName:    "svc/a",
+		kvlease.AttrHolder:  "h1",
+		kvlease.AttrToken:   int64(r.Token), // the tenure's token, not the new revision
+		kvlease.AttrTTL:     ttl,
+		kvlease.AttrOutcome: "ok",
+	})
+	checkOK(t, s)
+
+	n = len(rec.Ended())
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "svc/a", Holder: "h1", Token: r2.Token, Revision: r2.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	s = oneSpan(t, rec, n, "lease.release")
+	checkAttrs(t, s, map[attribute.Key]any{
+		kvlease.AttrName:    "svc/a",
+		kvlease.AttrHolder:  "h1",
+		kvlease.AttrToken:   int64(r.Token),
+		kvlease.AttrOutcome: "ok",
+	})
+	checkOK(t, s)
+
+	rb, err := st.Grant(ctx, kvlease.GrantRequest{Name: "svc/b", Holder: "h2", Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = len(rec.Ended())
+	if _, err := st.Revoke(ctx, "svc/b", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	s = oneSpan(t, rec, n, "lease.revoke")
+	checkAttrs(t, s, map[attribute.Key]any{
+		kvlease.AttrName:    "svc/b",
+		kvlease.AttrHolder:  "h2",
+		kvlease.AttrToken:   int64(rb.Token),
+		kvlease.AttrCause:   "maintenance",
+		kvlease.AttrOutcome: "ok",
+	})
+	checkOK(t, s)
+
+	// Spans are roots here (no parent in ctx) and each has its own trace.
+	ids := map[trace.TraceID]bool{}
+	for _, s := range rec.Ended() {
+		if s.Parent().IsValid() {
+			t.Errorf("span %q has a parent %v", s.Name(), s.Parent().SpanID())
+		}
+		ids[s.SpanContext().TraceID()] = true
+	}
+	if len(ids) != len(rec.Ended()) {
+		t.Errorf("%d spans share %d traces", len(rec.Ended()), len(ids))
+	}
+}
+
+func TestTraceParent(t *testing.T) {
+	st, rec := traceStore(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	tp := sdktrace.NewTracerProvider() // a separate provider for the caller's span
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx, parent := tp.Tracer("test").Start(ctx, "caller")
+	defer parent.End()
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "svc/p", Holder: "h1", Duration: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	s := oneSpan(t, rec, 0, "lease.grant")
+	if s.Parent().SpanID() != parent.SpanContext().SpanID() || s.SpanContext().TraceID() != parent.SpanContext().TraceID() {
+		t.Errorf("lease.grant is not a child of the caller's span")
+	}
+}
+
+func TestTraceGrantHeld(t *testing.T) {
+	st, rec := traceStore(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := st.Grant(ctx, kvlease.GrantRequest{Name: "svc/a", Holder: "h1", Duration: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(rec.Ended())
+	_, err = st.Grant(ctx, kvlease.GrantRequest{Name: "svc/a", Holder: "h2", Duration: 2 * time.Second})
+	var held *kvlease.HeldError
+	if !errors.As(err, &held) || held.Holder != "h1" || held.Token != r.Token {
+		t.Fatalf("second Grant = %v, want HeldError by h1", err)
+	}
+	s := oneSpan(t, rec, n, "lease.grant")
+	checkAttrs(t, s, map[attribute.Key]any{
+		kvlease.AttrName:    "svc/a",
+		kvlease.AttrHolder:  "h2", // the requester
+		kvlease.AttrOutcome: "held",
+	}, kvlease.AttrToken, kvlease.AttrTTL) // nothing was granted
+	if st := s.Status(); st.Code != codes.Error || st.Description != err.Error() {
+		t.Errorf("status = %v %q, want Error %q", st.Code, st.Description, err.Error())
+	}
+	var found bool
+	for _, e := range s.Events() {
+		if e.Name != "exception" {
+			continue
+		}
+		found = true
+		for _, kv := range e.Attributes {
+			if kv.Key == "exception.message" && kv.Value.AsString() != err.Error() {
+				t.Errorf("exception.message = %q, want %q", kv.Value.AsString(), err.Error())
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no exception event on the failed grant; events: %v", s.Events())
+	}
+}
+
+func TestTraceRenewNotHolder(t *testing.T) {
+	st, rec := traceStore(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := st.Grant(ctx, kvlease.GrantRequest{Name: "svc/a", Holder: "h1", Duration: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(rec.Ended())
+	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "svc/a", Holder: "intruder", Token: r.Token, Revision: r.Revision, Duration: 2 * time.Second})
+	if !errors.Is(err, kvlease.ErrNotHolder) {
+		t.Fatalf("Renew by another holder = %v, want ErrNotHolder", err)
+	}
+	s := oneSpan(t, rec, n, "lease.renew")
+	checkAttrs(t, s, map[attribute.Key]any{
+		kvlease.AttrName:    "svc/a",
+		kvlease.AttrHolder:  "intruder",
+		kvlease.AttrOutcome: "not_holder",
+	})
+	if s.Status().Code != codes.Error {
+		t.Errorf("status %v, want Error", s.Status().Code)
+	}
+}
