@@ -1,0 +1,190 @@
+package kvlease_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// Renewals keep a lease alive for 5×D; once they stop, the server lapses the
+// key within D + grantor margin + 1.5 s and a watcher sees it expire.
+func TestRenewalsKeepLeaseAliveThenLapse(t *testing.T) {
+	const d, mg = time.Second, 200 * time.Millisecond
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(mg))
+	w := watch(t, st, "")
+	l, err := kvlease.Acquire(t.Context(), st, "alive", "h1", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kvlease.Keep(t.Context(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, w, time.Second, ofType("alive", kvlease.EventGranted))
+
+	hold := time.NewTimer(5 * d)
+	renewals := 0
+	for waiting := true; waiting; {
+		select {
+		case ev := <-w.Events():
+			switch {
+			case ev.Type == kvlease.EventRenewed:
+				renewals++
+			case ev.Type.Ends():
+				t.Fatalf("lease ended while renewed: %+v", ev)
+			}
+		case <-k.Done():
+			t.Fatalf("keeper lost the lease: %v", k.Err())
+		case <-hold.C:
+			waiting = false
+		}
+	}
+	if err := l.Check(); err != nil {
+		t.Fatalf("after 5×D of renewals: %v", err)
+	}
+	if renewals < 12 { // every D/3 for 5 D: 15, less scheduling slack
+		t.Fatalf("%d renewals in 5×D, want ≥ 12", renewals)
+	}
+	stats := k.Stats()
+	if stats.Renewals < int64(renewals) || stats.Failures != 0 || stats.MaxLatency <= 0 {
+		t.Fatalf("keeper stats %+v after %d renewals seen", stats, renewals)
+	}
+
+	k.Stop() // stop renewing, do not release
+	stopped := time.Now()
+	ev := nextEvent(t, w, d+mg+3*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
+	took := time.Since(stopped)
+	if ev.Type != kvlease.EventExpired || ev.Token != l.Token() || ev.Holder != "h1" {
+		t.Fatalf("end event %+v, want expiry of token %d", ev, l.Token())
+	}
+	if limit := d + mg + 1500*time.Millisecond; took > limit {
+		t.Fatalf("lapsed %v after renewals stopped, limit %v", took, limit)
+	}
+	late, _ := ev.Lateness()
+	t.Logf("lapsed %v after the last renewal stopped; marker %v after the server deadline", took, late)
+	if late < 0 {
+		t.Fatalf("server lapsed the lease %v early", -late)
+	}
+}
+
+// D = 1.5 s with a 0.2 s grantor margin is stored as a 2 s TTL, not the 1 s
+// that truncation would give; the TTL survives renewals.
+func TestTTLRoundedUpAndKeptOnRenewal(t *testing.T) {
+	const d, mg = 1500 * time.Millisecond, 200 * time.Millisecond
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(mg))
+	ctx := t.Context()
+	w := watch(t, st, "")
+
+	sent := time.Now()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "round", Holder: "h", Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.Get(ctx, "round"); got.TTL != 2*time.Second {
+		t.Fatalf("stored TTL %v, want 2s", got.TTL)
+	}
+	// At 1.8 s the key must still be there (a truncated 1 s TTL would be gone).
+	time.Sleep(time.Until(sent.Add(1800 * time.Millisecond)))
+	if _, err := st.Get(ctx, "round"); err != nil {
+		t.Fatalf("1.8 s after the grant: %v, want the lease still stored", err)
+	}
+	// Renew a few times (each renewal restarts the TTL), then stop.
+	for range 3 {
+		if rec, err = st.Renew(ctx, kvlease.RenewRequest{Name: "round", Holder: "h", Token: rec.Token,
+			Revision: rec.Revision, Duration: d}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := st.Get(ctx, "round"); got.TTL != 2*time.Second || got.Revision != rec.Revision {
+			t.Fatalf("after renewal: %+v, want TTL 2s at revision %d", got, rec.Revision)
+		}
+	}
+	last := time.Now()
+	ev := nextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
+	if ev.Type != kvlease.EventExpired {
+		t.Fatalf("end event %+v, want expiry (the renewed TTL must survive)", ev)
+	}
+	if took := time.Since(last); took < 2*time.Second-50*time.Millisecond {
+		t.Fatalf("lapsed %v after the last renewal, before its 2 s TTL", took)
+	}
+}
+
+// A second holder cannot be granted a lease that is still valid, and is
+// granted it after lapse with a strictly higher token.
+func TestSecondHolderOnlyAfterLapse(t *testing.T) {
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+	ctx := t.Context()
+	w := watch(t, st, "")
+	first, err := kvlease.Acquire(ctx, st, "leader", "first", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvlease.Acquire(ctx, st, "leader", "second", time.Second); !errors.Is(err, kvlease.ErrHeld) {
+		t.Fatalf("grant while held: %v, want ErrHeld", err)
+	}
+	ev := nextEvent(t, w, 3*time.Second, ofType("leader", kvlease.EventExpired))
+	if err := first.Check(); !errors.Is(err, kvlease.ErrExpired) {
+		t.Fatalf("first holder's check after lapse: %v, want ErrExpired", err)
+	}
+	if first.Deadline().After(ev.Time) {
+		t.Fatalf("holder deadline %v after the server lapsed the key at %v", first.Deadline(), ev.Time)
+	}
+	second, err := kvlease.Acquire(ctx, st, "leader", "second", time.Second)
+	if err != nil {
+		t.Fatalf("grant after lapse: %v", err)
+	}
+	if second.Token() <= first.Token() {
+		t.Fatalf("token after lapse %d, want > %d", second.Token(), first.Token())
+	}
+	// The first holder's renewal is refused, not resurrected.
+	if err := first.Renew(ctx); !errors.Is(err, kvlease.ErrExpired) {
+		t.Fatalf("late renewal: %v, want ErrExpired (never sent)", err)
+	}
+}
+
+// A holder whose renewals cannot reach the grantor surrenders, and its
+// lease stops being valid before the server-side TTL lapses.
+func TestHolderCutOffSurrendersBeforeServerLapse(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	holderSide := kvleasetest.OpenStore(t, proxy.URL())
+	observer := kvleasetest.OpenStore(t, srv.ClientURL())
+	w := watch(t, observer, "")
+
+	l, err := kvlease.Acquire(t.Context(), holderSide, "cut", "h", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan time.Time, 1)
+	k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(func(error) { lost <- time.Now() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, w, 2*time.Second, ofType("cut", kvlease.EventRenewed))
+	proxy.Cut()
+
+	var lostAt time.Time
+	select {
+	case lostAt = <-lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("keeper did not report the loss")
+	}
+	if !errors.Is(k.Err(), kvlease.ErrExpired) || k.Context().Err() == nil {
+		t.Fatalf("keeper err %v, context %v; want expired and cancelled", k.Err(), k.Context().Err())
+	}
+	if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
+		t.Fatalf("check after loss: %v", err)
+	}
+	ev := nextEvent(t, w, 5*time.Second, ofType("cut", kvlease.EventExpired))
+	if !lostAt.Before(ev.Time) || !lostAt.Before(ev.Record.ExpiresAt()) {
+		t.Fatalf("holder lost authority at %v, server deadline %v, lapse marker %v: holder must stop first",
+			lostAt, ev.Record.ExpiresAt(), ev.Time)
+	}
+	if k.Stats().Failures == 0 {
+		t.Fatalf("stats %+v: the cut renewal should count as a failure", k.Stats())
+	}
+	t.Logf("holder stopped %v before the server's deadline, %v before the lapse marker",
+		ev.Record.ExpiresAt().Sub(lostAt), ev.Time.Sub(lostAt))
+}
