@@ -1,0 +1,70 @@
+// Package cli implements the leased command line. [Main] is what the binary
+// runs and what tests drive.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	ExitOK    = 0
+	ExitError = 1 // the operation failed
+	ExitUsage = 2 // bad flags or arguments
+)
+
+// Main runs the leased command line with args and returns the exit code.
+// Cancelling ctx (SIGINT, SIGTERM in the binary) stops a running server.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var ue usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "leased: %v\n", err)
+		return ExitUsage
+	default:
+		fmt.Fprintf(stderr, "leased: %v\n", err)
+		return ExitError
+	}
+}
+
+type usageError struct{ error }
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "leased",
+		Short: "Leases that lapse on their own, on NATS JetStream",
+		Long: `leased grants leases: grants of authority that lapse on their own. A lease
+lives in a NATS JetStream KV bucket with a per-key TTL; its KV revision is the
+fencing token. Run "leased serve" to start a grantor node.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newServe(stderr), newVersion(stdout))
+	return root
+}
+
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, usageError{fmt.Errorf("--log-format %q: want text or json", format)}
+	}
+}

@@ -1,0 +1,32 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+func newVersion(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of leased and of the NATS libraries it was built with",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			bi, ok := debug.ReadBuildInfo()
+			if !ok {
+				fmt.Fprintln(stdout, "leased (unknown build)")
+				return nil
+			}
+			fmt.Fprintf(stdout, "leased %s (%s)\n", bi.Main.Version, bi.GoVersion)
+			for _, d := range bi.Deps {
+				switch d.Path {
+				case "github.com/nats-io/nats-server/v2", "github.com/nats-io/nats.go":
+					fmt.Fprintf(stdout, "  %s %s\n", d.Path, d.Version)
+				}
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,19 @@
+// Command leased is the lease grantor: `leased serve` runs a grantor node
+// with an embedded NATS JetStream server; see `leased --help`.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/leased/leased/cmd/leased/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
