@@ -1,0 +1,50 @@
+// Package kvlease implements leases on a NATS JetStream key-value bucket: a
+// grant of authority that lapses on its own, with the KV revision as the
+// fencing token.
+//
+// # What it guarantees
+//
+// A lease is a key in a bucket created with per-key TTLs. [Store.Grant]
+// creates the key if the lease is free, with a TTL of ceil(D + grantor
+// margin) whole seconds; the server deletes it when the TTL runs out, so a
+// crashed, partitioned or paused holder needs to send nothing for its
+// authority to end. [Store.Renew] and [Store.Release] are compare-and-set
+// operations on the key's revision; every write is one JetStream publish, so
+// the server alone decides who wins a race.
+//
+// The holder keeps its own deadline, from a monotonic clock read before the
+// request is sent: t0 + D·(1−ρ) − holder margin ([Lease]). The holder stops
+// early, the server reclaims late, and the gap between them is at least
+// holder margin + grantor margin + ρ·D. [Keep] renews at D/3 and gives up the
+// moment a renewal is refused or the deadline passes.
+//
+// # What it does not guarantee
+//
+// Leases are liveness, fencing is safety. A process paused between
+// [Lease.Check] and its effect (GC, swap, SIGSTOP, VM migration) acts after
+// its deadline without knowing it. Only a resource that checks tokens makes
+// that harmless: [MemFence] in process, [KVFence] across processes, or the
+// SQL pattern in docs/fencing.md. Pass [Lease.Token] with every effect.
+//
+// Clocks must run at rates within ρ ([DefaultClockRate]) of each other. A
+// forward step of the server's wall clock expires keys early; the grantor
+// margin absorbs steps up to its size.
+//
+// # Tokens
+//
+// The token is the revision of the grant that began a tenure. It stays the
+// same across the tenure's renewals and is higher than every revision before
+// it in the bucket, since revisions are the stream's sequence numbers. A
+// bucket that is deleted and recreated starts its revisions again: [Open]
+// never does that, and operators must not either (a fence would then refuse
+// every new holder, which is safe but stuck).
+//
+// # Causes
+//
+// [Store.Watch] reads the bucket's stream, not the KV watch API, so that it
+// can tell a release from a revocation from an expiry by TTL: the server marks
+// a lapse with a Nats-Marker-Reason header and kvlease marks its own writes.
+// Watchers are driven by these messages; nothing polls.
+//
+// See docs/safety.md for the arithmetic and the NATS facts it rests on.
+package kvlease
