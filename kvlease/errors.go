@@ -74,9 +74,14 @@ type LeaseExpiredError struct {
 	Need time.Duration
 	// Margin is the holder margin already subtracted from the deadline.
 	Margin time.Duration
+	// Released is true if the holder released the lease.
+	Released bool
 }
 
 func (e *LeaseExpiredError) Error() string {
+	if e.Released {
+		return fmt.Sprintf("kvlease: lease %q (token %d) was released", e.Name, e.Token)
+	}
 	if e.Remaining <= 0 {
 		return fmt.Sprintf("kvlease: lease %q (token %d) expired %v ago (holder margin %v)",
 			e.Name, e.Token, -e.Remaining, e.Margin)

@@ -26,40 +26,59 @@ import (
 
 // MemFence is an in-process fence. The zero value is ready to use.
 type MemFence struct {
-	mu       sync.Mutex
-	highest  map[string]Token
-	rejected atomic.Int64
+	mu        sync.Mutex
+	resources map[string]*fencedResource
+	rejected  atomic.Int64
+}
+
+type fencedResource struct {
+	mu      sync.Mutex
+	highest Token
+}
+
+func (f *MemFence) resource(name string) *fencedResource {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.resources == nil {
+		f.resources = make(map[string]*fencedResource)
+	}
+	r, ok := f.resources[name]
+	if !ok {
+		r = &fencedResource{}
+		f.resources[name] = r
+	}
+	return r
 }
 
 // Do runs effect if token is at least the highest token accepted for
 // resource, and records token as accepted if effect succeeds. Calls for the
-// same resource are serialized, so the check and the effect are atomic.
+// same resource are serialized (calls for different resources are not), so
+// the check and the effect are atomic.
 //
 // Errors: [*StaleTokenError]; effect's error.
 func (f *MemFence) Do(resource string, token Token, effect func() error) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.highest == nil {
-		f.highest = make(map[string]Token)
-	}
-	if h := f.highest[resource]; token < h {
+	r := f.resource(resource)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if token < r.highest {
 		f.rejected.Add(1)
-		return &StaleTokenError{Resource: resource, Token: token, Highest: h}
+		return &StaleTokenError{Resource: resource, Token: token, Highest: r.highest}
 	}
 	if effect != nil {
 		if err := effect(); err != nil {
 			return err
 		}
 	}
-	f.highest[resource] = token
+	r.highest = token
 	return nil
 }
 
 // Highest returns the highest token accepted for resource (0 if none).
 func (f *MemFence) Highest(resource string) Token {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.highest[resource]
+	r := f.resource(resource)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.highest
 }
 
 // Rejected counts refused tokens.
@@ -109,6 +128,9 @@ func (f *KVFence) Write(ctx context.Context, resource string, token Token, data 
 	}
 	next, _ := json.Marshal(FencedValue{Token: token, Data: data})
 	for {
+		if err := ctx.Err(); err != nil {
+			return translate("fenced write", err)
+		}
 		cur, rev, err := f.read(ctx, resource)
 		if err != nil {
 			return err

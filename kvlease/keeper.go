@@ -25,11 +25,12 @@ type Keeper struct {
 	interval time.Duration
 	onLost   func(error)
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stop   chan struct{} // closed by Close/Stop
-	done   chan struct{} // closed when the loop has exited
-	once   sync.Once
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stop     chan struct{} // closed by Close/Stop
+	done     chan struct{} // closed when the loop has exited
+	once     sync.Once
+	handover atomic.Bool // Stop was called: leave the lease to run out
 
 	mu  sync.Mutex
 	err error
@@ -95,17 +96,24 @@ func (k *Keeper) Err() error {
 }
 
 // Stop stops renewing without releasing: the lease runs out at its deadline
-// (the server lapses it later). Use it to hand over by expiry.
+// (the server lapses it later). Use it to hand over by expiry. A Close after
+// Stop does not release.
 func (k *Keeper) Stop() {
+	k.handover.Store(true)
+	k.halt()
+}
+
+func (k *Keeper) halt() {
 	k.once.Do(func() { close(k.stop) })
 	<-k.done
 }
 
-// Close stops renewing and releases the lease. It returns the release error,
-// if any; releasing a lease that was already lost is not an error.
+// Close stops renewing and releases the lease, unless Stop came first or
+// the lease was already lost. It returns the release error, if any. Close
+// may be called more than once (defer it).
 func (k *Keeper) Close(ctx context.Context) error {
-	k.Stop()
-	if errors.Is(k.Err(), ErrClosed) {
+	k.halt()
+	if errors.Is(k.Err(), ErrClosed) && !k.handover.Load() {
 		return k.l.Release(ctx)
 	}
 	return nil

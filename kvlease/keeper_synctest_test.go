@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -819,6 +820,48 @@ func TestKeeperAcquireRejectsMargin(t *testing.T) {
 		}
 		if g.grants != 0 {
 			t.Errorf("Acquire with invalid timing sent %d grants", g.grants)
+		}
+	})
+}
+
+func TestKeeperCloseAfterStopKeepsHandover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newBubbleGrantor()
+		l := mustAcquire(t, g, "svc/web", 3*time.Second)
+		k, err := kvlease.Keep(t.Context(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.Stop()
+		if err := k.Close(t.Context()); err != nil {
+			t.Fatalf("Close after Stop: %v", err)
+		}
+		if rel := g.released(); len(rel) != 0 {
+			t.Fatalf("Close after Stop released: %+v", rel)
+		}
+	})
+}
+
+func TestKeeperCloseTwiceReleasesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newBubbleGrantor()
+		l := mustAcquire(t, g, "svc/web", 3*time.Second)
+		k, err := kvlease.Keep(t.Context(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := k.Close(t.Context()); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		}
+		if rel := g.released(); len(rel) != 1 {
+			t.Fatalf("%d releases, want 1", len(rel))
+		}
+		err = l.Check()
+		var exp *kvlease.LeaseExpiredError
+		if !errors.As(err, &exp) || !exp.Released || !strings.Contains(err.Error(), "released") {
+			t.Fatalf("Check after Close: %v, want a released LeaseExpiredError", err)
 		}
 	})
 }

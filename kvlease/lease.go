@@ -35,7 +35,8 @@ type Lease struct {
 	rec      Record
 	t0       time.Time // when the last successful request was sent
 	deadline time.Time // t0 + HolderValidity
-	released bool
+	released bool      // Release was called: the lease is over for the holder
+	freed    bool      // a Release reached the grantor (or found nothing to release)
 
 	lateEffects atomic.Int64
 }
@@ -145,14 +146,16 @@ func (l *Lease) Check() error { return l.CheckFor(0) }
 // before an effect that takes need to land. An expired lease counts as an
 // effect attempted after the deadline ([Lease.LateEffects]).
 func (l *Lease) CheckFor(need time.Duration) error {
-	rem := l.Remaining()
+	l.mu.Lock()
+	rem, released, token := l.deadline.Sub(l.now()), l.released, l.rec.Token
+	l.mu.Unlock()
 	if rem > need {
 		return nil
 	}
 	if rem <= 0 {
 		l.lateEffects.Add(1)
 	}
-	return &LeaseExpiredError{Name: l.name, Token: l.Token(), Remaining: rem, Need: need, Margin: l.margin}
+	return &LeaseExpiredError{Name: l.name, Token: token, Remaining: rem, Need: need, Margin: l.margin, Released: released}
 }
 
 // LateEffects counts the checks that found the deadline already passed:
@@ -196,15 +199,23 @@ func (l *Lease) Renew(ctx context.Context) error {
 
 // Release ends the tenure at the grantor. The lease is invalid from the
 // moment Release is called, whatever it returns. [ErrNotFound] (already
-// lapsed, or released by a retry) is not an error here: Release returns nil.
+// lapsed) is not an error here. Calling Release again after it succeeded
+// does nothing; after it failed ([ErrUnavailable]) it tries again.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
-	rec := l.rec
-	l.released = true
-	l.deadline = l.now()
+	rec, freed := l.rec, l.freed
+	if !l.released {
+		l.released, l.deadline = true, l.now()
+	}
 	l.mu.Unlock()
+	if freed {
+		return nil
+	}
 	err := l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision})
-	if errors.Is(err, ErrNotFound) {
+	if err == nil || errors.Is(err, ErrNotFound) {
+		l.mu.Lock()
+		l.freed = true
+		l.mu.Unlock()
 		return nil
 	}
 	return err

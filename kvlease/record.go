@@ -27,7 +27,9 @@ type Record struct {
 	// TTL is what the server keeps the key for: [ServerTTL](D, grantor margin).
 	TTL time.Duration `json:"ttl"`
 	// StoredAt is the server's wall-clock time of this revision; the server
-	// lapses the key at StoredAt + TTL by its own clock (or up to ~250 ms later).
+	// lapses the key at StoredAt + TTL by its own clock (or up to ~250 ms
+	// later). In records returned by Grant and Renew, whose acknowledgements
+	// carry no time, it is the local time the acknowledgement arrived.
 	StoredAt time.Time `json:"stored_at"`
 	// GrantedAt is the server time of the grant that began the tenure.
 	GrantedAt time.Time `json:"granted_at"`

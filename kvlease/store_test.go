@@ -327,3 +327,22 @@ func TestListByPrefix(t *testing.T) {
 		t.Fatalf("list with wildcard: %v, want ErrInvalidName", err)
 	}
 }
+
+// A watcher that starts after a grant (no replay) still sees its expiry:
+// the server's marker needs no earlier state.
+func TestUpdatesOnlyWatcherSeesExpiry(t *testing.T) {
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "late", Holder: "h", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := st.Watch(t.Context(), "", kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	ev := nextEvent(t, w, 3*time.Second, func(ev kvlease.Event) bool { return ev.Name == "late" })
+	if ev.Type != kvlease.EventExpired || ev.Replay || ev.Revision <= rec.Revision {
+		t.Fatalf("event %+v, want a live expiry after revision %d", ev, rec.Revision)
+	}
+}

@@ -171,6 +171,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContext, prefix string, snapshot uint64) {
 	defer close(w.done)
 	defer close(w.events)
+	defer w.stop()                   // ends the goroutine that stops the iterator
 	live := make(map[string]*Record) // tenures this watcher has seen begin and not end
 	synced := func() bool {
 		select {
@@ -238,7 +239,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		live[name] = &rec
 		return ev, true
 	}
-	prev, wasLive := live[name]
+	prev := live[name]
 	delete(live, name)
 	if replay {
 		return Event{}, false
@@ -247,11 +248,9 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		ev.Record, ev.Holder, ev.Token = prev, prev.Holder, prev.Token
 	}
 	if reason := h.Get(jetstream.MarkerReasonHeader); reason != "" {
-		// A server marker. One that follows a release tombstone's own
-		// expiry ends nothing: report markers only for tenures seen live.
-		if !wasLive {
-			return Event{}, false
-		}
+		// A server marker: the server writes one when a live entry's TTL
+		// lapses (not when a release tombstone's own TTL does, checked on
+		// v2.15.2), or for a stream purge or removal.
 		ev.Type, ev.Reason = EventRevoked, reason
 		if reason == markerMaxAg {
 			ev.Type, ev.Reason = EventExpired, ""
@@ -270,7 +269,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		ev.Holder = h.Get(hdrHolder)
 		ev.Token = Token(parseUint(h.Get(hdrToken)))
 	}
-	return ev, wasLive || ev.Holder != ""
+	return ev, true
 }
 
 func parseUint(s string) uint64 {

@@ -47,11 +47,17 @@ func (p *Proxy) Cut() {
 	p.cut = true
 }
 
-// Heal resumes forwarding.
+// Heal ends the partition. Connections that lost bytes while cut are
+// closed (their protocol streams are torn), so clients reconnect through the
+// proxy, as they would after a real partition ends in a reset.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
 }
 
 func (p *Proxy) isCut() bool {

@@ -1,0 +1,291 @@
+package kvlease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/kvlease"
+)
+
+// exampleStore starts an embedded JetStream server in a temporary directory
+// and opens the lease bucket on it, as [ExampleOpen] does step by step. stop
+// closes the connection, shuts the server down and removes the directory.
+func exampleStore() (st *kvlease.Store, js jetstream.JetStream, stop func()) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	fail := func(err error) {
+		stop()
+		log.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "kvlease-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	stops = append(stops, func() { os.RemoveAll(dir) })
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		fail(err)
+	}
+	stops = append(stops, srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		fail(err)
+	}
+	stops = append(stops, nc.Close)
+	if js, err = jetstream.New(nc); err != nil {
+		fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if st, err = kvlease.Open(ctx, js); err != nil {
+		fail(err)
+	}
+	return st, js, stop
+}
+
+func ExampleOpen() {
+	// An embedded single-node JetStream server; in production, connect to
+	// your NATS cluster instead.
+	dir, err := os.MkdirTemp("", "kvlease-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Shutdown()
+
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kvlease.Open(ctx, js) // creates the "leases" bucket if missing
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The grantor side: a 5 s lease is stored with a TTL of D plus the
+	// grantor margin, rounded up to whole seconds.
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "leader", Holder: "node-1", Duration: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("bucket:", st.Bucket())
+	fmt.Printf("granted %q to %s: token %d, server TTL %v\n", rec.Name, rec.Holder, rec.Token, rec.TTL)
+	// Output:
+	// bucket: leases
+	// granted "leader" to node-1: token 1, server TTL 6s
+}
+
+func ExampleAcquire() {
+	st, _, stop := exampleStore()
+	defer stop()
+	ctx := context.Background()
+
+	l, err := kvlease.Acquire(ctx, st, "leader", "node-1", 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := l.Check(); err != nil { // immediately before every effect
+		log.Fatal(err)
+	}
+	fmt.Printf("%s holds %q with token %d\n", l.Holder(), l.Name(), l.Token())
+
+	// Nobody else is granted the lease while it is held.
+	_, err = kvlease.Acquire(ctx, st, "leader", "node-2", 5*time.Second)
+	var held *kvlease.HeldError
+	if errors.As(err, &held) {
+		fmt.Printf("node-2 refused: held by %s (token %d)\n", held.Holder, held.Token)
+	}
+
+	if err := l.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// A released lease no longer authorizes anything.
+	fmt.Println("expired after release:", errors.Is(l.Check(), kvlease.ErrExpired))
+	// Output:
+	// node-1 holds "leader" with token 1
+	// node-2 refused: held by node-1 (token 1)
+	// expired after release: true
+}
+
+func ExampleKeep() {
+	st, _, stop := exampleStore()
+	defer stop()
+	ctx := context.Background()
+
+	l, err := kvlease.Acquire(ctx, st, "compactor", "node-1", 3*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The keeper renews every D/3 until it is closed or the lease is lost.
+	// ctx must outlive the tenure: when it ends, the keeper releases.
+	k, err := kvlease.Keep(ctx, l)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	var fence kvlease.MemFence // stands in for the protected resource
+work:
+	for _, segment := range []string{"seg-1", "seg-2", "seg-3"} {
+		select {
+		case <-k.Context().Done(): // lost: stop working at once
+			fmt.Println("lost:", context.Cause(k.Context()))
+			break work
+		default:
+		}
+		if err := l.Check(); err != nil { // before each effect, not once per loop
+			fmt.Println("stop:", err)
+			break work
+		}
+		err := fence.Do("segments", l.Token(), func() error {
+			fmt.Printf("compacted %s with token %d\n", segment, l.Token())
+			return nil
+		})
+		if err != nil {
+			fmt.Println("refused:", err)
+			break work
+		}
+	}
+
+	// Close stops renewing and releases the lease (if it is still ours).
+	if err := k.Close(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("keeper:", k.Err())
+	fmt.Println("context cancelled:", k.Context().Err() != nil)
+	// Output:
+	// compacted seg-1 with token 1
+	// compacted seg-2 with token 1
+	// compacted seg-3 with token 1
+	// keeper: kvlease: closed
+	// context cancelled: true
+}
+
+func ExampleStore_Watch() {
+	st, _, stop := exampleStore()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	w, err := st.Watch(ctx, "jobs.")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Stop()
+	<-w.Synced() // the current state has been delivered (here: nothing)
+
+	l, err := kvlease.Acquire(ctx, st, "jobs.nightly", "worker-1", 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	for ev := range w.Events() {
+		fmt.Println(ev.Type, ev.Name, ev.Holder, ev.Token)
+		if ev.Type.Ends() {
+			break
+		}
+	}
+	// Output:
+	// granted jobs.nightly worker-1 1
+	// renewed jobs.nightly worker-1 1
+	// released jobs.nightly worker-1 1
+}
+
+func ExampleMemFence() {
+	var fence kvlease.MemFence
+	write := func(token kvlease.Token, v string) error {
+		return fence.Do("config", token, func() error {
+			fmt.Printf("token %d wrote %q\n", token, v)
+			return nil
+		})
+	}
+
+	_ = write(5, "v1") // the old holder
+	_ = write(7, "v2") // its successor, after the old tenure lapsed
+	// The old holder resumes after a pause, still carrying token 5.
+	err := write(5, "v3")
+	var stale *kvlease.StaleTokenError
+	if errors.As(err, &stale) {
+		fmt.Printf("refused: resource %q, token %d, highest %d\n", stale.Resource, stale.Token, stale.Highest)
+	}
+	fmt.Println(errors.Is(err, kvlease.ErrStaleToken), fence.Highest("config"), fence.Rejected())
+	// Output:
+	// token 5 wrote "v1"
+	// token 7 wrote "v2"
+	// refused: resource "config", token 5, highest 7
+	// true 7 1
+}
+
+func ExampleKVFence_Write() {
+	st, js, stop := exampleStore()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	fence, err := kvlease.OpenKVFence(ctx, js, "fences", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, err := kvlease.Acquire(ctx, st, "ledger", "a", 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := fence.Write(ctx, "account-42", a.Token(), []byte("balance=100")); err != nil {
+		log.Fatal(err)
+	}
+	// a's tenure ends (here by release; a lapse works the same) and b's
+	// begins, with a higher token.
+	if err := a.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	b, err := kvlease.Acquire(ctx, st, "ledger", "b", 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Release(ctx)
+	if err := fence.Write(ctx, "account-42", b.Token(), []byte("balance=250")); err != nil {
+		log.Fatal(err)
+	}
+
+	// A late write from a, which checked its lease before a pause.
+	err = fence.Write(ctx, "account-42", a.Token(), []byte("balance=90"))
+	fmt.Println(err)
+
+	v, err := fence.Read(ctx, "account-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s (token %d)\n", v.Data, v.Token)
+	// Output:
+	// kvlease: stale token 1 for "account-42": 3 already accepted
+	// balance=250 (token 3)
+}
