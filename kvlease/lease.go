@@ -33,6 +33,7 @@ type Lease struct {
 
 	mu       sync.Mutex
 	rec      Record
+	secret   string
 	t0       time.Time // when the last successful request was sent
 	deadline time.Time // t0 + HolderValidity
 	released bool      // Release was called: the lease is over for the holder
@@ -97,7 +98,7 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	l.rec, l.t0, l.deadline = rec, t0, t0.Add(HolderValidity(d, o.rho, o.margin))
+	l.rec, l.secret, l.t0, l.deadline = rec, rec.Secret, t0, t0.Add(HolderValidity(d, o.rho, o.margin))
 	return l, nil
 }
 
@@ -184,7 +185,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	next, err := l.g.Renew(ctx, RenewRequest{
-		Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Duration: l.d,
+		Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Duration: l.d, Secret: l.secret,
 	})
 	if err != nil {
 		return err
@@ -211,7 +212,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if freed {
 		return nil
 	}
-	err := l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision})
+	err := l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})
 	if err == nil || errors.Is(err, ErrNotFound) {
 		l.mu.Lock()
 		l.freed = true

@@ -1,6 +1,9 @@
 package kvlease
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -35,6 +38,12 @@ type Record struct {
 	GrantedAt time.Time `json:"granted_at"`
 	// Attributes are the holder's key/value annotations, set at grant.
 	Attributes map[string]string `json:"attributes,omitempty"`
+	// Secret is the holder's proof of ownership, known only to the holder:
+	// set in the record a grant returns (if the grant had one), empty in
+	// every record read back. The bucket stores only its hash.
+	Secret string `json:"-"`
+
+	secretHash string
 }
 
 // ExpiresAt is when the server will lapse this revision, by the server's clock.
@@ -54,6 +63,26 @@ type value struct {
 	DurationMS int64             `json:"duration_ms"`
 	GrantedAt  *time.Time        `json:"granted_at,omitempty"`
 	Attributes map[string]string `json:"attrs,omitempty"`
+	SecretHash string            `json:"sh,omitempty"`
+}
+
+// hashSecret returns the hex SHA-256 of a grant secret ("" for none).
+func hashSecret(secret string) string {
+	if secret == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// secretMatches reports whether secret proves ownership of r: always true
+// for a tenure granted without a secret.
+func (r Record) secretMatches(secret string) bool {
+	if r.secretHash == "" {
+		return true
+	}
+	h := hashSecret(secret)
+	return subtle.ConstantTimeCompare([]byte(h), []byte(r.secretHash)) == 1
 }
 
 func (v value) encode() []byte {
@@ -80,6 +109,7 @@ func decodeRecord(name string, rev uint64, stored time.Time, ttl time.Duration, 
 		StoredAt:   stored,
 		GrantedAt:  stored,
 		Attributes: v.Attributes,
+		secretHash: v.SecretHash,
 	}
 	if r.Token == 0 {
 		r.Token = Token(rev)

@@ -139,6 +139,9 @@ type GrantRequest struct {
 	Holder     string
 	Duration   time.Duration
 	Attributes map[string]string
+	// Secret, if set, must accompany every renewal and release of this
+	// tenure; only its hash is stored. The service API sets a random one.
+	Secret string
 }
 
 // RenewRequest extends a tenure. Token and Revision come from the holder's
@@ -149,6 +152,7 @@ type RenewRequest struct {
 	Token    Token
 	Revision uint64
 	Duration time.Duration
+	Secret   string // the grant's secret, if it had one
 }
 
 // ReleaseRequest ends a tenure early.
@@ -157,6 +161,7 @@ type ReleaseRequest struct {
 	Holder   string
 	Token    Token
 	Revision uint64
+	Secret   string // the grant's secret, if it had one
 }
 
 // Grantor is what a holder needs from a grantor. *Store implements it on the
@@ -189,7 +194,8 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 		return Record{}, err
 	}
 	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
-	data := value{Holder: req.Holder, DurationMS: req.Duration.Milliseconds(), Attributes: req.Attributes}.encode()
+	sh := hashSecret(req.Secret)
+	data := value{Holder: req.Holder, DurationMS: req.Duration.Milliseconds(), Attributes: req.Attributes, SecretHash: sh}.encode()
 	expect, _ := s.cache.lastGone(req.Name)
 	// Each retry follows a newer revision; three covers a lease that lapses
 	// or is released while we look.
@@ -199,6 +205,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 			rec = Record{
 				Name: req.Name, Holder: req.Holder, Token: Token(rev), Revision: rev,
 				Duration: req.Duration, TTL: ttl, StoredAt: time.Now(), Attributes: req.Attributes,
+				Secret: req.Secret, secretHash: sh,
 			}
 			rec.GrantedAt = rec.StoredAt
 			s.cache.put(rec)
@@ -234,7 +241,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.checkDuration(req.Duration)); err != nil {
 		return Record{}, err
 	}
-	cur, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision)
+	cur, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision, req.Secret)
 	if err != nil {
 		return Record{}, err
 	}
@@ -242,7 +249,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	granted := cur.GrantedAt
 	data := value{
 		Holder: req.Holder, Token: req.Token, DurationMS: req.Duration.Milliseconds(),
-		GrantedAt: &granted, Attributes: cur.Attributes,
+		GrantedAt: &granted, Attributes: cur.Attributes, SecretHash: cur.secretHash,
 	}.encode()
 	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
 	if err != nil {
@@ -265,7 +272,7 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
 		return err
 	}
-	if _, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision); err != nil {
+	if _, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision, req.Secret); err != nil {
 		return err
 	}
 	_, err = s.purge(ctx, req.Name, "release", req.Holder, req.Token, "", req.Revision)
@@ -365,7 +372,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Record, error) {
 // the store can tell before writing; the compare-and-set that follows is what
 // makes it exact. Revisions are immutable, so the record at rev is read once
 // (from the cache of our own writes, or by sequence) and compared.
-func (s *Store) verify(ctx context.Context, name, holder string, token Token, rev uint64) (Record, error) {
+func (s *Store) verify(ctx context.Context, name, holder string, token Token, rev uint64, secret string) (Record, error) {
 	cur, ok := s.cache.get(name, rev)
 	if !ok {
 		m, err := s.stream.GetMsg(ctx, rev)
@@ -385,6 +392,10 @@ func (s *Store) verify(ctx context.Context, name, holder string, token Token, re
 		return Record{}, fmt.Errorf("%w: %q is held by %q with token %d, not %q with token %d",
 			ErrNotHolder, name, cur.Holder, cur.Token, holder, token)
 	}
+	if !cur.secretMatches(secret) {
+		return Record{}, fmt.Errorf("%w: wrong secret for %q", ErrNotHolder, name)
+	}
+	cur.Secret = ""
 	return cur, nil
 }
 
@@ -543,7 +554,10 @@ func (c *revCache) set(name string, e cacheEntry) {
 	c.m[name] = e
 }
 
-func (c *revCache) put(rec Record) { c.set(rec.Name, cacheEntry{rec: rec}) }
+func (c *revCache) put(rec Record) {
+	rec.Secret = "" // the hash is enough; keep no secrets in memory
+	c.set(rec.Name, cacheEntry{rec: rec})
+}
 func (c *revCache) markGone(name string, rev uint64) {
 	c.set(name, cacheEntry{rec: Record{Revision: rev}, gone: true})
 }

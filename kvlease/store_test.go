@@ -346,3 +346,44 @@ func TestUpdatesOnlyWatcherSeesExpiry(t *testing.T) {
 		t.Fatalf("event %+v, want a live expiry after revision %d", ev, rec.Revision)
 	}
 }
+
+// A tenure granted with a secret can be renewed and released only with it,
+// even by a caller that knows the holder, token and revision.
+func TestSecretProtectsTenure(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	other := kvleasetest.OpenStore(t, srv.ClientURL()) // no cache of st's writes
+	ctx := t.Context()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "s", Holder: "h", Duration: 10 * time.Second, Secret: "s3cret"})
+	if err != nil || rec.Secret != "s3cret" {
+		t.Fatalf("grant: %+v, %v", rec, err)
+	}
+	if got, _ := st.Get(ctx, "s"); got.Secret != "" {
+		t.Fatal("a read returned the secret")
+	}
+	for _, s := range []*kvlease.Store{st, other} {
+		for _, secret := range []string{"", "guess"} {
+			_, err := s.Renew(ctx, kvlease.RenewRequest{Name: "s", Holder: "h", Token: rec.Token, Revision: rec.Revision,
+				Duration: 10 * time.Second, Secret: secret})
+			if !errors.Is(err, kvlease.ErrNotHolder) {
+				t.Fatalf("renew with secret %q: %v, want ErrNotHolder", secret, err)
+			}
+			err = s.Release(ctx, kvlease.ReleaseRequest{Name: "s", Holder: "h", Token: rec.Token, Revision: rec.Revision, Secret: secret})
+			if !errors.Is(err, kvlease.ErrNotHolder) {
+				t.Fatalf("release with secret %q: %v, want ErrNotHolder", secret, err)
+			}
+		}
+	}
+	ren, err := other.Renew(ctx, kvlease.RenewRequest{Name: "s", Holder: "h", Token: rec.Token, Revision: rec.Revision,
+		Duration: 10 * time.Second, Secret: "s3cret"})
+	if err != nil {
+		t.Fatalf("renew with the secret: %v", err)
+	}
+	// The renewal carried the secret's hash forward.
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "s", Holder: "h", Token: rec.Token, Revision: ren.Revision}); !errors.Is(err, kvlease.ErrNotHolder) {
+		t.Fatalf("release without secret after renewal: %v, want ErrNotHolder", err)
+	}
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "s", Holder: "h", Token: rec.Token, Revision: ren.Revision, Secret: "s3cret"}); err != nil {
+		t.Fatalf("release with the secret: %v", err)
+	}
+}
