@@ -226,10 +226,11 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 	return Record{}, fmt.Errorf("%w: lease %q changed hands during the grant", ErrHeld, req.Name)
 }
 
-// Renew extends the tenure named by (Holder, Token, Revision) with a
-// compare-and-set on Revision that also sets a fresh TTL, in one publish (a
-// plain KV update would drop the TTL). The returned record carries the new
-// revision, which the next renewal must name.
+// Renew extends the tenure named by (Holder, Token, Revision) for Duration
+// (0: the tenure's current duration), with a compare-and-set on Revision
+// that also sets a fresh TTL, in one publish (a plain KV update would drop
+// the TTL). The returned record carries the new revision, which the next
+// renewal must name.
 //
 // Errors: invalid input as for Grant; [ErrNotHolder] if Holder or Token do not
 // match the lease or Revision is not current; [ErrNotFound] if the lease has
@@ -238,12 +239,20 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	ctx, span := s.startSpan(ctx, "renew", req.Name, AttrHolder.String(req.Holder),
 		AttrToken.Int64(int64(req.Token)), AttrDuration.Int64(req.Duration.Milliseconds()))
 	defer func() { endSpan(span, &rec, err) }()
-	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.checkDuration(req.Duration)); err != nil {
+	if req.Duration != 0 {
+		if err := s.checkDuration(req.Duration); err != nil {
+			return Record{}, err
+		}
+	}
+	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
 		return Record{}, err
 	}
 	cur, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision, req.Secret)
 	if err != nil {
 		return Record{}, err
+	}
+	if req.Duration == 0 {
+		req.Duration = cur.Duration
 	}
 	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
 	granted := cur.GrantedAt

@@ -1,4 +1,6 @@
-// Package telemetry will set up OpenTelemetry exporters, the lease metrics
-// and flapping detection (issue 7). Until then the libraries emit spans to
-// the tracer provider they are given (default: the global one).
+// Package telemetry holds what leased's packages share for OpenTelemetry:
+// trace-context propagation in NATS message headers. Exporter set-up, the
+// lease metrics and flapping detection follow (issue 7). Libraries take
+// providers as options and default to the OTel globals; only cmd installs
+// exporters.
 package telemetry

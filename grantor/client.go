@@ -1,0 +1,138 @@
+package grantor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/telemetry"
+)
+
+// Client calls the lease service over NATS. It implements
+// [kvlease.Grantor]: pass it to [kvlease.Acquire] and [kvlease.Keep].
+// Errors are kvlease's ([kvlease.ErrHeld], [kvlease.ErrNotHolder], …),
+// wrapped in a [*ServiceError] that carries the wire code.
+type Client struct {
+	nc      *nats.Conn
+	tracer  trace.Tracer
+	timeout time.Duration
+}
+
+var _ kvlease.Grantor = (*Client)(nil)
+
+// ClientOption configures [NewClient].
+type ClientOption func(*Client)
+
+// WithClientTracerProvider sets where client spans go. Default: global.
+func WithClientTracerProvider(tp trace.TracerProvider) ClientOption {
+	return func(c *Client) { c.tracer = tp.Tracer(instrumentationName) }
+}
+
+// WithTimeout bounds a request when its context has no deadline. Default 5 s.
+func WithTimeout(d time.Duration) ClientOption { return func(c *Client) { c.timeout = d } }
+
+// NewClient returns a client that sends requests on nc.
+func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
+	c := &Client{nc: nc, tracer: otel.GetTracerProvider().Tracer(instrumentationName), timeout: 5 * time.Second}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
+}
+
+// Grant asks for a tenure; the returned record carries the secret that
+// renewals and releases must present.
+func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	var out Lease
+	err := c.call(ctx, SubjectGrant, GrantRequest{Name: req.Name, Holder: req.Holder, TTL: Duration(req.Duration),
+		Attributes: req.Attributes}, &out)
+	var held *kvlease.HeldError
+	if errors.As(err, &held) {
+		held.Name = req.Name
+	}
+	return fromWire(out), err
+}
+
+// Renew extends a tenure.
+func (c *Client) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	var out Lease
+	err := c.call(ctx, SubjectRenew, RenewRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token),
+		Revision: req.Revision, Secret: req.Secret, TTL: Duration(req.Duration)}, &out)
+	return fromWire(out), err
+}
+
+// Release ends a tenure.
+func (c *Client) Release(ctx context.Context, req kvlease.ReleaseRequest) error {
+	return c.call(ctx, SubjectRelease, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token),
+		Revision: req.Revision, Secret: req.Secret}, nil)
+}
+
+// Get returns a live lease.
+func (c *Client) Get(ctx context.Context, name string) (Lease, error) {
+	var out Lease
+	err := c.call(ctx, SubjectGet, GetRequest{Name: name}, &out)
+	return out, err
+}
+
+// List returns the live leases whose names start with prefix.
+func (c *Client) List(ctx context.Context, prefix string) ([]Lease, error) {
+	var out ListReply
+	err := c.call(ctx, SubjectList, ListRequest{Prefix: prefix}, &out)
+	return out.Leases, err
+}
+
+// Revoke ends a lease regardless of its holder (an operator's request; NATS
+// permissions may refuse it, which shows as [kvlease.ErrUnavailable] with
+// no responders, or as a permissions error).
+func (c *Client) Revoke(ctx context.Context, name, reason string) (Lease, error) {
+	var out Lease
+	err := c.call(ctx, SubjectRevoke, RevokeRequest{Name: name, Reason: reason}, &out)
+	return out, err
+}
+
+// call sends one request and decodes the reply or the error.
+func (c *Client) call(ctx context.Context, subject string, req, resp any) (err error) {
+	ctx, span := c.tracer.Start(ctx, subject, trace.WithSpanKind(trace.SpanKindClient))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("grantor: encode %s: %w", subject, err)
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: telemetry.Inject(ctx, nil)}
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", kvlease.ErrUnavailable, subject, err)
+	}
+	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+		body := ErrorBody{Code: code, Message: reply.Header.Get(micro.ErrorHeader)}
+		_ = json.Unmarshal(reply.Data, &body) // the body adds holder and token for "held"
+		return body.Err()
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := json.Unmarshal(reply.Data, resp); err != nil {
+		return fmt.Errorf("%w: %s: bad reply: %v", ErrInternal, subject, err)
+	}
+	return nil
+}

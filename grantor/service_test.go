@@ -1,0 +1,315 @@
+package grantor_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+type fixture struct {
+	url    string
+	store  *kvlease.Store
+	svc    *grantor.Service
+	client *grantor.Client
+	nc     *nats.Conn // the client's connection
+}
+
+func start(t *testing.T, cfg grantor.Config, opts ...grantor.Option) fixture {
+	t.Helper()
+	srv := kvleasetest.NewServer(t)
+	return startOn(t, srv.ClientURL(), cfg, opts...)
+}
+
+func startOn(t *testing.T, url string, cfg grantor.Config, opts ...grantor.Option) fixture {
+	t.Helper()
+	st := kvleasetest.OpenStore(t, url, cfg.StoreOptions()...)
+	svc, err := grantor.New(st, kvleasetest.Connect(t, url), cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	nc := kvleasetest.Connect(t, url)
+	return fixture{url: url, store: st, svc: svc, client: grantor.NewClient(nc), nc: nc}
+}
+
+func TestLeaseLifecycleThroughService(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	l, err := kvlease.Acquire(ctx, f.client, "jobs.nightly", "worker-1", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kvlease.Keep(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewed through the service for 2×D.
+	w, err := f.store.Watch(ctx, "jobs.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	renewals := 0
+	for renewals < 4 {
+		select {
+		case ev := <-w.Events():
+			if ev.Type == kvlease.EventRenewed {
+				renewals++
+			}
+		case <-k.Done():
+			t.Fatalf("lost: %v", k.Err())
+		case <-time.After(5 * time.Second):
+			t.Fatal("no renewals through the service")
+		}
+	}
+	got, err := f.client.Get(ctx, "jobs.nightly")
+	if err != nil || got.Holder != "worker-1" || got.Token != uint64(l.Token()) || got.Secret != "" {
+		t.Fatalf("get = %+v, %v", got, err)
+	}
+	if got.ServerTTL != grantor.Duration(4*time.Second) || got.ServerTime.IsZero() {
+		t.Fatalf("get = %+v; want server TTL 4s and the server's time", got)
+	}
+	list, err := f.client.List(ctx, "jobs.")
+	if err != nil || len(list) != 1 || list[0].Name != "jobs.nightly" {
+		t.Fatalf("list = %+v, %v", list, err)
+	}
+	// Someone else is refused while it is held, with the holder named.
+	_, err = f.client.Grant(ctx, kvlease.GrantRequest{Name: "jobs.nightly", Holder: "worker-2", Duration: 3 * time.Second})
+	var held *kvlease.HeldError
+	if !errors.As(err, &held) || held.Holder != "worker-1" || held.Token != l.Token() {
+		t.Fatalf("grant while held: %v", err)
+	}
+	if err := k.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, err := f.client.Get(ctx, "jobs.nightly"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("get after release: %v, want ErrNotFound", err)
+	}
+}
+
+// Knowing the name, the holder's identity, the token and the revision is not
+// enough: renew and release need the grant's secret.
+func TestNonHolderRefusedWithoutSecret(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "db", Holder: "owner", Duration: 10 * time.Second})
+	if err != nil || len(rec.Secret) != 32 {
+		t.Fatalf("grant = %+v, %v; want a 128-bit secret", rec, err)
+	}
+	for _, c := range []struct {
+		name   string
+		holder string
+		secret string
+		want   string
+	}{
+		{"no secret", "owner", "", grantor.CodeNotHolder},
+		{"guessed secret", "owner", strings.Repeat("0", 32), grantor.CodeNotHolder},
+		{"other holder with the secret", "intruder", rec.Secret, grantor.CodeNotHolder},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := f.client.Renew(ctx, kvlease.RenewRequest{Name: "db", Holder: c.holder, Token: rec.Token,
+				Revision: rec.Revision, Secret: c.secret})
+			assertCode(t, err, c.want)
+			err = f.client.Release(ctx, kvlease.ReleaseRequest{Name: "db", Holder: c.holder, Token: rec.Token,
+				Revision: rec.Revision, Secret: c.secret})
+			assertCode(t, err, c.want)
+		})
+	}
+	ren, err := f.client.Renew(ctx, kvlease.RenewRequest{Name: "db", Holder: "owner", Token: rec.Token,
+		Revision: rec.Revision, Secret: rec.Secret})
+	if err != nil || ren.Duration != 10*time.Second {
+		t.Fatalf("renew with the secret, default duration: %+v, %v", ren, err)
+	}
+	// The old revision is now stale: a conflict, not a foreign holder.
+	_, err = f.client.Renew(ctx, kvlease.RenewRequest{Name: "db", Holder: "owner", Token: rec.Token,
+		Revision: rec.Revision, Secret: rec.Secret})
+	assertCode(t, err, grantor.CodeConflict)
+	if !errors.Is(err, kvlease.ErrStaleRevision) {
+		t.Fatalf("stale revision: %v", err)
+	}
+}
+
+func assertCode(t *testing.T, err error, code string) {
+	t.Helper()
+	var se *grantor.ServiceError
+	if code == grantor.CodeHeld {
+		if !errors.Is(err, kvlease.ErrHeld) {
+			t.Fatalf("err = %v, want held", err)
+		}
+		return
+	}
+	if !errors.As(err, &se) || se.Code != code {
+		t.Fatalf("err = %v, want code %s", err, code)
+	}
+}
+
+// Bad requests from any NATS client get the documented code and a message;
+// nothing is written and the service keeps serving.
+func TestBadRequests(t *testing.T) {
+	cfg := grantor.DefaultConfig()
+	cfg.MaxDuration = time.Minute
+	f := start(t, cfg)
+	ctx := t.Context()
+	lastSeq := func() uint64 {
+		t.Helper()
+		js := kvleasetest.JetStream(t, f.nc)
+		s, err := js.Stream(ctx, "KV_"+kvlease.DefaultBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().State.LastSeq
+	}
+	before := lastSeq()
+	for _, c := range []struct {
+		name, subject, body, code string
+	}{
+		{"malformed JSON", grantor.SubjectGrant, `{"name": "a",`, grantor.CodeInvalidArgument},
+		{"not an object", grantor.SubjectGrant, `[1,2]`, grantor.CodeInvalidArgument},
+		{"unknown field", grantor.SubjectGrant, `{"name":"a","holder":"h","tll":"10s"}`, grantor.CodeInvalidArgument},
+		{"ttl as a number", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":10}`, grantor.CodeInvalidArgument},
+		{"trailing data", grantor.SubjectGrant, `{"name":"a","holder":"h"} {}`, grantor.CodeInvalidArgument},
+		{"unknown verb", "lease.v1.frobnicate", `{}`, grantor.CodeInvalidArgument},
+		{"verb with extra token", "lease.v1.grant.now", `{"name":"a","holder":"h"}`, grantor.CodeInvalidArgument},
+		{"oversize body", grantor.SubjectGrant, `{"name":"a","holder":"` + strings.Repeat("h", 20<<10) + `"}`, grantor.CodeTooLarge},
+		{"invalid name", grantor.SubjectGrant, `{"name":"a b","holder":"h","ttl":"10s"}`, grantor.CodeInvalidArgument},
+		{"wildcard name", grantor.SubjectGrant, `{"name":"a.>","holder":"h","ttl":"10s"}`, grantor.CodeInvalidArgument},
+		{"empty holder", grantor.SubjectGrant, `{"name":"a","ttl":"10s"}`, grantor.CodeInvalidArgument},
+		{"ttl below 1s", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"500ms"}`, grantor.CodeTTLOutOfRange},
+		{"ttl above max", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"2h"}`, grantor.CodeTTLOutOfRange},
+		{"negative ttl", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"-5s"}`, grantor.CodeTTLOutOfRange},
+		{"too many attributes", grantor.SubjectGrant, `{"name":"a","holder":"h","attributes":{` + manyAttrs(17) + `}}`, grantor.CodeTooLarge},
+		{"renew of nothing", grantor.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x"}`, grantor.CodeExpired},
+		{"get of nothing", grantor.SubjectGet, `{"name":"a"}`, grantor.CodeNotFound},
+		{"revoke of nothing", grantor.SubjectRevoke, `{"name":"a"}`, grantor.CodeNotFound},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reply, err := f.nc.Request(c.subject, []byte(c.body), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body grantor.ErrorBody
+			if err := json.Unmarshal(reply.Data, &body); err != nil {
+				t.Fatalf("error body %q: %v", reply.Data, err)
+			}
+			if got := reply.Header.Get(micro.ErrorCodeHeader); got != c.code || body.Code != c.code || body.Message == "" {
+				t.Fatalf("header code %q, body %+v; want %s with a message", got, body, c.code)
+			}
+		})
+	}
+	if got := lastSeq(); got != before {
+		t.Fatalf("bad requests wrote %d entries", got-before)
+	}
+	// Still serving.
+	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "a", Holder: "h", Duration: 5 * time.Second}); err != nil {
+		t.Fatalf("grant after bad requests: %v", err)
+	}
+}
+
+func manyAttrs(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"k` + string(rune('a'+i)) + `":"v"`)
+	}
+	return b.String()
+}
+
+func TestLeasesPerHolderLimit(t *testing.T) {
+	cfg := grantor.DefaultConfig()
+	cfg.MaxLeasesPerHolder = 2
+	f := start(t, cfg)
+	ctx := t.Context()
+	var recs []kvlease.Record
+	for _, n := range []string{"a", "b"} {
+		rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: n, Holder: "greedy", Duration: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	_, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "c", Holder: "greedy", Duration: 10 * time.Second})
+	assertCode(t, err, grantor.CodeLimitExceeded)
+	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "c", Holder: "modest", Duration: 10 * time.Second}); err != nil {
+		t.Fatalf("another holder: %v", err)
+	}
+	// Releasing one frees a place.
+	r := recs[0]
+	if err := f.client.Release(ctx, kvlease.ReleaseRequest{Name: r.Name, Holder: r.Holder, Token: r.Token, Revision: r.Revision, Secret: r.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = f.client.Grant(ctx, kvlease.GrantRequest{Name: "d", Holder: "greedy", Duration: 10 * time.Second}); err != nil {
+		t.Fatalf("grant after release: %v", err)
+	}
+}
+
+// Trace context crosses the service in the request headers: the server's
+// span is a child of the client's, in the same trace.
+func TestTraceContextCrossesService(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	f := start(t, grantor.DefaultConfig(), grantor.WithTracerProvider(tp))
+	client := grantor.NewClient(f.nc, grantor.WithClientTracerProvider(tp))
+	if _, err := client.Grant(t.Context(), kvlease.GrantRequest{Name: "traced", Holder: "h", Duration: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	f.svc.Stop() // waits for the server span to end
+	var clientSpan, serverSpan sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case grantor.SubjectGrant:
+			if s.SpanKind().String() == "client" {
+				clientSpan = s
+			} else {
+				serverSpan = s
+			}
+		}
+	}
+	if clientSpan == nil || serverSpan == nil {
+		t.Fatalf("spans: %d recorded, client %v server %v", len(rec.Ended()), clientSpan != nil, serverSpan != nil)
+	}
+	if serverSpan.Parent().SpanID() != clientSpan.SpanContext().SpanID() ||
+		serverSpan.SpanContext().TraceID() != clientSpan.SpanContext().TraceID() {
+		t.Fatal("server span is not the client span's child")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mut  func(*grantor.Config)
+	}{
+		{"min below 1s", func(c *grantor.Config) { c.MinDuration = time.Millisecond }},
+		{"max below min", func(c *grantor.Config) { c.MaxDuration = 500 * time.Millisecond; c.MinDuration = time.Second }},
+		{"default outside", func(c *grantor.Config) { c.DefaultDuration = 2 * time.Hour }},
+		{"negative margin", func(c *grantor.Config) { c.GrantorMargin = -1 }},
+		{"tiny request limit", func(c *grantor.Config) { c.MaxRequestBytes = 10 }},
+		{"no in-flight", func(c *grantor.Config) { c.MaxInFlight = 0 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := grantor.DefaultConfig()
+			c.mut(&cfg)
+			if err := cfg.Validate(); !errors.Is(err, grantor.ErrConfig) {
+				t.Fatalf("validate: %v, want ErrConfig", err)
+			}
+		})
+	}
+	if err := grantor.DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}

@@ -1,0 +1,53 @@
+package telemetry
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// HeaderCarrier adapts NATS message headers to a TextMapCarrier. NATS headers
+// are case-sensitive and are kept as the propagator writes them: W3C
+// `traceparent` and `tracestate` in lower case, so non-Go clients interoperate.
+type HeaderCarrier nats.Header
+
+var _ propagation.TextMapCarrier = HeaderCarrier(nil)
+
+// Get returns the first value for key.
+func (c HeaderCarrier) Get(key string) string { return nats.Header(c).Get(key) }
+
+// Set sets key to value.
+func (c HeaderCarrier) Set(key, value string) { nats.Header(c).Set(key, value) }
+
+// Keys lists the keys present.
+func (c HeaderCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Propagator is the W3C trace-context and baggage propagator leased uses on
+// the wire, whatever the global one is.
+var Propagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(
+	propagation.TraceContext{}, propagation.Baggage{})
+
+// Inject writes ctx's trace context into h (allocating it if nil) and
+// returns h.
+func Inject(ctx context.Context, h nats.Header) nats.Header {
+	if h == nil {
+		h = nats.Header{}
+	}
+	Propagator.Inject(ctx, HeaderCarrier(h))
+	return h
+}
+
+// Extract returns ctx with the trace context found in h.
+func Extract(ctx context.Context, h nats.Header) context.Context {
+	if h == nil {
+		return ctx
+	}
+	return Propagator.Extract(ctx, HeaderCarrier(h))
+}
