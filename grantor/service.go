@@ -299,7 +299,9 @@ func (s *Service) release(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.holders.set(req.Name, "", req.Revision) // the tombstone's revision is higher still
+	// The tombstone's revision is above req.Revision: anything at or
+	// below it is older news.
+	s.holders.set(req.Name, "", req.Revision+1)
 	return struct{}{}, nil
 }
 
