@@ -24,6 +24,7 @@ type Keeper struct {
 	l        *Lease
 	interval time.Duration
 	onLost   func(error)
+	onRenew  func(Record, time.Time)
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -56,6 +57,14 @@ func WithRenewInterval(d time.Duration) KeeperOption {
 // cancelled and Done is closed; it may block and may call Close.
 func WithOnLost(fn func(reason error)) KeeperOption {
 	return func(k *Keeper) error { k.onLost = fn; return nil }
+}
+
+// WithOnRenew sets a callback for each successful renewal, with the new
+// record and the holder's new deadline. It is called on the keeper's
+// goroutine, in order, and delays the next renewal while it runs: keep it
+// short.
+func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
+	return func(k *Keeper) error { k.onRenew = fn; return nil }
 }
 
 // Keep starts keeping l renewed until it is lost, [Keeper.Close]d, or ctx
@@ -148,11 +157,15 @@ func (k *Keeper) Stats() KeeperStats {
 
 func (k *Keeper) run(parent context.Context) {
 	var reason error
+	release := false // the parent context ended: release after cancelling
 	defer func() {
 		k.mu.Lock()
 		k.err = reason
 		k.mu.Unlock()
 		k.cancel(reason)
+		if release {
+			k.releaseAfterCancel()
+		}
 		close(k.done)
 		if k.onLost != nil && !errors.Is(reason, ErrClosed) && parent.Err() == nil {
 			k.onLost(reason)
@@ -170,9 +183,13 @@ func (k *Keeper) run(parent context.Context) {
 		}
 	}()
 
-	next := k.interval
 	backoff := max(k.interval/10, 10*time.Millisecond)
-	timer := time.NewTimer(next)
+	// The first renewal is due an interval after the lease's own t0, not
+	// after Keep: the holder may have worked a while before keeping it.
+	k.l.mu.Lock()
+	first := time.Until(k.l.t0.Add(k.interval))
+	k.l.mu.Unlock()
+	timer := time.NewTimer(max(first, 0))
 	defer timer.Stop()
 	for {
 		deadline := k.l.Deadline()
@@ -189,26 +206,32 @@ func (k *Keeper) run(parent context.Context) {
 			return
 		case <-parent.Done():
 			expiry.Stop()
-			reason = context.Cause(parent)
-			k.releaseAfterCancel()
+			reason, release = context.Cause(parent), true
 			return
 		}
+		// Each attempt gets half an interval (and never past the deadline,
+		// which Renew enforces): a reply lost in a reconnect costs a retry,
+		// not the lease.
 		start := time.Now()
-		err := k.l.Renew(rctx)
+		actx, acancel := context.WithTimeout(rctx, k.interval/2)
+		err := k.l.Renew(actx)
+		acancel()
 		switch {
 		case err == nil:
 			k.latency.add(time.Since(start))
 			k.renewals.Add(1)
 			k.consecutive.Store(0)
 			backoff = max(k.interval/10, 10*time.Millisecond)
+			if k.onRenew != nil {
+				k.onRenew(k.l.Record(), k.l.Deadline())
+			}
 			timer.Reset(k.interval - time.Since(start))
 			continue
 		case rctx.Err() != nil && parent.Err() == nil: // Stop
 			reason = ErrClosed
 			return
 		case parent.Err() != nil:
-			reason = context.Cause(parent)
-			k.releaseAfterCancel()
+			reason, release = context.Cause(parent), true
 			return
 		}
 		k.failures.Add(1)

@@ -865,3 +865,28 @@ func TestKeeperCloseTwiceReleasesOnce(t *testing.T) {
 		}
 	})
 }
+
+// The first renewal is due an interval after the lease's t0, even if the
+// holder keeps it late.
+func TestKeeperFirstRenewalFromLeaseStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		start := time.Now()
+		l := mustAcquire(t, g, "late", d)
+		time.Sleep(d / 2) // work before keeping: past the first renewal point
+		k, err := kvlease.Keep(t.Context(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Stop()
+		synctest.Wait()
+		calls := g.renewCalls()
+		if len(calls) == 0 || calls[0].at.Sub(start) != d/2 {
+			t.Fatalf("renewals %+v: want the first at once (%v after the grant), since one was overdue", calls, d/2)
+		}
+		if err := l.Check(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

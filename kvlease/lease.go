@@ -153,7 +153,7 @@ func (l *Lease) CheckFor(need time.Duration) error {
 	if rem > need {
 		return nil
 	}
-	if rem <= 0 {
+	if rem <= 0 && !released {
 		l.lateEffects.Add(1)
 	}
 	return &LeaseExpiredError{Name: l.name, Token: token, Remaining: rem, Need: need, Margin: l.margin, Released: released}
@@ -190,10 +190,22 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A grantor that answers after our deadline (ignoring ctx) may have
+	// stored the renewal just as the old revision lapsed: not a renewal.
+	if now := l.now(); !now.Before(deadline) {
+		return &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(now), Margin: l.margin}
+	}
+	d := l.d
+	if next.Duration > 0 {
+		d = min(d, next.Duration) // trust what was granted, if less
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if next.Revision > l.rec.Revision {
+		l.rec = next // even after Release: a release must name the newest revision
+	}
 	if t0.After(l.t0) && !l.released {
-		l.rec, l.t0, l.deadline = next, t0, t0.Add(HolderValidity(l.d, l.rho, l.margin))
+		l.t0, l.deadline = t0, t0.Add(HolderValidity(d, l.rho, l.margin))
 	}
 	return nil
 }
@@ -213,6 +225,13 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	err := l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})
+	if errors.Is(err, ErrStaleRevision) {
+		// A renewal in flight when Release was called may have moved the
+		// revision on: name the newest one, once.
+		if cur := l.Record(); cur.Revision != rec.Revision {
+			err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: cur.Token, Revision: cur.Revision, Secret: l.secret})
+		}
+	}
 	if err == nil || errors.Is(err, ErrNotFound) {
 		l.mu.Lock()
 		l.freed = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,12 +40,15 @@ const (
 // processes) may serve the same bucket.
 type Store struct {
 	js     jetstream.JetStream
+	nc     *nats.Conn
 	stream jetstream.Stream
 	o      options
 	tracer trace.Tracer
 	log    *slog.Logger
 	prefix string // "$KV.<bucket>."
-	cache  revCache
+
+	msgGetSubject string // the stream's STREAM.MSG.GET API subject
+	cache         revCache
 }
 
 var _ Grantor = (*Store)(nil)
@@ -105,13 +109,15 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 			"bucket", o.bucket, "have", have, "configured", o.replicas)
 	}
 	return &Store{
-		js:     js,
-		stream: stream,
-		o:      o,
-		tracer: o.tracer(),
-		log:    o.logger,
-		prefix: "$KV." + o.bucket + ".",
-		cache:  revCache{m: make(map[string]cacheEntry)},
+		js:            js,
+		nc:            js.Conn(),
+		msgGetSubject: apiPrefix(js) + "STREAM.MSG.GET." + stream.CachedInfo().Config.Name,
+		stream:        stream,
+		o:             o,
+		tracer:        o.tracer(),
+		log:           o.logger,
+		prefix:        "$KV." + o.bucket + ".",
+		cache:         revCache{m: make(map[string]cacheEntry)},
 	}, nil
 }
 
@@ -194,6 +200,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 		return Record{}, err
 	}
 	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
+	req.Attributes = maps.Clone(req.Attributes)
 	sh := hashSecret(req.Secret)
 	data := value{Holder: req.Holder, DurationMS: req.Duration.Milliseconds(), Attributes: req.Attributes, SecretHash: sh}.encode()
 	expect, _ := s.cache.lastGone(req.Name)
@@ -318,9 +325,9 @@ func (s *Store) Revoke(ctx context.Context, name, reason string) (rec Record, er
 	return Record{}, fmt.Errorf("%w: lease %q kept changing during revocation", ErrUnavailable, name)
 }
 
-// Get returns the live tenure of a lease. It reads through the nearest
-// replica (direct get), which on a cluster can lag: use it as a hint, and
-// decide with Grant, Renew or Release, which compare-and-set.
+// Get returns the live tenure of a lease, read through the stream leader. It
+// is current when read; the lease can change the next moment, so decide with
+// Grant, Renew or Release, which compare-and-set.
 //
 // Errors: [ErrInvalidName]; [ErrNotFound]; [ErrUnavailable].
 func (s *Store) Get(ctx context.Context, name string) (Record, error) {
@@ -346,35 +353,55 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Record, error) {
 		return nil, err
 	}
 	defer w.Stop()
-	var out []Record
+	// Fold every event, replayed or not, until the watcher has caught up:
+	// a lease renewed during the replay arrives as its renewal.
+	state := make(map[string]Record)
+	apply := func(ev Event) {
+		if ev.Type.Ends() {
+			delete(state, ev.Name)
+		} else {
+			state[ev.Name] = *ev.Record
+		}
+	}
 	for {
 		select {
 		case ev, ok := <-w.Events():
 			if !ok {
-				return nil, w.Err()
+				return nil, listClosed(ctx, w)
 			}
-			if ev.Replay {
-				out = append(out, *ev.Record)
-			}
+			apply(ev)
 		case <-w.Synced():
-			// The watcher closes Synced after queueing the last replayed
-			// event, so whatever replay is still buffered is ready now.
+			// Synced closes after the catching-up event was queued: take
+			// what is buffered.
 			for drained := false; !drained; {
 				select {
-				case ev := <-w.Events():
-					if ev.Replay {
-						out = append(out, *ev.Record)
+				case ev, ok := <-w.Events():
+					if !ok {
+						return nil, listClosed(ctx, w)
 					}
+					apply(ev)
 				default:
 					drained = true
 				}
 			}
+			out := slices.Collect(maps.Values(state))
 			slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
 			return out, nil
 		case <-ctx.Done():
 			return nil, translate("list", ctx.Err())
 		}
 	}
+}
+
+// listClosed explains a watcher that ended before List had the whole state.
+func listClosed(ctx context.Context, w *Watcher) error {
+	if err := w.Err(); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return translate("list", ctx.Err())
+	}
+	return fmt.Errorf("%w: list: watch ended early", ErrUnavailable)
 }
 
 // verify checks that (holder, token, rev) names the current tenure as far as
@@ -384,9 +411,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Record, error) {
 func (s *Store) verify(ctx context.Context, name, holder string, token Token, rev uint64, secret string) (Record, error) {
 	cur, ok := s.cache.get(name, rev)
 	if !ok {
-		m, err := s.stream.GetMsg(ctx, rev)
+		m, err := s.leaderGet(ctx, msgGetRequest{Seq: rev})
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case errors.Is(err, errNoMessage):
 			return Record{}, s.explainMismatch(ctx, name, holder, token, errMismatch)
 		case err != nil:
 			return Record{}, translate("read revision", err)
@@ -431,9 +458,9 @@ func (s *Store) explainMismatch(ctx context.Context, name, holder string, token 
 // it is a release, revocation or expiry marker; then rec.Revision is the
 // marker's revision (0 if none), the one a new grant must name.
 func (s *Store) last(ctx context.Context, name string) (rec Record, live bool, err error) {
-	m, err := s.stream.GetLastMsgForSubject(ctx, s.prefix+name)
+	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case errors.Is(err, errNoMessage):
 		return Record{Name: name}, false, nil
 	case err != nil:
 		return Record{}, false, translate("read lease", err)
@@ -519,19 +546,18 @@ func translate(op string, err error) error {
 	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
 		return errMismatch
+	case errors.As(err, &apiErr) && apiErr.Code >= 500:
+		// Cluster unavailable, no quorum, store failure: try again.
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 	case errors.As(err, &apiErr) && strings.Contains(strings.ToLower(apiErr.Description), "ttl"):
 		return fmt.Errorf("%w: %s: %w", ErrBucket, op, err)
 	case errors.As(err, &apiErr):
-		return fmt.Errorf("kvlease: %s refused: %w", op, err)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
-		errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrConnectionClosed),
-		errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrNoServers),
-		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting),
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled):
-		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+		return fmt.Errorf("%w: %s refused: %w", ErrBucket, op, err)
 	default:
-		return fmt.Errorf("kvlease: %s: %w", op, err)
+		// No answer, or an answer we cannot read: the operation may or may
+		// not have happened. Unavailable, never a refusal, so that a keeper
+		// retries instead of giving up a lease it may still hold.
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 	}
 }
 

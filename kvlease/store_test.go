@@ -3,6 +3,7 @@ package kvlease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -385,5 +386,52 @@ func TestSecretProtectsTenure(t *testing.T) {
 	}
 	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "s", Holder: "h", Token: rec.Token, Revision: ren.Revision, Secret: "s3cret"}); err != nil {
 		t.Fatalf("release with the secret: %v", err)
+	}
+}
+
+// List sees every live lease even while they are being renewed (the
+// replay's snapshot must not cut renewals out of it).
+func TestListDuringRenewals(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	const n = 30
+	recs := make([]kvlease.Record, n)
+	for i := range recs {
+		var err error
+		if recs[i], err = st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("busy.%02d", i), Holder: "h", Duration: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	renewed := make(chan error, 1)
+	go func() {
+		for i := 0; ; i = (i + 1) % n {
+			select {
+			case <-stop:
+				renewed <- nil
+				return
+			default:
+			}
+			r := recs[i]
+			next, err := st.Renew(ctx, kvlease.RenewRequest{Name: r.Name, Holder: r.Holder, Token: r.Token, Revision: r.Revision})
+			if err != nil {
+				renewed <- err
+				return
+			}
+			recs[i] = next
+		}
+	}()
+	for range 20 {
+		got, err := st.List(ctx, "busy.")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != n {
+			t.Fatalf("list during renewals: %d leases, want %d", len(got), n)
+		}
+	}
+	close(stop)
+	if err := <-renewed; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -91,8 +92,9 @@ type Watcher struct {
 // 256 events; a reader that falls behind stalls delivery, not the server.
 func (w *Watcher) Events() <-chan Event { return w.events }
 
-// Synced is closed once every live lease that existed when the watch began
-// has been delivered (as Replay events). Closed at once with [UpdatesOnly].
+// Synced is closed once the watcher has caught up with the bucket: every
+// lease live when the watch began has been delivered, as a Replay event or,
+// if it changed meanwhile, as the change. Closed at once with [UpdatesOnly].
 func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 
 // Stop ends the watch and waits for its goroutine to finish.
@@ -132,21 +134,14 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	}
-	var snapshot uint64
 	if o.updatesOnly {
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
-	} else {
-		info, err := s.stream.Info(ctx)
-		if err != nil {
-			return nil, translate("watch", err)
-		}
-		snapshot = info.State.LastSeq
 	}
 	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, cfg)
 	if err != nil {
 		return nil, translate("watch", err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages() // creates the server-side consumer
 	if err != nil {
 		return nil, translate("watch", err)
 	}
@@ -164,11 +159,15 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 		<-ctx.Done()
 		it.Stop()
 	}()
-	go w.run(ctx, s, it, prefix, snapshot)
+	go w.run(ctx, s, it, prefix)
 	return w, nil
 }
 
-func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContext, prefix string, snapshot uint64) {
+// run delivers events. The replay ends when the consumer has caught up
+// (nothing pending). It cannot end at a fixed revision: with history 1 a
+// replayed entry that is renewed meanwhile is replaced by its renewal, which
+// is delivered in its place with a later revision.
+func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContext, prefix string) {
 	defer close(w.done)
 	defer close(w.events)
 	defer w.stop()                   // ends the goroutine that stops the iterator
@@ -184,10 +183,10 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
-				return
+			if ctx.Err() != nil {
+				return // stopped by its owner
 			}
-			if errors.Is(err, jetstream.ErrConnectionClosed) {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed) {
 				w.mu.Lock()
 				w.err = translate("watch", err)
 				w.mu.Unlock()
@@ -200,10 +199,6 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 			continue
 		}
 		replay := !synced()
-		if replay && md.Sequence.Stream > snapshot { // the first change after the snapshot
-			close(w.synced)
-			replay = false
-		}
 		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) {
 			if ev, ok := s.classify(name, md, m, live, replay); ok {
 				select {
@@ -244,10 +239,15 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 	if replay {
 		return Event{}, false
 	}
-	if prev != nil {
-		ev.Record, ev.Holder, ev.Token = prev, prev.Holder, prev.Token
-	}
 	if reason := h.Get(jetstream.MarkerReasonHeader); reason != "" {
+		// A marker names no tenure. Attribute it to the one this watcher
+		// saw last only if the timing fits that tenure's expiry: after a
+		// gap in delivery (history is 1), the tenure that lapsed may be one
+		// this watcher never saw. End events are best-effort across gaps.
+		if prev != nil && reason == markerMaxAg &&
+			!ev.Time.Before(prev.ExpiresAt().Add(-time.Second)) && ev.Time.Before(prev.ExpiresAt().Add(5*time.Second)) {
+			ev.Record, ev.Holder, ev.Token = prev, prev.Holder, prev.Token
+		}
 		// A server marker: the server writes one when a live entry's TTL
 		// lapses (not when a release tombstone's own TTL does, checked on
 		// v2.15.2), or for a stream purge or removal.
@@ -256,6 +256,9 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 			ev.Type, ev.Reason = EventExpired, ""
 		}
 		return ev, true
+	}
+	if prev != nil {
+		ev.Record, ev.Holder, ev.Token = prev, prev.Holder, prev.Token
 	}
 	ev.Type, ev.Reason = EventRevoked, h.Get(hdrReason)
 	switch h.Get(hdrOp) {

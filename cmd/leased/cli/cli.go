@@ -25,17 +25,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	var ue usageError
+	var status exitStatus
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "leased: %v\n", err)
-		return ExitUsage
-	default:
-		fmt.Fprintf(stderr, "leased: %v\n", err)
-		return ExitError
+	case errors.As(err, &status): // `leased run`: the command's own status
+		return int(status)
 	}
+	fmt.Fprintf(stderr, "leased: %v\n", err)
+	return exitCode(err)
 }
 
 type usageError struct{ error }
@@ -53,7 +51,9 @@ fencing token. Run "leased serve" to start a grantor node.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServe(stderr), newVersion(stdout))
+	root.AddCommand(newServe(stderr), newVersion(stdout),
+		newAcquire(stdout, stderr), newRenew(stdout), newRelease(stdout), newRevoke(stdout),
+		newGet(stdout), newList(stdout), newWatch(stdout), newRun(stdout, stderr))
 	return root
 }
 

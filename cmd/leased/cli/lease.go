@@ -1,0 +1,316 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/kvlease"
+)
+
+func newAcquire(stdout, stderr io.Writer) *cobra.Command {
+	var c connFlags
+	var ttl time.Duration
+	var hold bool
+	var attrs []string
+	cmd := &cobra.Command{
+		Use:   "acquire NAME",
+		Short: "Acquire a lease; with --hold, keep it renewed until interrupted",
+		Long: `acquire asks the service for lease NAME and prints the grant: the fencing
+token, the revision and the secret that renew and release need.
+
+With --hold it keeps the lease renewed (every TTL/3) until SIGINT or SIGTERM,
+then releases it; if the lease is lost first it exits with code 5.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := parseAttrs(attrs)
+			if err != nil {
+				return err
+			}
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				client, p := c.client(nc), c.printer(stdout)
+				l, err := kvlease.Acquire(ctx, client, args[0], c.holder, ttl, kvlease.WithAttributes(a))
+				if err != nil {
+					return err
+				}
+				rec := l.Record()
+				p.lease(grantor.Lease{Name: rec.Name, Holder: rec.Holder, Token: uint64(rec.Token), Revision: rec.Revision,
+					TTL: grantor.Duration(rec.Duration), ServerTTL: grantor.Duration(rec.TTL),
+					ExpiresAt: rec.ExpiresAt(), Attributes: rec.Attributes, Secret: rec.Secret})
+				if !hold {
+					return nil
+				}
+				return holdLease(ctx, l, stderr)
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	cmd.Flags().DurationVar(&ttl, "ttl", 10*time.Second, "lease duration D")
+	cmd.Flags().BoolVar(&hold, "hold", false, "keep the lease renewed until interrupted, then release it")
+	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "attribute key=value (repeatable)")
+	return cmd
+}
+
+func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer) error {
+	k, err := kvlease.Keep(context.WithoutCancel(ctx), l)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := k.Close(rctx); err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		fmt.Fprintln(stderr, "leased: released", l.Name())
+		return nil
+	case <-k.Done():
+		return fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
+	}
+}
+
+func newRenew(stdout io.Writer) *cobra.Command {
+	var c connFlags
+	var h holderFlags
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "renew NAME --token N --revision R --secret S",
+		Short: "Renew a lease once (prints the new revision)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				rec, err := c.client(nc).Renew(ctx, kvlease.RenewRequest{Name: args[0], Holder: c.holder,
+					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret, Duration: ttl})
+				if err != nil {
+					return err
+				}
+				p := c.printer(stdout)
+				p.lease(grantor.Lease{Name: rec.Name, Holder: rec.Holder, Token: uint64(rec.Token), Revision: rec.Revision,
+					TTL: grantor.Duration(rec.Duration), ServerTTL: grantor.Duration(rec.TTL), ExpiresAt: rec.ExpiresAt()})
+				return nil
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	h.register(cmd)
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "new duration (default: the tenure's)")
+	return cmd
+}
+
+func newRelease(stdout io.Writer) *cobra.Command {
+	var c connFlags
+	var h holderFlags
+	cmd := &cobra.Command{
+		Use:   "release NAME --token N --revision R --secret S",
+		Short: "Release a lease",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				err := c.client(nc).Release(ctx, kvlease.ReleaseRequest{Name: args[0], Holder: c.holder,
+					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret})
+				if err != nil {
+					return err
+				}
+				c.printer(stdout).line("released %s", args[0])
+				return nil
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	h.register(cmd)
+	return cmd
+}
+
+// holderFlags identify a tenure for renew and release.
+type holderFlags struct {
+	token, revision uint64
+	secret          string
+}
+
+func (h *holderFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.Uint64Var(&h.token, "token", 0, "fencing token from the grant")
+	fs.Uint64Var(&h.revision, "revision", 0, "current revision (from the grant or the last renewal)")
+	fs.StringVar(&h.secret, "secret", "", "secret from the grant")
+	for _, f := range []string{"token", "revision", "secret"} {
+		_ = cmd.MarkFlagRequired(f)
+	}
+}
+
+func newRevoke(stdout io.Writer) *cobra.Command {
+	var c connFlags
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "revoke NAME",
+		Short: "Revoke a lease regardless of its holder (operators)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				l, err := c.client(nc).Revoke(ctx, args[0], reason)
+				if err != nil {
+					return err
+				}
+				c.printer(stdout).line("revoked %s (holder %s, token %d)", l.Name, l.Holder, l.Token)
+				if c.output == "json" {
+					c.printer(stdout).obj(l)
+				}
+				return nil
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	cmd.Flags().StringVar(&reason, "reason", "", "reason, recorded with the revocation")
+	return cmd
+}
+
+func newGet(stdout io.Writer) *cobra.Command {
+	var c connFlags
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a live lease (exit code 4 if there is none)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				l, err := c.client(nc).Get(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				c.printer(stdout).lease(l)
+				return nil
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	return cmd
+}
+
+func newList(stdout io.Writer) *cobra.Command {
+	var c connFlags
+	cmd := &cobra.Command{
+		Use:     "ls [PREFIX]",
+		Aliases: []string{"list"},
+		Short:   "List live leases, optionally those whose names start with PREFIX",
+		Args:    rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				ls, err := c.client(nc).List(ctx, prefix)
+				if err != nil {
+					return err
+				}
+				c.printer(stdout).leases(ls)
+				return nil
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	return cmd
+}
+
+func newWatch(stdout io.Writer) *cobra.Command {
+	var c connFlags
+	var bucket string
+	var updatesOnly bool
+	cmd := &cobra.Command{
+		Use:   "watch [PREFIX]",
+		Short: "Stream lease events (granted, renewed, released, revoked, expired) as they happen",
+		Long: `watch prints the current leases, then every change as the server stores it,
+until interrupted. It reads the lease bucket's stream directly (it needs
+JetStream access to the bucket), so it sees expiries by TTL as they happen.`,
+		Args: rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				js, err := jetstream.New(nc)
+				if err != nil {
+					return err
+				}
+				octx, cancel := context.WithTimeout(ctx, c.timeout)
+				st, err := kvlease.Open(octx, js, kvlease.WithBucket(bucket), kvlease.WithoutCreate())
+				cancel()
+				if err != nil {
+					return err
+				}
+				var opts []kvlease.WatchOption
+				if updatesOnly {
+					opts = append(opts, kvlease.UpdatesOnly())
+				}
+				w, err := st.Watch(ctx, prefix, opts...)
+				if err != nil {
+					return err
+				}
+				defer w.Stop()
+				p := c.printer(stdout)
+				for ev := range w.Events() {
+					printEvent(p, ev)
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				return w.Err()
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	cmd.Flags().StringVar(&bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
+	cmd.Flags().BoolVar(&updatesOnly, "updates-only", false, "skip the current leases; only changes from now on")
+	return cmd
+}
+
+// Event is a watch event as `leased watch -o json` prints it.
+type Event struct {
+	Type     string    `json:"type"`
+	Name     string    `json:"name"`
+	Holder   string    `json:"holder,omitempty"`
+	Token    uint64    `json:"token,omitempty"`
+	Revision uint64    `json:"revision"`
+	Time     time.Time `json:"time"`
+	Reason   string    `json:"reason,omitempty"`
+	Replay   bool      `json:"replay,omitempty"`
+}
+
+func printEvent(p printer, ev kvlease.Event) {
+	out := Event{Type: ev.Type.String(), Name: ev.Name, Holder: ev.Holder, Token: uint64(ev.Token),
+		Revision: ev.Revision, Time: ev.Time, Reason: ev.Reason, Replay: ev.Replay}
+	if p.json {
+		p.obj(out)
+		return
+	}
+	reason := ""
+	if out.Reason != "" {
+		reason = " reason=" + fmt.Sprintf("%q", out.Reason)
+	}
+	fmt.Fprintf(p.w, "%s %-8s %s holder=%s token=%d revision=%d%s\n",
+		out.Time.Format(time.RFC3339Nano), out.Type, out.Name, out.Holder, out.Token, out.Revision, reason)
+}
+
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+func rangeArgs(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.RangeArgs(lo, hi)(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/kvlease"
+)
+
+// exitStatus carries a child's exit code out of `leased run`.
+type exitStatus int
+
+func (e exitStatus) Error() string { return "command exited with status " + strconv.Itoa(int(e)) }
+
+func newRun(stdout, stderr io.Writer) *cobra.Command {
+	var c connFlags
+	var lease string
+	var ttl, grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "run --lease NAME [--ttl 15s] -- COMMAND [ARGS...]",
+		Short: "Run a command only while holding a lease",
+		Long: `run acquires the lease, then starts COMMAND with LEASED_LEASE, LEASED_TOKEN
+(the fencing token) and LEASED_HOLDER in its environment, and renews the
+lease while the command runs. The moment the lease is lost (a renewal is
+refused, e.g. after revocation, or the server cannot be reached before the
+holder's deadline) it sends the command SIGTERM, then SIGKILL after --grace.
+The grace is carved out of the lease: run gives up --grace before the
+holder's deadline, so that the command is gone by the deadline.
+
+The exit code is the command's (128+signal if it was killed), or 3 if the
+lease was held by someone else and the command never started. SIGINT and
+SIGTERM to run are passed on to the command; the lease is released when the
+command has exited.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
+				return usageError{errors.New("want -- COMMAND [ARGS...] after the flags")}
+			}
+			if lease == "" {
+				return usageError{errors.New("--lease is required")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			margin := kvlease.DefaultHolderMargin(ttl) + grace
+			if err := kvlease.ValidateTiming(ttl, margin, kvlease.DefaultRenewInterval(ttl), kvlease.DefaultClockRate); err != nil {
+				return usageError{fmt.Errorf("--grace %v does not fit a %v lease: %w", grace, ttl, err)}
+			}
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				return runHolding(ctx, &c, nc, lease, ttl, margin, grace, args, stdout, stderr)
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	cmd.Flags().StringVar(&lease, "lease", "", "lease to hold while the command runs (required)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 15*time.Second, "lease duration D")
+	cmd.Flags().DurationVar(&grace, "grace", 2*time.Second, "time between SIGTERM and SIGKILL; ends before the holder's deadline")
+	return cmd
+}
+
+func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, ttl, margin, grace time.Duration,
+	args []string, stdout, stderr io.Writer) error {
+	log, _ := newLogger(stderr, "text", 0)
+	log = log.With("lease", name)
+	l, err := kvlease.Acquire(ctx, c.client(nc), name, c.holder, ttl, kvlease.WithHolderMargin(margin))
+	if err != nil {
+		return err
+	}
+	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, kvlease.WithOnRenew(func(_ kvlease.Record, deadline time.Time) {
+		// The deadline the command must be gone by (the keeper's own
+		// deadline is earlier by the grace).
+		log.Debug("renewed", "deadline", deadline.Add(grace).Format(time.RFC3339Nano))
+	}))
+	if err != nil {
+		_ = l.Release(context.Background())
+		return err
+	}
+	child := exec.Command(args[0], args[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
+	child.Env = append(os.Environ(),
+		"LEASED_LEASE="+name,
+		"LEASED_TOKEN="+strconv.FormatUint(uint64(l.Token()), 10),
+		"LEASED_HOLDER="+c.holder)
+	if err := child.Start(); err != nil {
+		_ = k.Close(context.Background())
+		return usageError{fmt.Errorf("start %s: %w", args[0], err)}
+	}
+	log.Info("holding lease; command started", "token", l.Token(), "pid", child.Process.Pid,
+		"deadline", l.Deadline().Add(grace).Format(time.RFC3339Nano))
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+
+	var waitErr error
+	select {
+	case waitErr = <-exited:
+	case <-k.Done():
+		log.Warn("lease lost; stopping the command", "reason", k.Err(),
+			"kill_at", time.Now().Add(grace).Format(time.RFC3339Nano))
+		waitErr = stop(child, exited, grace)
+	case <-ctx.Done():
+		waitErr = stop(child, exited, grace)
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if err := k.Close(rctx); err != nil {
+		log.Warn("release failed", "err", err)
+	}
+	return childStatus(waitErr)
+}
+
+// stop sends SIGTERM, then SIGKILL after grace, and returns Wait's result.
+func stop(child *exec.Cmd, exited <-chan error, grace time.Duration) error {
+	_ = child.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case err := <-exited:
+		return err
+	case <-t.C:
+		_ = child.Process.Kill()
+		return <-exited
+	}
+}
+
+func childStatus(err error) error {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return err
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitStatus(128 + int(ws.Signal()))
+	}
+	return exitStatus(ee.ExitCode())
+}

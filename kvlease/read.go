@@ -1,0 +1,88 @@
+package kvlease
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Reads that decide something go to the stream leader through the
+// STREAM.MSG.GET API. jetstream.Stream.GetMsg would use direct get (KV
+// buckets allow it), which any replica may answer, and a follower that has
+// not yet applied a revision answers "not found": a renewal verified that
+// way would be refused although the holder still holds the lease.
+
+type msgGetRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+}
+
+type msgGetResponse struct {
+	Error   *jetstream.APIError `json:"error,omitempty"`
+	Message *struct {
+		Subject  string    `json:"subject"`
+		Sequence uint64    `json:"seq"`
+		Header   []byte    `json:"hdrs,omitempty"`
+		Data     []byte    `json:"data,omitempty"`
+		Time     time.Time `json:"time"`
+	} `json:"message,omitempty"`
+}
+
+// errNoMessage: the leader has no such message.
+var errNoMessage = jetstream.ErrMsgNotFound
+
+const jsErrNoMessage = 10037
+
+// apiPrefix returns the JetStream API prefix the store's context uses.
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		if o.APIPrefix[len(o.APIPrefix)-1] != '.' {
+			return o.APIPrefix + "."
+		}
+		return o.APIPrefix
+	default:
+		return jetstream.DefaultAPIPrefix
+	}
+}
+
+// leaderGet reads one message through the stream leader.
+func (s *Store) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
+	body, _ := json.Marshal(req)
+	reply, err := s.nc.RequestWithContext(ctx, s.msgGetSubject, body)
+	if err != nil {
+		return nil, err
+	}
+	var resp msgGetResponse
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fmt.Errorf("message get: bad reply: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jsErrNoMessage {
+			return nil, errNoMessage
+		}
+		return nil, resp.Error
+	}
+	if resp.Message == nil {
+		return nil, jetstream.ErrInvalidJetStreamResponse
+	}
+	m := &jetstream.RawStreamMsg{
+		Subject:  resp.Message.Subject,
+		Sequence: resp.Message.Sequence,
+		Data:     resp.Message.Data,
+		Time:     resp.Message.Time,
+	}
+	if len(resp.Message.Header) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, fmt.Errorf("message get: bad headers: %w", err)
+		}
+	}
+	return m, nil
+}
