@@ -231,7 +231,7 @@ type ServiceError struct {
 	sentinel error
 }
 
-func (e *ServiceError) Error() string { return "leased: " + e.Code + ": " + e.Message }
+func (e *ServiceError) Error() string { return e.Code + ": " + e.Message }
 
 // Unwrap returns the kvlease sentinel the code stands for.
 func (e *ServiceError) Unwrap() error { return e.sentinel }

@@ -30,10 +30,46 @@ const (
 	ExitRefused  = 6 // renew/release: not the holder, or a stale revision
 )
 
+// natsFlags say how to reach NATS, as NATS clients usually take them.
+type natsFlags struct {
+	creds, tlsCA, tlsCert, tlsKey string
+}
+
+func (n *natsFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&n.creds, "creds", "", "NATS user credentials file")
+	fs.StringVar(&n.tlsCA, "tls-ca", "", "CA certificate to verify the NATS server")
+	fs.StringVar(&n.tlsCert, "tls-cert", "", "client certificate for NATS (with --tls-key)")
+	fs.StringVar(&n.tlsKey, "tls-key", "", "client key for NATS (with --tls-cert)")
+}
+
+// connect dials url. Publishes are not buffered while reconnecting
+// (ReconnectBufSize -1): a renewal held in a buffer could be flushed after
+// the holder's deadline; failing it at once lets the keeper retry instead.
+func (n *natsFlags) connect(url, name string, timeout time.Duration) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name(name), nats.Timeout(timeout), nats.ReconnectBufSize(-1), nats.MaxReconnects(-1)}
+	if n.creds != "" {
+		opts = append(opts, nats.UserCredentials(n.creds))
+	}
+	if n.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(n.tlsCA))
+	}
+	if (n.tlsCert == "") != (n.tlsKey == "") {
+		return nil, usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+	if n.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(n.tlsCert, n.tlsKey))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, url, err)
+	}
+	return nc, nil
+}
+
 // connFlags are the flags every client command takes.
 type connFlags struct {
+	natsFlags
 	url     string
-	creds   string
 	holder  string
 	output  string
 	timeout time.Duration
@@ -45,7 +81,7 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 		url = "nats://127.0.0.1:4222"
 	}
 	fs.StringVar(&c.url, "url", url, "NATS server URL(s), comma-separated (env LEASED_URL)")
-	fs.StringVar(&c.creds, "creds", "", "NATS credentials file")
+	c.natsFlags.register(fs)
 	fs.StringVar(&c.holder, "holder", defaultHolder(), "holder identity (default: host name and process id)")
 	fs.StringVarP(&c.output, "output", "o", "text", "output format: text or json")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server")
@@ -71,15 +107,7 @@ func (c *connFlags) connect() (*nats.Conn, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	opts := []nats.Option{nats.Name("leased-cli"), nats.Timeout(c.timeout)}
-	if c.creds != "" {
-		opts = append(opts, nats.UserCredentials(c.creds))
-	}
-	nc, err := nats.Connect(c.url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, c.url, err)
-	}
-	return nc, nil
+	return c.natsFlags.connect(c.url, "leased-cli", c.timeout)
 }
 
 func (c *connFlags) client(nc *nats.Conn) *grantor.Client {

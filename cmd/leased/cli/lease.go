@@ -306,6 +306,13 @@ func exactArgs(n int) cobra.PositionalArgs {
 	}
 }
 
+func noArgs(cmd *cobra.Command, args []string) error {
+	if err := cobra.NoArgs(cmd, args); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
 func rangeArgs(lo, hi int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := cobra.RangeArgs(lo, hi)(cmd, args); err != nil {

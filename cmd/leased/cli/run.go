@@ -51,6 +51,9 @@ command has exited.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if grace == 0 {
+				grace = min(2*time.Second, ttl/10)
+			}
 			margin := kvlease.DefaultHolderMargin(ttl) + grace
 			if err := kvlease.ValidateTiming(ttl, margin, kvlease.DefaultRenewInterval(ttl), kvlease.DefaultClockRate); err != nil {
 				return usageError{fmt.Errorf("--grace %v does not fit a %v lease: %w", grace, ttl, err)}
@@ -63,7 +66,7 @@ command has exited.`,
 	c.register(cmd.Flags())
 	cmd.Flags().StringVar(&lease, "lease", "", "lease to hold while the command runs (required)")
 	cmd.Flags().DurationVar(&ttl, "ttl", 15*time.Second, "lease duration D")
-	cmd.Flags().DurationVar(&grace, "grace", 2*time.Second, "time between SIGTERM and SIGKILL; ends before the holder's deadline")
+	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL, ending before the holder's deadline (default: TTL/10, at most 2s)")
 	return cmd
 }
 

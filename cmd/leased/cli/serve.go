@@ -15,40 +15,55 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
 )
 
 type serveFlags struct {
-	listen        string
-	data          string
-	sync          string
-	bucket        string
-	replicas      int
-	grantorMargin time.Duration
-	logFormat     string
-	debug         bool
+	natsFlags
+	listen    string
+	data      string
+	natsURL   string
+	sync      string
+	bucket    string
+	replicas  int
+	policy    grantor.Config
+	logFormat string
+	debug     bool
 }
 
 func newServe(stderr io.Writer) *cobra.Command {
-	f := serveFlags{}
+	f := serveFlags{policy: grantor.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run a grantor node with an embedded NATS JetStream server",
+		Short: "Run a grantor node: the lease service, with an embedded NATS JetStream server",
 		Long: `serve starts a NATS server with JetStream on --listen, storing its data in
---data, and opens (creating if needed) the lease bucket. Every write is synced
-to disk before it is acknowledged unless --sync unsafe-interval is given.
-It runs until SIGINT or SIGTERM.`,
-		Args: cobra.NoArgs,
+--data, opens (creating if needed) the lease bucket, and answers the lease
+service API (lease.v1.*, lease.admin.v1.revoke; see docs/api.md). Every write
+is synced to disk before it is acknowledged unless --sync unsafe-interval is
+given. With --nats-url it uses an existing NATS JetStream server or cluster
+instead of starting one.
+
+It runs until SIGINT or SIGTERM, then stops taking requests, answers those in
+flight, and exits. It releases no lease: leases belong to their holders.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f, stderr) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "client listen address host:port (port 0 picks a free one)")
-	fl.StringVar(&f.data, "data", defaultDataDir(), "data directory for the JetStream store")
-	fl.StringVar(&f.sync, "sync", "always", "store sync policy: always (sync before ack) or unsafe-interval (may lose acknowledged grants on power loss)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "client listen address host:port of the embedded server (port 0 picks a free one)")
+	fl.StringVar(&f.data, "data", defaultDataDir(), "data directory of the embedded server")
+	fl.StringVar(&f.natsURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of an embedded one")
+	f.natsFlags.register(fl)
+	fl.StringVar(&f.sync, "sync", "always", "embedded store sync policy: always (sync before ack) or unsafe-interval (may lose acknowledged grants on power loss)")
 	fl.StringVar(&f.bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
-	fl.IntVar(&f.replicas, "replicas", 1, "replicas of the lease bucket when it is created")
-	fl.DurationVar(&f.grantorMargin, "grantor-margin", kvlease.DefaultGrantorMargin, "added to every lease duration before rounding up to the server TTL")
+	fl.IntVar(&f.replicas, "replicas", 1, "replicas of the lease bucket when it is created (3 on a cluster)")
+	fl.DurationVar(&f.policy.MinDuration, "min-ttl", f.policy.MinDuration, "shortest lease granted (at least 1s)")
+	fl.DurationVar(&f.policy.MaxDuration, "max-ttl", f.policy.MaxDuration, "longest lease granted")
+	fl.DurationVar(&f.policy.DefaultDuration, "default-ttl", f.policy.DefaultDuration, "duration of a grant that names none")
+	fl.DurationVar(&f.policy.GrantorMargin, "grantor-margin", f.policy.GrantorMargin, "added to every duration before rounding up to the server TTL")
+	fl.IntVar(&f.policy.MaxLeasesPerHolder, "max-leases-per-holder", f.policy.MaxLeasesPerHolder, "live leases one holder may have (0: no limit)")
+	fl.IntVar(&f.policy.MaxAttributeBytes, "max-attribute-bytes", f.policy.MaxAttributeBytes, "total size of a lease's attributes")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.BoolVar(&f.debug, "debug", false, "log debug messages, including the NATS server's")
 	return cmd
@@ -74,13 +89,60 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := f.policy.Validate(); err != nil {
+		return usageError{err}
+	}
+
+	var nc *nats.Conn
+	url := f.natsURL
+	if url == "" {
+		srv, err := startEmbedded(f, log)
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		url = srv.ClientURL()
+	}
+	if nc, err = f.natsFlags.connect(url, "leased-serve", 10*time.Second); err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	opts := append(f.policy.StoreOptions(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(f.replicas), kvlease.WithLogger(log))
+	st, err := kvlease.Open(octx, js, opts...)
+	if err != nil {
+		return err
+	}
+	svc, err := grantor.New(st, nc, f.policy, grantor.WithLogger(log))
+	if err != nil {
+		return usageError{err}
+	}
+	if err := svc.Start(octx); err != nil {
+		return err
+	}
+	log.Info("ready", "url", url, "bucket", st.Bucket(), "embedded", f.natsURL == "")
+	<-ctx.Done()
+	log.Info("shutting down: answering requests in flight")
+	svc.Stop()
+	if err := nc.Drain(); err != nil {
+		log.Warn("drain", "err", err)
+	}
+	return nil
+}
+
+func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	host, portStr, err := net.SplitHostPort(f.listen)
 	if err != nil {
-		return usageError{fmt.Errorf("--listen %q: %v", f.listen, err)}
+		return nil, usageError{fmt.Errorf("--listen %q: %v", f.listen, err)}
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
-		return usageError{fmt.Errorf("--listen %q: bad port", f.listen)}
+		return nil, usageError{fmt.Errorf("--listen %q: bad port", f.listen)}
 	}
 	cfg := embedded.Config{Host: host, Port: port, DataDir: f.data, Logger: log.With("component", "nats"), Debug: f.debug}
 	switch f.sync {
@@ -90,38 +152,18 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		cfg.Sync = embedded.UnsafeSyncInterval
 		log.Warn("store acknowledges writes before syncing them: a power loss can hand out a fencing token twice")
 	default:
-		return usageError{fmt.Errorf("--sync %q: want always or unsafe-interval", f.sync)}
+		return nil, usageError{fmt.Errorf("--sync %q: want always or unsafe-interval", f.sync)}
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageError{err}
+		return nil, usageError{err}
 	}
 	if err := os.MkdirAll(f.data, 0o700); err != nil {
-		return fmt.Errorf("data directory: %w", err)
+		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	srv, err := embedded.Start(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer srv.Shutdown()
-
-	nc, err := srv.Connect(nats.Name("leased-serve"))
-	if err != nil {
-		return fmt.Errorf("connect to embedded server: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	st, err := kvlease.Open(octx, js, kvlease.WithBucket(f.bucket), kvlease.WithReplicas(f.replicas),
-		kvlease.WithGrantorMargin(f.grantorMargin), kvlease.WithLogger(log))
-	if err != nil {
-		return err
-	}
-	log.Info("ready", "url", srv.ClientURL(), "data", f.data, "bucket", st.Bucket(), "sync", srv.Sync().String())
-	<-ctx.Done()
-	log.Info("shutting down")
-	return nil
+	log.Info("embedded NATS server started", "url", srv.ClientURL(), "data", f.data, "sync", srv.Sync().String())
+	return srv, nil
 }

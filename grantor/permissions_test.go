@@ -1,0 +1,85 @@
+package grantor_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// The permissions of docs/api.md on a real server: an application user can
+// take leases but its revocations are refused by the server; an operator's
+// go through.
+func TestRevokeRestrictedByNATSPermissions(t *testing.T) {
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+		Users: []*server.User{
+			{Username: "app", Password: "app", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{"lease.v1.>", "_INBOX.>"}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			}},
+			{Username: "operator", Password: "operator"},
+			{Username: "leased", Password: "leased", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{">"}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"lease.>", "$SRV.>", "_INBOX.>", "$JS.>", "$KV.>"}},
+			}},
+		},
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	url := ns.ClientURL()
+	startOn(t, withUser(url, "leased"), grantor.DefaultConfig())
+
+	var mu sync.Mutex
+	var violations []string
+	app := grantor.NewClient(kvleasetest.Connect(t, withUser(url, "app"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			violations = append(violations, err.Error())
+		})), grantor.WithTimeout(time.Second))
+	operator := grantor.NewClient(kvleasetest.Connect(t, withUser(url, "operator")))
+	ctx := t.Context()
+
+	rec, err := app.Grant(ctx, kvlease.GrantRequest{Name: "guarded", Holder: "app-1", Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("app grant: %v", err)
+	}
+	if _, err := app.Revoke(ctx, "guarded", "not allowed"); err == nil {
+		t.Fatal("app user revoked a lease")
+	}
+	mu.Lock()
+	seen := strings.Join(violations, "; ")
+	mu.Unlock()
+	if !strings.Contains(strings.ToLower(seen), "permissions violation") || !strings.Contains(seen, grantor.SubjectRevoke) {
+		t.Fatalf("no permissions violation for %s reported: %q", grantor.SubjectRevoke, seen)
+	}
+	if got, err := app.Get(ctx, "guarded"); err != nil || got.Token != uint64(rec.Token) {
+		t.Fatalf("lease after refused revoke: %+v, %v", got, err)
+	}
+	if _, err := operator.Revoke(ctx, "guarded", "maintenance"); err != nil {
+		t.Fatalf("operator revoke: %v", err)
+	}
+	if _, err := app.Get(ctx, "guarded"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("after operator revoke: %v, want ErrNotFound", err)
+	}
+}
+
+func withUser(url, user string) string {
+	return strings.Replace(url, "nats://", "nats://"+user+":"+user+"@", 1)
+}
