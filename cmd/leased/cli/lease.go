@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -85,6 +86,9 @@ func newRenew(stdout io.Writer) *cobra.Command {
 		Short: "Renew a lease once (prints the new revision)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := h.check(); err != nil {
+				return err
+			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				rec, err := c.client(nc).Renew(ctx, kvlease.RenewRequest{Name: args[0], Holder: c.holder,
 					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret, Duration: ttl})
@@ -112,6 +116,9 @@ func newRelease(stdout io.Writer) *cobra.Command {
 		Short: "Release a lease",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := h.check(); err != nil {
+				return err
+			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				err := c.client(nc).Release(ctx, kvlease.ReleaseRequest{Name: args[0], Holder: c.holder,
 					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret})
@@ -139,9 +146,13 @@ func (h *holderFlags) register(cmd *cobra.Command) {
 	fs.Uint64Var(&h.token, "token", 0, "fencing token from the grant")
 	fs.Uint64Var(&h.revision, "revision", 0, "current revision (from the grant or the last renewal)")
 	fs.StringVar(&h.secret, "secret", "", "secret from the grant")
-	for _, f := range []string{"token", "revision", "secret"} {
-		_ = cmd.MarkFlagRequired(f)
+}
+
+func (h *holderFlags) check() error {
+	if h.token == 0 || h.revision == 0 || h.secret == "" {
+		return usageError{errors.New("--token, --revision and --secret (from acquire -o json) are required")}
 	}
+	return nil
 }
 
 func newRevoke(stdout io.Writer) *cobra.Command {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -26,6 +27,7 @@ func newRun(stdout, stderr io.Writer) *cobra.Command {
 	var c connFlags
 	var lease string
 	var ttl, grace time.Duration
+	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "run --lease NAME [--ttl 15s] -- COMMAND [ARGS...]",
 		Short: "Run a command only while holding a lease",
@@ -59,20 +61,25 @@ command has exited.`,
 				return usageError{fmt.Errorf("--grace %v does not fit a %v lease: %w", grace, ttl, err)}
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				return runHolding(ctx, &c, nc, lease, ttl, margin, grace, args, stdout, stderr)
+				return runHolding(ctx, &c, nc, lease, ttl, margin, grace, verbose, args, stdout, stderr)
 			})
 		},
 	}
 	c.register(cmd.Flags())
 	cmd.Flags().StringVar(&lease, "lease", "", "lease to hold while the command runs (required)")
 	cmd.Flags().DurationVar(&ttl, "ttl", 15*time.Second, "lease duration D")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every renewal with the new deadline")
 	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL, ending before the holder's deadline (default: TTL/10, at most 2s)")
 	return cmd
 }
 
 func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, ttl, margin, grace time.Duration,
-	args []string, stdout, stderr io.Writer) error {
-	log, _ := newLogger(stderr, "text", 0)
+	verbose bool, args []string, stdout, stderr io.Writer) error {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	log, _ := newLogger(stderr, "text", level)
 	log = log.With("lease", name)
 	l, err := kvlease.Acquire(ctx, c.client(nc), name, c.holder, ttl, kvlease.WithHolderMargin(margin))
 	if err != nil {

@@ -1,0 +1,254 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/grantor"
+)
+
+// Every client subcommand against a real `leased serve` process.
+func TestCLI(t *testing.T) {
+	s := startServe(t, "")
+	url := s.url
+
+	// watch runs throughout and must see each kind of event.
+	watch := exec.Command(leasedBin, "watch", "-o", "json", "--url", url)
+	out, _ := watch.StdoutPipe()
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
+	events := readLines(out)
+	event := func(typ, name string) map[string]any {
+		t.Helper()
+		line := events.wait(t, 10*time.Second, func(l string) bool {
+			return strings.Contains(l, `"type":"`+typ+`"`) && strings.Contains(l, `"name":"`+name+`"`)
+		})
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+
+	r := leased(t, url, "acquire", "jobs.a", "--ttl", "30s", "--holder", "alice", "--attr", "role=primary", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("acquire: %d %s", r.code, r.stderr)
+	}
+	var grant grantor.Lease
+	if err := json.Unmarshal([]byte(r.stdout), &grant); err != nil || grant.Secret == "" || grant.Token == 0 {
+		t.Fatalf("acquire output %q: %v", r.stdout, err)
+	}
+	if ev := event("granted", "jobs.a"); ev["holder"] != "alice" || ev["token"] != float64(grant.Token) {
+		t.Fatalf("granted event %v", ev)
+	}
+	tok, rev := strconv.FormatUint(grant.Token, 10), strconv.FormatUint(grant.Revision, 10)
+
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		out  string
+	}{
+		{"held by someone else", []string{"acquire", "jobs.a", "--holder", "bob"}, 3, ""},
+		{"get", []string{"get", "jobs.a"}, 0, "alice"},
+		{"get missing", []string{"get", "jobs.none"}, 4, ""},
+		{"ls", []string{"ls"}, 0, "jobs.a"},
+		{"ls other prefix", []string{"ls", "svc."}, 0, ""},
+		{"renew wrong secret", []string{"renew", "jobs.a", "--holder", "alice", "--token", tok, "--revision", rev, "--secret", "nope"}, 6, ""},
+		{"renew as another holder", []string{"renew", "jobs.a", "--holder", "bob", "--token", tok, "--revision", rev, "--secret", grant.Secret}, 6, ""},
+		{"renew missing flags", []string{"renew", "jobs.a"}, 2, ""},
+		{"invalid name", []string{"acquire", "bad name"}, 2, ""},
+		{"ttl too short", []string{"acquire", "jobs.b", "--ttl", "100ms"}, 2, ""},
+		{"bad output format", []string{"ls", "-o", "xml"}, 2, ""},
+		{"unknown flag", []string{"get", "jobs.a", "--frob"}, 2, ""},
+		{"revoke missing", []string{"revoke", "jobs.none"}, 4, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := leased(t, url, c.args...)
+			if r.code != c.code || !strings.Contains(r.stdout, c.out) {
+				t.Fatalf("leased %v: exit %d, stdout %q, stderr %q; want exit %d and %q",
+					c.args, r.code, r.stdout, r.stderr, c.code, c.out)
+			}
+		})
+	}
+	if r := leased(t, url, "ls", "svc."); strings.Contains(r.stdout, "jobs.a") {
+		t.Fatalf("ls svc. listed jobs.a: %s", r.stdout)
+	}
+
+	r = leased(t, url, "renew", "jobs.a", "--holder", "alice", "--token", tok, "--revision", rev, "--secret", grant.Secret, "-o", "json")
+	var renewed grantor.Lease
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &renewed) != nil || renewed.Revision <= grant.Revision || renewed.Token != grant.Token {
+		t.Fatalf("renew: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	event("renewed", "jobs.a")
+	// The old revision is stale now.
+	if r := leased(t, url, "release", "jobs.a", "--holder", "alice", "--token", tok, "--revision", rev, "--secret", grant.Secret); r.code != 6 {
+		t.Fatalf("release with a stale revision: exit %d %s", r.code, r.stderr)
+	}
+	r = leased(t, url, "release", "jobs.a", "--holder", "alice", "--token", tok,
+		"--revision", strconv.FormatUint(renewed.Revision, 10), "--secret", grant.Secret)
+	if r.code != 0 {
+		t.Fatalf("release: exit %d %s", r.code, r.stderr)
+	}
+	event("released", "jobs.a")
+	if r := leased(t, url, "get", "jobs.a"); r.code != 4 {
+		t.Fatalf("get after release: exit %d", r.code)
+	}
+
+	// revoke, with its reason in the event.
+	if r := leased(t, url, "acquire", "jobs.c", "--holder", "carol"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if r := leased(t, url, "revoke", "jobs.c", "--reason", "stuck"); r.code != 0 || !strings.Contains(r.stdout, "carol") {
+		t.Fatalf("revoke: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	if ev := event("revoked", "jobs.c"); ev["reason"] != "stuck" || ev["holder"] != "carol" {
+		t.Fatalf("revoked event %v", ev)
+	}
+
+	// expiry by TTL, seen by the watcher with no one polling.
+	if r := leased(t, url, "acquire", "jobs.d", "--ttl", "1s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	event("expired", "jobs.d")
+
+	// acquire --hold keeps renewing until SIGTERM, then releases.
+	hold := exec.Command(leasedBin, "acquire", "jobs.e", "--ttl", "1500ms", "--hold", "--holder", "dave", "--url", url)
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		event("renewed", "jobs.e")
+		events.mu.Lock() // consume: the next wait must find a later renewal
+		events.all = dropFirst(events.all, `"type":"renewed"`, `"name":"jobs.e"`)
+		events.mu.Unlock()
+	}
+	if err := hold.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(hold, 10*time.Second); err != nil {
+		t.Fatalf("acquire --hold after SIGTERM: %v", err)
+	}
+	event("released", "jobs.e")
+}
+
+// dropFirst removes the first line containing all of subs.
+func dropFirst(all []string, subs ...string) []string {
+	for i, l := range all {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(l, s)
+		}
+		if ok {
+			return append(all[:i:i], all[i+1:]...)
+		}
+	}
+	return all
+}
+
+// runProcess starts `leased run --verbose` and follows the deadline it logs:
+// the time by which the command must be gone, moved on by every renewal.
+type runProcess struct {
+	cmd  *exec.Cmd
+	logs *lines
+}
+
+func startRun(t *testing.T, url string, args ...string) *runProcess {
+	t.Helper()
+	cmd := exec.Command(leasedBin, append([]string{"run", "--verbose", "--url", url}, args...)...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p := &runProcess{cmd: cmd, logs: readLines(stderr)}
+	p.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "command started") })
+	return p
+}
+
+// deadline is the latest deadline logged so far.
+func (p *runProcess) deadline(t *testing.T) time.Time {
+	t.Helper()
+	var last time.Time
+	for _, l := range strings.Split(p.logs.text(), "\n") {
+		if i := strings.Index(l, "deadline="); i >= 0 {
+			v := strings.Fields(l[i+len("deadline="):])[0]
+			d, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				t.Fatalf("deadline in %q: %v", l, err)
+			}
+			last = d
+		}
+	}
+	if last.IsZero() {
+		t.Fatal("no deadline logged")
+	}
+	return last
+}
+
+func TestRunPassesTokenAndExitCode(t *testing.T) {
+	s := startServe(t, "")
+	r := leased(t, s.url, "run", "--lease", "once", "--ttl", "3s", "--", "sh", "-c", `echo "token=$LEASED_TOKEN lease=$LEASED_LEASE"; exit 7`)
+	if r.code != 7 || !strings.Contains(r.stdout, "lease=once") || strings.Contains(r.stdout, "token= ") {
+		t.Fatalf("run: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// The lease was released when the command exited.
+	if r := leased(t, s.url, "get", "once"); r.code != 4 {
+		t.Fatalf("lease after run: exit %d", r.code)
+	}
+	// A held lease: the command never starts.
+	if r := leased(t, s.url, "acquire", "busy", "--ttl", "30s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	r = leased(t, s.url, "run", "--lease", "busy", "--", "sh", "-c", "echo started")
+	if r.code != 3 || strings.Contains(r.stdout, "started") {
+		t.Fatalf("run on a held lease: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if r := leased(t, s.url, "run", "--lease", "x", "--ttl", "2s", "--grace", "5s", "--", "true"); r.code != 2 {
+		t.Fatalf("grace longer than the lease: exit %d", r.code)
+	}
+}
+
+// Revoked: the command is stopped before the holder's deadline.
+func TestRunStopsCommandOnRevoke(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "revoked", "--ttl", "3s", "--", "sleep", "60")
+	if r := leased(t, s.url, "revoke", "revoked"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	deadline := p.deadline(t) // no renewal can succeed after the revocation
+	err := waitExit(p.cmd, 10*time.Second)
+	exited := time.Now()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+15 {
+		t.Fatalf("run exit: %v, want 143 (the command's SIGTERM)", err)
+	}
+	if !exited.Before(deadline) {
+		t.Fatalf("command gone at %v, after the holder's deadline %v", exited, deadline)
+	}
+	t.Logf("command stopped %v before the holder's deadline", deadline.Sub(exited))
+}
+
+// Server stopped: renewals get no answer; the command is stopped before the
+// holder's deadline.
+func TestRunStopsCommandWhenServerStops(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "orphan", "--ttl", "3s", "--", "sleep", "60")
+	s.stop(t)
+	deadline := p.deadline(t)
+	err := waitExit(p.cmd, 10*time.Second)
+	exited := time.Now()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+15 {
+		t.Fatalf("run exit: %v (%s), want 143", err, p.logs.text())
+	}
+	if !exited.Before(deadline) {
+		t.Fatalf("command gone at %v, after the holder's deadline %v", exited, deadline)
+	}
+	t.Logf("command stopped %v before the holder's deadline", deadline.Sub(exited))
+}

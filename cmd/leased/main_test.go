@@ -1,0 +1,174 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// leasedBin is the binary under test, built once (with -race) in TestMain.
+var leasedBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "leased-bin")
+	if err != nil {
+		panic(err)
+	}
+	leasedBin = filepath.Join(dir, "leased")
+	// The race runtime sleeps a second before a process exits; the CLI's
+	// processes exit often.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
+	if out, err := exec.Command("go", "build", "-race", "-o", leasedBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build leased: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is a running `leased serve` process.
+type server struct {
+	cmd  *exec.Cmd
+	url  string
+	data string
+	logs *lines
+}
+
+// startServe starts `leased serve` on a free port with data in dir (a new
+// temporary directory if empty) and waits until it is ready.
+func startServe(t *testing.T, dir string, args ...string) *server {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	cmd := exec.Command(leasedBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, args...)...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	s := &server{cmd: cmd, data: dir, logs: readLines(stderr)}
+	line := s.logs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	var ready struct{ URL string }
+	if err := json.Unmarshal([]byte(line), &ready); err != nil || ready.URL == "" {
+		t.Fatalf("ready line %q: %v", line, err)
+	}
+	s.url = ready.URL
+	return s
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(s.cmd, 10*time.Second); err != nil {
+		t.Fatalf("leased serve after SIGTERM: %v", err)
+	}
+}
+
+func waitExit(cmd *exec.Cmd, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		return errors.New("did not exit in time")
+	}
+}
+
+// result of one CLI invocation.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// leased runs the CLI against url and returns what it printed and its exit code.
+func leased(t *testing.T, url string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(leasedBin, args...)
+	cmd.Env = append(os.Environ(), "LEASED_URL="+url)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errOut.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("leased %v: %v", args, err)
+	}
+	return r
+}
+
+// lines collects a reader's lines as they arrive.
+type lines struct {
+	mu    sync.Mutex
+	all   []string
+	added chan struct{}
+}
+
+func readLines(r io.Reader) *lines {
+	l := &lines{added: make(chan struct{}, 1)}
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			l.mu.Lock()
+			l.all = append(l.all, sc.Text())
+			l.mu.Unlock()
+			select {
+			case l.added <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return l
+}
+
+// wait returns the first line (old or new) that matches, failing after timeout.
+func (l *lines) wait(t *testing.T, timeout time.Duration, match func(string) bool) string {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for seen := 0; ; {
+		l.mu.Lock()
+		for ; seen < len(l.all); seen++ {
+			if match(l.all[seen]) {
+				line := l.all[seen]
+				l.mu.Unlock()
+				return line
+			}
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.added:
+		case <-deadline.C:
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Fatalf("no matching line within %v; got:\n%s", timeout, strings.Join(l.all, "\n"))
+			return ""
+		}
+	}
+}
+
+func (l *lines) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.all, "\n")
+}
