@@ -127,18 +127,16 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("grantor: add service: %w", err)
 	}
 	s.svc = svc
-	// Every endpoint's handler dispatches on the subject, so that the
-	// catch-all endpoint (which answers unknown verbs) may also receive
-	// requests for known ones: all share micro's queue group, and NATS
-	// delivers each request to one member of the group among all matching
-	// subscriptions.
 	g := svc.AddGroup("lease.v1")
 	for _, verb := range []string{"grant", "renew", "release", "get", "list"} {
 		if err := g.AddEndpoint(verb, s.handler()); err != nil {
 			return s.fail(err)
 		}
 	}
-	if err := svc.AddEndpoint("unknown", s.handler(), micro.WithEndpointSubject("lease.v1.>"),
+	// The catch-all sees a copy of every lease.v1 request (its own queue
+	// group) and answers only those no other endpoint takes.
+	if err := svc.AddEndpoint("unknown", micro.HandlerFunc(s.unknownVerb), micro.WithEndpointSubject("lease.v1.>"),
+		micro.WithEndpointQueueGroup("leased-unknown"),
 		micro.WithEndpointMetadata(map[string]string{"description": "answers unknown verbs with invalid_argument"})); err != nil {
 		return s.fail(err)
 	}
@@ -183,6 +181,14 @@ func (s *Service) handler() micro.Handler {
 			s.serve(subject, reply, hdr, data)
 		}()
 	})
+}
+
+func (s *Service) unknownVerb(req micro.Request) {
+	subject := req.Subject()
+	if _, known := s.handlers[strings.TrimPrefix(subject, "lease.v1.")]; known {
+		return // the verb's own endpoint answers
+	}
+	s.handler().Handle(req)
 }
 
 func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
