@@ -37,6 +37,12 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(s *Service) error { s.tracer = tp.Tracer(instrumentationName); return nil }
 }
 
+// WithNodeName names this grantor node in the service's metadata (what
+// `leased status` shows). Default: none.
+func WithNodeName(name string) Option {
+	return func(s *Service) error { s.node = name; return nil }
+}
+
 // WithRequestTimeout bounds each request's work at the bucket. Default 5 s.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(s *Service) error {
@@ -56,6 +62,7 @@ type Service struct {
 	log     *slog.Logger
 	tracer  trace.Tracer
 	timeout time.Duration
+	node    string
 
 	svc      micro.Service
 	sem      chan struct{}
@@ -120,7 +127,7 @@ func (s *Service) Start(ctx context.Context) error {
 		Name:        ServiceName,
 		Version:     ServiceVersion,
 		Description: "leased: leases that lapse on their own (docs/api.md)",
-		Metadata:    map[string]string{"bucket": s.store.Bucket()},
+		Metadata:    map[string]string{"bucket": s.store.Bucket(), "node": s.node, "nats_url": s.nc.ConnectedUrlRedacted()},
 	})
 	if err != nil {
 		w.Stop()

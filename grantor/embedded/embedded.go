@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -71,6 +72,17 @@ type Config struct {
 	// ReadyTimeout bounds how long Start waits for the server to accept
 	// clients. Default 10 s.
 	ReadyTimeout time.Duration
+	// ClusterName, if set, makes the server a member of a JetStream
+	// cluster of that name; Name is then required and must be unique.
+	ClusterName string
+	// ClusterHost and ClusterPort are where routes from the other members
+	// arrive. Defaults: Host, and a free port.
+	ClusterHost string
+	ClusterPort int
+	// Routes are the other members' route URLs (nats-route://host:port).
+	// Listing this server's own route too is harmless, so every member can
+	// be given the same list.
+	Routes []string
 	// Logger receives the server's log. Default: discard.
 	Logger *slog.Logger
 	// Debug also forwards nats-server debug logs.
@@ -90,6 +102,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: negative sync interval", ErrConfig)
 	case c.Host != "" && net.ParseIP(c.Host) == nil && c.Host != "localhost":
 		return fmt.Errorf("%w: host %q is not an IP address", ErrConfig, c.Host)
+	case c.ClusterName != "" && c.Name == "":
+		return fmt.Errorf("%w: a cluster member needs a unique name", ErrConfig)
+	case c.ClusterName == "" && (len(c.Routes) > 0 || c.ClusterPort != 0):
+		return fmt.Errorf("%w: routes and a cluster port need a cluster name", ErrConfig)
+	case c.ClusterPort < 0 || c.ClusterPort > 65535:
+		return fmt.Errorf("%w: cluster port %d out of range 0..65535", ErrConfig, c.ClusterPort)
+	}
+	for _, r := range c.Routes {
+		u, err := url.Parse(r)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("%w: route %q is not a URL like nats-route://host:port", ErrConfig, r)
+		}
 	}
 	return nil
 }
@@ -125,6 +149,20 @@ func Start(cfg Config) (*Server, error) {
 		NoSigs:     true,
 		// No HTTP monitor, no leaf or gateway listeners: only what we use.
 	}
+	if cfg.ClusterName != "" {
+		host, port := cfg.ClusterHost, cfg.ClusterPort
+		if host == "" {
+			host = cfg.Host
+		}
+		if port == 0 {
+			port = server.RANDOM_PORT
+		}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: port}
+		for _, r := range cfg.Routes {
+			u, _ := url.Parse(r) // checked by Validate
+			opts.Routes = append(opts.Routes, u)
+		}
+	}
 	switch cfg.Sync {
 	case SyncAlways:
 		opts.SyncAlways = true
@@ -157,6 +195,17 @@ func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 func (s *Server) Addr() string {
 	return net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.ns.Addr().(*net.TCPAddr).Port))
 }
+
+// ClusterAddr returns the route listener's host:port ("" if not clustered).
+func (s *Server) ClusterAddr() string {
+	if s.cfg.ClusterName == "" {
+		return ""
+	}
+	return s.ns.ClusterAddr().String()
+}
+
+// Name returns the server's name.
+func (s *Server) Name() string { return s.ns.Name() }
 
 // Sync returns the store's sync policy.
 func (s *Server) Sync() SyncMode { return s.cfg.Sync }

@@ -53,7 +53,8 @@ fencing token. Run "leased serve" to start a grantor node.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServe(stderr), newVersion(stdout),
 		newAcquire(stdout, stderr), newRenew(stdout), newRelease(stdout), newRevoke(stdout),
-		newGet(stdout), newList(stdout), newWatch(stdout), newRun(stdout, stderr))
+		newGet(stdout), newList(stdout), newWatch(stdout), newRun(stdout, stderr), newStatus(stdout),
+		newDevCluster(stdout, stderr))
 	return root
 }
 

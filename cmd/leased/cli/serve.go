@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,7 +23,11 @@ import (
 
 type serveFlags struct {
 	natsFlags
-	listen    string
+	name          string
+	clusterName   string
+	clusterListen string
+	routes        []string
+	listen        string
 	data      string
 	natsURL   string
 	sync      string
@@ -53,11 +58,15 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "client listen address host:port of the embedded server (port 0 picks a free one)")
 	fl.StringVar(&f.data, "data", defaultDataDir(), "data directory of the embedded server")
+	fl.StringVar(&f.name, "name", "", "node name, unique in a cluster (default: the host name)")
+	fl.StringVar(&f.clusterName, "cluster-name", "", "form or join the embedded JetStream cluster of this name")
+	fl.StringVar(&f.clusterListen, "cluster-listen", "127.0.0.1:6222", "route listen address host:port of a cluster member")
+	fl.StringSliceVar(&f.routes, "routes", nil, "route URLs of the cluster's members, nats-route://host:port (comma-separated; may include this node)")
 	fl.StringVar(&f.natsURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of an embedded one")
 	f.natsFlags.register(fl)
 	fl.StringVar(&f.sync, "sync", "always", "embedded store sync policy: always (sync before ack) or unsafe-interval (may lose acknowledged grants on power loss)")
 	fl.StringVar(&f.bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
-	fl.IntVar(&f.replicas, "replicas", 1, "replicas of the lease bucket when it is created (3 on a cluster)")
+	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the lease bucket when it is created (default: 3 in a cluster, else 1)")
 	fl.DurationVar(&f.policy.MinDuration, "min-ttl", f.policy.MinDuration, "shortest lease granted (at least 1s)")
 	fl.DurationVar(&f.policy.MaxDuration, "max-ttl", f.policy.MaxDuration, "longest lease granted")
 	fl.DurationVar(&f.policy.DefaultDuration, "default-ttl", f.policy.DefaultDuration, "duration of a grant that names none")
@@ -111,14 +120,21 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	opts := append(f.policy.StoreOptions(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(f.replicas), kvlease.WithLogger(log))
-	st, err := kvlease.Open(octx, js, opts...)
+	replicas := f.replicas
+	if replicas == 0 {
+		replicas = 1
+		if f.clusterName != "" {
+			replicas = 3
+		}
+	}
+	opts := append(f.policy.StoreOptions(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log))
+	st, err := openStore(octx, js, opts, log)
 	if err != nil {
 		return err
 	}
-	svc, err := grantor.New(st, nc, f.policy, grantor.WithLogger(log))
+	svc, err := grantor.New(st, nc, f.policy, grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)))
 	if err != nil {
 		return usageError{err}
 	}
@@ -135,6 +151,35 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	return nil
 }
 
+// openStore opens the lease bucket, waiting while a JetStream cluster is
+// still electing its leaders (ErrUnavailable) until ctx ends.
+func openStore(ctx context.Context, js jetstream.JetStream, opts []kvlease.Option, log *slog.Logger) (*kvlease.Store, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
+		// A cluster without a metadata leader does not answer API requests
+		// at all: give each attempt a short deadline of its own.
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := kvlease.Open(actx, js, opts...)
+		cancel()
+		if err == nil || !errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {
+			return st, err
+		}
+		log.Info("waiting for JetStream", "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+func nodeName(f serveFlags) string {
+	if f.name != "" {
+		return f.name
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
 func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	host, portStr, err := net.SplitHostPort(f.listen)
 	if err != nil {
@@ -144,7 +189,20 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--listen %q: bad port", f.listen)}
 	}
-	cfg := embedded.Config{Host: host, Port: port, DataDir: f.data, Logger: log.With("component", "nats"), Debug: f.debug}
+	cfg := embedded.Config{Name: nodeName(f), Host: host, Port: port, DataDir: f.data,
+		Logger: log.With("component", "nats"), Debug: f.debug}
+	if f.clusterName != "" {
+		chost, cport, err := net.SplitHostPort(f.clusterListen)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--cluster-listen %q: %v", f.clusterListen, err)}
+		}
+		if cfg.ClusterPort, err = strconv.Atoi(cport); err != nil {
+			return nil, usageError{fmt.Errorf("--cluster-listen %q: bad port", f.clusterListen)}
+		}
+		cfg.ClusterName, cfg.ClusterHost, cfg.Routes = f.clusterName, chost, f.routes
+	} else if len(f.routes) > 0 {
+		return nil, usageError{errors.New("--routes needs --cluster-name")}
+	}
 	switch f.sync {
 	case "always":
 		cfg.Sync = embedded.SyncAlways
@@ -164,6 +222,7 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Info("embedded NATS server started", "url", srv.ClientURL(), "data", f.data, "sync", srv.Sync().String())
+	log.Info("embedded NATS server started", "name", srv.Name(), "url", srv.ClientURL(), "cluster", srv.ClusterAddr(),
+		"data", f.data, "sync", srv.Sync().String())
 	return srv, nil
 }

@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/kvlease"
+)
+
+// Status is what `leased status -o json` prints.
+type Status struct {
+	Bucket   string        `json:"bucket"`
+	Replicas int           `json:"replicas"`
+	Leader   string        `json:"leader,omitempty"`
+	Peers    []PeerStatus  `json:"peers,omitempty"`
+	Leases   int           `json:"leases"`
+	Grantors []GrantorNode `json:"grantors"`
+}
+
+// PeerStatus is one follower of the lease stream.
+type PeerStatus struct {
+	Name    string        `json:"name"`
+	Current bool          `json:"current"`
+	Lag     uint64        `json:"lag"`
+	Active  time.Duration `json:"active_ns"`
+	Offline bool          `json:"offline,omitempty"`
+}
+
+// GrantorNode is one running `leased serve`, as its service answers.
+type GrantorNode struct {
+	Node    string `json:"node"`
+	ID      string `json:"id"`
+	NATSURL string `json:"nats_url"`
+	Version string `json:"version"`
+}
+
+func newStatus(stdout io.Writer) *cobra.Command {
+	var c connFlags
+	var bucket string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the grantor nodes, the lease bucket's replicas and stream leader, and the lease count",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				st, err := status(ctx, nc, c.client(nc), bucket, c.timeout)
+				if err != nil {
+					return err
+				}
+				printStatus(c.printer(stdout), st)
+				return nil
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	cmd.Flags().StringVar(&bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
+	return cmd
+}
+
+func status(ctx context.Context, nc *nats.Conn, client *grantor.Client, bucket string, timeout time.Duration) (Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return Status{}, err
+	}
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return Status{}, fmt.Errorf("%w: lease bucket %q: %w", kvlease.ErrUnavailable, bucket, err)
+	}
+	info := stream.CachedInfo()
+	s := Status{Bucket: bucket, Replicas: info.Config.Replicas}
+	if cl := info.Cluster; cl != nil {
+		s.Leader = cl.Leader
+		for _, p := range cl.Replicas {
+			s.Peers = append(s.Peers, PeerStatus{Name: p.Name, Current: p.Current, Lag: p.Lag, Active: p.Active, Offline: p.Offline})
+		}
+	}
+	leases, err := client.List(ctx, "")
+	if err != nil {
+		return Status{}, err
+	}
+	s.Leases = len(leases)
+	s.Grantors, err = grantorNodes(nc, min(timeout, 500*time.Millisecond))
+	return s, err
+}
+
+// grantorNodes asks every running lease service for its info and collects
+// the answers that arrive within wait.
+func grantorNodes(nc *nats.Conn, wait time.Duration) ([]GrantorNode, error) {
+	subj, err := micro.ControlSubject(micro.InfoVerb, grantor.ServiceName, "")
+	if err != nil {
+		return nil, err
+	}
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subj, inbox, nil); err != nil {
+		return nil, err
+	}
+	var nodes []GrantorNode
+	deadline := time.Now().Add(wait)
+	for {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			break // the wait is over
+		}
+		var info micro.Info
+		if json.Unmarshal(msg.Data, &info) != nil {
+			continue
+		}
+		nodes = append(nodes, GrantorNode{Node: info.Metadata["node"], ID: info.ID,
+			NATSURL: info.Metadata["nats_url"], Version: info.Version})
+	}
+	slices.SortFunc(nodes, func(a, b GrantorNode) int { return strings.Compare(a.Node, b.Node) })
+	return nodes, nil
+}
+
+func printStatus(p printer, s Status) {
+	if p.json {
+		p.obj(s)
+		return
+	}
+	fmt.Fprintf(p.w, "bucket    %s (R%d)\n", s.Bucket, s.Replicas)
+	if s.Leader != "" {
+		fmt.Fprintf(p.w, "leader    %s\n", s.Leader)
+	}
+	for _, peer := range s.Peers {
+		state := "current"
+		switch {
+		case peer.Offline:
+			state = "offline"
+		case !peer.Current:
+			state = fmt.Sprintf("behind by %d", peer.Lag)
+		}
+		fmt.Fprintf(p.w, "follower  %s %s (seen %v ago)\n", peer.Name, state, peer.Active.Round(time.Millisecond))
+	}
+	fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
+	for _, g := range s.Grantors {
+		fmt.Fprintf(p.w, "grantor   %s %s\n", g.Node, g.NATSURL)
+	}
+}
