@@ -28,14 +28,14 @@ type serveFlags struct {
 	clusterListen string
 	routes        []string
 	listen        string
-	data      string
-	natsURL   string
-	sync      string
-	bucket    string
-	replicas  int
-	policy    grantor.Config
-	logFormat string
-	debug     bool
+	data          string
+	natsURL       string
+	sync          string
+	bucket        string
+	replicas      int
+	policy        grantor.Config
+	logFormat     string
+	debug         bool
 }
 
 func newServe(stderr io.Writer) *cobra.Command {
