@@ -20,6 +20,10 @@ const (
 	SubjectRelease = "lease.v1.release"
 	SubjectGet     = "lease.v1.get"
 	SubjectList    = "lease.v1.list"
+	// HeaderTimeout, on a request, tells the service how many milliseconds
+	// the caller will wait for the reply; the service works no longer.
+	HeaderTimeout = "Leased-Timeout-Ms"
+
 	// SubjectRevoke is outside lease.v1 so that NATS permissions can allow
 	// clients "lease.v1.>" and reserve "lease.admin.>" for operators.
 	SubjectRevoke = "lease.admin.v1.revoke"
@@ -165,6 +169,8 @@ func errorBody(verb string, err error) ErrorBody {
 	switch {
 	case errors.As(err, &held):
 		b.Code, b.Holder, b.Token = CodeHeld, held.Holder, uint64(held.Token)
+	case errors.Is(err, kvlease.ErrHeld):
+		b.Code = CodeHeld
 	case errors.Is(err, ErrTooLarge):
 		b.Code = CodeTooLarge
 	case errors.Is(err, ErrLimitExceeded):

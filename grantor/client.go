@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -119,6 +120,9 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 		return fmt.Errorf("grantor: encode %s: %w", subject, err)
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: telemetry.Inject(ctx, nil)}
+	if dl, ok := ctx.Deadline(); ok {
+		msg.Header.Set(HeaderTimeout, strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10))
+	}
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", kvlease.ErrUnavailable, subject, err)

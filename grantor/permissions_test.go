@@ -21,15 +21,11 @@ import (
 func TestRevokeRestrictedByNATSPermissions(t *testing.T) {
 	opts := &server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
-		Users: []*server.User{
-			{Username: "app", Password: "app", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{"lease.v1.>", "_INBOX.>"}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
-			}},
+		Users: []*server.User{appUser("app"), appUser("app2"),
 			{Username: "operator", Password: "operator"},
 			{Username: "leased", Password: "leased", Permissions: &server.Permissions{
 				Publish:   &server.SubjectPermission{Allow: []string{">"}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"lease.>", "$SRV.>", "_INBOX.>", "$JS.>", "$KV.>"}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"lease.>", "$SRV.>", "_INBOX_leased.>"}},
 			}},
 		},
 	}
@@ -43,11 +39,12 @@ func TestRevokeRestrictedByNATSPermissions(t *testing.T) {
 		t.Fatal("server not ready")
 	}
 	url := ns.ClientURL()
-	startOn(t, withUser(url, "leased"), grantor.DefaultConfig())
+	startOnConn(t, kvleasetest.Connect(t, withUser(url, "leased"), nats.CustomInboxPrefix("_INBOX_leased")), grantor.DefaultConfig())
 
 	var mu sync.Mutex
 	var violations []string
 	app := grantor.NewClient(kvleasetest.Connect(t, withUser(url, "app"),
+		nats.CustomInboxPrefix("_INBOX_app"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -77,6 +74,63 @@ func TestRevokeRestrictedByNATSPermissions(t *testing.T) {
 	}
 	if _, err := app.Get(ctx, "guarded"); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("after operator revoke: %v, want ErrNotFound", err)
+	}
+}
+
+// appUser may call lease.v1 and receive replies on its own inbox prefix
+// only: it can neither read other users' replies (grant secrets) nor forge
+// replies, nor revoke.
+func appUser(name string) *server.User {
+	return &server.User{Username: name, Password: name, Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"lease.v1.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_" + name + ".>"}},
+	}}
+}
+
+// Another application user cannot read a grant's reply, which carries the
+// secret.
+func TestAppUsersCannotReadEachOthersReplies(t *testing.T) {
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+		Users: []*server.User{appUser("app"), appUser("app2"),
+			{Username: "leased", Password: "leased", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{">"}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"lease.>", "$SRV.>", "_INBOX_leased.>"}},
+			}},
+		},
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	url := ns.ClientURL()
+	startOnConn(t, kvleasetest.Connect(t, withUser(url, "leased"), nats.CustomInboxPrefix("_INBOX_leased")), grantor.DefaultConfig())
+	violation := make(chan error, 4)
+	spy := kvleasetest.Connect(t, withUser(url, "app2"), nats.CustomInboxPrefix("_INBOX_app2"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violation <- err }))
+	for _, subj := range []string{"_INBOX.>", "_INBOX_app.>", ">"} {
+		sub, err := spy.SubscribeSync(subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-violation:
+			if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				t.Fatalf("subscribe %s: %v", subj, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("app2 may subscribe to %s", subj)
+		}
+		_ = sub.Unsubscribe()
+	}
+	app := grantor.NewClient(kvleasetest.Connect(t, withUser(url, "app"), nats.CustomInboxPrefix("_INBOX_app")))
+	if _, err := app.Grant(t.Context(), kvlease.GrantRequest{Name: "mine", Holder: "app", Duration: 5 * time.Second}); err != nil {
+		t.Fatalf("grant with a private inbox: %v", err)
 	}
 }
 

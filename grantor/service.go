@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -66,6 +67,8 @@ type Service struct {
 
 	svc      micro.Service
 	sem      chan struct{}
+	mu       sync.Mutex // guards stopping and inflight.Add
+	stopping bool
 	inflight sync.WaitGroup
 	holders  holderIndex
 	watcher  *kvlease.Watcher
@@ -89,7 +92,7 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 		tracer:  otel.GetTracerProvider().Tracer(instrumentationName),
 		timeout: 5 * time.Second,
 		sem:     make(chan struct{}, cfg.MaxInFlight),
-		holders: holderIndex{byName: map[string]string{}, rev: map[string]uint64{}, count: map[string]int{}},
+		holders: newHolderIndex(),
 	}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
@@ -114,7 +117,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go s.holders.follow(w)
+	go s.holders.follow(w, s.log)
 	select {
 	case <-w.Synced():
 	case <-ctx.Done():
@@ -150,6 +153,10 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := svc.AddEndpoint("revoke", s.handler(), micro.WithEndpointSubject(SubjectRevoke)); err != nil {
 		return s.fail(err)
 	}
+	// Make sure the server has our subscriptions before we say we serve.
+	if err := s.nc.Flush(); err != nil {
+		return s.fail(err)
+	}
 	s.log.Info("lease service started", "service", ServiceName, "id", svc.Info().ID)
 	return nil
 }
@@ -161,10 +168,15 @@ func (s *Service) fail(err error) error {
 }
 
 // Stop stops taking requests, waits for those in flight to be answered, and
-// stops the holder index. It releases nothing: leases belong to holders.
+// stops the holder index. Requests that still arrive while the endpoints
+// drain are answered "unavailable" at once, so that clients retry on another
+// node instead of waiting. It releases nothing: leases belong to holders.
 func (s *Service) Stop() {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
 	if s.svc != nil {
-		_ = s.svc.Stop() // drains the endpoint subscriptions
+		_ = s.svc.Stop() // drains the endpoint subscriptions (asynchronously)
 	}
 	s.inflight.Wait()
 	if s.watcher != nil {
@@ -181,8 +193,18 @@ func (s *Service) handler() micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		subject, reply, data := req.Subject(), req.Reply(), req.Data()
 		hdr := nats.Header(req.Headers())
-		s.sem <- struct{}{}
+		if reply == "" {
+			return // no one would receive the reply (nor a grant's secret)
+		}
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			s.reply(reply, "", nil, fmt.Errorf("%w: this grantor node is shutting down", kvlease.ErrUnavailable))
+			return
+		}
 		s.inflight.Add(1)
+		s.mu.Unlock()
+		s.sem <- struct{}{}
 		go func() {
 			defer func() { <-s.sem; s.inflight.Done() }()
 			s.serve(subject, reply, hdr, data)
@@ -201,10 +223,15 @@ func (s *Service) unknownVerb(req micro.Request) {
 func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	verb := subject[strings.LastIndexByte(subject, '.')+1:]
 	ctx := telemetry.Extract(context.Background(), hdr)
-	ctx, span := s.tracer.Start(ctx, "lease.v1."+verb, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(kvlease.AttrOutcome.String("")))
+	ctx, span := s.tracer.Start(ctx, subject, trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	// Work no longer than the caller waits: a renewal that lands after the
+	// holder gave up would only make its retry fail as a stale revision.
+	timeout := s.timeout
+	if ms, err := strconv.Atoi(hdr.Get(HeaderTimeout)); err == nil && ms > 0 {
+		timeout = min(timeout, time.Duration(ms)*time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	var resp any
@@ -220,28 +247,39 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	default:
 		resp, err = fn(ctx, data)
 	}
-	msg := &nats.Msg{Subject: reply}
+	code := s.reply(reply, verb, resp, err)
+	span.SetAttributes(kvlease.AttrOutcome.String(code))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+}
+
+// reply answers a request with resp, or with err's code and message, and
+// returns the code ("ok" on success).
+func (s *Service) reply(to, verb string, resp any, err error) string {
+	msg := &nats.Msg{Subject: to}
+	code := "ok"
+	if err == nil {
+		msg.Data, _ = json.Marshal(resp)
+		if len(msg.Data) > int(s.nc.MaxPayload()) {
+			err = fmt.Errorf("%w: reply of %d bytes exceeds the server's max payload; narrow the prefix", ErrTooLarge, len(msg.Data))
+		}
+	}
 	if err != nil {
 		body := errorBody(verb, err)
+		code = body.Code
 		msg.Header = nats.Header{}
 		msg.Header.Set(micro.ErrorCodeHeader, body.Code)
 		msg.Header.Set(micro.ErrorHeader, body.Message)
 		msg.Data, _ = json.Marshal(body)
-		span.SetAttributes(kvlease.AttrOutcome.String(body.Code))
-		span.SetStatus(codes.Error, body.Message)
-		if body.Code == CodeInternal || body.Code == CodeUnavailable {
+		if body.Code == CodeInternal {
 			s.log.Warn("request failed", "verb", verb, "code", body.Code, "err", err)
 		}
-	} else {
-		msg.Data, _ = json.Marshal(resp)
-		span.SetAttributes(kvlease.AttrOutcome.String("ok"))
-	}
-	if reply == "" {
-		return
 	}
 	if err := s.nc.PublishMsg(msg); err != nil {
 		s.log.Warn("reply failed", "verb", verb, "err", err)
 	}
+	return code
 }
 
 // decode reads a JSON request strictly: unknown fields are errors, so a
@@ -282,7 +320,7 @@ func (s *Service) grant(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.holders.set(rec.Name, rec.Holder, rec.Revision)
+	s.holders.granted(rec.Name, rec.Holder, rec.Revision)
 	return toWire(rec, time.Now()), nil
 }
 
@@ -293,7 +331,7 @@ func (s *Service) renew(ctx context.Context, data []byte) (any, error) {
 	}
 	rec, err := s.store.Renew(ctx, kvlease.RenewRequest{
 		Name: req.Name, Holder: req.Holder, Token: kvlease.Token(req.Token), Revision: req.Revision,
-		Duration: time.Duration(req.TTL), Secret: req.Secret,
+		Duration: time.Duration(req.TTL), Secret: req.Secret, SecretRequired: true,
 	})
 	if err != nil {
 		return nil, err
@@ -308,13 +346,12 @@ func (s *Service) release(ctx context.Context, data []byte) (any, error) {
 	}
 	err := s.store.Release(ctx, kvlease.ReleaseRequest{
 		Name: req.Name, Holder: req.Holder, Token: kvlease.Token(req.Token), Revision: req.Revision, Secret: req.Secret,
+		SecretRequired: true,
 	})
 	if err != nil {
 		return nil, err
 	}
-	// The tombstone's revision is above req.Revision: anything at or
-	// below it is older news.
-	s.holders.set(req.Name, "", req.Revision+1)
+	s.holders.released(req.Name, req.Revision)
 	return struct{}{}, nil
 }
 
@@ -386,45 +423,80 @@ func newSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
-// holderIndex counts live leases per holder from the bucket's events.
+// holderIndex counts live leases per holder. It follows the bucket's
+// stream (in revision order) and also applies the service's own grants and
+// releases at once, so that a holder cannot outrun the stream. A local change
+// is remembered ("ahead") until the stream reaches it, so that older stream
+// events cannot undo it; memory stays proportional to live leases.
 type holderIndex struct {
-	mu     sync.Mutex
-	byName map[string]string // lease → holder
-	rev    map[string]uint64 // lease → revision of the newest change applied
-	count  map[string]int    // holder → live leases
+	mu        sync.Mutex
+	watermark uint64          // last revision applied from the stream
+	byName    map[string]held // live leases
+	ahead     map[string]uint64
+	count     map[string]int // holder → live leases
 }
 
-// follow applies the bucket's events. The service also applies its own
-// grants and releases at once (set), so that a holder cannot outrun the
-// stream; both are idempotent, and a late event is corrected by the next.
-func (h *holderIndex) follow(w *kvlease.Watcher) {
+type held struct {
+	holder string
+	rev    uint64
+}
+
+func newHolderIndex() holderIndex {
+	return holderIndex{byName: map[string]held{}, ahead: map[string]uint64{}, count: map[string]int{}}
+}
+
+func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger) {
 	for ev := range w.Events() {
 		holder := ev.Holder
 		if ev.Type.Ends() {
 			holder = ""
 		}
-		h.set(ev.Name, holder, ev.Revision)
+		h.mu.Lock()
+		h.watermark = max(h.watermark, ev.Revision)
+		if ev.Revision >= h.ahead[ev.Name] {
+			delete(h.ahead, ev.Name)
+			h.setLocked(ev.Name, holder, ev.Revision)
+		}
+		h.mu.Unlock()
+	}
+	if err := w.Err(); err != nil {
+		log.Error("per-holder lease counting stopped; limits are no longer enforced accurately", "err", err)
 	}
 }
 
-// set records that name is held by holder ("" for nobody) as of revision
-// rev, unless a newer change is already recorded.
-func (h *holderIndex) set(name, holder string, rev uint64) {
+// granted records this service's grant at revision rev.
+func (h *holderIndex) granted(name, holder string, rev uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if rev < h.rev[name] {
+	if rev <= h.watermark { // the stream got there first
 		return
 	}
-	h.rev[name] = rev
+	h.ahead[name] = rev
+	h.setLocked(name, holder, rev)
+}
+
+// released records this service's release of the tenure at revision rev;
+// the tombstone's own revision is higher, and unknown here.
+func (h *holderIndex) released(name string, rev uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur, ok := h.byName[name]; ok && cur.rev > rev {
+		return // a newer tenure
+	}
+	h.ahead[name] = max(h.ahead[name], rev+1)
+	h.setLocked(name, "", rev+1)
+}
+
+func (h *holderIndex) setLocked(name, holder string, rev uint64) {
 	if old, ok := h.byName[name]; ok {
-		h.count[old]--
-		if h.count[old] == 0 {
-			delete(h.count, old)
+		h.count[old.holder]--
+		if h.count[old.holder] == 0 {
+			delete(h.count, old.holder)
 		}
 		delete(h.byName, name)
 	}
 	if holder != "" {
-		h.byName[name] = holder
+		h.byName[name] = held{holder, rev}
 		h.count[holder]++
 	}
 }

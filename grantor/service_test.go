@@ -33,8 +33,21 @@ func start(t *testing.T, cfg grantor.Config, opts ...grantor.Option) fixture {
 
 func startOn(t *testing.T, url string, cfg grantor.Config, opts ...grantor.Option) fixture {
 	t.Helper()
-	st := kvleasetest.OpenStore(t, url, cfg.StoreOptions()...)
-	svc, err := grantor.New(st, kvleasetest.Connect(t, url), cfg, opts...)
+	f := startOnConn(t, kvleasetest.Connect(t, url), cfg, opts...)
+	f.url = url
+	f.nc = kvleasetest.Connect(t, url)
+	f.client = grantor.NewClient(f.nc)
+	return f
+}
+
+// startOnConn runs the store and the service on nc.
+func startOnConn(t *testing.T, nc *nats.Conn, cfg grantor.Config, opts ...grantor.Option) fixture {
+	t.Helper()
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc), cfg.StoreOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := grantor.New(st, nc, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +55,7 @@ func startOn(t *testing.T, url string, cfg grantor.Config, opts ...grantor.Optio
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Stop)
-	nc := kvleasetest.Connect(t, url)
-	return fixture{url: url, store: st, svc: svc, client: grantor.NewClient(nc), nc: nc}
+	return fixture{store: st, svc: svc}
 }
 
 func TestLeaseLifecycleThroughService(t *testing.T) {
@@ -311,5 +323,29 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := grantor.DefaultConfig().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
+	}
+}
+
+// A tenure granted by a Go program directly on the bucket has no secret:
+// through the service, nobody can renew or release it, even knowing its
+// holder, token and revision.
+func TestServiceRefusesTenuresWithoutSecret(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	rec, err := f.store.Grant(ctx, kvlease.GrantRequest{Name: "direct", Holder: "go-holder", Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.client.Get(ctx, "direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.client.Renew(ctx, kvlease.RenewRequest{Name: "direct", Holder: got.Holder, Token: kvlease.Token(got.Token), Revision: got.Revision})
+	assertCode(t, err, grantor.CodeNotHolder)
+	err = f.client.Release(ctx, kvlease.ReleaseRequest{Name: "direct", Holder: got.Holder, Token: kvlease.Token(got.Token), Revision: got.Revision})
+	assertCode(t, err, grantor.CodeNotHolder)
+	// Its own store still can.
+	if err := f.store.Release(ctx, kvlease.ReleaseRequest{Name: "direct", Holder: "go-holder", Token: rec.Token, Revision: rec.Revision}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -159,6 +159,10 @@ type RenewRequest struct {
 	Revision uint64
 	Duration time.Duration
 	Secret   string // the grant's secret, if it had one
+	// SecretRequired refuses (ErrNotHolder) a tenure granted without a
+	// secret: a service whose callers cannot be trusted to name only their
+	// own tenures sets it.
+	SecretRequired bool
 }
 
 // ReleaseRequest ends a tenure early.
@@ -168,6 +172,8 @@ type ReleaseRequest struct {
 	Token    Token
 	Revision uint64
 	Secret   string // the grant's secret, if it had one
+	// SecretRequired: as in RenewRequest.
+	SecretRequired bool
 }
 
 // Grantor is what a holder needs from a grantor. *Store implements it on the
@@ -254,7 +260,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
 		return Record{}, err
 	}
-	cur, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision, req.Secret)
+	cur, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision, req.Secret, req.SecretRequired)
 	if err != nil {
 		return Record{}, err
 	}
@@ -288,7 +294,7 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
 		return err
 	}
-	if _, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision, req.Secret); err != nil {
+	if _, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision, req.Secret, req.SecretRequired); err != nil {
 		return err
 	}
 	_, err = s.purge(ctx, req.Name, "release", req.Holder, req.Token, "", req.Revision)
@@ -408,7 +414,7 @@ func listClosed(ctx context.Context, w *Watcher) error {
 // the store can tell before writing; the compare-and-set that follows is what
 // makes it exact. Revisions are immutable, so the record at rev is read once
 // (from the cache of our own writes, or by sequence) and compared.
-func (s *Store) verify(ctx context.Context, name, holder string, token Token, rev uint64, secret string) (Record, error) {
+func (s *Store) verify(ctx context.Context, name, holder string, token Token, rev uint64, secret string, required bool) (Record, error) {
 	cur, ok := s.cache.get(name, rev)
 	if !ok {
 		m, err := s.leaderGet(ctx, msgGetRequest{Seq: rev})
@@ -427,6 +433,9 @@ func (s *Store) verify(ctx context.Context, name, holder string, token Token, re
 	if cur.Holder != holder || cur.Token != token {
 		return Record{}, fmt.Errorf("%w: %q is held by %q with token %d, not %q with token %d",
 			ErrNotHolder, name, cur.Holder, cur.Token, holder, token)
+	}
+	if required && cur.secretHash == "" {
+		return Record{}, fmt.Errorf("%w: %q was granted without a secret; only its holder's own store may renew or release it", ErrNotHolder, name)
 	}
 	if !cur.secretMatches(secret) {
 		return Record{}, fmt.Errorf("%w: wrong secret for %q", ErrNotHolder, name)

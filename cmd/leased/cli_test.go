@@ -2,7 +2,9 @@ package main_test
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,6 +83,24 @@ func TestCLI(t *testing.T) {
 	if r := leased(t, url, "ls", "svc."); strings.Contains(r.stdout, "jobs.a") {
 		t.Fatalf("ls svc. listed jobs.a: %s", r.stdout)
 	}
+	// Scripts keep the grant in a file and hand it back.
+	leaseFile := filepath.Join(t.TempDir(), "lease.json")
+	if r := leased(t, url, "acquire", "jobs.f", "--ttl", "30s", "-o", "json"); r.code != 0 {
+		t.Fatal(r.stderr)
+	} else if err := os.WriteFile(leaseFile, []byte(r.stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := leased(t, url, "renew", "jobs.f", "--lease-file", leaseFile, "-o", "json"); r.code != 0 {
+		t.Fatalf("renew --lease-file: %d %s", r.code, r.stderr)
+	} else if err := os.WriteFile(leaseFile, []byte(r.stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := leased(t, url, "release", "jobs.g", "--lease-file", leaseFile); r.code != 2 {
+		t.Fatalf("release of another lease with this file: exit %d", r.code)
+	}
+	if r := leased(t, url, "release", "jobs.f", "--lease-file", leaseFile); r.code != 0 {
+		t.Fatalf("release --lease-file: %d %s", r.code, r.stderr)
+	}
 
 	r = leased(t, url, "renew", "jobs.a", "--holder", "alice", "--token", tok, "--revision", rev, "--secret", grant.Secret, "-o", "json")
 	var renewed grantor.Lease
@@ -120,11 +140,11 @@ func TestCLI(t *testing.T) {
 	event("expired", "jobs.d")
 
 	// acquire --hold keeps renewing until SIGTERM, then releases.
-	hold := exec.Command(leasedBin, "acquire", "jobs.e", "--ttl", "1500ms", "--hold", "--holder", "dave", "--url", url)
+	hold := exec.Command(leasedBin, "acquire", "jobs.e", "--ttl", "3s", "--hold", "--holder", "dave", "--url", url)
 	if err := hold.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
+	for range 2 {
 		event("renewed", "jobs.e")
 		events.mu.Lock() // consume: the next wait must find a later renewal
 		events.all = dropFirst(events.all, `"type":"renewed"`, `"name":"jobs.e"`)
@@ -219,11 +239,16 @@ func TestRunPassesTokenAndExitCode(t *testing.T) {
 // Revoked: the command is stopped before the holder's deadline.
 func TestRunStopsCommandOnRevoke(t *testing.T) {
 	s := startServe(t, "")
-	p := startRun(t, s.url, "--lease", "revoked", "--ttl", "3s", "--", "sleep", "60")
+	// The command starts a process of its own, which must be stopped too.
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := startRun(t, s.url, "--lease", "revoked", "--ttl", "3s", "--", "sh", "-c", "sleep 60 & echo $! > "+pidFile+"; wait")
 	if r := leased(t, s.url, "revoke", "revoked"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
-	deadline := p.deadline(t) // no renewal can succeed after the revocation
+	// Every renewal is logged before the loss is: then the last deadline
+	// logged is the one in force.
+	p.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "lease lost") })
+	deadline := p.deadline(t)
 	err := waitExit(p.cmd, 10*time.Second)
 	exited := time.Now()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+15 {
@@ -231,6 +256,14 @@ func TestRunStopsCommandOnRevoke(t *testing.T) {
 	}
 	if !exited.Before(deadline) {
 		t.Fatalf("command gone at %v, after the holder's deadline %v", exited, deadline)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grandchild, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if grandchild == 0 || running(grandchild) {
+		t.Fatalf("the command's own child (pid %q) survived the lease", b)
 	}
 	t.Logf("command stopped %v before the holder's deadline", deadline.Sub(exited))
 }
@@ -241,6 +274,7 @@ func TestRunStopsCommandWhenServerStops(t *testing.T) {
 	s := startServe(t, "")
 	p := startRun(t, s.url, "--lease", "orphan", "--ttl", "3s", "--", "sleep", "60")
 	s.stop(t)
+	p.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "lease lost") })
 	deadline := p.deadline(t)
 	err := waitExit(p.cmd, 10*time.Second)
 	exited := time.Now()
@@ -251,4 +285,17 @@ func TestRunStopsCommandWhenServerStops(t *testing.T) {
 		t.Fatalf("command gone at %v, after the holder's deadline %v", exited, deadline)
 	}
 	t.Logf("command stopped %v before the holder's deadline", deadline.Sub(exited))
+}
+
+// running reports whether pid is a live process (not gone, not a zombie
+// waiting for init to reap it).
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }

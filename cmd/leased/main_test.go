@@ -3,6 +3,7 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,7 +102,9 @@ type result struct {
 // leased runs the CLI against url and returns what it printed and its exit code.
 func leased(t *testing.T, url string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(leasedBin, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, leasedBin, args...)
 	cmd.Env = append(os.Environ(), "LEASED_URL="+url)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

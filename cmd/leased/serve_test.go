@@ -39,6 +39,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--default-ttl", "2h"},
 		{"serve", "--no-such-flag"},
 		{"serve", "extra-arg"},
+		{"serve", "--nats-url", "nats://127.0.0.1:1", "--sync", "unsafe-interval"},
 	} {
 		if r := leased(t, "", append(args, "--data", t.TempDir())...); r.code != 2 {
 			t.Errorf("leased %v: exit %d (%s), want 2", args, r.code, r.stderr)

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,11 +84,11 @@ func newRenew(stdout io.Writer) *cobra.Command {
 	var h holderFlags
 	var ttl time.Duration
 	cmd := &cobra.Command{
-		Use:   "renew NAME --token N --revision R --secret S",
+		Use:   "renew NAME (--lease-file F | --holder H --token N --revision R --secret S)",
 		Short: "Renew a lease once (prints the new revision)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := h.check(); err != nil {
+			if err := h.resolve(args[0], &c, cmd.InOrStdin()); err != nil {
 				return err
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
@@ -95,9 +97,11 @@ func newRenew(stdout io.Writer) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				p := c.printer(stdout)
-				p.lease(grantor.Lease{Name: rec.Name, Holder: rec.Holder, Token: uint64(rec.Token), Revision: rec.Revision,
-					TTL: grantor.Duration(rec.Duration), ServerTTL: grantor.Duration(rec.TTL), ExpiresAt: rec.ExpiresAt()})
+				// The secret is passed through, so that the output can serve as
+				// the next --lease-file.
+				c.printer(stdout).lease(grantor.Lease{Name: rec.Name, Holder: rec.Holder, Token: uint64(rec.Token),
+					Revision: rec.Revision, TTL: grantor.Duration(rec.Duration), ServerTTL: grantor.Duration(rec.TTL),
+					ExpiresAt: rec.ExpiresAt(), Secret: h.secret})
 				return nil
 			})
 		},
@@ -112,11 +116,11 @@ func newRelease(stdout io.Writer) *cobra.Command {
 	var c connFlags
 	var h holderFlags
 	cmd := &cobra.Command{
-		Use:   "release NAME --token N --revision R --secret S",
+		Use:   "release NAME (--lease-file F | --holder H --token N --revision R --secret S)",
 		Short: "Release a lease",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := h.check(); err != nil {
+			if err := h.resolve(args[0], &c, cmd.InOrStdin()); err != nil {
 				return err
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
@@ -135,22 +139,46 @@ func newRelease(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-// holderFlags identify a tenure for renew and release.
+// holderFlags identify a tenure for renew and release: from --lease-file
+// (what `acquire -o json` printed), or from flags.
 type holderFlags struct {
+	leaseFile       string
 	token, revision uint64
 	secret          string
 }
 
 func (h *holderFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	fs.StringVar(&h.leaseFile, "lease-file", "", "file holding `acquire -o json` output (- for stdin): supplies holder, token, revision and secret")
 	fs.Uint64Var(&h.token, "token", 0, "fencing token from the grant")
 	fs.Uint64Var(&h.revision, "revision", 0, "current revision (from the grant or the last renewal)")
-	fs.StringVar(&h.secret, "secret", "", "secret from the grant")
+	fs.StringVar(&h.secret, "secret", os.Getenv("LEASED_SECRET"), "secret from the grant (env LEASED_SECRET; prefer --lease-file: arguments show in ps)")
 }
 
-func (h *holderFlags) check() error {
+// resolve fills the tenure from --lease-file, and checks that it is complete.
+func (h *holderFlags) resolve(name string, c *connFlags, stdin io.Reader) error {
+	if h.leaseFile != "" {
+		var b []byte
+		var err error
+		if h.leaseFile == "-" {
+			b, err = io.ReadAll(stdin)
+		} else {
+			b, err = os.ReadFile(h.leaseFile)
+		}
+		if err != nil {
+			return usageError{fmt.Errorf("--lease-file: %w", err)}
+		}
+		var l grantor.Lease
+		if err := json.Unmarshal(b, &l); err != nil {
+			return usageError{fmt.Errorf("--lease-file: not `leased acquire -o json` output: %w", err)}
+		}
+		if l.Name != name {
+			return usageError{fmt.Errorf("--lease-file is for lease %q, not %q", l.Name, name)}
+		}
+		c.holder, h.token, h.revision, h.secret = l.Holder, l.Token, l.Revision, l.Secret
+	}
 	if h.token == 0 || h.revision == 0 || h.secret == "" {
-		return usageError{errors.New("--token, --revision and --secret (from acquire -o json) are required")}
+		return usageError{errors.New("--lease-file, or --holder, --token, --revision and --secret, are required")}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -39,10 +40,13 @@ holder's deadline) it sends the command SIGTERM, then SIGKILL after --grace.
 The grace is carved out of the lease: run gives up --grace before the
 holder's deadline, so that the command is gone by the deadline.
 
-The exit code is the command's (128+signal if it was killed), or 3 if the
-lease was held by someone else and the command never started. SIGINT and
-SIGTERM to run are passed on to the command; the lease is released when the
-command has exited.`,
+The command runs in a process group of its own: stopping it stops everything
+it started. If run itself is killed, the command is killed too.
+
+The exit code is the command's (128+signal if it was stopped, 127 if it could
+not be started), or 3 if the lease was held by someone else and the command
+never started. On SIGINT or SIGTERM, run stops the command the same way
+(SIGTERM, then SIGKILL after --grace) and releases the lease.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
 				return usageError{errors.New("want -- COMMAND [ARGS...] after the flags")}
@@ -53,6 +57,9 @@ command has exited.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if grace < 0 {
+				return usageError{fmt.Errorf("--grace %v is negative", grace)}
+			}
 			if grace == 0 {
 				grace = min(2*time.Second, ttl/10)
 			}
@@ -96,13 +103,20 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 	}
 	child := exec.Command(args[0], args[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
+	// The command gets a process group of its own, so that stopping it
+	// stops what it started too; and it is killed if `leased run` dies
+	// (Pdeathsig follows the thread that started it: keep that thread).
+	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	child.Env = append(os.Environ(),
 		"LEASED_LEASE="+name,
 		"LEASED_TOKEN="+strconv.FormatUint(uint64(l.Token()), 10),
 		"LEASED_HOLDER="+c.holder)
 	if err := child.Start(); err != nil {
 		_ = k.Close(context.Background())
-		return usageError{fmt.Errorf("start %s: %w", args[0], err)}
+		fmt.Fprintf(stderr, "leased: start %s: %v\n", args[0], err)
+		return exitStatus(127) // as shells do for a command that cannot run
 	}
 	log.Info("holding lease; command started", "token", l.Token(), "pid", child.Process.Pid,
 		"deadline", l.Deadline().Add(grace).Format(time.RFC3339Nano))
@@ -112,6 +126,9 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 	var waitErr error
 	select {
 	case waitErr = <-exited:
+		// The command is done; what it left running must not outlive the
+		// lease, which is released next.
+		reapGroup(child.Process.Pid, grace)
 	case <-k.Done():
 		log.Warn("lease lost; stopping the command", "reason", k.Err(),
 			"kill_at", time.Now().Add(grace).Format(time.RFC3339Nano))
@@ -127,18 +144,41 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 	return childStatus(waitErr)
 }
 
-// stop sends SIGTERM, then SIGKILL after grace, and returns Wait's result.
+// stop sends the command's process group SIGTERM, then SIGKILL when the
+// grace ends, and returns Wait's result. Whatever else of the group is still
+// running when the command exits gets the rest of the grace, then SIGKILL:
+// nothing the command started outlives the lease.
 func stop(child *exec.Cmd, exited <-chan error, grace time.Duration) error {
-	_ = child.Process.Signal(syscall.SIGTERM)
+	pgid := child.Process.Pid
+	end := time.Now().Add(grace)
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	t := time.NewTimer(grace)
 	defer t.Stop()
+	var err error
 	select {
-	case err := <-exited:
-		return err
+	case err = <-exited:
 	case <-t.C:
-		_ = child.Process.Kill()
-		return <-exited
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		err = <-exited
 	}
+	reapGroup(pgid, time.Until(end))
+	return err
+}
+
+// reapGroup stops what is left of a process group: SIGTERM, then SIGKILL
+// after grace. The group's members are not our children, so there is no
+// event for their exit: it checks every 20 ms.
+func reapGroup(pgid int, grace time.Duration) {
+	if syscall.Kill(-pgid, 0) != nil {
+		return // nothing left
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	for end := time.Now().Add(grace); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if syscall.Kill(-pgid, 0) != nil {
+			return
+		}
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
 func childStatus(err error) error {

@@ -53,7 +53,17 @@ instead of starting one.
 It runs until SIGINT or SIGTERM, then stops taking requests, answers those in
 flight, and exits. It releases no lease: leases belong to their holders.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f, stderr) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.natsURL != "" {
+				for _, name := range []string{"listen", "data", "sync", "cluster-name", "cluster-listen", "routes", "name"} {
+					if cmd.Flags().Changed(name) {
+						return usageError{fmt.Errorf("--%s configures the embedded server; with --nats-url, configure the NATS servers "+
+							"themselves (for durability: jetstream { sync_interval: always })", name)}
+					}
+				}
+			}
+			return serve(cmd.Context(), f, stderr)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "client listen address host:port of the embedded server (port 0 picks a free one)")
