@@ -24,6 +24,10 @@ const (
 	// the caller will wait for the reply; the service works no longer.
 	HeaderTimeout = "Leased-Timeout-Ms"
 
+	SubjectRegister   = "svc.v1.register"
+	SubjectDeregister = "svc.v1.deregister"
+	SubjectDiscover   = "svc.v1.discover"
+
 	// SubjectRevoke is outside lease.v1 so that NATS permissions can allow
 	// clients "lease.v1.>" and reserve "lease.admin.>" for operators.
 	SubjectRevoke = "lease.admin.v1.revoke"
@@ -183,7 +187,7 @@ func errorBody(verb string, err error) ErrorBody {
 		b.Code = CodeConflict
 	case errors.Is(err, kvlease.ErrNotHolder):
 		b.Code = CodeNotHolder
-	case errors.Is(err, kvlease.ErrNotFound) && (verb == "renew" || verb == "release"):
+	case errors.Is(err, kvlease.ErrNotFound) && (verb == "renew" || verb == "release" || verb == "deregister"):
 		b.Code = CodeExpired
 	case errors.Is(err, kvlease.ErrNotFound):
 		b.Code = CodeNotFound

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +46,19 @@ func WithNodeName(name string) Option {
 	return func(s *Service) error { s.node = name; return nil }
 }
 
+// WithGossip gives the service a gossip view: discovery reports each
+// instance's suspicion level (suspect at or above threshold), and the
+// registrations of nodes gossip declares dead are removed at once.
+func WithGossip(g Gossip, threshold float64) Option {
+	return func(s *Service) error {
+		if threshold <= 0 {
+			return fmt.Errorf("%w: suspicion threshold %v must be positive", ErrConfig, threshold)
+		}
+		s.gossip, s.threshold = g, threshold
+		return nil
+	}
+}
+
 // WithRequestTimeout bounds each request's work at the bucket. Default 5 s.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(s *Service) error {
@@ -64,6 +79,10 @@ type Service struct {
 	tracer  trace.Tracer
 	timeout time.Duration
 	node    string
+
+	gossip    Gossip
+	threshold float64
+	registry  *Registry
 
 	svc      micro.Service
 	sem      chan struct{}
@@ -100,11 +119,15 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 		}
 	}
 	s.handlers = map[string]handlerFunc{
-		"grant":   s.grant,
-		"renew":   s.renew,
-		"release": s.release,
-		"get":     s.get,
-		"list":    s.list,
+		SubjectGrant:      s.grant,
+		SubjectRenew:      s.renew,
+		SubjectRelease:    s.release,
+		SubjectGet:        s.get,
+		SubjectList:       s.list,
+		SubjectRevoke:     s.revoke,
+		SubjectRegister:   s.register,
+		SubjectDeregister: s.deregister,
+		SubjectDiscover:   s.discover,
 	}
 	return s, nil
 }
@@ -125,6 +148,10 @@ func (s *Service) Start(ctx context.Context) error {
 		return ctx.Err()
 	}
 	s.watcher = w
+	if s.registry, err = NewRegistry(ctx, s.store, s.gossip, s.threshold, s.log); err != nil {
+		w.Stop()
+		return err
+	}
 
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        ServiceName,
@@ -134,24 +161,25 @@ func (s *Service) Start(ctx context.Context) error {
 	})
 	if err != nil {
 		w.Stop()
+		s.registry.Stop()
 		return fmt.Errorf("grantor: add service: %w", err)
 	}
 	s.svc = svc
-	g := svc.AddGroup("lease.v1")
-	for _, verb := range []string{"grant", "renew", "release", "get", "list"} {
-		if err := g.AddEndpoint(verb, s.handler()); err != nil {
+	for _, subject := range slices.Sorted(maps.Keys(s.handlers)) {
+		// lease.v1.grant → lease-grant, svc.v1.discover → svc-discover
+		name := strings.ReplaceAll(strings.ReplaceAll(subject, ".v1.", "-"), ".", "-")
+		if err := svc.AddEndpoint(name, s.handler(), micro.WithEndpointSubject(subject)); err != nil {
 			return s.fail(err)
 		}
 	}
-	// The catch-all sees a copy of every lease.v1 request (its own queue
-	// group) and answers only those no other endpoint takes.
-	if err := svc.AddEndpoint("unknown", micro.HandlerFunc(s.unknownVerb), micro.WithEndpointSubject("lease.v1.>"),
-		micro.WithEndpointQueueGroup("leased-unknown"),
-		micro.WithEndpointMetadata(map[string]string{"description": "answers unknown verbs with invalid_argument"})); err != nil {
-		return s.fail(err)
-	}
-	if err := svc.AddEndpoint("revoke", s.handler(), micro.WithEndpointSubject(SubjectRevoke)); err != nil {
-		return s.fail(err)
+	// The catch-alls see a copy of every request of their API (in a queue
+	// group of their own) and answer only those no other endpoint takes.
+	for _, api := range []string{"lease.v1", "svc.v1"} {
+		if err := svc.AddEndpoint("unknown-"+strings.TrimSuffix(api, ".v1"), micro.HandlerFunc(s.unknownVerb), micro.WithEndpointSubject(api+".>"),
+			micro.WithEndpointQueueGroup("leased-unknown"),
+			micro.WithEndpointMetadata(map[string]string{"description": "answers unknown verbs with invalid_argument"})); err != nil {
+			return s.fail(err)
+		}
 	}
 	// Make sure the server has our subscriptions before we say we serve.
 	if err := s.nc.Flush(); err != nil {
@@ -164,6 +192,7 @@ func (s *Service) Start(ctx context.Context) error {
 func (s *Service) fail(err error) error {
 	_ = s.svc.Stop()
 	s.watcher.Stop()
+	s.registry.Stop()
 	return fmt.Errorf("grantor: add endpoint: %w", err)
 }
 
@@ -181,6 +210,9 @@ func (s *Service) Stop() {
 	s.inflight.Wait()
 	if s.watcher != nil {
 		s.watcher.Stop()
+	}
+	if s.registry != nil {
+		s.registry.Stop()
 	}
 }
 
@@ -214,7 +246,7 @@ func (s *Service) handler() micro.Handler {
 
 func (s *Service) unknownVerb(req micro.Request) {
 	subject := req.Subject()
-	if _, known := s.handlers[strings.TrimPrefix(subject, "lease.v1.")]; known {
+	if _, known := s.handlers[subject]; known {
 		return // the verb's own endpoint answers
 	}
 	s.handler().Handle(req)
@@ -236,14 +268,12 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 
 	var resp any
 	var err error
-	fn, ok := s.handlers[verb]
+	fn, ok := s.handlers[subject]
 	switch {
 	case len(data) > s.cfg.MaxRequestBytes:
 		err = fmt.Errorf("%w: request of %d bytes, limit %d", ErrTooLarge, len(data), s.cfg.MaxRequestBytes)
-	case subject == SubjectRevoke:
-		resp, err = s.revoke(ctx, data)
-	case !ok || !strings.HasPrefix(subject, "lease.v1.") || strings.Count(subject, ".") != 2:
-		err = fmt.Errorf("%w: unknown verb %q (have grant, renew, release, get, list)", ErrInvalidRequest, subject)
+	case !ok:
+		err = fmt.Errorf("%w: unknown subject %q (see docs/api.md)", ErrInvalidRequest, subject)
 	default:
 		resp, err = fn(ctx, data)
 	}
@@ -280,6 +310,14 @@ func (s *Service) reply(to, verb string, resp any, err error) string {
 		s.log.Warn("reply failed", "verb", verb, "err", err)
 	}
 	return code
+}
+
+func encodeJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	return b, nil
 }
 
 // decode reads a JSON request strictly: unknown fields are errors, so a

@@ -23,6 +23,8 @@ import (
 
 type serveFlags struct {
 	natsFlags
+	gossip        gossipFlags
+	threshold     float64
 	name          string
 	clusterName   string
 	clusterListen string
@@ -83,6 +85,8 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl.DurationVar(&f.policy.GrantorMargin, "grantor-margin", f.policy.GrantorMargin, "added to every duration before rounding up to the server TTL")
 	fl.IntVar(&f.policy.MaxLeasesPerHolder, "max-leases-per-holder", f.policy.MaxLeasesPerHolder, "live leases one holder may have (0: no limit)")
 	fl.IntVar(&f.policy.MaxAttributeBytes, "max-attribute-bytes", f.policy.MaxAttributeBytes, "total size of a lease's attributes")
+	f.gossip.register(fl, "gossip address host:port of this grantor (enables gossip: suspicion levels in discovery, removal of dead nodes' registrations)")
+	fl.Float64Var(&f.threshold, "suspicion-threshold", 8, "suspicion level (phi) at which discovery calls an instance suspect")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.BoolVar(&f.debug, "debug", false, "log debug messages, including the NATS server's")
 	return cmd
@@ -144,7 +148,16 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc, err := grantor.New(st, nc, f.policy, grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)))
+	svcOpts := []grantor.Option{grantor.WithLogger(log), grantor.WithNodeName(nodeName(f))}
+	if f.gossip.enabled() {
+		gn, err := f.gossip.start(nodeName(f), map[string]string{"role": "grantor", "nats_url": url}, log)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = gn.Leave(time.Second); _ = gn.Shutdown() }()
+		svcOpts = append(svcOpts, grantor.WithGossip(gn, f.threshold))
+	}
+	svc, err := grantor.New(st, nc, f.policy, svcOpts...)
 	if err != nil {
 		return usageError{err}
 	}

@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/membership"
+)
+
+// gossipFlags configure membership for serve and register.
+type gossipFlags struct {
+	listen  string
+	seeds   []string
+	profile string
+}
+
+func (g *gossipFlags) register(fs *pflag.FlagSet, listenHelp string) {
+	fs.StringVar(&g.listen, "gossip-listen", "", listenHelp)
+	fs.StringSliceVar(&g.seeds, "gossip-seeds", nil, "gossip addresses host:port of members to join (comma-separated)")
+	fs.StringVar(&g.profile, "gossip-profile", "lan", "gossip timing: lan, or test (fast probes; loopback only)")
+}
+
+func (g *gossipFlags) enabled() bool { return g.listen != "" || len(g.seeds) > 0 }
+
+// start joins gossip as name with meta; it returns nil if gossip is off.
+func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logger) (*membership.Node, error) {
+	if !g.enabled() {
+		return nil, nil
+	}
+	var cfg membership.Config
+	switch g.profile {
+	case "lan":
+		cfg = membership.DefaultConfig(name)
+	case "test":
+		cfg = membership.TestConfig(name)
+	default:
+		return nil, usageError{fmt.Errorf("--gossip-profile %q: want lan or test", g.profile)}
+	}
+	if g.listen != "" {
+		host, port, err := net.SplitHostPort(g.listen)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--gossip-listen %q: %v", g.listen, err)}
+		}
+		if cfg.BindPort, err = strconv.Atoi(port); err != nil {
+			return nil, usageError{fmt.Errorf("--gossip-listen %q: bad port", g.listen)}
+		}
+		cfg.BindAddr = host
+	}
+	cfg.Meta, cfg.Logger = meta, log.With("component", "gossip")
+	if err := cfg.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	node, err := membership.Start(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(g.seeds) > 0 {
+		if _, err := node.Join(g.seeds); err != nil {
+			_ = node.Shutdown()
+			return nil, err
+		}
+	}
+	log.Info("joined gossip", "node", node.Name(), "addr", node.Addr(), "seeds", g.seeds)
+	return node, nil
+}
+
+func newRegister(stdout, stderr io.Writer) *cobra.Command {
+	var c connFlags
+	var g gossipFlags
+	var addr, node string
+	var ttl time.Duration
+	var meta []string
+	cmd := &cobra.Command{
+		Use:   "register SERVICE INSTANCE --addr HOST:PORT",
+		Short: "Register a service instance and keep it registered until interrupted",
+		Long: `register registers INSTANCE of SERVICE (the lease svc.SERVICE.INSTANCE) with its
+address and metadata, keeps it renewed, and deregisters it on SIGINT or
+SIGTERM. If this process dies, the registration lapses by --ttl; with
+--gossip-seeds it also joins the grantors' gossip, and if gossip declares it
+dead the grantors remove the registration at once (cause "gossip"), usually
+within seconds. Exit code 5 if the registration is lost while running.`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := parseAttrs(meta)
+			if err != nil {
+				return err
+			}
+			log, _ := newLogger(stderr, "text", slog.LevelInfo)
+			reg := grantor.Registration{Service: args[0], Instance: args[1], Addr: addr, Meta: m}
+			if err := reg.Validate(); err != nil {
+				return usageError{err}
+			}
+			if g.enabled() {
+				if node == "" {
+					node = args[0] + "-" + args[1] + "-" + strconv.Itoa(os.Getpid())
+				}
+				gn, err := g.start(node, map[string]string{"role": "instance", "service": args[0]}, log)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = gn.Leave(time.Second); _ = gn.Shutdown() }()
+				reg.Node = gn.Name()
+			}
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				k, err := grantor.Register(ctx, c.client(nc), reg, c.holder, ttl)
+				if err != nil {
+					return err
+				}
+				l := k.Lease()
+				c.printer(stdout).obj(map[string]any{"service": reg.Service, "instance": reg.Instance, "addr": reg.Addr,
+					"node": reg.Node, "token": l.Token(), "lease": l.Name()})
+				select {
+				case <-ctx.Done():
+					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					return k.Close(rctx)
+				case <-k.Done():
+					return fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
+				}
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	g.register(cmd.Flags(), "gossip address host:port of this instance (default: a free port on 127.0.0.1 when --gossip-seeds is given)")
+	cmd.Flags().StringVar(&addr, "addr", "", "the instance's address, host:port (required)")
+	cmd.Flags().StringVar(&node, "node", "", "gossip node name (default: SERVICE-INSTANCE-PID)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "registration lease duration")
+	cmd.Flags().StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
+	return cmd
+}
+
+func newDiscover(stdout io.Writer) *cobra.Command {
+	var c connFlags
+	var maxSuspicion float64
+	cmd := &cobra.Command{
+		Use:   "discover SERVICE",
+		Short: "List the registered instances of a service, with their gossip suspicion levels",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				rep, err := c.client(nc).Discover(ctx, args[0], maxSuspicion)
+				if err != nil {
+					return err
+				}
+				p := c.printer(stdout)
+				if p.json {
+					p.obj(rep)
+					return nil
+				}
+				tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "INSTANCE\tADDR\tNODE\tSUSPICION\tTOKEN\tEXPIRES IN")
+				for _, in := range rep.Instances {
+					susp := "-"
+					if in.Gossip {
+						susp = strconv.FormatFloat(in.Suspicion, 'f', 1, 64)
+						if in.Suspect {
+							susp += " (suspect)"
+						}
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\n", in.Instance, in.Addr, in.Node, susp, in.Token,
+						time.Until(in.ExpiresAt).Round(100*time.Millisecond))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	cmd.Flags().Float64Var(&maxSuspicion, "max-suspicion", 0, "leave out instances whose suspicion is at or above this (0: keep all)")
+	return cmd
+}

@@ -1,0 +1,189 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// startGossipServe runs `leased serve` with gossip on a free port (fast
+// gossip profile: a silent node is suspect within a second and declared dead
+// within about three).
+func startGossipServe(t *testing.T) (*server, string) {
+	t.Helper()
+	gossip := "127.0.0.1:" + itoa(freePorts(t, 1)[0])
+	s := startServe(t, "", "--name", "grantor-1", "--gossip-listen", gossip, "--gossip-profile", "fast")
+	return s, gossip
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// startRegister runs `leased register` for web/inst, joined to gossip (if
+// seed is not empty), and waits until discovery shows it.
+func startRegister(t *testing.T, url, seed, inst, ttl string) *exec.Cmd {
+	t.Helper()
+	args := []string{"register", "web", inst, "--addr", "127.0.0.1:8080", "--ttl", ttl, "--url", url}
+	if seed != "" {
+		args = append(args, "--gossip-seeds", seed, "--gossip-profile", "fast")
+	}
+	cmd := exec.Command(leasedBin, args...)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	readLines(out).wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"instance":"`+inst+`"`) })
+	return cmd
+}
+
+func discover(t *testing.T, url string) grantor.DiscoverReply {
+	t.Helper()
+	r := leased(t, url, "discover", "web", "-o", "json")
+	var rep grantor.DiscoverReply
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil {
+		t.Fatalf("discover: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	return rep
+}
+
+func instance(rep grantor.DiscoverReply, inst string) (grantor.Instance, bool) {
+	for _, in := range rep.Instances {
+		if in.Instance == inst {
+			return in, true
+		}
+	}
+	return grantor.Instance{}, false
+}
+
+// A registered instance process killed with SIGKILL disappears from
+// discovery within seconds, removed on gossip's word (cause "gossip"), long
+// before its 30 s TTL. LEASED_LONG=1 runs 10 trials instead of 3.
+func TestRegistrationRemovedWhenGossipDeclaresDead(t *testing.T) {
+	s, gossip := startGossipServe(t)
+	st := kvleasetest.OpenStore(t, s.url, kvlease.WithoutCreate())
+	w, err := st.Watch(t.Context(), grantor.RegistrationPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	trials := 3
+	if longTests() {
+		trials = 10
+	}
+	var took []time.Duration
+	for i := range trials {
+		inst := "k" + itoa(i)
+		reg := startRegister(t, s.url, gossip, inst, "30s")
+		if in, ok := instance(discover(t, s.url), inst); !ok || !in.Gossip || in.Suspect {
+			t.Fatalf("discovery before the kill: %+v (found %v)", in, ok)
+		}
+		killed := time.Now()
+		if err := reg.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		ev := nextEventOf(t, w, 10*time.Second, "svc.web."+inst)
+		d := time.Since(killed)
+		if ev.Type != kvlease.EventRevoked || !strings.HasPrefix(ev.Reason, "gossip") {
+			t.Fatalf("registration ended by %v (%q), want a gossip revocation", ev.Type, ev.Reason)
+		}
+		if _, ok := instance(discover(t, s.url), inst); ok {
+			t.Fatal("still in discovery after the gossip revocation")
+		}
+		took = append(took, d)
+	}
+	t.Logf("removed after SIGKILL in %v (p50 %v, max %v)", took, percentile(took, 0.5), percentile(took, 1))
+	if m := percentile(took, 1); m > 5*time.Second {
+		t.Fatalf("slowest removal %v, want within 5 s", m)
+	}
+}
+
+func nextEventOf(t *testing.T, w *kvlease.Watcher, timeout time.Duration, name string) kvlease.Event {
+	t.Helper()
+	tm := time.After(timeout)
+	for {
+		select {
+		case ev := <-w.Events():
+			if ev.Name == name && ev.Type.Ends() {
+				return ev
+			}
+		case <-tm:
+			t.Fatalf("%s did not end within %v", name, timeout)
+		}
+	}
+}
+
+// A paused instance (SIGSTOP) becomes suspect in discovery while its lease
+// is still valid, and after SIGCONT it is trusted again, with the same
+// registration (no re-registering).
+func TestPausedInstanceSuspectThenRecovers(t *testing.T) {
+	s, gossip := startGossipServe(t)
+	reg := startRegister(t, s.url, gossip, "p1", "30s")
+	before, _ := instance(discover(t, s.url), "p1")
+	if err := reg.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	suspect := waitInstance(t, s.url, "p1", func(in grantor.Instance) bool { return in.Suspect })
+	took := time.Since(stopped)
+	if err := reg.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if !time.Now().Before(suspect.ExpiresAt) {
+		t.Fatal("the lease lapsed before the instance was suspected")
+	}
+	recovered := waitInstance(t, s.url, "p1", func(in grantor.Instance) bool { return !in.Suspect })
+	if recovered.Token != before.Token {
+		t.Fatalf("token %d after recovery, %d before: it re-registered", recovered.Token, before.Token)
+	}
+	t.Logf("suspect (%.1f ≥ %.0f) %v after SIGSTOP; trusted again after SIGCONT (suspicion %.1f), same token %d",
+		suspect.Suspicion, discover(t, s.url).Threshold, took.Round(time.Millisecond), recovered.Suspicion, recovered.Token)
+}
+
+// waitInstance asks discovery until inst satisfies ok. Suspicion changes
+// continuously inside the grantor; discovery is how a client sees it, so
+// this asks every 50 ms (there is no event on the client side to wait on).
+func waitInstance(t *testing.T, url, inst string, ok func(grantor.Instance) bool) grantor.Instance {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if in, found := instance(discover(t, url), inst); found && ok(in) {
+			return in
+		} else if !found {
+			t.Fatalf("%s left discovery", inst)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: condition not reached", inst)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Without gossip, a dead instance's registration still lapses by its TTL.
+func TestRegistrationLapsesByTTLWithoutGossip(t *testing.T) {
+	s := startServe(t, "")
+	st := kvleasetest.OpenStore(t, s.url, kvlease.WithoutCreate())
+	w, err := st.Watch(t.Context(), grantor.RegistrationPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	reg := startRegister(t, s.url, "", "t1", "2s")
+	if in, ok := instance(discover(t, s.url), "t1"); !ok || in.Gossip {
+		t.Fatalf("discovery: %+v %v", in, ok)
+	}
+	killed := time.Now()
+	_ = reg.Process.Signal(syscall.SIGKILL)
+	ev := nextEventOf(t, w, 10*time.Second, "svc.web.t1")
+	if ev.Type != kvlease.EventExpired {
+		t.Fatalf("registration ended by %v, want expiry by TTL", ev.Type)
+	}
+	t.Logf("lapsed by TTL %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
+}

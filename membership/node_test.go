@@ -1,0 +1,326 @@
+package membership_test
+
+import (
+	"errors"
+	"maps"
+	"net"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/membership"
+	"github.com/leased/leased/membership/membershiptest"
+)
+
+// These tests run real memberlist instances on 127.0.0.1 with ProfileTest
+// and wait on events, never on guessed sleeps.
+
+const wait = membershiptest.Timeout
+
+func TestClusterConverges(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "c", "a", "b") // "c" is the seed
+	addrs := map[string]string{}
+	for _, n := range nodes {
+		addrs[n.Name()] = n.Addr()
+	}
+	for _, n := range nodes {
+		ms := n.Members()
+		if got := membershiptest.Names(ms); !slices.Equal(got, []string{"a", "b", "c"}) {
+			t.Fatalf("%s: members %v", n.Name(), got)
+		}
+		for _, m := range ms {
+			if m.State != membership.StateAlive || m.Addr != addrs[m.Name] {
+				t.Errorf("%s sees %+v, want alive at %s", n.Name(), m, addrs[m.Name])
+			}
+			if m.Name == n.Name() && m.Suspicion != 0 {
+				t.Errorf("%s: own suspicion %v", n.Name(), m.Suspicion)
+			}
+		}
+		if m, ok := n.Member(n.Name()); !ok || m.Addr != n.Addr() {
+			t.Errorf("%s: Member(self) = %+v, %v", n.Name(), m, ok)
+		}
+		if _, ok := n.Member("nobody"); ok {
+			t.Errorf("%s: Member(nobody) found", n.Name())
+		}
+		if h := n.LocalHealth(); h < 0 {
+			t.Errorf("%s: health %d", n.Name(), h)
+		}
+	}
+	if _, port, _ := net.SplitHostPort(nodes[0].Addr()); port == "0" {
+		t.Errorf("Addr %s does not name the bound port", nodes[0].Addr())
+	}
+}
+
+// TestProbeSamples waits for memberlist's direct probes to give RTT and
+// clock samples (each node probes one member per 100 ms).
+func TestProbeSamples(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "a", "b")
+	a := nodes[0]
+	deadline := time.Now().Add(wait)
+	for {
+		rtt, ok := a.RTT("b")
+		offset, rtt2, ok2 := a.ClockOffset("b")
+		if ok && ok2 {
+			if rtt <= 0 || rtt > time.Second || rtt2 <= 0 {
+				t.Errorf("rtt %v / %v", rtt, rtt2)
+			}
+			// Same machine, same clock: the estimate is off only by
+			// scheduling delays.
+			if offset.Abs() > rtt2/2+250*time.Millisecond {
+				t.Errorf("clock offset %v with rtt %v on one machine", offset, rtt2)
+			}
+			t.Logf("rtt %v, clock offset %v", rtt, offset)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no probe sample")
+		}
+		time.Sleep(20 * time.Millisecond) // polling for a sample, not waiting for time to pass
+	}
+	if _, ok := a.RTT("nobody"); ok {
+		t.Error("RTT for an unknown member")
+	}
+}
+
+func TestMetadata(t *testing.T) {
+	meta := func(name string) map[string]string {
+		return map[string]string{"role": "grantor", "nats_url": "nats://127.0.0.1:42" + name, "version": "v0"}
+	}
+	var cfgs []membership.Config
+	for _, name := range []string{"1", "2", "3"} {
+		c := membership.TestConfig(name)
+		c.Meta = meta(name)
+		cfgs = append(cfgs, c)
+	}
+	nodes := membershiptest.Start(t, cfgs...)
+	for _, n := range nodes {
+		for _, m := range n.Members() {
+			if !maps.Equal(m.Meta, meta(m.Name)) {
+				t.Errorf("%s sees %s with %v", n.Name(), m.Name, m.Meta)
+			}
+		}
+	}
+	// Snapshots are copies.
+	m, _ := nodes[0].Member("2")
+	m.Meta["role"] = "changed"
+	if again, _ := nodes[0].Member("2"); again.Meta["role"] != "grantor" {
+		t.Error("Member returned shared metadata")
+	}
+
+	// An update reaches the others as EventUpdate.
+	updated := map[string]string{"role": "draining"}
+	if err := nodes[0].UpdateMeta(updated, wait); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes[1:] {
+		e, skipped := membershiptest.WaitFor(t, n, wait, membershiptest.Is(membership.EventUpdate, "1"))
+		if !maps.Equal(e.Member.Meta, updated) {
+			t.Errorf("%s: update carries %v (skipped %s)", n.Name(), e.Member.Meta, membershiptest.Describe(skipped))
+		}
+	}
+	if self, _ := nodes[0].Member("1"); !maps.Equal(self.Meta, updated) {
+		t.Errorf("own metadata %v", self.Meta)
+	}
+	if err := nodes[0].UpdateMeta(map[string]string{"": "x"}, wait); !errors.Is(err, membership.ErrMeta) {
+		t.Errorf("invalid update: %v", err)
+	}
+}
+
+// TestKilledNodeIsDeclaredDead: a node that stops without leaving is first
+// suspected by the heartbeat detector, then declared dead by memberlist.
+func TestKilledNodeIsDeclaredDead(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "a", "b", "c")
+	killed := time.Now()
+	if err := nodes[2].Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes[:2] {
+		dead, skipped := membershiptest.WaitFor(t, n, wait, membershiptest.Is(membership.EventDead, "c"))
+		if m := dead.Member; m.State != membership.StateDead || m.Suspicion != membership.MaxSuspicion {
+			t.Errorf("%s: dead event member %+v", n.Name(), m)
+		}
+		if m, _ := n.Member("c"); m.State != membership.StateDead || m.Suspicion != membership.MaxSuspicion {
+			t.Errorf("%s: Member(c) = %+v", n.Name(), m)
+		}
+		if got := dead.Time.Sub(killed); got > 5*time.Second {
+			t.Errorf("%s: declared dead after %v", n.Name(), got)
+		}
+		i := slices.IndexFunc(skipped, func(e membership.Event) bool {
+			return e.Type == membership.EventSuspect && e.Member.Name == "c" && !e.Time.Before(killed)
+		})
+		if i < 0 {
+			t.Errorf("%s: no EventSuspect before EventDead (events: %s)", n.Name(), membershiptest.Describe(skipped))
+			continue
+		}
+		t.Logf("%s: c suspect after %v, dead after %v", n.Name(),
+			skipped[i].Time.Sub(killed).Round(time.Millisecond), dead.Time.Sub(killed).Round(time.Millisecond))
+	}
+}
+
+func TestGracefulLeave(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "a", "b", "c")
+	left := time.Now()
+	if err := nodes[2].Leave(wait); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[2].Leave(wait); err != nil {
+		t.Errorf("second Leave: %v", err)
+	}
+	if self, _ := nodes[2].Member("c"); self.State != membership.StateLeft {
+		t.Errorf("own state after Leave: %v", self.State)
+	}
+	for _, n := range nodes[:2] {
+		e, skipped := membershiptest.WaitFor(t, n, wait, func(e membership.Event) bool {
+			return e.Member.Name == "c" && (e.Type == membership.EventLeave || e.Type == membership.EventDead)
+		})
+		if e.Type != membership.EventLeave || e.Member.State != membership.StateLeft || e.Member.Suspicion != membership.MaxSuspicion {
+			t.Errorf("%s: %v %+v (skipped %s)", n.Name(), e.Type, e.Member, membershiptest.Describe(skipped))
+		}
+		t.Logf("%s: c left after %v", n.Name(), e.Time.Sub(left).Round(time.Millisecond))
+	}
+}
+
+// TestPausedHeartbeats simulates a process that memberlist still finds
+// alive (it answers probes) but that has gone silent: its suspicion at the
+// others crosses the threshold, and falls back when heartbeats resume.
+func TestPausedHeartbeats(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "a", "b", "c")
+	c := nodes[2]
+	paused := time.Now()
+	membership.PauseHeartbeats(c, true)
+	notDead := func(n *membership.Node, evs []membership.Event) {
+		t.Helper()
+		for _, e := range evs {
+			if e.Member.Name == "c" && e.Type != membership.EventSuspect && e.Type != membership.EventRecover {
+				t.Errorf("%s: unexpected %v c", n.Name(), e.Type)
+			}
+		}
+	}
+	for _, n := range nodes[:2] {
+		e, skipped := membershiptest.WaitFor(t, n, wait, func(e membership.Event) bool {
+			return e.Type == membership.EventSuspect && e.Member.Name == "c" && !e.Time.Before(paused)
+		})
+		notDead(n, skipped)
+		if m := e.Member; m.State != membership.StateSuspect || m.Suspicion < membership.DefaultPhiThreshold || m.Suspicion >= membership.MaxSuspicion {
+			t.Errorf("%s: suspect event member %+v", n.Name(), m)
+		}
+		t.Logf("%s: c suspect %v after its heartbeats stopped (suspicion %.1f)", n.Name(), e.Time.Sub(paused).Round(time.Millisecond), e.Member.Suspicion)
+	}
+	for _, n := range nodes[:2] {
+		if m, _ := n.Member("c"); m.State.Gone() {
+			t.Errorf("%s: memberlist declared c %v", n.Name(), m.State)
+		}
+	}
+
+	resumed := time.Now()
+	membership.PauseHeartbeats(c, false)
+	for _, n := range nodes[:2] {
+		e, skipped := membershiptest.WaitFor(t, n, wait, membershiptest.Is(membership.EventRecover, "c"))
+		notDead(n, skipped)
+		if m := e.Member; m.State != membership.StateAlive || m.Suspicion >= membership.DefaultPhiThreshold {
+			t.Errorf("%s: recover event member %+v", n.Name(), m)
+		}
+		t.Logf("%s: c recovered %v after heartbeats resumed", n.Name(), e.Time.Sub(resumed).Round(time.Millisecond))
+	}
+}
+
+func TestShutdown(t *testing.T) {
+	before := loops()
+	n, err := membership.Start(membership.TestConfig("solo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loops(); got != before+3 {
+		t.Errorf("%d loop goroutines running, want %d", got, before+3)
+	}
+	if err := n.Leave(time.Second); err != nil { // alone: returns at once
+		t.Errorf("Leave: %v", err)
+	}
+	if err := n.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Shutdown(); err != nil {
+		t.Errorf("second Shutdown: %v", err)
+	}
+	if _, ok := <-n.Events(); ok {
+		t.Error("events channel open after Shutdown")
+	}
+	if got := loops(); got != before {
+		t.Errorf("%d loop goroutines left after Shutdown, want %d", got, before)
+	}
+	if _, err := n.Join([]string{"127.0.0.1:1"}); !errors.Is(err, membership.ErrClosed) {
+		t.Errorf("Join after Shutdown: %v", err)
+	}
+	if err := n.Leave(time.Second); !errors.Is(err, membership.ErrClosed) {
+		t.Errorf("Leave after Shutdown: %v", err)
+	}
+	if err := n.UpdateMeta(nil, time.Second); !errors.Is(err, membership.ErrClosed) {
+		t.Errorf("UpdateMeta after Shutdown: %v", err)
+	}
+	if ms := n.Members(); len(ms) != 1 || ms[0].Name != "solo" || ms[0].State != membership.StateLeft {
+		t.Errorf("Members after Shutdown: %+v", ms)
+	}
+}
+
+// loops counts the goroutines that Start created: the event dispatcher, the
+// heartbeat loop and the evaluator (nodes of earlier tests, all shut down,
+// must not leave any).
+func loops() int {
+	buf := make([]byte, 1<<20)
+	for {
+		k := runtime.Stack(buf, true)
+		if k < len(buf) {
+			buf = buf[:k]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "created by github.com/leased/leased/membership.Start") {
+			count++
+		}
+	}
+	return count
+}
+
+func TestJoinErrors(t *testing.T) {
+	n, err := membership.Start(membership.TestConfig("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown() })
+	if _, err := n.Join(nil); !errors.Is(err, membership.ErrJoin) {
+		t.Errorf("Join(nil): %v", err)
+	}
+	// A port nobody listens on: refused at once.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	if k, err := n.Join([]string{closed}); !errors.Is(err, membership.ErrJoin) || k != 0 {
+		t.Errorf("Join(%s) = %d, %v", closed, k, err)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	a, err := membership.Start(membership.TestConfig("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+	_, port, _ := net.SplitHostPort(a.Addr())
+	c := membership.TestConfig("b")
+	c.BindPort, _ = strconv.Atoi(port)
+	if b, err := membership.Start(c); !errors.Is(err, membership.ErrStart) {
+		if b != nil {
+			b.Shutdown()
+		}
+		t.Errorf("Start on a port in use: %v", err)
+	}
+}
