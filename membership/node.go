@@ -173,7 +173,8 @@ func (n *Node) selfMember(now time.Time) Member {
 
 // Events returns the channel of changes in this node's view of the other
 // members (never of itself). It is the same channel on every call, and it
-// is closed by [Node.Shutdown].
+// is closed by [Node.Shutdown]. Each event is received once: with several
+// readers, each gets some of the events, so fan them out from one reader.
 //
 // Events arrive in the order this node observed them; for any one member
 // that is causal order (a Join before its Suspect, Recover, Update or Dead;

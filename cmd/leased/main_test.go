@@ -21,6 +21,26 @@ import (
 // leasedBin is the binary under test, built once (with -race) in TestMain.
 var leasedBin string
 
+// plainBin is the same binary without the race detector, built on first
+// use, for the tests whose figures are timings: the race detector slows a
+// process several times over, and gossip's timeouts with it.
+var plainBin = sync.OnceValues(func() (string, error) {
+	bin := leasedBin + "-plain"
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build leased: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func timingBin(t *testing.T) string {
+	t.Helper()
+	bin, err := plainBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "leased-bin")
 	if err != nil {
@@ -51,10 +71,16 @@ type server struct {
 // temporary directory if empty) and waits until it is ready.
 func startServe(t *testing.T, dir string, args ...string) *server {
 	t.Helper()
+	return startServeWith(t, leasedBin, dir, args...)
+}
+
+// startServeWith is startServe with another binary.
+func startServeWith(t *testing.T, bin, dir string, args ...string) *server {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	cmd := exec.Command(leasedBin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, args...)...)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

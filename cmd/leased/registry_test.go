@@ -20,7 +20,7 @@ import (
 func startGossipServe(t *testing.T) (*server, string) {
 	t.Helper()
 	gossip := "127.0.0.1:" + itoa(freePorts(t, 1)[0])
-	s := startServe(t, "", "--name", "grantor-1", "--gossip-listen", gossip, "--gossip-profile", "fast")
+	s := startServeWith(t, timingBin(t), "", "--name", "grantor-1", "--gossip-listen", gossip, "--gossip-profile", "fast")
 	return s, gossip
 }
 
@@ -34,7 +34,7 @@ func startRegister(t *testing.T, url, seed, inst, ttl string) *exec.Cmd {
 	if seed != "" {
 		args = append(args, "--gossip-seeds", seed, "--gossip-profile", "fast")
 	}
-	cmd := exec.Command(leasedBin, args...)
+	cmd := exec.Command(timingBin(t), args...)
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
