@@ -1,6 +1,9 @@
 package grantor_test
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -101,5 +104,51 @@ func TestRegistrationValidate(t *testing.T) {
 	}
 	if err := (grantor.Registration{Service: "web", Instance: "i-1", Addr: "a:1"}).Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// svc.v1.register, .discover and .deregister from any NATS client.
+func TestServiceRegistrationAPI(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	req := func(subject, body string) []byte {
+		t.Helper()
+		reply, err := f.nc.Request(subject, []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+			t.Fatalf("%s %s: %s %s", subject, body, code, reply.Data)
+		}
+		return reply.Data
+	}
+	var lease grantor.Lease
+	mustJSON(t, req(grantor.SubjectRegister, `{"service":"api","instance":"a1","addr":"10.0.0.1:80","holder":"a1","ttl":"10s","meta":{"v":"2"}}`), &lease)
+	if lease.Name != "svc.api.a1" || lease.Secret == "" {
+		t.Fatalf("register reply %+v", lease)
+	}
+	// The registry follows the bucket's stream, so discovery shows the
+	// registration once the stream has delivered it: ask until it does.
+	var rep grantor.DiscoverReply
+	for deadline := time.Now().Add(5 * time.Second); len(rep.Instances) == 0 && time.Now().Before(deadline); {
+		mustJSON(t, req(grantor.SubjectDiscover, `{"service":"api"}`), &rep)
+	}
+	if len(rep.Instances) != 1 || rep.Instances[0].Addr != "10.0.0.1:80" || rep.Instances[0].Meta["v"] != "2" || rep.Instances[0].Gossip {
+		t.Fatalf("discover %+v", rep)
+	}
+	bad, err := f.nc.Request(grantor.SubjectRegister, []byte(`{"service":"a.b","instance":"x","addr":"h:1","holder":"h"}`), 5*time.Second)
+	if err != nil || bad.Header.Get("Nats-Service-Error-Code") != grantor.CodeInvalidArgument {
+		t.Fatalf("register with a dotted service: %v %v", bad, err)
+	}
+	req(grantor.SubjectDeregister, fmt.Sprintf(`{"service":"api","instance":"a1","holder":"a1","token":%d,"revision":%d,"secret":%q}`,
+		lease.Token, lease.Revision, lease.Secret))
+	if _, err := f.store.Get(t.Context(), "svc.api.a1"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("after deregister: %v", err)
+	}
+}
+
+func mustJSON(t *testing.T, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", b, err)
 	}
 }
