@@ -1,0 +1,194 @@
+package kvlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Election is leader election on one lease: the candidate that holds the
+// lease leads, with the lease's token as its fencing token. Candidates wait
+// on the bucket's stream for the leader's release, revocation or expiry
+// marker and try at once: nothing polls, and a resignation hands over in one
+// round trip.
+type Election struct {
+	store *Store
+	name  string
+}
+
+// NewElection returns the election named name (a lease name) on store.
+func NewElection(store *Store, name string) (*Election, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	return &Election{store: store, name: name}, nil
+}
+
+// Name returns the election's lease name.
+func (e *Election) Name() string { return e.name }
+
+// Leadership is a won election: a kept lease. Its Context is cancelled the
+// moment leadership is lost; Token fences the leader's writes.
+type Leadership struct {
+	*Keeper
+}
+
+// Token returns the leadership's fencing token.
+func (l *Leadership) Token() Token { return l.Lease().Token() }
+
+// Resign gives leadership up: it releases the lease, and the candidates
+// waiting see the release at once.
+func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
+
+// Campaign blocks until candidate leads, or ctx ends. It tries to take the
+// lease for duration d; while someone else leads it waits for the end of
+// that tenure on the bucket's stream, then tries again. opts configure the
+// lease; keeper options (WithOnLost, …) go in keepOpts.
+//
+// Errors: ctx's; validation errors; [ErrUnavailable] only if it persists
+// (a candidate retries transient failures while ctx allows).
+func (e *Election) Campaign(ctx context.Context, candidate string, d time.Duration, opts []LeaseOption,
+	keepOpts ...KeeperOption) (*Leadership, error) {
+	w, err := e.store.Watch(ctx, e.name)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	retry := 50 * time.Millisecond
+	for {
+		l, err := Acquire(ctx, e.store, e.name, candidate, d, opts...)
+		switch {
+		case err == nil:
+			k, err := Keep(context.WithoutCancel(ctx), l, keepOpts...)
+			if err != nil {
+				_ = l.Release(context.WithoutCancel(ctx))
+				return nil, err
+			}
+			return &Leadership{k}, nil
+		case errors.Is(err, ErrHeld):
+			if err := e.waitVacant(ctx, w); err != nil {
+				return nil, err
+			}
+		case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
+			select { // the server did not answer: try again shortly
+			case <-time.After(retry):
+				retry = min(2*retry, time.Second)
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		default:
+			return nil, err
+		}
+	}
+}
+
+// waitVacant waits for an event that ends a tenure of the election's lease.
+// The watcher replays the current state first, so an end that happened
+// between the failed grant and now is not missed: the replay has no live
+// record then, and Synced tells us to try again.
+func (e *Election) waitVacant(ctx context.Context, w *Watcher) error {
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				if err := w.Err(); err != nil {
+					return err
+				}
+				return ctx.Err()
+			}
+			if ev.Name == e.name && ev.Type.Ends() {
+				return nil
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Leader returns the current leader's record, read through the stream
+// leader. Errors: [ErrNotFound] if no one leads.
+func (e *Election) Leader(ctx context.Context) (Record, error) { return e.store.Get(ctx, e.name) }
+
+// LeaderChange is an observed change of leadership: Leader is nil when the
+// election became vacant.
+type LeaderChange struct {
+	Leader *Record
+	// Cause says how a tenure ended: released, revoked or expired.
+	Cause EventType
+	Time  time.Time
+}
+
+// Observe delivers the current leader (or vacancy), then every change of
+// leader, until ctx ends; the channel is closed then. Renewals are not
+// changes. A reader that falls behind by 16 changes stalls the stream of
+// changes, not the election.
+func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
+	w, err := e.store.Watch(ctx, e.name)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan LeaderChange, 16)
+	go func() {
+		defer close(out)
+		defer w.Stop()
+		var cur Token
+		send := func(c LeaderChange) bool {
+			select {
+			case out <- c:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		apply := func(ev Event) bool {
+			switch {
+			case ev.Name != e.name:
+			case ev.Type.Ends() && cur != 0:
+				cur = 0
+				return send(LeaderChange{Cause: ev.Type, Time: ev.Time})
+			case !ev.Type.Ends() && ev.Token != cur:
+				cur = ev.Token
+				return send(LeaderChange{Leader: ev.Record, Time: ev.Time})
+			}
+			return true
+		}
+		synced := w.Synced()
+		for {
+			select {
+			case ev, ok := <-w.Events():
+				if !ok || !apply(ev) {
+					return
+				}
+			case <-synced:
+				synced = nil
+				// Synced closes after the replay was queued: take it, then
+				// report a vacancy if there was no leader in it.
+				for drained := false; !drained; {
+					select {
+					case ev, ok := <-w.Events():
+						if !ok || !apply(ev) {
+							return
+						}
+					default:
+						drained = true
+					}
+				}
+				if cur == 0 && !send(LeaderChange{Time: time.Now()}) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// String describes a change for logs.
+func (c LeaderChange) String() string {
+	if c.Leader == nil {
+		return "vacant"
+	}
+	return fmt.Sprintf("%s (token %d)", c.Leader.Holder, c.Leader.Token)
+}

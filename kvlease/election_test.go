@@ -1,0 +1,140 @@
+package kvlease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+type campaignResult struct {
+	l   *kvlease.Leadership
+	who string
+	err error
+}
+
+// campaign starts candidate's campaign and returns where its result arrives.
+func campaign(ctx context.Context, e *kvlease.Election, who string, d time.Duration) <-chan campaignResult {
+	out := make(chan campaignResult, 1)
+	go func() {
+		l, err := e.Campaign(ctx, who, d, nil)
+		out <- campaignResult{l, who, err}
+	}()
+	return out
+}
+
+func TestElectionHandOverOnResign(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	e, err := kvlease.NewElection(st, "leader.jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := <-changes; c.Leader != nil {
+		t.Fatalf("first observation %v, want vacant", c)
+	}
+	results := make(chan campaignResult, 3)
+	for _, who := range []string{"a", "b", "c"} {
+		go func() { results <- <-campaign(ctx, e, who, 5*time.Second) }()
+	}
+	var prev kvlease.Token
+	leaders := map[string]bool{}
+	for range 3 {
+		var r campaignResult
+		select {
+		case r = <-results:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no candidate took over")
+		}
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if leaders[r.who] {
+			t.Fatalf("%s led twice", r.who)
+		}
+		leaders[r.who] = true
+		if r.l.Token() <= prev {
+			t.Fatalf("token %d after %d", r.l.Token(), prev)
+		}
+		prev = r.l.Token()
+		if got, err := e.Leader(ctx); err != nil || got.Holder != r.who {
+			t.Fatalf("Leader() = %+v, %v; want %s", got, err, r.who)
+		}
+		if c := <-changes; c.Leader == nil || c.Leader.Holder != r.who || c.Leader.Token != r.l.Token() {
+			t.Fatalf("observed %v, want %s", c, r.who)
+		}
+		start := time.Now()
+		if err := r.l.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r.l.Context().Err() == nil {
+			t.Fatal("the resigned leader's context is live")
+		}
+		if c := <-changes; c.Leader != nil || c.Cause != kvlease.EventReleased {
+			t.Fatalf("observed %v after resign, want vacant by release", c)
+		}
+		t.Logf("%s resigned; %v", r.who, time.Since(start))
+	}
+	if _, err := e.Leader(ctx); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("Leader() after all resigned: %v", err)
+	}
+}
+
+// A leader that stops renewing (it crashed, or hangs) is replaced once its
+// lease lapses, as the server's expiry marker arrives: no polling.
+func TestElectionFailoverOnExpiry(t *testing.T) {
+	const d, mg = time.Second, 200 * time.Millisecond
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(mg))
+	ctx := t.Context()
+	e, _ := kvlease.NewElection(st, "leader.db")
+	first := <-campaign(ctx, e, "first", d)
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	next := campaign(ctx, e, "second", d)
+	stopped := time.Now()
+	first.l.Stop() // the leader stops renewing, without releasing
+	var r campaignResult
+	select {
+	case r = <-next:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no failover")
+	}
+	took := time.Since(stopped)
+	if r.err != nil || r.l.Token() <= first.l.Token() {
+		t.Fatalf("failover: %v, token %v", r.err, r.l)
+	}
+	defer r.l.Stop()
+	if err := first.l.Lease().Check(); !errors.Is(err, kvlease.ErrExpired) {
+		t.Fatalf("old leader's check: %v", err)
+	}
+	if limit := kvlease.ServerTTL(d, mg) + 300*time.Millisecond; took > limit {
+		t.Fatalf("failover took %v, limit %v", took, limit)
+	}
+	t.Logf("failover %v after the leader stopped renewing", took)
+}
+
+func TestCampaignEndsWithContext(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	e, _ := kvlease.NewElection(st, "leader.x")
+	holder := <-campaign(t.Context(), e, "holder", 10*time.Second)
+	if holder.err != nil {
+		t.Fatal(holder.err)
+	}
+	defer holder.l.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := e.Campaign(ctx, "waiter", 10*time.Second, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("campaign past its context: %v", err)
+	}
+	if _, err := kvlease.NewElection(st, "bad name"); !errors.Is(err, kvlease.ErrInvalidName) {
+		t.Fatalf("bad election name: %v", err)
+	}
+}
