@@ -38,9 +38,49 @@ func TestMain(m *testing.M) {
 // (SIGSTOP) between the check and the effect, exactly where a GC pause or a
 // VM migration would hurt.
 func runChild(role, url string) error {
-	if role != "paused-writer" {
-		return fmt.Errorf("unknown role %q", role)
+	switch role {
+	case "paused-writer":
+		return pausedWriter(url)
+	case "candidate":
+		return candidate(url)
 	}
+	return fmt.Errorf("unknown role %q", role)
+}
+
+// candidate campaigns in the election named by KVLEASE_ELECTION for
+// KVLEASE_D, says "leading <token>", and leads until it is killed.
+func candidate(url string) error {
+	ctx := context.Background()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	st, err := kvlease.Open(ctx, js)
+	if err != nil {
+		return err
+	}
+	e, err := kvlease.NewElection(st, os.Getenv("KVLEASE_ELECTION"))
+	if err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(os.Getenv("KVLEASE_D"))
+	if err != nil {
+		return err
+	}
+	l, err := e.Campaign(ctx, "child", d, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("leading %d\n", l.Token())
+	<-l.Done()
+	return l.Err()
+}
+
+func pausedWriter(url string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
