@@ -289,3 +289,37 @@ func ExampleKVFence_Write() {
 	// kvlease: stale token 1 for "account-42": 3 already accepted
 	// balance=250 (token 3)
 }
+
+func ExampleElection() {
+	store, _, stop := exampleStore()
+	defer stop()
+	ctx := context.Background()
+
+	e, err := kvlease.NewElection(store, "leader.billing")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lead, err := e.Campaign(ctx, "node-1", 10*time.Second, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cur, _ := e.Leader(ctx)
+	fmt.Println("leader:", cur.Holder, "token:", lead.Token())
+
+	// A second candidate waits for the first to resign.
+	next := make(chan *kvlease.Leadership)
+	go func() {
+		l, _ := e.Campaign(ctx, "node-2", 10*time.Second, nil)
+		next <- l
+	}()
+	_ = lead.Resign(ctx)
+	second := <-next
+	cur, _ = e.Leader(ctx)
+	fmt.Println("leader:", cur.Holder, "higher token:", second.Token() > lead.Token())
+	_ = second.Resign(ctx)
+	// Output:
+	// leader: node-1 token: 1
+	// leader: node-2 higher token: true
+}
