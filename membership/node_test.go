@@ -228,7 +228,9 @@ func TestPausedHeartbeats(t *testing.T) {
 }
 
 func TestShutdown(t *testing.T) {
-	before := loops()
+	// Goroutines of nodes shut down by earlier tests may still be unwinding
+	// after their WaitGroup.Done: wait for them to be gone first.
+	before := settledLoops(t, 0)
 	n, err := membership.Start(membership.TestConfig("solo"))
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +250,7 @@ func TestShutdown(t *testing.T) {
 	if _, ok := <-n.Events(); ok {
 		t.Error("events channel open after Shutdown")
 	}
-	if got := loops(); got != before {
+	if got := settledLoops(t, before); got != before {
 		t.Errorf("%d loop goroutines left after Shutdown, want %d", got, before)
 	}
 	if _, err := n.Join([]string{"127.0.0.1:1"}); !errors.Is(err, membership.ErrClosed) {
@@ -268,6 +270,18 @@ func TestShutdown(t *testing.T) {
 // loops counts the goroutines that Start created: the event dispatcher, the
 // heartbeat loop and the evaluator (nodes of earlier tests, all shut down,
 // must not leave any).
+// settledLoops waits (up to a second) for the number of loop goroutines to
+// reach want: a goroutine that has called its WaitGroup's Done still shows in
+// the stack dump until it has returned, and there is no event for that.
+func settledLoops(t *testing.T, want int) int {
+	t.Helper()
+	got := loops()
+	for deadline := time.Now().Add(time.Second); got != want && time.Now().Before(deadline); got = loops() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return got
+}
+
 func loops() int {
 	buf := make([]byte, 1<<20)
 	for {
