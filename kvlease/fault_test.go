@@ -43,6 +43,8 @@ func runChild(role, url string) error {
 		return pausedWriter(url)
 	case "candidate":
 		return candidate(url)
+	case "worker":
+		return worker(url)
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
@@ -78,6 +80,43 @@ func candidate(url string) error {
 	fmt.Printf("leading %d\n", l.Token())
 	<-l.Done()
 	return l.Err()
+}
+
+// worker claims and completes items of the queue "jobs" until killed,
+// printing "claim <item> <token>", "done <item> <token>" or
+// "refused <item> <error>".
+func worker(url string) error {
+	ctx := context.Background()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	st, err := kvlease.Open(ctx, js)
+	if err != nil {
+		return err
+	}
+	q, err := kvlease.OpenWorkQueue(ctx, js, st, "jobs", 1)
+	if err != nil {
+		return err
+	}
+	name := os.Getenv("KVLEASE_WORKER")
+	for {
+		c, err := q.Claim(ctx, name, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("claim %s %d\n", c.Item, c.Token())
+		time.Sleep(10 * time.Millisecond) // the work
+		if err := c.Complete(ctx, []byte(name)); err != nil {
+			fmt.Printf("refused %s %v\n", c.Item, err)
+			continue
+		}
+		fmt.Printf("done %s %d\n", c.Item, c.Token())
+	}
 }
 
 func pausedWriter(url string) error {

@@ -1,0 +1,186 @@
+package kvlease_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// A claim whose lease lapsed cannot complete; the item is redone under a
+// newer claim, and completes exactly once.
+func TestWorkQueueStaleClaimRefused(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := kvlease.OpenWorkQueue(ctx, js, st, "q", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "item-1", []byte("payload")); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Add(ctx, "item-1", nil); !errors.Is(err, kvlease.ErrHeld) {
+		t.Fatalf("second add of a pending item: %v", err)
+	}
+	old, err := q.Claim(ctx, "slow", time.Second)
+	if err != nil || old.Item != "item-1" || string(old.Payload) != "payload" {
+		t.Fatalf("claim: %+v, %v", old, err)
+	}
+	old.Stop()                                      // paused: no renewals; the claim lapses
+	fresh, err := q.Claim(ctx, "fast", time.Second) // waits for the lapse on the stream
+	if err != nil || fresh.Token() <= old.Token() {
+		t.Fatalf("second claim: %v (token %v after %d)", err, fresh, old.Token())
+	}
+	// The paused worker wakes up and completes: refused, nothing written.
+	if err := old.Complete(ctx, []byte("late")); !errors.Is(err, kvlease.ErrExpired) {
+		t.Fatalf("stale completion: %v, want expired", err)
+	}
+	if err := fresh.Complete(ctx, []byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	done, worker, token, result, err := q.Result(ctx, "item-1")
+	if err != nil || !done || worker != "fast" || token != fresh.Token() || string(result) != "ok" {
+		t.Fatalf("sink: %v %q %d %q %v", done, worker, token, result, err)
+	}
+}
+
+// 1,000 items, four worker processes, one SIGKILLed midway: every item is
+// completed exactly once at the fenced sink, and the dead worker's claimed
+// items are finished by others after their claims lapse.
+func TestWorkQueueWorkerKilled(t *testing.T) {
+	const items = 1000
+	srv, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	q, err := kvlease.OpenWorkQueue(ctx, js, st, "jobs", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for i := range items {
+		if err := q.Add(ctx, fmt.Sprintf("item-%04d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink, err := js.KeyValue(ctx, "jobs-done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinkW, err := sink.WatchAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sinkW.Stop()
+
+	type line struct{ worker, text string }
+	lines := make(chan line, 4096)
+	var workers []*exec.Cmd
+	var readers sync.WaitGroup
+	for w := range 4 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "KVLEASE_CHILD=worker", "KVLEASE_URL="+srv.ClientURL(), fmt.Sprintf("KVLEASE_WORKER=w%d", w))
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		workers = append(workers, cmd)
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- line{fmt.Sprintf("w%d", w), sc.Text()}
+			}
+		}()
+	}
+
+	doneBy := map[string]string{}      // item → worker that reported done
+	claimedBy := map[string][]string{} // item → workers that claimed it, in order
+	var killedAt time.Time
+	var victimClaims []string // items w0 claimed and had not completed when killed
+	open := map[string]bool{} // w0's claims not yet done
+	sinkDone := 0
+	timeout := time.After(2 * time.Minute)
+	for sinkDone < items {
+		select {
+		case l := <-lines:
+			f := strings.Fields(l.text)
+			if len(f) < 2 {
+				continue
+			}
+			switch f[0] {
+			case "claim":
+				claimedBy[f[1]] = append(claimedBy[f[1]], l.worker)
+				if l.worker == "w0" {
+					open[f[1]] = true
+				}
+				// Kill w0 midway, right after a claim, so it dies holding one.
+				if l.worker == "w0" && killedAt.IsZero() && len(doneBy) >= items/2 {
+					_ = workers[0].Process.Signal(syscall.SIGKILL)
+					killedAt = time.Now()
+					for it := range open {
+						victimClaims = append(victimClaims, it)
+					}
+				}
+			case "done":
+				if prev, dup := doneBy[f[1]]; dup {
+					t.Fatalf("%s completed twice (by %s and %s)", f[1], prev, l.worker)
+				}
+				doneBy[f[1]] = l.worker
+				delete(open, f[1])
+			}
+		case e := <-sinkW.Updates():
+			if e != nil && strings.Contains(string(e.Value()), `"done":true`) {
+				sinkDone++
+			}
+		case <-timeout:
+			t.Fatalf("only %d of %d items done at the sink", sinkDone, items)
+		}
+	}
+	if killedAt.IsZero() {
+		t.Fatal("the worker was never killed")
+	}
+	// Every item is done at the sink, exactly once.
+	for i := range items {
+		id := fmt.Sprintf("item-%04d", i)
+		done, worker, _, result, err := q.Result(ctx, id)
+		if err != nil || !done || worker != string(result) {
+			t.Fatalf("%s at the sink: done %v by %q (%q), %v", id, done, worker, result, err)
+		}
+	}
+	// The dead worker's open claims were finished by others.
+	if len(victimClaims) == 0 {
+		t.Fatal("the killed worker held no claim")
+	}
+	for _, id := range victimClaims {
+		_, worker, _, _, _ := q.Result(ctx, id)
+		if worker == "w0" && doneBy[id] != "w0" {
+			continue // it completed at the sink just before dying, unreported
+		}
+		if worker == "w0" {
+			t.Fatalf("%s reported done by the killed worker after it was killed", id)
+		}
+		t.Logf("%s: claimed by %v, finished by %s after the dead worker's claim lapsed", id, claimedBy[id], worker)
+	}
+	counts := map[string]int{}
+	for _, w := range doneBy {
+		counts[w]++
+	}
+	t.Logf("completions per worker: %v (w0 killed after %d)", counts, counts["w0"])
+	for _, w := range workers[1:] {
+		_ = w.Process.Signal(syscall.SIGKILL)
+	}
+}
