@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -298,4 +299,40 @@ func running(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// `leased elect`: the second candidate's command starts only when the first
+// leader steps down, with a higher token.
+func TestElectHandsOver(t *testing.T) {
+	s := startServe(t, "")
+	start := func() (*exec.Cmd, *lines) {
+		cmd := exec.Command(leasedBin, "elect", "leader.cli", "--ttl", "3s", "--url", s.url, "--",
+			"sh", "-c", `echo "leading $LEASED_TOKEN"; exec sleep 60`)
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd, readLines(out)
+	}
+	first, firstOut := start()
+	l1 := firstOut.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "leading") })
+	_, secondOut := start()
+	// The second waits; the first steps down (SIGTERM: stop the command, release).
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	stepped := time.Now()
+	l2 := secondOut.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "leading") })
+	var t1, t2 int
+	if _, err := fmt.Sscanf(l1, "leading %d", &t1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Sscanf(l2, "leading %d", &t2); err != nil {
+		t.Fatal(err)
+	}
+	if t2 <= t1 {
+		t.Fatalf("second leader's token %d, first's %d", t2, t1)
+	}
+	t.Logf("hand-over %v after the first leader was told to step down", time.Since(stepped).Round(time.Millisecond))
 }

@@ -82,25 +82,41 @@ never started. On SIGINT or SIGTERM, run stops the command the same way
 
 func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, ttl, margin, grace time.Duration,
 	verbose bool, args []string, stdout, stderr io.Writer) error {
+	return superviseUnderLease(ctx, c, name, grace, verbose, args, stdout, stderr,
+		func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
+			l, err := kvlease.Acquire(ctx, c.client(nc), name, c.holder, ttl, kvlease.WithHolderMargin(margin))
+			if err != nil {
+				return nil, err
+			}
+			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
+			if err != nil {
+				_ = l.Release(context.Background())
+			}
+			return k, err
+		})
+}
+
+// superviseUnderLease takes the lease with take, runs the command while it
+// is held, and stops the command (SIGTERM, then SIGKILL after grace) the
+// moment it is lost. Shared by `run` and `elect`.
+func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace time.Duration, verbose bool,
+	args []string, stdout, stderr io.Writer,
+	take func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error)) error {
 	level := slog.LevelInfo
 	if verbose {
 		level = slog.LevelDebug
 	}
 	log, _ := newLogger(stderr, "text", level)
 	log = log.With("lease", name)
-	l, err := kvlease.Acquire(ctx, c.client(nc), name, c.holder, ttl, kvlease.WithHolderMargin(margin))
-	if err != nil {
-		return err
-	}
-	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, kvlease.WithOnRenew(func(_ kvlease.Record, deadline time.Time) {
+	k, err := take(ctx, kvlease.WithOnRenew(func(_ kvlease.Record, deadline time.Time) {
 		// The deadline the command must be gone by (the keeper's own
 		// deadline is earlier by the grace).
 		log.Debug("renewed", "deadline", deadline.Add(grace).Format(time.RFC3339Nano))
 	}))
 	if err != nil {
-		_ = l.Release(context.Background())
 		return err
 	}
+	l := k.Lease()
 	child := exec.Command(args[0], args[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
 	// The command gets a process group of its own, so that stopping it

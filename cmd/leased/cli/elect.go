@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/kvlease"
+)
+
+func newElect(stdout, stderr io.Writer) *cobra.Command {
+	var c connFlags
+	var ttl, grace time.Duration
+	var bucket string
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "elect NAME [--ttl 15s] -- COMMAND [ARGS...]",
+		Short: "Campaign for leadership of NAME; run a command while leading",
+		Long: `elect waits until this candidate leads election NAME (a lease), then runs
+COMMAND as "leased run" does: LEASED_TOKEN in its environment, renewed while
+it runs, stopped (SIGTERM, then SIGKILL after --grace, before the holder's
+deadline) the moment leadership is lost. While another candidate leads it
+waits on the bucket's stream for the end of that leadership: no polling. It
+needs JetStream access to the lease bucket. The exit code is the command's.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
+				return usageError{errors.New("want NAME -- COMMAND [ARGS...]")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if grace < 0 {
+				return usageError{fmt.Errorf("--grace %v is negative", grace)}
+			}
+			if grace == 0 {
+				grace = min(2*time.Second, ttl/10)
+			}
+			margin := kvlease.DefaultHolderMargin(ttl) + grace
+			if err := kvlease.ValidateTiming(ttl, margin, kvlease.DefaultRenewInterval(ttl), kvlease.DefaultClockRate); err != nil {
+				return usageError{fmt.Errorf("--grace %v does not fit a %v lease: %w", grace, ttl, err)}
+			}
+			name := args[0]
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				js, err := jetstream.New(nc)
+				if err != nil {
+					return err
+				}
+				octx, cancel := context.WithTimeout(ctx, c.timeout)
+				st, err := kvlease.Open(octx, js, kvlease.WithBucket(bucket), kvlease.WithoutCreate())
+				cancel()
+				if err != nil {
+					return err
+				}
+				e, err := kvlease.NewElection(st, name)
+				if err != nil {
+					return usageError{err}
+				}
+				return superviseUnderLease(ctx, &c, name, grace, verbose, args[1:], stdout, stderr,
+					func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
+						lead, err := e.Campaign(ctx, c.holder, ttl, []kvlease.LeaseOption{kvlease.WithHolderMargin(margin)}, opts...)
+						if err != nil {
+							return nil, err
+						}
+						return lead.Keeper, nil
+					})
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	cmd.Flags().DurationVar(&ttl, "ttl", 15*time.Second, "leadership lease duration D")
+	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL, ending before the holder's deadline (default: TTL/10, at most 2s)")
+	cmd.Flags().StringVar(&bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every renewal with the new deadline")
+	return cmd
+}
