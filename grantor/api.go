@@ -24,6 +24,10 @@ const (
 	// the caller will wait for the reply; the service works no longer.
 	HeaderTimeout = "Leased-Timeout-Ms"
 
+	// SubjectEvents prefixes the subjects on which the service publishes
+	// grants and ends of tenures: lease.events.v1.<lease name>.
+	SubjectEvents = "lease.events.v1."
+
 	SubjectRegister   = "svc.v1.register"
 	SubjectDeregister = "svc.v1.deregister"
 	SubjectDiscover   = "svc.v1.discover"

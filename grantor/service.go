@@ -140,7 +140,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go s.holders.follow(w, s.log)
+	go s.holders.follow(w, s.log, s.publishChange)
 	select {
 	case <-w.Synced():
 	case <-ctx.Done():
@@ -310,6 +310,30 @@ func (s *Service) reply(to, verb string, resp any, err error) string {
 		s.log.Warn("reply failed", "verb", verb, "err", err)
 	}
 	return code
+}
+
+// ChangeEvent is what the service publishes on SubjectEvents+<name> when a
+// tenure begins or ends (renewals are not published).
+type ChangeEvent struct {
+	Type     string    `json:"type"` // granted, released, revoked, expired
+	Name     string    `json:"name"`
+	Holder   string    `json:"holder,omitempty"`
+	Token    uint64    `json:"token,omitempty"`
+	Revision uint64    `json:"revision"`
+	Time     time.Time `json:"time"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// publishChange tells non-Go clients about a change of holder, e.g. a new
+// leader: `nats sub 'lease.events.v1.leader.>'`. Every grantor node
+// publishes what it sees, so a cluster publishes each change once per node:
+// subscribers de-duplicate by revision.
+func (s *Service) publishChange(ev kvlease.Event) {
+	b, _ := json.Marshal(ChangeEvent{Type: ev.Type.String(), Name: ev.Name, Holder: ev.Holder, Token: uint64(ev.Token),
+		Revision: ev.Revision, Time: ev.Time, Reason: ev.Reason})
+	if err := s.nc.Publish(SubjectEvents+ev.Name, b); err != nil {
+		s.log.Debug("publish change", "err", err)
+	}
 }
 
 func encodeJSON(v any) ([]byte, error) {
@@ -483,8 +507,11 @@ func newHolderIndex() holderIndex {
 	return holderIndex{byName: map[string]held{}, ahead: map[string]uint64{}, count: map[string]int{}}
 }
 
-func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger) {
+func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func(kvlease.Event)) {
 	for ev := range w.Events() {
+		if ev.Type != kvlease.EventRenewed && !ev.Replay {
+			onChange(ev)
+		}
 		holder := ev.Holder
 		if ev.Type.Ends() {
 			holder = ""

@@ -349,3 +349,36 @@ func TestServiceRefusesTenuresWithoutSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Changes of holder (not renewals) are published for any NATS client, e.g.
+// followers of an election that are not written in Go.
+func TestServicePublishesChanges(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	sub, err := f.nc.SubscribeSync(grantor.SubjectEvents + "leader.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := f.client.Grant(t.Context(), kvlease.GrantRequest{Name: "leader.x", Holder: "a", Duration: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Renew(t.Context(), kvlease.RenewRequest{Name: "leader.x", Holder: "a", Token: rec.Token, Revision: rec.Revision, Secret: rec.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Revoke(t.Context(), "leader.x", "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"granted", "revoked"} { // the renewal is not published
+		msg, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", want, err)
+		}
+		var ev grantor.ChangeEvent
+		if err := json.Unmarshal(msg.Data, &ev); err != nil || ev.Type != want || ev.Name != "leader.x" || ev.Holder != "a" {
+			t.Fatalf("event %s: %+v %v", msg.Data, ev, err)
+		}
+	}
+}
