@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+func TestRun(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+
+	var out strings.Builder
+	if err := run(ctx, &out, srv.ClientURL()); err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+
+	// The observer saw three distinct leaders with increasing tokens.
+	re := regexp.MustCompile(`(?m)^observer: leader is (\S+) \(token (\d+)\)$`)
+	var prev uint64
+	seen := map[string]bool{}
+	matches := re.FindAllStringSubmatch(out.String(), -1)
+	for _, m := range matches {
+		token, _ := strconv.ParseUint(m[2], 10, 64)
+		if seen[m[1]] {
+			t.Errorf("%s led twice", m[1])
+		}
+		seen[m[1]] = true
+		if token <= prev {
+			t.Errorf("leader %s has token %d, not above %d", m[1], token, prev)
+		}
+		prev = token
+	}
+	if len(matches) != 3 {
+		t.Errorf("observed %d leaders, want 3", len(matches))
+	}
+	for _, want := range []string{
+		`(?m)^observer: vacant \(released\)$`,
+		`(?m)^observer: vacant \(expired\)$`,
+		`(?m)^\w+: leads with token \d+, \S+ after \w+ resigned$`,
+		`(?m)^\w+: leads with token \d+, \S+ after \w+ stopped renewing`,
+		`(?m)^\w+: write refused by the fence: token \d+ is stale, \d+ already accepted$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("output lacks a match for %s", want)
+		}
+	}
+
+	// Every leader has left: the election is vacant.
+	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithBucket(leaseBucket))
+	e, err := kvlease.NewElection(st, electionName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := e.Leader(ctx); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Errorf("Leader() after the story = %+v, %v; want ErrNotFound", rec, err)
+	}
+}
