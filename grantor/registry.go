@@ -125,9 +125,15 @@ type Instance struct {
 	Suspect   bool    `json:"suspect"`
 }
 
-// Change is a registration added, updated or removed.
+// Change types.
+const (
+	ChangeAdded   = "added"
+	ChangeRemoved = "removed"
+)
+
+// Change is a registration added or removed (renewals are not changes).
 type Change struct {
-	Type     string   `json:"type"` // "added", "renewed", "removed"
+	Type     string   `json:"type"` // ChangeAdded or ChangeRemoved
 	Instance Instance `json:"instance"`
 	Cause    string   `json:"cause,omitempty"` // for "removed": deregistered, ttl, gossip, revoked
 	Time     time.Time
@@ -225,7 +231,7 @@ func (r *Registry) follow() {
 			if ch.Instance.Service == "" {
 				ch.Instance = r.instance(*rec)
 			}
-			ch.Type, ch.Cause = "removed", causeOf(ev)
+			ch.Type, ch.Cause = ChangeRemoved, causeOf(ev)
 		default:
 			if byInst == nil {
 				byInst = map[string]kvlease.Record{}
@@ -233,10 +239,11 @@ func (r *Registry) follow() {
 			}
 			_, existed := byInst[reg.Instance]
 			byInst[reg.Instance] = *rec
-			ch.Type, ch.Instance = "added", r.instance(*rec)
 			if existed && ev.Type == kvlease.EventRenewed {
-				ch.Type = "renewed"
+				r.mu.Unlock()
+				continue // a renewal changes nothing a watcher acts on
 			}
+			ch.Type, ch.Instance = ChangeAdded, r.instance(*rec)
 		}
 		r.notifyLocked(ch)
 		r.mu.Unlock()

@@ -39,7 +39,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if c := nextChange(t, changes, "added"); c.Instance.Instance != "i1" || c.Instance.Meta["zone"] != "a" {
+	if c := nextChange(t, changes, grantor.ChangeAdded); c.Instance.Instance != "i1" || c.Instance.Meta["zone"] != "a" {
 		t.Fatalf("added: %+v", c)
 	}
 	got := reg.Discover("web", 0)
@@ -51,7 +51,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 	if err := nodes[1].Shutdown(); err != nil { // no Leave: to the others it just stops answering
 		t.Fatal(err)
 	}
-	c := nextChange(t, changes, "removed")
+	c := nextChange(t, changes, grantor.ChangeRemoved)
 	if c.Cause != grantor.CauseGossip || c.Instance.Instance != "i1" {
 		t.Fatalf("removed: %+v, want cause gossip", c)
 	}

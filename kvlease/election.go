@@ -46,6 +46,9 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
 // that tenure on the bucket's stream, then tries again. opts configure the
 // lease; keeper options (WithOnLost, …) go in keepOpts.
 //
+// ctx bounds the campaign only: once won, leadership lasts until Resign,
+// Stop or its loss, whatever becomes of ctx.
+//
 // Errors: ctx's; validation errors; [ErrUnavailable] only if it persists
 // (a candidate retries transient failures while ctx allows).
 func (e *Election) Campaign(ctx context.Context, candidate string, d time.Duration, opts []LeaseOption,
@@ -119,9 +122,11 @@ type LeaderChange struct {
 	Time  time.Time
 }
 
-// Observe delivers the current leader (or vacancy), then every change of
-// leader, until ctx ends; the channel is closed then. Renewals are not
-// changes. A reader that falls behind by 16 changes stalls the stream of
+// Observe delivers the current leader (or vacancy: Leader nil and Cause 0),
+// then every change of leader, until ctx ends; the channel is closed then.
+// Renewals are not changes. Changes are seen as the bucket's stream delivers
+// them: a new leader learns of its win (its grant's reply) a moment before
+// observers do. A reader that falls behind by 16 changes stalls the stream of
 // changes, not the election.
 func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 	w, err := e.store.Watch(ctx, e.name)

@@ -134,10 +134,16 @@ func (q *WorkQueue) followClaims() {
 }
 
 // Add puts an item on the queue. Errors: [ErrInvalidName]; [ErrHeld] if an
-// item of that id is pending.
+// item of that id is pending; [ErrDone] if it was completed (ids are not
+// reused: the sink keeps each item's result).
 func (q *WorkQueue) Add(ctx context.Context, id string, payload []byte) error {
 	if err := ValidateName(id); err != nil {
 		return err
+	}
+	if done, _, _, _, err := q.Result(ctx, id); err != nil {
+		return err
+	} else if done {
+		return fmt.Errorf("%w: %q", ErrDone, id)
 	}
 	if _, err := q.items.Create(ctx, id, payload); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {

@@ -141,8 +141,7 @@ func (p *printer) await(ctx context.Context, typ, instance string) (grantor.Chan
 				return grantor.Change{}, fmt.Errorf("registry watch ended waiting for %s %s: %w", instance, typ, ctx.Err())
 			}
 			switch c.Type {
-			case "renewed":
-			case "removed":
+			case grantor.ChangeRemoved:
 				fmt.Fprintf(p.w, "registry: removed %s/%s, cause %q\n", c.Instance.Service, c.Instance.Instance, c.Cause)
 			default:
 				fmt.Fprintf(p.w, "registry: %s %s\n", c.Type, describe(c.Instance))
@@ -206,7 +205,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 		defer k.Stop() // on early returns: the registration lapses
 		keepers[i] = k
 		fmt.Fprintf(w, "%s: registered %s at %s with TTL %v\n", r.Instance, r.LeaseName(), r.Addr, ttl)
-		if _, err := p.await(ctx, "added", r.Instance); err != nil {
+		if _, err := p.await(ctx, grantor.ChangeAdded, r.Instance); err != nil {
 			return err
 		}
 	}
@@ -235,7 +234,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	if err := keepers[0].Close(ctx); err != nil {
 		return fmt.Errorf("%s: deregister: %w", web1, err)
 	}
-	c, err := p.await(ctx, "removed", web1)
+	c, err := p.await(ctx, grantor.ChangeRemoved, web1)
 	if err != nil {
 		return err
 	}
@@ -247,7 +246,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	fmt.Fprintf(w, "%s: crashes (stops renewing, without deregistering)\n", web2)
 	crashed := time.Now()
 	keepers[1].Stop()
-	c, err = p.await(ctx, "removed", web2)
+	c, err = p.await(ctx, grantor.ChangeRemoved, web2)
 	if err != nil {
 		return err
 	}
