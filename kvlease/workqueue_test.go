@@ -53,6 +53,9 @@ func TestWorkQueueStaleClaimRefused(t *testing.T) {
 	if err != nil || !done || worker != "fast" || token != fresh.Token() || string(result) != "ok" {
 		t.Fatalf("sink: %v %q %d %q %v", done, worker, token, result, err)
 	}
+	if err := q.Add(ctx, "item-1", nil); !errors.Is(err, kvlease.ErrDone) {
+		t.Fatalf("re-adding a completed item: %v, want ErrDone", err)
+	}
 }
 
 // 1,000 items, four worker processes, one SIGKILLed midway: every item is
