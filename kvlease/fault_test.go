@@ -45,6 +45,8 @@ func runChild(role, url string) error {
 		return candidate(url)
 	case "worker":
 		return worker(url)
+	case "elect-writer":
+		return electWriter(url)
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
