@@ -47,6 +47,8 @@ func runChild(role, url string) error {
 		return worker(url)
 	case "elect-writer":
 		return electWriter(url)
+	case "read-leader":
+		return readLeader(url)
 	}
 	return fmt.Errorf("unknown role %q", role)
 }

@@ -1,0 +1,41 @@
+package kvlease
+
+import (
+	"context"
+	"time"
+)
+
+// ServedFrom says where a read under a read lease was served from.
+type ServedFrom string
+
+const (
+	// ServedLocal: from the leader's local state, while its lease was safely
+	// held (at least the read margin left before its holder deadline).
+	ServedLocal ServedFrom = "local"
+	// ServedAuthoritative: not enough lease left; confirmed through the
+	// authoritative read (e.g. the stream leader), whatever local state said.
+	ServedAuthoritative ServedFrom = "authoritative"
+)
+
+// ReadThrough serves a read under a lease: from local state if the lease
+// has at least margin left before the holder's deadline (checked before and
+// again after reading local state), otherwise through authoritative.
+//
+// Why local reads are safe while the lease is held: no other holder can be
+// granted the lease before this holder's deadline (t0 + D·(1−ρ) − m_h, with
+// the clock-rate bound ρ of the lease), so no other leader can have written
+// since this one last did. margin must cover the time from the second
+// check to the reply reaching the client. A pause of the process between the
+// check and the reply is not covered by any margin: a client that cannot
+// accept a read that old must read authoritatively.
+func ReadThrough[T any](ctx context.Context, l *Lease, margin time.Duration,
+	local func() (T, error), authoritative func(context.Context) (T, error)) (T, ServedFrom, error) {
+	if l.CheckFor(margin) == nil {
+		v, err := local()
+		if err == nil && l.CheckFor(margin) == nil {
+			return v, ServedLocal, nil
+		}
+	}
+	v, err := authoritative(ctx)
+	return v, ServedAuthoritative, err
+}
