@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/telemetry"
 )
 
 // A fence sits at a protected resource and makes overlapping holders
@@ -26,6 +28,9 @@ import (
 
 // MemFence is an in-process fence. The zero value is ready to use.
 type MemFence struct {
+	// Metrics, if set, counts rejections (leased.fence.rejections).
+	Metrics *telemetry.Metrics
+
 	mu        sync.Mutex
 	resources map[string]*fencedResource
 	rejected  atomic.Int64
@@ -62,6 +67,7 @@ func (f *MemFence) Do(resource string, token Token, effect func() error) error {
 	defer r.mu.Unlock()
 	if token < r.highest {
 		f.rejected.Add(1)
+		f.Metrics.StaleTokenRejected(context.Background(), resource)
 		return &StaleTokenError{Resource: resource, Token: token, Highest: r.highest}
 	}
 	if effect != nil {
@@ -91,6 +97,9 @@ func (f *MemFence) Rejected() int64 { return f.rejected.Load() }
 // that has no fence of its own (then the gate and the resource can still be
 // raced; prefer a fence inside the resource).
 type KVFence struct {
+	// Metrics, if set, counts rejections (leased.fence.rejections).
+	Metrics *telemetry.Metrics
+
 	kv       jetstream.KeyValue
 	rejected atomic.Int64
 }
@@ -137,6 +146,7 @@ func (f *KVFence) Write(ctx context.Context, resource string, token Token, data 
 		}
 		if token < cur.Token {
 			f.rejected.Add(1)
+			f.Metrics.StaleTokenRejected(ctx, resource)
 			return &StaleTokenError{Resource: resource, Token: token, Highest: cur.Token}
 		}
 		if rev == 0 {

@@ -3,9 +3,14 @@ package kvlease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leased/leased/telemetry"
 )
 
 // Keeper keeps a [Lease] renewed from its own goroutine.
@@ -25,6 +30,7 @@ type Keeper struct {
 	interval time.Duration
 	onLost   func(error)
 	onRenew  func(Record, time.Time)
+	metrics  *telemetry.Metrics
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -67,6 +73,19 @@ func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
 	return func(k *Keeper) error { k.onRenew = fn; return nil }
 }
 
+// WithMeterProvider makes the keeper record the lease metrics (renewal
+// latency and failures, effects attempted after the deadline) on mp.
+func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
+	return func(k *Keeper) error {
+		m, err := telemetry.NewMetrics(mp)
+		if err != nil {
+			return fmt.Errorf("%w: metrics: %v", ErrInvalidOption, err)
+		}
+		k.metrics = m
+		return nil
+	}
+}
+
 // Keep starts keeping l renewed until it is lost, [Keeper.Close]d, or ctx
 // ends (which, like Close, releases the lease).
 //
@@ -80,6 +99,9 @@ func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) 
 	}
 	if err := ValidateTiming(l.d, l.margin, k.interval, l.rho); err != nil {
 		return nil, err
+	}
+	if k.metrics != nil {
+		l.metrics.Store(k.metrics)
 	}
 	k.ctx, k.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	go k.run(ctx)
@@ -219,6 +241,7 @@ func (k *Keeper) run(parent context.Context) {
 		switch {
 		case err == nil:
 			k.latency.add(time.Since(start))
+			k.metrics.RenewalSucceeded(context.Background(), time.Since(start))
 			k.renewals.Add(1)
 			k.consecutive.Store(0)
 			backoff = max(k.interval/10, 10*time.Millisecond)
@@ -236,6 +259,7 @@ func (k *Keeper) run(parent context.Context) {
 		}
 		k.failures.Add(1)
 		k.consecutive.Add(1)
+		k.metrics.RenewalFailed(context.Background(), outcome(err))
 		if errors.Is(err, ErrStaleRevision) {
 			k.spurious.Add(1)
 		}

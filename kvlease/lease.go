@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leased/leased/telemetry"
 )
 
 // Lease is the holder's side of a tenure: its fencing token and its own
@@ -40,6 +42,7 @@ type Lease struct {
 	freed    bool      // a Release reached the grantor (or found nothing to release)
 
 	lateEffects atomic.Int64
+	metrics     atomic.Pointer[telemetry.Metrics] // set by a keeper with metrics
 }
 
 // LeaseOption configures [Acquire].
@@ -155,6 +158,7 @@ func (l *Lease) CheckFor(need time.Duration) error {
 	}
 	if rem <= 0 && !released {
 		l.lateEffects.Add(1)
+		l.metrics.Load().LateEffect(context.Background())
 	}
 	return &LeaseExpiredError{Name: l.name, Token: token, Remaining: rem, Need: need, Margin: l.margin, Released: released}
 }

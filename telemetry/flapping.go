@@ -1,0 +1,82 @@
+package telemetry
+
+import (
+	"sync"
+	"time"
+)
+
+// FlapDetector flags leases whose holder changes too often: more than
+// Threshold ownership changes within Window. A change is a grant to a holder
+// other than the lease's previous holder (a holder that re-acquires its own
+// lease after a lapse counts too: it lost authority in between).
+//
+// It is safe for concurrent use and keeps, per lease, only the change times
+// still inside the window.
+type FlapDetector struct {
+	Window    time.Duration
+	Threshold int
+
+	mu    sync.Mutex
+	state map[string]*flapState
+}
+
+type flapState struct {
+	changes []time.Time
+}
+
+// DefaultFlapWindow and DefaultFlapThreshold: more than 3 changes of holder
+// in a minute.
+const (
+	DefaultFlapWindow    = time.Minute
+	DefaultFlapThreshold = 3
+)
+
+// NewFlapDetector returns a detector; zero values take the defaults.
+func NewFlapDetector(window time.Duration, threshold int) *FlapDetector {
+	if window <= 0 {
+		window = DefaultFlapWindow
+	}
+	if threshold <= 0 {
+		threshold = DefaultFlapThreshold
+	}
+	return &FlapDetector{Window: window, Threshold: threshold, state: map[string]*flapState{}}
+}
+
+// Granted records a new tenure of lease at time at and returns how many
+// changes of holder the window now holds and whether the lease is flapping.
+func (f *FlapDetector) Granted(lease string, at time.Time) (changes int, flapping bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.state[lease]
+	if s == nil {
+		s = &flapState{}
+		f.state[lease] = s
+	}
+	s.changes = append(trimBefore(s.changes, at.Add(-f.Window)), at)
+	return len(s.changes), len(s.changes) > f.Threshold
+}
+
+// Flapping reports whether lease is flapping as of now.
+func (f *FlapDetector) Flapping(lease string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.state[lease]
+	if s == nil {
+		return false
+	}
+	s.changes = trimBefore(s.changes, now.Add(-f.Window))
+	if len(s.changes) == 0 {
+		delete(f.state, lease)
+		return false
+	}
+	return len(s.changes) > f.Threshold
+}
+
+// trimBefore drops the times before cutoff (ts is in order).
+func trimBefore(ts []time.Time, cutoff time.Time) []time.Time {
+	i := 0
+	for i < len(ts) && ts[i].Before(cutoff) {
+		i++
+	}
+	return append(ts[:0], ts[i:]...)
+}

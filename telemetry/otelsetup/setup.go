@@ -1,0 +1,96 @@
+// Package otelsetup installs OpenTelemetry exporters for the leased
+// commands: OTLP/HTTP from the standard environment variables, and a
+// Prometheus scrape handler. Libraries never import it.
+package otelsetup
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+
+	"github.com/leased/leased/telemetry"
+)
+
+// Providers are the tracer and meter providers Setup installed.
+type Providers struct {
+	Tracer   *sdktrace.TracerProvider
+	Meter    *sdkmetric.MeterProvider
+	registry *prometheus.Registry
+}
+
+// Setup configures OpenTelemetry from the standard environment variables
+// and installs the providers as the globals. Only commands call it;
+// libraries take providers as options.
+//
+//   - OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_/_METRICS_ variants): traces
+//     and metrics go there over OTLP/HTTP (e.g. http://localhost:4318 for
+//     Jaeger). Unset: no spans are exported.
+//   - OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the service
+//     (default service name: the given one).
+//
+// Metrics are also kept for a Prometheus scrape: see MetricsHandler.
+func Setup(ctx context.Context, serviceName string) (*Providers, error) {
+	res, err := resource.Merge(resource.Default(),
+		resource.NewSchemaless(semconv.ServiceName(serviceName)))
+	if err != nil {
+		return nil, err
+	}
+	if env, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
+		if merged, err := resource.Merge(res, env); err == nil {
+			res = merged
+		}
+	}
+	p := &Providers{registry: prometheus.NewRegistry()}
+	prom, err := promexporter.New(promexporter.WithRegisterer(p.registry))
+	if err != nil {
+		return nil, err
+	}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if otlpConfigured("TRACES") {
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, err
+		}
+		topts = append(topts, sdktrace.WithBatcher(exp))
+	}
+	if otlpConfigured("METRICS") {
+		exp, err := otlpmetrichttp.New(ctx)
+		if err != nil {
+			return nil, err
+		}
+		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+	}
+	p.Tracer = sdktrace.NewTracerProvider(topts...)
+	p.Meter = sdkmetric.NewMeterProvider(mopts...)
+	otel.SetTracerProvider(p.Tracer)
+	otel.SetMeterProvider(p.Meter)
+	otel.SetTextMapPropagator(telemetry.Propagator)
+	return p, nil
+}
+
+func otlpConfigured(signal string) bool {
+	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") != ""
+}
+
+// MetricsHandler serves the metrics in the Prometheus text format.
+func (p *Providers) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{})
+}
+
+// Shutdown flushes and stops the providers.
+func (p *Providers) Shutdown(ctx context.Context) error {
+	return errors.Join(p.Tracer.Shutdown(ctx), p.Meter.Shutdown(ctx))
+}
