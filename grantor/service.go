@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leased/leased/kvlease"
@@ -59,6 +60,25 @@ func WithGossip(g Gossip, threshold float64) Option {
 	}
 }
 
+// WithMeterProvider records ownership changes (and flapping) on mp.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(s *Service) error {
+		m, err := telemetry.NewMetrics(mp)
+		if err != nil {
+			return err
+		}
+		s.metrics = m
+		return nil
+	}
+}
+
+// WithFlapping sets when a lease counts as flapping: more than threshold
+// changes of holder within window. Defaults: telemetry.DefaultFlapWindow,
+// DefaultFlapThreshold.
+func WithFlapping(window time.Duration, threshold int) Option {
+	return func(s *Service) error { s.flaps = telemetry.NewFlapDetector(window, threshold); return nil }
+}
+
 // WithRequestTimeout bounds each request's work at the bucket. Default 5 s.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(s *Service) error {
@@ -83,6 +103,8 @@ type Service struct {
 	gossip    Gossip
 	threshold float64
 	registry  *Registry
+	metrics   *telemetry.Metrics
+	flaps     *telemetry.FlapDetector
 
 	svc      micro.Service
 	sem      chan struct{}
@@ -112,6 +134,7 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 		timeout: 5 * time.Second,
 		sem:     make(chan struct{}, cfg.MaxInFlight),
 		holders: newHolderIndex(),
+		flaps:   telemetry.NewFlapDetector(0, 0),
 	}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
@@ -329,6 +352,18 @@ type ChangeEvent struct {
 // publishes what it sees, so a cluster publishes each change once per node:
 // subscribers de-duplicate by revision.
 func (s *Service) publishChange(ev kvlease.Event) {
+	switch {
+	case ev.Type == kvlease.EventGranted:
+		n, flapping := s.flaps.Granted(ev.Name, ev.Time)
+		s.metrics.OwnershipChanged(context.Background(), ev.Name, flapping)
+		s.metrics.LiveLeases(context.Background(), 1)
+		if flapping {
+			s.log.Warn("lease is flapping", "lease", ev.Name, "holder", ev.Holder, "token", ev.Token,
+				"changes", n, "window", s.flaps.Window)
+		}
+	case ev.Type.Ends():
+		s.metrics.LiveLeases(context.Background(), -1)
+	}
 	b, _ := json.Marshal(ChangeEvent{Type: ev.Type.String(), Name: ev.Name, Holder: ev.Holder, Token: uint64(ev.Token),
 		Revision: ev.Revision, Time: ev.Time, Reason: ev.Reason})
 	if err := s.nc.Publish(SubjectEvents+ev.Name, b); err != nil {
@@ -383,6 +418,11 @@ func (s *Service) grant(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	s.holders.granted(rec.Name, rec.Holder, rec.Revision)
+	if s.flaps.Flapping(rec.Name, time.Now()) {
+		trace.SpanFromContext(ctx).AddEvent("lease.flapping", trace.WithAttributes(
+			telemetry.AttrLease.String(rec.Name), telemetry.AttrFlapping.Bool(true)))
+		trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrFlapping.Bool(true))
+	}
 	return toWire(rec, time.Now()), nil
 }
 
@@ -441,7 +481,9 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	now := time.Now()
 	out := ListReply{Leases: make([]Lease, 0, len(recs))}
 	for _, r := range recs {
-		out.Leases = append(out.Leases, toWire(r, now))
+		l := toWire(r, now)
+		l.Flapping = s.flaps.Flapping(r.Name, now)
+		out.Leases = append(out.Leases, l)
 	}
 	return out, nil
 }

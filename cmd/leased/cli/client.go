@@ -173,11 +173,15 @@ func (p printer) leases(ls []grantor.Lease) {
 		return
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES IN")
+	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES IN\t")
 	now := time.Now()
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", l.Name, l.Holder, l.Token, time.Duration(l.TTL),
-			l.ExpiresAt.Sub(now).Round(100*time.Millisecond))
+		flag := ""
+		if l.Flapping {
+			flag = "FLAPPING"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\t%s\n", l.Name, l.Holder, l.Token, time.Duration(l.TTL),
+			l.ExpiresAt.Sub(now).Round(100*time.Millisecond), flag)
 	}
 	tw.Flush()
 }
