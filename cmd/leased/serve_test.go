@@ -2,6 +2,10 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +47,37 @@ func TestServeRejectsBadFlags(t *testing.T) {
 	} {
 		if r := leased(t, "", append(args, "--data", t.TempDir())...); r.code != 2 {
 			t.Errorf("leased %v: exit %d (%s), want 2", args, r.code, r.stderr)
+		}
+	}
+}
+
+// `leased serve --metrics-listen` serves the lease metrics to Prometheus.
+func TestServeMetrics(t *testing.T) {
+	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0")
+	line := s.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"metrics"`) })
+	var m struct{ URL string }
+	if err := json.Unmarshal([]byte(line), &m); err != nil || m.URL == "" {
+		t.Fatalf("metrics line %q: %v", line, err)
+	}
+	if r := leased(t, s.url, "acquire", "metered", "--ttl", "10s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	// The grant reaches the service's watcher through the bucket's stream.
+	var body string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(m.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if body = string(b); strings.Contains(body, `leased_ownership_changes_total{`) {
+			break
+		}
+	}
+	for _, want := range []string{`leased_ownership_changes_total{`, `lease_name="metered"`, `leased_leases_live`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("metrics lack %s:\n%s", want, body)
 		}
 	}
 }
