@@ -98,4 +98,14 @@ func TestFlappingFlagged(t *testing.T) {
 	if !flagged {
 		t.Fatal("no grant span carries the flapping event")
 	}
+	// The end of each tenure is a span of its own, linked to its grant.
+	ends := 0
+	for _, s := range spans.Ended() {
+		if s.Name() == "lease.released" && len(s.Links()) == 1 && s.Links()[0].SpanContext.IsValid() {
+			ends++
+		}
+	}
+	if ends != 4 {
+		t.Fatalf("%d linked lease.released spans, want 4", ends)
+	}
 }

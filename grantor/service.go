@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -363,6 +364,20 @@ func (s *Service) publishChange(ev kvlease.Event) {
 		}
 	case ev.Type.Ends():
 		s.metrics.LiveLeases(context.Background(), -1)
+		// The observed end of a tenure, linked to the grant that began it.
+		opts := []trace.SpanStartOption{trace.WithTimestamp(ev.Time), trace.WithAttributes(
+			kvlease.AttrName.String(ev.Name), kvlease.AttrHolder.String(ev.Holder),
+			kvlease.AttrToken.Int64(int64(ev.Token)), kvlease.AttrCause.String(ev.Type.String()))}
+		if ev.Record != nil {
+			if sc := kvlease.SpanContextOfGrant(*ev.Record); sc.IsValid() {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+			}
+		}
+		_, span := s.tracer.Start(context.Background(), "lease."+ev.Type.String(), opts...)
+		if ev.Reason != "" {
+			span.SetAttributes(attribute.String("lease.reason", ev.Reason))
+		}
+		span.End()
 	}
 	b, _ := json.Marshal(ChangeEvent{Type: ev.Type.String(), Name: ev.Name, Holder: ev.Holder, Token: uint64(ev.Token),
 		Revision: ev.Revision, Time: ev.Time, Reason: ev.Reason})

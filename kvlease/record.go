@@ -44,6 +44,8 @@ type Record struct {
 	Secret string `json:"-"`
 
 	secretHash string
+	// GrantTrace is the traceparent of the span that granted the tenure.
+	GrantTrace string `json:"grant_trace,omitempty"`
 }
 
 // ExpiresAt is when the server will lapse this revision, by the server's clock.
@@ -64,6 +66,10 @@ type value struct {
 	GrantedAt  *time.Time        `json:"granted_at,omitempty"`
 	Attributes map[string]string `json:"attrs,omitempty"`
 	SecretHash string            `json:"sh,omitempty"`
+	// Trace is the W3C traceparent of the grant's span: renewals and the
+	// observed end of the tenure link to it, so a tenure is one short trace
+	// plus linked spans, and nothing is lost if the holder crashes.
+	Trace string `json:"tp,omitempty"`
 }
 
 // hashSecret returns the hex SHA-256 of a grant secret ("" for none).
@@ -110,6 +116,7 @@ func decodeRecord(name string, rev uint64, stored time.Time, ttl time.Duration, 
 		GrantedAt:  stored,
 		Attributes: v.Attributes,
 		secretHash: v.SecretHash,
+		GrantTrace: v.Trace,
 	}
 	if r.Token == 0 {
 		r.Token = Token(rev)

@@ -208,7 +208,9 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
 	req.Attributes = maps.Clone(req.Attributes)
 	sh := hashSecret(req.Secret)
-	data := value{Holder: req.Holder, DurationMS: req.Duration.Milliseconds(), Attributes: req.Attributes, SecretHash: sh}.encode()
+	tp := traceparent(ctx)
+	data := value{Holder: req.Holder, DurationMS: req.Duration.Milliseconds(), Attributes: req.Attributes, SecretHash: sh,
+		Trace: tp}.encode()
 	expect, _ := s.cache.lastGone(req.Name)
 	// Each retry follows a newer revision; three covers a lease that lapses
 	// or is released while we look.
@@ -218,7 +220,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 			rec = Record{
 				Name: req.Name, Holder: req.Holder, Token: Token(rev), Revision: rev,
 				Duration: req.Duration, TTL: ttl, StoredAt: time.Now(), Attributes: req.Attributes,
-				Secret: req.Secret, secretHash: sh,
+				Secret: req.Secret, secretHash: sh, GrantTrace: tp,
 			}
 			rec.GrantedAt = rec.StoredAt
 			s.cache.put(rec)
@@ -268,10 +270,11 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 		req.Duration = cur.Duration
 	}
 	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
+	linkTo(span, cur.GrantTrace)
 	granted := cur.GrantedAt
 	data := value{
 		Holder: req.Holder, Token: req.Token, DurationMS: req.Duration.Milliseconds(),
-		GrantedAt: &granted, Attributes: cur.Attributes, SecretHash: cur.secretHash,
+		GrantedAt: &granted, Attributes: cur.Attributes, SecretHash: cur.secretHash, Trace: cur.GrantTrace,
 	}.encode()
 	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
 	if err != nil {

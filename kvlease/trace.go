@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -27,6 +28,34 @@ func (s *Store) startSpan(ctx context.Context, op, name string, attrs ...attribu
 	attrs = append(attrs, AttrName.String(name))
 	return s.tracer.Start(ctx, "lease."+op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 }
+
+// traceparent returns the W3C traceparent of ctx's span ("" if none).
+func traceparent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
+}
+
+// spanContextOf parses a traceparent.
+func spanContextOf(tp string) trace.SpanContext {
+	if tp == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+	return trace.SpanContextFromContext(ctx)
+}
+
+// linkTo links span to the grant's span, so that a renewal (its own short
+// trace) can be found from the tenure's trace and back.
+func linkTo(span trace.Span, grantTrace string) {
+	if sc := spanContextOf(grantTrace); sc.IsValid() {
+		span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{AttrCause.String("tenure")}})
+	}
+}
+
+// SpanContextOfGrant returns the span context of the grant that began rec's
+// tenure (invalid if it was not traced).
+func SpanContextOfGrant(rec Record) trace.SpanContext { return spanContextOf(rec.GrantTrace) }
 
 // endSpan records the outcome of an operation on span and ends it.
 func endSpan(span trace.Span, rec *Record, err error) {

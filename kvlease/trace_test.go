@@ -262,3 +262,31 @@ func TestTraceRenewNotHolder(t *testing.T) {
 		t.Errorf("status %v, want Error", s.Status().Code)
 	}
 }
+
+// A renewal is its own short trace, linked to the span of the grant that
+// began the tenure (whose traceparent the lease record carries).
+func TestTraceRenewalLinksToGrant(t *testing.T) {
+	st, rec := traceStore(t)
+	ctx := context.Background()
+	g, err := st.Grant(ctx, kvlease.GrantRequest{Name: "linked", Holder: "h", Duration: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := oneSpan(t, rec, 0, "lease.grant")
+	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: "linked", Holder: "h", Token: g.Token, Revision: g.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	renew := oneSpan(t, rec, 1, "lease.renew")
+	if renew.SpanContext().TraceID() == grant.SpanContext().TraceID() {
+		t.Fatal("the renewal is in the grant's trace; want its own short trace")
+	}
+	links := renew.Links()
+	if len(links) != 1 || links[0].SpanContext.SpanID() != grant.SpanContext().SpanID() ||
+		links[0].SpanContext.TraceID() != grant.SpanContext().TraceID() {
+		t.Fatalf("renewal links %+v, want the grant span %v", links, grant.SpanContext())
+	}
+	got, err := st.Get(ctx, "linked")
+	if sc := kvlease.SpanContextOfGrant(got); err != nil || !sc.Equal(grant.SpanContext().WithRemote(true)) {
+		t.Fatalf("grant trace stored in the record: %v, %v", kvlease.SpanContextOfGrant(got), err)
+	}
+}
