@@ -26,7 +26,13 @@ type Client struct {
 	nc      *nats.Conn
 	tracer  trace.Tracer
 	timeout time.Duration
+	clock   ClockEstimator
 }
+
+// Clock returns the estimate of the grantor's clock against this one, fed
+// by every reply that carries the server's time. Pass Clock().Exceeds to
+// kvlease.WithClockGuard to refuse to act when the rates drift apart.
+func (c *Client) Clock() *ClockEstimator { return &c.clock }
 
 var _ kvlease.Grantor = (*Client)(nil)
 
@@ -54,6 +60,7 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
 // renewals and releases must present.
 func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
 	var out Lease
+	defer c.observe(time.Now(), &out)
 	err := c.call(ctx, SubjectGrant, GrantRequest{Name: req.Name, Holder: req.Holder, TTL: Duration(req.Duration),
 		Attributes: req.Attributes}, &out)
 	var held *kvlease.HeldError
@@ -66,6 +73,7 @@ func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.R
 // Renew extends a tenure.
 func (c *Client) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
 	var out Lease
+	defer c.observe(time.Now(), &out)
 	err := c.call(ctx, SubjectRenew, RenewRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token),
 		Revision: req.Revision, Secret: req.Secret, TTL: Duration(req.Duration)}, &out)
 	return fromWire(out), err
@@ -98,6 +106,11 @@ func (c *Client) Revoke(ctx context.Context, name, reason string) (Lease, error)
 	var out Lease
 	err := c.call(ctx, SubjectRevoke, RevokeRequest{Name: name, Reason: reason}, &out)
 	return out, err
+}
+
+// observe feeds the clock estimate with a reply's server time.
+func (c *Client) observe(sent time.Time, l *Lease) {
+	c.clock.Observe(sent, time.Now(), l.ServerTime)
 }
 
 // call sends one request and decodes the reply or the error.

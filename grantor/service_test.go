@@ -382,3 +382,27 @@ func TestServicePublishesChanges(t *testing.T) {
 		}
 	}
 }
+
+// The client estimates the grantor's clock from the server time in replies.
+func TestClientEstimatesGrantorClock(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "clock", Holder: "h", Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := rec.Secret
+	for range 3 {
+		if rec, err = f.client.Renew(ctx, kvlease.RenewRequest{Name: "clock", Holder: "h", Token: rec.Token,
+			Revision: rec.Revision, Secret: secret}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offset, bound, _, _, ok := f.client.Clock().Estimate()
+	if !ok || bound <= 0 || (offset.Abs() > bound+10*time.Millisecond) {
+		t.Fatalf("same-machine clock estimate: offset %v ± %v (ok %v)", offset, bound, ok)
+	}
+	if f.client.Clock().Exceeds(0.5) {
+		t.Fatal("same-machine clocks reported drifting")
+	}
+}

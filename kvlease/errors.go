@@ -44,6 +44,10 @@ var (
 	ErrUnavailable = errors.New("kvlease: grantor unavailable")
 	// ErrBucket: the lease bucket is missing or misconfigured.
 	ErrBucket = errors.New("kvlease: lease bucket unusable")
+	// ErrClockRate (always with ErrExpired): the measured rate error between
+	// the holder's and the grantor's clocks exceeds the lease's bound ρ, so
+	// the holder's deadline can no longer be trusted.
+	ErrClockRate = errors.New("kvlease: clock rate error exceeds the lease's bound")
 	// ErrClosed: the keeper was closed or stopped by its owner.
 	ErrClosed = errors.New("kvlease: closed")
 )

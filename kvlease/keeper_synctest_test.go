@@ -890,3 +890,23 @@ func TestKeeperFirstRenewalFromLeaseStart(t *testing.T) {
 		}
 	})
 }
+
+// A lease whose clock guard reports the rate error beyond ρ is not safely
+// held, whatever its deadline says.
+func TestLeaseCheckClockGuard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newBubbleGrantor()
+		drifting := false
+		l := mustAcquire(t, g, "clock", 3*time.Second, kvlease.WithClockGuard(func(rho float64) bool {
+			return drifting && rho == kvlease.DefaultClockRate
+		}))
+		if err := l.Check(); err != nil {
+			t.Fatal(err)
+		}
+		drifting = true
+		err := l.Check()
+		if !errors.Is(err, kvlease.ErrExpired) || !errors.Is(err, kvlease.ErrClockRate) {
+			t.Fatalf("check with drifting clocks: %v", err)
+		}
+	})
+}

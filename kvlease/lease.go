@@ -32,6 +32,7 @@ type Lease struct {
 	margin time.Duration
 	rho    float64
 	now    func() time.Time
+	guard  func(rho float64) bool
 
 	mu       sync.Mutex
 	rec      Record
@@ -54,6 +55,15 @@ type leaseOptions struct {
 	rho       float64
 	attrs     map[string]string
 	now       func() time.Time
+	guard     func(rho float64) bool
+}
+
+// WithClockGuard makes Check refuse (ErrClockRate, which is also
+// ErrExpired) whenever exceeds(ρ) reports that the measured clock-rate error
+// between holder and grantor is beyond the lease's bound ρ — for example
+// grantor.Client's Clock().Exceeds, fed by the server time in every reply.
+func WithClockGuard(exceeds func(rho float64) bool) LeaseOption {
+	return func(o *leaseOptions) error { o.guard = exceeds; return nil }
 }
 
 // WithHolderMargin sets m_h, subtracted from the holder's deadline. Default
@@ -95,7 +105,7 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 	if err := ValidateWindow(d, o.margin, o.rho); err != nil {
 		return nil, err
 	}
-	l := &Lease{g: g, name: name, holder: holder, d: d, margin: o.margin, rho: o.rho, now: o.now}
+	l := &Lease{g: g, name: name, holder: holder, d: d, margin: o.margin, rho: o.rho, now: o.now, guard: o.guard}
 	t0 := l.now()
 	rec, err := g.Grant(ctx, GrantRequest{Name: name, Holder: holder, Duration: d, Attributes: o.attrs})
 	if err != nil {
@@ -154,6 +164,10 @@ func (l *Lease) CheckFor(need time.Duration) error {
 	rem, released, token := l.deadline.Sub(l.now()), l.released, l.rec.Token
 	l.mu.Unlock()
 	if rem > need {
+		if l.guard != nil && l.guard(l.rho) {
+			return fmt.Errorf("%w: %w: lease %q (token %d): the deadline assumes clock rates within %g",
+				ErrExpired, ErrClockRate, l.name, token, l.rho)
+		}
 		return nil
 	}
 	if rem <= 0 && !released {

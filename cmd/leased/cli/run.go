@@ -84,7 +84,9 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 	verbose bool, args []string, stdout, stderr io.Writer) error {
 	return superviseUnderLease(ctx, c, name, grace, verbose, args, stdout, stderr,
 		func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
-			l, err := kvlease.Acquire(ctx, c.client(nc), name, c.holder, ttl, kvlease.WithHolderMargin(margin))
+			client := c.client(nc)
+			l, err := kvlease.Acquire(ctx, client, name, c.holder, ttl, kvlease.WithHolderMargin(margin),
+				kvlease.WithClockGuard(client.Clock().Exceeds))
 			if err != nil {
 				return nil, err
 			}
