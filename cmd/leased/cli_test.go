@@ -336,3 +336,19 @@ func TestElectHandsOver(t *testing.T) {
 	}
 	t.Logf("hand-over %v after the first leader was told to step down", time.Since(stepped).Round(time.Millisecond))
 }
+
+// `leased advise` prints the documented scenario's advice (golden file in
+// kvlease/testdata) and refuses incomplete input.
+func TestAdvise(t *testing.T) {
+	r := leased(t, "", "advise", "--work-p99", "45s", "--rtt-p99", "180ms", "--pause-p99", "1500ms")
+	want, err := os.ReadFile("../../kvlease/testdata/advise-wan-worker.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 0 || r.stdout != string(want) {
+		t.Fatalf("advise: exit %d\n%s\nwant:\n%s", r.code, r.stdout, want)
+	}
+	if r := leased(t, "", "advise", "--work-p99", "1s"); r.code != 2 {
+		t.Fatalf("advise without --rtt-p99: exit %d", r.code)
+	}
+}

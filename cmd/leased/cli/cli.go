@@ -55,7 +55,7 @@ fencing token. Run "leased serve" to start a grantor node.`,
 		newAcquire(stdout, stderr), newRenew(stdout), newRelease(stdout), newRevoke(stdout),
 		newGet(stdout), newList(stdout), newWatch(stdout), newRun(stdout, stderr), newStatus(stdout),
 		newDevCluster(stdout, stderr), newRegister(stdout, stderr), newDiscover(stdout),
-		newElect(stdout, stderr))
+		newElect(stdout, stderr), newAdvise(stdout))
 	return root
 }
 

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/kvlease"
+)
+
+func newAdvise(stdout io.Writer) *cobra.Command {
+	var m kvlease.Measurements
+	var output string
+	cmd := &cobra.Command{
+		Use:   "advise --work-p99 D --rtt-p99 D --pause-p99 D [--clock-rate R]",
+		Short: "Recommend a lease duration, margins and renewal interval from p99 measurements",
+		Long: `advise turns measurements taken on the holder into a lease configuration and
+says why for each figure (docs/safety.md). Measure p99 values: the work done
+between two checks of the lease, a renewal's round trip (leased.renewal.duration),
+a pause of the holder process (e.g. Go's /gc/pauses:seconds from runtime/metrics),
+and, if known, the clock-rate error against the grantor (grantor.Client's
+Clock().Estimate).`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if m.RenewRTT <= 0 {
+				return usageError{fmt.Errorf("--rtt-p99 is required")}
+			}
+			if m.Work < 0 || m.Pause < 0 || m.ClockRate < 0 {
+				return usageError{fmt.Errorf("measurements cannot be negative")}
+			}
+			a := kvlease.Advise(m)
+			if output == "json" {
+				printer{w: stdout, json: true}.obj(map[string]any{
+					"duration": a.Duration.String(), "renew_interval": a.RenewInterval.String(),
+					"holder_margin": a.HolderMargin.String(), "grantor_margin": a.GrantorMargin.String(),
+					"clock_rate": a.ClockRate, "failover": a.Failover.String(), "reasons": a.Reasons})
+				return nil
+			}
+			_, err := io.WriteString(stdout, a.String())
+			return err
+		},
+	}
+	cmd.Flags().DurationVar(&m.Work, "work-p99", 0, "p99 of a unit of work between two checks")
+	cmd.Flags().DurationVar(&m.RenewRTT, "rtt-p99", 0, "p99 of a renewal's round trip (required)")
+	cmd.Flags().DurationVar(&m.Pause, "pause-p99", 10*time.Millisecond, "p99 of a pause of the holder process")
+	cmd.Flags().Float64Var(&m.ClockRate, "clock-rate", 0, "measured clock-rate error against the grantor (0: unknown)")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}

@@ -1,0 +1,84 @@
+package kvlease
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Measurements feed [Advise]: p99 figures observed on the holder.
+type Measurements struct {
+	Work      time.Duration // a unit of work between two checks of the lease
+	RenewRTT  time.Duration // a renewal's round trip
+	Pause     time.Duration // a stop of the holder process (GC, swap, scheduling)
+	ClockRate float64       // measured clock-rate error against the grantor (0: unknown)
+}
+
+// Advice is a lease configuration and the reasons for each figure.
+type Advice struct {
+	Duration      time.Duration // D
+	RenewInterval time.Duration
+	HolderMargin  time.Duration // m_h
+	GrantorMargin time.Duration // m_g
+	ClockRate     float64       // ρ
+	Failover      time.Duration // worst time for the grantor to reclaim after a crash: ceil(D + m_g) + ~250 ms
+	Reasons       []string
+}
+
+// Advise recommends D, the margins, ρ and the renewal interval from p99
+// measurements (the "Apply it" arithmetic of docs/safety.md):
+//
+//   - m_h covers the time from a check to its effect landing: one round trip
+//     and one ordinary pause (longer pauses are the fence's job).
+//   - The renewal interval must absorb a pause and two failed round trips
+//     before the deadline: I ≥ pause + 2·rtt, and I = D/3 leaves two
+//     attempts in the window.
+//   - D = 3·I + m_h, at least 1 s, rounded up to whole seconds (the
+//     server's TTL resolution). A work unit longer than the holder's window
+//     is fine while the keeper renews; its effects each need a check.
+//   - ρ: ten times the measured clock-rate error, at least 1e-4, default
+//     1e-3 when unmeasured.
+//   - m_g: 1 s, the default, covering a forward step of the server clock.
+func Advise(m Measurements) Advice {
+	a := Advice{GrantorMargin: DefaultGrantorMargin}
+	a.HolderMargin = max(m.RenewRTT+m.Pause, 100*time.Millisecond)
+	a.Reasons = append(a.Reasons, fmt.Sprintf("holder margin %v: a check's effect lands within a round trip (%v) and an ordinary pause (%v); longer pauses are what the fence is for",
+		a.HolderMargin, m.RenewRTT, m.Pause))
+	interval := max(m.Pause+2*m.RenewRTT, 300*time.Millisecond)
+	a.ClockRate = DefaultClockRate
+	if m.ClockRate > 0 {
+		a.ClockRate = max(10*m.ClockRate, 1e-4)
+		a.Reasons = append(a.Reasons, fmt.Sprintf("ρ %g: ten times the measured clock-rate error %g", a.ClockRate, m.ClockRate))
+	} else {
+		a.Reasons = append(a.Reasons, fmt.Sprintf("ρ %g: the default, since the clock-rate error was not measured", a.ClockRate))
+	}
+	d := 3*interval + a.HolderMargin
+	d = max(d, MinDuration)
+	if r := d % time.Second; r != 0 {
+		d += time.Second - r
+	}
+	a.Duration = d
+	a.RenewInterval = DefaultRenewInterval(d)
+	a.Reasons = append(a.Reasons, fmt.Sprintf("D %v: three renewal intervals of at least %v (a pause of %v plus two round trips of %v) and the holder margin, rounded up to whole seconds",
+		a.Duration, interval, m.Pause, m.RenewRTT))
+	a.Reasons = append(a.Reasons, fmt.Sprintf("renew every %v (D/3): two attempts fit before the holder's deadline", a.RenewInterval))
+	if w := HolderValidity(d, a.ClockRate, a.HolderMargin); m.Work > w {
+		a.Reasons = append(a.Reasons, fmt.Sprintf("a work unit (%v) is longer than the holder's window (%v): keep the keeper renewing during it and check before each effect inside the unit, not once per unit", m.Work, w))
+	} else {
+		a.Reasons = append(a.Reasons, fmt.Sprintf("a work unit (%v) fits in the holder's window (%v): Check before each effect", m.Work, w))
+	}
+	a.Failover = ServerTTL(d, a.GrantorMargin) + 250*time.Millisecond
+	a.Reasons = append(a.Reasons, fmt.Sprintf("grantor margin %v: absorbs a forward step of the server's clock; after a crash the lease is free within %v", a.GrantorMargin, a.Failover))
+	return a
+}
+
+// String renders the advice as the lines `leased advise` prints.
+func (a Advice) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "duration        %v\nrenew interval  %v\nholder margin   %v\ngrantor margin  %v\nclock rate      %g\nfailover        %v\n\nwhy:\n",
+		a.Duration, a.RenewInterval, a.HolderMargin, a.GrantorMargin, a.ClockRate, a.Failover)
+	for _, r := range a.Reasons {
+		fmt.Fprintf(&b, "  - %s\n", r)
+	}
+	return b.String()
+}

@@ -1,0 +1,52 @@
+package kvlease_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// Two documented scenarios (docs/advise.md), checked against golden files.
+func TestAdviseScenarios(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		m    kvlease.Measurements
+	}{
+		// A batch job scheduler on a LAN: quick renewals, modest GC pauses.
+		{"lan-scheduler", kvlease.Measurements{Work: 2 * time.Second, RenewRTT: 3 * time.Millisecond,
+			Pause: 40 * time.Millisecond, ClockRate: 2e-5}},
+		// A JVM-like worker across regions: slow round trips, long pauses,
+		// long work units, clocks unmeasured.
+		{"wan-worker", kvlease.Measurements{Work: 45 * time.Second, RenewRTT: 180 * time.Millisecond,
+			Pause: 1500 * time.Millisecond}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := kvlease.Advise(c.m)
+			if err := kvlease.ValidateTiming(a.Duration, a.HolderMargin, a.RenewInterval, a.ClockRate); err != nil {
+				t.Fatalf("advice does not validate: %v\n%s", err, a)
+			}
+			if a.RenewInterval < c.m.Pause+2*c.m.RenewRTT {
+				t.Fatalf("renew interval %v does not absorb a pause and two round trips", a.RenewInterval)
+			}
+			golden := filepath.Join("testdata", "advise-"+c.name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(a.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := a.String(); got != string(want) {
+				t.Fatalf("advice:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
