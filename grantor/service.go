@@ -362,6 +362,23 @@ func (s *Service) publishChange(ev kvlease.Event) {
 			s.log.Warn("lease is flapping", "lease", ev.Name, "holder", ev.Holder, "token", ev.Token,
 				"changes", n, "window", s.flaps.Window)
 		}
+		// Every change of holder is a span, linked to the grant, whoever
+		// granted it (the service or a Go holder on the bucket): in Jaeger,
+		// a flapping lease shows as a run of these with lease.flapping=true.
+		opts := []trace.SpanStartOption{trace.WithTimestamp(ev.Time), trace.WithAttributes(
+			kvlease.AttrName.String(ev.Name), kvlease.AttrHolder.String(ev.Holder),
+			kvlease.AttrToken.Int64(int64(ev.Token)), telemetry.AttrFlapping.Bool(flapping),
+			attribute.Int("lease.changes_in_window", n))}
+		if ev.Record != nil {
+			if sc := kvlease.SpanContextOfGrant(*ev.Record); sc.IsValid() {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+			}
+		}
+		_, span := s.tracer.Start(context.Background(), "lease.ownership_change", opts...)
+		if flapping {
+			span.AddEvent("lease.flapping", trace.WithAttributes(attribute.Int("lease.changes_in_window", n)))
+		}
+		span.End()
 	case ev.Type.Ends():
 		s.metrics.LiveLeases(context.Background(), -1)
 		// The observed end of a tenure, linked to the grant that began it.

@@ -1,0 +1,186 @@
+// Command flapping shows a lease that changes hands too often, and how it
+// looks in Jaeger.
+//
+// Two holders campaign for "leader.flappy" with a lease of 1 s, and each
+// pauses for longer than that while it leads (here: it stops renewing, as a
+// long GC pause or an overloaded VM would). Each pause costs it the lease;
+// the other takes over; the lease flaps. A grantor service runs in the same
+// process: it counts changes of holder, flags the lease as flapping after
+// more than three in a minute, and records each change as a span
+// ("lease.ownership_change", with lease.flapping and a link to the grant).
+//
+// Usage:
+//
+//	OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 go run ./examples/flapping [-nats-url URL] [-changes 6]
+//
+// Then open Jaeger (http://localhost:16686), service "leased-flapping":
+// search for operation lease.ownership_change, or tag lease.flapping=true.
+// Without OTEL_EXPORTER_OTLP_ENDPOINT nothing is exported; the narrative
+// still shows the flapping.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/telemetry/otelsetup"
+)
+
+const (
+	bucket   = "flapping"
+	election = "leader.flappy"
+	leaseD   = time.Second
+)
+
+func main() {
+	natsURL := flag.String("nats-url", "", "NATS server URL (default: start an embedded server)")
+	changes := flag.Int("changes", 6, "changes of holder to show")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tel, err := otelsetup.Setup(ctx, "leased-flapping")
+	if err != nil {
+		fail(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx) // flush the spans
+	}()
+	if *natsURL == "" {
+		dir, err := os.MkdirTemp("", "flapping-")
+		if err != nil {
+			fail(err)
+		}
+		defer os.RemoveAll(dir)
+		srv, err := embedded.Start(embedded.Config{DataDir: dir})
+		if err != nil {
+			fail(err)
+		}
+		defer srv.Shutdown()
+		u := srv.ClientURL()
+		natsURL = &u
+	}
+	if err := run(ctx, os.Stdout, *natsURL, *changes); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "flapping:", err)
+	os.Exit(1)
+}
+
+// run starts a grantor service and two pausing holders, and returns once
+// the lease has changed hands n times and been flagged as flapping.
+func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	open := func(name string) (*nats.Conn, *kvlease.Store, error) {
+		nc, err := nats.Connect(natsURL, nats.Name(name))
+		if err != nil {
+			return nil, nil, err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		st, err := kvlease.Open(ctx, js, kvlease.WithBucket(bucket), kvlease.WithGrantorMargin(0))
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		return nc, st, nil
+	}
+	nc, st, err := open("grantor")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cfg := grantor.DefaultConfig()
+	cfg.GrantorMargin = 0
+	svc, err := grantor.New(st, nc, cfg, grantor.WithMeterProvider(otel.GetMeterProvider()))
+	if err != nil {
+		return err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	defer svc.Stop()
+
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, format+"\n", args...)
+	}
+	leads := make(chan string, 2*n)
+	var wg sync.WaitGroup
+	for _, name := range []string{"holder-a", "holder-b"} {
+		hnc, hst, err := open(name)
+		if err != nil {
+			return err
+		}
+		defer hnc.Close()
+		e, err := kvlease.NewElection(hst, election)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				lead, err := e.Campaign(ctx, name, leaseD, nil)
+				if err != nil {
+					return
+				}
+				start := time.Now()
+				say("%s leads (token %d)", name, lead.Token())
+				leads <- name
+				time.Sleep(200 * time.Millisecond) // some work
+				lead.Stop()                        // then a pause longer than the lease: no renewals
+				select {
+				case <-time.After(time.Until(lead.Lease().Deadline()) + 10*time.Millisecond):
+				case <-ctx.Done():
+				}
+				say("%s paused past its deadline after %v: it lost the lease", name, time.Since(start).Round(10*time.Millisecond))
+			}
+		})
+	}
+	for range n {
+		select {
+		case <-leads:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// The service saw the same changes on the bucket's stream.
+	client := grantor.NewClient(nc)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ls, err := client.List(ctx, election)
+		if err == nil && len(ls) == 1 && ls[0].Flapping {
+			say("the grantor flags %s as FLAPPING (more than 3 changes of holder in a minute)", election)
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the lease was not flagged as flapping")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	return nil
+}
