@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leased/leased/kvlease"
@@ -27,6 +28,17 @@ type Client struct {
 	tracer  trace.Tracer
 	timeout time.Duration
 	clock   ClockEstimator
+	metrics *telemetry.Metrics
+}
+
+// WithClientMeterProvider records the estimated clock offset to the grantor
+// (leased.clock.offset) and its error bound (leased.clock.margin) on mp.
+func WithClientMeterProvider(mp metric.MeterProvider) ClientOption {
+	return func(c *Client) {
+		if m, err := telemetry.NewMetrics(mp); err == nil {
+			c.metrics = m
+		}
+	}
 }
 
 // Clock returns the estimate of the grantor's clock against this one, fed
@@ -111,6 +123,9 @@ func (c *Client) Revoke(ctx context.Context, name, reason string) (Lease, error)
 // observe feeds the clock estimate with a reply's server time.
 func (c *Client) observe(sent time.Time, l *Lease) {
 	c.clock.Observe(sent, time.Now(), l.ServerTime)
+	if offset, bound, _, _, ok := c.clock.Estimate(); ok || bound > 0 {
+		c.metrics.ClockOffset(context.Background(), "grantor", offset, bound)
+	}
 }
 
 // call sends one request and decodes the reply or the error.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -404,5 +406,24 @@ func TestClientEstimatesGrantorClock(t *testing.T) {
 	}
 	if f.client.Clock().Exceeds(0.5) {
 		t.Fatal("same-machine clocks reported drifting")
+	}
+	// With a meter provider the estimate is a metric.
+	reader := sdkmetric.NewManualReader()
+	client := grantor.NewClient(f.nc, grantor.WithClientMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	if _, err := client.Grant(ctx, kvlease.GrantRequest{Name: "clock2", Holder: "h", Duration: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			found = found || m.Name == "leased.clock.offset"
+		}
+	}
+	if !found {
+		t.Fatal("no leased.clock.offset metric")
 	}
 }
