@@ -11,7 +11,8 @@
 //
 // Usage:
 //
-//	OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 go run ./examples/flapping [-nats-url URL] [-changes 6]
+//	OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 OTEL_METRICS_EXPORTER=none \
+//	  go run ./examples/flapping [-nats-url URL] [-changes 6]
 //
 // Then open Jaeger (http://localhost:16686), service "leased-flapping":
 // search for operation lease.ownership_change, or tag lease.flapping=true.

@@ -37,6 +37,8 @@ type Providers struct {
 //   - OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_/_METRICS_ variants): traces
 //     and metrics go there over OTLP/HTTP (e.g. http://localhost:4318 for
 //     Jaeger). Unset: no spans are exported.
+//   - OTEL_TRACES_EXPORTER=none or OTEL_METRICS_EXPORTER=none turns one off
+//     (Jaeger accepts traces only).
 //   - OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the service
 //     (default service name: the given one).
 //
@@ -81,7 +83,12 @@ func Setup(ctx context.Context, serviceName string) (*Providers, error) {
 	return p, nil
 }
 
+// otlpConfigured: an OTLP endpoint is set for signal, and OTEL_<signal>_EXPORTER
+// does not say "none" (Jaeger, for one, takes traces but not metrics).
 func otlpConfigured(signal string) bool {
+	if os.Getenv("OTEL_"+signal+"_EXPORTER") == "none" {
+		return false
+	}
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") != ""
 }
 
