@@ -73,6 +73,10 @@ func rateOf(a, b clockSample) (rate, bound float64, ok bool) {
 	return rate, bound, true
 }
 
+// Warns reports whether the measured rate error, less its uncertainty, has
+// passed half of rho: time to look at the clocks before Exceeds refuses.
+func (c *ClockEstimator) Warns(rho float64) bool { return c.Exceeds(rho / 2) }
+
 // Exceeds reports whether the measured rate error, less its uncertainty,
 // is beyond rho: then the lease's clock-rate bound no longer covers this
 // pair of clocks.

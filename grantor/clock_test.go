@@ -53,3 +53,15 @@ func TestClockEstimator(t *testing.T) {
 		t.Fatal("an empty estimator claims an estimate")
 	}
 }
+
+func TestClockEstimatorWarnsBeforeExceeding(t *testing.T) {
+	var e ClockEstimator
+	base := time.Now()
+	for _, at := range []time.Duration{0, time.Hour} {
+		sent := base.Add(at)
+		e.Observe(sent, sent.Add(time.Millisecond), sent.Add(500*time.Microsecond).Round(0).Add(time.Duration(7e-4*float64(at))))
+	}
+	if !e.Warns(1e-3) || e.Exceeds(1e-3) {
+		t.Fatalf("drift 7e-4 against ρ 1e-3: warns %v exceeds %v; want a warning, not a refusal", e.Warns(1e-3), e.Exceeds(1e-3))
+	}
+}

@@ -29,7 +29,7 @@ type Keeper struct {
 	l        *Lease
 	interval time.Duration
 	onLost   func(error)
-	onRenew  func(Record, time.Time)
+	onRenew  []func(Record, time.Time)
 	metrics  *telemetry.Metrics
 
 	ctx      context.Context
@@ -65,12 +65,12 @@ func WithOnLost(fn func(reason error)) KeeperOption {
 	return func(k *Keeper) error { k.onLost = fn; return nil }
 }
 
-// WithOnRenew sets a callback for each successful renewal, with the new
-// record and the holder's new deadline. It is called on the keeper's
-// goroutine, in order, and delays the next renewal while it runs: keep it
-// short.
+// WithOnRenew adds a callback for each successful renewal, with the new
+// record and the holder's new deadline. Callbacks are called on the
+// keeper's goroutine, in order, and delay the next renewal while they run:
+// keep them short.
 func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
-	return func(k *Keeper) error { k.onRenew = fn; return nil }
+	return func(k *Keeper) error { k.onRenew = append(k.onRenew, fn); return nil }
 }
 
 // WithMeterProvider makes the keeper record the lease metrics (renewal
@@ -245,8 +245,8 @@ func (k *Keeper) run(parent context.Context) {
 			k.renewals.Add(1)
 			k.consecutive.Store(0)
 			backoff = max(k.interval/10, 10*time.Millisecond)
-			if k.onRenew != nil {
-				k.onRenew(k.l.Record(), k.l.Deadline())
+			for _, fn := range k.onRenew {
+				fn(k.l.Record(), k.l.Deadline())
 			}
 			timer.Reset(k.interval - time.Since(start))
 			continue

@@ -90,6 +90,15 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 			if err != nil {
 				return nil, err
 			}
+			warned := false
+			opts = append(opts, kvlease.WithOnRenew(func(kvlease.Record, time.Time) {
+				if !warned && client.Clock().Warns(kvlease.DefaultClockRate) {
+					warned = true
+					_, _, rate, bound, _ := client.Clock().Estimate()
+					fmt.Fprintf(stderr, "leased: warning: clock rate error against the grantor %.2g ± %.2g is past half the lease's bound %g; at the bound the lease stops counting as held\n",
+						rate, bound, kvlease.DefaultClockRate)
+				}
+			}))
 			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
 			if err != nil {
 				_ = l.Release(context.Background())
