@@ -153,8 +153,11 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 				leads <- name
 				time.Sleep(200 * time.Millisecond) // some work
 				lead.Stop()                        // then a pause longer than the lease: no renewals
+				// The pause outlasts the holder's deadline and the server's
+				// lapse (TTL plus up to ~250 ms), so the other holder, waiting
+				// on the stream, is first to take the lease.
 				select {
-				case <-time.After(time.Until(lead.Lease().Deadline()) + 10*time.Millisecond):
+				case <-time.After(time.Until(lead.Lease().Deadline()) + 700*time.Millisecond):
 				case <-ctx.Done():
 				}
 				say("%s paused past its deadline after %v: it lost the lease", name, time.Since(start).Round(10*time.Millisecond))
