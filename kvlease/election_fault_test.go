@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sys/unix"
 
 	"github.com/leased/leased/kvlease"
@@ -45,15 +43,7 @@ func toSys(t time.Time) time.Duration { return sysMono() + time.Until(t) }
 //	write <name> <token> ok|refused <late>   late: the deadline had passed
 func electWriter(url string) error {
 	ctx := context.Background()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-	if err != nil {
-		return err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	st, err := kvlease.Open(ctx, js)
+	js, st, err := childStore(ctx, url)
 	if err != nil {
 		return err
 	}

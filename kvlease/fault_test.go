@@ -33,10 +33,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runChild is a holder that takes the lease, checks it, reports "checked",
-// and then waits for a line on stdin before its write: the parent stops it
-// (SIGSTOP) between the check and the effect, exactly where a GC pause or a
-// VM migration would hurt.
+// childStore connects a child process to url (reconnecting forever) and
+// opens the lease store with opts.
+func childStore(ctx context.Context, url string, opts ...kvlease.Option) (jetstream.JetStream, *kvlease.Store, error) {
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := kvlease.Open(ctx, js, opts...)
+	return js, st, err
+}
+
+// runChild runs the role a fault test asked for in KVLEASE_CHILD.
 func runChild(role, url string) error {
 	switch role {
 	case "paused-writer":
@@ -57,15 +69,7 @@ func runChild(role, url string) error {
 // KVLEASE_D, says "leading <token>", and leads until it is killed.
 func candidate(url string) error {
 	ctx := context.Background()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	st, err := kvlease.Open(ctx, js)
+	_, st, err := childStore(ctx, url)
 	if err != nil {
 		return err
 	}
@@ -91,15 +95,7 @@ func candidate(url string) error {
 // "refused <item> <error>".
 func worker(url string) error {
 	ctx := context.Background()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	st, err := kvlease.Open(ctx, js)
+	js, st, err := childStore(ctx, url)
 	if err != nil {
 		return err
 	}
@@ -123,19 +119,14 @@ func worker(url string) error {
 	}
 }
 
+// pausedWriter is a holder that takes the lease, checks it, reports
+// "checked", and then waits for a line on stdin before its write: the parent
+// stops it (SIGSTOP) between the check and the effect, exactly where a GC
+// pause or a VM migration would hurt.
 func pausedWriter(url string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	st, err := kvlease.Open(ctx, js, kvlease.WithGrantorMargin(0))
+	js, st, err := childStore(ctx, url, kvlease.WithGrantorMargin(0))
 	if err != nil {
 		return err
 	}

@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -24,15 +21,7 @@ import (
 // prints "read <value> <served-from>".
 func readLeader(url string) error {
 	ctx := context.Background()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	st, err := kvlease.Open(ctx, js)
+	js, st, err := childStore(ctx, url)
 	if err != nil {
 		return err
 	}
