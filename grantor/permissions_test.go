@@ -19,26 +19,7 @@ import (
 // take leases but its revocations are refused by the server; an operator's
 // go through.
 func TestRevokeRestrictedByNATSPermissions(t *testing.T) {
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
-		Users: []*server.User{appUser("app"), appUser("app2"),
-			{Username: "operator", Password: "operator"},
-			{Username: "leased", Password: "leased", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{">"}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"lease.>", "$SRV.>", "_INBOX_leased.>"}},
-			}},
-		},
-	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	url := ns.ClientURL()
+	url := authServer(t, appUser("app"), appUser("app2"), &server.User{Username: "operator", Password: "operator"}, leasedUser())
 	startOnConn(t, kvleasetest.Connect(t, withUser(url, "leased"), nats.CustomInboxPrefix("_INBOX_leased")), grantor.DefaultConfig())
 
 	var mu sync.Mutex
@@ -90,25 +71,7 @@ func appUser(name string) *server.User {
 // Another application user cannot read a grant's reply, which carries the
 // secret.
 func TestAppUsersCannotReadEachOthersReplies(t *testing.T) {
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
-		Users: []*server.User{appUser("app"), appUser("app2"),
-			{Username: "leased", Password: "leased", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{">"}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"lease.>", "$SRV.>", "_INBOX_leased.>"}},
-			}},
-		},
-	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	url := ns.ClientURL()
+	url := authServer(t, appUser("app"), appUser("app2"), leasedUser())
 	startOnConn(t, kvleasetest.Connect(t, withUser(url, "leased"), nats.CustomInboxPrefix("_INBOX_leased")), grantor.DefaultConfig())
 	violation := make(chan error, 4)
 	spy := kvleasetest.Connect(t, withUser(url, "app2"), nats.CustomInboxPrefix("_INBOX_app2"),
@@ -132,6 +95,31 @@ func TestAppUsersCannotReadEachOthersReplies(t *testing.T) {
 	if _, err := app.Grant(t.Context(), kvlease.GrantRequest{Name: "mine", Holder: "app", Duration: 5 * time.Second}); err != nil {
 		t.Fatalf("grant with a private inbox: %v", err)
 	}
+}
+
+// leasedUser is the service's own user: it answers on lease.> and $SRV.>
+// and receives replies on its own inbox prefix.
+func leasedUser() *server.User {
+	return &server.User{Username: "leased", Password: "leased", Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{">"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"lease.>", "$SRV.>", "_INBOX_leased.>"}},
+	}}
+}
+
+// authServer starts a JetStream server with these users and returns its URL.
+func authServer(t *testing.T, users ...*server.User) string {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoSigs: true, Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return ns.ClientURL()
 }
 
 func withUser(url, user string) string {
