@@ -32,12 +32,14 @@ type Keeper struct {
 	onRenew  []func(Record, time.Time)
 	metrics  *telemetry.Metrics
 
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	stop     chan struct{} // closed by Close/Stop
-	done     chan struct{} // closed when the loop has exited
-	once     sync.Once
-	handover atomic.Bool // Stop was called: leave the lease to run out
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	stop      chan struct{} // closed by Close/Stop
+	abort     chan struct{} // closed by Stop: cancel a renewal in flight
+	done      chan struct{} // closed when the loop has exited
+	once      sync.Once
+	abortOnce sync.Once
+	handover  atomic.Bool // Stop was called: leave the lease to run out
 
 	mu  sync.Mutex
 	err error
@@ -91,7 +93,8 @@ func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
 //
 // Errors: [ErrInvalidTiming] if the interval does not fit the lease.
 func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) {
-	k := &Keeper{l: l, interval: DefaultRenewInterval(l.d), stop: make(chan struct{}), done: make(chan struct{})}
+	k := &Keeper{l: l, interval: DefaultRenewInterval(l.d), stop: make(chan struct{}), abort: make(chan struct{}),
+		done: make(chan struct{})}
 	for _, opt := range opts {
 		if err := opt(k); err != nil {
 			return nil, err
@@ -131,19 +134,30 @@ func (k *Keeper) Err() error {
 // Stop does not release.
 func (k *Keeper) Stop() {
 	k.handover.Store(true)
-	k.halt()
+	k.abortOnce.Do(func() { close(k.abort) })
+	k.halt(context.Background())
 }
 
-func (k *Keeper) halt() {
+// halt stops the loop, letting a renewal in flight finish unless ctx ends
+// first.
+func (k *Keeper) halt(ctx context.Context) {
 	k.once.Do(func() { close(k.stop) })
+	select {
+	case <-k.done:
+		return
+	case <-ctx.Done():
+	}
+	k.abortOnce.Do(func() { close(k.abort) })
 	<-k.done
 }
 
 // Close stops renewing and releases the lease, unless Stop came first or
-// the lease was already lost. It returns the release error, if any. Close
-// may be called more than once (defer it).
+// the lease was already lost. A renewal in flight is let finish first (at
+// most half a renewal interval, and no longer than ctx allows): cut short,
+// it could have moved the lease to a revision the release would not know. It returns the release error, if
+// any. Close may be called more than once (defer it).
 func (k *Keeper) Close(ctx context.Context) error {
-	k.halt()
+	k.halt(ctx)
 	if errors.Is(k.Err(), ErrClosed) && !k.handover.Load() {
 		return k.l.Release(ctx)
 	}
@@ -199,7 +213,7 @@ func (k *Keeper) run(parent context.Context) {
 	defer rcancel()
 	go func() {
 		select {
-		case <-k.stop:
+		case <-k.abort:
 			rcancel()
 		case <-rctx.Done():
 		}

@@ -910,3 +910,52 @@ func TestLeaseCheckClockGuard(t *testing.T) {
 		}
 	})
 }
+
+// Close while a renewal is in flight: the renewal is let finish, so that the
+// release names the revision the renewal moved the lease to (cut short, the
+// release would name a stale revision and be refused).
+func TestKeeperCloseDuringRenewalReleasesNewRevision(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := ctxGatedGrantor{newBubbleGrantor(), make(chan struct{})}
+		l := mustAcquire(t, g, "svc/web", 3*time.Second)
+		k, err := kvlease.Keep(t.Context(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(kvlease.DefaultRenewInterval(3*time.Second) + time.Millisecond) // the renewal is applied, its reply held
+		synctest.Wait()
+		closed := make(chan error, 1)
+		go func() { closed <- k.Close(context.Background()) }()
+		synctest.Wait()
+		close(g.gate) // the reply arrives
+		if err := <-closed; err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		rel := g.released()
+		cur, _ := g.lookup("svc/web")
+		if len(rel) != 1 || cur.Revision != 0 && rel[0].Revision != cur.Revision {
+			t.Fatalf("released %+v; lease now %+v", rel, cur)
+		}
+		if _, live := g.lookup("svc/web"); live {
+			t.Fatal("the lease is still live after Close")
+		}
+	})
+}
+
+// ctxGatedGrantor applies a renewal at once but holds its reply until gate
+// is closed, giving up when ctx ends, as a NATS request does: the caller
+// then cannot know the renewal happened.
+type ctxGatedGrantor struct {
+	*bubbleGrantor
+	gate chan struct{}
+}
+
+func (g ctxGatedGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	rec, err := g.bubbleGrantor.Renew(ctx, req)
+	select {
+	case <-g.gate:
+		return rec, err
+	case <-ctx.Done():
+		return kvlease.Record{}, fmt.Errorf("%w: %w", kvlease.ErrUnavailable, ctx.Err())
+	}
+}
