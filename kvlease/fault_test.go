@@ -33,6 +33,43 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// startChild runs this test binary as the child role, and returns it, its
+// stdin, and a function that returns its next line of output (failing the
+// test if none comes within 20 s).
+func startChild(t *testing.T, role, url string) (*exec.Cmd, io.WriteCloser, func() string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "KVLEASE_CHILD="+role, "KVLEASE_URL="+url)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	return cmd, stdin, func() string {
+		t.Helper()
+		got := make(chan string, 1)
+		go func() {
+			if lines.Scan() {
+				got <- lines.Text()
+			}
+			close(got)
+		}()
+		select {
+		case l, ok := <-got:
+			if !ok {
+				t.Fatal("child exited early")
+			}
+			return l
+		case <-time.After(20 * time.Second):
+			t.Fatal("child said nothing")
+		}
+		return ""
+	}
+}
+
 // childStore connects a child process to url (reconnecting forever) and
 // opens the lease store with opts.
 func childStore(ctx context.Context, url string, opts ...kvlease.Option) (jetstream.JetStream, *kvlease.Store, error) {
@@ -175,36 +212,7 @@ func TestPausedHolderWriteRejectedByFence(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "KVLEASE_CHILD=paused-writer", "KVLEASE_URL="+srv.ClientURL())
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	line := func() string {
-		t.Helper()
-		got := make(chan string, 1)
-		go func() {
-			if lines.Scan() {
-				got <- lines.Text()
-			}
-			close(got)
-		}()
-		select {
-		case l, ok := <-got:
-			if !ok {
-				t.Fatal("child exited early")
-			}
-			return l
-		case <-time.After(20 * time.Second):
-			t.Fatal("child said nothing")
-		}
-		return ""
-	}
+	cmd, stdin, line := startChild(t, "paused-writer", srv.ClientURL())
 
 	var childToken kvlease.Token
 	if _, err := fmt.Sscanf(line(), "checked %d", &childToken); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,36 +65,7 @@ func TestReadLeaseNotServedStaleAfterPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "KVLEASE_CHILD=read-leader", "KVLEASE_URL="+srv.ClientURL())
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	out := bufio.NewScanner(stdout)
-	line := func() string {
-		t.Helper()
-		got := make(chan string, 1)
-		go func() {
-			if out.Scan() {
-				got <- out.Text()
-			}
-			close(got)
-		}()
-		select {
-		case l, ok := <-got:
-			if !ok {
-				t.Fatal("child exited")
-			}
-			return l
-		case <-time.After(20 * time.Second):
-			t.Fatal("child said nothing")
-		}
-		return ""
-	}
+	cmd, stdin, line := startChild(t, "read-leader", srv.ClientURL())
 	read := func() string {
 		t.Helper()
 		if _, err := io.WriteString(stdin, "read\n"); err != nil {
