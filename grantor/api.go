@@ -155,11 +155,18 @@ type ErrorBody struct {
 }
 
 func toWire(r kvlease.Record, now time.Time) Lease {
+	l := LeaseOf(r)
+	l.ServerTime = now
+	return l
+}
+
+// LeaseOf is a lease record in its wire form (without the server's time).
+func LeaseOf(r kvlease.Record) Lease {
 	return Lease{
 		Name: r.Name, Holder: r.Holder, Token: uint64(r.Token), Revision: r.Revision,
 		TTL: Duration(r.Duration), ServerTTL: Duration(r.TTL),
 		StoredAt: r.StoredAt, GrantedAt: r.GrantedAt, ExpiresAt: r.ExpiresAt(),
-		Attributes: r.Attributes, Secret: r.Secret, ServerTime: now,
+		Attributes: r.Attributes, Secret: r.Secret,
 	}
 }
 

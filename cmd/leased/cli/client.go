@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -108,6 +109,18 @@ func (c *connFlags) connect() (*nats.Conn, error) {
 		return nil, err
 	}
 	return c.natsFlags.connect(c.url, "leased-cli", c.timeout)
+}
+
+// openStore opens an existing lease bucket directly, for the commands that
+// read its stream (watch, elect).
+func (c *connFlags) openStore(ctx context.Context, nc *nats.Conn, bucket string) (*kvlease.Store, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return kvlease.Open(ctx, js, kvlease.WithBucket(bucket), kvlease.WithoutCreate())
 }
 
 func (c *connFlags) client(nc *nats.Conn) *grantor.Client {

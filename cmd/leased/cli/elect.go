@@ -3,12 +3,10 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/leased/leased/kvlease"
@@ -35,25 +33,13 @@ needs JetStream access to the lease bucket. The exit code is the command's.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if grace < 0 {
-				return usageError{fmt.Errorf("--grace %v is negative", grace)}
-			}
-			if grace == 0 {
-				grace = min(2*time.Second, ttl/10)
-			}
-			margin := kvlease.DefaultHolderMargin(ttl) + grace
-			if err := kvlease.ValidateTiming(ttl, margin, kvlease.DefaultRenewInterval(ttl), kvlease.DefaultClockRate); err != nil {
-				return usageError{fmt.Errorf("--grace %v does not fit a %v lease: %w", grace, ttl, err)}
+			grace, margin, err := graceTiming(ttl, grace)
+			if err != nil {
+				return err
 			}
 			name := args[0]
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				js, err := jetstream.New(nc)
-				if err != nil {
-					return err
-				}
-				octx, cancel := context.WithTimeout(ctx, c.timeout)
-				st, err := kvlease.Open(octx, js, kvlease.WithBucket(bucket), kvlease.WithoutCreate())
-				cancel()
+				st, err := c.openStore(ctx, nc, bucket)
 				if err != nil {
 					return err
 				}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/leased/leased/grantor"
@@ -42,10 +41,7 @@ then releases it; if the lease is lost first it exits with code 5.`,
 				if err != nil {
 					return err
 				}
-				rec := l.Record()
-				p.lease(grantor.Lease{Name: rec.Name, Holder: rec.Holder, Token: uint64(rec.Token), Revision: rec.Revision,
-					TTL: grantor.Duration(rec.Duration), ServerTTL: grantor.Duration(rec.TTL),
-					ExpiresAt: rec.ExpiresAt(), Attributes: rec.Attributes, Secret: rec.Secret})
+				p.lease(grantor.LeaseOf(l.Record()))
 				if !hold {
 					return nil
 				}
@@ -99,9 +95,9 @@ func newRenew(stdout io.Writer) *cobra.Command {
 				}
 				// The secret is passed through, so that the output can serve as
 				// the next --lease-file.
-				c.printer(stdout).lease(grantor.Lease{Name: rec.Name, Holder: rec.Holder, Token: uint64(rec.Token),
-					Revision: rec.Revision, TTL: grantor.Duration(rec.Duration), ServerTTL: grantor.Duration(rec.TTL),
-					ExpiresAt: rec.ExpiresAt(), Secret: h.secret})
+				out := grantor.LeaseOf(rec)
+				out.Secret = h.secret
+				c.printer(stdout).lease(out)
 				return nil
 			})
 		},
@@ -273,13 +269,7 @@ JetStream access to the bucket), so it sees expiries by TTL as they happen.`,
 				prefix = args[0]
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				js, err := jetstream.New(nc)
-				if err != nil {
-					return err
-				}
-				octx, cancel := context.WithTimeout(ctx, c.timeout)
-				st, err := kvlease.Open(octx, js, kvlease.WithBucket(bucket), kvlease.WithoutCreate())
-				cancel()
+				st, err := c.openStore(ctx, nc, bucket)
 				if err != nil {
 					return err
 				}

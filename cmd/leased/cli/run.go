@@ -57,15 +57,9 @@ never started. On SIGINT or SIGTERM, run stops the command the same way
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if grace < 0 {
-				return usageError{fmt.Errorf("--grace %v is negative", grace)}
-			}
-			if grace == 0 {
-				grace = min(2*time.Second, ttl/10)
-			}
-			margin := kvlease.DefaultHolderMargin(ttl) + grace
-			if err := kvlease.ValidateTiming(ttl, margin, kvlease.DefaultRenewInterval(ttl), kvlease.DefaultClockRate); err != nil {
-				return usageError{fmt.Errorf("--grace %v does not fit a %v lease: %w", grace, ttl, err)}
+			grace, margin, err := graceTiming(ttl, grace)
+			if err != nil {
+				return err
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				return runHolding(ctx, &c, nc, lease, ttl, margin, grace, verbose, args, stdout, stderr)
@@ -169,6 +163,23 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		log.Warn("release failed", "err", err)
 	}
 	return childStatus(waitErr)
+}
+
+// graceTiming defaults --grace (TTL/10, at most 2 s) and returns the holder
+// margin that carves it out of the lease, checking that a lease of ttl can
+// still be kept with it.
+func graceTiming(ttl, grace time.Duration) (time.Duration, time.Duration, error) {
+	if grace < 0 {
+		return 0, 0, usageError{fmt.Errorf("--grace %v is negative", grace)}
+	}
+	if grace == 0 {
+		grace = min(2*time.Second, ttl/10)
+	}
+	margin := kvlease.DefaultHolderMargin(ttl) + grace
+	if err := kvlease.ValidateTiming(ttl, margin, kvlease.DefaultRenewInterval(ttl), kvlease.DefaultClockRate); err != nil {
+		return 0, 0, usageError{fmt.Errorf("--grace %v does not fit a %v lease: %w", grace, ttl, err)}
+	}
+	return grace, margin, nil
 }
 
 // stop sends the command's process group SIGTERM, then SIGKILL when the
