@@ -216,6 +216,17 @@ func mustAcquire(t *testing.T, g kvlease.Grantor, name string, d time.Duration, 
 	return l
 }
 
+// keepRecording keeps l with a recorder of OnLost calls.
+func keepRecording(t *testing.T, l *kvlease.Lease) (*kvlease.Keeper, *lostRecorder) {
+	t.Helper()
+	lost := &lostRecorder{}
+	k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, lost
+}
+
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -309,11 +320,7 @@ func TestKeeperUnreachableLosesAtDeadline(t *testing.T) {
 				g := newBubbleGrantor()
 				start := time.Now()
 				l := mustAcquire(t, g, "svc/web", d)
-				var lost lostRecorder
-				k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
-				if err != nil {
-					t.Fatal(err)
-				}
+				k, lost := keepRecording(t, l)
 				interval := kvlease.DefaultRenewInterval(d)
 				// Cut the grantor off halfway between renewals.
 				time.Sleep(time.Duration(tt.goodRenewals)*interval + interval/2)
@@ -402,11 +409,7 @@ func TestKeeperRefusedLosesAtOnce(t *testing.T) {
 		g := newBubbleGrantor()
 		start := time.Now()
 		l := mustAcquire(t, g, "svc/web", d)
-		var lost lostRecorder
-		k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
-		if err != nil {
-			t.Fatal(err)
-		}
+		k, lost := keepRecording(t, l)
 		g.setMode(modeRefuse)
 		<-k.Done()
 		interval := kvlease.DefaultRenewInterval(d)
@@ -467,11 +470,7 @@ func TestKeeperCloseReleases(t *testing.T) {
 		const d = 3 * time.Second
 		g := newBubbleGrantor()
 		l := mustAcquire(t, g, "svc/web", d)
-		var lost lostRecorder
-		k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
-		if err != nil {
-			t.Fatal(err)
-		}
+		k, lost := keepRecording(t, l)
 		time.Sleep(2*kvlease.DefaultRenewInterval(d) + time.Millisecond) // two renewals
 		rec := l.Record()
 		if rec.Revision == uint64(rec.Token) {
@@ -522,11 +521,7 @@ func TestKeeperStopDoesNotRelease(t *testing.T) {
 		g := newBubbleGrantor()
 		start := time.Now()
 		l := mustAcquire(t, g, "svc/web", d)
-		var lost lostRecorder
-		k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
-		if err != nil {
-			t.Fatal(err)
-		}
+		k, lost := keepRecording(t, l)
 		interval := kvlease.DefaultRenewInterval(d)
 		time.Sleep(interval + interval/2) // one renewal
 		k.Stop()
@@ -582,11 +577,7 @@ func TestKeeperStopDuringBlockedRenewal(t *testing.T) {
 				const d = 3 * time.Second
 				g := newBubbleGrantor()
 				l := mustAcquire(t, g, "svc/web", d)
-				var lost lostRecorder
-				k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnLost(lost.onLost))
-				if err != nil {
-					t.Fatal(err)
-				}
+				k, lost := keepRecording(t, l)
 				g.setMode(modeUnreachable)
 				time.Sleep(kvlease.DefaultRenewInterval(d) + 100*time.Millisecond)
 				synctest.Wait()
