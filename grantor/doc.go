@@ -14,13 +14,22 @@
 // renewals and releases must present it. Knowing a lease's name, holder and
 // token is not enough to renew or release it.
 //
+// It also serves service registration (svc.v1.register, .deregister,
+// .discover; see [Registry]: instances are leases, discovery reports gossip
+// suspicion levels, and gossip's death verdicts remove registrations, never
+// other leases), and publishes every grant and end of a tenure on
+// lease.events.v1.<name> for followers in any language. It counts changes of
+// holder and flags flapping leases.
+//
 // Requests are handled concurrently (up to [Config.MaxInFlight]), so many
 // clients' KV writes overlap instead of queueing behind one round trip.
 //
 // # Client
 //
 // [Client] speaks the service API and implements [kvlease.Grantor], so
-// [kvlease.Acquire] and [kvlease.Keep] work over it unchanged.
+// [kvlease.Acquire] and [kvlease.Keep] work over it unchanged. It estimates
+// the grantor's clock offset and rate error from every reply
+// ([Client.Clock]).
 //
 // The subpackage [github.com/leased/leased/grantor/embedded] runs the
 // embedded JetStream server that `leased serve` uses.

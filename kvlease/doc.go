@@ -46,5 +46,13 @@
 // a lapse with a Nats-Marker-Reason header and kvlease marks its own writes.
 // Watchers are driven by these messages; nothing polls.
 //
+// # Recipes
+//
+// Built on the same leases: [Election] (message-driven leader election:
+// candidates wait on the stream for the end of a tenure), [WorkQueue] (work
+// claims under processing leases, completed at a fenced sink), and
+// [ReadThrough] (reads served from local state while the lease is held).
+// [Advise] recommends D, margins and the renewal interval from measurements.
+//
 // See docs/safety.md for the arithmetic and the NATS facts it rests on.
 package kvlease

@@ -42,6 +42,7 @@ func TestFlappingVisibleInJaeger(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = jaeger.Process.Kill(); _ = jaeger.Wait() })
 	const query = "http://127.0.0.1:16686"
+	// Jaeger announces readiness on no channel we can wait on: ask its API.
 	ready := false
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if resp, err := http.Get(query + "/api/services"); err == nil {
@@ -88,6 +89,8 @@ func TestFlappingVisibleInJaeger(t *testing.T) {
 			Spans []span `json:"spans"`
 		} `json:"data"`
 	}
+	// Spans reach Jaeger's storage asynchronously after the flush: ask until
+	// they are all there.
 	var changes, flapping, linked int
 	holders := map[string]bool{}
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
