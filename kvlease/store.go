@@ -59,7 +59,11 @@ var _ Grantor = (*Store)(nil)
 // fails with [ErrBucket]; Open never deletes or recreates a bucket, since
 // that would reset the revisions that serve as fencing tokens.
 //
-// Open returns [ErrUnavailable] if the server does not answer before ctx ends.
+// While JetStream is unavailable (a cluster still electing its leaders does
+// not answer at all; a bucket being created answers "not found" for a
+// moment), Open retries with backoff, each attempt bounded by a few seconds,
+// and returns [ErrUnavailable] only once ctx ends. Refusals (a bucket that
+// is missing under [WithoutCreate], or unfit for leases) return at once.
 func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -70,6 +74,28 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
+		st, err := open(actx, js, o)
+		cancel()
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return st, err
+		}
+		o.logger.Info("waiting for JetStream", "bucket", o.bucket, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+// openAttemptTimeout bounds one attempt of Open: a JetStream API request
+// that no server answers (no metadata leader yet) would otherwise use all of
+// the caller's deadline.
+const openAttemptTimeout = 2 * time.Second
+
+func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error) {
 	kv, err := js.KeyValue(ctx, o.bucket)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound) && o.create:
@@ -93,16 +119,12 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 	case err != nil:
 		return nil, translate("open bucket", err)
 	}
-	st, err := kv.Status(ctx)
+	st, stream, err := describeBucket(ctx, js, kv, o.bucket)
 	if err != nil {
-		return nil, translate("bucket status", err)
+		return nil, err
 	}
 	if err := checkBucket(st); err != nil {
 		return nil, err
-	}
-	stream, err := js.Stream(ctx, "KV_"+o.bucket)
-	if err != nil {
-		return nil, translate("open bucket stream", err)
 	}
 	if have := stream.CachedInfo().Config.Replicas; have != o.replicas {
 		o.logger.Warn("lease bucket replicas differ from configuration",
@@ -119,6 +141,34 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 		prefix:        "$KV." + o.bucket + ".",
 		cache:         revCache{m: make(map[string]cacheEntry)},
 	}, nil
+}
+
+// describeBucket reads the status and stream of a bucket that was just
+// found or created. In a cluster a stream that is being created can answer
+// "stream not found" for a moment even after another request found it: the
+// server that is to lead its new group may be asked before it has made the
+// stream (nats-server jsStreamInfoRequest: "could happen if same stream
+// trying to be created"), or a new metadata leader may not have applied the
+// assignment yet. That is [ErrUnavailable], which Open waits out, never a
+// refusal: the bucket is not wrong, only not ready.
+func describeBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, bucket string) (jetstream.KeyValueStatus, jetstream.Stream, error) {
+	st, err := kv.Status(ctx)
+	if err == nil {
+		var stream jetstream.Stream
+		if stream, err = js.Stream(ctx, "KV_"+bucket); err == nil {
+			return st, stream, nil
+		}
+	}
+	if streamNotFound(err) {
+		return nil, nil, fmt.Errorf("%w: bucket %q found but its stream is not ready: %w", ErrUnavailable, bucket, err)
+	}
+	return nil, nil, translate("bucket status", err)
+}
+
+func streamNotFound(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamNotFound
 }
 
 func checkBucket(st jetstream.KeyValueStatus) error {

@@ -171,7 +171,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		}
 	}
 	opts := append(f.policy.StoreOptions(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log))
-	st, err := openStore(octx, js, opts, log)
+	st, err := kvlease.Open(octx, js, opts...)
 	if err != nil {
 		return err
 	}
@@ -199,27 +199,6 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		log.Warn("drain", "err", err)
 	}
 	return nil
-}
-
-// openStore opens the lease bucket, waiting while a JetStream cluster is
-// still electing its leaders (ErrUnavailable) until ctx ends.
-func openStore(ctx context.Context, js jetstream.JetStream, opts []kvlease.Option, log *slog.Logger) (*kvlease.Store, error) {
-	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
-		// A cluster without a metadata leader does not answer API requests
-		// at all: give each attempt a short deadline of its own.
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := kvlease.Open(actx, js, opts...)
-		cancel()
-		if err == nil || !errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {
-			return st, err
-		}
-		log.Info("waiting for JetStream", "err", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, err
-		}
-	}
 }
 
 func nodeName(f serveFlags) string {
