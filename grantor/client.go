@@ -25,6 +25,7 @@ import (
 // wrapped in a [*ServiceError] that carries the wire code.
 type Client struct {
 	nc      *nats.Conn
+	tp      trace.TracerProvider
 	tracer  trace.Tracer
 	timeout time.Duration
 	clock   ClockEstimator
@@ -53,15 +54,20 @@ type ClientOption func(*Client)
 
 // WithClientTracerProvider sets where client spans go. Default: global.
 func WithClientTracerProvider(tp trace.TracerProvider) ClientOption {
-	return func(c *Client) { c.tracer = tp.Tracer(instrumentationName) }
+	return func(c *Client) { c.tp, c.tracer = tp, tp.Tracer(instrumentationName) }
 }
+
+// TracerProvider returns where the client's spans go. A [kvlease.Lease]
+// acquired through the client sends its holder spans there too.
+func (c *Client) TracerProvider() trace.TracerProvider { return c.tp }
 
 // WithTimeout bounds a request when its context has no deadline. Default 5 s.
 func WithTimeout(d time.Duration) ClientOption { return func(c *Client) { c.timeout = d } }
 
 // NewClient returns a client that sends requests on nc.
 func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
-	c := &Client{nc: nc, tracer: otel.GetTracerProvider().Tracer(instrumentationName), timeout: 5 * time.Second}
+	tp := otel.GetTracerProvider()
+	c := &Client{nc: nc, tp: tp, tracer: tp.Tracer(instrumentationName), timeout: 5 * time.Second}
 	for _, opt := range opts {
 		opt(c)
 	}

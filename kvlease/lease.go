@@ -8,6 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leased/leased/telemetry"
 )
 
@@ -33,6 +37,7 @@ type Lease struct {
 	rho    float64
 	now    func() time.Time
 	guard  func(rho float64) bool
+	tracer trace.Tracer
 
 	mu       sync.Mutex
 	rec      Record
@@ -56,6 +61,21 @@ type leaseOptions struct {
 	attrs     map[string]string
 	now       func() time.Time
 	guard     func(rho float64) bool
+	tp        trace.TracerProvider
+}
+
+// WithLeaseTracerProvider sets where the holder's spans go (lease.holder.acquire,
+// .renew, .release: each the parent of the grantor's span for the request,
+// with the holder's margin and remaining time). Default: the grantor's own
+// (Store.TracerProvider, or the service client's), else the global provider.
+func WithLeaseTracerProvider(tp trace.TracerProvider) LeaseOption {
+	return func(o *leaseOptions) error {
+		if tp == nil {
+			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
+		}
+		o.tp = tp
+		return nil
+	}
 }
 
 // WithClockGuard makes Check refuse (ErrClockRate, which is also
@@ -105,14 +125,35 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 	if err := ValidateWindow(d, o.margin, o.rho); err != nil {
 		return nil, err
 	}
-	l := &Lease{g: g, name: name, holder: holder, d: d, margin: o.margin, rho: o.rho, now: o.now, guard: o.guard}
+	if o.tp == nil {
+		o.tp = otel.GetTracerProvider()
+		if t, ok := g.(interface{ TracerProvider() trace.TracerProvider }); ok {
+			o.tp = t.TracerProvider()
+		}
+	}
+	l := &Lease{g: g, name: name, holder: holder, d: d, margin: o.margin, rho: o.rho, now: o.now, guard: o.guard,
+		tracer: o.tp.Tracer(instrumentationName)}
+	ctx, span := l.startSpan(ctx, "acquire")
 	t0 := l.now()
 	rec, err := g.Grant(ctx, GrantRequest{Name: name, Holder: holder, Duration: d, Attributes: o.attrs})
 	if err != nil {
+		endSpan(span, nil, err)
 		return nil, err
 	}
 	l.rec, l.secret, l.t0, l.deadline = rec, rec.Secret, t0, t0.Add(HolderValidity(d, o.rho, o.margin))
+	span.SetAttributes(AttrRemainingAfter.Int64(l.deadline.Sub(l.now()).Milliseconds()))
+	endSpan(span, &rec, nil)
 	return l, nil
+}
+
+// startSpan starts the holder's span of an operation on the lease. The
+// grantor's span for the request (the Store's or the service client's) is
+// its child; the holder's adds what only the holder knows, its margin and,
+// set by the caller, the time it has left.
+func (l *Lease) startSpan(ctx context.Context, op string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	attrs = append(attrs, AttrName.String(l.name), AttrHolder.String(l.holder),
+		AttrDuration.Int64(l.d.Milliseconds()), AttrHolderMargin.Int64(l.margin.Milliseconds()))
+	return l.tracer.Start(ctx, "lease.holder."+op, trace.WithAttributes(attrs...))
 }
 
 // Name returns the lease name.
@@ -197,8 +238,23 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return fmt.Errorf("%w: lease %q was released", ErrNotFound, l.name)
 	}
 	t0 := l.now()
+	ctx, span := l.startSpan(ctx, "renew", AttrRemaining.Int64(deadline.Sub(t0).Milliseconds()))
+	linkTo(span, rec.GrantTrace)
+	next, err := l.renew(ctx, rec, t0, deadline)
+	if err != nil {
+		endSpan(span, &rec, err)
+		return err
+	}
+	span.SetAttributes(AttrRemainingAfter.Int64(l.Remaining().Milliseconds()))
+	endSpan(span, &next, nil)
+	return nil
+}
+
+// renew sends the renewal of rec (sent at t0, the lease valid until
+// deadline) and, on success, moves the deadline.
+func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (Record, error) {
 	if !t0.Before(deadline) {
-		return &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(t0), Margin: l.margin}
+		return Record{}, &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(t0), Margin: l.margin}
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -206,12 +262,12 @@ func (l *Lease) Renew(ctx context.Context) error {
 		Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Duration: l.d, Secret: l.secret,
 	})
 	if err != nil {
-		return err
+		return Record{}, err
 	}
 	// A grantor that answers after our deadline (ignoring ctx) may have
 	// stored the renewal just as the old revision lapsed: not a renewal.
 	if now := l.now(); !now.Before(deadline) {
-		return &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(now), Margin: l.margin}
+		return Record{}, &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(now), Margin: l.margin}
 	}
 	d := l.d
 	if next.Duration > 0 {
@@ -225,24 +281,28 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if t0.After(l.t0) && !l.released {
 		l.t0, l.deadline = t0, t0.Add(HolderValidity(d, l.rho, l.margin))
 	}
-	return nil
+	return next, nil
 }
 
 // Release ends the tenure at the grantor. The lease is invalid from the
 // moment Release is called, whatever it returns. [ErrNotFound] (already
 // lapsed) is not an error here. Calling Release again after it succeeded
 // does nothing; after it failed ([ErrUnavailable]) it tries again.
-func (l *Lease) Release(ctx context.Context) error {
+func (l *Lease) Release(ctx context.Context) (err error) {
 	l.mu.Lock()
-	rec, freed := l.rec, l.freed
+	rec, freed, now := l.rec, l.freed, l.now()
+	remaining := l.deadline.Sub(now)
 	if !l.released {
-		l.released, l.deadline = true, l.now()
+		l.released, l.deadline = true, now
 	}
 	l.mu.Unlock()
 	if freed {
 		return nil
 	}
-	err := l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})
+	ctx, span := l.startSpan(ctx, "release", AttrRemaining.Int64(remaining.Milliseconds()))
+	linkTo(span, rec.GrantTrace)
+	defer func() { endSpan(span, &rec, err) }()
+	err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})
 	if errors.Is(err, ErrStaleRevision) {
 		// A renewal in flight when Release was called may have moved the
 		// revision on: name the newest one, once.

@@ -128,10 +128,9 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-func (o *options) tracer() trace.Tracer {
-	tp := o.tp
-	if tp == nil {
-		tp = otel.GetTracerProvider()
+func (o *options) tracerProvider() trace.TracerProvider {
+	if o.tp == nil {
+		return otel.GetTracerProvider()
 	}
-	return tp.Tracer(instrumentationName)
+	return o.tp
 }

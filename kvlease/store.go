@@ -136,7 +136,7 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		msgGetSubject: apiPrefix(js) + "STREAM.MSG.GET." + stream.CachedInfo().Config.Name,
 		stream:        stream,
 		o:             o,
-		tracer:        o.tracer(),
+		tracer:        o.tracerProvider().Tracer(instrumentationName),
 		log:           o.logger,
 		prefix:        "$KV." + o.bucket + ".",
 		cache:         revCache{m: make(map[string]cacheEntry)},
@@ -182,6 +182,10 @@ func checkBucket(st jetstream.KeyValueStatus) error {
 	}
 	return nil
 }
+
+// TracerProvider returns where the Store's spans go. A [Lease] acquired on
+// the Store sends its holder spans there too.
+func (s *Store) TracerProvider() trace.TracerProvider { return s.o.tracerProvider() }
 
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.o.bucket }

@@ -22,6 +22,12 @@ const (
 	AttrTTL      = attribute.Key("lease.ttl_s")
 	AttrOutcome  = attribute.Key("lease.outcome")
 	AttrCause    = attribute.Key("lease.cause")
+	// Set by the holder's spans (lease.holder.*), which know what the
+	// grantor does not: the holder's margin m_h, and the time its lease had
+	// left when the request went out and after the reply.
+	AttrHolderMargin   = attribute.Key("lease.holder_margin_ms")
+	AttrRemaining      = attribute.Key("lease.remaining_ms")
+	AttrRemainingAfter = attribute.Key("lease.remaining_after_ms")
 )
 
 func (s *Store) startSpan(ctx context.Context, op, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {

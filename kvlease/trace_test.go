@@ -290,3 +290,74 @@ func TestTraceRenewalLinksToGrant(t *testing.T) {
 		t.Fatalf("grant trace stored in the record: %v, %v", kvlease.SpanContextOfGrant(got), err)
 	}
 }
+
+// spanNamed returns the one ended span called name.
+func spanNamed(t *testing.T, rec *tracetest.SpanRecorder, name string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	var found []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == name {
+			found = append(found, s)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d spans named %q, want 1", len(found), name)
+	}
+	return found[0]
+}
+
+// The holder's spans carry what the grantor cannot know: its margin and
+// the time its lease had left before and after the request. Each is the
+// parent of the grantor's span for the request, and a holder's renewal and
+// release link to the grant like the grantor's do.
+func TestTraceHolderSpans(t *testing.T) {
+	st, rec := traceStore(t) // the Lease uses the Store's tracer provider
+	ctx := context.Background()
+	const d, margin = 5 * time.Second, 1200 * time.Millisecond
+	l, err := kvlease.Acquire(ctx, st, "held", "h", d, kvlease.WithHolderMargin(margin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	validity := kvlease.HolderValidity(d, kvlease.DefaultClockRate, margin).Milliseconds()
+	grant := spanNamed(t, rec, "lease.grant")
+	for _, c := range []struct{ holder, grantor string }{
+		{"lease.holder.acquire", "lease.grant"},
+		{"lease.holder.renew", "lease.renew"},
+		{"lease.holder.release", "lease.release"},
+	} {
+		h, g := spanNamed(t, rec, c.holder), spanNamed(t, rec, c.grantor)
+		checkOK(t, h)
+		checkAttrs(t, h, map[attribute.Key]any{
+			kvlease.AttrName: "held", kvlease.AttrHolder: "h", kvlease.AttrOutcome: "ok",
+			kvlease.AttrHolderMargin: margin.Milliseconds(), kvlease.AttrToken: int64(l.Token()),
+		})
+		if g.Parent().SpanID() != h.SpanContext().SpanID() {
+			t.Errorf("%s is not the child of %s", c.grantor, c.holder)
+		}
+		attrs := spanAttrs(h)
+		for _, k := range []attribute.Key{kvlease.AttrRemaining, kvlease.AttrRemainingAfter} {
+			if v, ok := attrs[k]; ok && (v.AsInt64() <= 0 || v.AsInt64() > validity) {
+				t.Errorf("%s: %s = %d ms, want in (0, %d]", c.holder, k, v.AsInt64(), validity)
+			}
+		}
+		if c.holder != "lease.holder.acquire" {
+			if _, ok := attrs[kvlease.AttrRemaining]; !ok {
+				t.Errorf("%s: no %s", c.holder, kvlease.AttrRemaining)
+			}
+			if links := h.Links(); len(links) != 1 || links[0].SpanContext.SpanID() != grant.SpanContext().SpanID() {
+				t.Errorf("%s links %+v, want the grant", c.holder, links)
+			}
+		}
+	}
+	for _, name := range []string{"lease.holder.acquire", "lease.holder.renew"} {
+		if _, ok := spanAttrs(spanNamed(t, rec, name))[kvlease.AttrRemainingAfter]; !ok {
+			t.Errorf("%s: no %s", name, kvlease.AttrRemainingAfter)
+		}
+	}
+}
