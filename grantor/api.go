@@ -152,6 +152,8 @@ type ErrorBody struct {
 	// Holder and Token name the current holder when Code is "held".
 	Holder string `json:"holder,omitempty"`
 	Token  uint64 `json:"token,omitempty"`
+	// Revision is the tenure's current revision when Code is "conflict".
+	Revision uint64 `json:"revision,omitempty"`
 }
 
 func toWire(r kvlease.Record, now time.Time) Lease {
@@ -184,9 +186,12 @@ func fromWire(l Lease) kvlease.Record {
 func errorBody(verb string, err error) ErrorBody {
 	b := ErrorBody{Message: err.Error()}
 	var held *kvlease.HeldError
+	var stale *kvlease.StaleRevisionError
 	switch {
 	case errors.As(err, &held):
 		b.Code, b.Holder, b.Token = CodeHeld, held.Holder, uint64(held.Token)
+	case errors.As(err, &stale):
+		b.Code, b.Revision = CodeConflict, stale.Revision
 	case errors.Is(err, kvlease.ErrHeld):
 		b.Code = CodeHeld
 	case errors.Is(err, ErrTooLarge):
@@ -235,7 +240,7 @@ func (b ErrorBody) Err() error {
 	case CodeLimitExceeded:
 		sentinel = ErrLimitExceeded
 	case CodeConflict:
-		sentinel = fmt.Errorf("%w: %w", kvlease.ErrNotHolder, kvlease.ErrStaleRevision)
+		sentinel = &kvlease.StaleRevisionError{Revision: b.Revision}
 	case CodeNotHolder:
 		sentinel = kvlease.ErrNotHolder
 	case CodeExpired, CodeNotFound:

@@ -94,13 +94,25 @@ func (c *Client) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.R
 	defer c.observe(time.Now(), &out)
 	err := c.call(ctx, SubjectRenew, RenewRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token),
 		Revision: req.Revision, Secret: req.Secret, TTL: Duration(req.Duration)}, &out)
+	nameStale(err, req.Name)
 	return fromWire(out), err
 }
 
 // Release ends a tenure.
 func (c *Client) Release(ctx context.Context, req kvlease.ReleaseRequest) error {
-	return c.call(ctx, SubjectRelease, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token),
+	err := c.call(ctx, SubjectRelease, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token),
 		Revision: req.Revision, Secret: req.Secret}, nil)
+	nameStale(err, req.Name)
+	return err
+}
+
+// nameStale fills in the lease name of a conflict reply, which names only
+// the current revision.
+func nameStale(err error, name string) {
+	var stale *kvlease.StaleRevisionError
+	if errors.As(err, &stale) {
+		stale.Name = name
+	}
 }
 
 // Get returns a live lease.

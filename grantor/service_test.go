@@ -152,8 +152,10 @@ func TestNonHolderRefusedWithoutSecret(t *testing.T) {
 	_, err = f.client.Renew(ctx, kvlease.RenewRequest{Name: "db", Holder: "owner", Token: rec.Token,
 		Revision: rec.Revision, Secret: rec.Secret})
 	assertCode(t, err, grantor.CodeConflict)
-	if !errors.Is(err, kvlease.ErrStaleRevision) {
-		t.Fatalf("stale revision: %v", err)
+	var stale *kvlease.StaleRevisionError
+	if !errors.Is(err, kvlease.ErrStaleRevision) || !errors.As(err, &stale) ||
+		stale.Name != "db" || stale.Revision != ren.Revision {
+		t.Fatalf("stale revision: %v (%+v), want the current revision %d", err, stale, ren.Revision)
 	}
 }
 

@@ -27,9 +27,11 @@ var (
 	// current holder, or named a revision that is no longer current.
 	ErrNotHolder = errors.New("kvlease: not the holder")
 	// ErrStaleRevision (always with ErrNotHolder): the tenure is still the
-	// caller's, but the revision given is not current. Usually an earlier
-	// renewal succeeded and its reply was lost; the keeper counts it as a
-	// spurious loss.
+	// caller's, but the revision given is not current (see
+	// [StaleRevisionError]). Usually an earlier renewal succeeded and its
+	// reply was lost: a Lease that sent such a renewal recovers by renewing
+	// the current revision; otherwise it is a loss, which the keeper counts
+	// as spurious.
 	ErrStaleRevision = errors.New("kvlease: stale revision")
 	// ErrNotFound: no live lease has that name (never granted, released,
 	// revoked or lapsed).
@@ -65,6 +67,23 @@ func (e *HeldError) Error() string {
 
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// StaleRevisionError is [ErrStaleRevision] (and [ErrNotHolder]) with the
+// revision the tenure is at now.
+type StaleRevisionError struct {
+	Name     string
+	Revision uint64 // the tenure's current revision
+}
+
+func (e *StaleRevisionError) Error() string {
+	return fmt.Sprintf("kvlease: not the holder: stale revision: %q is at revision %d", e.Name, e.Revision)
+}
+
+// Is makes errors.Is(err, ErrStaleRevision) and errors.Is(err, ErrNotHolder)
+// true.
+func (e *StaleRevisionError) Is(target error) bool {
+	return target == ErrStaleRevision || target == ErrNotHolder
+}
 
 // LeaseExpiredError is returned by [Lease.Check] when the holder may no
 // longer act: the remaining time before its deadline is less than needed.

@@ -36,6 +36,7 @@ const (
 	modeUnreachable            // block until ctx is done, then ErrUnavailable
 	modeFailFast               // ErrUnavailable at once (e.g. no responders)
 	modeRefuse                 // Renew: ErrNotHolder
+	modeLoseReply              // Renew: stored, but the caller gets ErrUnavailable
 )
 
 type bubbleCall struct {
@@ -128,6 +129,9 @@ func (g *bubbleGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kv
 	cur.Revision, cur.Duration, cur.StoredAt = g.rev, req.Duration, time.Now()
 	cur.TTL = kvlease.ServerTTL(req.Duration, bubbleGrantorMargin)
 	g.leases[req.Name] = cur
+	if mode == modeLoseReply {
+		return kvlease.Record{}, fmt.Errorf("%w: renew: reply lost", kvlease.ErrUnavailable)
+	}
 	return cur, nil
 }
 
@@ -161,7 +165,7 @@ func (g *bubbleGrantor) check(name, holder string, token kvlease.Token, rev uint
 	case cur.Holder != holder || cur.Token != token:
 		return kvlease.Record{}, fmt.Errorf("%w: %q held by %q", kvlease.ErrNotHolder, name, cur.Holder)
 	case cur.Revision != rev:
-		return kvlease.Record{}, fmt.Errorf("%w: %w: %q at %d", kvlease.ErrNotHolder, kvlease.ErrStaleRevision, name, cur.Revision)
+		return kvlease.Record{}, &kvlease.StaleRevisionError{Name: name, Revision: cur.Revision}
 	}
 	return cur, nil
 }
@@ -465,6 +469,49 @@ func TestKeeperSpuriousLoss(t *testing.T) {
 	})
 }
 
+// A renewal stored at the grantor whose reply was lost leaves the holder
+// naming an old revision. The lease knows it sent a renewal that went
+// unanswered, so the next attempt's ErrStaleRevision is recovered by renewing
+// the current revision: the keeper keeps the lease, and the deadline only
+// ever moves with a confirmed renewal.
+func TestKeeperRecoversLostReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		k, lost := keepRecording(t, l)
+		g.setMode(modeLoseReply)
+		time.Sleep(kvlease.DefaultRenewInterval(d) + time.Millisecond) // the renewal is stored, its reply lost
+		synctest.Wait()
+		before, held := l.Deadline(), l.Record().Revision
+		g.mu.Lock()
+		stored := g.leases["svc/web"].Revision
+		g.mu.Unlock()
+		if stored <= held {
+			t.Fatalf("grantor at revision %d, holder at %d: the lost renewal was not stored", stored, held)
+		}
+		g.setMode(modeOK)
+		time.Sleep(kvlease.DefaultRenewInterval(d)) // retries, is told the revision is stale, recovers
+		synctest.Wait()
+		if calls := lost.get(); len(calls) != 0 {
+			t.Fatalf("lost the lease: %v", calls[0].err)
+		}
+		var recovered bool
+		for _, c := range g.renewCalls() {
+			recovered = recovered || c.req.Revision == stored && c.mode == modeOK
+		}
+		if !recovered {
+			t.Errorf("no renewal named revision %d, which the lost renewal stored: %+v", stored, g.renewCalls())
+		}
+		if !l.Deadline().After(before) {
+			t.Errorf("deadline %v did not move past %v after recovery", l.Deadline(), before)
+		}
+		if st := k.Stats(); st.SpuriousLosses != 0 || st.ConsecutiveFailures != 0 || st.Failures != 1 {
+			t.Errorf("Stats() = %+v, want one failure (the lost reply), none now, no spurious loss", st)
+		}
+	})
+}
+
 func TestKeeperCloseReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
@@ -761,10 +808,17 @@ func TestLeaseCheckReleaseDuringRenew(t *testing.T) {
 		renewed := make(chan error, 1)
 		go func() { renewed <- l.Renew(t.Context()) }()
 		synctest.Wait() // the renewal landed; its reply is held
-		// The release names the revision before the renewal, so the
-		// grantor refuses it; the lease is invalid anyway.
-		if err := l.Release(t.Context()); !errors.Is(err, kvlease.ErrNotHolder) {
-			t.Fatalf("Release racing a renewal = %v, want ErrNotHolder (stale revision)", err)
+		// The release names the revision before the renewal; told it is
+		// stale, it names the current one, and the tenure ends at the
+		// grantor too.
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatalf("Release racing a renewal = %v, want it to name the current revision", err)
+		}
+		g.mu.Lock()
+		_, live := g.live("svc/web")
+		g.mu.Unlock()
+		if live {
+			t.Fatal("the lease is still live at the grantor after Release")
 		}
 		if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
 			t.Fatalf("Check after Release = %v, want ErrExpired", err)

@@ -46,6 +46,9 @@ type Lease struct {
 	deadline time.Time // t0 + HolderValidity
 	released bool      // Release was called: the lease is over for the holder
 	freed    bool      // a Release reached the grantor (or found nothing to release)
+	// unconfirmed: a renewal went out since the last confirmed one and got
+	// no answer; it may have been stored (see [StaleRevisionError]).
+	unconfirmed bool
 
 	lateEffects atomic.Int64
 	metrics     atomic.Pointer[telemetry.Metrics] // set by a keeper with metrics
@@ -241,7 +244,22 @@ func (l *Lease) Renew(ctx context.Context) error {
 	ctx, span := l.startSpan(ctx, "renew", AttrRemaining.Int64(deadline.Sub(t0).Milliseconds()))
 	linkTo(span, rec.GrantTrace)
 	next, err := l.renew(ctx, rec, t0, deadline)
+	var stale *StaleRevisionError
+	if errors.As(err, &stale) && stale.Revision > rec.Revision && l.takeUnconfirmed() {
+		// An earlier renewal of ours was stored and its reply lost: the
+		// tenure is ours at a newer revision. Renew that revision, as a new
+		// request from now; the grantor checks holder, token and secret
+		// against it, so a tenure renewed by anyone else is still refused.
+		span.AddEvent("lease.lost_reply_recovered", trace.WithAttributes(AttrRevision.Int64(int64(stale.Revision))))
+		rec.Revision = stale.Revision
+		next, err = l.renew(ctx, rec, l.now(), deadline)
+	}
 	if err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			l.mu.Lock()
+			l.unconfirmed = true
+			l.mu.Unlock()
+		}
 		endSpan(span, &rec, err)
 		return err
 	}
@@ -281,7 +299,18 @@ func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (
 	if t0.After(l.t0) && !l.released {
 		l.t0, l.deadline = t0, t0.Add(HolderValidity(d, l.rho, l.margin))
 	}
+	l.unconfirmed = false
 	return next, nil
+}
+
+// takeUnconfirmed reports whether a renewal went unanswered since the last
+// confirmed one, and clears the mark: a lost reply is recovered once.
+func (l *Lease) takeUnconfirmed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := l.unconfirmed
+	l.unconfirmed = false
+	return u
 }
 
 // Release ends the tenure at the grantor. The lease is invalid from the
@@ -303,12 +332,12 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	linkTo(span, rec.GrantTrace)
 	defer func() { endSpan(span, &rec, err) }()
 	err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})
-	if errors.Is(err, ErrStaleRevision) {
-		// A renewal in flight when Release was called may have moved the
-		// revision on: name the newest one, once.
-		if cur := l.Record(); cur.Revision != rec.Revision {
-			err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: cur.Token, Revision: cur.Revision, Secret: l.secret})
-		}
+	var stale *StaleRevisionError
+	if errors.As(err, &stale) && stale.Revision > rec.Revision {
+		// A renewal in flight when Release was called, or one whose reply
+		// was lost, moved the revision on: name the current one, once (the
+		// grantor still checks holder, token and secret).
+		err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: stale.Revision, Secret: l.secret})
 	}
 	if err == nil || errors.Is(err, ErrNotFound) {
 		l.mu.Lock()

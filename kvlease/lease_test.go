@@ -1,7 +1,10 @@
 package kvlease_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,4 +190,84 @@ func TestHolderCutOffSurrendersBeforeServerLapse(t *testing.T) {
 	}
 	t.Logf("holder stopped %v before the server's deadline, %v before the lapse marker",
 		ev.Record.ExpiresAt().Sub(lostAt), ev.Time.Sub(lostAt))
+}
+
+// replyLoser passes requests to a real Store, but while armed it drops the
+// reply to a renewal the Store has stored, as a reply lost in a reconnect
+// would be.
+type replyLoser struct {
+	*kvlease.Store
+	lose atomic.Bool
+}
+
+func (g *replyLoser) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	rec, err := g.Store.Renew(ctx, req)
+	if err == nil && g.lose.Swap(false) {
+		return kvlease.Record{}, fmt.Errorf("%w: renew: reply lost", kvlease.ErrUnavailable)
+	}
+	return rec, err
+}
+
+// A renewal stored by the grantor whose reply was lost moves the tenure to
+// a revision the holder never saw. Its next renewal, or its release, is told
+// the revision is stale and recovers by naming the current one; the token
+// does not change.
+func TestLeaseRecoversLostRenewalReply(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	for _, then := range []string{"renew", "release"} {
+		t.Run(then, func(t *testing.T) {
+			g := &replyLoser{Store: st}
+			l, err := kvlease.Acquire(ctx, g, "lost-reply-"+then, "h1", 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.lose.Store(true)
+			if err := l.Renew(ctx); !errors.Is(err, kvlease.ErrUnavailable) {
+				t.Fatalf("renew whose reply is lost: %v, want ErrUnavailable", err)
+			}
+			stored, err := st.Get(ctx, l.Name())
+			if err != nil || stored.Revision <= l.Record().Revision {
+				t.Fatalf("grantor at %+v (%v); holder at revision %d: the renewal was not stored", stored, err, l.Record().Revision)
+			}
+			switch then {
+			case "renew":
+				if err := l.Renew(ctx); err != nil {
+					t.Fatalf("renew after a lost reply: %v", err)
+				}
+				cur, err := st.Get(ctx, l.Name())
+				if err != nil || cur.Revision <= stored.Revision || l.Record().Revision != cur.Revision || cur.Token != l.Token() {
+					t.Fatalf("grantor at %+v (%v), holder at %+v: want the holder at the grantor's newest revision, same token",
+						cur, err, l.Record())
+				}
+			case "release":
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("release after a lost reply: %v", err)
+				}
+				if _, err := st.Get(ctx, l.Name()); !errors.Is(err, kvlease.ErrNotFound) {
+					t.Fatalf("after release: %v, want ErrNotFound", err)
+				}
+			}
+		})
+	}
+}
+
+// Without a renewal of its own gone unanswered, a holder told its revision
+// is stale has lost the lease: someone else renewed its tenure.
+func TestLeaseStaleRevisionWithoutLostReplyIsLoss(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	l, err := kvlease.Acquire(ctx, st, "renewed-behind", "h1", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := l.Record()
+	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: rec.Name, Holder: rec.Holder, Token: rec.Token,
+		Revision: rec.Revision, Duration: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	var stale *kvlease.StaleRevisionError
+	if err := l.Renew(ctx); !errors.As(err, &stale) || !errors.Is(err, kvlease.ErrNotHolder) {
+		t.Fatalf("renew: %v, want a StaleRevisionError", err)
+	}
 }

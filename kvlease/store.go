@@ -516,7 +516,7 @@ func (s *Store) explainMismatch(ctx context.Context, name, holder string, token 
 	case cur.Token != token || cur.Holder != holder:
 		return fmt.Errorf("%w: %q now belongs to %q with token %d", ErrNotHolder, name, cur.Holder, cur.Token)
 	default:
-		return fmt.Errorf("%w: %w: %q is at revision %d", ErrNotHolder, ErrStaleRevision, name, cur.Revision)
+		return &StaleRevisionError{Name: name, Revision: cur.Revision}
 	}
 }
 
