@@ -435,3 +435,37 @@ func TestListDuringRenewals(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With history 1 a renewal replaces its grant in the stream. A watcher that
+// was cut off while a tenure was granted and renewed never receives the
+// grant; it must still report the tenure's start, as a grant (with the
+// renewal's revision), and then its renewals as renewals.
+func TestWatcherCutOffStillSeesTenureBegin(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	watching := kvleasetest.OpenStore(t, proxy.URL())
+	w := watch(t, watching, "")
+	ctx := t.Context()
+
+	proxy.Cut()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "unseen", Holder: "h", Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ren, err := st.Renew(ctx, kvlease.RenewRequest{Name: "unseen", Holder: "h", Token: rec.Token, Revision: rec.Revision, Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Heal()
+
+	ev := nextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool { return ev.Name == "unseen" })
+	if ev.Type != kvlease.EventGranted || ev.Token != rec.Token || ev.Revision != ren.Revision || ev.Replay {
+		t.Fatalf("first event %+v, want granted with token %d at revision %d", ev, rec.Token, ren.Revision)
+	}
+	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: "unseen", Holder: "h", Token: rec.Token, Revision: ren.Revision, Duration: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == "unseen" }); ev.Type != kvlease.EventRenewed {
+		t.Fatalf("next event %+v, want renewed", ev)
+	}
+}

@@ -16,7 +16,10 @@ import (
 type EventType int
 
 const (
-	// EventGranted: a new tenure began.
+	// EventGranted: a new tenure began. With history 1 a renewal replaces
+	// the grant in the stream, so a watcher that fell behind may first see
+	// a tenure through a renewal: that is reported as EventGranted too (its
+	// Revision is then the renewal's; Token is the tenure's, as always).
 	EventGranted EventType = iota + 1
 	// EventRenewed: the current tenure was extended.
 	EventRenewed
@@ -80,12 +83,13 @@ func UpdatesOnly() WatchOption { return func(o *watchOptions) { o.updatesOnly = 
 
 // Watcher delivers lease events. Events arrive in revision order.
 type Watcher struct {
-	events chan Event
-	synced chan struct{}
-	done   chan struct{}
-	stop   func()
-	mu     sync.Mutex
-	err    error
+	updatesOnly bool
+	events      chan Event
+	synced      chan struct{}
+	done        chan struct{}
+	stop        func()
+	mu          sync.Mutex
+	err         error
 }
 
 // Events returns the event channel, closed when the watcher stops. It holds
@@ -146,9 +150,10 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 		return nil, translate("watch", err)
 	}
 	w := &Watcher{
-		events: make(chan Event, 256),
-		synced: make(chan struct{}),
-		done:   make(chan struct{}),
+		updatesOnly: o.updatesOnly,
+		events:      make(chan Event, 256),
+		synced:      make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
@@ -200,7 +205,7 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 		}
 		replay := !synced()
 		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) {
-			if ev, ok := s.classify(name, md, m, live, replay); ok {
+			if ev, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
 				select {
 				case w.events <- ev:
 				case <-ctx.Done():
@@ -217,7 +222,11 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 // classify turns one stored message into an event, updating live.
 // During replay only live tenures are reported: how a lease ended before the
 // watch began is history, not state.
-func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live map[string]*Record, replay bool) (Event, bool) {
+//
+// knowsAll says that live holds every tenure live since the watch began (it
+// replayed the state first): then a renewal of a tenure not in live is a
+// tenure whose grant this watcher missed.
+func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live map[string]*Record, replay, knowsAll bool) (Event, bool) {
 	h := m.Headers()
 	ev := Event{Name: name, Revision: md.Sequence.Stream, Time: md.Timestamp, Replay: replay}
 	if !gone(h) {
@@ -226,9 +235,10 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 			s.log.Warn("skipping undecodable lease entry", "name", name, "revision", ev.Revision, "err", err)
 			return Event{}, false
 		}
+		prev := live[name]
 		ev.Type = EventRenewed
-		if uint64(rec.Token) == rec.Revision {
-			ev.Type = EventGranted
+		if uint64(rec.Token) == rec.Revision || knowsAll && !replay && (prev == nil || prev.Token != rec.Token) {
+			ev.Type = EventGranted // or the first sight of a tenure whose grant was replaced unseen
 		}
 		ev.Record, ev.Holder, ev.Token = &rec, rec.Holder, rec.Token
 		live[name] = &rec
