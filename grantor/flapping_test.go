@@ -12,6 +12,7 @@ import (
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // A lease whose holder keeps changing is flagged: the ownership-change
@@ -108,4 +109,52 @@ func TestFlappingFlagged(t *testing.T) {
 	if ends != 4 {
 		t.Fatalf("%d linked lease.released spans, want 4", ends)
 	}
+}
+
+// The live-lease gauge counts the leases that were live before the grantor
+// started (its watch replays them) and follows grants and ends after.
+func TestLiveLeasesGauge(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	var recs []kvlease.Record
+	for _, name := range []string{"a", "b", "c"} {
+		rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "h", Duration: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	reader := sdkmetric.NewManualReader()
+	startOn(t, srv.ClientURL(), grantor.DefaultConfig(),
+		grantor.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	waitLive(t, reader, 3)
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "a", Holder: "h", Token: recs[0].Token, Revision: recs[0].Revision}); err != nil {
+		t.Fatal(err)
+	}
+	waitLive(t, reader, 2)
+}
+
+// waitLive collects until leased.leases.live reads want (the service's
+// watcher applies events on its own goroutine), failing after 5 s.
+func waitLive(t *testing.T, reader *sdkmetric.ManualReader, want int64) {
+	t.Helper()
+	got := int64(-1)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "leased.leases.live" && len(g.DataPoints) == 1 {
+					got = g.DataPoints[0].Value
+				}
+			}
+		}
+		if got == want {
+			return
+		}
+	}
+	t.Fatalf("leased.leases.live = %d, want %d", got, want)
 }

@@ -164,7 +164,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go s.holders.follow(w, s.log, s.publishChange)
+	go s.holders.follow(w, s.log, s.publishChange,
+		func(n int) { s.metrics.LiveLeases(context.Background(), int64(n)) })
 	select {
 	case <-w.Synced():
 	case <-ctx.Done():
@@ -357,7 +358,6 @@ func (s *Service) publishChange(ev kvlease.Event) {
 	case ev.Type == kvlease.EventGranted:
 		n, flapping := s.flaps.Granted(ev.Name, ev.Time)
 		s.metrics.OwnershipChanged(context.Background(), ev.Name, flapping)
-		s.metrics.LiveLeases(context.Background(), 1)
 		if flapping {
 			s.log.Warn("lease is flapping", "lease", ev.Name, "holder", ev.Holder, "token", ev.Token,
 				"changes", n, "window", s.flaps.Window)
@@ -380,7 +380,6 @@ func (s *Service) publishChange(ev kvlease.Event) {
 		}
 		span.End()
 	case ev.Type.Ends():
-		s.metrics.LiveLeases(context.Background(), -1)
 		// The observed end of a tenure, linked to the grant that began it.
 		opts := []trace.SpanStartOption{trace.WithTimestamp(ev.Time), trace.WithAttributes(
 			kvlease.AttrName.String(ev.Name), kvlease.AttrHolder.String(ev.Holder),
@@ -581,7 +580,10 @@ func newHolderIndex() holderIndex {
 	return holderIndex{byName: map[string]held{}, ahead: map[string]uint64{}, count: map[string]int{}}
 }
 
-func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func(kvlease.Event)) {
+// follow applies the watch's events, calls onChange for each change of
+// holder (not renewals, not the replay) and onLive with the number of live
+// leases after each event.
+func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func(kvlease.Event), onLive func(n int)) {
 	for ev := range w.Events() {
 		if ev.Type != kvlease.EventRenewed && !ev.Replay {
 			onChange(ev)
@@ -596,7 +598,9 @@ func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func
 			delete(h.ahead, ev.Name)
 			h.setLocked(ev.Name, holder, ev.Revision)
 		}
+		n := len(h.byName)
 		h.mu.Unlock()
+		onLive(n)
 	}
 	if err := w.Err(); err != nil {
 		log.Error("per-holder lease counting stopped; limits are no longer enforced accurately", "err", err)

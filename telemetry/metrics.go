@@ -24,7 +24,7 @@ type Metrics struct {
 	rejections      metric.Int64Counter
 	clockOffset     metric.Float64Gauge
 	clockMargin     metric.Float64Gauge
-	live            metric.Int64UpDownCounter
+	live            metric.Int64Gauge
 }
 
 // Attribute keys of the metrics.
@@ -75,7 +75,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	x.clockMargin, e = m.Float64Gauge("leased.clock.margin", metric.WithUnit("s"),
 		metric.WithDescription("The margin the clock offset must stay within"))
 	set(e)
-	x.live, e = m.Int64UpDownCounter("leased.leases.live", metric.WithDescription("Live leases seen by this grantor"))
+	x.live, e = m.Int64Gauge("leased.leases.live", metric.WithDescription("Live leases seen by this grantor"))
 	set(e)
 	if err != nil {
 		return nil, err
@@ -127,9 +127,11 @@ func (m *Metrics) ClockOffset(ctx context.Context, peer string, offset, margin t
 	}
 }
 
-// LiveLeases adds delta to the live-lease count.
-func (m *Metrics) LiveLeases(ctx context.Context, delta int64) {
+// LiveLeases records how many leases are live. A count, not deltas: a
+// grantor that starts with leases already live, or misses an end while its
+// watch is behind, still reports the truth once it has caught up.
+func (m *Metrics) LiveLeases(ctx context.Context, n int64) {
 	if m != nil {
-		m.live.Add(ctx, delta)
+		m.live.Record(ctx, n)
 	}
 }
