@@ -290,6 +290,101 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	}
 }
 
+// SIGSTOP the node that leads the lease stream while holders renew through
+// the other nodes, then SIGCONT it. While it is paused a new leader takes
+// over: holders keep their leases, a contender is refused every held lease,
+// and new grants get higher tokens. Once resumed, the old leader (which
+// does not know it was paused) serves nothing stale: through it, the held
+// leases and the grant made during its pause are there, with their tokens,
+// and a contender is still refused.
+func TestClusterStreamLeaderPaused(t *testing.T) {
+	c := startCluster(t)
+	ctx := t.Context()
+	lead := c.leader(0)
+	others := []int{(lead + 1) % 3, (lead + 2) % 3}
+	t.Logf("stream leader %s", c.nodes[lead].Name)
+	var keepers []*kvlease.Keeper
+	var maxBefore kvlease.Token
+	for h := range 4 {
+		l, err := kvlease.Acquire(ctx, c.store(others[h%2]), "paused."+string(rune('a'+h)), "holder", 15*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := kvlease.Keep(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(k.Stop)
+		keepers = append(keepers, k)
+		maxBefore = max(maxBefore, l.Token())
+	}
+	contender := c.store(others[1])
+
+	p := c.procs[lead].cmd.Process
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = p.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	paused := time.Now()
+	deadline := paused.Add(30 * time.Second)
+	for c.streamInfo(others[0]).Cluster.Leader == c.nodes[lead].Name {
+		if time.Now().After(deadline) {
+			t.Fatalf("no new stream leader 30 s after pausing %s", c.nodes[lead].Name)
+		}
+		time.Sleep(100 * time.Millisecond) // waiting on an election that has no event to wait on
+	}
+	t.Logf("new stream leader %s after %v", c.streamInfo(others[0]).Cluster.Leader, time.Since(paused).Round(time.Millisecond))
+
+	tryContend := func(st *kvlease.Store, via string) {
+		t.Helper()
+		for _, k := range keepers {
+			for {
+				_, err := st.Grant(ctx, kvlease.GrantRequest{Name: k.Lease().Name(), Holder: "contender", Duration: 5 * time.Second})
+				if errors.Is(err, kvlease.ErrUnavailable) && time.Now().Before(deadline) {
+					continue // the cluster is still settling: ask again
+				}
+				if !errors.Is(err, kvlease.ErrHeld) {
+					t.Fatalf("contender via %s for %s: %v, want ErrHeld", via, k.Lease().Name(), err)
+				}
+				break
+			}
+		}
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	tryContend(contender, "a live node")
+	during, err := contender.Grant(ctx, kvlease.GrantRequest{Name: "granted-during-pause", Holder: "h", Duration: 30 * time.Second})
+	if err != nil || during.Token <= maxBefore {
+		t.Fatalf("grant during the pause: %+v, %v; want a token above %d", during, err, maxBefore)
+	}
+
+	resume()
+	t.Logf("%s resumed after %v", c.nodes[lead].Name, time.Since(paused).Round(time.Millisecond))
+	back := c.store(lead)
+	deadline = time.Now().Add(30 * time.Second)
+	tryContend(back, "the resumed node")
+	if _, err := back.Grant(ctx, kvlease.GrantRequest{Name: "granted-during-pause", Holder: "other", Duration: 5 * time.Second}); !errors.Is(err, kvlease.ErrHeld) {
+		t.Fatalf("grant via the resumed node of the lease granted during its pause: %v, want ErrHeld", err)
+	}
+	for _, k := range keepers {
+		got, err := back.Get(ctx, k.Lease().Name())
+		if err != nil || got.Token != k.Lease().Token() {
+			t.Fatalf("%s via the resumed node: %+v, %v; want token %d", k.Lease().Name(), got, err, k.Lease().Token())
+		}
+		select {
+		case <-k.Done():
+			t.Fatalf("holder of %s lost its lease: %v", k.Lease().Name(), k.Err())
+		default:
+		}
+	}
+}
+
 // SIGKILL the node a holder is connected to: the holder fails over to
 // another node and keeps its lease, or reports the loss no later than its
 // deadline.
