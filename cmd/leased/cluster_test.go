@@ -28,6 +28,7 @@ type testCluster struct {
 	t     *testing.T
 	nodes []cli.ClusterNode
 	procs []*server
+	net   *privateNet // nil: every node on 127.0.0.1
 }
 
 func freePorts(t *testing.T, n int) []int {
@@ -56,6 +57,24 @@ func startCluster(t *testing.T) *testCluster {
 		c.nodes = append(c.nodes, cli.ClusterNode{Name: "n" + string(rune('1'+i)), Host: "127.0.0.1",
 			Port: ports[i], ClusterPort: ports[3+i], Data: t.TempDir()})
 	}
+	c.start()
+	return c
+}
+
+// startClusterIn starts the three nodes each in its own network namespace
+// of net, so that one can be cut off from the others.
+func startClusterIn(t *testing.T, net *privateNet) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, net: net}
+	for i := range 3 {
+		c.nodes = append(c.nodes, cli.ClusterNode{Name: "n" + string(rune('1'+i)), Host: net.addr(i),
+			Port: 4222, ClusterPort: 6222, Data: t.TempDir()})
+	}
+	c.start()
+	return c
+}
+
+func (c *testCluster) start() {
 	c.procs = make([]*server, 3)
 	for i := range c.nodes {
 		c.procs[i] = c.spawn(i)
@@ -63,17 +82,25 @@ func startCluster(t *testing.T) *testCluster {
 	for i := range c.nodes {
 		c.waitReady(i)
 	}
-	return c
 }
 
 func (c *testCluster) spawn(i int) *server {
-	cmd := exec.Command(leasedBin, cli.ClusterServeArgs(c.nodes, i)...)
+	cmd := c.command(i, cli.ClusterServeArgs(c.nodes, i)...)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return &server{cmd: cmd, data: c.nodes[i].Data, logs: readLines(stderr), url: c.url(i)}
+}
+
+// command runs leased with args where node i runs: in its namespace, if
+// the cluster has them.
+func (c *testCluster) command(i int, args ...string) *exec.Cmd {
+	if c.net == nil {
+		return exec.Command(leasedBin, args...)
+	}
+	return exec.Command("ip", append([]string{"netns", "exec", c.net.ns(i), leasedBin}, args...)...)
 }
 
 func (c *testCluster) waitReady(i int) {

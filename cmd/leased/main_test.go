@@ -150,6 +150,7 @@ func leased(t *testing.T, url string, args ...string) result {
 type lines struct {
 	mu    sync.Mutex
 	all   []string
+	at    []time.Time // when each line was read
 	added chan struct{}
 }
 
@@ -159,7 +160,7 @@ func readLines(r io.Reader) *lines {
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			l.mu.Lock()
-			l.all = append(l.all, sc.Text())
+			l.all, l.at = append(l.all, sc.Text()), append(l.at, time.Now())
 			l.mu.Unlock()
 			select {
 			case l.added <- struct{}{}:
@@ -173,15 +174,22 @@ func readLines(r io.Reader) *lines {
 // wait returns the first line (old or new) that matches, failing after timeout.
 func (l *lines) wait(t *testing.T, timeout time.Duration, match func(string) bool) string {
 	t.Helper()
+	line, _ := l.waitAt(t, timeout, match)
+	return line
+}
+
+// waitAt is wait that also returns when the line was read.
+func (l *lines) waitAt(t *testing.T, timeout time.Duration, match func(string) bool) (string, time.Time) {
+	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for seen := 0; ; {
 		l.mu.Lock()
 		for ; seen < len(l.all); seen++ {
 			if match(l.all[seen]) {
-				line := l.all[seen]
+				line, at := l.all[seen], l.at[seen]
 				l.mu.Unlock()
-				return line
+				return line, at
 			}
 		}
 		l.mu.Unlock()
@@ -191,7 +199,7 @@ func (l *lines) wait(t *testing.T, timeout time.Duration, match func(string) boo
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			t.Fatalf("no matching line within %v; got:\n%s", timeout, strings.Join(l.all, "\n"))
-			return ""
+			return "", time.Time{}
 		}
 	}
 }
