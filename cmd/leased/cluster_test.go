@@ -207,13 +207,13 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	others := []int{(lead + 1) % 3, (lead + 2) % 3}
 	t.Logf("stream leader %s", c.nodes[lead].Name)
 
-	// Holders renew through the two other nodes, 15 s leases (a failover,
+	// Holders renew through the two other nodes, 20 s leases (a failover,
 	// meta leader included, takes several seconds on a loaded 2-core VM).
 	var keepers []*kvlease.Keeper
 	var maxBefore kvlease.Token
 	for h := range 6 {
 		st := c.store(others[h%2])
-		l, err := kvlease.Acquire(ctx, st, "held."+string(rune('a'+h)), "holder", 15*time.Second)
+		l, err := kvlease.Acquire(ctx, st, "held."+string(rune('a'+h)), "holder", 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +333,7 @@ func TestClusterStreamLeaderPaused(t *testing.T) {
 	var keepers []*kvlease.Keeper
 	var maxBefore kvlease.Token
 	for h := range 4 {
-		l, err := kvlease.Acquire(ctx, c.store(others[h%2]), "paused."+string(rune('a'+h)), "holder", 15*time.Second)
+		l, err := kvlease.Acquire(ctx, c.store(others[h%2]), "paused."+string(rune('a'+h)), "holder", 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
