@@ -1,8 +1,10 @@
 package grantor_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -427,5 +429,50 @@ func TestClientEstimatesGrantorClock(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no leased.clock.offset metric")
+	}
+}
+
+// dropOneReply passes requests to the service client, but drops the reply
+// to one renewal after the service has stored it.
+type dropOneReply struct {
+	*grantor.Client
+	drop chan struct{} // closed once a reply was dropped
+}
+
+func (g *dropOneReply) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	rec, err := g.Client.Renew(ctx, req)
+	select {
+	case <-g.drop:
+	default:
+		if err == nil {
+			close(g.drop)
+			return kvlease.Record{}, fmt.Errorf("%w: renew: reply lost", kvlease.ErrUnavailable)
+		}
+	}
+	return rec, err
+}
+
+// Through the service too, a holder whose renewal reply was lost recovers:
+// the conflict reply names the current revision, and the lease renews it.
+func TestServiceLostRenewalReplyRecovered(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	g := &dropOneReply{Client: f.client, drop: make(chan struct{})}
+	l, err := kvlease.Acquire(ctx, g, "lost-reply", "h", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("renew whose reply is dropped: %v, want ErrUnavailable", err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatalf("renew after the lost reply: %v", err)
+	}
+	cur, err := f.store.Get(ctx, "lost-reply")
+	if err != nil || cur.Revision != l.Record().Revision || cur.Token != l.Token() {
+		t.Fatalf("store at %+v (%v), holder at %+v", cur, err, l.Record())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
