@@ -2,6 +2,8 @@ package kvlease
 
 import (
 	"fmt"
+	"math"
+	"runtime/metrics"
 	"strings"
 	"time"
 )
@@ -10,7 +12,7 @@ import (
 type Measurements struct {
 	Work      time.Duration // a unit of work between two checks of the lease
 	RenewRTT  time.Duration // a renewal's round trip
-	Pause     time.Duration // a stop of the holder process (GC, swap, scheduling)
+	Pause     time.Duration // a stop of the holder process (GC, swap, scheduling); see [GCPauseP99]
 	ClockRate float64       // measured clock-rate error against the grantor (0: unknown)
 }
 
@@ -81,4 +83,44 @@ func (a Advice) String() string {
 		fmt.Fprintf(&b, "  - %s\n", r)
 	}
 	return b.String()
+}
+
+// GCPauseP99 returns the 99th percentile of this process's stop-the-world
+// GC pauses so far, from runtime/metrics (/sched/pauses/total/gc:seconds):
+// the upper bound of the histogram bucket it falls in, so never an
+// underestimate. It is a floor for [Measurements].Pause of a Go holder (the
+// process can also stop for scheduling, swapping, or a SIGSTOP, which no
+// runtime metric sees). ok is false before the first collection.
+func GCPauseP99() (p99 time.Duration, ok bool) {
+	s := []metrics.Sample{{Name: "/sched/pauses/total/gc:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0, false
+	}
+	secs, ok := histogramQuantile(s[0].Value.Float64Histogram(), 0.99)
+	return time.Duration(secs * float64(time.Second)), ok
+}
+
+// histogramQuantile returns the upper bound of the bucket holding the q-th
+// quantile of h, false if h is empty. The last bucket may be unbounded: its
+// lower bound is returned then.
+func histogramQuantile(h *metrics.Float64Histogram, q float64) (float64, bool) {
+	var total uint64
+	for _, n := range h.Counts {
+		total += n
+	}
+	if total == 0 {
+		return 0, false
+	}
+	rank := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for i, n := range h.Counts {
+		if seen += n; seen >= rank && n > 0 {
+			if hi := h.Buckets[i+1]; !math.IsInf(hi, 1) {
+				return hi, true
+			}
+			return h.Buckets[i], true
+		}
+	}
+	return h.Buckets[len(h.Buckets)-1], true
 }

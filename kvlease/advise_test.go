@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -48,5 +49,17 @@ func TestAdviseScenarios(t *testing.T) {
 				t.Fatalf("advice:\n%s\nwant:\n%s", got, want)
 			}
 		})
+	}
+}
+
+// After collections, the process's own GC pause p99 is a positive figure,
+// ready for Measurements.Pause.
+func TestGCPauseP99(t *testing.T) {
+	for range 3 {
+		runtime.GC()
+	}
+	p99, ok := kvlease.GCPauseP99()
+	if !ok || p99 <= 0 || p99 > time.Second {
+		t.Fatalf("GCPauseP99() = %v, %v; want a positive pause under a second", p99, ok)
 	}
 }
