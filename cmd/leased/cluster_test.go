@@ -160,6 +160,30 @@ func (c *testCluster) store(i int) *kvlease.Store {
 	return kvleasetest.OpenStore(c.t, c.url(i), kvlease.WithoutCreate())
 }
 
+// keepHolders acquires n leases prefix+a, prefix+b, … through the given
+// nodes in turn and keeps them renewed, and returns their keepers and the
+// highest token. The leases are 20 s: a failover, meta leader included,
+// takes several seconds on a loaded 2-core VM.
+func (c *testCluster) keepHolders(prefix string, n int, via []int) ([]*kvlease.Keeper, kvlease.Token) {
+	c.t.Helper()
+	var keepers []*kvlease.Keeper
+	var highest kvlease.Token
+	for h := range n {
+		l, err := kvlease.Acquire(c.t.Context(), c.store(via[h%len(via)]), prefix+string(rune('a'+h)), "holder", 20*time.Second)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		k, err := kvlease.Keep(c.t.Context(), l)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(k.Stop)
+		keepers = append(keepers, k)
+		highest = max(highest, l.Token())
+	}
+	return keepers, highest
+}
+
 // Leases granted through any node are visible through every node, with the
 // bucket replicated three times.
 func TestClusterLeasesVisibleThroughEveryNode(t *testing.T) {
@@ -207,24 +231,7 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	others := []int{(lead + 1) % 3, (lead + 2) % 3}
 	t.Logf("stream leader %s", c.nodes[lead].Name)
 
-	// Holders renew through the two other nodes, 20 s leases (a failover,
-	// meta leader included, takes several seconds on a loaded 2-core VM).
-	var keepers []*kvlease.Keeper
-	var maxBefore kvlease.Token
-	for h := range 6 {
-		st := c.store(others[h%2])
-		l, err := kvlease.Acquire(ctx, st, "held."+string(rune('a'+h)), "holder", 20*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, err := kvlease.Keep(ctx, l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(k.Stop)
-		keepers = append(keepers, k)
-		maxBefore = max(maxBefore, l.Token())
-	}
+	keepers, maxBefore := c.keepHolders("held.", 6, others)
 	// Short leases that will lapse during and after the failover.
 	observer := c.store(others[0])
 	w, err := observer.Watch(ctx, "short.")
@@ -330,21 +337,7 @@ func TestClusterStreamLeaderPaused(t *testing.T) {
 	lead := c.leader(0)
 	others := []int{(lead + 1) % 3, (lead + 2) % 3}
 	t.Logf("stream leader %s", c.nodes[lead].Name)
-	var keepers []*kvlease.Keeper
-	var maxBefore kvlease.Token
-	for h := range 4 {
-		l, err := kvlease.Acquire(ctx, c.store(others[h%2]), "paused."+string(rune('a'+h)), "holder", 20*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, err := kvlease.Keep(ctx, l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(k.Stop)
-		keepers = append(keepers, k)
-		maxBefore = max(maxBefore, l.Token())
-	}
+	keepers, maxBefore := c.keepHolders("paused.", 4, others)
 	contender := c.store(others[1])
 
 	p := c.procs[lead].cmd.Process
