@@ -169,6 +169,11 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	if dl, ok := ctx.Deadline(); ok {
 		msg.Header.Set(HeaderTimeout, strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10))
 	}
+	if !c.nc.IsConnected() {
+		// A request published while reconnecting is buffered and sent on
+		// reconnect, maybe after the holder's deadline (see kvlease.Open).
+		return fmt.Errorf("%w: %s: not connected to NATS (%v)", kvlease.ErrUnavailable, subject, c.nc.Status())
+	}
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", kvlease.ErrUnavailable, subject, err)

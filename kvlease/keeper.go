@@ -70,7 +70,8 @@ func WithOnLost(fn func(reason error)) KeeperOption {
 // WithOnRenew adds a callback for each successful renewal, with the new
 // record and the holder's new deadline. Callbacks are called on the
 // keeper's goroutine, in order, and delay the next renewal while they run:
-// keep them short.
+// keep them short, and do not call Stop or Close from them (those wait for
+// that goroutine). Context is still cancelled at the deadline while one runs.
 func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
 	return func(k *Keeper) error { k.onRenew = append(k.onRenew, fn); return nil }
 }
@@ -219,6 +220,8 @@ func (k *Keeper) run(parent context.Context) {
 		}
 	}()
 
+	go k.watchDeadline()
+
 	backoff := max(k.interval/10, 10*time.Millisecond)
 	// The first renewal is due an interval after the lease's own t0, not
 	// after Keep: the holder may have worked a while before keeping it.
@@ -234,7 +237,7 @@ func (k *Keeper) run(parent context.Context) {
 		case <-timer.C:
 			expiry.Stop()
 		case <-expiry.C:
-			reason = &LeaseExpiredError{Name: k.l.name, Token: k.l.Token(), Remaining: time.Until(deadline), Margin: k.l.margin}
+			reason = k.l.expired()
 			return
 		case <-k.stop:
 			expiry.Stop()
@@ -283,13 +286,33 @@ func (k *Keeper) run(parent context.Context) {
 			return
 		}
 		if k.l.Remaining() <= 0 {
-			reason = &LeaseExpiredError{Name: k.l.name, Token: k.l.Token(), Remaining: k.l.Remaining(), Margin: k.l.margin}
+			reason = k.l.expired()
 			return
 		}
 		// No answer: retry soon, while time remains. The deadline timer
 		// above still ends the tenure on time.
 		timer.Reset(backoff)
 		backoff = min(backoff*2, k.interval/2)
+	}
+}
+
+// watchDeadline cancels Context at the holder's deadline, whatever the loop
+// is doing: a renewal in flight to a grantor that ignores its context, or a
+// slow OnRenew callback, must not keep work running past it. It follows the
+// deadline as renewals move it, and ends with the context.
+func (k *Keeper) watchDeadline() {
+	for {
+		t := time.NewTimer(max(k.l.Remaining(), 0))
+		select {
+		case <-k.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if k.l.Remaining() <= 0 {
+			k.cancel(k.l.expired())
+			return
+		}
 	}
 }
 

@@ -1004,3 +1004,91 @@ func (g ctxGatedGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (k
 		return kvlease.Record{}, fmt.Errorf("%w: %w", kvlease.ErrUnavailable, ctx.Err())
 	}
 }
+
+// Context ends at the holder's deadline even while the keeper's goroutine
+// is busy: here an OnRenew callback that runs far past the deadline.
+func TestKeeperContextEndsAtDeadlineDuringSlowCallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := newBubbleGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		release := make(chan struct{})
+		k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnRenew(func(kvlease.Record, time.Time) {
+			select { // the first renewal's callback hangs until the test lets it go
+			case <-release:
+			case <-time.After(10 * d):
+			}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(kvlease.DefaultRenewInterval(d) + time.Millisecond) // renewed; the callback is stuck
+		synctest.Wait()
+		deadline := l.Deadline()
+		if k.Context().Err() != nil {
+			t.Fatal("context ended before the deadline")
+		}
+		time.Sleep(time.Until(deadline))
+		synctest.Wait()
+		var expired *kvlease.LeaseExpiredError
+		if err := context.Cause(k.Context()); !errors.As(err, &expired) {
+			t.Fatalf("at the deadline, while the callback runs: context cause %v, want a LeaseExpiredError", err)
+		}
+		close(release)
+		<-k.Done()
+	})
+}
+
+// Renewals of one lease from two goroutines (say the keeper and the
+// program) take turns: the second names the revision the first produced
+// instead of finding its own stale.
+func TestLeaseConcurrentRenewsTakeTurns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := gatedRenewGrantor{newBubbleGrantor(), make(chan struct{})}
+		l := mustAcquire(t, g, "svc/web", 3*time.Second)
+		errs := make(chan error, 2)
+		go func() { errs <- l.Renew(t.Context()) }()
+		synctest.Wait() // the first renewal is stored, its reply held
+		go func() { errs <- l.Renew(t.Context()) }()
+		synctest.Wait()
+		close(g.gate)
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("concurrent renew: %v", err)
+			}
+		}
+		if n := len(g.renewCalls()); n != 2 {
+			t.Fatalf("%d renew calls, want 2", n)
+		}
+	})
+}
+
+// Release while a lost reply is being recovered: no renewal goes out after
+// Release, and the release names the revision the lost renewal stored.
+func TestLeaseReleaseAfterLostReplySendsNoRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newBubbleGrantor()
+		l := mustAcquire(t, g, "svc/web", 3*time.Second)
+		g.setMode(modeLoseReply)
+		if err := l.Renew(t.Context()); !errors.Is(err, kvlease.ErrUnavailable) {
+			t.Fatalf("renew with its reply lost: %v", err)
+		}
+		g.setMode(modeOK)
+		before := len(g.renewCalls())
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatalf("release naming a revision one behind: %v", err)
+		}
+		if err := l.Renew(t.Context()); !errors.Is(err, kvlease.ErrNotFound) {
+			t.Fatalf("renew after release: %v, want ErrNotFound", err)
+		}
+		if n := len(g.renewCalls()); n != before {
+			t.Fatalf("%d renewals sent after Release", n-before)
+		}
+		g.mu.Lock()
+		_, live := g.live("svc/web")
+		g.mu.Unlock()
+		if live {
+			t.Fatal("the lease is still live at the grantor after Release")
+		}
+	})
+}

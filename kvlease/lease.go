@@ -39,6 +39,8 @@ type Lease struct {
 	guard  func(rho float64) bool
 	tracer trace.Tracer
 
+	renewing chan struct{} // one renewal at a time (a second would only find its revision stale); a channel, so a waiter respects ctx
+
 	mu       sync.Mutex
 	rec      Record
 	secret   string
@@ -135,7 +137,7 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 		}
 	}
 	l := &Lease{g: g, name: name, holder: holder, d: d, margin: o.margin, rho: o.rho, now: o.now, guard: o.guard,
-		tracer: o.tp.Tracer(instrumentationName)}
+		tracer: o.tp.Tracer(instrumentationName), renewing: make(chan struct{}, 1)}
 	ctx, span := l.startSpan(ctx, "acquire")
 	t0 := l.now()
 	rec, err := g.Grant(ctx, GrantRequest{Name: name, Holder: holder, Duration: d, Attributes: o.attrs})
@@ -204,6 +206,7 @@ func (l *Lease) Check() error { return l.CheckFor(0) }
 // before an effect that takes need to land. An expired lease counts as an
 // effect attempted after the deadline ([Lease.LateEffects]).
 func (l *Lease) CheckFor(need time.Duration) error {
+	need = max(need, 0) // a negative need must not reach past the deadline
 	l.mu.Lock()
 	rem, released, token := l.deadline.Sub(l.now()), l.released, l.rec.Token
 	l.mu.Unlock()
@@ -221,6 +224,13 @@ func (l *Lease) CheckFor(need time.Duration) error {
 	return &LeaseExpiredError{Name: l.name, Token: token, Remaining: rem, Need: need, Margin: l.margin, Released: released}
 }
 
+// expired describes the lease as lost to its deadline (or its release) now.
+func (l *Lease) expired() *LeaseExpiredError {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return &LeaseExpiredError{Name: l.name, Token: l.rec.Token, Remaining: l.deadline.Sub(l.now()), Margin: l.margin, Released: l.released}
+}
+
 // LateEffects counts the checks that found the deadline already passed:
 // "expiries during work".
 func (l *Lease) LateEffects() int64 { return l.lateEffects.Load() }
@@ -233,12 +243,18 @@ func (l *Lease) LateEffects() int64 { return l.lateEffects.Load() }
 //
 // Errors: [*LeaseExpiredError]; those of [Store.Renew].
 func (l *Lease) Renew(ctx context.Context) error {
+	select {
+	case l.renewing <- struct{}{}:
+		defer func() { <-l.renewing }()
+	case <-ctx.Done():
+		return fmt.Errorf("%w: renew %q: %w", ErrUnavailable, l.name, ctx.Err())
+	}
 	l.mu.Lock()
 	rec, deadline := l.rec, l.deadline
 	released := l.released
 	l.mu.Unlock()
 	if released {
-		return fmt.Errorf("%w: lease %q was released", ErrNotFound, l.name)
+		return l.errReleased()
 	}
 	t0 := l.now()
 	ctx, span := l.startSpan(ctx, "renew", AttrRemaining.Int64(deadline.Sub(t0).Milliseconds()))
@@ -271,6 +287,12 @@ func (l *Lease) Renew(ctx context.Context) error {
 // renew sends the renewal of rec (sent at t0, the lease valid until
 // deadline) and, on success, moves the deadline.
 func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (Record, error) {
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released { // Release was called meanwhile: send nothing more
+		return Record{}, l.errReleased()
+	}
 	if !t0.Before(deadline) {
 		return Record{}, &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(t0), Margin: l.margin}
 	}
@@ -303,6 +325,10 @@ func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (
 	return next, nil
 }
 
+func (l *Lease) errReleased() error {
+	return fmt.Errorf("%w: lease %q was released", ErrNotFound, l.name)
+}
+
 // takeUnconfirmed reports whether a renewal went unanswered since the last
 // confirmed one, and clears the mark: a lost reply is recovered once.
 func (l *Lease) takeUnconfirmed() bool {
@@ -332,12 +358,14 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	linkTo(span, rec.GrantTrace)
 	defer func() { endSpan(span, &rec, err) }()
 	err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})
+	// A renewal in flight when Release was called, or one whose reply was
+	// lost, moved the revision on: name the current one (the grantor still
+	// checks holder, token and secret). No renewal starts after Release, so
+	// this converges; the bound is for a tenure someone else keeps renewing.
 	var stale *StaleRevisionError
-	if errors.As(err, &stale) && stale.Revision > rec.Revision {
-		// A renewal in flight when Release was called, or one whose reply
-		// was lost, moved the revision on: name the current one, once (the
-		// grantor still checks holder, token and secret).
-		err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: stale.Revision, Secret: l.secret})
+	for tries := 0; errors.As(err, &stale) && stale.Revision > rec.Revision && tries < 3; tries++ {
+		rec.Revision = stale.Revision
+		err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})
 	}
 	if err == nil || errors.Is(err, ErrNotFound) {
 		l.mu.Lock()

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -269,5 +273,50 @@ func TestLeaseStaleRevisionWithoutLostReplyIsLoss(t *testing.T) {
 	var stale *kvlease.StaleRevisionError
 	if err := l.Renew(ctx); !errors.As(err, &stale) || !errors.Is(err, kvlease.ErrNotHolder) {
 		t.Fatalf("renew: %v, want a StaleRevisionError", err)
+	}
+}
+
+// While the client is reconnecting, nats.go would buffer a publish and send
+// it on reconnect, possibly after the holder's deadline: a renewal its
+// holder gave up on would then extend the lease. The store sends nothing
+// while disconnected.
+func TestRenewWhileReconnectingIsNotBuffered(t *testing.T) {
+	dir := t.TempDir()
+	srv := kvleasetest.NewServer(t, kvleasetest.WithDataDir(dir))
+	_, port, _ := net.SplitHostPort(srv.Addr())
+	disconnected, reconnected := make(chan struct{}, 1), make(chan struct{}, 1)
+	nc := kvleasetest.Connect(t, srv.ClientURL(),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { disconnected <- struct{}{} }),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "buffered", Holder: "h", Duration: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	<-disconnected
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = st.Renew(rctx, kvlease.RenewRequest{Name: "buffered", Holder: "h", Token: rec.Token, Revision: rec.Revision, Duration: 30 * time.Second})
+	cancel()
+	if !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("renew while reconnecting: %v, want ErrUnavailable", err)
+	}
+	p, _ := strconv.Atoi(port)
+	kvleasetest.NewServer(t, kvleasetest.WithDataDir(dir), kvleasetest.WithPort(p))
+	select {
+	case <-reconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reconnect")
+	}
+	if err := nc.Flush(); err != nil { // anything buffered has reached the server by now
+		t.Fatal(err)
+	}
+	got, err := st.Get(ctx, "buffered")
+	if err != nil || got.Revision != rec.Revision {
+		t.Fatalf("after reconnect: %+v, %v; want the grant's revision %d (no renewal sent)", got, err, rec.Revision)
 	}
 }

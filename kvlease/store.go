@@ -572,6 +572,13 @@ func (s *Store) publish(ctx context.Context, name, op string, data []byte, hdr n
 		hdr = nats.Header{}
 	}
 	hdr.Set(hdrOp, op)
+	if !s.nc.IsConnected() {
+		// While reconnecting, nats.go buffers what is published and sends it
+		// on reconnect, which may be after the holder's deadline: a renewal
+		// flushed then would extend a lease its holder has given up. Send
+		// nothing that cannot go now.
+		return 0, fmt.Errorf("%w: %s: not connected to NATS (%v)", ErrUnavailable, op, s.nc.Status())
+	}
 	msg := &nats.Msg{Subject: s.prefix + name, Header: hdr, Data: data}
 	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(expect)}
 	if ttl > 0 {

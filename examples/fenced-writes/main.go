@@ -95,7 +95,7 @@ type holder struct {
 }
 
 func connect(ctx context.Context, name, natsURL string) (_ *holder, err error) {
-	nc, err := nats.Connect(natsURL, nats.Name("fenced-writes "+name))
+	nc, err := nats.Connect(natsURL, nats.Name("fenced-writes "+name), nats.ReconnectBufSize(-1))
 	if err != nil {
 		return nil, fmt.Errorf("holder %s: connect: %w", name, err)
 	}

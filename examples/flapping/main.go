@@ -92,7 +92,7 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	open := func(name string) (*nats.Conn, *kvlease.Store, error) {
-		nc, err := nats.Connect(natsURL, nats.Name(name))
+		nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -86,7 +86,7 @@ func (l *leader) read(ctx context.Context) (string, kvlease.ServedFrom, error) {
 
 func run(ctx context.Context, w io.Writer, natsURL string) error {
 	join := func(name string) (*leader, func(), error) {
-		nc, err := nats.Connect(natsURL, nats.Name(name))
+		nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1))
 		if err != nil {
 			return nil, nil, err
 		}

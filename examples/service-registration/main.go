@@ -96,7 +96,7 @@ func start(ctx context.Context, w io.Writer, natsURL string) error {
 
 // connect opens a connection and the lease store on it for one participant.
 func connect(ctx context.Context, who, natsURL string) (_ *nats.Conn, _ *kvlease.Store, err error) {
-	nc, err := nats.Connect(natsURL, nats.Name("service-registration "+who))
+	nc, err := nats.Connect(natsURL, nats.Name("service-registration "+who), nats.ReconnectBufSize(-1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: connect: %w", who, err)
 	}

@@ -106,7 +106,7 @@ func (c *conn) close() {
 }
 
 func connect(ctx context.Context, who, natsURL string) (_ *conn, err error) {
-	nc, err := nats.Connect(natsURL, nats.Name("work-queue "+who))
+	nc, err := nats.Connect(natsURL, nats.Name("work-queue "+who), nats.ReconnectBufSize(-1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect: %w", who, err)
 	}
