@@ -171,7 +171,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	}
 	if !c.nc.IsConnected() {
 		// A request published while reconnecting is buffered and sent on
-		// reconnect, maybe after the holder's deadline (see kvlease.Open).
+		// reconnect, maybe after the holder's deadline (docs/safety.md).
 		return fmt.Errorf("%w: %s: not connected to NATS (%v)", kvlease.ErrUnavailable, subject, c.nc.Status())
 	}
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
