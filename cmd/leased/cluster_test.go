@@ -155,6 +155,22 @@ func (c *testCluster) leader(via int) int {
 	return c.index(c.streamInfo(via).Cluster.Leader)
 }
 
+// newLeader waits, asking through node via, until the lease stream is led
+// by a node other than old (killed or paused), failing after 30 s.
+func (c *testCluster) newLeader(via, old int) int {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if lead := c.leader(via); lead != old {
+			return lead
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no new stream leader 30 s after losing %s", c.nodes[old].Name)
+		}
+		time.Sleep(100 * time.Millisecond) // waiting on an election that has no event to wait on
+	}
+}
+
 // store opens the lease bucket directly through node i only.
 func (c *testCluster) store(i int) *kvlease.Store {
 	return kvleasetest.OpenStore(c.t, c.url(i), kvlease.WithoutCreate())
@@ -288,7 +304,7 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 
 	killed := time.Now()
 	c.kill(lead)
-	newLead := c.leader(others[0])
+	newLead := c.newLeader(others[0], lead)
 	t.Logf("new stream leader %s after %v", c.nodes[newLead].Name, time.Since(killed).Round(time.Millisecond))
 
 	var lateness []time.Duration
@@ -381,14 +397,9 @@ func TestClusterStreamLeaderPaused(t *testing.T) {
 	}
 	t.Cleanup(resume)
 	paused := time.Now()
-	deadline := paused.Add(30 * time.Second)
-	for c.streamInfo(others[0]).Cluster.Leader == c.nodes[lead].Name {
-		if time.Now().After(deadline) {
-			t.Fatalf("no new stream leader 30 s after pausing %s", c.nodes[lead].Name)
-		}
-		time.Sleep(100 * time.Millisecond) // waiting on an election that has no event to wait on
-	}
-	t.Logf("new stream leader %s after %v", c.streamInfo(others[0]).Cluster.Leader, time.Since(paused).Round(time.Millisecond))
+	newLead := c.newLeader(others[0], lead)
+	t.Logf("new stream leader %s after %v", c.nodes[newLead].Name, time.Since(paused).Round(time.Millisecond))
+	var deadline time.Time // for tryContend: how long to ask again while the cluster settles
 
 	tryContend := func(st *kvlease.Store, via string) {
 		t.Helper()
