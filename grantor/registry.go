@@ -173,7 +173,7 @@ func NewRegistry(ctx context.Context, store *kvlease.Store, gossip Gossip, thres
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w, err := store.Watch(context.WithoutCancel(ctx), RegistrationPrefix)
+	w, err := watchWhenReady(ctx, store, RegistrationPrefix, log)
 	if err != nil {
 		return nil, err
 	}
