@@ -74,11 +74,18 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// TTL returns d as an explicit wire duration (for the TTL fields of
+// requests, where nil means "not given").
+func TTL(d time.Duration) *Duration { v := Duration(d); return &v }
+
 // GrantRequest is the body of lease.v1.grant.
 type GrantRequest struct {
 	Name       string            `json:"name"`
 	Holder     string            `json:"holder"`
-	TTL        Duration          `json:"ttl,omitempty"` // default: the policy's
+	// TTL is the duration asked for; absent: the policy's default. An
+	// explicit value outside the policy's bounds, "0s" included, is
+	// ttl_out_of_range.
+	TTL        *Duration         `json:"ttl,omitempty"`
 	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
@@ -89,7 +96,9 @@ type RenewRequest struct {
 	Token    uint64   `json:"token"`
 	Revision uint64   `json:"revision"`
 	Secret   string   `json:"secret"`
-	TTL      Duration `json:"ttl,omitempty"` // default: the tenure's duration
+	// TTL is the new duration; absent: the tenure's own. An explicit
+	// value outside the policy's bounds, "0s" included, is ttl_out_of_range.
+	TTL *Duration `json:"ttl,omitempty"`
 }
 
 // ReleaseRequest is the body of lease.v1.release.

@@ -75,11 +75,12 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
 }
 
 // Grant asks for a tenure; the returned record carries the secret that
-// renewals and releases must present.
+// renewals and releases must present. req.Duration is required, as for
+// kvlease.Store.Grant: zero is out of range, not "the service's default".
 func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
 	var out Lease
 	defer c.observe(time.Now(), &out)
-	err := c.call(ctx, SubjectGrant, GrantRequest{Name: req.Name, Holder: req.Holder, TTL: Duration(req.Duration),
+	err := c.call(ctx, SubjectGrant, GrantRequest{Name: req.Name, Holder: req.Holder, TTL: TTL(req.Duration),
 		Attributes: req.Attributes}, &out)
 	var held *kvlease.HeldError
 	if errors.As(err, &held) {
@@ -92,8 +93,11 @@ func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.R
 func (c *Client) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
 	var out Lease
 	defer c.observe(time.Now(), &out)
-	err := c.call(ctx, SubjectRenew, RenewRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token),
-		Revision: req.Revision, Secret: req.Secret, TTL: Duration(req.Duration)}, &out)
+	wire := RenewRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token), Revision: req.Revision, Secret: req.Secret}
+	if req.Duration != 0 { // zero keeps the tenure's duration, as in kvlease.Store.Renew
+		wire.TTL = TTL(req.Duration)
+	}
+	err := c.call(ctx, SubjectRenew, wire, &out)
 	nameStale(err, req.Name)
 	return fromWire(out), err
 }

@@ -15,7 +15,7 @@ type RegisterRequest struct {
 	Node     string            `json:"node,omitempty"`
 	Meta     map[string]string `json:"meta,omitempty"`
 	Holder   string            `json:"holder"`
-	TTL      Duration          `json:"ttl,omitempty"`
+	TTL      *Duration         `json:"ttl,omitempty"` // as in GrantRequest
 }
 
 // DeregisterRequest is the body of svc.v1.deregister.

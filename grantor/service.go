@@ -433,9 +433,9 @@ func (s *Service) grant(ctx context.Context, data []byte) (any, error) {
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
-	d := time.Duration(req.TTL)
-	if d == 0 {
-		d = s.cfg.DefaultDuration
+	d := s.cfg.DefaultDuration // absent; an explicit zero is out of range, as in kvlease.Store.Grant
+	if req.TTL != nil {
+		d = time.Duration(*req.TTL)
 	}
 	if err := s.checkAttributes(req.Attributes); err != nil {
 		return nil, err
@@ -463,9 +463,15 @@ func (s *Service) renew(ctx context.Context, data []byte) (any, error) {
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
+	var d time.Duration // absent: kvlease.Store.Renew keeps the tenure's duration
+	if req.TTL != nil {
+		if d = time.Duration(*req.TTL); d <= 0 {
+			return nil, fmt.Errorf("%w: ttl %v (omit ttl to keep the tenure's duration)", kvlease.ErrDurationOutOfRange, d)
+		}
+	}
 	rec, err := s.store.Renew(ctx, kvlease.RenewRequest{
 		Name: req.Name, Holder: req.Holder, Token: kvlease.Token(req.Token), Revision: req.Revision,
-		Duration: time.Duration(req.TTL), Secret: req.Secret, SecretRequired: true,
+		Duration: d, Secret: req.Secret, SecretRequired: true,
 	})
 	if err != nil {
 		return nil, err

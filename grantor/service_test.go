@@ -209,6 +209,9 @@ func TestBadRequests(t *testing.T) {
 		{"ttl below 1s", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"500ms"}`, grantor.CodeTTLOutOfRange},
 		{"ttl above max", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"2h"}`, grantor.CodeTTLOutOfRange},
 		{"negative ttl", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"-5s"}`, grantor.CodeTTLOutOfRange},
+		{"explicit zero ttl", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"0s"}`, grantor.CodeTTLOutOfRange},
+		{"explicit zero ttl on renew", grantor.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x","ttl":"0s"}`, grantor.CodeTTLOutOfRange},
+		{"explicit zero ttl on register", grantor.SubjectRegister, `{"service":"s","instance":"i","addr":"127.0.0.1:1","holder":"h","ttl":"0s"}`, grantor.CodeTTLOutOfRange},
 		{"too many attributes", grantor.SubjectGrant, `{"name":"a","holder":"h","attributes":{` + manyAttrs(17) + `}}`, grantor.CodeTooLarge},
 		{"renew of nothing", grantor.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x"}`, grantor.CodeExpired},
 		{"get of nothing", grantor.SubjectGet, `{"name":"a"}`, grantor.CodeNotFound},
@@ -228,12 +231,22 @@ func TestBadRequests(t *testing.T) {
 			}
 		})
 	}
+	// The Go client sends what it is given: a zero duration is out of
+	// range, as it is for kvlease.Store.Grant, not the service's default.
+	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "a", Holder: "h"}); !errors.Is(err, kvlease.ErrDurationOutOfRange) {
+		t.Fatalf("Client.Grant with no duration: %v, want ErrDurationOutOfRange", err)
+	}
 	if got := lastSeq(); got != before {
 		t.Fatalf("bad requests wrote %d entries", got-before)
 	}
-	// Still serving.
-	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "a", Holder: "h", Duration: 5 * time.Second}); err != nil {
-		t.Fatalf("grant after bad requests: %v", err)
+	// Still serving; a grant without a ttl gets the policy's default.
+	reply, err := f.nc.Request(grantor.SubjectGrant, []byte(`{"name":"a","holder":"h"}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got grantor.Lease
+	if err := json.Unmarshal(reply.Data, &got); err != nil || got.TTL != grantor.Duration(cfg.DefaultDuration) {
+		t.Fatalf("grant with no ttl after bad requests: %s (%v), want the default %v", reply.Data, err, cfg.DefaultDuration)
 	}
 }
 

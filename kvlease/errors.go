@@ -99,11 +99,18 @@ type LeaseExpiredError struct {
 	Margin time.Duration
 	// Released is true if the holder released the lease.
 	Released bool
+	// Refused is the grantor's refusal of a renewal (an [ErrNotHolder] or
+	// [ErrNotFound] error, say) that ended the lease before its deadline;
+	// nil otherwise. errors.Is sees through to it.
+	Refused error
 }
 
 func (e *LeaseExpiredError) Error() string {
 	if e.Released {
 		return fmt.Sprintf("kvlease: lease %q (token %d) was released", e.Name, e.Token)
+	}
+	if e.Refused != nil {
+		return fmt.Sprintf("kvlease: lease %q (token %d) is lost: its renewal was refused: %v", e.Name, e.Token, e.Refused)
 	}
 	if e.Remaining <= 0 {
 		return fmt.Sprintf("kvlease: lease %q (token %d) expired %v ago (holder margin %v)",
@@ -115,6 +122,9 @@ func (e *LeaseExpiredError) Error() string {
 
 // Is makes errors.Is(err, ErrExpired) true.
 func (e *LeaseExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// Unwrap returns the refusal that ended the lease, if any.
+func (e *LeaseExpiredError) Unwrap() error { return e.Refused }
 
 // StaleTokenError is returned by a fence that has already accepted a higher
 // token for the resource.

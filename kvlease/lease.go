@@ -47,6 +47,7 @@ type Lease struct {
 	t0       time.Time // when the last successful request was sent
 	deadline time.Time // t0 + HolderValidity
 	released bool      // Release was called: the lease is over for the holder
+	refused  error     // the grantor refused a renewal: the lease is over for the holder
 	freed    bool      // a Release reached the grantor (or found nothing to release)
 	// unconfirmed: a renewal went out since the last confirmed one and got
 	// no answer; it may have been stored (see [StaleRevisionError]).
@@ -208,9 +209,9 @@ func (l *Lease) Check() error { return l.CheckFor(0) }
 func (l *Lease) CheckFor(need time.Duration) error {
 	need = max(need, 0) // a negative need must not reach past the deadline
 	l.mu.Lock()
-	rem, released, token := l.deadline.Sub(l.now()), l.released, l.rec.Token
+	rem, released, refused, token := l.deadline.Sub(l.now()), l.released, l.refused, l.rec.Token
 	l.mu.Unlock()
-	if rem > need {
+	if rem > need { // never after a refusal, which moved the deadline to then
 		if l.guard != nil && l.guard(l.rho) {
 			return fmt.Errorf("%w: %w: lease %q (token %d): the deadline assumes clock rates within %g",
 				ErrExpired, ErrClockRate, l.name, token, l.rho)
@@ -221,14 +222,39 @@ func (l *Lease) CheckFor(need time.Duration) error {
 		l.lateEffects.Add(1)
 		l.metrics.Load().LateEffect(context.Background())
 	}
-	return &LeaseExpiredError{Name: l.name, Token: token, Remaining: rem, Need: need, Margin: l.margin, Released: released}
+	return &LeaseExpiredError{Name: l.name, Token: token, Remaining: rem, Need: need, Margin: l.margin,
+		Released: released, Refused: refused}
 }
 
 // expired describes the lease as lost to its deadline (or its release) now.
 func (l *Lease) expired() *LeaseExpiredError {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return &LeaseExpiredError{Name: l.name, Token: l.rec.Token, Remaining: l.deadline.Sub(l.now()), Margin: l.margin, Released: l.released}
+	return &LeaseExpiredError{Name: l.name, Token: l.rec.Token, Remaining: l.deadline.Sub(l.now()), Margin: l.margin,
+		Released: l.released, Refused: l.refused}
+}
+
+// refuse ends the lease for the holder because the grantor answered a
+// renewal with a refusal: every check fails from now on, not at the old
+// deadline, because someone else may already hold the lease.
+func (l *Lease) refuse(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refused == nil {
+		l.refused = err
+	}
+	if now := l.now(); l.deadline.After(now) {
+		l.deadline = now
+	}
+}
+
+// isRefusal reports whether err is the grantor's answer that the renewal
+// will not happen (not holder, not found, held, invalid …), as opposed to no
+// answer (the renewal may have been stored), an expired deadline, or the
+// caller's own cancellation.
+func isRefusal(err error) bool {
+	return err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrExpired) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // LateEffects counts the checks that found the deadline already passed:
@@ -241,6 +267,12 @@ func (l *Lease) LateEffects() int64 { return l.lateEffects.Load() }
 // deadline. On success the deadline moves to t0 + D·(1−ρ) − m_h, where t0 is
 // when this renewal was sent.
 //
+// A refusal ([ErrNotHolder], [ErrNotFound], an unrecovered
+// [StaleRevisionError], or any other answer that is not [ErrUnavailable])
+// ends the lease at once: from then on Check, CheckFor, [ReadThrough] and
+// [Claim.Complete] fail with a [*LeaseExpiredError] whose Refused is the
+// refusal, and Renew sends nothing more.
+//
 // Errors: [*LeaseExpiredError]; those of [Store.Renew].
 func (l *Lease) Renew(ctx context.Context) error {
 	select {
@@ -251,10 +283,13 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	rec, deadline := l.rec, l.deadline
-	released := l.released
+	released, refused := l.released, l.refused
 	l.mu.Unlock()
 	if released {
 		return l.errReleased()
+	}
+	if refused != nil {
+		return l.expired()
 	}
 	t0 := l.now()
 	ctx, span := l.startSpan(ctx, "renew", AttrRemaining.Int64(deadline.Sub(t0).Milliseconds()))
@@ -271,10 +306,13 @@ func (l *Lease) Renew(ctx context.Context) error {
 		next, err = l.renew(ctx, rec, l.now(), deadline)
 	}
 	if err != nil {
-		if errors.Is(err, ErrUnavailable) {
+		switch {
+		case errors.Is(err, ErrUnavailable):
 			l.mu.Lock()
 			l.unconfirmed = true
 			l.mu.Unlock()
+		case isRefusal(err):
+			l.refuse(err)
 		}
 		endSpan(span, &rec, err)
 		return err

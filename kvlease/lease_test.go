@@ -320,3 +320,99 @@ func TestRenewWhileReconnectingIsNotBuffered(t *testing.T) {
 		t.Fatalf("after reconnect: %+v, %v; want the grant's revision %d (no renewal sent)", got, err, rec.Revision)
 	}
 }
+
+// A refused renewal ends the lease for every check at once, not at the old
+// deadline: a revoked or re-granted lease must not read as held (Check,
+// ReadThrough's local path, a claim's completion), since another holder may
+// already act on it.
+func TestRefusedRenewalEndsLeaseAtOnce(t *testing.T) {
+	const d = 10 * time.Second // the old deadline is far away: only the refusal can end the lease
+	for _, tc := range []struct {
+		name   string
+		refuse func(t *testing.T, st *kvlease.Store, name string)
+		want   error
+	}{
+		{"revoked", func(t *testing.T, st *kvlease.Store, name string) {
+			if _, err := st.Revoke(t.Context(), name, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}, kvlease.ErrNotFound},
+		{"granted to another", func(t *testing.T, st *kvlease.Store, name string) {
+			if _, err := st.Revoke(t.Context(), name, "test"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kvlease.Acquire(t.Context(), st, name, "other", d); err != nil {
+				t.Fatal(err)
+			}
+		}, kvlease.ErrNotHolder},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, st := kvleasetest.NewStore(t)
+			l, err := kvlease.Acquire(t.Context(), st, "refused", "h1", d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.refuse(t, st, "refused")
+			if err := l.Check(); err != nil {
+				t.Fatalf("before the refusal reached the holder, Check: %v", err)
+			}
+			if err := l.Renew(t.Context()); !errors.Is(err, tc.want) {
+				t.Fatalf("renew: %v, want %v", err, tc.want)
+			}
+			for _, check := range []struct {
+				what string
+				err  error
+			}{{"Check", l.Check()}, {"CheckFor(0)", l.CheckFor(0)}, {"CheckFor(-1s)", l.CheckFor(-time.Second)}} {
+				var exp *kvlease.LeaseExpiredError
+				if !errors.As(check.err, &exp) || !errors.Is(check.err, kvlease.ErrExpired) || !errors.Is(check.err, tc.want) {
+					t.Fatalf("%s after the refusal: %v, want a LeaseExpiredError wrapping %v", check.what, check.err, tc.want)
+				}
+			}
+			if l.Remaining() > 0 {
+				t.Fatalf("remaining %v after the refusal", l.Remaining())
+			}
+			_, from, err := kvlease.ReadThrough(t.Context(), l, 0,
+				func() (string, error) { return "local", nil },
+				func(context.Context) (string, error) { return "authoritative", nil })
+			if err != nil || from != kvlease.ServedAuthoritative {
+				t.Fatalf("ReadThrough after the refusal served %v (%v), want authoritative", from, err)
+			}
+			if err := l.Renew(t.Context()); !errors.Is(err, kvlease.ErrExpired) {
+				t.Fatalf("a second renew after the refusal: %v, want expired without sending", err)
+			}
+		})
+	}
+}
+
+// A claim whose renewal was refused cannot complete, even with its old
+// deadline far away.
+func TestRefusedClaimCannotComplete(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := kvlease.OpenWorkQueue(ctx, js, st, "rq", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "item", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop() // the test renews by hand
+	if _, err := st.Revoke(ctx, c.Lease().Name(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Lease().Renew(ctx); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("renew of a revoked claim: %v", err)
+	}
+	if err := c.Complete(ctx, []byte("late")); !errors.Is(err, kvlease.ErrExpired) {
+		t.Fatalf("completion after the refusal: %v, want expired", err)
+	}
+	if done, _, _, _, err := q.Result(ctx, "item"); err != nil || done {
+		t.Fatalf("sink after a refused completion: done=%v %v", done, err)
+	}
+}
