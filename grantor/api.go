@@ -80,8 +80,8 @@ func TTL(d time.Duration) *Duration { v := Duration(d); return &v }
 
 // GrantRequest is the body of lease.v1.grant.
 type GrantRequest struct {
-	Name       string            `json:"name"`
-	Holder     string            `json:"holder"`
+	Name   string `json:"name"`
+	Holder string `json:"holder"`
 	// TTL is the duration asked for; absent: the policy's default. An
 	// explicit value outside the policy's bounds, "0s" included, is
 	// ttl_out_of_range.
@@ -91,11 +91,11 @@ type GrantRequest struct {
 
 // RenewRequest is the body of lease.v1.renew.
 type RenewRequest struct {
-	Name     string   `json:"name"`
-	Holder   string   `json:"holder"`
-	Token    uint64   `json:"token"`
-	Revision uint64   `json:"revision"`
-	Secret   string   `json:"secret"`
+	Name     string `json:"name"`
+	Holder   string `json:"holder"`
+	Token    uint64 `json:"token"`
+	Revision uint64 `json:"revision"`
+	Secret   string `json:"secret"`
 	// TTL is the new duration; absent: the tenure's own. An explicit
 	// value outside the policy's bounds, "0s" included, is ttl_out_of_range.
 	TTL *Duration `json:"ttl,omitempty"`
