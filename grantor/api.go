@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -193,7 +194,7 @@ func fromWire(l Lease) kvlease.Record {
 // wire code. verb distinguishes "the lease is gone" on renew/release
 // (expired) from get/revoke (not_found).
 func errorBody(verb string, err error) ErrorBody {
-	b := ErrorBody{Message: err.Error()}
+	b := ErrorBody{Message: wireMessage(err.Error())}
 	var held *kvlease.HeldError
 	var stale *kvlease.StaleRevisionError
 	switch {
@@ -227,6 +228,14 @@ func errorBody(verb string, err error) ErrorBody {
 	return b
 }
 
+// goPackagePrefix matches the Go package names that begin our error texts
+// ("kvlease: ", "grantor: "), at the start or after a wrapping ": ".
+var goPackagePrefix = regexp.MustCompile(`(^|: )(?:kvlease|grantor|membership): `)
+
+// wireMessage is an error text for callers in any language: without the Go
+// package names, which mean nothing outside this module.
+func wireMessage(s string) string { return goPackagePrefix.ReplaceAllString(s, "$1") }
+
 // Err turns an error reply back into the kvlease error it stands for, so
 // that callers of [Client] test errors exactly as callers of kvlease.Store.
 func (b ErrorBody) Err() error {
@@ -237,9 +246,9 @@ func (b ErrorBody) Err() error {
 	case CodeInvalidArgument:
 		sentinel = ErrInvalidRequest
 		switch {
-		case strings.Contains(b.Message, kvlease.ErrInvalidName.Error()):
+		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidName.Error())):
 			sentinel = kvlease.ErrInvalidName
-		case strings.Contains(b.Message, kvlease.ErrInvalidHolder.Error()):
+		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidHolder.Error())):
 			sentinel = kvlease.ErrInvalidHolder
 		}
 	case CodeTTLOutOfRange:

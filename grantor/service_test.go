@@ -159,6 +159,44 @@ func TestNonHolderRefusedWithoutSecret(t *testing.T) {
 		stale.Name != "db" || stale.Revision != ren.Revision {
 		t.Fatalf("stale revision: %v (%+v), want the current revision %d", err, stale, ren.Revision)
 	}
+	// The secret is checked before the revision: a caller without it learns
+	// nothing (no conflict, no current revision), whatever revision it names.
+	// A revision above the current one is not stale: the read is behind.
+	for _, c := range []struct {
+		name   string
+		rev    uint64
+		secret string
+		want   string
+	}{
+		{"stale revision, wrong secret", rec.Revision, strings.Repeat("0", 32), grantor.CodeNotHolder},
+		{"stale revision, no secret", rec.Revision, "", grantor.CodeNotHolder},
+		{"future revision, wrong secret", ren.Revision + 100, strings.Repeat("0", 32), grantor.CodeNotHolder},
+		{"future revision, the secret", ren.Revision + 100, rec.Secret, grantor.CodeUnavailable},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for verb, call := range map[string]func() error{
+				"renew": func() error {
+					_, err := f.client.Renew(ctx, kvlease.RenewRequest{Name: "db", Holder: "owner", Token: rec.Token,
+						Revision: c.rev, Secret: c.secret})
+					return err
+				},
+				"release": func() error {
+					return f.client.Release(ctx, kvlease.ReleaseRequest{Name: "db", Holder: "owner", Token: rec.Token,
+						Revision: c.rev, Secret: c.secret})
+				},
+			} {
+				err := call()
+				assertCode(t, err, c.want)
+				if errors.As(err, &stale) ||
+					(c.want == grantor.CodeNotHolder && strings.Contains(err.Error(), fmt.Sprintf("revision %d", ren.Revision))) {
+					t.Fatalf("%s: %v names the current revision %d", verb, err, ren.Revision)
+				}
+			}
+		})
+	}
+	if got, err := f.client.Get(ctx, "db"); err != nil || got.Revision != ren.Revision {
+		t.Fatalf("after the refused calls: %+v, %v; want the lease untouched at revision %d", got, err, ren.Revision)
+	}
 }
 
 func assertCode(t *testing.T, err error, code string) {
@@ -172,6 +210,18 @@ func assertCode(t *testing.T, err error, code string) {
 	}
 	if !errors.As(err, &se) || se.Code != code {
 		t.Fatalf("err = %v, want code %s", err, code)
+	}
+	assertWireMessage(t, se.Message)
+}
+
+// assertWireMessage checks that an error reply's message speaks to callers
+// in any language: no Go package names.
+func assertWireMessage(t *testing.T, msg string) {
+	t.Helper()
+	for _, pkg := range []string{"kvlease:", "grantor:", "membership:"} {
+		if strings.Contains(msg, pkg) {
+			t.Fatalf("error message %q names the Go package %s", msg, pkg)
+		}
 	}
 }
 
@@ -229,6 +279,8 @@ func TestBadRequests(t *testing.T) {
 			if got := reply.Header.Get(micro.ErrorCodeHeader); got != c.code || body.Code != c.code || body.Message == "" {
 				t.Fatalf("header code %q, body %+v; want %s with a message", got, body, c.code)
 			}
+			assertWireMessage(t, body.Message)
+			assertWireMessage(t, reply.Header.Get(micro.ErrorHeader))
 		})
 	}
 	// The Go client sends what it is given: a zero duration is out of

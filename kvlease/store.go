@@ -316,7 +316,9 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
 		return Record{}, err
 	}
-	cur, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision, req.Secret, req.SecretRequired)
+	claim := tenureClaim{name: req.Name, holder: req.Holder, token: req.Token, rev: req.Revision, secret: req.Secret,
+		required: req.SecretRequired}
+	cur, err := s.verify(ctx, claim)
 	if err != nil {
 		return Record{}, err
 	}
@@ -332,7 +334,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	}.encode()
 	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
 	if err != nil {
-		return Record{}, s.explainMismatch(ctx, req.Name, req.Holder, req.Token, err)
+		return Record{}, s.explainMismatch(ctx, claim, err)
 	}
 	rec = cur
 	rec.Revision, rec.Duration, rec.TTL, rec.StoredAt = rev, req.Duration, ttl, time.Now()
@@ -351,11 +353,13 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
 		return err
 	}
-	if _, err := s.verify(ctx, req.Name, req.Holder, req.Token, req.Revision, req.Secret, req.SecretRequired); err != nil {
+	claim := tenureClaim{name: req.Name, holder: req.Holder, token: req.Token, rev: req.Revision, secret: req.Secret,
+		required: req.SecretRequired}
+	if _, err := s.verify(ctx, claim); err != nil {
 		return err
 	}
 	_, err = s.purge(ctx, req.Name, "release", req.Holder, req.Token, "", req.Revision)
-	return s.explainMismatch(ctx, req.Name, req.Holder, req.Token, err)
+	return s.explainMismatch(ctx, claim, err)
 }
 
 // Revoke ends whatever tenure the lease has, regardless of holder, and
@@ -467,57 +471,87 @@ func listClosed(ctx context.Context, w *Watcher) error {
 	return fmt.Errorf("%w: list: watch ended early", ErrUnavailable)
 }
 
-// verify checks that (holder, token, rev) names the current tenure as far as
-// the store can tell before writing; the compare-and-set that follows is what
-// makes it exact. Revisions are immutable, so the record at rev is read once
-// (from the cache of our own writes, or by sequence) and compared.
-func (s *Store) verify(ctx context.Context, name, holder string, token Token, rev uint64, secret string, required bool) (Record, error) {
-	cur, ok := s.cache.get(name, rev)
+// tenureClaim is what a renewal or release presents as its proof of tenure.
+type tenureClaim struct {
+	name, holder string
+	token        Token
+	rev          uint64 // the revision the caller was last given
+	secret       string
+	required     bool // refuse a tenure granted without a secret
+}
+
+// owns checks that cur is the claimed tenure: holder, token and secret. It
+// is the first check on any record, before anything that depends on the
+// revision, so that a caller that is not the holder learns nothing of the
+// tenure's revisions.
+func (c tenureClaim) owns(cur Record) error {
+	if cur.Holder != c.holder || cur.Token != c.token {
+		return fmt.Errorf("%w: %q is held by %q with token %d, not %q with token %d",
+			ErrNotHolder, c.name, cur.Holder, cur.Token, c.holder, c.token)
+	}
+	if c.required && cur.secretHash == "" {
+		return fmt.Errorf("%w: %q was granted without a secret; only its holder's own store may renew or release it", ErrNotHolder, c.name)
+	}
+	if !cur.secretMatches(c.secret) {
+		return fmt.Errorf("%w: wrong secret for %q", ErrNotHolder, c.name)
+	}
+	return nil
+}
+
+// verify checks that the claim names the current tenure as far as the
+// store can tell before writing; the compare-and-set that follows is what
+// makes it exact. Revisions are immutable, so the record at the claimed
+// revision is read once (from the cache of our own writes, or by sequence)
+// and compared.
+func (s *Store) verify(ctx context.Context, c tenureClaim) (Record, error) {
+	cur, ok := s.cache.get(c.name, c.rev)
 	if !ok {
-		m, err := s.leaderGet(ctx, msgGetRequest{Seq: rev})
+		m, err := s.leaderGet(ctx, msgGetRequest{Seq: c.rev})
 		switch {
 		case errors.Is(err, errNoMessage):
-			return Record{}, s.explainMismatch(ctx, name, holder, token, errMismatch)
+			return Record{}, s.explainMismatch(ctx, c, errMismatch)
 		case err != nil:
 			return Record{}, translate("read revision", err)
-		case m.Subject != s.prefix+name || gone(m.Header):
-			return Record{}, fmt.Errorf("%w: revision %d is not a tenure of %q", ErrNotHolder, rev, name)
+		case m.Subject != s.prefix+c.name || gone(m.Header):
+			return Record{}, fmt.Errorf("%w: revision %d is not a tenure of %q", ErrNotHolder, c.rev, c.name)
 		}
-		if cur, err = s.decode(name, m); err != nil {
+		if cur, err = s.decode(c.name, m); err != nil {
 			return Record{}, err
 		}
 	}
-	if cur.Holder != holder || cur.Token != token {
-		return Record{}, fmt.Errorf("%w: %q is held by %q with token %d, not %q with token %d",
-			ErrNotHolder, name, cur.Holder, cur.Token, holder, token)
-	}
-	if required && cur.secretHash == "" {
-		return Record{}, fmt.Errorf("%w: %q was granted without a secret; only its holder's own store may renew or release it", ErrNotHolder, name)
-	}
-	if !cur.secretMatches(secret) {
-		return Record{}, fmt.Errorf("%w: wrong secret for %q", ErrNotHolder, name)
+	if err := c.owns(cur); err != nil {
+		return Record{}, err
 	}
 	cur.Secret = ""
 	return cur, nil
 }
 
 // explainMismatch turns a failed compare-and-set into the error a holder
-// needs: the lease is gone, or someone else's, or only our revision is old.
-func (s *Store) explainMismatch(ctx context.Context, name, holder string, token Token, err error) error {
+// needs: the lease is gone, or someone else's, or only its revision is old.
+// The current record must pass the claim's holder, token and secret checks
+// before its revision is named. A current revision at or below the one the
+// caller presents is no answer at all: the caller was given that revision,
+// so the read is behind (a node that has not caught up, or a deposed leader
+// answering from its frozen state) and the outcome is unknown.
+func (s *Store) explainMismatch(ctx context.Context, c tenureClaim, err error) error {
 	if !errors.Is(err, errMismatch) {
 		return err
 	}
-	cur, live, lerr := s.last(ctx, name)
+	cur, live, lerr := s.last(ctx, c.name)
 	switch {
 	case lerr != nil:
 		return lerr
 	case !live:
-		return fmt.Errorf("%w: %q lapsed or was released or revoked", ErrNotFound, name)
-	case cur.Token != token || cur.Holder != holder:
-		return fmt.Errorf("%w: %q now belongs to %q with token %d", ErrNotHolder, name, cur.Holder, cur.Token)
-	default:
-		return &StaleRevisionError{Name: name, Revision: cur.Revision}
+		return fmt.Errorf("%w: %q lapsed or was released or revoked", ErrNotFound, c.name)
 	}
+	if err := c.owns(cur); err != nil {
+		return err
+	}
+	if cur.Revision <= c.rev {
+		return fmt.Errorf("%w: %q reads as revision %d, not after the revision %d presented: a stale read",
+			ErrUnavailable, c.name, cur.Revision, c.rev)
+	}
+	return &StaleRevisionError{Name: c.name, Revision: cur.Revision}
 }
 
 // last reads the latest entry for name. live is false if there is none or
