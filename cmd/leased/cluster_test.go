@@ -253,7 +253,7 @@ func TestClusterLeasesVisibleThroughEveryNode(t *testing.T) {
 	for i := range c.nodes {
 		r := leased(t, c.url(i), "ls", "everywhere.", "-o", "json")
 		if got := strings.Count(r.stdout, `"name":"everywhere.`); r.code != 0 || got != 3 {
-			t.Fatalf("ls via %s: %d leases, exit %d: %s", c.nodes[i].Name, got, r.code, r.stdout)
+			t.Fatalf("ls via %s: %d leases, exit %d: %s%s", c.nodes[i].Name, got, r.code, r.stdout, r.stderr)
 		}
 	}
 	r := leased(t, cli.ClientURLs(c.nodes), "status", "-o", "json")
