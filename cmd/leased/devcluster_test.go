@@ -28,11 +28,12 @@ type devClusterProc struct {
 
 // consecutiveFreePorts returns the first of n consecutive ports on
 // 127.0.0.1 that are free now (dev-cluster numbers its nodes' ports from a
-// base).
+// base), below Linux's ephemeral range, where port-0 listeners of other
+// tests land.
 func consecutiveFreePorts(t *testing.T, n int) int {
 	t.Helper()
 	for range 100 {
-		base := 20000 + rand.IntN(30000)
+		base := 20000 + rand.IntN(12000)
 		var lns []net.Listener
 		for i := range n {
 			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
@@ -143,14 +144,15 @@ func peerNamed(st cli.Status, name string) (cli.PeerStatus, bool) {
 	return st.Peers[i], true
 }
 
-// acquireWithin acquires name through url, retrying while the cluster
-// cannot answer (a failover has no event the CLI can wait on), failing
+// acquireWithin acquires a lease name.N through url, retrying while the
+// cluster cannot answer (a failover has no event the CLI can wait on), each
+// time with a new N (an unanswered grant may have been stored), failing
 // after timeout.
 func acquireWithin(t *testing.T, url, name string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for {
-		r := leased(t, url, "acquire", name, "--ttl", "30s", "--timeout", "3s")
+	for try := 1; ; try++ {
+		r := leased(t, url, "acquire", name+"."+strconv.Itoa(try), "--ttl", "30s", "--timeout", "3s")
 		if r.code == 0 {
 			return
 		}
