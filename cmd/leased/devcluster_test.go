@@ -159,6 +159,7 @@ func acquireWithin(t *testing.T, url, name string, timeout time.Duration) {
 		if r.code != cli.ExitError || time.Now().After(deadline) {
 			t.Fatalf("acquire %s via %s: exit %d: %s", name, url, r.code, r.stderr)
 		}
+		time.Sleep(250 * time.Millisecond) // between attempts: no event says the cluster answers again
 	}
 }
 
