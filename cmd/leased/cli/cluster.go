@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -84,6 +85,7 @@ func LocalCluster(n int, host string, port, clusterPort int, dataDir string) []C
 func newDevCluster(stdout, stderr io.Writer) *cobra.Command {
 	var n, port, clusterPort int
 	var host, data string
+	var restart bool
 	cmd := &cobra.Command{
 		Use:   "dev-cluster",
 		Short: "Run a local JetStream cluster of leased nodes as processes (R3 lease bucket)",
@@ -91,7 +93,14 @@ func newDevCluster(stdout, stderr io.Writer) *cobra.Command {
 JetStream cluster (the topology of docker-compose.yml, without Docker), prints
 the client URLs, and runs until interrupted, then stops them all. Node i
 listens for clients on --port+i-1 and for routes on --cluster-port+i-1, and
-keeps its data in --data/n<i>, so a restart finds it again.`,
+keeps its data in --data/n<i>, so a restart finds it again.
+
+It says on stderr when each node starts (with its pid), is ready and exits,
+and when all are ready.
+A node that dies leaves the others running, so a failover can be tried by
+killing one; with --restart it is started again on its data after 1 s,
+doubling up to 30 s while it keeps dying within a minute, and given up
+after 5 such deaths in a row.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n < 3 {
@@ -101,7 +110,7 @@ keeps its data in --data/n<i>, so a restart finds it again.`,
 			if err != nil {
 				return err
 			}
-			return devCluster(cmd.Context(), exe, LocalCluster(n, host, port, clusterPort, data), stdout, stderr)
+			return devCluster(cmd.Context(), exe, LocalCluster(n, host, port, clusterPort, data), restart, stdout, stderr)
 		},
 	}
 	cmd.Flags().IntVar(&n, "nodes", 3, "number of nodes")
@@ -109,54 +118,129 @@ keeps its data in --data/n<i>, so a restart finds it again.`,
 	cmd.Flags().IntVar(&port, "port", 4222, "client port of the first node")
 	cmd.Flags().IntVar(&clusterPort, "cluster-port", 6222, "route port of the first node")
 	cmd.Flags().StringVar(&data, "data", filepath.Join(defaultDataDir(), "dev-cluster"), "data directory (one subdirectory per node)")
+	cmd.Flags().BoolVar(&restart, "restart", false, "restart a node that exits, on its data, with a backoff")
 	return cmd
 }
 
-func devCluster(ctx context.Context, exe string, nodes []ClusterNode, stdout, stderr io.Writer) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex // serializes log lines
-	procs := make([]*exec.Cmd, 0, len(nodes))
-	stopAll := func() {
-		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
-		}
-		wg.Wait()
+// Restarts of `dev-cluster --restart`.
+const (
+	restartFirstDelay = time.Second      // before the first restart of a node
+	restartMaxDelay   = 30 * time.Second // the backoff's cap
+	restartStable     = time.Minute      // a node that ran this long starts a new series of failures
+	restartMaxFails   = 5                // consecutive short runs after which a node is given up
+)
+
+// restartDelay is the wait before restarting a node after its fails-th
+// consecutive short run (fails ≥ 1): restartFirstDelay, doubling, at most
+// restartMaxDelay.
+func restartDelay(fails int) time.Duration {
+	d := restartFirstDelay
+	for i := 1; i < fails && d < restartMaxDelay; i++ {
+		d *= 2
 	}
-	exited := make(chan string, len(nodes))
-	for i, n := range nodes {
-		p := exec.Command(exe, ClusterServeArgs(nodes, i)...)
-		out, err := p.StderrPipe()
-		if err != nil {
-			stopAll()
-			return err
-		}
-		if err := p.Start(); err != nil {
-			stopAll()
-			return err
-		}
-		procs = append(procs, p)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				mu.Lock()
-				fmt.Fprintf(stderr, "%s | %s\n", n.Name, sc.Text())
-				mu.Unlock()
+	return min(d, restartMaxDelay)
+}
+
+// nextFails is the count of consecutive short runs after a run of ran.
+func nextFails(fails int, ran time.Duration) int {
+	if ran >= restartStable {
+		return 1
+	}
+	return fails + 1
+}
+
+// errClusterGone is what dev-cluster returns when every node has exited
+// and none is to be restarted.
+var errClusterGone = errors.New("every node exited")
+
+func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bool, stdout, stderr io.Writer) error {
+	var mu sync.Mutex // serializes lines on stderr
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stderr, "dev-cluster: "+format+"\n", args...)
+	}
+	var live sync.WaitGroup
+	var running sync.Map // node name → struct{} while its process runs
+	var readied sync.Map // node name → struct{} once it has been ready
+	var nready atomic.Int32
+	others := func(name string) string {
+		var names []string
+		for _, m := range nodes {
+			if _, ok := running.Load(m.Name); ok && m.Name != name {
+				names = append(names, m.Name)
 			}
-			_ = p.Wait()
-			exited <- n.Name
-		}()
+		}
+		if len(names) == 0 {
+			return "no node is running"
+		}
+		return strings.Join(names, ", ") + " keep running"
+	}
+	// run runs node i once, until it exits or ctx is cancelled, and says
+	// how long it ran and how it ended.
+	run := func(i int) (time.Duration, string) {
+		n := nodes[i]
+		p := exec.CommandContext(ctx, exe, ClusterServeArgs(nodes, i)...)
+		p.Cancel = func() error { return p.Process.Signal(syscall.SIGTERM) }
+		p.WaitDelay = 15 * time.Second
+		out, err := p.StderrPipe()
+		if err == nil {
+			err = p.Start()
+		}
+		if err != nil {
+			return 0, "could not start: " + err.Error()
+		}
+		started := time.Now()
+		running.Store(n.Name, struct{}{})
+		say("%s started (pid %d), %s, data %s", n.Name, p.Process.Pid, ClientURLs(nodes[i:i+1]), n.Data)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			fmt.Fprintf(stderr, "%s | %s\n", n.Name, line)
+			mu.Unlock()
+			if strings.Contains(line, `"msg":"ready"`) {
+				say("%s ready", n.Name)
+				if _, again := readied.LoadOrStore(n.Name, struct{}{}); !again && int(nready.Add(1)) == len(nodes) {
+					say("all %d nodes ready", len(nodes))
+				}
+			}
+		}
+		_ = p.Wait()
+		running.Delete(n.Name)
+		return time.Since(started), "exited (" + p.ProcessState.String() + ")"
 	}
 	fmt.Fprintf(stdout, "LEASED_URL=%s\n", ClientURLs(nodes))
-	select {
-	case <-ctx.Done():
-		stopAll()
-		return nil
-	case name := <-exited:
-		stopAll()
-		return errors.New("node " + name + " exited; stopped the others")
-	case <-time.After(365 * 24 * time.Hour):
+	for i, n := range nodes {
+		live.Add(1)
+		go func() {
+			defer live.Done()
+			for fails := 0; ; {
+				ran, how := run(i)
+				if ctx.Err() != nil {
+					return
+				}
+				say("%s %s; %s", n.Name, how, others(n.Name))
+				if !restart {
+					return
+				}
+				if fails = nextFails(fails, ran); fails >= restartMaxFails {
+					say("%s ended %d times in a row within %v of starting: not restarting it", n.Name, fails, restartStable)
+					return
+				}
+				d := restartDelay(fails)
+				say("restarting %s on its data in %v", n.Name, d)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+		}()
+	}
+	live.Wait()
+	if ctx.Err() != nil {
 		return nil
 	}
+	return errClusterGone
 }

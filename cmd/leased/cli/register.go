@@ -108,6 +108,9 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				if node == "" {
 					node = args[0] + "-" + args[1] + "-" + strconv.Itoa(os.Getpid())
 				}
+				if g.listen == "" { // as its help says; memberlist's default 7946 is likely a grantor's
+					g.listen = "127.0.0.1:0"
+				}
 				gn, err := g.start(node, map[string]string{"role": "instance", "service": args[0]}, log)
 				if err != nil {
 					return err

@@ -28,13 +28,32 @@ type Status struct {
 	Grantors []GrantorNode `json:"grantors"`
 }
 
-// PeerStatus is one follower of the lease stream.
+// PeerStatus is one follower of the lease stream, as its leader sees it.
 type PeerStatus struct {
 	Name    string        `json:"name"`
 	Current bool          `json:"current"`
 	Lag     uint64        `json:"lag"`
-	Active  time.Duration `json:"active_ns"`
+	Active  time.Duration `json:"active_ns"` // since the leader last heard from it; 0: not since it became leader
 	Offline bool          `json:"offline,omitempty"`
+	// Unreachable: the leader has not heard from the follower recently
+	// (see [peerUnreachable]); Current and Lag are then stale.
+	Unreachable bool `json:"unreachable,omitempty"`
+}
+
+// peerSeenWithin is how recently a stream leader must have heard from a
+// follower for status to call it reachable. A leader sends heartbeats every
+// second and every live follower answers them; nats-server itself stops
+// calling a follower current after 10 s without an answer.
+const peerSeenWithin = 5 * time.Second
+
+// peerUnreachable says whether a follower is dead or cut off, from what the
+// stream leader reports: offline (learned from a shutdown event, or minutes
+// after a crash), not heard from for peerSeenWithin, or not heard from at
+// all since the leader was elected (Active 0: a leader elected after the
+// follower died has no time for it, and reports the lag of an index it
+// never learned, hence "behind by N, seen 0s ago" for a dead node).
+func peerUnreachable(offline, current bool, active time.Duration) bool {
+	return offline || active > peerSeenWithin || (active == 0 && !current)
 }
 
 // GrantorNode is one running `leased serve`, as its service answers.
@@ -84,7 +103,8 @@ func status(ctx context.Context, nc *nats.Conn, client *grantor.Client, bucket s
 	if cl := info.Cluster; cl != nil {
 		s.Leader = cl.Leader
 		for _, p := range cl.Replicas {
-			s.Peers = append(s.Peers, PeerStatus{Name: p.Name, Current: p.Current, Lag: p.Lag, Active: p.Active, Offline: p.Offline})
+			s.Peers = append(s.Peers, PeerStatus{Name: p.Name, Current: p.Current, Lag: p.Lag, Active: p.Active, Offline: p.Offline,
+				Unreachable: peerUnreachable(p.Offline, p.Current, p.Active)})
 		}
 	}
 	leases, err := client.List(ctx, "")
@@ -140,17 +160,27 @@ func printStatus(p printer, s Status) {
 		fmt.Fprintf(p.w, "leader    %s\n", s.Leader)
 	}
 	for _, peer := range s.Peers {
-		state := "current"
-		switch {
-		case peer.Offline:
-			state = "offline"
-		case !peer.Current:
-			state = fmt.Sprintf("behind by %d", peer.Lag)
-		}
-		fmt.Fprintf(p.w, "follower  %s %s (seen %v ago)\n", peer.Name, state, peer.Active.Round(time.Millisecond))
+		fmt.Fprintf(p.w, "follower  %s %s\n", peer.Name, peerState(peer))
 	}
 	fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
 	for _, g := range s.Grantors {
 		fmt.Fprintf(p.w, "grantor   %s %s\n", g.Node, g.NATSURL)
+	}
+}
+
+// peerState is a follower's line in `leased status`.
+func peerState(p PeerStatus) string {
+	seen := fmt.Sprintf("seen %v ago", p.Active.Round(time.Millisecond))
+	switch {
+	case p.Offline:
+		return "unreachable (offline)"
+	case p.Unreachable && p.Active == 0:
+		return "unreachable (not seen by this leader)"
+	case p.Unreachable:
+		return "unreachable (" + seen + ")"
+	case !p.Current:
+		return fmt.Sprintf("behind by %d (%s)", p.Lag, seen)
+	default:
+		return "current (" + seen + ")"
 	}
 }

@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"testing"
+	"time"
+)
+
+// dev-cluster --restart backs off from 1 s, doubling to 30 s, while a node
+// keeps dying within a minute, and starts again from 1 s after a long run.
+func TestRestartBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		fails int
+		want  time.Duration
+	}{
+		{1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {4, 8 * time.Second},
+		{5, 16 * time.Second}, {6, 30 * time.Second}, {60, 30 * time.Second},
+	} {
+		if got := restartDelay(tc.fails); got != tc.want {
+			t.Errorf("restartDelay(%d) = %v, want %v", tc.fails, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		fails int
+		ran   time.Duration
+		want  int
+	}{
+		{"first death, early", 0, time.Second, 1},
+		{"first death, late", 0, time.Hour, 1},
+		{"again, early", 3, 10 * time.Second, 4},
+		{"after a long run", 4, restartStable, 1},
+	} {
+		if got := nextFails(tc.fails, tc.ran); got != tc.want {
+			t.Errorf("%s: nextFails(%d, %v) = %d, want %d", tc.name, tc.fails, tc.ran, got, tc.want)
+		}
+	}
+}

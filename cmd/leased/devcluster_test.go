@@ -1,0 +1,248 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/cmd/leased/cli"
+)
+
+// devClusterProc is a running `leased dev-cluster`.
+type devClusterProc struct {
+	cmd    *exec.Cmd
+	url    string // LEASED_URL, every node
+	port   int    // client port of n1; node i+1 listens on port+i
+	stderr *lines
+	exited chan struct{} // closed when dev-cluster exits
+}
+
+// consecutiveFreePorts returns the first of n consecutive ports on
+// 127.0.0.1 that are free now (dev-cluster numbers its nodes' ports from a
+// base), below Linux's ephemeral range, where port-0 listeners of other
+// tests land.
+func consecutiveFreePorts(t *testing.T, n int) int {
+	t.Helper()
+	for range 100 {
+		base := 20000 + rand.IntN(12000)
+		var lns []net.Listener
+		for i := range n {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if len(lns) == n {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
+
+// startDevCluster runs `leased dev-cluster` with args on free ports and
+// data in a temporary directory, and waits until every node is ready.
+func startDevCluster(t *testing.T, args ...string) *devClusterProc {
+	t.Helper()
+	port, cport := consecutiveFreePorts(t, 3), consecutiveFreePorts(t, 3)
+	cmd := exec.Command(leasedBin, append([]string{"dev-cluster", "--data", t.TempDir(),
+		"--port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(cport)}, args...)...)
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &devClusterProc{cmd: cmd, port: port, stderr: readLines(stderr), exited: make(chan struct{})}
+	out := readLines(stdout)
+	go func() { _ = cmd.Wait(); close(d.exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM) // dev-cluster stops its nodes
+		select {
+		case <-d.exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("dev-cluster did not exit 30 s after SIGTERM")
+		}
+	})
+	line := out.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "LEASED_URL=") })
+	d.url = strings.TrimPrefix(line, "LEASED_URL=")
+	for i := range 3 {
+		d.stderr.wait(t, 90*time.Second, func(l string) bool { return l == fmt.Sprintf("dev-cluster: n%d ready", i+1) })
+	}
+	return d
+}
+
+// pid returns the pid of node name's nth start (1: the first).
+func (d *devClusterProc) pid(t *testing.T, name string, nth int) int {
+	t.Helper()
+	re := regexp.MustCompile(`^dev-cluster: ` + name + ` started \(pid (\d+)\)`)
+	seen := 0
+	line := d.stderr.wait(t, 60*time.Second, func(l string) bool {
+		if re.MatchString(l) {
+			seen++
+		}
+		return seen == nth
+	})
+	pid, _ := strconv.Atoi(re.FindStringSubmatch(line)[1])
+	return pid
+}
+
+// nodeURL is the client URL of node name ("n1" …) alone.
+func (d *devClusterProc) nodeURL(name string) string {
+	i, _ := strconv.Atoi(strings.TrimPrefix(name, "n"))
+	return "nats://127.0.0.1:" + strconv.Itoa(d.port+i-1)
+}
+
+// leasedStatus runs `leased status -o json` through url.
+func leasedStatus(t *testing.T, url string) (cli.Status, result) {
+	t.Helper()
+	r := leased(t, url, "status", "-o", "json", "--timeout", "3s")
+	var st cli.Status
+	if r.code == 0 {
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			t.Fatalf("status -o json: %v: %s", err, r.stdout)
+		}
+	}
+	return st, r
+}
+
+// waitLeasedStatus polls `leased status` until ok holds, failing after timeout.
+// It polls: the stream leader's view of a follower has no event to wait on.
+func waitLeasedStatus(t *testing.T, url string, timeout time.Duration, what string, ok func(cli.Status) bool) cli.Status {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st, r := leasedStatus(t, url)
+		if r.code == 0 && ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed %s within %v; last: %+v, exit %d: %s", what, timeout, st, r.code, r.stderr)
+		}
+		time.Sleep(250 * time.Millisecond) // polling interval, see above
+	}
+}
+
+func peerNamed(st cli.Status, name string) (cli.PeerStatus, bool) {
+	i := slices.IndexFunc(st.Peers, func(p cli.PeerStatus) bool { return p.Name == name })
+	if i < 0 {
+		return cli.PeerStatus{}, false
+	}
+	return st.Peers[i], true
+}
+
+// acquireWithin acquires a lease name.N through url, retrying while the
+// cluster cannot answer (a failover has no event the CLI can wait on), each
+// time with a new N (an unanswered grant may have been stored), failing
+// after timeout.
+func acquireWithin(t *testing.T, url, name string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for try := 1; ; try++ {
+		r := leased(t, url, "acquire", name+"."+strconv.Itoa(try), "--ttl", "30s", "--timeout", "3s")
+		if r.code == 0 {
+			return
+		}
+		if r.code == cli.ExitUsage || time.Now().After(deadline) { // any other failure may be the failover
+			t.Fatalf("acquire %s via %s: exit %d: %s", name, url, r.code, r.stderr)
+		}
+		time.Sleep(250 * time.Millisecond) // between attempts: no event says the cluster answers again
+	}
+}
+
+// One dev-cluster node SIGKILLed leaves the others running and serving, says
+// so on stderr, and `leased status` shows it unreachable. The stream leader
+// is the one killed: the new leader has never heard from it, which is what
+// status used to print as "behind by N (seen 0s ago)".
+func TestDevClusterNodeKilled(t *testing.T) {
+	d := startDevCluster(t)
+	st, r := leasedStatus(t, d.url)
+	if r.code != 0 || st.Leader == "" {
+		t.Fatalf("status: %+v, exit %d: %s", st, r.code, r.stderr)
+	}
+	dead := st.Leader
+	if err := syscall.Kill(d.pid(t, dead, 1), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var alive []string
+	for i := range 3 {
+		if n := "n" + strconv.Itoa(i+1); n != dead {
+			alive = append(alive, n)
+		}
+	}
+	d.stderr.wait(t, 10*time.Second, func(l string) bool {
+		return l == "dev-cluster: "+dead+" exited (signal: killed); "+strings.Join(alive, ", ")+" keep running"
+	})
+	acquireWithin(t, d.url, "after.kill", 60*time.Second)
+	waitLeasedStatus(t, d.url, 30*time.Second, dead+" unreachable", func(st cli.Status) bool {
+		p, ok := peerNamed(st, dead)
+		return st.Leader != dead && ok && p.Unreachable
+	})
+	text := leased(t, d.url, "status")
+	if !regexp.MustCompile(`(?m)^follower  ` + dead + ` unreachable \(`).MatchString(text.stdout) {
+		t.Errorf("status text does not show %s unreachable:\n%s", dead, text.stdout)
+	}
+	for _, n := range alive {
+		if r := leased(t, d.nodeURL(n), "acquire", "via."+n, "--ttl", "30s"); r.code != 0 {
+			t.Errorf("acquire via %s after %s died: exit %d: %s", n, dead, r.code, r.stderr)
+		}
+	}
+	select {
+	case <-d.exited:
+		t.Fatalf("dev-cluster exited after one node died:\n%s", d.stderr.text())
+	default:
+	}
+}
+
+// With --restart, a SIGKILLed node is started again on its data, rejoins,
+// and serves leases granted while it was down.
+func TestDevClusterRestartsNode(t *testing.T) {
+	d := startDevCluster(t, "--restart")
+	st, r := leasedStatus(t, d.url)
+	if r.code != 0 || len(st.Peers) != 2 {
+		t.Fatalf("status: %+v, exit %d: %s", st, r.code, r.stderr)
+	}
+	dead := st.Peers[0].Name // a follower
+	if r := leased(t, d.url, "acquire", "before.kill", "--ttl", "60s"); r.code != 0 {
+		t.Fatalf("acquire: exit %d: %s", r.code, r.stderr)
+	}
+	first := d.pid(t, dead, 1)
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.stderr.wait(t, 10*time.Second, func(l string) bool {
+		return strings.HasPrefix(l, "dev-cluster: "+dead+" exited (signal: killed); ")
+	})
+	d.stderr.wait(t, 10*time.Second, func(l string) bool { return l == "dev-cluster: restarting "+dead+" on its data in 1s" })
+	if again := d.pid(t, dead, 2); again == first {
+		t.Fatalf("%s restarted with the same pid %d", dead, again)
+	}
+	readies := 0
+	d.stderr.wait(t, 90*time.Second, func(l string) bool {
+		if l == "dev-cluster: "+dead+" ready" {
+			readies++
+		}
+		return readies == 2
+	})
+	waitLeasedStatus(t, d.url, 60*time.Second, dead+" current again", func(st cli.Status) bool {
+		p, ok := peerNamed(st, dead)
+		return st.Leader == dead || (ok && p.Current && !p.Unreachable)
+	})
+	// Through the restarted node alone: it has the lease granted before.
+	if r := leased(t, d.nodeURL(dead), "get", "before.kill"); r.code != 0 {
+		t.Fatalf("get via restarted %s: exit %d: %s", dead, r.code, r.stderr)
+	}
+}
