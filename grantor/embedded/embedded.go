@@ -10,6 +10,16 @@
 // loss. This package therefore defaults to [SyncAlways]: every write is synced
 // before it is acknowledged. [UnsafeSyncInterval] restores JetStream's lazy
 // default and is named for what it risks.
+//
+// # One server per data directory
+//
+// [Start] takes an exclusive lock (flock(2)) on the file leased.lock in the
+// data directory before the server opens its store, and writes its process
+// id into it. A second server on the same directory fails at once with
+// [ErrLocked]: two servers on one store would each grant from their own copy
+// and hand out one fencing token twice. The lock is released by
+// [Server.Shutdown], and by the kernel when the process exits, however it
+// exits.
 package embedded
 
 import (
@@ -18,7 +28,9 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -51,6 +63,29 @@ func (m SyncMode) String() string {
 
 // ErrConfig is wrapped by every configuration error [Start] returns.
 var ErrConfig = errors.New("embedded: invalid config")
+
+// ErrLocked is wrapped by the error [Start] returns when another server
+// holds the data directory's lock. A [*LockedError] carries the details.
+var ErrLocked = errors.New("embedded: data directory in use")
+
+// LockedError says which directory is locked and, when the lock file
+// names one, by which process.
+type LockedError struct {
+	Dir string // the data directory
+	PID int    // the holder's process id; 0 if unknown
+}
+
+func (e *LockedError) Error() string {
+	holder := "another process (pid unknown)"
+	if e.PID > 0 {
+		holder = "pid " + strconv.Itoa(e.PID)
+	}
+	return fmt.Sprintf("data directory %s is locked by %s (%s): one server per data directory",
+		e.Dir, holder, lockPath(e.Dir))
+}
+
+// Unwrap makes errors.Is(err, ErrLocked) true.
+func (e *LockedError) Unwrap() error { return ErrLocked }
 
 // Config configures an embedded server. The zero value is not valid: DataDir
 // is required.
@@ -120,12 +155,15 @@ func (c Config) Validate() error {
 
 // Server is a running embedded nats-server with JetStream.
 type Server struct {
-	ns  *server.Server
-	cfg Config
+	ns         *server.Server
+	cfg        Config
+	lock       *os.File
+	unlockOnce sync.Once
 }
 
-// Start validates cfg, starts the server and waits until it accepts clients
-// and JetStream is ready.
+// Start validates cfg, locks the data directory, starts the server and waits
+// until it accepts clients and JetStream is ready. Errors wrap [ErrConfig] or
+// [ErrLocked], or say why the server did not start.
 func Start(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -169,23 +207,29 @@ func Start(cfg Config) (*Server, error) {
 	case UnsafeSyncInterval:
 		opts.SyncInterval = cfg.SyncInterval
 	}
+	lock, err := lockDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
+		unlock(lock)
 		return nil, fmt.Errorf("embedded: new server: %w", err)
 	}
 	if cfg.Logger != nil {
 		ns.SetLoggerV2(&logger{l: cfg.Logger}, cfg.Debug, false, false)
 	}
+	s := &Server{ns: ns, cfg: cfg, lock: lock}
 	ns.Start()
 	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
-		ns.Shutdown()
+		s.Shutdown()
 		return nil, fmt.Errorf("embedded: server not ready within %v", cfg.ReadyTimeout)
 	}
 	if !ns.JetStreamEnabled() {
-		ns.Shutdown()
+		s.Shutdown()
 		return nil, errors.New("embedded: JetStream failed to start (see the server log)")
 	}
-	return &Server{ns: ns, cfg: cfg}, nil
+	return s, nil
 }
 
 // ClientURL returns the nats:// URL clients connect to.
@@ -220,10 +264,12 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nats.Connect(s.ClientURL(), opts...)
 }
 
-// Shutdown stops the server and waits until it has stopped.
+// Shutdown stops the server, waits until it has stopped, and releases the
+// data directory. It may be called more than once.
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	s.unlockOnce.Do(func() { unlock(s.lock) })
 }
 
 // logger bridges nats-server's logger to slog.

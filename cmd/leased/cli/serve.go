@@ -55,6 +55,10 @@ is synced to disk before it is acknowledged unless --sync unsafe-interval is
 given. With --nats-url it uses an existing NATS JetStream server or cluster
 instead of starting one.
 
+Only one serve may use a data directory: serve locks <data>/leased.lock
+(writing its pid into it) before the server opens the store, and a second
+serve on the same directory exits at once.
+
 It runs until SIGINT or SIGTERM, then stops taking requests, answers those in
 flight, and exits. It releases no lease: leases belong to their holders.`,
 		Args: noArgs,
@@ -244,12 +248,9 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{err}
 	}
-	if err := os.MkdirAll(f.data, 0o700); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
-	}
 	srv, err := embedded.Start(cfg)
 	if err != nil {
-		return nil, err
+		return nil, err // embedded.ErrLocked: another serve has the directory
 	}
 	log.Info("embedded NATS server started", "name", srv.Name(), "url", srv.ClientURL(), "cluster", srv.ClusterAddr(),
 		"data", f.data, "sync", srv.Sync().String())
