@@ -41,7 +41,7 @@ func ClusterServeArgs(nodes []ClusterNode, i int) []string {
 	for _, m := range nodes {
 		routes = append(routes, "nats-route://"+net.JoinHostPort(m.Host, strconv.Itoa(m.ClusterPort)))
 	}
-	return []string{"serve",
+	args := []string{"serve",
 		"--name", n.Name,
 		"--cluster-name", ClusterName,
 		"--listen", listenAddr(n.Host, n.Port),
@@ -50,9 +50,16 @@ func ClusterServeArgs(nodes []ClusterNode, i int) []string {
 		"--data", n.Data,
 		"--log-format", "json",
 	}
+	if net.ParseIP(n.Host) == nil {
+		// Containers listen on all interfaces without authorization: the
+		// compose set-up is for one trusted host (README, "Security").
+		args = append(args, "--allow-insecure")
+	}
+	return args
 }
 
-// listenAddr binds containers to all interfaces, local processes to loopback.
+// listenAddr binds containers to all interfaces, local processes to their
+// --host (dev-cluster requires a loopback address).
 func listenAddr(host string, port int) string {
 	if net.ParseIP(host) == nil { // a container's host name
 		host = "0.0.0.0"
@@ -91,11 +98,19 @@ func newDevCluster(stdout, stderr io.Writer) *cobra.Command {
 JetStream cluster (the topology of docker-compose.yml, without Docker), prints
 the client URLs, and runs until interrupted, then stops them all. Node i
 listens for clients on --port+i-1 and for routes on --cluster-port+i-1, and
-keeps its data in --data/n<i>, so a restart finds it again.`,
+keeps its data in --data/n<i>, so a restart finds it again.
+
+The nodes have no TLS and no authorization: dev-cluster is for one trusted
+host, and --host must be a loopback address. See README "Security" for a
+secured cluster.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n < 3 {
 				return usageError{fmt.Errorf("--nodes %d: a replicated bucket needs at least 3", n)}
+			}
+			if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" {
+				return usageError{fmt.Errorf("--host %q: dev-cluster runs without authorization, for one trusted host: "+
+					"give a loopback address (for a secured cluster run serve --config, README \"Security\")", host)}
 			}
 			exe, err := os.Executable()
 			if err != nil {
@@ -105,7 +120,7 @@ keeps its data in --data/n<i>, so a restart finds it again.`,
 		},
 	}
 	cmd.Flags().IntVar(&n, "nodes", 3, "number of nodes")
-	cmd.Flags().StringVar(&host, "host", "127.0.0.1", "address the nodes listen on")
+	cmd.Flags().StringVar(&host, "host", "127.0.0.1", "loopback address the nodes listen on")
 	cmd.Flags().IntVar(&port, "port", 4222, "client port of the first node")
 	cmd.Flags().IntVar(&clusterPort, "cluster-port", 6222, "route port of the first node")
 	cmd.Flags().StringVar(&data, "data", filepath.Join(defaultDataDir(), "dev-cluster"), "data directory (one subdirectory per node)")
