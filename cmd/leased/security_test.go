@@ -75,6 +75,10 @@ func TestServeRefusesInsecureListen(t *testing.T) {
 			}
 		})
 	}
+	// dev-cluster's nodes have no authorization: loopback only.
+	if r := leased(t, "", "dev-cluster", "--host", "0.0.0.0", "--data", t.TempDir()); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "loopback") {
+		t.Fatalf("dev-cluster --host 0.0.0.0: exit %d, stderr:\n%s\nwant exit %d asking for a loopback address", r.code, r.stderr, cli.ExitUsage)
+	}
 }
 
 // A three-node cluster secured by a nats-server configuration file: TLS on

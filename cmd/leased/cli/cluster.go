@@ -50,9 +50,10 @@ func ClusterServeArgs(nodes []ClusterNode, i int) []string {
 		"--data", n.Data,
 		"--log-format", "json",
 	}
-	if net.ParseIP(n.Host) == nil {
-		// Containers listen on all interfaces without authorization: the
-		// compose set-up is for one trusted host (README, "Security").
+	if ip := net.ParseIP(n.Host); ip == nil || !ip.IsLoopback() {
+		// Containers (and the partition test's private network) listen
+		// beyond loopback without authorization: the compose set-up is for
+		// one trusted host (README, "Security").
 		args = append(args, "--allow-insecure")
 	}
 	return args
@@ -108,7 +109,7 @@ secured cluster.`,
 			if n < 3 {
 				return usageError{fmt.Errorf("--nodes %d: a replicated bucket needs at least 3", n)}
 			}
-			if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" {
+			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 				return usageError{fmt.Errorf("--host %q: dev-cluster runs without authorization, for one trusted host: "+
 					"give a loopback address (for a secured cluster run serve --config, README \"Security\")", host)}
 			}
