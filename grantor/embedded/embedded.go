@@ -10,15 +10,38 @@
 // loss. This package therefore defaults to [SyncAlways]: every write is synced
 // before it is acknowledged. [UnsafeSyncInterval] restores JetStream's lazy
 // default and is named for what it risks.
+//
+// # One server per data directory
+//
+// [Start] takes an exclusive lock (flock(2)) on the file leased.lock in the
+// data directory before the server opens its store, and writes its process
+// id into it. A second server on the same directory fails at once with
+// [ErrLocked]: two servers on one store would each grant from their own copy
+// and hand out one fencing token twice. The lock is released by
+// [Server.Shutdown], and by the kernel when the process exits, however it
+// exits.
+//
+// # Security
+//
+// [Config.Base] takes nats-server options loaded from a standard nats-server
+// configuration file ([LoadConfigFile]): TLS, users, accounts, cluster TLS
+// and authorization are NATS's own. [Start] refuses to listen for clients or
+// routes on an address other than loopback unless that listener requires
+// authentication ([ErrInsecure]), or [Config.AllowInsecure] is set: anyone who
+// can reach an open client port can write the lease bucket directly, taking
+// or ending any lease without its secret.
 package embedded
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -52,9 +75,52 @@ func (m SyncMode) String() string {
 // ErrConfig is wrapped by every configuration error [Start] returns.
 var ErrConfig = errors.New("embedded: invalid config")
 
+// ErrLocked is wrapped by the error [Start] returns when another server
+// holds the data directory's lock. A [*LockedError] carries the details.
+var ErrLocked = errors.New("embedded: data directory in use")
+
+// ErrInsecure is wrapped by the error [Start] returns when the server would
+// listen on a non-loopback address without authentication and
+// [Config.AllowInsecure] is not set.
+var ErrInsecure = errors.New("embedded: refusing to listen without authentication")
+
+// LockedError says which directory is locked and, when the lock file
+// names one, by which process.
+type LockedError struct {
+	Dir string // the data directory
+	PID int    // the holder's process id; 0 if unknown
+}
+
+func (e *LockedError) Error() string {
+	holder := "another process (pid unknown)"
+	if e.PID > 0 {
+		holder = "pid " + strconv.Itoa(e.PID)
+	}
+	return fmt.Sprintf("data directory %s is locked by %s (%s): one server per data directory",
+		e.Dir, holder, lockPath(e.Dir))
+}
+
+// Unwrap makes errors.Is(err, ErrLocked) true.
+func (e *LockedError) Unwrap() error { return ErrLocked }
+
 // Config configures an embedded server. The zero value is not valid: DataDir
-// is required.
+// (or Base's store directory) is required.
+//
+// With a Base, every field of Config that is set (not zero) overrides the
+// corresponding option of Base; a zero field keeps Base's value, and falls
+// back to the default documented here when Base has none. Sync, JetStream
+// (always on) and signal handling (off) are always Config's.
 type Config struct {
+	// Base holds the options of a nats-server configuration file
+	// ([LoadConfigFile]): TLS, authorization, users, accounts, cluster TLS
+	// and route authorization, limits. Start does not modify it. Default:
+	// none.
+	Base *server.Options
+	// AllowInsecure allows a client or route listener on an address other
+	// than loopback without authentication. Anyone who can reach such a
+	// port can write the lease bucket directly. Default false: Start
+	// returns [ErrInsecure].
+	AllowInsecure bool
 	// Name is the server name, unique within a cluster. Default: a name
 	// nats-server derives from its key.
 	Name string
@@ -89,8 +155,54 @@ type Config struct {
 	Debug bool
 }
 
+// withBase returns c with its zero fields taken from c.Base.
+func (c Config) withBase() Config {
+	b := c.Base
+	if b == nil {
+		return c
+	}
+	if c.Name == "" {
+		c.Name = b.ServerName
+	}
+	if c.Host == "" {
+		c.Host = b.Host
+	}
+	if c.Port == 0 && b.Port > 0 {
+		c.Port = b.Port
+	}
+	if c.DataDir == "" {
+		c.DataDir = b.StoreDir
+	}
+	if c.ClusterName == "" {
+		c.ClusterName = b.Cluster.Name
+	}
+	if c.ClusterHost == "" {
+		c.ClusterHost = b.Cluster.Host
+	}
+	if c.ClusterPort == 0 && b.Cluster.Port > 0 {
+		c.ClusterPort = b.Cluster.Port
+	}
+	if c.Routes == nil {
+		for _, u := range b.Routes {
+			c.Routes = append(c.Routes, u.String())
+		}
+	}
+	return c
+}
+
+// LoadConfigFile reads a nats-server configuration file with nats-server's
+// own parser, for [Config.Base]. Errors wrap [ErrConfig].
+func LoadConfigFile(path string) (*server.Options, error) {
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+	}
+	return opts, nil
+}
+
 // Validate reports the first problem in c, wrapped in [ErrConfig].
 func (c Config) Validate() error {
+	c = c.withBase()
 	switch {
 	case c.DataDir == "":
 		return fmt.Errorf("%w: data directory is required", ErrConfig)
@@ -120,16 +232,20 @@ func (c Config) Validate() error {
 
 // Server is a running embedded nats-server with JetStream.
 type Server struct {
-	ns  *server.Server
-	cfg Config
+	ns         *server.Server
+	cfg        Config
+	lock       *os.File
+	unlockOnce sync.Once
 }
 
-// Start validates cfg, starts the server and waits until it accepts clients
-// and JetStream is ready.
+// Start validates cfg, locks the data directory, starts the server and waits
+// until it accepts clients and JetStream is ready. Errors wrap [ErrConfig],
+// [ErrInsecure] or [ErrLocked], or say why the server did not start.
 func Start(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withBase()
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
@@ -140,15 +256,14 @@ func Start(cfg Config) (*Server, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts := &server.Options{
-		ServerName: cfg.Name,
-		Host:       cfg.Host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   cfg.DataDir,
-		NoSigs:     true,
-		// No HTTP monitor, no leaf or gateway listeners: only what we use.
+	// Without a Base: no HTTP monitor, no leaf or gateway listeners, only
+	// what we use. A Base may add them.
+	opts := &server.Options{}
+	if cfg.Base != nil {
+		opts = cfg.Base.Clone()
 	}
+	opts.ServerName, opts.Host, opts.Port = cfg.Name, cfg.Host, port
+	opts.JetStream, opts.StoreDir, opts.NoSigs = true, cfg.DataDir, true
 	if cfg.ClusterName != "" {
 		host, port := cfg.ClusterHost, cfg.ClusterPort
 		if host == "" {
@@ -157,7 +272,9 @@ func Start(cfg Config) (*Server, error) {
 		if port == 0 {
 			port = server.RANDOM_PORT
 		}
-		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: port}
+		// Only these fields: the Base's cluster TLS and authorization stay.
+		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = cfg.ClusterName, host, port
+		opts.Routes = nil
 		for _, r := range cfg.Routes {
 			u, _ := url.Parse(r) // checked by Validate
 			opts.Routes = append(opts.Routes, u)
@@ -165,27 +282,80 @@ func Start(cfg Config) (*Server, error) {
 	}
 	switch cfg.Sync {
 	case SyncAlways:
-		opts.SyncAlways = true
+		opts.SyncAlways, opts.SyncInterval = true, 0
 	case UnsafeSyncInterval:
-		opts.SyncInterval = cfg.SyncInterval
+		opts.SyncAlways, opts.SyncInterval = false, cfg.SyncInterval
+	}
+	if !cfg.AllowInsecure {
+		if err := checkExposure(opts); err != nil {
+			return nil, err
+		}
+	}
+	lock, err := lockDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
+		unlock(lock)
 		return nil, fmt.Errorf("embedded: new server: %w", err)
 	}
 	if cfg.Logger != nil {
 		ns.SetLoggerV2(&logger{l: cfg.Logger}, cfg.Debug, false, false)
 	}
+	s := &Server{ns: ns, cfg: cfg, lock: lock}
 	ns.Start()
 	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
-		ns.Shutdown()
+		s.Shutdown()
 		return nil, fmt.Errorf("embedded: server not ready within %v", cfg.ReadyTimeout)
 	}
 	if !ns.JetStreamEnabled() {
-		ns.Shutdown()
+		s.Shutdown()
 		return nil, errors.New("embedded: JetStream failed to start (see the server log)")
 	}
-	return &Server{ns: ns, cfg: cfg}, nil
+	return s, nil
+}
+
+// checkExposure returns an error wrapping [ErrInsecure] if opts listen for
+// clients or routes on a non-loopback address that does not require
+// authentication.
+func checkExposure(o *server.Options) error {
+	if !loopback(o.Host) && !clientAuth(o) {
+		return fmt.Errorf("%w: client port on %s has no authorization (users, nkeys, token, "+
+			"operator JWTs or verified TLS client certificates): anyone who can reach it can write the lease bucket directly",
+			ErrInsecure, net.JoinHostPort(o.Host, strconv.Itoa(max(o.Port, 0))))
+	}
+	if o.Cluster.Name != "" && !loopback(o.Cluster.Host) && !routeAuth(o) {
+		return fmt.Errorf("%w: cluster port on %s has no authorization (cluster authorization or cluster TLS): "+
+			"anyone who can reach it can join the cluster as a route",
+			ErrInsecure, net.JoinHostPort(o.Cluster.Host, strconv.Itoa(max(o.Cluster.Port, 0))))
+	}
+	return nil
+}
+
+// loopback reports whether host only accepts connections from this host.
+// "" and unspecified addresses (0.0.0.0, ::) listen everywhere.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// clientAuth reports whether clients must authenticate: the cases in which
+// nats-server itself sets auth_required, or verifies client certificates.
+func clientAuth(o *server.Options) bool {
+	return len(o.Users) > 0 || len(o.Nkeys) > 0 || o.Username != "" || o.Authorization != "" ||
+		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.CustomClientAuthentication != nil ||
+		o.AuthCallout != nil || (o.TLSConfig != nil && o.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
+}
+
+// routeAuth reports whether routes must authenticate. Cluster TLS from a
+// configuration file always verifies the peer's certificate.
+func routeAuth(o *server.Options) bool {
+	return o.Cluster.Username != "" || o.CustomRouterAuthentication != nil ||
+		(o.Cluster.TLSConfig != nil && o.Cluster.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
 }
 
 // ClientURL returns the nats:// URL clients connect to.
@@ -207,6 +377,9 @@ func (s *Server) ClusterAddr() string {
 // Name returns the server's name.
 func (s *Server) Name() string { return s.ns.Name() }
 
+// DataDir returns the data directory.
+func (s *Server) DataDir() string { return s.cfg.DataDir }
+
 // Sync returns the store's sync policy.
 func (s *Server) Sync() SyncMode { return s.cfg.Sync }
 
@@ -220,10 +393,12 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nats.Connect(s.ClientURL(), opts...)
 }
 
-// Shutdown stops the server and waits until it has stopped.
+// Shutdown stops the server, waits until it has stopped, and releases the
+// data directory. It may be called more than once.
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	s.unlockOnce.Do(func() { unlock(s.lock) })
 }
 
 // logger bridges nats-server's logger to slog.

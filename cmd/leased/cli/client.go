@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,8 @@ const (
 // natsFlags say how to reach NATS, as NATS clients usually take them.
 type natsFlags struct {
 	creds, tlsCA, tlsCert, tlsKey string
+	inboxPrefix                   string
+	user, password                string
 }
 
 func (n *natsFlags) register(fs *pflag.FlagSet) {
@@ -41,6 +44,11 @@ func (n *natsFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&n.tlsCA, "tls-ca", "", "CA certificate to verify the NATS server")
 	fs.StringVar(&n.tlsCert, "tls-cert", "", "client certificate for NATS (with --tls-key)")
 	fs.StringVar(&n.tlsKey, "tls-key", "", "client key for NATS (with --tls-cert)")
+	fs.StringVar(&n.inboxPrefix, "inbox-prefix", os.Getenv("LEASED_INBOX_PREFIX"),
+		"prefix of the subjects replies come back on, instead of _INBOX, for users whose permissions allow only their own inbox (env LEASED_INBOX_PREFIX)")
+	// The password's default is read when connecting: help never shows it.
+	fs.StringVar(&n.user, "user", os.Getenv("LEASED_USER"), "NATS user name (env LEASED_USER)")
+	fs.StringVar(&n.password, "password", "", "NATS password, with --user (env LEASED_PASSWORD, which unlike the flag other users cannot read in ps)")
 }
 
 // connect dials url. Publishes are not buffered while reconnecting
@@ -48,8 +56,19 @@ func (n *natsFlags) register(fs *pflag.FlagSet) {
 // the holder's deadline; failing it at once lets the keeper retry instead.
 func (n *natsFlags) connect(url, name string, timeout time.Duration) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.Timeout(timeout), nats.ReconnectBufSize(-1), nats.MaxReconnects(-1)}
+	if p := n.inboxPrefix; p != "" {
+		if strings.ContainsAny(p, "*> \t") || strings.HasSuffix(p, ".") || strings.HasPrefix(p, ".") {
+			return nil, usageError{fmt.Errorf("--inbox-prefix %q: want a subject without wildcards, spaces or a leading or trailing dot", p)}
+		}
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
 	if n.creds != "" {
 		opts = append(opts, nats.UserCredentials(n.creds))
+	}
+	if n.user != "" {
+		opts = append(opts, nats.UserInfo(n.user, cmp.Or(n.password, os.Getenv("LEASED_PASSWORD"))))
+	} else if n.password != "" {
+		return nil, usageError{errors.New("--password needs --user")}
 	}
 	if n.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(n.tlsCA))

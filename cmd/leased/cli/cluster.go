@@ -42,7 +42,7 @@ func ClusterServeArgs(nodes []ClusterNode, i int) []string {
 	for _, m := range nodes {
 		routes = append(routes, "nats-route://"+net.JoinHostPort(m.Host, strconv.Itoa(m.ClusterPort)))
 	}
-	return []string{"serve",
+	args := []string{"serve",
 		"--name", n.Name,
 		"--cluster-name", ClusterName,
 		"--listen", listenAddr(n.Host, n.Port),
@@ -51,9 +51,17 @@ func ClusterServeArgs(nodes []ClusterNode, i int) []string {
 		"--data", n.Data,
 		"--log-format", "json",
 	}
+	if ip := net.ParseIP(n.Host); ip == nil || !ip.IsLoopback() {
+		// Containers (and the partition test's private network) listen
+		// beyond loopback without authorization: the compose set-up is for
+		// one trusted host (README, "Security").
+		args = append(args, "--allow-insecure")
+	}
+	return args
 }
 
-// listenAddr binds containers to all interfaces, local processes to loopback.
+// listenAddr binds containers to all interfaces, local processes to their
+// --host (dev-cluster requires a loopback address).
 func listenAddr(host string, port int) string {
 	if net.ParseIP(host) == nil { // a container's host name
 		host = "0.0.0.0"
@@ -100,11 +108,19 @@ and when all are ready.
 A node that dies leaves the others running, so a failover can be tried by
 killing one; with --restart it is started again on its data after 1 s,
 doubling up to 30 s while it keeps dying within a minute, and given up
-after 5 such deaths in a row.`,
+after 5 such deaths in a row.
+
+The nodes have no TLS and no authorization: dev-cluster is for one trusted
+host, and --host must be a loopback address. See README "Security" for a
+secured cluster.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n < 3 {
 				return usageError{fmt.Errorf("--nodes %d: a replicated bucket needs at least 3", n)}
+			}
+			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+				return usageError{fmt.Errorf("--host %q: dev-cluster runs without authorization, for one trusted host: "+
+					"give a loopback address (for a secured cluster run serve --config, README \"Security\")", host)}
 			}
 			exe, err := os.Executable()
 			if err != nil {
@@ -114,7 +130,7 @@ after 5 such deaths in a row.`,
 		},
 	}
 	cmd.Flags().IntVar(&n, "nodes", 3, "number of nodes")
-	cmd.Flags().StringVar(&host, "host", "127.0.0.1", "address the nodes listen on")
+	cmd.Flags().StringVar(&host, "host", "127.0.0.1", "loopback address the nodes listen on")
 	cmd.Flags().IntVar(&port, "port", 4222, "client port of the first node")
 	cmd.Flags().IntVar(&clusterPort, "cluster-port", 6222, "route port of the first node")
 	cmd.Flags().StringVar(&data, "data", filepath.Join(defaultDataDir(), "dev-cluster"), "data directory (one subdirectory per node)")

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -41,6 +42,9 @@ type serveFlags struct {
 	policy        grantor.Config
 	logFormat     string
 	debug         bool
+	config        string
+	allowInsecure bool
+	base          *server.Options // from --config, less what the flags set
 }
 
 func newServe(stderr io.Writer) *cobra.Command {
@@ -55,16 +59,34 @@ is synced to disk before it is acknowledged unless --sync unsafe-interval is
 given. With --nats-url it uses an existing NATS JetStream server or cluster
 instead of starting one.
 
+--config loads a nats-server configuration file for the embedded server
+(TLS, authorization, users, accounts, cluster TLS and authorization: NATS's
+own syntax and parser). Flags given explicitly override the file; the
+file's values override the flags' defaults. serve connects to its own server
+with --user/--password (or --creds), --inbox-prefix and the --tls-* flags,
+so the file must have a user for leased itself (docs/api.md). Listening on an
+address other than loopback (client or cluster port) without authorization
+is refused unless --allow-insecure is given.
+
+Only one serve may use a data directory: serve locks <data>/leased.lock
+(writing its pid into it) before the server opens the store, and a second
+serve on the same directory exits at once.
+
 It runs until SIGINT or SIGTERM, then stops taking requests, answers those in
 flight, and exits. It releases no lease: leases belong to their holders.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.natsURL != "" {
-				for _, name := range []string{"listen", "data", "sync", "cluster-name", "cluster-listen", "routes", "name"} {
+				for _, name := range []string{"listen", "data", "sync", "cluster-name", "cluster-listen", "routes", "name", "config", "allow-insecure"} {
 					if cmd.Flags().Changed(name) {
 						return usageError{fmt.Errorf("--%s configures the embedded server; with --nats-url, configure the NATS servers "+
 							"themselves (for durability: jetstream { sync_interval: always })", name)}
 					}
+				}
+			}
+			if f.config != "" && f.natsURL == "" {
+				if err := f.loadConfig(cmd.Flags().Changed); err != nil {
+					return err
 				}
 			}
 			return serve(cmd.Context(), f, stderr)
@@ -77,6 +99,8 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl.StringVar(&f.clusterName, "cluster-name", "", "form or join the embedded JetStream cluster of this name")
 	fl.StringVar(&f.clusterListen, "cluster-listen", "127.0.0.1:6222", "route listen address host:port of a cluster member")
 	fl.StringSliceVar(&f.routes, "routes", nil, "route URLs of the cluster's members, nats-route://host:port (comma-separated; may include this node)")
+	fl.StringVar(&f.config, "config", "", "nats-server configuration file for the embedded server (TLS, authorization, accounts, cluster); flags given explicitly override it")
+	fl.BoolVar(&f.allowInsecure, "allow-insecure", false, "allow a client or cluster port on a non-loopback address without authorization: anyone who can reach it can take or end any lease")
 	fl.StringVar(&f.natsURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of an embedded one")
 	f.natsFlags.register(fl)
 	fl.StringVar(&f.sync, "sync", "always", "embedded store sync policy: always (sync before ack) or unsafe-interval (may lose acknowledged grants on power loss)")
@@ -209,6 +233,54 @@ func nodeName(f serveFlags) string {
 	return h
 }
 
+// loadConfig reads --config and layers it under the flags: a flag given
+// explicitly wins, then the file's value, then the flag's default. What the
+// flags then carry is removed from f.base, so that embedded.Config's fields
+// (set from the flags) are the only source of those options.
+func (f *serveFlags) loadConfig(changed func(string) bool) error {
+	base, err := embedded.LoadConfigFile(f.config)
+	if err != nil {
+		return usageError{fmt.Errorf("--config: %w", err)}
+	}
+	if !changed("name") && base.ServerName != "" {
+		f.name = base.ServerName
+	}
+	if !changed("data") && base.StoreDir != "" {
+		f.data = base.StoreDir
+	}
+	layerAddr := func(flag string, dst *string, host string, port int) {
+		if changed(flag) || (host == "" && port <= 0) {
+			return
+		}
+		h, p, err := net.SplitHostPort(*dst)
+		if err != nil {
+			return // the flag's default is well-formed
+		}
+		if host != "" {
+			h = host
+		}
+		if port > 0 {
+			p = strconv.Itoa(port)
+		}
+		*dst = net.JoinHostPort(h, p)
+	}
+	layerAddr("listen", &f.listen, base.Host, base.Port)
+	if !changed("cluster-name") && base.Cluster.Name != "" {
+		f.clusterName = base.Cluster.Name
+	}
+	layerAddr("cluster-listen", &f.clusterListen, base.Cluster.Host, base.Cluster.Port)
+	if !changed("routes") && len(base.Routes) > 0 {
+		f.routes = nil
+		for _, u := range base.Routes {
+			f.routes = append(f.routes, u.String())
+		}
+	}
+	base.ServerName, base.StoreDir, base.Host, base.Port = "", "", "", 0
+	base.Cluster.Name, base.Cluster.Host, base.Cluster.Port, base.Routes = "", "", 0, nil
+	f.base = base
+	return nil
+}
+
 func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	host, portStr, err := net.SplitHostPort(f.listen)
 	if err != nil {
@@ -219,7 +291,7 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 		return nil, usageError{fmt.Errorf("--listen %q: bad port", f.listen)}
 	}
 	cfg := embedded.Config{Name: nodeName(f), Host: host, Port: port, DataDir: f.data,
-		Logger: log.With("component", "nats"), Debug: f.debug}
+		Logger: log.With("component", "nats"), Debug: f.debug, Base: f.base, AllowInsecure: f.allowInsecure}
 	if f.clusterName != "" {
 		chost, cport, err := net.SplitHostPort(f.clusterListen)
 		if err != nil {
@@ -244,12 +316,18 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{err}
 	}
-	if err := os.MkdirAll(f.data, 0o700); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
-	}
 	srv, err := embedded.Start(cfg)
-	if err != nil {
-		return nil, err
+	switch {
+	case errors.Is(err, embedded.ErrInsecure):
+		return nil, usageError{fmt.Errorf("%w; configure authorization with --config, bind a loopback address, "+
+			"or, on a network you trust, give --allow-insecure", err)}
+	case errors.Is(err, embedded.ErrConfig):
+		return nil, usageError{err}
+	case err != nil:
+		return nil, err // embedded.ErrLocked: another serve has the directory
+	}
+	if f.allowInsecure {
+		log.Warn("--allow-insecure: ports on non-loopback addresses may accept clients and routes without authorization")
 	}
 	log.Info("embedded NATS server started", "name", srv.Name(), "url", srv.ClientURL(), "cluster", srv.ClusterAddr(),
 		"data", f.data, "sync", srv.Sync().String())

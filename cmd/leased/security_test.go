@@ -1,0 +1,295 @@
+package main_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/cmd/leased/cli"
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/kvlease"
+)
+
+// Two serve processes on one data directory would each grant from their own
+// copy of the store, one fencing token twice. The second must exit at once,
+// naming the directory and the first one's pid; once the first has exited,
+// by SIGTERM or SIGKILL (the kernel drops the flock), a new one starts.
+func TestServeLocksDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first := startServe(t, dir)
+	r := leased(t, "", "serve", "--listen", "127.0.0.1:0", "--data", dir, "--log-format", "json")
+	pid := "pid " + strconv.Itoa(first.cmd.Process.Pid)
+	if r.code != cli.ExitError || !strings.Contains(r.stderr, dir) || !strings.Contains(r.stderr, pid) {
+		t.Fatalf("second serve on %s: exit %d, stderr:\n%s\nwant exit %d naming the directory and %s",
+			dir, r.code, r.stderr, cli.ExitError, pid)
+	}
+	first.stop(t)
+	second := startServe(t, dir)
+	if err := second.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = second.cmd.Wait()
+	startServe(t, dir)
+}
+
+// Listening beyond loopback without authorization is refused at once, before
+// the server binds anything (these cases never listen: loopback only here).
+func TestServeRefusesInsecureListen(t *testing.T) {
+	usersOnly := filepath.Join(t.TempDir(), "users.conf")
+	if err := os.WriteFile(usersOnly, []byte(`authorization { users = [ { user: a, password: b } ] }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"client port", []string{"--listen", "0.0.0.0:0"}, "client port on 0.0.0.0"},
+		{"cluster port", []string{"--listen", "127.0.0.1:0", "--name", "n1", "--cluster-name", "c",
+			"--cluster-listen", "0.0.0.0:0"}, "cluster port on 0.0.0.0"},
+		{"cluster port, clients authorized", []string{"--config", usersOnly, "--listen", "0.0.0.0:0", "--name", "n1",
+			"--cluster-name", "c", "--cluster-listen", "0.0.0.0:0"}, "cluster port on 0.0.0.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := leased(t, "", append([]string{"serve", "--data", t.TempDir()}, tc.args...)...)
+			if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "--allow-insecure") {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d, %q and the --allow-insecure hint", r.code, r.stderr, cli.ExitUsage, tc.want)
+			}
+		})
+	}
+	// dev-cluster's nodes have no authorization: loopback only.
+	if r := leased(t, "", "dev-cluster", "--host", "0.0.0.0", "--data", t.TempDir()); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "loopback") {
+		t.Fatalf("dev-cluster --host 0.0.0.0: exit %d, stderr:\n%s\nwant exit %d asking for a loopback address", r.code, r.stderr, cli.ExitUsage)
+	}
+}
+
+// A three-node cluster secured by a nats-server configuration file: TLS on
+// client and route ports, and exactly the users of docs/api.md. An
+// unauthenticated client is refused; the app user leases through the service
+// but cannot write the bucket directly.
+func TestServeSecuredCluster(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key := writeTestPKI(t, dir)
+	tlsBlock := fmt.Sprintf("{\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n}", cert, key, ca)
+	conf := filepath.Join(dir, "nats.conf")
+	body := "tls " + tlsBlock + "\n\n" + docsAuthorization(t) + "\n\ncluster {\n  tls " + tlsBlock + "\n}\n"
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ports := freePorts(t, 6)
+	var nodes []cli.ClusterNode
+	for i := range 3 {
+		nodes = append(nodes, cli.ClusterNode{Name: "n" + strconv.Itoa(i+1), Host: "127.0.0.1",
+			Port: ports[i], ClusterPort: ports[3+i], Data: t.TempDir()})
+	}
+	procs := make([]*server, 3)
+	for i := range nodes {
+		args := append(cli.ClusterServeArgs(nodes, i), "--config", conf, "--tls-ca", ca,
+			"--user", "leased", "--inbox-prefix", "_INBOX_leased")
+		cmd := exec.Command(leasedBin, args...)
+		cmd.Env = append(os.Environ(), "LEASED_PASSWORD="+password("leased"))
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		procs[i] = &server{cmd: cmd, data: nodes[i].Data, logs: readLines(stderr)}
+	}
+	for _, p := range procs {
+		p.logs.wait(t, 90*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	}
+	url := func(i int) string { return "tls://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(nodes[i].Port)) }
+
+	for i := range nodes {
+		if nc, err := nats.Connect(url(i), nats.RootCAs(ca)); !errors.Is(err, nats.ErrAuthorization) {
+			if nc != nil {
+				nc.Close()
+			}
+			t.Fatalf("unauthenticated client via n%d: %v, want %v", i+1, err, nats.ErrAuthorization)
+		}
+	}
+
+	violations := make(chan error, 16)
+	connectApp := func(i int) *nats.Conn {
+		nc, err := nats.Connect(url(i), nats.RootCAs(ca), nats.UserInfo("app", password("app")),
+			nats.CustomInboxPrefix("_INBOX_app"),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+		if err != nil {
+			t.Fatalf("app via n%d: %v", i+1, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	app1, app3 := connectApp(0), connectApp(2)
+	ctx := t.Context()
+	rec, err := grantor.NewClient(app1).Grant(ctx, kvlease.GrantRequest{Name: "guarded", Holder: "app-1", Duration: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("app grant via n1: %v", err)
+	}
+
+	subject := "$KV." + kvlease.DefaultBucket + ".guarded"
+	if err := app3.Publish(subject, []byte(`{"holder":"intruder"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := app3.Flush(); err != nil { // the server has read the publish, and any -ERR is on its way
+		t.Fatal(err)
+	}
+	select {
+	case err := <-violations:
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation for publish") || !strings.Contains(err.Error(), subject) {
+			t.Fatalf("publish to %s: %v, want a publish permissions violation", subject, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("app published to %s without a permissions violation", subject)
+	}
+	got, err := grantor.NewClient(app3).Get(ctx, "guarded")
+	if err != nil || got.Holder != "app-1" || got.Token != uint64(rec.Token) {
+		t.Fatalf("lease via n3 after the refused write: %+v, %v; want holder app-1 token %d", got, err, rec.Token)
+	}
+	// The docs' leased user may subscribe to everything the service serves.
+	for i, p := range procs {
+		for _, l := range strings.Split(p.logs.text(), "\n") {
+			if strings.Contains(l, "Subscription Violation") {
+				t.Errorf("n%d: %s", i+1, l)
+			}
+		}
+	}
+}
+
+// docsAuthorization returns the authorization block of docs/api.md, with a
+// password for each user in place of the "…" the docs show.
+func docsAuthorization(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?ms)^```\n(authorization \\{\n.*?^\\})\n```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/api.md: no authorization block")
+	}
+	pw := regexp.MustCompile(`user: (\w+),(\s*)password: "…"`)
+	block := pw.ReplaceAllStringFunc(string(m[1]), func(s string) string {
+		user := pw.FindStringSubmatch(s)[1]
+		return strings.Replace(s, `"…"`, strconv.Quote(password(user)), 1)
+	})
+	if strings.Contains(block, "…") {
+		t.Fatalf("docs/api.md authorization block has a placeholder left:\n%s", block)
+	}
+	return block
+}
+
+func password(user string) string { return user + "-test-password" }
+
+// writeTestPKI writes a throwaway CA and one certificate for 127.0.0.1,
+// good for servers and clients (routes are both), into dir.
+func writeTestPKI(t *testing.T, dir string) (ca, cert, key string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "leased test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(leafKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cert, key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for path, block := range map[string]*pem.Block{
+		ca:   {Type: "CERTIFICATE", Bytes: caDER},
+		cert: {Type: "CERTIFICATE", Bytes: leafDER},
+		key:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ca, cert, key
+}
+
+// --config lies under the flags: the file's listen address and store
+// directory apply when no flag names them, and flags given explicitly win.
+func TestServeConfigFileUnderFlags(t *testing.T) {
+	port, fileData := freePorts(t, 1)[0], t.TempDir()
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	body := fmt.Sprintf("server_name: fromfile\nlisten: \"127.0.0.1:%d\"\njetstream {\n  store_dir: %q\n}\n", port, fileData)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := func(args ...string) *server {
+		cmd := exec.Command(leasedBin, append([]string{"serve", "--config", conf, "--log-format", "json"}, args...)...)
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		s := &server{cmd: cmd, logs: readLines(stderr)}
+		s.logs.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+		return s
+	}
+	lockedBy := func(dir string, s *server) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, "leased.lock"))
+		if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(s.cmd.Process.Pid) {
+			t.Fatalf("lock file in %s: %q, %v; want pid %d", dir, b, err, s.cmd.Process.Pid)
+		}
+	}
+
+	fromFile := start()
+	started := fromFile.logs.wait(t, time.Second, func(l string) bool { return strings.Contains(l, "embedded NATS server started") })
+	if want := fmt.Sprintf(`"url":"nats://127.0.0.1:%d"`, port); !strings.Contains(started, want) || !strings.Contains(started, `"name":"fromfile"`) {
+		t.Fatalf("without flags: %s\nwant the file's name and %s", started, want)
+	}
+	lockedBy(fileData, fromFile)
+
+	flagData := t.TempDir()
+	fromFlags := start("--listen", "127.0.0.1:0", "--data", flagData, "--name", "fromflags")
+	started = fromFlags.logs.wait(t, time.Second, func(l string) bool { return strings.Contains(l, "embedded NATS server started") })
+	if strings.Contains(started, fmt.Sprintf(":%d\"", port)) || !strings.Contains(started, `"name":"fromflags"`) {
+		t.Fatalf("with flags: %s\nwant the flags' name and a free port", started)
+	}
+	lockedBy(flagData, fromFlags)
+}

@@ -1,0 +1,63 @@
+package embedded_test
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/leased/leased/grantor/embedded"
+)
+
+// One server per data directory, in one process as across processes; the
+// directory is free again after Shutdown.
+func TestStartLocksDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = embedded.Start(embedded.Config{DataDir: dir})
+	var le *embedded.LockedError
+	if !errors.Is(err, embedded.ErrLocked) || !errors.As(err, &le) || le.Dir != dir || le.PID != os.Getpid() {
+		first.Shutdown()
+		t.Fatalf("second server on %s: %v, want a LockedError naming pid %d", dir, err, os.Getpid())
+	}
+	first.Shutdown()
+	first.Shutdown() // idempotent
+	again, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		t.Fatalf("after Shutdown: %v", err)
+	}
+	again.Shutdown()
+}
+
+// Non-loopback listeners without authentication are refused before
+// anything is bound or locked.
+func TestStartRefusesUnauthenticatedExposure(t *testing.T) {
+	users := &server.Options{Users: []*server.User{{Username: "u", Password: "p"}}}
+	for _, tc := range []struct {
+		name string
+		cfg  embedded.Config
+	}{
+		{"client port", embedded.Config{Host: "0.0.0.0"}},
+		{"client port from base", embedded.Config{Base: &server.Options{Host: "::"}}},
+		{"cluster port", embedded.Config{Name: "n1", ClusterName: "c", ClusterHost: "0.0.0.0"}},
+		{"cluster port, clients authorized", embedded.Config{Base: users, Host: "0.0.0.0", Name: "n1", ClusterName: "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir = t.TempDir()
+			srv, err := embedded.Start(tc.cfg)
+			if err == nil {
+				srv.Shutdown()
+			}
+			if !errors.Is(err, embedded.ErrInsecure) {
+				t.Fatalf("Start: %v, want ErrInsecure", err)
+			}
+			if _, err := os.Stat(tc.cfg.DataDir + "/" + embedded.LockFile); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("lock file after refusal: %v", err)
+			}
+		})
+	}
+}
