@@ -2,6 +2,7 @@ package grantor_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -31,6 +32,30 @@ func TestFlappingFlagged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
+	// The service publishes each change it sees after recording it (span,
+	// metric). Its watcher may lag the test's: with history 1, a release
+	// followed at once by the next grant can replace the tombstone before a
+	// lagging watcher reads it, so each step waits for the service's event.
+	served, err := f.nc.SubscribeSync(grantor.SubjectEvents + "flappy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	seen := func(typ string) {
+		t.Helper()
+		for {
+			m, err := served.NextMsg(5 * time.Second)
+			if err != nil {
+				t.Fatalf("no %s event from the service: %v", typ, err)
+			}
+			var ev grantor.ChangeEvent
+			if json.Unmarshal(m.Data, &ev) == nil && ev.Type == typ {
+				return
+			}
+		}
+	}
 	go func() {
 		for ev := range w.Events() {
 			if ev.Type == kvlease.EventGranted {
@@ -48,11 +73,13 @@ func TestFlappingFlagged(t *testing.T) {
 			Revision: rec.Revision, Secret: rec.Secret}); err != nil {
 			t.Fatal(err)
 		}
+		seen("released")
 	}
 	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "flappy", Holder: "e", Duration: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	<-changes
+	seen("granted")
 	// The service's own watcher may still be a message behind the test's.
 	var ls []grantor.Lease
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
