@@ -41,6 +41,8 @@ const (
 	AttrLease    = attribute.Key("lease.name")
 	AttrOutcome  = attribute.Key("lease.outcome")
 	AttrFlapping = attribute.Key("lease.flapping")
+	// AttrResource names a fenced resource in spans and logs; it is not a
+	// metric label (one series per resource would grow without bound).
 	AttrResource = attribute.Key("fence.resource")
 	AttrPeer     = attribute.Key("clock.peer")
 	// AttrOp is a grantor request's operation (grant, renew, release, get,
@@ -203,10 +205,11 @@ func (m *Metrics) LeaseEvent(ctx context.Context, event string) {
 	}
 }
 
-// StaleTokenRejected records a fence's refusal.
+// StaleTokenRejected records a fence's refusal. The resource is not a
+// label: fences guard as many resources as there are leases.
 func (m *Metrics) StaleTokenRejected(ctx context.Context, resource string) {
 	if m != nil {
-		m.rejections.Add(ctx, 1, metric.WithAttributes(AttrResource.String(resource)))
+		m.rejections.Add(ctx, 1)
 	}
 }
 
