@@ -390,9 +390,9 @@ func (s *Service) count(ctx context.Context, subject, code string, d time.Durati
 }
 
 // EndpointStats are the service's own counts for one endpoint, in the data
-// of the micro stats reply (`nats micro stats leased --json`, or a request
-// to $SRV.STATS.leased): micro's num_errors counts only errors answered
-// before a handler returns, and the service answers from other goroutines.
+// of the micro stats reply (`nats micro info leased` prints it; or request
+// $SRV.STATS.leased): micro's num_errors counts only errors answered before
+// a handler returns, and the service answers from other goroutines.
 type EndpointStats struct {
 	Requests int64 `json:"requests"`
 	Errors   int64 `json:"errors"`
