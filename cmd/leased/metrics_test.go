@@ -136,6 +136,13 @@ func TestMetricsWhereREADMESays(t *testing.T) {
 		if m := missing(proc); len(m) > 0 {
 			t.Errorf("%s exposes none of %v, which the README promises:\n%s", proc, m, pages[proc])
 		}
+		// And the table leaves nothing out: every leased metric the
+		// process exposes is in its rows.
+		for _, m := range regexp.MustCompile(`(?m)^# TYPE (leased_\w+) `).FindAllStringSubmatch(pages[proc], -1) {
+			if !slices.Contains(want[proc], m[1]) {
+				t.Errorf("%s exposes %s, which the README's table does not list for it", proc, m[1])
+			}
+		}
 	}
 	// Ownership changes carry lease.name only for --metric-name-prefixes.
 	if !strings.Contains(pages["serve"], `lease_name="m.run"`) || strings.Contains(pages["serve"], `lease_name="m.other"`) ||
