@@ -291,8 +291,8 @@ func (s *Service) handler() micro.Handler {
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
-			code := s.reply(reply, "", nil, fmt.Errorf("%w: this grantor node is shutting down", kvlease.ErrUnavailable))
-			s.count(context.Background(), subject, code, 0)
+			s.reply(reply, "", nil, fmt.Errorf("%w: this grantor node is shutting down", kvlease.ErrUnavailable),
+				func(code string) { s.count(context.Background(), subject, code, 0) })
 			return
 		}
 		s.inflight.Add(1)
@@ -339,8 +339,7 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	default:
 		resp, err = fn(ctx, data)
 	}
-	code := s.reply(reply, verb, resp, err)
-	s.count(ctx, subject, code, time.Since(start))
+	code := s.reply(reply, verb, resp, err, func(code string) { s.count(ctx, subject, code, time.Since(start)) })
 	span.SetAttributes(kvlease.AttrOutcome.String(code))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -348,8 +347,9 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 }
 
 // reply answers a request with resp, or with err's code and message, and
-// returns the code ("ok" on success).
-func (s *Service) reply(to, verb string, resp any, err error) string {
+// returns the code ("ok" on success). It calls counted with the code before
+// sending, so that whoever has seen the reply sees it counted.
+func (s *Service) reply(to, verb string, resp any, err error, counted func(code string)) string {
 	msg := &nats.Msg{Subject: to}
 	code := "ok"
 	if err == nil {
@@ -369,6 +369,7 @@ func (s *Service) reply(to, verb string, resp any, err error) string {
 			s.log.Warn("request failed", "verb", verb, "code", body.Code, "err", err)
 		}
 	}
+	counted(code)
 	if err := s.nc.PublishMsg(msg); err != nil {
 		s.log.Warn("reply failed", "verb", verb, "err", err)
 	}
