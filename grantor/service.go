@@ -62,14 +62,32 @@ func WithGossip(g Gossip, threshold float64) Option {
 	}
 }
 
-// WithMeterProvider records ownership changes (and flapping) on mp.
+// WithMeterProvider sets where the grantor's metrics go: requests by
+// operation and outcome, their latency, the changes seen on the bucket (by
+// event), live leases, ownership changes and flapping. Default: the global
+// provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(s *Service) error {
-		m, err := telemetry.NewMetrics(mp)
-		if err != nil {
-			return err
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrConfig)
 		}
-		s.metrics = m
+		s.mp = mp
+		return nil
+	}
+}
+
+// WithMetricNamePrefixes labels the ownership changes of leases whose names
+// start with one of prefixes with lease.name (one series per such lease).
+// Without it no metric carries a lease name, so the number of series does
+// not grow with the number of leases. Empty prefixes are refused.
+func WithMetricNamePrefixes(prefixes ...string) Option {
+	return func(s *Service) error {
+		for _, p := range prefixes {
+			if p == "" {
+				return fmt.Errorf("%w: empty metric name prefix (it would label every lease)", ErrConfig)
+			}
+		}
+		s.namePrefixes = append(s.namePrefixes, prefixes...)
 		return nil
 	}
 }
@@ -108,6 +126,10 @@ type Service struct {
 	metrics   *telemetry.Metrics
 	flaps     *telemetry.FlapDetector
 
+	mp           metric.MeterProvider
+	namePrefixes []string
+	stats        endpointStats
+
 	svc      micro.Service
 	sem      chan struct{}
 	mu       sync.Mutex // guards stopping and inflight.Add
@@ -143,6 +165,14 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 			return nil, err
 		}
 	}
+	if s.mp == nil {
+		s.mp = otel.GetMeterProvider()
+	}
+	m, err := telemetry.NewMetrics(s.mp, telemetry.WithLeaseNamePrefixes(s.namePrefixes...))
+	if err != nil {
+		return nil, fmt.Errorf("%w: metrics: %v", ErrConfig, err)
+	}
+	s.metrics = m
 	s.handlers = map[string]handlerFunc{
 		SubjectGrant:      s.grant,
 		SubjectRenew:      s.renew,
@@ -165,7 +195,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go s.holders.follow(w, s.log, s.publishChange,
+	go s.holders.follow(w, s.log, s.observe,
 		func(n int) { s.metrics.LiveLeases(context.Background(), int64(n)) })
 	select {
 	case <-w.Synced():
@@ -184,6 +214,10 @@ func (s *Service) Start(ctx context.Context) error {
 		Version:     ServiceVersion,
 		Description: "leased: leases that lapse on their own (docs/api.md)",
 		Metadata:    map[string]string{"bucket": s.store.Bucket(), "node": s.node, "nats_url": s.nc.ConnectedUrlRedacted()},
+		// micro counts an error only if it is answered before the handler
+		// returns; ours answer from their own goroutines, so the service's
+		// own counts go in each endpoint's stats data.
+		StatsHandler: func(e *micro.Endpoint) any { return s.stats.of(e.Subject) },
 	})
 	if err != nil {
 		w.Stop()
@@ -257,7 +291,8 @@ func (s *Service) handler() micro.Handler {
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
-			s.reply(reply, "", nil, fmt.Errorf("%w: this grantor node is shutting down", kvlease.ErrUnavailable))
+			s.reply(reply, "", nil, fmt.Errorf("%w: this grantor node is shutting down", kvlease.ErrUnavailable),
+				func(code string) { s.count(context.Background(), subject, code, 0) })
 			return
 		}
 		s.inflight.Add(1)
@@ -279,6 +314,7 @@ func (s *Service) unknownVerb(req micro.Request) {
 }
 
 func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
+	start := time.Now()
 	verb := subject[strings.LastIndexByte(subject, '.')+1:]
 	ctx := telemetry.Extract(context.Background(), hdr)
 	ctx, span := s.tracer.Start(ctx, subject, trace.WithSpanKind(trace.SpanKindServer))
@@ -303,7 +339,7 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	default:
 		resp, err = fn(ctx, data)
 	}
-	code := s.reply(reply, verb, resp, err)
+	code := s.reply(reply, verb, resp, err, func(code string) { s.count(ctx, subject, code, time.Since(start)) })
 	span.SetAttributes(kvlease.AttrOutcome.String(code))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -311,8 +347,9 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 }
 
 // reply answers a request with resp, or with err's code and message, and
-// returns the code ("ok" on success).
-func (s *Service) reply(to, verb string, resp any, err error) string {
+// returns the code ("ok" on success). It calls counted with the code before
+// sending, so that whoever has seen the reply sees it counted.
+func (s *Service) reply(to, verb string, resp any, err error, counted func(code string)) string {
 	msg := &nats.Msg{Subject: to}
 	code := "ok"
 	if err == nil {
@@ -332,10 +369,89 @@ func (s *Service) reply(to, verb string, resp any, err error) string {
 			s.log.Warn("request failed", "verb", verb, "code", body.Code, "err", err)
 		}
 	}
+	counted(code)
 	if err := s.nc.PublishMsg(msg); err != nil {
 		s.log.Warn("reply failed", "verb", verb, "err", err)
 	}
 	return code
+}
+
+// count records an answered request in the metrics and the endpoint stats.
+// The operation is the verb of a known subject, else "unknown": callers
+// choose subjects, and a label must not take their values.
+func (s *Service) count(ctx context.Context, subject, code string, d time.Duration) {
+	op, endpoint := "unknown", subject
+	if _, ok := s.handlers[subject]; ok {
+		op = subject[strings.LastIndexByte(subject, '.')+1:]
+	} else if i := strings.Index(subject, ".v1."); i >= 0 {
+		endpoint = subject[:i] + ".v1.>" // the catch-all that answered it
+	}
+	s.metrics.Request(ctx, op, code, d)
+	s.stats.add(endpoint, code)
+}
+
+// EndpointStats are the service's own counts for one endpoint, in the data
+// of the micro stats reply (`nats micro info leased` prints it; or request
+// $SRV.STATS.leased): micro's num_errors counts only errors answered before
+// a handler returns, and the service answers from other goroutines.
+type EndpointStats struct {
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+	// ErrorsByCode counts the error replies by their wire code.
+	ErrorsByCode map[string]int64 `json:"errors_by_code,omitempty"`
+	// LastError is the code of the last error reply (not its message,
+	// which may name leases and holders).
+	LastError string `json:"last_error,omitempty"`
+}
+
+// endpointStats holds EndpointStats by endpoint subject (a bounded set:
+// the service's own endpoints).
+type endpointStats struct {
+	mu sync.Mutex
+	by map[string]*EndpointStats
+}
+
+func (e *endpointStats) add(subject, code string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.by == nil {
+		e.by = map[string]*EndpointStats{}
+	}
+	st := e.by[subject]
+	if st == nil {
+		st = &EndpointStats{}
+		e.by[subject] = st
+	}
+	st.Requests++
+	if code != "ok" {
+		st.Errors++
+		if st.ErrorsByCode == nil {
+			st.ErrorsByCode = map[string]int64{}
+		}
+		st.ErrorsByCode[code]++
+		st.LastError = code
+	}
+}
+
+func (e *endpointStats) of(subject string) EndpointStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.by[subject]
+	if st == nil {
+		return EndpointStats{}
+	}
+	out := *st
+	out.ErrorsByCode = maps.Clone(st.ErrorsByCode)
+	return out
+}
+
+// observe counts every change the watch reports (not the replay) and
+// publishes the changes of holder.
+func (s *Service) observe(ev kvlease.Event) {
+	s.metrics.LeaseEvent(context.Background(), ev.Type.String())
+	if ev.Type != kvlease.EventRenewed {
+		s.publishChange(ev)
+	}
 }
 
 // ChangeEvent is what the service publishes on SubjectEvents+<name> when a
@@ -607,12 +723,11 @@ func newHolderIndex() holderIndex {
 	return holderIndex{byName: map[string]held{}, ahead: map[string]uint64{}, count: map[string]int{}}
 }
 
-// follow applies the watch's events, calls onChange for each change of
-// holder (not renewals, not the replay) and onLive with the number of live
-// leases after each event.
+// follow applies the watch's events, calls onChange for each change (not
+// the replay) and onLive with the number of live leases after each event.
 func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func(kvlease.Event), onLive func(n int)) {
 	for ev := range w.Events() {
-		if ev.Type != kvlease.EventRenewed && !ev.Replay {
+		if !ev.Replay {
 			onChange(ev)
 		}
 		holder := ev.Holder

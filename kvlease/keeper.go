@@ -106,6 +106,7 @@ func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) 
 	}
 	if k.metrics != nil {
 		l.metrics.Store(k.metrics)
+		k.metrics.HolderStarted(ctx)
 	}
 	k.ctx, k.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	go k.run(ctx)

@@ -38,9 +38,12 @@ type WorkQueue struct {
 	items jetstream.KeyValue
 	done  jetstream.KeyValue
 
+	// Per-item state holds only what is live: an item leaves pending when
+	// it is deleted from the items bucket (completed), and claimed when its
+	// claim ends (completion, release or lapse).
 	mu      sync.Mutex
-	pending map[string]bool // item → pending (from the items bucket)
-	claimed map[string]bool // item → a claim is live (from the lease bucket)
+	pending map[string]bool // items pending (from the items bucket)
+	claimed map[string]bool // items with a live claim (from the lease bucket)
 	changed chan struct{}   // closed and replaced on every change
 	itemsW  jetstream.KeyWatcher
 	claimsW *Watcher
@@ -121,7 +124,13 @@ func (q *WorkQueue) followItems() {
 		if e == nil {
 			continue // end of the initial values
 		}
-		q.update(func() { q.pending[e.Key()] = e.Operation() == jetstream.KeyValuePut })
+		q.update(func() {
+			if e.Operation() == jetstream.KeyValuePut {
+				q.pending[e.Key()] = true
+			} else {
+				delete(q.pending, e.Key())
+			}
+		})
 	}
 }
 
@@ -129,7 +138,13 @@ func (q *WorkQueue) followClaims() {
 	defer q.wg.Done()
 	for ev := range q.claimsW.Events() {
 		item := strings.TrimPrefix(ev.Name, q.claimPrefix())
-		q.update(func() { q.claimed[item] = !ev.Type.Ends() })
+		q.update(func() {
+			if ev.Type.Ends() {
+				delete(q.claimed, item)
+			} else {
+				q.claimed[item] = true
+			}
+		})
 	}
 }
 
@@ -200,9 +215,8 @@ func (q *WorkQueue) Claim(ctx context.Context, worker string, d time.Duration, k
 func (q *WorkQueue) tryClaim(ctx context.Context, worker, id string, d time.Duration, keepOpts []KeeperOption) (*Claim, error) {
 	l, err := Acquire(ctx, q.store, q.claimPrefix()+id, worker, d)
 	if err != nil {
-		if errors.Is(err, ErrHeld) {
-			q.update(func() { q.claimed[id] = true })
-		}
+		// Held: the claims stream reports that claim (and its end), so the
+		// item is not marked here, where a mark could outlive the claim.
 		return nil, err
 	}
 	// Raise the sink's bar to this claim, so that any older claim's
@@ -223,7 +237,7 @@ func (q *WorkQueue) tryClaim(ctx context.Context, worker, id string, d time.Dura
 	if err != nil {
 		_ = l.Release(context.WithoutCancel(ctx))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			q.update(func() { q.pending[id] = false })
+			q.update(func() { delete(q.pending, id) })
 			return nil, fmt.Errorf("%w: item %q", ErrNotFound, id)
 		}
 		return nil, translate("read item", err)

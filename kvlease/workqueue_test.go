@@ -2,6 +2,7 @@ package kvlease_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -185,5 +186,42 @@ func TestWorkQueueWorkerKilled(t *testing.T) {
 	t.Logf("completions per worker: %v (w0 killed after %d)", counts, counts["w0"])
 	for _, w := range workers[1:] {
 		_ = w.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+// The queue's per-item state follows what is live: after many items were
+// added, claimed and completed, it is back to nothing.
+func TestWorkQueueStateShrinks(t *testing.T) {
+	const items = 200
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := kvlease.OpenWorkQueue(ctx, js, st, "shrink", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for i := range items {
+		if err := q.Add(ctx, fmt.Sprintf("item-%d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, _, err := q.WaitStateSize(ctx, func(p, _ int) bool { return p == items }); err != nil {
+		t.Fatalf("%d pending items, want %d: %v", p, items, err)
+	}
+	for range items {
+		c, err := q.Claim(ctx, "w", 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Complete(ctx, []byte("ok")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The deletions reach the queue through the buckets' streams.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if p, c, err := q.WaitStateSize(wctx, func(p, c int) bool { return p == 0 && c == 0 }); err != nil {
+		t.Fatalf("after %d items came and went the queue still tracks %d pending and %d claimed entries", items, p, c)
 	}
 }

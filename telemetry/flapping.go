@@ -11,13 +11,18 @@ import (
 // lease after a lapse counts too: it lost authority in between).
 //
 // It is safe for concurrent use and keeps, per lease, only the change times
-// still inside the window.
+// still inside the window. It forgets a lease on its own once the lease's
+// last change is a window old (whether the lease ended or is simply held):
+// every call sweeps, at most once per window, so memory stays bounded by
+// the leases that changed hands in the last two windows, whatever the
+// number of leases that ever existed.
 type FlapDetector struct {
 	Window    time.Duration
 	Threshold int
 
-	mu    sync.Mutex
-	state map[string]*flapState
+	mu        sync.Mutex
+	state     map[string]*flapState
+	nextSweep time.Time
 }
 
 type flapState struct {
@@ -47,6 +52,7 @@ func NewFlapDetector(window time.Duration, threshold int) *FlapDetector {
 func (f *FlapDetector) Granted(lease string, at time.Time) (changes int, flapping bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.sweepLocked(at)
 	s := f.state[lease]
 	if s == nil {
 		s = &flapState{}
@@ -60,6 +66,7 @@ func (f *FlapDetector) Granted(lease string, at time.Time) (changes int, flappin
 func (f *FlapDetector) Flapping(lease string, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.sweepLocked(now)
 	s := f.state[lease]
 	if s == nil {
 		return false
@@ -72,6 +79,21 @@ func (f *FlapDetector) Flapping(lease string, now time.Time) bool {
 	return len(s.changes) > f.Threshold
 }
 
+// sweepLocked forgets the leases whose last change is older than the
+// window, once per window (amortised O(1) per call).
+func (f *FlapDetector) sweepLocked(now time.Time) {
+	if now.Before(f.nextSweep) {
+		return
+	}
+	cutoff := now.Add(-f.Window)
+	for name, s := range f.state {
+		if len(s.changes) == 0 || s.changes[len(s.changes)-1].Before(cutoff) {
+			delete(f.state, name)
+		}
+	}
+	f.nextSweep = now.Add(f.Window)
+}
+
 // trimBefore drops the times before cutoff (ts is in order).
 func trimBefore(ts []time.Time, cutoff time.Time) []time.Time {
 	i := 0
@@ -79,4 +101,11 @@ func trimBefore(ts []time.Time, cutoff time.Time) []time.Time {
 		i++
 	}
 	return append(ts[:0], ts[i:]...)
+}
+
+// Len returns how many leases the detector tracks.
+func (f *FlapDetector) Len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.state)
 }

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -39,5 +40,33 @@ func TestFlapDetector(t *testing.T) {
 	}
 	if !f.Flapping("x", at(4)) || f.Flapping("x", at(70)) || f.Flapping("other", at(0)) {
 		t.Fatal("Flapping does not follow the window")
+	}
+}
+
+// The detector forgets a lease once its window has passed, without being
+// asked: after 10,000 leases came and went, it holds only what is recent.
+func TestFlapDetectorBounded(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := NewFlapDetector(time.Minute, 3)
+	const n = 10_000
+	for i := range n {
+		f.Granted(fmt.Sprintf("lease-%d", i), t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	if got := f.Len(); got != n {
+		t.Fatalf("%d leases tracked inside the window, want %d", got, n)
+	}
+	// A lease that keeps flapping across the sweeps stays tracked.
+	for i := range 5 {
+		f.Granted("flappy", t0.Add(70*time.Second+time.Duration(i)*time.Second))
+	}
+	if got := f.Len(); got != 1 {
+		t.Fatalf("%d leases tracked after their window passed, want 1 (flappy)", got)
+	}
+	if !f.Flapping("flappy", t0.Add(75*time.Second)) {
+		t.Fatal("flappy lost its history in the sweep")
+	}
+	// Reads alone prune too (a grantor that only answers lists).
+	if f.Flapping("other", t0.Add(10*time.Minute)) || f.Len() != 0 {
+		t.Fatalf("%d leases tracked ten minutes later, want 0", f.Len())
 	}
 }

@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -14,8 +16,10 @@ const meterName = "github.com/leased/leased"
 // Metrics are the lease signals an operator needs. Every method is safe on
 // a nil *Metrics (it does nothing), so instrumented code needs no checks.
 //
-// Lease names appear as attributes only on ownership changes (low rate by
-// nature); the high-rate signals carry none, to keep cardinality bounded.
+// No metric carries a lease name by default: the number of series does not
+// grow with the number of leases. [WithLeaseNamePrefixes] opts chosen
+// leases (a few elections, say) into a lease.name attribute on ownership
+// changes.
 type Metrics struct {
 	renewalDuration metric.Float64Histogram
 	renewalFailures metric.Int64Counter
@@ -25,6 +29,11 @@ type Metrics struct {
 	clockOffset     metric.Float64Gauge
 	clockMargin     metric.Float64Gauge
 	live            metric.Int64Gauge
+	requests        metric.Int64Counter
+	requestDuration metric.Float64Histogram
+	leaseEvents     metric.Int64Counter
+
+	namePrefixes []string
 }
 
 // Attribute keys of the metrics.
@@ -32,21 +41,56 @@ const (
 	AttrLease    = attribute.Key("lease.name")
 	AttrOutcome  = attribute.Key("lease.outcome")
 	AttrFlapping = attribute.Key("lease.flapping")
+	// AttrResource names a fenced resource in spans and logs; it is not a
+	// metric label (one series per resource would grow without bound).
 	AttrResource = attribute.Key("fence.resource")
 	AttrPeer     = attribute.Key("clock.peer")
+	// AttrOp is a grantor request's operation (grant, renew, release, get,
+	// list, revoke, register, deregister, discover, or unknown).
+	AttrOp = attribute.Key("lease.op")
+	// AttrEvent is a change the grantor saw on the bucket: granted,
+	// renewed, released, revoked or expired (the cause of a tenure's end).
+	AttrEvent = attribute.Key("lease.event")
 )
+
+// RenewalOutcomes are the outcomes a failed renewal is counted under.
+var RenewalOutcomes = []string{"unavailable", "not_holder", "not_found", "expired"}
+
+// MetricsOption configures [NewMetrics].
+type MetricsOption func(*Metrics) error
+
+// WithLeaseNamePrefixes adds the lease.name attribute to ownership changes
+// of the leases whose names start with one of prefixes (each a series of
+// its own: choose prefixes that match few leases). An empty prefix would
+// match every lease and is refused.
+func WithLeaseNamePrefixes(prefixes ...string) MetricsOption {
+	return func(m *Metrics) error {
+		for _, p := range prefixes {
+			if p == "" {
+				return errors.New("telemetry: an empty lease name prefix would label every lease")
+			}
+		}
+		m.namePrefixes = append(m.namePrefixes, prefixes...)
+		return nil
+	}
+}
 
 // RenewalBuckets are the renewal-latency histogram's bounds, in seconds:
 // from a local round trip to the point where a renewal eats the margin.
 var RenewalBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
 
 // NewMetrics creates the instruments on mp (nil: the global provider).
-func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
+func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter(meterName)
 	var x Metrics
+	for _, opt := range opts {
+		if err := opt(&x); err != nil {
+			return nil, err
+		}
+	}
 	var err error
 	set := func(e error) {
 		if err == nil {
@@ -64,7 +108,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("Checks before an effect that found the holder's deadline already passed"))
 	set(e)
 	x.ownership, e = m.Int64Counter("leased.ownership.changes",
-		metric.WithDescription("New tenures (changes of holder), by lease and whether it is flapping"))
+		metric.WithDescription("New tenures (changes of holder), by whether the lease is flapping (and lease.name for opted-in prefixes)"))
 	set(e)
 	x.rejections, e = m.Int64Counter("leased.fence.rejections",
 		metric.WithDescription("Writes refused by a fence for a stale token"))
@@ -76,6 +120,16 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("The margin the clock offset must stay within"))
 	set(e)
 	x.live, e = m.Int64Gauge("leased.leases.live", metric.WithDescription("Live leases seen by this grantor"))
+	set(e)
+	x.requests, e = m.Int64Counter("leased.requests",
+		metric.WithDescription("Requests the grantor answered, by operation (lease.op) and outcome code (lease.outcome)"))
+	set(e)
+	x.requestDuration, e = m.Float64Histogram("leased.request.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time the grantor took to answer a request, by operation and outcome code"),
+		metric.WithExplicitBucketBoundaries(RenewalBuckets...))
+	set(e)
+	x.leaseEvents, e = m.Int64Counter("leased.lease.events",
+		metric.WithDescription("Changes the grantor saw on the lease bucket, whoever made them: granted, renewed, released, revoked, expired (lease.event)"))
 	set(e)
 	if err != nil {
 		return nil, err
@@ -104,17 +158,58 @@ func (m *Metrics) LateEffect(ctx context.Context) {
 	}
 }
 
-// OwnershipChanged records a new tenure of lease.
-func (m *Metrics) OwnershipChanged(ctx context.Context, lease string, flapping bool) {
+// HolderStarted makes a holder's counters visible at zero (renewal
+// failures by outcome, expiries during work), so that a scrape shows them
+// before the first failure and rates can be computed from the start.
+func (m *Metrics) HolderStarted(ctx context.Context) {
 	if m != nil {
-		m.ownership.Add(ctx, 1, metric.WithAttributes(AttrLease.String(lease), AttrFlapping.Bool(flapping)))
+		for _, o := range RenewalOutcomes {
+			m.renewalFailures.Add(ctx, 0, metric.WithAttributes(AttrOutcome.String(o)))
+		}
+		m.lateEffects.Add(ctx, 0)
 	}
 }
 
-// StaleTokenRejected records a fence's refusal.
+// OwnershipChanged records a new tenure of lease. The lease's name is an
+// attribute only if it matches a prefix of [WithLeaseNamePrefixes].
+func (m *Metrics) OwnershipChanged(ctx context.Context, lease string, flapping bool) {
+	if m == nil {
+		return
+	}
+	attrs := []attribute.KeyValue{AttrFlapping.Bool(flapping)}
+	for _, p := range m.namePrefixes {
+		if strings.HasPrefix(lease, p) {
+			attrs = append(attrs, AttrLease.String(lease))
+			break
+		}
+	}
+	m.ownership.Add(ctx, 1, metric.WithAttributes(attrs...))
+}
+
+// Request records a request the grantor answered: its operation (a bounded
+// set: callers map unknown verbs to "unknown"), outcome code ("ok" or the
+// error code) and how long it took.
+func (m *Metrics) Request(ctx context.Context, op, outcome string, d time.Duration) {
+	if m != nil {
+		attrs := metric.WithAttributes(AttrOp.String(op), AttrOutcome.String(outcome))
+		m.requests.Add(ctx, 1, attrs)
+		m.requestDuration.Record(ctx, d.Seconds(), attrs)
+	}
+}
+
+// LeaseEvent records a change the grantor saw on the bucket (granted,
+// renewed, released, revoked, expired).
+func (m *Metrics) LeaseEvent(ctx context.Context, event string) {
+	if m != nil {
+		m.leaseEvents.Add(ctx, 1, metric.WithAttributes(AttrEvent.String(event)))
+	}
+}
+
+// StaleTokenRejected records a fence's refusal. The resource is not a
+// label: fences guard as many resources as there are leases.
 func (m *Metrics) StaleTokenRejected(ctx context.Context, resource string) {
 	if m != nil {
-		m.rejections.Add(ctx, 1, metric.WithAttributes(AttrResource.String(resource)))
+		m.rejections.Add(ctx, 1)
 	}
 }
 

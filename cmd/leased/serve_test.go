@@ -53,7 +53,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 
 // `leased serve --metrics-listen` serves the lease metrics to Prometheus.
 func TestServeMetrics(t *testing.T) {
-	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0")
+	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0", "--metric-name-prefixes", "metered")
 	line := s.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"metrics"`) })
 	var m struct{ URL string }
 	if err := json.Unmarshal([]byte(line), &m); err != nil || m.URL == "" {

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/kvlease"
@@ -93,6 +94,7 @@ type connFlags struct {
 	holder  string
 	output  string
 	timeout time.Duration
+	meter   metric.MeterProvider // set by startMetrics
 }
 
 func (c *connFlags) register(fs *pflag.FlagSet) {
@@ -143,7 +145,11 @@ func (c *connFlags) openStore(ctx context.Context, nc *nats.Conn, bucket string)
 }
 
 func (c *connFlags) client(nc *nats.Conn) *grantor.Client {
-	return grantor.NewClient(nc, grantor.WithTimeout(c.timeout))
+	opts := []grantor.ClientOption{grantor.WithTimeout(c.timeout)}
+	if c.meter != nil {
+		opts = append(opts, grantor.WithClientMeterProvider(c.meter))
+	}
+	return grantor.NewClient(nc, opts...)
 }
 
 // exitCode maps a client error to the documented exit code.

@@ -14,6 +14,7 @@ import (
 
 func newElect(stdout, stderr io.Writer) *cobra.Command {
 	var c connFlags
+	var mf metricsFlags
 	var ttl, grace time.Duration
 	var bucket string
 	var verbose bool
@@ -38,6 +39,11 @@ needs JetStream access to the lease bucket. The exit code is the command's.`,
 				return err
 			}
 			name := args[0]
+			stopMetrics, err := c.startMetrics(cmd.Context(), mf, "leased-elect", stderr)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				st, err := c.openStore(ctx, nc, bucket)
 				if err != nil {
@@ -59,6 +65,7 @@ needs JetStream access to the lease bucket. The exit code is the command's.`,
 		},
 	}
 	c.register(cmd.Flags())
+	mf.register(cmd.Flags())
 	cmd.Flags().DurationVar(&ttl, "ttl", 15*time.Second, "leadership lease duration D")
 	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL, ending before the holder's deadline (default: TTL/10, at most 2s)")
 	cmd.Flags().StringVar(&bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")

@@ -80,6 +80,7 @@ func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logge
 
 func newRegister(stdout, stderr io.Writer) *cobra.Command {
 	var c connFlags
+	var mf metricsFlags
 	var g gossipFlags
 	var addr, node string
 	var ttl time.Duration
@@ -118,8 +119,13 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				defer func() { _ = gn.Leave(time.Second); _ = gn.Shutdown() }()
 				reg.Node = gn.Name()
 			}
+			stopMetrics, err := c.startMetrics(cmd.Context(), mf, "leased-register", stderr)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				k, err := grantor.Register(ctx, c.client(nc), reg, c.holder, ttl)
+				k, err := grantor.Register(ctx, c.client(nc), reg, c.holder, ttl, c.keeperOptions()...)
 				if err != nil {
 					return err
 				}
@@ -138,6 +144,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 		},
 	}
 	c.register(cmd.Flags())
+	mf.register(cmd.Flags())
 	g.register(cmd.Flags(), "gossip address host:port of this instance (default: a free port on 127.0.0.1 when --gossip-seeds is given)")
 	cmd.Flags().StringVar(&addr, "addr", "", "the instance's address, host:port (required)")
 	cmd.Flags().StringVar(&node, "node", "", "gossip node name (default: SERVICE-INSTANCE-PID)")

@@ -26,6 +26,7 @@ func (e exitStatus) Error() string { return "command exited with status " + strc
 
 func newRun(stdout, stderr io.Writer) *cobra.Command {
 	var c connFlags
+	var mf metricsFlags
 	var lease string
 	var ttl, grace time.Duration
 	var verbose bool
@@ -61,12 +62,18 @@ never started. On SIGINT or SIGTERM, run stops the command the same way
 			if err != nil {
 				return err
 			}
+			stopMetrics, err := c.startMetrics(cmd.Context(), mf, "leased-run", stderr)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				return runHolding(ctx, &c, nc, lease, ttl, margin, grace, verbose, args, stdout, stderr)
 			})
 		},
 	}
 	c.register(cmd.Flags())
+	mf.register(cmd.Flags())
 	cmd.Flags().StringVar(&lease, "lease", "", "lease to hold while the command runs (required)")
 	cmd.Flags().DurationVar(&ttl, "ttl", 15*time.Second, "lease duration D")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every renewal with the new deadline")
@@ -113,11 +120,11 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	}
 	log, _ := newLogger(stderr, "text", level)
 	log = log.With("lease", name)
-	k, err := take(ctx, kvlease.WithOnRenew(func(_ kvlease.Record, deadline time.Time) {
+	k, err := take(ctx, append(c.keeperOptions(), kvlease.WithOnRenew(func(_ kvlease.Record, deadline time.Time) {
 		// The deadline the command must be gone by (the keeper's own
 		// deadline is earlier by the grace).
 		log.Debug("renewed", "deadline", deadline.Add(grace).Format(time.RFC3339Nano))
-	}))
+	}))...)
 	if err != nil {
 		return err
 	}

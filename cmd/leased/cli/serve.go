@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,14 +20,13 @@ import (
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
-	"github.com/leased/leased/telemetry/otelsetup"
 )
 
 type serveFlags struct {
 	natsFlags
 	gossip        gossipFlags
 	threshold     float64
-	metricsListen string
+	metrics       metricsFlags
 	name          string
 	clusterName   string
 	clusterListen string
@@ -45,6 +43,7 @@ type serveFlags struct {
 	config        string
 	allowInsecure bool
 	base          *server.Options // from --config, less what the flags set
+	namePrefixes  []string
 }
 
 func newServe(stderr io.Writer) *cobra.Command {
@@ -114,7 +113,8 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl.IntVar(&f.policy.MaxAttributeBytes, "max-attribute-bytes", f.policy.MaxAttributeBytes, "total size of a lease's attributes")
 	f.gossip.register(fl, "gossip address host:port of this grantor (enables gossip: suspicion levels in discovery, removal of dead nodes' registrations)")
 	fl.Float64Var(&f.threshold, "suspicion-threshold", 8, "suspicion level (phi) at which discovery calls an instance suspect")
-	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve Prometheus metrics on http://HOST:PORT/metrics (default: off)")
+	f.metrics.register(fl)
+	fl.StringSliceVar(&f.namePrefixes, "metric-name-prefixes", nil, "label the ownership-change metric with the lease name for leases with these name prefixes (comma-separated; each such lease is a series: keep it to a few)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.BoolVar(&f.debug, "debug", false, "log debug messages, including the NATS server's")
 	return cmd
@@ -145,27 +145,11 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	// Traces and metrics: OTLP from the standard OTEL_* variables, and
 	// Prometheus on --metrics-listen.
-	tel, err := otelsetup.Setup(ctx, "leased")
+	mp, stopTelemetry, err := f.metrics.start(ctx, "leased", log)
 	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
+		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tel.Shutdown(sctx)
-	}()
-	if f.metricsListen != "" {
-		ln, err := net.Listen("tcp", f.metricsListen)
-		if err != nil {
-			return usageError{fmt.Errorf("--metrics-listen: %w", err)}
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", tel.MetricsHandler())
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = hs.Serve(ln) }()
-		defer hs.Close()
-		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-	}
+	defer stopTelemetry()
 
 	var nc *nats.Conn
 	url := f.natsURL
@@ -199,7 +183,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svcOpts := []grantor.Option{grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(tel.Meter)}
+	svcOpts := []grantor.Option{grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(mp),
+		grantor.WithMetricNamePrefixes(f.namePrefixes...)}
 	if f.gossip.enabled() {
 		gn, err := f.gossip.start(nodeName(f), map[string]string{"role": "grantor", "nats_url": url}, log)
 		if err != nil {

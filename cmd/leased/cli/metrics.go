@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/telemetry/otelsetup"
+)
+
+// metricsFlags is --metrics-listen, shared by serve and the holders we
+// ship (run, elect, register).
+type metricsFlags struct {
+	listen string
+}
+
+func (m *metricsFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&m.listen, "metrics-listen", "", "serve Prometheus metrics on http://HOST:PORT/metrics (default: off)")
+}
+
+// start sets up OpenTelemetry for the process (OTLP from the standard
+// OTEL_* variables; see otelsetup.Setup) and, with --metrics-listen, serves
+// the metrics for Prometheus at /metrics, logging the URL ("metrics" line).
+// It returns the meter provider to record on and a stop function that
+// closes the listener and flushes the exporters.
+func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logger) (metric.MeterProvider, func(), error) {
+	tel, err := otelsetup.Setup(ctx, service)
+	if err != nil {
+		return nil, nil, fmt.Errorf("telemetry: %w", err)
+	}
+	shutdown := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}
+	if m.listen == "" {
+		return tel.Meter, shutdown, nil
+	}
+	ln, err := net.Listen("tcp", m.listen)
+	if err != nil {
+		shutdown()
+		return nil, nil, usageError{fmt.Errorf("--metrics-listen: %w", err)}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", tel.MetricsHandler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = hs.Serve(ln) }()
+	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return tel.Meter, func() { _ = hs.Close(); <-served; shutdown() }, nil
+}
+
+// startMetrics starts a holder command's telemetry (see metricsFlags.start)
+// and makes c's client and keepers record on it: renewal latency and
+// failures, expiries during work, and (through the service) the clock
+// offset to the grantor.
+func (c *connFlags) startMetrics(ctx context.Context, m metricsFlags, service string, stderr io.Writer) (func(), error) {
+	log, _ := newLogger(stderr, "text", slog.LevelInfo)
+	mp, stop, err := m.start(ctx, service, log)
+	if err != nil {
+		return nil, err
+	}
+	c.meter = mp
+	return stop, nil
+}
+
+// keeperOptions are the options every keeper of c's commands takes.
+func (c *connFlags) keeperOptions() []kvlease.KeeperOption {
+	if c.meter == nil {
+		return nil
+	}
+	return []kvlease.KeeperOption{kvlease.WithMeterProvider(c.meter)}
+}

@@ -1,0 +1,218 @@
+package grantor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/telemetry"
+)
+
+// points returns the int64 sum's data points of the named metric.
+func points(t *testing.T, r *sdkmetric.ManualReader, name string) []metricdata.DataPoint[int64] {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
+				return s.DataPoints
+			}
+		}
+	}
+	return nil
+}
+
+// countBy sums the named counter's points by the value of key.
+func countBy(t *testing.T, r *sdkmetric.ManualReader, name string, keys ...attribute.Key) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, dp := range points(t, r, name) {
+		var k string
+		for i, key := range keys {
+			v, _ := dp.Attributes.Value(key)
+			if i > 0 {
+				k += "/"
+			}
+			k += v.Emit()
+		}
+		out[k] += dp.Value
+	}
+	return out
+}
+
+// The grantor's metrics: requests by operation and outcome with their
+// latency, the bucket's changes by event, and ownership changes whose
+// series do not grow with the number of leases (names only for the chosen
+// prefixes). The micro stats reply counts the error replies.
+func TestGrantorMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	f := start(t, grantor.DefaultConfig(), grantor.WithMeterProvider(mp), grantor.WithMetricNamePrefixes("elect."))
+	ctx := t.Context()
+	// With history 1 a renewal or release replaces the grant in the stream:
+	// wait for the service to have seen the grants (it publishes each)
+	// before changing them, or a lagging watcher would see fewer.
+	served, err := f.nc.SubscribeSync(grantor.SubjectEvents + ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const leases = 200
+	var recs []kvlease.Record
+	for i := range leases {
+		rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("job.%d", i), Holder: "h", Duration: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	for _, name := range []string{"elect.a", "elect.b"} {
+		if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "h", Duration: 30 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 0; n < leases+2; n++ {
+		if _, err := served.NextMsg(5 * time.Second); err != nil {
+			t.Fatalf("%d grants seen by the service: %v", n, err)
+		}
+	}
+	if _, err := f.client.Renew(ctx, kvlease.RenewRequest{Name: recs[0].Name, Holder: "h", Token: recs[0].Token,
+		Revision: recs[0].Revision, Secret: recs[0].Secret}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.Release(ctx, kvlease.ReleaseRequest{Name: recs[1].Name, Holder: "h", Token: recs[1].Token,
+		Revision: recs[1].Revision, Secret: recs[1].Secret}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Revoke(ctx, recs[2].Name, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "short", Holder: "h", Duration: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	// Error replies: malformed JSON, an unknown verb, a held lease, a
+	// renewal with a wrong secret.
+	const bad = 12
+	for range bad / 4 {
+		if m, err := f.nc.Request(grantor.SubjectGrant, []byte("{"), 5*time.Second); err != nil || m.Header.Get(micro.ErrorCodeHeader) != grantor.CodeInvalidArgument {
+			t.Fatalf("malformed grant: %v %v", m, err)
+		}
+		if m, err := f.nc.Request("lease.v1.nope", []byte("{}"), 5*time.Second); err != nil || m.Header.Get(micro.ErrorCodeHeader) != grantor.CodeInvalidArgument {
+			t.Fatalf("unknown verb: %v %v", m, err)
+		}
+		_, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: recs[3].Name, Holder: "other", Duration: 30 * time.Second})
+		assertCode(t, err, grantor.CodeHeld)
+		_, err = f.client.Renew(ctx, kvlease.RenewRequest{Name: recs[3].Name, Holder: "h", Token: recs[3].Token,
+			Revision: recs[3].Revision, Secret: "wrong"})
+		if err == nil {
+			t.Fatal("renewal with a wrong secret succeeded")
+		}
+	}
+
+	req := countBy(t, reader, "leased.requests", telemetry.AttrOp, telemetry.AttrOutcome)
+	for k, want := range map[string]int64{
+		"grant/ok": leases + 3, "renew/ok": 1, "release/ok": 1, "revoke/ok": 1,
+		"grant/invalid_argument": bad / 4, "unknown/invalid_argument": bad / 4, "grant/held": bad / 4,
+	} {
+		if req[k] != want {
+			t.Errorf("leased.requests{%s} = %d, want %d (all: %v)", k, req[k], want, req)
+		}
+	}
+	var total int64
+	for _, n := range req {
+		total += n
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var latencies uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "leased.request.duration" {
+				for _, dp := range h.DataPoints {
+					latencies += dp.Count
+				}
+			}
+		}
+	}
+	if latencies != uint64(total) {
+		t.Errorf("leased.request.duration counts %d requests, leased.requests %d", latencies, total)
+	}
+
+	// The bucket's changes reach the service's watcher on its own
+	// goroutine, and the short lease lapses on the server's timer: there is
+	// no event to wait on from here, so collect until they show (5 s).
+	want := map[string]int64{"granted": leases + 3, "renewed": 1, "released": 1, "revoked": 1, "expired": 1}
+	var events map[string]int64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		events = countBy(t, reader, "leased.lease.events", telemetry.AttrEvent)
+		if fmt.Sprint(events) == fmt.Sprint(want) {
+			break
+		}
+	}
+	if fmt.Sprint(events) != fmt.Sprint(want) {
+		t.Errorf("leased.lease.events = %v, want %v", events, want)
+	}
+
+	// Ownership changes: one series for all the job.* leases, one per
+	// opted-in elect.* lease.
+	series := map[string]int64{}
+	for _, dp := range points(t, reader, "leased.ownership.changes") {
+		name, _ := dp.Attributes.Value(telemetry.AttrLease)
+		series[name.Emit()] += dp.Value
+	}
+	if len(series) != 3 || series[""] != leases+1 || series["elect.a"] != 1 || series["elect.b"] != 1 {
+		t.Errorf("leased.ownership.changes series by lease.name: %v, want 3 (unnamed: %d, elect.a, elect.b)", series, leases+1)
+	}
+
+	// micro's stats reply carries the service's own counts of error replies.
+	m, err := f.nc.Request("$SRV.STATS."+grantor.ServiceName, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats micro.Stats
+	if err := json.Unmarshal(m.Data, &stats); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]grantor.EndpointStats{}
+	for _, e := range stats.Endpoints {
+		var es grantor.EndpointStats
+		if err := json.Unmarshal(e.Data, &es); err != nil {
+			t.Fatalf("endpoint %s data %s: %v", e.Name, e.Data, err)
+		}
+		got[e.Subject] = es
+	}
+	if g := got[grantor.SubjectGrant]; g.Errors != 2*bad/4 || g.ErrorsByCode[grantor.CodeHeld] != bad/4 ||
+		g.ErrorsByCode[grantor.CodeInvalidArgument] != bad/4 || g.Requests != leases+3+2*bad/4 {
+		t.Errorf("grant endpoint stats %+v", g)
+	}
+	if r := got[grantor.SubjectRenew]; r.Errors != bad/4 || r.LastError == "" {
+		t.Errorf("renew endpoint stats %+v", r)
+	}
+	if u := got["lease.v1.>"]; u.Errors != bad/4 || u.LastError != grantor.CodeInvalidArgument {
+		t.Errorf("catch-all endpoint stats %+v", u)
+	}
+}
+
+// An empty prefix would label every lease: refused.
+func TestMetricNamePrefixRefusesEmpty(t *testing.T) {
+	srvless := grantor.WithMetricNamePrefixes("")
+	if _, err := grantor.New(nil, nil, grantor.DefaultConfig(), srvless); err == nil {
+		t.Fatal("empty metric name prefix accepted")
+	}
+}

@@ -1,0 +1,23 @@
+package kvlease
+
+import "context"
+
+// WaitStateSize waits until the queue's per-item state (pending and claimed
+// entries) satisfies ok, or ctx ends; it returns the last sizes seen. It
+// wakes on every change the queue applies: no polling.
+func (q *WorkQueue) WaitStateSize(ctx context.Context, ok func(pending, claimed int) bool) (pending, claimed int, err error) {
+	for {
+		q.mu.Lock()
+		pending, claimed = len(q.pending), len(q.claimed)
+		changed := q.changed
+		q.mu.Unlock()
+		if ok(pending, claimed) {
+			return pending, claimed, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return pending, claimed, ctx.Err()
+		}
+	}
+}

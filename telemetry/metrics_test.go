@@ -1,0 +1,69 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// series counts the data points (one per attribute set) of each metric.
+func series(t *testing.T, r *sdkmetric.ManualReader) map[string]int {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				out[m.Name] = len(d.DataPoints)
+			case metricdata.Histogram[float64]:
+				out[m.Name] = len(d.DataPoints)
+			case metricdata.Gauge[float64]:
+				out[m.Name] = len(d.DataPoints)
+			case metricdata.Gauge[int64]:
+				out[m.Name] = len(d.DataPoints)
+			}
+		}
+	}
+	return out
+}
+
+// The number of series does not grow with the number of leases, fenced
+// resources or request subjects; lease names are labels only for the
+// prefixes asked for.
+func TestSeriesIndependentOfLeases(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	m, err := NewMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), WithLeaseNamePrefixes("elect."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 10_000 {
+		m.OwnershipChanged(ctx, fmt.Sprintf("job.%d", i), false)
+		m.StaleTokenRejected(ctx, fmt.Sprintf("row-%d", i))
+		m.Request(ctx, "grant", "ok", 0)
+		m.LeaseEvent(ctx, "granted")
+	}
+	m.OwnershipChanged(ctx, "elect.leader", false)
+	got := series(t, reader)
+	for name, want := range map[string]int{
+		"leased.ownership.changes": 2, // the unnamed series and elect.leader
+		"leased.fence.rejections":  1,
+		"leased.requests":          1,
+		"leased.request.duration":  1,
+		"leased.lease.events":      1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s: %d series after 10,000 leases, want %d", name, got[name], want)
+		}
+	}
+	if _, err := NewMetrics(nil, WithLeaseNamePrefixes("")); err == nil {
+		t.Error("an empty lease name prefix was accepted")
+	}
+}
