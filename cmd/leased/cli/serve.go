@@ -153,7 +153,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		defer srv.Shutdown()
 		url = srv.ClientURL()
 	}
-	if nc, err = f.natsFlags.connect(url, "leased-serve", 10*time.Second); err != nil {
+	// A permissions violation (the NATS user may not subscribe to an
+	// endpoint, or to the inbox: --inbox-prefix) is otherwise silent.
+	if nc, err = f.natsFlags.connect(url, "leased-serve", 10*time.Second, func(err error) { log.Error("nats", "err", err) }); err != nil {
 		return err
 	}
 	defer nc.Close()
@@ -177,7 +179,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	svcOpts := []grantor.Option{grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(tel.Meter)}
 	if f.gossip.enabled() {
-		gn, err := f.gossip.start(nodeName(f), map[string]string{"role": "grantor", "nats_url": url}, log)
+		gn, err := f.gossip.start(nodeName(f), map[string]string{"role": "grantor", "nats_url": RedactURL(url)}, log)
 		if err != nil {
 			return err
 		}
@@ -191,7 +193,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err := svc.Start(octx); err != nil {
 		return err
 	}
-	log.Info("ready", "url", url, "bucket", st.Bucket(), "embedded", f.natsURL == "")
+	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "")
 	<-ctx.Done()
 	log.Info("shutting down: answering requests in flight")
 	svc.Stop()
@@ -251,7 +253,7 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Info("embedded NATS server started", "name", srv.Name(), "url", srv.ClientURL(), "cluster", srv.ClusterAddr(),
+	log.Info("embedded NATS server started", "name", srv.Name(), "url", RedactURL(srv.ClientURL()), "cluster", srv.ClusterAddr(),
 		"data", f.data, "sync", srv.Sync().String())
 	return srv, nil
 }
