@@ -168,10 +168,19 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	}
 	fs.StringVar(&c.url, "url", url, "NATS server URL(s), comma-separated (env LEASED_URL)")
 	c.natsFlags.register(fs)
-	fs.StringVar(&c.holder, "holder", defaultHolder(), "holder identity (default: host name and process id)")
 	fs.StringVarP(&c.output, "output", "o", "text", "output format: text or json")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server")
 }
+
+// registerHolder adds --holder, for the commands where a holder acts. Its
+// default is computed when the command runs, not when the help is printed.
+func (c *connFlags) registerHolder(fs *pflag.FlagSet) {
+	fs.StringVar(&c.holder, "holder", "", "holder identity (default: HOST-PID, the host name and the id of this process)")
+}
+
+// defaultTTL is the lease duration acquire, run and elect ask for by
+// default: the grantor's own default for a request that names none.
+var defaultTTL = grantor.DefaultConfig().DefaultDuration
 
 func defaultHolder() string {
 	host, err := os.Hostname()
@@ -239,9 +248,21 @@ type printer struct {
 
 func (c *connFlags) printer(w io.Writer) printer { return printer{w: w, json: c.output == "json"} }
 
+// leaseJSON is a lease as -o json prints it: server_time is left out when
+// the reply carried none (a record from the Go client, whose own replies'
+// times feed its clock estimate).
+type leaseJSON struct {
+	grantor.Lease
+	ServerTime *time.Time `json:"server_time,omitempty"`
+}
+
 func (p printer) lease(l grantor.Lease) {
 	if p.json {
-		p.obj(l)
+		out := leaseJSON{Lease: l}
+		if !l.ServerTime.IsZero() {
+			out.ServerTime = &l.ServerTime
+		}
+		p.obj(out)
 		return
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 1, ' ', 0)
@@ -324,6 +345,9 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 		return err
 	}
 	defer nc.Close()
+	if c.holder == "" {
+		c.holder = defaultHolder()
+	}
 	err = fn(ctx, nc)
 	var pe *PermissionError
 	if err != nil && errors.As(context.Cause(ctx), &pe) {
