@@ -24,6 +24,10 @@ const (
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
+	if _, _, err := root.Find(args); err != nil { // an unknown command: bad arguments
+		fmt.Fprintf(stderr, "leased: %v\n", err)
+		return ExitUsage
+	}
 	err := root.ExecuteContext(ctx)
 	var status exitStatus
 	switch {
