@@ -65,6 +65,16 @@ func TestDocumentedPermissions(t *testing.T) {
 	hostPort := docsAuthServer(t)
 	as := func(user string) string { return "nats://" + user + ":" + user + "-pw-S3CRET@" + hostPort }
 
+	// Without its inbox prefix the service cannot hear JetStream's replies:
+	// it says so at once instead of waiting for them.
+	start := time.Now()
+	if r := leased(t, "", "serve", "--nats-url", as("leased")); r.code != 7 ||
+		!strings.Contains(r.stderr, "permission denied") || !strings.Contains(r.stderr, "--inbox-prefix") {
+		t.Fatalf("serve without --inbox-prefix: exit %d, stderr %q; want 7, permission denied", r.code, r.stderr)
+	} else if took := time.Since(start); took > 20*time.Second || strings.Contains(r.stderr, "S3CRET") {
+		t.Fatalf("serve without --inbox-prefix: %v, stderr %q", took, r.stderr)
+	}
+
 	serve := exec.Command(leasedBin, "serve", "--nats-url", as("leased"), "--inbox-prefix", "_INBOX_leased", "--log-format", "json")
 	stderr, _ := serve.StderrPipe()
 	stdout, _ := serve.StdoutPipe()

@@ -348,9 +348,17 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	if c.holder == "" {
 		c.holder = defaultHolder()
 	}
-	err = fn(ctx, nc)
+	if err = fn(ctx, nc); err != nil {
+		return permissionCause(ctx, err)
+	}
+	return nil
+}
+
+// permissionCause returns the PermissionError that cancelled ctx, if one
+// did, in place of err (what the cancellation caused).
+func permissionCause(ctx context.Context, err error) error {
 	var pe *PermissionError
-	if err != nil && errors.As(context.Cause(ctx), &pe) {
+	if errors.As(context.Cause(ctx), &pe) {
 		return pe
 	}
 	return err

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -154,8 +155,22 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		url = srv.ClientURL()
 	}
 	// A permissions violation (the NATS user may not subscribe to an
-	// endpoint, or to the inbox: --inbox-prefix) is otherwise silent.
-	if nc, err = f.natsFlags.connect(url, "leased-serve", 10*time.Second, func(err error) { log.Error("nats", "err", err) }); err != nil {
+	// endpoint, or to the inbox: --inbox-prefix) is otherwise silent. Until
+	// the service is ready it ends the start at once (JetStream's replies
+	// would never arrive); after that it is logged.
+	var startMu sync.Mutex
+	started := false
+	startCtx, startCancel := context.WithCancelCause(ctx)
+	defer startCancel(nil)
+	onErr := func(err error) {
+		log.Error("nats", "err", err)
+		startMu.Lock()
+		defer startMu.Unlock()
+		if pe := permissionError(err); pe != nil && !started {
+			startCancel(pe)
+		}
+	}
+	if nc, err = f.natsFlags.connect(url, "leased-serve", 10*time.Second, onErr); err != nil {
 		return err
 	}
 	defer nc.Close()
@@ -163,7 +178,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	octx, cancel := context.WithTimeout(startCtx, time.Minute)
 	defer cancel()
 	replicas := f.replicas
 	if replicas == 0 {
@@ -175,7 +190,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	opts := append(f.policy.StoreOptions(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log))
 	st, err := kvlease.Open(octx, js, opts...)
 	if err != nil {
-		return err
+		return permissionCause(startCtx, err)
 	}
 	svcOpts := []grantor.Option{grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(tel.Meter)}
 	if f.gossip.enabled() {
@@ -191,7 +206,19 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		return usageError{err}
 	}
 	if err := svc.Start(octx); err != nil {
-		return err
+		return permissionCause(startCtx, err)
+	}
+	// Start flushed its subscriptions: a refusal of one has been read.
+	startMu.Lock()
+	started = true
+	startMu.Unlock()
+	pe := permissionError(nc.LastError())
+	if pe == nil {
+		_ = errors.As(context.Cause(startCtx), &pe)
+	}
+	if pe != nil {
+		svc.Stop()
+		return pe
 	}
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "")
 	<-ctx.Done()
