@@ -108,6 +108,9 @@ func TestCLIDetails(t *testing.T) {
 
 	t.Run("unknown command exits 2", func(t *testing.T) {
 		run(t, 2, "frobnicate")
+		run(t, 0, "help") // cobra's own commands are no unknown commands
+		run(t, 0, "completion", "bash")
+		run(t, 0)
 	})
 
 	t.Run("held error has the held: prefix", func(t *testing.T) {

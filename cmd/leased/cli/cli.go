@@ -24,11 +24,10 @@ const (
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
-	if _, _, err := root.Find(args); err != nil { // an unknown command: bad arguments
-		fmt.Fprintf(stderr, "leased: %v\n", err)
-		return ExitUsage
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && cmd == root { // root runs nothing: its only error is an unknown command
+		err = usageError{err}
 	}
-	err := root.ExecuteContext(ctx)
 	var status exitStatus
 	switch {
 	case err == nil:

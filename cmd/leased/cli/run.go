@@ -69,7 +69,7 @@ never started. On SIGINT or SIGTERM, run stops the command the same way
 	c.register(cmd.Flags())
 	c.registerHolder(cmd.Flags())
 	cmd.Flags().StringVar(&lease, "lease", "", "lease to hold while the command runs (required)")
-	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, "lease duration D (default: the grantor's default)")
+	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, "lease duration D, the same default as serve --default-ttl")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every renewal with the new deadline")
 	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL, ending before the holder's deadline (default: TTL/10, at most 2s)")
 	return cmd
