@@ -348,14 +348,13 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	if c.holder == "" {
 		c.holder = defaultHolder()
 	}
-	if err = fn(ctx, nc); err != nil {
-		return permissionCause(ctx, err)
-	}
-	return nil
+	// A command that ends "cleanly" because the refusal cancelled its
+	// context (acquire --hold releases and returns) still failed.
+	return permissionCause(ctx, fn(ctx, nc))
 }
 
 // permissionCause returns the PermissionError that cancelled ctx, if one
-// did, in place of err (what the cancellation caused).
+// did, in place of err (what the cancellation caused, or nil).
 func permissionCause(ctx context.Context, err error) error {
 	var pe *PermissionError
 	if errors.As(context.Cause(ctx), &pe) {
