@@ -242,7 +242,7 @@ func (b ErrorBody) Err() error {
 	var sentinel error
 	switch b.Code {
 	case CodeHeld:
-		return &kvlease.HeldError{Name: "", Holder: b.Holder, Token: kvlease.Token(b.Token)}
+		sentinel = &kvlease.HeldError{Name: "", Holder: b.Holder, Token: kvlease.Token(b.Token)}
 	case CodeInvalidArgument:
 		sentinel = ErrInvalidRequest
 		switch {

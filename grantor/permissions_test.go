@@ -102,7 +102,7 @@ func TestAppUsersCannotReadEachOthersReplies(t *testing.T) {
 func leasedUser() *server.User {
 	return &server.User{Username: "leased", Password: "leased", Permissions: &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: []string{">"}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"lease.>", "$SRV.>", "_INBOX_leased.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"lease.>", "svc.v1.>", "$SRV.>", "_INBOX_leased.>"}},
 	}}
 }
 

@@ -60,11 +60,12 @@ func Advise(m Measurements) Advice {
 		d += time.Second - r
 	}
 	a.Duration = d
-	a.RenewInterval = DefaultRenewInterval(d)
+	// Whole milliseconds (rounded down: renewing a little early is safe).
+	a.RenewInterval = DefaultRenewInterval(d).Truncate(time.Millisecond)
 	a.Reasons = append(a.Reasons, fmt.Sprintf("D %v: three renewal intervals of at least %v (a pause of %v plus two round trips of %v) and the holder margin, rounded up to whole seconds",
 		a.Duration, interval, m.Pause, m.RenewRTT))
 	a.Reasons = append(a.Reasons, fmt.Sprintf("renew every %v (D/3): two attempts fit before the holder's deadline", a.RenewInterval))
-	if w := HolderValidity(d, a.ClockRate, a.HolderMargin); m.Work > w {
+	if w := HolderValidity(d, a.ClockRate, a.HolderMargin).Truncate(time.Millisecond); m.Work > w {
 		a.Reasons = append(a.Reasons, fmt.Sprintf("a work unit (%v) is longer than the holder's window (%v): keep the keeper renewing during it and check before each effect inside the unit, not once per unit", m.Work, w))
 	} else {
 		a.Reasons = append(a.Reasons, fmt.Sprintf("a work unit (%v) fits in the holder's window (%v): Check before each effect", m.Work, w))

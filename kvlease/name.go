@@ -27,10 +27,10 @@ func ValidateName(name string) error {
 	if name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
 		return fmt.Errorf("%w: %q has an empty dot-separated token", ErrInvalidName, name)
 	}
-	for i := 0; i < len(name); i++ {
-		if !keyByte(name[i]) {
+	for i, r := range name { // runes, so that the error shows the character typed
+		if r >= utf8.RuneSelf || !keyByte(byte(r)) {
 			return fmt.Errorf("%w: %q has %q at byte %d (allowed: letters, digits, - / _ = .)",
-				ErrInvalidName, name, name[i], i)
+				ErrInvalidName, name, r, i)
 		}
 	}
 	return nil

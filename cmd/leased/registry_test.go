@@ -30,7 +30,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // seed is not empty), and waits until discovery shows it.
 func startRegister(t *testing.T, url, seed, inst, ttl string) *exec.Cmd {
 	t.Helper()
-	args := []string{"register", "web", inst, "--addr", "127.0.0.1:8080", "--ttl", ttl, "--url", url}
+	args := []string{"register", "web", inst, "--addr", "127.0.0.1:8080", "--ttl", ttl, "--url", url, "-o", "json"}
 	if seed != "" {
 		args = append(args, "--gossip-seeds", seed, "--gossip-profile", "fast")
 	}

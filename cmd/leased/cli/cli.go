@@ -24,7 +24,10 @@ const (
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && cmd == root { // root runs nothing: its only error is an unknown command
+		err = usageError{err}
+	}
 	var status exitStatus
 	switch {
 	case err == nil:

@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ const (
 	ExitNotFound = 4 // the lease is not live (get, renew, release, revoke)
 	ExitLost     = 5 // acquire --hold: the lease was lost while held
 	ExitRefused  = 6 // renew/release: not the holder, or a stale revision
+	ExitDenied   = 7 // the NATS server's permissions refused a publish or subscription
 )
 
 // natsFlags say how to reach NATS, as NATS clients usually take them.
@@ -55,13 +57,19 @@ func (n *natsFlags) register(fs *pflag.FlagSet) {
 // connect dials url. Publishes are not buffered while reconnecting
 // (ReconnectBufSize -1): a renewal held in a buffer could be flushed after
 // the holder's deadline; failing it at once lets the keeper retry instead.
-func (n *natsFlags) connect(url, name string, timeout time.Duration) (*nats.Conn, error) {
+// onErr, if not nil, receives the connection's asynchronous errors (such as
+// the server's permissions violations) on nats.go's callback goroutine, in
+// order; it must not block.
+func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(error)) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.Timeout(timeout), nats.ReconnectBufSize(-1), nats.MaxReconnects(-1)}
 	if p := n.inboxPrefix; p != "" {
 		if strings.ContainsAny(p, "*> \t") || strings.HasSuffix(p, ".") || strings.HasPrefix(p, ".") {
 			return nil, usageError{fmt.Errorf("--inbox-prefix %q: want a subject without wildcards, spaces or a leading or trailing dot", p)}
 		}
 		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	if onErr != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { onErr(err) }))
 	}
 	if n.creds != "" {
 		opts = append(opts, nats.UserCredentials(n.creds))
@@ -82,9 +90,77 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration) (*nats.Conn
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, url, err)
+		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, RedactURL(url), err)
 	}
 	return nc, nil
+}
+
+// ErrPermissionDenied: the NATS server's permissions refused a publish or a
+// subscription of this command (see [PermissionError]).
+var ErrPermissionDenied = errors.New("permission denied")
+
+// PermissionError is a permissions violation the NATS server reported for
+// one of the command's publishes or subscriptions. It matches
+// [ErrPermissionDenied] and nats.ErrPermissionViolation.
+type PermissionError struct {
+	Op      string // "publish" or "subscribe"
+	Subject string
+	Err     error // nats.go's error
+}
+
+var permissionRe = regexp.MustCompile(`(?i)violation for (publish|subscription) to "([^"]*)"`)
+
+// permissionError returns the PermissionError err reports, or nil if err is
+// no permissions violation.
+func permissionError(err error) *PermissionError {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return nil
+	}
+	pe := &PermissionError{Err: err}
+	if m := permissionRe.FindStringSubmatch(err.Error()); m != nil {
+		pe.Op, pe.Subject = "publish", m[2]
+		if strings.EqualFold(m[1], "subscription") {
+			pe.Op = "subscribe"
+		}
+	}
+	return pe
+}
+
+func (e *PermissionError) Error() string {
+	if e.Subject == "" {
+		return fmt.Sprintf("%v: %v", ErrPermissionDenied, e.Err)
+	}
+	msg := fmt.Sprintf("%v: the NATS server does not let this user %s to %q", ErrPermissionDenied, e.Op, e.Subject)
+	if e.Op == "subscribe" {
+		msg += " (replies come back on the inbox: give the prefix this user may subscribe to with --inbox-prefix)"
+	}
+	return msg
+}
+
+func (e *PermissionError) Unwrap() []error { return []error{ErrPermissionDenied, e.Err} }
+
+// RedactURL returns urls (one URL or a comma-separated list) with the
+// password of each replaced by xxxxx, and a user name standing alone (a
+// token, nats://TOKEN@host) replaced whole. Every URL the command prints
+// goes through it.
+func RedactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		at := strings.LastIndexByte(p, '@')
+		if at < 0 {
+			continue
+		}
+		start := 0
+		if j := strings.Index(p, "://"); j >= 0 && j < at {
+			start = j + len("://")
+		}
+		red := "xxxxx"
+		if user, _, ok := strings.Cut(p[start:at], ":"); ok {
+			red = user + ":xxxxx"
+		}
+		parts[i] = p[:start] + red + p[at:]
+	}
+	return strings.Join(parts, ",")
 }
 
 // connFlags are the flags every client command takes.
@@ -104,10 +180,19 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	}
 	fs.StringVar(&c.url, "url", url, "NATS server URL(s), comma-separated (env LEASED_URL)")
 	c.natsFlags.register(fs)
-	fs.StringVar(&c.holder, "holder", defaultHolder(), "holder identity (default: host name and process id)")
 	fs.StringVarP(&c.output, "output", "o", "text", "output format: text or json")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server")
 }
+
+// registerHolder adds --holder, for the commands where a holder acts. Its
+// default is computed when the command runs, not when the help is printed.
+func (c *connFlags) registerHolder(fs *pflag.FlagSet) {
+	fs.StringVar(&c.holder, "holder", "", "holder identity (default: HOST-PID, the host name and the id of this process)")
+}
+
+// defaultTTL is the lease duration acquire, run and elect ask for by
+// default: the grantor's own default for a request that names none.
+var defaultTTL = grantor.DefaultConfig().DefaultDuration
 
 func defaultHolder() string {
 	host, err := os.Hostname()
@@ -122,14 +207,6 @@ func (c *connFlags) check() error {
 		return usageError{fmt.Errorf("-o %q: want text or json", c.output)}
 	}
 	return nil
-}
-
-// connect opens a NATS connection for a client command.
-func (c *connFlags) connect() (*nats.Conn, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	return c.natsFlags.connect(c.url, "leased-cli", c.timeout)
 }
 
 // openStore opens an existing lease bucket directly, for the commands that
@@ -162,6 +239,8 @@ func exitCode(err error) int {
 		errors.Is(err, kvlease.ErrDurationOutOfRange), errors.Is(err, kvlease.ErrInvalidTiming),
 		errors.Is(err, grantor.ErrInvalidRequest):
 		return ExitUsage
+	case errors.Is(err, ErrPermissionDenied):
+		return ExitDenied
 	case errors.Is(err, kvlease.ErrHeld):
 		return ExitHeld
 	case errors.Is(err, errLost):
@@ -185,9 +264,21 @@ type printer struct {
 
 func (c *connFlags) printer(w io.Writer) printer { return printer{w: w, json: c.output == "json"} }
 
+// leaseJSON is a lease as -o json prints it: server_time is left out when
+// the reply carried none (a record from the Go client, whose own replies'
+// times feed its clock estimate).
+type leaseJSON struct {
+	grantor.Lease
+	ServerTime *time.Time `json:"server_time,omitempty"`
+}
+
 func (p printer) lease(l grantor.Lease) {
 	if p.json {
-		p.obj(l)
+		out := leaseJSON{Lease: l}
+		if !l.ServerTime.IsZero() {
+			out.ServerTime = &l.ServerTime
+		}
+		p.obj(out)
 		return
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 1, ' ', 0)
@@ -250,12 +341,40 @@ func parseAttrs(kvs []string) (map[string]string, error) {
 	return m, nil
 }
 
-// withConn runs fn with a connection and the command's context.
+// withConn runs fn with a connection and the command's context. A
+// permissions violation the server reports for the connection cancels that
+// context at once and is the command's error: a request the server refused
+// to deliver gets no reply, and would otherwise end as "unavailable" when
+// its timeout runs out.
 func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc *nats.Conn) error) error {
-	nc, err := c.connect()
+	if err := c.check(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(cmd.Context())
+	defer cancel(nil)
+	nc, err := c.natsFlags.connect(c.url, "leased-cli", c.timeout, func(err error) {
+		if pe := permissionError(err); pe != nil {
+			cancel(pe)
+		}
+	})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	return fn(cmd.Context(), nc)
+	if c.holder == "" {
+		c.holder = defaultHolder()
+	}
+	// A command that ends "cleanly" because the refusal cancelled its
+	// context (acquire --hold releases and returns) still failed.
+	return permissionCause(ctx, fn(ctx, nc))
+}
+
+// permissionCause returns the PermissionError that cancelled ctx, if one
+// did, in place of err (what the cancellation caused, or nil).
+func permissionCause(ctx context.Context, err error) error {
+	var pe *PermissionError
+	if errors.As(context.Cause(ctx), &pe) {
+		return pe
+	}
+	return err
 }

@@ -19,7 +19,7 @@ func newElect(stdout, stderr io.Writer) *cobra.Command {
 	var bucket string
 	var verbose bool
 	cmd := &cobra.Command{
-		Use:   "elect NAME [--ttl 15s] -- COMMAND [ARGS...]",
+		Use:   "elect NAME [--ttl D] -- COMMAND [ARGS...]",
 		Short: "Campaign for leadership of NAME; run a command while leading",
 		Long: `elect waits until this candidate leads election NAME (a lease), then runs
 COMMAND as "leased run" does: LEASED_TOKEN in its environment, renewed while
@@ -66,7 +66,8 @@ needs JetStream access to the lease bucket. The exit code is the command's.`,
 	}
 	c.register(cmd.Flags())
 	mf.register(cmd.Flags())
-	cmd.Flags().DurationVar(&ttl, "ttl", 15*time.Second, "leadership lease duration D")
+	c.registerHolder(cmd.Flags())
+	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, "leadership lease duration D, the same default as serve --default-ttl")
 	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL, ending before the holder's deadline (default: TTL/10, at most 2s)")
 	cmd.Flags().StringVar(&bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every renewal with the new deadline")

@@ -50,7 +50,8 @@ then releases it; if the lease is lost first it exits with code 5.`,
 		},
 	}
 	c.register(cmd.Flags())
-	cmd.Flags().DurationVar(&ttl, "ttl", 10*time.Second, "lease duration D")
+	c.registerHolder(cmd.Flags())
+	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, "lease duration D, the same default as serve --default-ttl")
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the lease renewed until interrupted, then release it")
 	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "attribute key=value (repeatable)")
 	return cmd
@@ -84,7 +85,7 @@ func newRenew(stdout io.Writer) *cobra.Command {
 		Short: "Renew a lease once (prints the new revision)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := h.resolve(args[0], &c, cmd.InOrStdin()); err != nil {
+			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
 				return err
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
@@ -103,6 +104,7 @@ func newRenew(stdout io.Writer) *cobra.Command {
 		},
 	}
 	c.register(cmd.Flags())
+	c.registerHolder(cmd.Flags())
 	h.register(cmd)
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "new duration (default: the tenure's)")
 	return cmd
@@ -116,7 +118,7 @@ func newRelease(stdout io.Writer) *cobra.Command {
 		Short: "Release a lease",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := h.resolve(args[0], &c, cmd.InOrStdin()); err != nil {
+			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
 				return err
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
@@ -131,6 +133,7 @@ func newRelease(stdout io.Writer) *cobra.Command {
 		},
 	}
 	c.register(cmd.Flags())
+	c.registerHolder(cmd.Flags())
 	h.register(cmd)
 	return cmd
 }
@@ -145,15 +148,24 @@ type holderFlags struct {
 
 func (h *holderFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&h.leaseFile, "lease-file", "", "file holding `acquire -o json` output (- for stdin): supplies holder, token, revision and secret")
+	fs.StringVar(&h.leaseFile, "lease-file", "", `file holding what "leased acquire -o json" (or "leased renew -o json") printed, - for stdin: supplies holder, token, revision and secret; --revision overrides its revision`)
 	fs.Uint64Var(&h.token, "token", 0, "fencing token from the grant")
 	fs.Uint64Var(&h.revision, "revision", 0, "current revision (from the grant or the last renewal)")
-	fs.StringVar(&h.secret, "secret", os.Getenv("LEASED_SECRET"), "secret from the grant (env LEASED_SECRET; prefer --lease-file: arguments show in ps)")
+	fs.StringVar(&h.secret, "secret", "", "secret from the grant (env LEASED_SECRET; prefer --lease-file: arguments show in ps)")
 }
 
 // resolve fills the tenure from --lease-file, and checks that it is complete.
-func (h *holderFlags) resolve(name string, c *connFlags, stdin io.Reader) error {
+// With --lease-file, an explicit --revision overrides the file's (the
+// revision a conflict reply named, when the answer to a renewal was lost);
+// --holder, --token and --secret would contradict the file: refused.
+func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, stdin io.Reader) error {
 	if h.leaseFile != "" {
+		for _, f := range []string{"holder", "token", "secret"} {
+			if cmd.Flags().Changed(f) {
+				return usageError{fmt.Errorf("--%s and --lease-file do not go together: the file names the tenure (--revision may override its revision)", f)}
+			}
+		}
+		revision, explicit := h.revision, cmd.Flags().Changed("revision")
 		var b []byte
 		var err error
 		if h.leaseFile == "-" {
@@ -166,14 +178,20 @@ func (h *holderFlags) resolve(name string, c *connFlags, stdin io.Reader) error 
 		}
 		var l grantor.Lease
 		if err := json.Unmarshal(b, &l); err != nil {
-			return usageError{fmt.Errorf("--lease-file: not `leased acquire -o json` output: %w", err)}
+			return usageError{fmt.Errorf("--lease-file: not what \"leased acquire -o json\" prints: %w", err)}
 		}
 		if l.Name != name {
 			return usageError{fmt.Errorf("--lease-file is for lease %q, not %q", l.Name, name)}
 		}
 		c.holder, h.token, h.revision, h.secret = l.Holder, l.Token, l.Revision, l.Secret
+		if explicit {
+			h.revision = revision
+		}
 	}
-	if h.token == 0 || h.revision == 0 || h.secret == "" {
+	if h.secret == "" {
+		h.secret = os.Getenv("LEASED_SECRET") // read here, so that --help cannot print it
+	}
+	if c.holder == "" || h.token == 0 || h.revision == 0 || h.secret == "" {
 		return usageError{errors.New("--lease-file, or --holder, --token, --revision and --secret, are required")}
 	}
 	return nil

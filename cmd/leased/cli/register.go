@@ -2,20 +2,24 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/membership"
 )
 
@@ -101,6 +105,15 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				return err
 			}
 			log, _ := newLogger(stderr, "text", slog.LevelInfo)
+			if err := validateServiceName("SERVICE", args[0]); err != nil {
+				return err
+			}
+			if err := validateServiceName("INSTANCE", args[1]); err != nil {
+				return err
+			}
+			if err := validateAddr(addr); err != nil {
+				return err
+			}
 			reg := grantor.Registration{Service: args[0], Instance: args[1], Addr: addr, Meta: m}
 			if err := reg.Validate(); err != nil {
 				return usageError{err}
@@ -130,8 +143,13 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					return err
 				}
 				l := k.Lease()
-				c.printer(stdout).obj(map[string]any{"service": reg.Service, "instance": reg.Instance, "addr": reg.Addr,
-					"node": reg.Node, "token": l.Token(), "lease": l.Name()})
+				if p := c.printer(stdout); p.json {
+					p.obj(map[string]any{"service": reg.Service, "instance": reg.Instance, "addr": reg.Addr,
+						"node": reg.Node, "token": l.Token(), "lease": l.Name()})
+				} else {
+					p.line("registered %s/%s addr=%s node=%s lease=%s token=%d", reg.Service, reg.Instance, reg.Addr,
+						reg.Node, l.Name(), l.Token())
+				}
 				select {
 				case <-ctx.Done():
 					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -145,12 +163,54 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 	}
 	c.register(cmd.Flags())
 	mf.register(cmd.Flags())
+	c.registerHolder(cmd.Flags())
 	g.register(cmd.Flags(), "gossip address host:port of this instance (default: a free port on 127.0.0.1 when --gossip-seeds is given)")
 	cmd.Flags().StringVar(&addr, "addr", "", "the instance's address, host:port (required)")
 	cmd.Flags().StringVar(&node, "node", "", "gossip node name (default: SERVICE-INSTANCE-PID)")
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "registration lease duration")
 	cmd.Flags().StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
 	return cmd
+}
+
+// validateServiceName checks a SERVICE or INSTANCE argument in the terms
+// the user typed: it becomes one token of the lease name
+// svc.SERVICE.INSTANCE, which the errors of the service would name.
+func validateServiceName(what, v string) error {
+	if v == "" || strings.Contains(v, ".") {
+		return usageError{fmt.Errorf("%s %q: want a non-empty name without dots", what, v)}
+	}
+	if err := kvlease.ValidateName(v); err != nil {
+		var detail string
+		for i, r := range v {
+			if r >= utf8.RuneSelf || !strings.ContainsRune(serviceNameChars, r) {
+				detail = fmt.Sprintf(" has %q at byte %d", r, i)
+				break
+			}
+		}
+		return usageError{fmt.Errorf("%s %q%s (allowed: letters, digits, - / _ =; no wildcards)", what, v, detail)}
+	}
+	return nil
+}
+
+const serviceNameChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-/_="
+
+// validateAddr checks register's --addr: host:port, with a host and a port
+// number.
+func validateAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && host == "" {
+		err = errors.New("missing host")
+	}
+	if err == nil {
+		var n int
+		if n, err = strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
+			err = errors.New("port out of range")
+		}
+	}
+	if err != nil {
+		return usageError{fmt.Errorf("--addr %q: want HOST:PORT: %v", addr, err)}
+	}
+	return nil
 }
 
 func newDiscover(stdout io.Writer) *cobra.Command {
@@ -161,6 +221,9 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 		Short: "List the registered instances of a service, with their gossip suspicion levels",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := validateServiceName("SERVICE", args[0]); err != nil {
+				return err
+			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				rep, err := c.client(nc).Discover(ctx, args[0], maxSuspicion)
 				if err != nil {

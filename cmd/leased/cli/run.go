@@ -31,7 +31,7 @@ func newRun(stdout, stderr io.Writer) *cobra.Command {
 	var ttl, grace time.Duration
 	var verbose bool
 	cmd := &cobra.Command{
-		Use:   "run --lease NAME [--ttl 15s] -- COMMAND [ARGS...]",
+		Use:   "run --lease NAME [--ttl D] -- COMMAND [ARGS...]",
 		Short: "Run a command only while holding a lease",
 		Long: `run acquires the lease, then starts COMMAND with LEASED_LEASE, LEASED_TOKEN
 (the fencing token) and LEASED_HOLDER in its environment, and renews the
@@ -74,8 +74,9 @@ never started. On SIGINT or SIGTERM, run stops the command the same way
 	}
 	c.register(cmd.Flags())
 	mf.register(cmd.Flags())
+	c.registerHolder(cmd.Flags())
 	cmd.Flags().StringVar(&lease, "lease", "", "lease to hold while the command runs (required)")
-	cmd.Flags().DurationVar(&ttl, "ttl", 15*time.Second, "lease duration D")
+	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, "lease duration D, the same default as serve --default-ttl")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every renewal with the new deadline")
 	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL, ending before the holder's deadline (default: TTL/10, at most 2s)")
 	return cmd

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -161,7 +162,23 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		defer srv.Shutdown()
 		url = srv.ClientURL()
 	}
-	if nc, err = f.natsFlags.connect(url, "leased-serve", 10*time.Second); err != nil {
+	// A permissions violation (the NATS user may not subscribe to an
+	// endpoint, or to the inbox: --inbox-prefix) is otherwise silent. Until
+	// the service is ready it ends the start at once (JetStream's replies
+	// would never arrive); after that it is logged.
+	var startMu sync.Mutex
+	started := false
+	startCtx, startCancel := context.WithCancelCause(ctx)
+	defer startCancel(nil)
+	onErr := func(err error) {
+		log.Error("nats", "err", err)
+		startMu.Lock()
+		defer startMu.Unlock()
+		if pe := permissionError(err); pe != nil && !started {
+			startCancel(pe)
+		}
+	}
+	if nc, err = f.natsFlags.connect(url, "leased-serve", 10*time.Second, onErr); err != nil {
 		return err
 	}
 	defer nc.Close()
@@ -169,7 +186,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	octx, cancel := context.WithTimeout(startCtx, time.Minute)
 	defer cancel()
 	replicas := f.replicas
 	if replicas == 0 {
@@ -181,12 +198,12 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	opts := append(f.policy.StoreOptions(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log))
 	st, err := kvlease.Open(octx, js, opts...)
 	if err != nil {
-		return err
+		return permissionCause(startCtx, err)
 	}
 	svcOpts := []grantor.Option{grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(mp),
 		grantor.WithMetricNamePrefixes(f.namePrefixes...)}
 	if f.gossip.enabled() {
-		gn, err := f.gossip.start(nodeName(f), map[string]string{"role": "grantor", "nats_url": url}, log)
+		gn, err := f.gossip.start(nodeName(f), map[string]string{"role": "grantor", "nats_url": RedactURL(url)}, log)
 		if err != nil {
 			return err
 		}
@@ -198,9 +215,21 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		return usageError{err}
 	}
 	if err := svc.Start(octx); err != nil {
-		return err
+		return permissionCause(startCtx, err)
 	}
-	log.Info("ready", "url", url, "bucket", st.Bucket(), "embedded", f.natsURL == "")
+	// Start flushed its subscriptions: a refusal of one has been read.
+	startMu.Lock()
+	started = true
+	startMu.Unlock()
+	pe := permissionError(nc.LastError())
+	if pe == nil {
+		_ = errors.As(context.Cause(startCtx), &pe)
+	}
+	if pe != nil {
+		svc.Stop()
+		return pe
+	}
+	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "")
 	<-ctx.Done()
 	log.Info("shutting down: answering requests in flight")
 	svc.Stop()
@@ -314,7 +343,7 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	if f.allowInsecure {
 		log.Warn("--allow-insecure: ports on non-loopback addresses may accept clients and routes without authorization")
 	}
-	log.Info("embedded NATS server started", "name", srv.Name(), "url", srv.ClientURL(), "cluster", srv.ClusterAddr(),
+	log.Info("embedded NATS server started", "name", srv.Name(), "url", RedactURL(srv.ClientURL()), "cluster", srv.ClusterAddr(),
 		"data", f.data, "sync", srv.Sync().String())
 	return srv, nil
 }

@@ -144,7 +144,7 @@ func grantorNodes(nc *nats.Conn, wait time.Duration) ([]GrantorNode, error) {
 			continue
 		}
 		nodes = append(nodes, GrantorNode{Node: info.Metadata["node"], ID: info.ID,
-			NATSURL: info.Metadata["nats_url"], Version: info.Version})
+			NATSURL: RedactURL(info.Metadata["nats_url"]), Version: info.Version})
 	}
 	slices.SortFunc(nodes, func(a, b GrantorNode) int { return strings.Compare(a.Node, b.Node) })
 	return nodes, nil

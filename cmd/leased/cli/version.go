@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/grantor"
 )
 
 func newVersion(stdout io.Writer) *cobra.Command {
@@ -14,12 +16,14 @@ func newVersion(stdout io.Writer) *cobra.Command {
 		Short: "Print the version of leased and of the NATS libraries it was built with",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			// The version the service reports (nats micro info leased),
+			// whatever the build.
 			bi, ok := debug.ReadBuildInfo()
 			if !ok {
-				fmt.Fprintln(stdout, "leased (unknown build)")
+				fmt.Fprintf(stdout, "leased %s\n", grantor.ServiceVersion)
 				return nil
 			}
-			fmt.Fprintf(stdout, "leased %s (%s)\n", bi.Main.Version, bi.GoVersion)
+			fmt.Fprintf(stdout, "leased %s (%s)\n", grantor.ServiceVersion, bi.GoVersion)
 			for _, d := range bi.Deps {
 				switch d.Path {
 				case "github.com/nats-io/nats-server/v2", "github.com/nats-io/nats.go":

@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+)
+
+func TestRedactURL(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{"nats://leased:pw@127.0.0.1:4222", "nats://leased:xxxxx@127.0.0.1:4222"},
+		{"nats://s3cr3t-token@h:4222", "nats://xxxxx@h:4222"},
+		{"tls://u:p@a:1,nats://b:2,nats://v:q:r@c:3", "tls://u:xxxxx@a:1,nats://b:2,nats://v:xxxxx@c:3"},
+		{"u:p@host:4222", "u:xxxxx@host:4222"},
+		{"nats://u:p%40x@h:1", "nats://u:xxxxx@h:1"},
+		{"", ""},
+	} {
+		if got := RedactURL(c.in); got != c.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestPermissionError(t *testing.T) {
+	for _, c := range []struct {
+		msg, op, subject string
+	}{
+		{`Permissions Violation for Publish to "lease.admin.v1.revoke"`, "publish", "lease.admin.v1.revoke"},
+		{`Permissions Violation for Subscription to "_INBOX.abc.*"`, "subscribe", "_INBOX.abc.*"},
+		{`Permissions Violation for Subscription to "svc.v1.>" using queue "q"`, "subscribe", "svc.v1.>"},
+	} {
+		pe := permissionError(fmt.Errorf("%w: %s", nats.ErrPermissionViolation, c.msg))
+		if pe == nil || pe.Op != c.op || pe.Subject != c.subject {
+			t.Errorf("%s: %+v, want %s %s", c.msg, pe, c.op, c.subject)
+			continue
+		}
+		if !errors.Is(pe, ErrPermissionDenied) || !errors.Is(pe, nats.ErrPermissionViolation) || exitCode(pe) != ExitDenied {
+			t.Errorf("%v: does not match its sentinels or exit code", pe)
+		}
+	}
+	if pe := permissionError(nats.ErrMaxSubscriptionsExceeded); pe != nil {
+		t.Errorf("not a permissions violation: %v", pe)
+	}
+}

@@ -1,0 +1,198 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/grantor"
+)
+
+// The CLI details of issue 10 item 14, each against a real `leased serve`.
+func TestCLIDetails(t *testing.T) {
+	s := startServe(t, "")
+	url := s.url
+	dir := t.TempDir()
+	run := func(t *testing.T, code int, args ...string) result {
+		t.Helper()
+		r := leased(t, url, args...)
+		if r.code != code {
+			t.Fatalf("leased %v: exit %d, want %d\nstdout %s\nstderr %s", args, r.code, code, r.stdout, r.stderr)
+		}
+		return r
+	}
+
+	t.Run("json output has no zero server_time", func(t *testing.T) {
+		acq := run(t, 0, "acquire", "details.time", "-o", "json")
+		file := filepath.Join(dir, "time.json")
+		if err := os.WriteFile(file, []byte(acq.stdout), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ren := run(t, 0, "renew", "details.time", "--lease-file", file, "-o", "json")
+		for _, out := range []string{acq.stdout, ren.stdout} {
+			if strings.Contains(out, `"0001-01-01T00:00:00Z"`) {
+				t.Fatalf("zero time printed: %s", out)
+			}
+		}
+	})
+
+	t.Run("renew --lease-file honours --revision", func(t *testing.T) {
+		acq := run(t, 0, "acquire", "details.rev", "-o", "json", "--ttl", "30s")
+		file := filepath.Join(dir, "rev.json")
+		if err := os.WriteFile(file, []byte(acq.stdout), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// A renewal whose answer a script lost: the file still names the
+		// grant's revision, the conflict reply the current one.
+		var renewed grantor.Lease
+		if err := json.Unmarshal([]byte(run(t, 0, "renew", "details.rev", "--lease-file", file, "-o", "json").stdout), &renewed); err != nil {
+			t.Fatal(err)
+		}
+		run(t, 6, "renew", "details.rev", "--lease-file", file)
+		run(t, 0, "renew", "details.rev", "--lease-file", file, "--revision", strconv.FormatUint(renewed.Revision, 10))
+		// What the file names cannot be contradicted.
+		run(t, 2, "renew", "details.rev", "--lease-file", file, "--token", "1")
+		run(t, 2, "release", "details.rev", "--lease-file", file, "--holder", "someone")
+	})
+
+	t.Run("help", func(t *testing.T) {
+		flagLine := func(t *testing.T, cmd, flag string) string {
+			t.Helper()
+			for _, l := range strings.Split(run(t, 0, cmd, "--help").stdout, "\n") {
+				if f := strings.Fields(l); len(f) > 0 && (f[0] == "--"+flag || len(f) > 1 && f[1] == "--"+flag) {
+					return l
+				}
+			}
+			return ""
+		}
+		if l := flagLine(t, "renew", "lease-file"); !strings.Contains(l, "--lease-file string") {
+			t.Errorf("renew --help: %q", l)
+		}
+		for _, cmd := range []string{"acquire", "renew", "release", "run", "elect", "register"} {
+			if l := flagLine(t, cmd, "holder"); !strings.Contains(l, "HOST-PID") || strings.Contains(l, `(default "`) {
+				t.Errorf("%s --help: holder %q", cmd, l)
+			}
+		}
+		for _, cmd := range []string{"get", "ls", "revoke", "discover", "watch", "status"} {
+			if l := flagLine(t, cmd, "holder"); l != "" {
+				t.Errorf("%s --help offers %q", cmd, l)
+			}
+		}
+		// One default TTL, the grantor's default.
+		want := "(default " + grantor.DefaultConfig().DefaultDuration.String() + ")"
+		for _, cmd := range []string{"acquire", "run", "elect"} {
+			if l := flagLine(t, cmd, "ttl"); !strings.Contains(l, want) {
+				t.Errorf("%s --ttl: %q, want %s", cmd, l, want)
+			}
+		}
+	})
+
+	t.Run("default holder and ttl", func(t *testing.T) {
+		var l grantor.Lease
+		if err := json.Unmarshal([]byte(run(t, 0, "acquire", "details.defaults", "-o", "json").stdout), &l); err != nil {
+			t.Fatal(err)
+		}
+		host, _ := os.Hostname()
+		if !regexp.MustCompile("^"+regexp.QuoteMeta(host)+`-\d+$`).MatchString(l.Holder) ||
+			time.Duration(l.TTL) != grantor.DefaultConfig().DefaultDuration {
+			t.Fatalf("holder %q ttl %v", l.Holder, time.Duration(l.TTL))
+		}
+	})
+
+	t.Run("unknown command exits 2", func(t *testing.T) {
+		run(t, 2, "frobnicate")
+		run(t, 0, "help") // cobra's own commands are no unknown commands
+		run(t, 0, "completion", "bash")
+		run(t, 0)
+	})
+
+	t.Run("held error has the held: prefix", func(t *testing.T) {
+		run(t, 0, "acquire", "details.held", "--holder", "a", "--ttl", "30s")
+		if r := run(t, 3, "acquire", "details.held", "--holder", "b"); !strings.HasPrefix(r.stderr, "leased: held: ") {
+			t.Fatalf("stderr %q", r.stderr)
+		}
+	})
+
+	t.Run("version is the service's", func(t *testing.T) {
+		v := run(t, 0, "version").stdout
+		var st struct{ Grantors []struct{ Version string } }
+		if err := json.Unmarshal([]byte(run(t, 0, "status", "-o", "json").stdout), &st); err != nil || len(st.Grantors) != 1 {
+			t.Fatalf("status: %+v %v", st, err)
+		}
+		if !strings.HasPrefix(v, "leased "+st.Grantors[0].Version+" ") || st.Grantors[0].Version != grantor.ServiceVersion {
+			t.Fatalf("leased version %q, service %q", v, st.Grantors[0].Version)
+		}
+	})
+
+	t.Run("advise rounds durations", func(t *testing.T) {
+		out := run(t, 0, "advise", "--rtt-p99", "100ms").stdout
+		if !strings.Contains(out, "renew interval  666ms\n") || regexp.MustCompile(`\d\.\d{4,}m?s`).MatchString(out) {
+			t.Fatalf("advise:\n%s", out)
+		}
+	})
+
+	t.Run("register", func(t *testing.T) {
+		for _, addr := range []string{"notanaddr", ":8080", "h:port", "h:70000", ""} {
+			if r := run(t, 2, "register", "web", "i1", "--addr", addr); !strings.Contains(r.stderr, "--addr") {
+				t.Errorf("--addr %q: %s", addr, r.stderr)
+			}
+		}
+		cmd := exec.Command(leasedBin, "register", "web", "i1", "--addr", "127.0.0.1:8080", "--url", url)
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		out := readLines(stdout)
+		line := out.wait(t, 10*time.Second, func(string) bool { return true })
+		if !strings.HasPrefix(line, "registered web/i1 addr=127.0.0.1:8080") {
+			t.Fatalf("register in text mode printed %q", line)
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := waitExit(cmd, 10*time.Second); err != nil {
+			t.Fatalf("register after SIGTERM: %v", err)
+		}
+	})
+
+	t.Run("discover explains in the user's terms", func(t *testing.T) {
+		r := run(t, 2, "discover", "w*")
+		if !strings.Contains(r.stderr, `SERVICE "w*" has '*' at byte 1`) || strings.Contains(r.stderr, "svc.") {
+			t.Fatalf("stderr %q", r.stderr)
+		}
+	})
+
+	t.Run("invalid name shows the character", func(t *testing.T) {
+		if r := run(t, 2, "acquire", "bé"); !strings.Contains(r.stderr, `'é' at byte 1`) {
+			t.Fatalf("stderr %q", r.stderr)
+		}
+	})
+
+	t.Run("README lists every serve flag", func(t *testing.T) {
+		readme, err := os.ReadFile("../../README.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		help := run(t, 0, "serve", "--help").stdout
+		for _, m := range regexp.MustCompile(`(?m)^\s+(?:-\w, )?--([a-z-]+)`).FindAllStringSubmatch(help, -1) {
+			if flag := m[1]; flag != "help" && !strings.Contains(string(readme), "`--"+flag) {
+				t.Errorf("README.md does not list serve --%s", flag)
+			}
+		}
+	})
+
+	t.Run("quick start artefacts are ignored", func(t *testing.T) {
+		for _, path := range []string{"leased", "data/jetstream"} {
+			out, err := exec.Command("git", "-C", "../..", "check-ignore", "-q", path).CombinedOutput()
+			if err != nil {
+				t.Errorf("git check-ignore %s: %v %s", path, err, out)
+			}
+		}
+	})
+}

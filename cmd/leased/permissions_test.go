@@ -1,0 +1,142 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+)
+
+// docsAuthServer starts a JetStream nats-server whose authorization block is
+// the one docs/api.md shows, read from the file so that the two cannot
+// drift; each user's password "…" becomes USER-pw-S3CRET. It returns the
+// server's host:port.
+func docsAuthServer(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)```\\n(authorization \\{.*?\\n\\})\\n```").FindSubmatch(doc)
+	if block == nil {
+		t.Fatal("docs/api.md shows no authorization block")
+	}
+	users := regexp.MustCompile(`user: (\w+),(\s*)password: "…"`)
+	if n := len(users.FindAll(block[1], -1)); n < 3 {
+		t.Fatalf("authorization block of docs/api.md has %d users with a password, want app, operator and leased:\n%s", n, block[1])
+	}
+	auth := users.ReplaceAll(block[1], []byte(`user: $1,${2}password: "$1-pw-S3CRET"`))
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	body := "listen: \"127.0.0.1:-1\"\njetstream { store_dir: \"" + filepath.Join(dir, "js") + "\" }\n" + string(auth) + "\n"
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := natsserver.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("docs/api.md's authorization block: %v\n%s", err, body)
+	}
+	opts.NoSigs = true
+	ns, err := natsserver.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return strings.TrimPrefix(ns.ClientURL(), "nats://")
+}
+
+// The permissions of docs/api.md with the shipped binary (issue 10 items 7
+// and 8): `serve --nats-url` as the leased user with its inbox prefix
+// becomes ready without printing its password; the app user leases with
+// --inbox-prefix (or LEASED_INBOX_PREFIX); the server's refusal of an app
+// user's revoke, or of its replies on the default inbox, fails at once with
+// "permission denied" and exit code 7, not "unavailable" at the timeout.
+func TestDocumentedPermissions(t *testing.T) {
+	hostPort := docsAuthServer(t)
+	as := func(user string) string { return "nats://" + user + ":" + user + "-pw-S3CRET@" + hostPort }
+
+	// Without its inbox prefix the service cannot hear JetStream's replies:
+	// it says so at once instead of waiting for them.
+	start := time.Now()
+	if r := leased(t, "", "serve", "--nats-url", as("leased")); r.code != 7 ||
+		!strings.Contains(r.stderr, "permission denied") || !strings.Contains(r.stderr, "--inbox-prefix") {
+		t.Fatalf("serve without --inbox-prefix: exit %d, stderr %q; want 7, permission denied", r.code, r.stderr)
+	} else if took := time.Since(start); took > 20*time.Second || strings.Contains(r.stderr, "S3CRET") {
+		t.Fatalf("serve without --inbox-prefix: %v, stderr %q", took, r.stderr)
+	}
+
+	serve := exec.Command(leasedBin, "serve", "--nats-url", as("leased"), "--inbox-prefix", "_INBOX_leased", "--log-format", "json")
+	stderr, _ := serve.StderrPipe()
+	stdout, _ := serve.StdoutPipe()
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
+	logs, outs := readLines(stderr), readLines(stdout)
+	ready := logs.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	var r struct{ URL string }
+	if err := json.Unmarshal([]byte(ready), &r); err != nil || r.URL != "nats://leased:xxxxx@"+hostPort {
+		t.Fatalf("ready line %q (%v): want url nats://leased:xxxxx@%s", ready, err, hostPort)
+	}
+
+	// The application user, with its inbox prefix from the flag and from
+	// the environment.
+	acq := leased(t, as("app"), "acquire", "perm.a", "--ttl", "30s", "--holder", "app-1", "--inbox-prefix", "_INBOX_app")
+	if acq.code != 0 {
+		t.Fatalf("acquire as app with --inbox-prefix: exit %d %s", acq.code, acq.stderr)
+	}
+	t.Setenv("LEASED_INBOX_PREFIX", "_INBOX_app")
+	if r := leased(t, as("app"), "get", "perm.a"); r.code != 0 || !strings.Contains(r.stdout, "app-1") {
+		t.Fatalf("get as app with LEASED_INBOX_PREFIX: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+
+	// Refusals by the server: prompt, with their own exit code. The
+	// timeout is long so that waiting it out cannot pass for promptness.
+	for _, c := range []struct {
+		name, user string
+		args       []string
+		want       string
+	}{
+		{"revoke as app", "app", []string{"revoke", "perm.a", "--inbox-prefix", "_INBOX_app"}, `publish to "lease.admin.v1.revoke"`},
+		{"app without its inbox prefix", "app", []string{"get", "perm.a", "--inbox-prefix", ""}, "--inbox-prefix"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			r := leased(t, as(c.user), append(c.args, "--timeout", "30s")...)
+			took := time.Since(start)
+			if r.code != 7 || !strings.Contains(r.stderr, "permission denied") || !strings.Contains(r.stderr, c.want) {
+				t.Fatalf("leased %v: exit %d, stderr %q; want exit 7, permission denied, %s", c.args, r.code, r.stderr, c.want)
+			}
+			if took > 10*time.Second {
+				t.Fatalf("leased %v took %v to report the refusal", c.args, took)
+			}
+			t.Logf("%s: %v: %s", c.name, took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
+		})
+	}
+	t.Setenv("LEASED_INBOX_PREFIX", "")
+	if r := leased(t, as("operator"), "revoke", "perm.a"); r.code != 0 {
+		t.Fatalf("revoke as operator (the lease must have survived the app's attempt): exit %d %s", r.code, r.stderr)
+	}
+
+	// Nothing the service printed carries a password, and the server
+	// refused none of its own subscriptions or publishes (its refusals of
+	// subscriptions arrive before the service says it is ready, as it
+	// flushes them first).
+	all := logs.text() + outs.text()
+	if strings.Contains(all, "S3CRET") {
+		t.Fatalf("serve printed a password:\n%s", all)
+	}
+	if strings.Contains(strings.ToLower(all), "permissions violation") {
+		t.Fatalf("the documented permissions refuse the service something:\n%s", all)
+	}
+}
