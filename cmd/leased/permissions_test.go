@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,24 +13,14 @@ import (
 )
 
 // docsAuthServer starts a JetStream nats-server whose authorization block is
-// the one docs/api.md shows, read from the file so that the two cannot
-// drift; each user's password "…" becomes USER-pw-S3CRET. It returns the
-// server's host:port.
+// the one docs/api.md shows (see docsAuthorization: each user's password is
+// password(user)). It returns the server's host:port.
 func docsAuthServer(t *testing.T) string {
 	t.Helper()
-	doc, err := os.ReadFile("../../docs/api.md")
-	if err != nil {
-		t.Fatal(err)
+	auth := docsAuthorization(t)
+	if n := strings.Count(auth, "-test-password"); n < 3 {
+		t.Fatalf("authorization block of docs/api.md has %d users with a password, want app, operator and leased:\n%s", n, auth)
 	}
-	block := regexp.MustCompile("(?s)```\\n(authorization \\{.*?\\n\\})\\n```").FindSubmatch(doc)
-	if block == nil {
-		t.Fatal("docs/api.md shows no authorization block")
-	}
-	users := regexp.MustCompile(`user: (\w+),(\s*)password: "…"`)
-	if n := len(users.FindAll(block[1], -1)); n < 3 {
-		t.Fatalf("authorization block of docs/api.md has %d users with a password, want app, operator and leased:\n%s", n, block[1])
-	}
-	auth := users.ReplaceAll(block[1], []byte(`user: $1,${2}password: "$1-pw-S3CRET"`))
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "nats.conf")
 	body := "listen: \"127.0.0.1:-1\"\njetstream { store_dir: \"" + filepath.Join(dir, "js") + "\" }\n" + string(auth) + "\n"
@@ -63,7 +52,7 @@ func docsAuthServer(t *testing.T) string {
 // "permission denied" and exit code 7, not "unavailable" at the timeout.
 func TestDocumentedPermissions(t *testing.T) {
 	hostPort := docsAuthServer(t)
-	as := func(user string) string { return "nats://" + user + ":" + user + "-pw-S3CRET@" + hostPort }
+	as := func(user string) string { return "nats://" + user + ":" + password(user) + "@" + hostPort }
 
 	// Without its inbox prefix the service cannot hear JetStream's replies:
 	// it says so at once instead of waiting for them.
@@ -71,7 +60,7 @@ func TestDocumentedPermissions(t *testing.T) {
 	if r := leased(t, "", "serve", "--nats-url", as("leased")); r.code != 7 ||
 		!strings.Contains(r.stderr, "permission denied") || !strings.Contains(r.stderr, "--inbox-prefix") {
 		t.Fatalf("serve without --inbox-prefix: exit %d, stderr %q; want 7, permission denied", r.code, r.stderr)
-	} else if took := time.Since(start); took > 20*time.Second || strings.Contains(r.stderr, "S3CRET") {
+	} else if took := time.Since(start); took > 20*time.Second || strings.Contains(r.stderr, "-test-password") {
 		t.Fatalf("serve without --inbox-prefix: %v, stderr %q", took, r.stderr)
 	}
 
@@ -133,7 +122,7 @@ func TestDocumentedPermissions(t *testing.T) {
 	// subscriptions arrive before the service says it is ready, as it
 	// flushes them first).
 	all := logs.text() + outs.text()
-	if strings.Contains(all, "S3CRET") {
+	if strings.Contains(all, "-test-password") {
 		t.Fatalf("serve printed a password:\n%s", all)
 	}
 	if strings.Contains(strings.ToLower(all), "permissions violation") {
