@@ -432,6 +432,29 @@ func TestClientEstimatesGrantorClock(t *testing.T) {
 	}
 }
 
+// Every lease reply names the grantor node whose clock its server_time is,
+// so that clients estimate each node's clock rate apart (issue 10 item 4).
+func TestLeaseRepliesNameTheirNode(t *testing.T) {
+	f := start(t, grantor.DefaultConfig(), grantor.WithNodeName("n7"))
+	reply, err := f.nc.Request(grantor.SubjectGrant, []byte(`{"name":"node.a","holder":"h","ttl":"10s"}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l grantor.Lease
+	if err := json.Unmarshal(reply.Data, &l); err != nil || l.Node != "n7" || l.ServerTime.IsZero() {
+		t.Fatalf("grant reply %s (%v): want node n7 and a server_time", reply.Data, err)
+	}
+	for _, subj := range []string{grantor.SubjectGet, grantor.SubjectRevoke} {
+		reply, err := f.nc.Request(subj, []byte(`{"name":"node.a"}`), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(reply.Data, &l); err != nil || l.Node != "n7" {
+			t.Fatalf("%s reply %s (%v): want node n7", subj, reply.Data, err)
+		}
+	}
+}
+
 // dropOneReply passes requests to the service client, but drops the reply
 // to one renewal after the service has stored it.
 type dropOneReply struct {
