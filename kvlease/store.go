@@ -332,7 +332,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	}.encode()
 	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
 	if err != nil {
-		return Record{}, s.explainMismatch(ctx, req.Name, req.Holder, req.Token, err)
+		return Record{}, s.explainMismatch(ctx, req.Name, req.Holder, req.Token, req.Revision, err)
 	}
 	rec = cur
 	rec.Revision, rec.Duration, rec.TTL, rec.StoredAt = rev, req.Duration, ttl, time.Now()
@@ -355,7 +355,7 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 		return err
 	}
 	_, err = s.purge(ctx, req.Name, "release", req.Holder, req.Token, "", req.Revision)
-	return s.explainMismatch(ctx, req.Name, req.Holder, req.Token, err)
+	return s.explainMismatch(ctx, req.Name, req.Holder, req.Token, req.Revision, err)
 }
 
 // Revoke ends whatever tenure the lease has, regardless of holder, and
@@ -477,7 +477,7 @@ func (s *Store) verify(ctx context.Context, name, holder string, token Token, re
 		m, err := s.leaderGet(ctx, msgGetRequest{Seq: rev})
 		switch {
 		case errors.Is(err, errNoMessage):
-			return Record{}, s.explainMismatch(ctx, name, holder, token, errMismatch)
+			return Record{}, s.explainMismatch(ctx, name, holder, token, rev, errMismatch)
 		case err != nil:
 			return Record{}, translate("read revision", err)
 		case m.Subject != s.prefix+name || gone(m.Header):
@@ -501,16 +501,25 @@ func (s *Store) verify(ctx context.Context, name, holder string, token Token, re
 	return cur, nil
 }
 
-// explainMismatch turns a failed compare-and-set into the error a holder
-// needs: the lease is gone, or someone else's, or only our revision is old.
-func (s *Store) explainMismatch(ctx context.Context, name, holder string, token Token, err error) error {
+// explainMismatch turns a failed compare-and-set of (holder, token, rev)
+// into the error a holder needs: the lease is gone, or someone else's, or
+// only our revision is old. The read that explains it is evidence, not
+// truth: one that shows the lease below the caller's revision or token (a
+// deposed stream leader answering from its frozen state) is re-read, and
+// if it stays below, answered [ErrUnavailable] ([StaleReadError]), never
+// not-holder: the caller is then not refused but asks again.
+func (s *Store) explainMismatch(ctx context.Context, name, holder string, token Token, rev uint64, err error) error {
 	if !errors.Is(err, errMismatch) {
 		return err
 	}
-	cur, live, lerr := s.last(ctx, name)
+	cur, live, lerr := s.lastAtLeast(ctx, name, rev, token)
 	switch {
 	case lerr != nil:
 		return lerr
+	case live && cur.Revision == rev && cur.Token == token && cur.Holder == holder:
+		// The compare-and-set said "not at rev", the read says "at rev":
+		// one of the two answers came from a node that is behind.
+		return &StaleReadError{Name: name, Seen: rev, Floor: rev}
 	case !live:
 		return fmt.Errorf("%w: %q lapsed or was released or revoked", ErrNotFound, name)
 	case cur.Token != token || cur.Holder != holder:
@@ -522,8 +531,49 @@ func (s *Store) explainMismatch(ctx context.Context, name, holder string, token 
 
 // last reads the latest entry for name. live is false if there is none or
 // it is a release, revocation or expiry marker; then rec.Revision is the
-// marker's revision (0 if none), the one a new grant must name.
+// marker's revision (0 if none), the one a new grant must name. A read
+// below the last revision this Store wrote or saw for name is stale: see
+// lastAtLeast.
 func (s *Store) last(ctx context.Context, name string) (rec Record, live bool, err error) {
+	return s.lastAtLeast(ctx, name, 0, 0)
+}
+
+// staleReadBackoff spaces the re-reads of a read found stale. A stream
+// leader that was paused past an election answers from its frozen state
+// only until it hears of the new term, milliseconds after it resumes.
+var staleReadBackoff = []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond,
+	40 * time.Millisecond, 80 * time.Millisecond, 160 * time.Millisecond}
+
+// lastAtLeast is last for a caller that has been shown revision rev and
+// token of name (0: none). Revisions of a subject only grow, and a token
+// is the revision of its grant, so an entry below rev, below the last
+// revision this Store wrote or saw for name, or a tenure older than token,
+// cannot be the current one: it is re-read, and [StaleReadError] if it
+// stays so. "No entry at all" is not compared (a tombstone's own TTL ends
+// it). Bucket revisions reset only if the bucket is recreated, which breaks
+// fencing: then these reads stay unavailable rather than grant again.
+func (s *Store) lastAtLeast(ctx context.Context, name string, rev uint64, token Token) (rec Record, live bool, err error) {
+	for i := 0; ; i++ {
+		floor := max(rev, uint64(token), s.cache.revision(name))
+		rec, live, err = s.readLast(ctx, name)
+		seen := rec.Revision
+		if err != nil || seen == 0 || seen >= floor && (!live || rec.Token >= token) {
+			return rec, live, err
+		}
+		if i == len(staleReadBackoff) {
+			s.log.Info("stale read of a lease", "lease", name, "revision", seen, "token", rec.Token,
+				"floor", floor, "caller_token", token)
+			return Record{}, false, &StaleReadError{Name: name, Seen: seen, Floor: floor}
+		}
+		select {
+		case <-time.After(staleReadBackoff[i]):
+		case <-ctx.Done():
+			return Record{}, false, translate("read lease", ctx.Err())
+		}
+	}
+}
+
+func (s *Store) readLast(ctx context.Context, name string) (rec Record, live bool, err error) {
 	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
 	switch {
 	case errors.Is(err, errNoMessage):
@@ -653,6 +703,9 @@ const revCacheMax = 1 << 16
 func (c *revCache) set(name string, e cacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if old, ok := c.m[name]; ok && old.rec.Revision > e.rec.Revision {
+		return // revisions of a lease only grow: e is from a stale read
+	}
 	if _, ok := c.m[name]; !ok && len(c.m) >= revCacheMax {
 		for k := range c.m { // evict one at random
 			delete(c.m, k)
@@ -678,6 +731,14 @@ func (c *revCache) get(name string, rev uint64) (Record, bool) {
 		return Record{}, false
 	}
 	return e.rec, true
+}
+
+// revision returns the last revision of name this Store wrote or saw (0 if
+// none is remembered): a read of name showing less is stale.
+func (c *revCache) revision(name string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[name].rec.Revision
 }
 
 // lastGone returns the tombstone revision a grant should expect, if known.
