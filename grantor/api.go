@@ -145,6 +145,9 @@ type Lease struct {
 	Secret string `json:"secret,omitempty"`
 	// ServerTime is the grantor's wall clock when it replied.
 	ServerTime time.Time `json:"server_time"`
+	// Node names the grantor node that replied (its WithNodeName, `serve
+	// --name`), whose clock ServerTime is; empty if it has no name.
+	Node string `json:"node,omitempty"`
 	// Flapping is set in list replies for a lease whose holder changed more
 	// often than the grantor's flapping threshold allows.
 	Flapping bool `json:"flapping,omitempty"`

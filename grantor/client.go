@@ -144,7 +144,7 @@ func (c *Client) Revoke(ctx context.Context, name, reason string) (Lease, error)
 
 // observe feeds the clock estimate with a reply's server time.
 func (c *Client) observe(sent time.Time, l *Lease) {
-	c.clock.Observe(sent, time.Now(), l.ServerTime)
+	c.clock.ObserveNode(l.Node, sent, time.Now(), l.ServerTime)
 	if offset, bound, _, _, ok := c.clock.Estimate(); ok || bound > 0 {
 		c.metrics.ClockOffset(context.Background(), "grantor", offset, bound)
 	}

@@ -9,66 +9,149 @@ import (
 // ClockEstimator estimates the offset and the rate error between this
 // machine's clock and the grantor's, Cristian-style, from the server time in
 // each reply: offset ≈ server − (sent + rtt/2), with an error of at most
-// rtt/2. The rate error is the change of offset over time between samples
-// far enough apart that the rtt/2 bounds do not dominate.
+// rtt/2. The rate error is measured against this machine's monotonic clock,
+// on which holders count their deadlines: Δserver/Δmonotonic − 1 between
+// samples far enough apart that the rtt/2 bounds do not dominate. A step of
+// this machine's wall clock therefore changes the offset but not the rate.
+//
+// Each grantor node has its own clock, so samples are kept per answering
+// node (the reply's node field) and a rate is only measured between two
+// replies of the same node; the estimate reports the worst node.
 //
 // Safety does not depend on the offset (holders count durations on their
 // monotonic clocks), but it does on the rate: a holder clock that runs slow
 // by more than the lease's ρ would keep acting after the grantor reclaimed.
+// A step of a grantor's wall clock does show as a rate error: the server
+// expires keys by its wall clock, so such a step is one the holder must
+// hear of.
 type ClockEstimator struct {
-	mu      sync.Mutex
-	samples []clockSample // oldest first, at most maxSamples
+	mu    sync.Mutex
+	nodes map[string]*nodeClock // by answering node; at most maxNodes
+	last  clockSample           // the latest sample of any node
+	n     uint64                // samples observed, to find the least recent node
+}
+
+// nodeClock is one grantor node's samples, oldest first, at most maxSamples.
+type nodeClock struct {
+	samples []clockSample
+	seen    uint64 // ClockEstimator.n at its latest sample
 }
 
 type clockSample struct {
-	mono   time.Time // local monotonic reading at the midpoint
-	offset time.Duration
+	mono   time.Duration // local monotonic reading at the midpoint
+	server time.Time     // the node's clock in the reply
+	offset time.Duration // server − local wall clock at the midpoint
 	bound  time.Duration // rtt/2
 }
 
-const maxSamples = 64
-
-// Observe adds one request's timing: sent and received are local readings
-// (with their monotonic parts), server is the grantor's clock in the reply.
-func (c *ClockEstimator) Observe(sent, received, server time.Time) {
-	if server.IsZero() || !received.After(sent) {
-		return
-	}
-	rtt := received.Sub(sent)
-	mid := sent.Add(rtt / 2)
-	s := clockSample{mono: mid, offset: server.Sub(mid.Round(0)), bound: rtt / 2}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.samples = append(c.samples, s)
-	if len(c.samples) > maxSamples {
-		c.samples = c.samples[1:]
-	}
+// clockReading is one reading of the local clocks: the wall clock, which
+// offsets are against, and the monotonic clock, which rates are against.
+// They are separate so that a test can step one and not the other.
+type clockReading struct {
+	wall time.Time     // without a monotonic part
+	mono time.Duration // since monoEpoch
 }
 
-// Estimate returns the latest offset (grantor minus local) with its error
-// bound, and the rate error (dimensionless, e.g. 1e-4) with its own bound,
-// from the oldest and newest samples. ok is false without two samples.
+var monoEpoch = time.Now()
+
+// readingOf splits a time.Now() value into its two clocks. A time without a
+// monotonic reading counts its wall clock as monotonic.
+func readingOf(t time.Time) clockReading {
+	return clockReading{wall: t.Round(0), mono: t.Sub(monoEpoch)}
+}
+
+const (
+	maxSamples = 64 // per node
+	maxNodes   = 16 // the least recently heard node is forgotten first
+)
+
+// Observe adds one request's timing: sent and received are local readings
+// (time.Now(), with their monotonic parts), server is the grantor's clock in
+// the reply. It is ObserveNode for a grantor that did not name its node.
+func (c *ClockEstimator) Observe(sent, received, server time.Time) {
+	c.ObserveNode("", sent, received, server)
+}
+
+// ObserveNode is Observe for a reply from the named grantor node: rates are
+// measured only between replies of the same node.
+func (c *ClockEstimator) ObserveNode(node string, sent, received, server time.Time) {
+	c.observe(node, readingOf(sent), readingOf(received), server)
+}
+
+func (c *ClockEstimator) observe(node string, sent, received clockReading, server time.Time) {
+	rtt := received.mono - sent.mono
+	if server.IsZero() || rtt <= 0 {
+		return
+	}
+	s := clockSample{mono: sent.mono + rtt/2, server: server.Round(0), bound: rtt / 2}
+	s.offset = s.server.Sub(sent.wall.Add(rtt / 2))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes == nil {
+		c.nodes = make(map[string]*nodeClock)
+	}
+	nc := c.nodes[node]
+	if nc == nil {
+		if len(c.nodes) >= maxNodes {
+			c.forgetLeastRecentLocked()
+		}
+		nc = &nodeClock{}
+		c.nodes[node] = nc
+	}
+	c.n++
+	nc.seen = c.n
+	nc.samples = append(nc.samples, s)
+	if len(nc.samples) > maxSamples {
+		nc.samples = nc.samples[1:]
+	}
+	c.last = s
+}
+
+func (c *ClockEstimator) forgetLeastRecentLocked() {
+	var oldest string
+	var seen uint64 = math.MaxUint64
+	for name, nc := range c.nodes {
+		if nc.seen < seen {
+			oldest, seen = name, nc.seen
+		}
+	}
+	delete(c.nodes, oldest)
+}
+
+// Estimate returns the latest offset (grantor minus local wall clock, from
+// whichever node answered last) with its error bound, and the rate error
+// (dimensionless, e.g. 1e-4) with its own bound, from the oldest and newest
+// samples of the node whose rate error, less its bound, is largest. ok is
+// false until some node has answered twice.
 func (c *ClockEstimator) Estimate() (offset, bound time.Duration, rate, rateBound float64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.samples) == 0 {
+	if c.n == 0 {
 		return 0, 0, 0, 0, false
 	}
-	last := c.samples[len(c.samples)-1]
-	if len(c.samples) < 2 {
-		return last.offset, last.bound, 0, math.Inf(1), false
+	rate, rateBound = 0, math.Inf(1)
+	worst := math.Inf(-1)
+	for _, nc := range c.nodes {
+		if len(nc.samples) < 2 {
+			continue
+		}
+		r, b, rok := rateOf(nc.samples[0], nc.samples[len(nc.samples)-1])
+		if rok && math.Abs(r)-b > worst {
+			rate, rateBound, ok, worst = r, b, true, math.Abs(r)-b
+		}
 	}
-	rate, rateBound, ok = rateOf(c.samples[0], last)
-	return last.offset, last.bound, rate, rateBound, ok
+	return c.last.offset, c.last.bound, rate, rateBound, ok
 }
 
-// rateOf is the drift between two samples and its uncertainty.
+// rateOf is the rate error of a node's clock against the local monotonic
+// clock between two of its samples, Δserver/Δmonotonic − 1, and its
+// uncertainty.
 func rateOf(a, b clockSample) (rate, bound float64, ok bool) {
-	dt := b.mono.Sub(a.mono)
+	dt := b.mono - a.mono
 	if dt <= 0 {
 		return 0, math.Inf(1), false
 	}
-	rate = float64(b.offset-a.offset) / float64(dt)
+	rate = float64(b.server.Sub(a.server)-dt) / float64(dt)
 	bound = float64(a.bound+b.bound) / float64(dt)
 	return rate, bound, true
 }
@@ -77,9 +160,9 @@ func rateOf(a, b clockSample) (rate, bound float64, ok bool) {
 // passed half of rho: time to look at the clocks before Exceeds refuses.
 func (c *ClockEstimator) Warns(rho float64) bool { return c.Exceeds(rho / 2) }
 
-// Exceeds reports whether the measured rate error, less its uncertainty,
-// is beyond rho: then the lease's clock-rate bound no longer covers this
-// pair of clocks.
+// Exceeds reports whether the measured rate error of some grantor node,
+// less its uncertainty, is beyond rho: then the lease's clock-rate bound no
+// longer covers this pair of clocks.
 func (c *ClockEstimator) Exceeds(rho float64) bool {
 	_, _, rate, bound, ok := c.Estimate()
 	return ok && math.Abs(rate)-bound > rho

@@ -352,6 +352,10 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 func (s *Service) reply(to, verb string, resp any, err error, counted func(code string)) string {
 	msg := &nats.Msg{Subject: to}
 	code := "ok"
+	if l, ok := resp.(Lease); ok {
+		l.Node = s.node // whose clock l.ServerTime is: clients estimate rates per node
+		resp = l
+	}
 	if err == nil {
 		msg.Data, _ = json.Marshal(resp)
 		if len(msg.Data) > int(s.nc.MaxPayload()) {

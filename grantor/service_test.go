@@ -160,8 +160,9 @@ func TestNonHolderRefusedWithoutSecret(t *testing.T) {
 		t.Fatalf("stale revision: %v (%+v), want the current revision %d", err, stale, ren.Revision)
 	}
 	// The secret is checked before the revision: a caller without it learns
-	// nothing (no conflict, no current revision), whatever revision it names.
-	// A revision above the current one is not stale: the read is behind.
+	// nothing (no conflict, no current revision). A revision above the
+	// current one is not stale: it says the read is behind (a deposed
+	// leader's), so the answer is unavailable, whoever asks.
 	for _, c := range []struct {
 		name   string
 		rev    uint64
@@ -170,7 +171,7 @@ func TestNonHolderRefusedWithoutSecret(t *testing.T) {
 	}{
 		{"stale revision, wrong secret", rec.Revision, strings.Repeat("0", 32), grantor.CodeNotHolder},
 		{"stale revision, no secret", rec.Revision, "", grantor.CodeNotHolder},
-		{"future revision, wrong secret", ren.Revision + 100, strings.Repeat("0", 32), grantor.CodeNotHolder},
+		{"future revision, wrong secret", ren.Revision + 100, strings.Repeat("0", 32), grantor.CodeUnavailable},
 		{"future revision, the secret", ren.Revision + 100, rec.Secret, grantor.CodeUnavailable},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -494,6 +495,29 @@ func TestClientEstimatesGrantorClock(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no leased.clock.offset metric")
+	}
+}
+
+// Every lease reply names the grantor node whose clock its server_time is,
+// so that clients estimate each node's clock rate apart (issue 10 item 4).
+func TestLeaseRepliesNameTheirNode(t *testing.T) {
+	f := start(t, grantor.DefaultConfig(), grantor.WithNodeName("n7"))
+	reply, err := f.nc.Request(grantor.SubjectGrant, []byte(`{"name":"node.a","holder":"h","ttl":"10s"}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l grantor.Lease
+	if err := json.Unmarshal(reply.Data, &l); err != nil || l.Node != "n7" || l.ServerTime.IsZero() {
+		t.Fatalf("grant reply %s (%v): want node n7 and a server_time", reply.Data, err)
+	}
+	for _, subj := range []string{grantor.SubjectGet, grantor.SubjectRevoke} {
+		reply, err := f.nc.Request(subj, []byte(`{"name":"node.a"}`), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(reply.Data, &l); err != nil || l.Node != "n7" {
+			t.Fatalf("%s reply %s (%v): want node n7", subj, reply.Data, err)
+		}
 	}
 }
 

@@ -140,3 +140,27 @@ func (e *StaleTokenError) Error() string {
 
 // Is makes errors.Is(err, ErrStaleToken) true.
 func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// StaleReadError is [ErrUnavailable]: a read showed a lease at a revision
+// (or a tenure) older than one the store has already issued or been shown
+// for it, and kept doing so when read again. Revisions of a lease only
+// grow, so the answer came from a node that is behind, such as a stream
+// leader that was paused past an election and has just resumed. It is
+// never evidence that the caller is not the holder: ask again.
+type StaleReadError struct {
+	Name  string
+	Seen  uint64 // the revision the read showed
+	Floor uint64 // the revision already issued or shown, which it is below
+}
+
+func (e *StaleReadError) Error() string {
+	if e.Seen == e.Floor {
+		return fmt.Sprintf("kvlease: grantor unavailable: the bucket refused revision %d of %q, which a read shows current: one answer came from a node that is behind",
+			e.Seen, e.Name)
+	}
+	return fmt.Sprintf("kvlease: grantor unavailable: a read of %q shows revision %d, behind revision %d already issued (a stream leader that lost its leadership?)",
+		e.Name, e.Seen, e.Floor)
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *StaleReadError) Is(target error) bool { return target == ErrUnavailable }

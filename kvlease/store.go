@@ -528,16 +528,18 @@ func (s *Store) verify(ctx context.Context, c tenureClaim) (Record, error) {
 
 // explainMismatch turns a failed compare-and-set into the error a holder
 // needs: the lease is gone, or someone else's, or only its revision is old.
-// The current record must pass the claim's holder, token and secret checks
-// before its revision is named. A current revision at or below the one the
-// caller presents is no answer at all: the caller was given that revision,
-// so the read is behind (a node that has not caught up, or a deposed leader
-// answering from its frozen state) and the outcome is unknown.
+// The read that explains it is evidence, not truth: one that shows the
+// lease below the caller's revision or token (a deposed stream leader
+// answering from its frozen state) is re-read, and if it stays below,
+// answered [ErrUnavailable] ([StaleReadError]), never not-holder: the caller
+// is not refused but asks again. The current record must pass the claim's
+// holder, token and secret checks before its revision is named, so a caller
+// without the secret never learns it or gets a conflict.
 func (s *Store) explainMismatch(ctx context.Context, c tenureClaim, err error) error {
 	if !errors.Is(err, errMismatch) {
 		return err
 	}
-	cur, live, lerr := s.last(ctx, c.name)
+	cur, live, lerr := s.lastAtLeast(ctx, c.name, c.rev, c.token)
 	switch {
 	case lerr != nil:
 		return lerr
@@ -548,16 +550,59 @@ func (s *Store) explainMismatch(ctx context.Context, c tenureClaim, err error) e
 		return err
 	}
 	if cur.Revision <= c.rev {
-		return fmt.Errorf("%w: %q reads as revision %d, not after the revision %d presented: a stale read",
-			ErrUnavailable, c.name, cur.Revision, c.rev)
+		// lastAtLeast re-read anything below c.rev; at c.rev, the
+		// compare-and-set said "not at rev" and the read says "at rev": one
+		// of the two answers came from a node that is behind.
+		return &StaleReadError{Name: c.name, Seen: cur.Revision, Floor: c.rev}
 	}
 	return &StaleRevisionError{Name: c.name, Revision: cur.Revision}
 }
 
 // last reads the latest entry for name. live is false if there is none or
 // it is a release, revocation or expiry marker; then rec.Revision is the
-// marker's revision (0 if none), the one a new grant must name.
+// marker's revision (0 if none), the one a new grant must name. A read
+// below the last revision this Store wrote or saw for name is stale: see
+// lastAtLeast.
 func (s *Store) last(ctx context.Context, name string) (rec Record, live bool, err error) {
+	return s.lastAtLeast(ctx, name, 0, 0)
+}
+
+// staleReadBackoff spaces the re-reads of a read found stale. A stream
+// leader that was paused past an election answers from its frozen state
+// only until it hears of the new term, milliseconds after it resumes.
+var staleReadBackoff = []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond,
+	40 * time.Millisecond, 80 * time.Millisecond, 160 * time.Millisecond}
+
+// lastAtLeast is last for a caller that has been shown revision rev and
+// token of name (0: none). Revisions of a subject only grow, and a token
+// is the revision of its grant, so an entry below rev, below the last
+// revision this Store wrote or saw for name, or a tenure older than token,
+// cannot be the current one: it is re-read, and [StaleReadError] if it
+// stays so. "No entry at all" is not compared (a tombstone's own TTL ends
+// it). Bucket revisions reset only if the bucket is recreated, which breaks
+// fencing: then these reads stay unavailable rather than grant again.
+func (s *Store) lastAtLeast(ctx context.Context, name string, rev uint64, token Token) (rec Record, live bool, err error) {
+	for i := 0; ; i++ {
+		floor := max(rev, uint64(token), s.cache.revision(name))
+		rec, live, err = s.readLast(ctx, name)
+		seen := rec.Revision
+		if err != nil || seen == 0 || seen >= floor && (!live || rec.Token >= token) {
+			return rec, live, err
+		}
+		if i == len(staleReadBackoff) {
+			s.log.Info("stale read of a lease", "lease", name, "revision", seen, "token", rec.Token,
+				"floor", floor, "caller_token", token)
+			return Record{}, false, &StaleReadError{Name: name, Seen: seen, Floor: floor}
+		}
+		select {
+		case <-time.After(staleReadBackoff[i]):
+		case <-ctx.Done():
+			return Record{}, false, translate("read lease", ctx.Err())
+		}
+	}
+}
+
+func (s *Store) readLast(ctx context.Context, name string) (rec Record, live bool, err error) {
 	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
 	switch {
 	case errors.Is(err, errNoMessage):
@@ -687,6 +732,9 @@ const revCacheMax = 1 << 16
 func (c *revCache) set(name string, e cacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if old, ok := c.m[name]; ok && old.rec.Revision > e.rec.Revision {
+		return // revisions of a lease only grow: e is from a stale read
+	}
 	if _, ok := c.m[name]; !ok && len(c.m) >= revCacheMax {
 		for k := range c.m { // evict one at random
 			delete(c.m, k)
@@ -712,6 +760,14 @@ func (c *revCache) get(name string, rev uint64) (Record, bool) {
 		return Record{}, false
 	}
 	return e.rec, true
+}
+
+// revision returns the last revision of name this Store wrote or saw (0 if
+// none is remembered): a read of name showing less is stale.
+func (c *revCache) revision(name string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[name].rec.Revision
 }
 
 // lastGone returns the tombstone revision a grant should expect, if known.

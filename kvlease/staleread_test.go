@@ -1,0 +1,212 @@
+package kvlease_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// deposedLeader stands between a Store and a real server's JetStream API:
+// the Store's JetStream context uses the API prefix "deposed.API.", and
+// every request on it is forwarded to $JS.API. Once frozen, it answers the
+// Store's message gets as a stream leader paused past an election answers
+// in the milliseconds after it resumes: from its state at the pause. The
+// lease's last entry is the one it had then, and revisions written since
+// are "no message". It answers so for the next n message gets (-1: all).
+type deposedLeader struct {
+	nc *nats.Conn // to the real server
+
+	mu      sync.Mutex
+	stale   int    // message gets still to answer from the frozen state
+	subject string // the lease's subject
+	last    []byte // the frozen reply to "last entry of subject"
+	lastSeq uint64 // the stream's last revision at the pause
+}
+
+func newDeposedLeader(t *testing.T, url string) *deposedLeader {
+	t.Helper()
+	d := &deposedLeader{nc: kvleasetest.Connect(t, url)}
+	sub, err := d.nc.Subscribe("deposed.API.>", func(m *nats.Msg) {
+		if reply, ok := d.staleReply(m); ok {
+			_ = m.Respond(reply)
+			return
+		}
+		fwd := &nats.Msg{Subject: "$JS.API." + strings.TrimPrefix(m.Subject, "deposed.API."), Header: m.Header, Data: m.Data}
+		r, err := d.nc.RequestMsg(fwd, 5*time.Second)
+		if err != nil {
+			return // the Store times out, as with a server that does not answer
+		}
+		_ = m.RespondMsg(&nats.Msg{Header: r.Header, Data: r.Data})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return d
+}
+
+// store opens the bucket through the deposed leader.
+func (d *deposedLeader) store(t *testing.T, url string) *kvlease.Store {
+	t.Helper()
+	js, err := jetstream.NewWithAPIPrefix(kvleasetest.Connect(t, url), "deposed.API")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kvlease.Open(t.Context(), js, kvlease.WithoutCreate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// freeze records the state of lease name now, as the leader had it when
+// it was paused.
+func (d *deposedLeader) freeze(t *testing.T, name string) {
+	t.Helper()
+	subject := "$KV." + kvlease.DefaultBucket + "." + name
+	body, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	r, err := d.nc.Request("$JS.API.STREAM.MSG.GET.KV_"+kvlease.DefaultBucket, body, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := kvleasetest.JetStream(t, d.nc)
+	s, err := js.Stream(t.Context(), "KV_"+kvlease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.subject, d.last, d.lastSeq = subject, r.Data, s.CachedInfo().State.LastSeq
+}
+
+// answerStale makes the next n message gets (-1: all) stale.
+func (d *deposedLeader) answerStale(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stale = n
+}
+
+func (d *deposedLeader) staleReply(m *nats.Msg) ([]byte, bool) {
+	if !strings.HasPrefix(m.Subject, "deposed.API.STREAM.MSG.GET.") {
+		return nil, false
+	}
+	var req struct {
+		Seq     uint64 `json:"seq"`
+		LastFor string `json:"last_by_subj"`
+	}
+	if json.Unmarshal(m.Data, &req) != nil {
+		return nil, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stale == 0 {
+		return nil, false
+	}
+	var reply []byte
+	switch {
+	case req.LastFor != "" && req.LastFor == d.subject:
+		reply = d.last
+	case req.Seq > d.lastSeq:
+		reply = []byte(`{"type":"io.nats.jetstream.api.v1.stream_msg_get_response","error":{"code":404,"err_code":10037,"description":"no message found"}}`)
+	default:
+		return nil, false // the paused leader has that revision too
+	}
+	if d.stale > 0 {
+		d.stale--
+	}
+	return reply, true
+}
+
+// Issue 10 item 3, decided deterministically: a renewal by the live holder
+// (token T, revision R) reaches a grantor whose reads a deposed stream
+// leader answers from before T's grant. The read shows the older tenure of
+// "w10" (token < T): that is stale, so the answer is unavailable, or a
+// renewal once a read is current, never not_holder or expired.
+func TestStaleLeaderReadIsNotARefusal(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	ctx := t.Context()
+	for _, c := range []struct {
+		name  string
+		stale int // message gets answered from the frozen state
+	}{
+		{"woken for a moment", 2},
+		{"still answering", -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := "stale." + strings.ReplaceAll(c.name, " ", "-")
+			real := kvleasetest.OpenStore(t, srv.ClientURL())
+			deposed := newDeposedLeader(t, srv.ClientURL())
+			st := deposed.store(t, srv.ClientURL()) // another grantor: it has not seen w20's tenure
+			old, err := real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w10", Duration: 30 * time.Second, Secret: "s10"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deposed.freeze(t, name) // the stream leader is paused here
+			if _, err := real.Revoke(ctx, name, "ended during the pause"); err != nil {
+				t.Fatal(err)
+			}
+			cur, err := real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w20", Duration: 30 * time.Second, Secret: "s20"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deposed.answerStale(c.stale) // and resumes
+			renew := kvlease.RenewRequest{Name: name, Holder: "w20", Token: cur.Token, Revision: cur.Revision,
+				Secret: "s20", Duration: 30 * time.Second}
+			rec, err := st.Renew(ctx, renew)
+			var stale *kvlease.StaleReadError
+			switch {
+			case err == nil:
+				if rec.Token != cur.Token {
+					t.Fatalf("renewed with token %d, want %d", rec.Token, cur.Token)
+				}
+			case errors.As(err, &stale) && errors.Is(err, kvlease.ErrUnavailable):
+				if stale.Floor < uint64(cur.Token) || stale.Seen > stale.Floor {
+					t.Fatalf("stale read %+v: want it to name a revision below %d", stale, cur.Token)
+				}
+			default:
+				t.Fatalf("renewal of %s (token %d) by its live holder, with reads from before token %d: %v; want unavailable",
+					name, cur.Token, old.Token, err)
+			}
+			if c.stale > 0 {
+				// Once the woken node answers what is current, the renewal
+				// goes through.
+				if _, err := st.Renew(ctx, renew); err != nil && !errors.Is(err, kvlease.ErrStaleRevision) {
+					t.Fatalf("renewal once reads are current: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("renewed although every read was stale")
+			}
+			// The store that wrote w20's tenure knows its revision: its own
+			// reads below it are stale too, for a Get and a Grant.
+			deposedReal := deposed.store(t, srv.ClientURL())
+			mine, err := deposedReal.Renew(ctx, kvlease.RenewRequest{Name: name, Holder: "w20", Token: cur.Token,
+				Revision: cur.Revision, Secret: "s20", Duration: 30 * time.Second})
+			if err == nil {
+				t.Fatalf("renewed %+v through stale reads", mine)
+			}
+			deposed.answerStale(0)
+			if mine, err = deposedReal.Renew(ctx, renew); err != nil {
+				t.Fatal(err)
+			}
+			deposed.answerStale(-1)
+			if got, err := deposedReal.Get(ctx, name); !errors.Is(err, kvlease.ErrUnavailable) {
+				t.Fatalf("get below revision %d written by this store: %+v, %v; want unavailable", mine.Revision, got, err)
+			}
+			var held *kvlease.HeldError
+			if _, err := deposedReal.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w30", Duration: 5 * time.Second}); errors.As(err, &held) && held.Holder == "w10" {
+				t.Fatalf("grant refused on a stale read: %v", err)
+			}
+		})
+	}
+}
