@@ -197,23 +197,26 @@ func ExampleStore_Watch() {
 	defer w.Stop()
 	<-w.Synced() // the current state has been delivered (here: nothing)
 
+	// The bucket keeps one message per lease, so a watcher that falls
+	// behind sees only the latest change of each: here each step waits for
+	// its event before the next.
+	next := func() {
+		ev := <-w.Events()
+		fmt.Println(ev.Type, ev.Name, ev.Holder, ev.Token)
+	}
 	l, err := kvlease.Acquire(ctx, st, "jobs.nightly", "worker-1", 5*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
+	next()
 	if err := l.Renew(ctx); err != nil {
 		log.Fatal(err)
 	}
+	next()
 	if err := l.Release(ctx); err != nil {
 		log.Fatal(err)
 	}
-
-	for ev := range w.Events() {
-		fmt.Println(ev.Type, ev.Name, ev.Holder, ev.Token)
-		if ev.Type.Ends() {
-			break
-		}
-	}
+	next()
 	// Output:
 	// granted jobs.nightly worker-1 1
 	// renewed jobs.nightly worker-1 1
