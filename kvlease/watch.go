@@ -120,6 +120,13 @@ func (w *Watcher) Err() error {
 // it. It is driven by the server's messages, including the marker the server
 // writes when a TTL lapses: nothing polls. The watch ends when ctx ends or
 // Stop is called.
+//
+// The bucket keeps one message per lease (history 1), so a watcher that
+// falls behind reads only the latest change of each lease it has not read
+// yet: it may miss a renewal, or the end of a tenure that the next grant
+// replaced within milliseconds (it then sees that grant, and no end for the
+// tenure before). Events it does deliver are true and in order; decide on
+// the store's compare-and-set, not on having seen an end.
 func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (*Watcher, error) {
 	if err := validatePrefix(prefix); err != nil {
 		return nil, err
