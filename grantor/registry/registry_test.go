@@ -1,4 +1,4 @@
-package grantor_test
+package registry_test
 
 import (
 	"encoding/json"
@@ -7,7 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
+	"github.com/leased/leased/grantor/registry"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 	"github.com/leased/leased/membership/membershiptest"
@@ -20,14 +25,17 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 	nodes := membershiptest.Cluster(t, "grantor", "web-1")
 	_, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
-	reg, err := grantor.NewRegistry(ctx, st, nodes[0], 8, nil)
+	reg, err := registry.New(st, registry.WithGossip(nodes[0], 8))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer reg.Stop()
 	changes := reg.Watch(ctx, "web")
 
-	k, err := grantor.Register(ctx, st, grantor.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:8080",
+	k, err := client.Register(ctx, st, api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:8080",
 		Node: "web-1", Meta: map[string]string{"zone": "a"}}, "web-1", 6*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +47,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if c := nextChange(t, changes, grantor.ChangeAdded); c.Instance.Instance != "i1" || c.Instance.Meta["zone"] != "a" {
+	if c := nextChange(t, changes, registry.ChangeAdded); c.Instance.Instance != "i1" || c.Instance.Meta["zone"] != "a" {
 		t.Fatalf("added: %+v", c)
 	}
 	got := reg.Discover("web", 0)
@@ -51,8 +59,8 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 	if err := nodes[1].Shutdown(); err != nil { // no Leave: to the others it just stops answering
 		t.Fatal(err)
 	}
-	c := nextChange(t, changes, grantor.ChangeRemoved)
-	if c.Cause != grantor.CauseGossip || c.Instance.Instance != "i1" {
+	c := nextChange(t, changes, registry.ChangeRemoved)
+	if c.Cause != registry.CauseGossip || c.Instance.Instance != "i1" {
 		t.Fatalf("removed: %+v, want cause gossip", c)
 	}
 	t.Logf("removed %v after its node stopped", time.Since(died).Round(time.Millisecond))
@@ -72,7 +80,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 	}
 }
 
-func nextChange(t *testing.T, ch <-chan grantor.Change, typ string) grantor.Change {
+func nextChange(t *testing.T, ch <-chan registry.Change, typ string) registry.Change {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
@@ -90,29 +98,38 @@ func nextChange(t *testing.T, ch <-chan grantor.Change, typ string) grantor.Chan
 	}
 }
 
-func TestRegistrationValidate(t *testing.T) {
-	for _, r := range []grantor.Registration{
-		{Service: "", Instance: "i", Addr: "a:1"},
-		{Service: "web.x", Instance: "i", Addr: "a:1"},
-		{Service: "web", Instance: "i.2", Addr: "a:1"},
-		{Service: "web", Instance: "i 2", Addr: "a:1"},
-		{Service: "web", Instance: "i", Addr: ""},
-	} {
-		if err := r.Validate(); err == nil {
-			t.Errorf("%+v: accepted", r)
-		}
-	}
-	if err := (grantor.Registration{Service: "web", Instance: "i-1", Addr: "a:1"}).Validate(); err != nil {
+// serve runs a grantor with the registry as its extension, and returns
+// its store and a client connection.
+func serve(t *testing.T) (*kvlease.Store, *nats.Conn) {
+	t.Helper()
+	srv := kvleasetest.NewServer(t)
+	cfg := grantor.DefaultConfig()
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc), cfg.StoreOptions()...)
+	if err != nil {
 		t.Fatal(err)
 	}
+	reg, err := registry.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := grantor.New(st, nc, cfg, grantor.WithExtension(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	return st, kvleasetest.Connect(t, srv.ClientURL())
 }
 
 // svc.v1.register, .discover and .deregister from any NATS client.
 func TestServiceRegistrationAPI(t *testing.T) {
-	f := start(t, grantor.DefaultConfig())
+	store, nc := serve(t)
 	req := func(subject, body string) []byte {
 		t.Helper()
-		reply, err := f.nc.Request(subject, []byte(body), 5*time.Second)
+		reply, err := nc.Request(subject, []byte(body), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,27 +138,27 @@ func TestServiceRegistrationAPI(t *testing.T) {
 		}
 		return reply.Data
 	}
-	var lease grantor.Lease
-	mustJSON(t, req(grantor.SubjectRegister, `{"service":"api","instance":"a1","addr":"10.0.0.1:80","holder":"a1","ttl":"10s","meta":{"v":"2"}}`), &lease)
+	var lease api.Lease
+	mustJSON(t, req(api.SubjectRegister, `{"service":"api","instance":"a1","addr":"10.0.0.1:80","holder":"a1","ttl":"10s","meta":{"v":"2"}}`), &lease)
 	if lease.Name != "svc.api.a1" || lease.Secret == "" {
 		t.Fatalf("register reply %+v", lease)
 	}
 	// The registry follows the bucket's stream, so discovery shows the
 	// registration once the stream has delivered it: ask until it does.
-	var rep grantor.DiscoverReply
+	var rep api.DiscoverReply
 	for deadline := time.Now().Add(5 * time.Second); len(rep.Instances) == 0 && time.Now().Before(deadline); {
-		mustJSON(t, req(grantor.SubjectDiscover, `{"service":"api"}`), &rep)
+		mustJSON(t, req(api.SubjectDiscover, `{"service":"api"}`), &rep)
 	}
 	if len(rep.Instances) != 1 || rep.Instances[0].Addr != "10.0.0.1:80" || rep.Instances[0].Meta["v"] != "2" || rep.Instances[0].Gossip {
 		t.Fatalf("discover %+v", rep)
 	}
-	bad, err := f.nc.Request(grantor.SubjectRegister, []byte(`{"service":"a.b","instance":"x","addr":"h:1","holder":"h"}`), 5*time.Second)
-	if err != nil || bad.Header.Get("Nats-Service-Error-Code") != grantor.CodeInvalidArgument {
+	bad, err := nc.Request(api.SubjectRegister, []byte(`{"service":"a.b","instance":"x","addr":"h:1","holder":"h"}`), 5*time.Second)
+	if err != nil || bad.Header.Get("Nats-Service-Error-Code") != api.CodeInvalidArgument {
 		t.Fatalf("register with a dotted service: %v %v", bad, err)
 	}
-	req(grantor.SubjectDeregister, fmt.Sprintf(`{"service":"api","instance":"a1","holder":"a1","token":%d,"revision":%d,"secret":%q}`,
+	req(api.SubjectDeregister, fmt.Sprintf(`{"service":"api","instance":"a1","holder":"a1","token":%d,"revision":%d,"secret":%q}`,
 		lease.Token, lease.Revision, lease.Secret))
-	if _, err := f.store.Get(t.Context(), "svc.api.a1"); !errors.Is(err, kvlease.ErrNotFound) {
+	if _, err := store.Get(t.Context(), "svc.api.a1"); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("after deregister: %v", err)
 	}
 }
@@ -150,5 +167,26 @@ func mustJSON(t *testing.T, b []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("%s: %v", b, err)
+	}
+}
+
+// A registration's TTL is a grant's: an explicit zero is out of range.
+func TestBadRegistrationRequests(t *testing.T) {
+	_, nc := serve(t)
+	for _, tc := range []struct {
+		name, subject, body, code string
+	}{
+		{"explicit zero ttl on register", api.SubjectRegister, `{"service":"s","instance":"i","addr":"127.0.0.1:1","holder":"h","ttl":"0s"}`, api.CodeTTLOutOfRange},
+		{"unknown svc verb", "svc.v1.frobnicate", `{}`, api.CodeInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reply, err := nc.Request(tc.subject, []byte(tc.body), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := reply.Header.Get(api.HeaderErrorCode); code != tc.code {
+				t.Fatalf("code %q (%s), want %q", code, reply.Data, tc.code)
+			}
+		})
 	}
 }
