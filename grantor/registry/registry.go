@@ -139,7 +139,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.started = true
 	r.mu.Unlock()
 	if started {
-		return fmt.Errorf("%w: registry started twice", ErrOption)
+		return errors.New("registry: already started")
 	}
 	w, err := watchWhenReady(ctx, r.store, api.RegistrationPrefix, r.log)
 	if err != nil {

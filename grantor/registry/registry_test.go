@@ -190,3 +190,34 @@ func TestBadRegistrationRequests(t *testing.T) {
 		})
 	}
 }
+
+// Options refuse values they cannot use, and a registry starts once.
+func TestOptionsRefuseBadValues(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	nodes := membershiptest.Cluster(t, "grantor")
+	for name, opt := range map[string]registry.Option{
+		"nil gossip":     registry.WithGossip(nil, 8),
+		"zero threshold": registry.WithGossip(nodes[0], 0),
+		"nil logger":     registry.WithLogger(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if r, err := registry.New(st, opt); !errors.Is(err, registry.ErrOption) || r != nil {
+				t.Fatalf("New = %v, %v; want ErrOption", r, err)
+			}
+		})
+	}
+	if _, err := registry.New(nil); !errors.Is(err, registry.ErrOption) {
+		t.Fatalf("New(nil) = %v, want ErrOption", err)
+	}
+	r, err := registry.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if err := r.Start(t.Context()); err == nil {
+		t.Fatal("second Start succeeded")
+	}
+}
