@@ -202,7 +202,8 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 
 // Start registers the service on NATS. It first replays the bucket to count
 // leases per holder (for the per-holder limit) and keeps counting from the
-// bucket's stream until Stop.
+// bucket's stream until Stop; then it starts the extensions, in the order
+// given.
 func (s *Service) Start(ctx context.Context) error {
 	w, err := watchWhenReady(ctx, s.store, "", s.log)
 	if err != nil {
@@ -282,9 +283,10 @@ func (s *Service) stopExtensions() {
 }
 
 // Stop stops taking requests, waits for those in flight to be answered, and
-// stops the holder index and the extensions. Requests that still arrive while the endpoints
-// drain are answered "unavailable" at once, so that clients retry on another
-// node instead of waiting. It releases nothing: leases belong to holders.
+// stops the holder index and the extensions. Requests that still arrive
+// while the endpoints drain are answered "unavailable" at once, so that
+// clients retry on another node instead of waiting. It releases nothing:
+// leases belong to holders.
 func (s *Service) Stop() {
 	s.mu.Lock()
 	s.stopping = true
