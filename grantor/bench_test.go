@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -56,9 +57,9 @@ func BenchmarkGrantRelease(b *testing.B) {
 			}
 			// Clients spread over 8 connections, as 64 separate processes
 			// would not share one.
-			var clients []*grantor.Client
+			var clients []*client.Client
 			for range 8 {
-				clients = append(clients, grantor.NewClient(kvleasetest.Connect(b, srv.ClientURL())))
+				clients = append(clients, newClient(b, kvleasetest.Connect(b, srv.ClientURL())))
 			}
 			raw := func(ctx context.Context, _ int, name string) error {
 				if _, err := kv.Create(ctx, name, []byte("bench"), jetstream.KeyTTL(10*time.Second)); err != nil {

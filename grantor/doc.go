@@ -1,36 +1,46 @@
-// Package grantor is the server side of leased: the lease service on NATS
-// request/reply, usable from any NATS client, and its Go client.
+// Package grantor is the lease service of leased: it serves a
+// [kvlease.Store] on NATS request/reply, usable from any NATS client.
 //
 // # Service
 //
 // [Service] registers a NATS micro service named "leased" with endpoints
 // lease.v1.grant, lease.v1.renew, lease.v1.release, lease.v1.get and
 // lease.v1.list, and lease.admin.v1.revoke on a separate subject that NATS
-// permissions can reserve for operators. Bodies are JSON (docs/api.md);
-// errors carry a stable code in the Nats-Service-Error-Code header and in the
-// body. W3C trace context rides in the request headers.
+// permissions can reserve for operators. Bodies are JSON, their types in
+// [github.com/leased/leased/grantor/api] (docs/api.md); errors carry a
+// stable code in the Nats-Service-Error-Code header and in the body. W3C
+// trace context rides in the request headers.
 //
 // A grant returns a random secret; the bucket stores only its hash, and
 // renewals and releases must present it. Knowing a lease's name, holder and
 // token is not enough to renew or release it.
 //
-// It also serves service registration (svc.v1.register, .deregister,
-// .discover; see [Registry]: instances are leases, discovery reports gossip
-// suspicion levels, and gossip's death verdicts remove registrations, never
-// other leases), and publishes every grant and end of a tenure on
-// lease.events.v1.<name> for followers in any language. It counts changes of
-// holder and flags flapping leases.
+// The service publishes every grant and end of a tenure on
+// lease.events.v1.<name> for followers in any language, counts changes of
+// holder and flags flapping leases. Requests are handled concurrently (up
+// to [Config.MaxInFlight]), so many clients' KV writes overlap instead of
+// queueing behind one round trip.
 //
-// Requests are handled concurrently (up to [Config.MaxInFlight]), so many
-// clients' KV writes overlap instead of queueing behind one round trip.
+// # What it does not do
 //
-// # Client
+// The service keeps no lease state of its own: the bucket is the truth, and
+// every verb is one compare-and-set there (the per-holder count is a soft
+// limit kept from the bucket's stream). It does not renew or release
+// anything on its holders' behalf, and stopping it releases nothing. Its
+// clock is not trusted for safety: holders count on their monotonic clocks
+// (docs/safety.md).
 //
-// [Client] speaks the service API and implements [kvlease.Grantor], so
-// [kvlease.Acquire] and [kvlease.Keep] work over it unchanged. It estimates
-// the grantor's clock offset and rate error from every reply
-// ([Client.Clock]).
+// # Extensions
 //
-// The subpackage [github.com/leased/leased/grantor/embedded] runs the
-// embedded JetStream server that `leased serve` uses.
+// Verbs beyond the lease API plug in as an [Extension], which the service
+// starts, stops and routes requests to with the same limits, metrics and
+// spans. Service registration ([github.com/leased/leased/grantor/registry])
+// is one: `leased serve` wires it with [WithExtension]. The service itself
+// imports neither the registry nor gossip.
+//
+// # Related packages
+//
+// The Go client is [github.com/leased/leased/grantor/client];
+// [github.com/leased/leased/grantor/embedded] runs the embedded JetStream
+// server that `leased serve` uses.
 package grantor

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -30,7 +31,7 @@ func TestFlappingFlagged(t *testing.T) {
 	// test's: with one message per key in the bucket, the next grant replaces
 	// a release that a lagging watcher has not read yet, and that release
 	// is then never seen (nor its span recorded).
-	events, err := f.nc.SubscribeSync(grantor.SubjectEvents + "flappy")
+	events, err := f.nc.SubscribeSync(api.SubjectEvents + "flappy")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestFlappingFlagged(t *testing.T) {
 			if err != nil {
 				t.Fatalf("waiting for the service to see %s: %v", typ, err)
 			}
-			var ev grantor.ChangeEvent
+			var ev api.ChangeEvent
 			if err := json.Unmarshal(m.Data, &ev); err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +98,7 @@ func TestFlappingFlagged(t *testing.T) {
 	f.svc.Stop()
 	var flagged bool
 	for _, s := range spans.Ended() {
-		if s.Name() == grantor.SubjectGrant {
+		if s.Name() == api.SubjectGrant {
 			for _, e := range s.Events() {
 				flagged = flagged || e.Name == "lease.flapping"
 			}

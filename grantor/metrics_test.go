@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/telemetry"
 )
@@ -64,7 +65,7 @@ func TestGrantorMetrics(t *testing.T) {
 	// With history 1 a renewal or release replaces the grant in the stream:
 	// wait for the service to have seen the grants (it publishes each)
 	// before changing them, or a lagging watcher would see fewer.
-	served, err := f.nc.SubscribeSync(grantor.SubjectEvents + ">")
+	served, err := f.nc.SubscribeSync(api.SubjectEvents + ">")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,14 +109,14 @@ func TestGrantorMetrics(t *testing.T) {
 	// renewal with a wrong secret.
 	const bad = 12
 	for range bad / 4 {
-		if m, err := f.nc.Request(grantor.SubjectGrant, []byte("{"), 5*time.Second); err != nil || m.Header.Get(micro.ErrorCodeHeader) != grantor.CodeInvalidArgument {
+		if m, err := f.nc.Request(api.SubjectGrant, []byte("{"), 5*time.Second); err != nil || m.Header.Get(micro.ErrorCodeHeader) != api.CodeInvalidArgument {
 			t.Fatalf("malformed grant: %v %v", m, err)
 		}
-		if m, err := f.nc.Request("lease.v1.nope", []byte("{}"), 5*time.Second); err != nil || m.Header.Get(micro.ErrorCodeHeader) != grantor.CodeInvalidArgument {
+		if m, err := f.nc.Request("lease.v1.nope", []byte("{}"), 5*time.Second); err != nil || m.Header.Get(micro.ErrorCodeHeader) != api.CodeInvalidArgument {
 			t.Fatalf("unknown verb: %v %v", m, err)
 		}
 		_, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: recs[3].Name, Holder: "other", Duration: 30 * time.Second})
-		assertCode(t, err, grantor.CodeHeld)
+		assertCode(t, err, api.CodeHeld)
 		_, err = f.client.Renew(ctx, kvlease.RenewRequest{Name: recs[3].Name, Holder: "h", Token: recs[3].Token,
 			Revision: recs[3].Revision, Secret: "wrong"})
 		if err == nil {
@@ -181,7 +182,7 @@ func TestGrantorMetrics(t *testing.T) {
 	}
 
 	// micro's stats reply carries the service's own counts of error replies.
-	m, err := f.nc.Request("$SRV.STATS."+grantor.ServiceName, nil, 5*time.Second)
+	m, err := f.nc.Request("$SRV.STATS."+api.ServiceName, nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,22 +190,22 @@ func TestGrantorMetrics(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &stats); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]grantor.EndpointStats{}
+	got := map[string]api.EndpointStats{}
 	for _, e := range stats.Endpoints {
-		var es grantor.EndpointStats
+		var es api.EndpointStats
 		if err := json.Unmarshal(e.Data, &es); err != nil {
 			t.Fatalf("endpoint %s data %s: %v", e.Name, e.Data, err)
 		}
 		got[e.Subject] = es
 	}
-	if g := got[grantor.SubjectGrant]; g.Errors != 2*bad/4 || g.ErrorsByCode[grantor.CodeHeld] != bad/4 ||
-		g.ErrorsByCode[grantor.CodeInvalidArgument] != bad/4 || g.Requests != leases+3+2*bad/4 {
+	if g := got[api.SubjectGrant]; g.Errors != 2*bad/4 || g.ErrorsByCode[api.CodeHeld] != bad/4 ||
+		g.ErrorsByCode[api.CodeInvalidArgument] != bad/4 || g.Requests != leases+3+2*bad/4 {
 		t.Errorf("grant endpoint stats %+v", g)
 	}
-	if r := got[grantor.SubjectRenew]; r.Errors != bad/4 || r.LastError == "" {
+	if r := got[api.SubjectRenew]; r.Errors != bad/4 || r.LastError == "" {
 		t.Errorf("renew endpoint stats %+v", r)
 	}
-	if u := got["lease.v1.>"]; u.Errors != bad/4 || u.LastError != grantor.CodeInvalidArgument {
+	if u := got["lease.v1.>"]; u.Errors != bad/4 || u.LastError != api.CodeInvalidArgument {
 		t.Errorf("catch-all endpoint stats %+v", u)
 	}
 }

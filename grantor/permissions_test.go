@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -24,14 +26,14 @@ func TestRevokeRestrictedByNATSPermissions(t *testing.T) {
 
 	var mu sync.Mutex
 	var violations []string
-	app := grantor.NewClient(kvleasetest.Connect(t, withUser(url, "app"),
+	app := newClient(t, kvleasetest.Connect(t, withUser(url, "app"),
 		nats.CustomInboxPrefix("_INBOX_app"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			violations = append(violations, err.Error())
-		})), grantor.WithTimeout(time.Second))
-	operator := grantor.NewClient(kvleasetest.Connect(t, withUser(url, "operator")))
+		})), client.WithTimeout(time.Second))
+	operator := newClient(t, kvleasetest.Connect(t, withUser(url, "operator")))
 	ctx := t.Context()
 
 	rec, err := app.Grant(ctx, kvlease.GrantRequest{Name: "guarded", Holder: "app-1", Duration: 10 * time.Second})
@@ -44,8 +46,8 @@ func TestRevokeRestrictedByNATSPermissions(t *testing.T) {
 	mu.Lock()
 	seen := strings.Join(violations, "; ")
 	mu.Unlock()
-	if !strings.Contains(strings.ToLower(seen), "permissions violation") || !strings.Contains(seen, grantor.SubjectRevoke) {
-		t.Fatalf("no permissions violation for %s reported: %q", grantor.SubjectRevoke, seen)
+	if !strings.Contains(strings.ToLower(seen), "permissions violation") || !strings.Contains(seen, api.SubjectRevoke) {
+		t.Fatalf("no permissions violation for %s reported: %q", api.SubjectRevoke, seen)
 	}
 	if got, err := app.Get(ctx, "guarded"); err != nil || got.Token != uint64(rec.Token) {
 		t.Fatalf("lease after refused revoke: %+v, %v", got, err)
@@ -91,7 +93,7 @@ func TestAppUsersCannotReadEachOthersReplies(t *testing.T) {
 		}
 		_ = sub.Unsubscribe()
 	}
-	app := grantor.NewClient(kvleasetest.Connect(t, withUser(url, "app"), nats.CustomInboxPrefix("_INBOX_app")))
+	app := newClient(t, kvleasetest.Connect(t, withUser(url, "app"), nats.CustomInboxPrefix("_INBOX_app")))
 	if _, err := app.Grant(t.Context(), kvlease.GrantRequest{Name: "mine", Holder: "app", Duration: 5 * time.Second}); err != nil {
 		t.Fatalf("grant with a private inbox: %v", err)
 	}

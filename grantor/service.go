@@ -1,7 +1,6 @@
 package grantor
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -24,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/telemetry"
 )
@@ -33,33 +33,33 @@ const instrumentationName = "github.com/leased/leased/grantor"
 // Option configures [New].
 type Option func(*Service) error
 
-// WithLogger sets the logger. Default: discard.
+// WithLogger sets the logger. Default: discard. A nil logger is an error.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *Service) error { s.log = l; return nil }
+	return func(s *Service) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrConfig)
+		}
+		s.log = l
+		return nil
+	}
 }
 
-// WithTracerProvider sets where server spans go. Default: the global provider.
+// WithTracerProvider sets where server spans go. Default: the global
+// provider. A nil provider is an error.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(s *Service) error { s.tracer = tp.Tracer(instrumentationName); return nil }
+	return func(s *Service) error {
+		if tp == nil {
+			return fmt.Errorf("%w: nil tracer provider", ErrConfig)
+		}
+		s.tracer = tp.Tracer(instrumentationName)
+		return nil
+	}
 }
 
 // WithNodeName names this grantor node in the service's metadata (what
 // `leased status` shows). Default: none.
 func WithNodeName(name string) Option {
 	return func(s *Service) error { s.node = name; return nil }
-}
-
-// WithGossip gives the service a gossip view: discovery reports each
-// instance's suspicion level (suspect at or above threshold), and the
-// registrations of nodes gossip declares dead are removed at once.
-func WithGossip(g Gossip, threshold float64) Option {
-	return func(s *Service) error {
-		if threshold <= 0 {
-			return fmt.Errorf("%w: suspicion threshold %v must be positive", ErrConfig, threshold)
-		}
-		s.gossip, s.threshold = g, threshold
-		return nil
-	}
 }
 
 // WithMeterProvider sets where the grantor's metrics go: requests by
@@ -94,9 +94,15 @@ func WithMetricNamePrefixes(prefixes ...string) Option {
 
 // WithFlapping sets when a lease counts as flapping: more than threshold
 // changes of holder within window. Defaults: telemetry.DefaultFlapWindow,
-// DefaultFlapThreshold.
+// DefaultFlapThreshold; zero keeps a default, a negative value is an error.
 func WithFlapping(window time.Duration, threshold int) Option {
-	return func(s *Service) error { s.flaps = telemetry.NewFlapDetector(window, threshold); return nil }
+	return func(s *Service) error {
+		if window < 0 || threshold < 0 {
+			return fmt.Errorf("%w: flapping window %v and threshold %d must not be negative", ErrConfig, window, threshold)
+		}
+		s.flaps = telemetry.NewFlapDetector(window, threshold)
+		return nil
+	}
 }
 
 // WithRequestTimeout bounds each request's work at the bucket. Default 5 s.
@@ -120,11 +126,10 @@ type Service struct {
 	timeout time.Duration
 	node    string
 
-	gossip    Gossip
-	threshold float64
-	registry  *Registry
-	metrics   *telemetry.Metrics
-	flaps     *telemetry.FlapDetector
+	extensions []Extension
+	started    []Extension // those Start has started, for Stop
+	metrics    *telemetry.Metrics
+	flaps      *telemetry.FlapDetector
 
 	mp           metric.MeterProvider
 	namePrefixes []string
@@ -137,10 +142,9 @@ type Service struct {
 	inflight sync.WaitGroup
 	holders  holderIndex
 	watcher  *kvlease.Watcher
-	handlers map[string]handlerFunc
+	handlers map[string]Handler
+	apis     []string // the API prefixes the catch-alls answer: lease.v1, …
 }
-
-type handlerFunc func(ctx context.Context, data []byte) (any, error)
 
 // New returns a service for store, answering on nc. The store must have
 // been opened with cfg.StoreOptions() so that store and service agree on
@@ -173,23 +177,33 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 		return nil, fmt.Errorf("%w: metrics: %v", ErrConfig, err)
 	}
 	s.metrics = m
-	s.handlers = map[string]handlerFunc{
-		SubjectGrant:      s.grant,
-		SubjectRenew:      s.renew,
-		SubjectRelease:    s.release,
-		SubjectGet:        s.get,
-		SubjectList:       s.list,
-		SubjectRevoke:     s.revoke,
-		SubjectRegister:   s.register,
-		SubjectDeregister: s.deregister,
-		SubjectDiscover:   s.discover,
+	s.handlers = map[string]Handler{
+		api.SubjectGrant:   s.grant,
+		api.SubjectRenew:   s.renew,
+		api.SubjectRelease: s.release,
+		api.SubjectGet:     s.get,
+		api.SubjectList:    s.list,
+		api.SubjectRevoke:  s.revoke,
+	}
+	s.apis = []string{"lease.v1"}
+	for _, ext := range s.extensions {
+		for subject, h := range ext.Endpoints(extensionLeases{s}) {
+			if _, dup := s.handlers[subject]; dup || h == nil {
+				return nil, fmt.Errorf("%w: extension endpoint %q is taken or has no handler", ErrConfig, subject)
+			}
+			s.handlers[subject] = h
+			if i := strings.LastIndexByte(subject, '.'); i > 0 && !slices.Contains(s.apis, subject[:i]) {
+				s.apis = append(s.apis, subject[:i])
+			}
+		}
 	}
 	return s, nil
 }
 
 // Start registers the service on NATS. It first replays the bucket to count
 // leases per holder (for the per-holder limit) and keeps counting from the
-// bucket's stream until Stop.
+// bucket's stream until Stop; then it starts the extensions, in the order
+// given.
 func (s *Service) Start(ctx context.Context) error {
 	w, err := watchWhenReady(ctx, s.store, "", s.log)
 	if err != nil {
@@ -204,14 +218,18 @@ func (s *Service) Start(ctx context.Context) error {
 		return ctx.Err()
 	}
 	s.watcher = w
-	if s.registry, err = NewRegistry(ctx, s.store, s.gossip, s.threshold, s.log); err != nil {
-		w.Stop()
-		return err
+	for _, ext := range s.extensions {
+		if err := ext.Start(ctx); err != nil {
+			w.Stop()
+			s.stopExtensions()
+			return err
+		}
+		s.started = append(s.started, ext)
 	}
 
 	svc, err := micro.AddService(s.nc, micro.Config{
-		Name:        ServiceName,
-		Version:     ServiceVersion,
+		Name:        api.ServiceName,
+		Version:     api.ServiceVersion,
 		Description: "leased: leases that lapse on their own (docs/api.md)",
 		Metadata:    map[string]string{"bucket": s.store.Bucket(), "node": s.node, "nats_url": s.nc.ConnectedUrlRedacted()},
 		// micro counts an error only if it is answered before the handler
@@ -221,7 +239,7 @@ func (s *Service) Start(ctx context.Context) error {
 	})
 	if err != nil {
 		w.Stop()
-		s.registry.Stop()
+		s.stopExtensions()
 		return fmt.Errorf("grantor: add service: %w", err)
 	}
 	s.svc = svc
@@ -234,8 +252,8 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	// The catch-alls see a copy of every request of their API (in a queue
 	// group of their own) and answer only those no other endpoint takes.
-	for _, api := range []string{"lease.v1", "svc.v1"} {
-		if err := svc.AddEndpoint("unknown-"+strings.TrimSuffix(api, ".v1"), micro.HandlerFunc(s.unknownVerb), micro.WithEndpointSubject(api+".>"),
+	for _, prefix := range s.apis {
+		if err := svc.AddEndpoint("unknown-"+strings.TrimSuffix(prefix, ".v1"), micro.HandlerFunc(s.unknownVerb), micro.WithEndpointSubject(prefix+".>"),
 			micro.WithEndpointQueueGroup("leased-unknown"),
 			micro.WithEndpointMetadata(map[string]string{"description": "answers unknown verbs with invalid_argument"})); err != nil {
 			return s.fail(err)
@@ -245,21 +263,30 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.nc.Flush(); err != nil {
 		return s.fail(err)
 	}
-	s.log.Info("lease service started", "service", ServiceName, "id", svc.Info().ID)
+	s.log.Info("lease service started", "service", api.ServiceName, "id", svc.Info().ID)
 	return nil
 }
 
 func (s *Service) fail(err error) error {
 	_ = s.svc.Stop()
 	s.watcher.Stop()
-	s.registry.Stop()
+	s.stopExtensions()
 	return fmt.Errorf("grantor: add endpoint: %w", err)
 }
 
+// stopExtensions stops the started extensions, last first.
+func (s *Service) stopExtensions() {
+	for _, ext := range slices.Backward(s.started) {
+		ext.Stop()
+	}
+	s.started = nil
+}
+
 // Stop stops taking requests, waits for those in flight to be answered, and
-// stops the holder index. Requests that still arrive while the endpoints
-// drain are answered "unavailable" at once, so that clients retry on another
-// node instead of waiting. It releases nothing: leases belong to holders.
+// stops the holder index and the extensions. Requests that still arrive
+// while the endpoints drain are answered "unavailable" at once, so that
+// clients retry on another node instead of waiting. It releases nothing:
+// leases belong to holders.
 func (s *Service) Stop() {
 	s.mu.Lock()
 	s.stopping = true
@@ -271,9 +298,7 @@ func (s *Service) Stop() {
 	if s.watcher != nil {
 		s.watcher.Stop()
 	}
-	if s.registry != nil {
-		s.registry.Stop()
-	}
+	s.stopExtensions()
 }
 
 // handler answers each request on its own goroutine (bounded by
@@ -322,7 +347,7 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	// Work no longer than the caller waits: a renewal that lands after the
 	// holder gave up would only make its retry fail as a stale revision.
 	timeout := s.timeout
-	if ms, err := strconv.Atoi(hdr.Get(HeaderTimeout)); err == nil && ms > 0 {
+	if ms, err := strconv.Atoi(hdr.Get(api.HeaderTimeout)); err == nil && ms > 0 {
 		timeout = min(timeout, time.Duration(ms)*time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -333,9 +358,9 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	fn, ok := s.handlers[subject]
 	switch {
 	case len(data) > s.cfg.MaxRequestBytes:
-		err = fmt.Errorf("%w: request of %d bytes, limit %d", ErrTooLarge, len(data), s.cfg.MaxRequestBytes)
+		err = fmt.Errorf("%w: request of %d bytes, limit %d", api.ErrTooLarge, len(data), s.cfg.MaxRequestBytes)
 	case !ok:
-		err = fmt.Errorf("%w: unknown subject %q (see docs/api.md)", ErrInvalidRequest, subject)
+		err = fmt.Errorf("%w: unknown subject %q (see docs/api.md)", api.ErrInvalidRequest, subject)
 	default:
 		resp, err = fn(ctx, data)
 	}
@@ -352,24 +377,24 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 func (s *Service) reply(to, verb string, resp any, err error, counted func(code string)) string {
 	msg := &nats.Msg{Subject: to}
 	code := "ok"
-	if l, ok := resp.(Lease); ok {
+	if l, ok := resp.(api.Lease); ok {
 		l.Node = s.node // whose clock l.ServerTime is: clients estimate rates per node
 		resp = l
 	}
 	if err == nil {
 		msg.Data, _ = json.Marshal(resp)
 		if len(msg.Data) > int(s.nc.MaxPayload()) {
-			err = fmt.Errorf("%w: reply of %d bytes exceeds the server's max payload; narrow the prefix", ErrTooLarge, len(msg.Data))
+			err = fmt.Errorf("%w: reply of %d bytes exceeds the server's max payload; narrow the prefix", api.ErrTooLarge, len(msg.Data))
 		}
 	}
 	if err != nil {
-		body := errorBody(verb, err)
+		body := api.ErrorBodyOf(verb, err)
 		code = body.Code
 		msg.Header = nats.Header{}
-		msg.Header.Set(micro.ErrorCodeHeader, body.Code)
-		msg.Header.Set(micro.ErrorHeader, body.Message)
+		msg.Header.Set(api.HeaderErrorCode, body.Code)
+		msg.Header.Set(api.HeaderError, body.Message)
 		msg.Data, _ = json.Marshal(body)
-		if body.Code == CodeInternal {
+		if body.Code == api.CodeInternal {
 			s.log.Warn("request failed", "verb", verb, "code", body.Code, "err", err)
 		}
 	}
@@ -394,36 +419,22 @@ func (s *Service) count(ctx context.Context, subject, code string, d time.Durati
 	s.stats.add(endpoint, code)
 }
 
-// EndpointStats are the service's own counts for one endpoint, in the data
-// of the micro stats reply (`nats micro info leased` prints it; or request
-// $SRV.STATS.leased): micro's num_errors counts only errors answered before
-// a handler returns, and the service answers from other goroutines.
-type EndpointStats struct {
-	Requests int64 `json:"requests"`
-	Errors   int64 `json:"errors"`
-	// ErrorsByCode counts the error replies by their wire code.
-	ErrorsByCode map[string]int64 `json:"errors_by_code,omitempty"`
-	// LastError is the code of the last error reply (not its message,
-	// which may name leases and holders).
-	LastError string `json:"last_error,omitempty"`
-}
-
-// endpointStats holds EndpointStats by endpoint subject (a bounded set:
+// endpointStats holds api.EndpointStats by endpoint subject (a bounded set:
 // the service's own endpoints).
 type endpointStats struct {
 	mu sync.Mutex
-	by map[string]*EndpointStats
+	by map[string]*api.EndpointStats
 }
 
 func (e *endpointStats) add(subject, code string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.by == nil {
-		e.by = map[string]*EndpointStats{}
+		e.by = map[string]*api.EndpointStats{}
 	}
 	st := e.by[subject]
 	if st == nil {
-		st = &EndpointStats{}
+		st = &api.EndpointStats{}
 		e.by[subject] = st
 	}
 	st.Requests++
@@ -437,12 +448,12 @@ func (e *endpointStats) add(subject, code string) {
 	}
 }
 
-func (e *endpointStats) of(subject string) EndpointStats {
+func (e *endpointStats) of(subject string) api.EndpointStats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := e.by[subject]
 	if st == nil {
-		return EndpointStats{}
+		return api.EndpointStats{}
 	}
 	out := *st
 	out.ErrorsByCode = maps.Clone(st.ErrorsByCode)
@@ -456,18 +467,6 @@ func (s *Service) observe(ev kvlease.Event) {
 	if ev.Type != kvlease.EventRenewed {
 		s.publishChange(ev)
 	}
-}
-
-// ChangeEvent is what the service publishes on SubjectEvents+<name> when a
-// tenure begins or ends (renewals are not published).
-type ChangeEvent struct {
-	Type     string    `json:"type"` // granted, released, revoked, expired
-	Name     string    `json:"name"`
-	Holder   string    `json:"holder,omitempty"`
-	Token    uint64    `json:"token,omitempty"`
-	Revision uint64    `json:"revision"`
-	Time     time.Time `json:"time"`
-	Reason   string    `json:"reason,omitempty"`
 }
 
 // publishChange tells non-Go clients about a change of holder, e.g. a new
@@ -516,58 +515,38 @@ func (s *Service) publishChange(ev kvlease.Event) {
 		}
 		span.End()
 	}
-	b, _ := json.Marshal(ChangeEvent{Type: ev.Type.String(), Name: ev.Name, Holder: ev.Holder, Token: uint64(ev.Token),
+	b, _ := json.Marshal(api.ChangeEvent{Type: ev.Type.String(), Name: ev.Name, Holder: ev.Holder, Token: uint64(ev.Token),
 		Revision: ev.Revision, Time: ev.Time, Reason: ev.Reason})
-	if err := s.nc.Publish(SubjectEvents+ev.Name, b); err != nil {
+	if err := s.nc.Publish(api.SubjectEvents+ev.Name, b); err != nil {
 		s.log.Debug("publish change", "err", err)
 	}
 }
 
-func encodeJSON(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	}
-	return b, nil
-}
-
-// decode reads a JSON request strictly: unknown fields are errors, so a
-// misspelt field is not silently ignored.
-func decode(data []byte, v any) error {
-	if len(bytes.TrimSpace(data)) == 0 {
-		data = []byte("{}")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidRequest)
-	}
-	return nil
-}
-
 func (s *Service) grant(ctx context.Context, data []byte) (any, error) {
-	var req GrantRequest
-	if err := decode(data, &req); err != nil {
+	var req api.GrantRequest
+	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
+	return s.grantLease(ctx, req)
+}
+
+// grantLease grants req with the service's checks, limits and accounting.
+func (s *Service) grantLease(ctx context.Context, req api.GrantRequest) (api.Lease, error) {
 	d := s.cfg.DefaultDuration // absent; an explicit zero is out of range, as in kvlease.Store.Grant
 	if req.TTL != nil {
 		d = time.Duration(*req.TTL)
 	}
 	if err := s.checkAttributes(req.Attributes); err != nil {
-		return nil, err
+		return api.Lease{}, err
 	}
 	if n := s.holders.leases(req.Holder); s.cfg.MaxLeasesPerHolder > 0 && n >= s.cfg.MaxLeasesPerHolder {
-		return nil, fmt.Errorf("%w: holder %q has %d leases, limit %d", ErrLimitExceeded, req.Holder, n, s.cfg.MaxLeasesPerHolder)
+		return api.Lease{}, fmt.Errorf("%w: holder %q has %d leases, limit %d", api.ErrLimitExceeded, req.Holder, n, s.cfg.MaxLeasesPerHolder)
 	}
 	rec, err := s.store.Grant(ctx, kvlease.GrantRequest{
 		Name: req.Name, Holder: req.Holder, Duration: d, Attributes: req.Attributes, Secret: newSecret(),
 	})
 	if err != nil {
-		return nil, err
+		return api.Lease{}, err
 	}
 	s.holders.granted(rec.Name, rec.Holder, rec.Revision)
 	if s.flaps.Flapping(rec.Name, time.Now()) {
@@ -579,8 +558,8 @@ func (s *Service) grant(ctx context.Context, data []byte) (any, error) {
 }
 
 func (s *Service) renew(ctx context.Context, data []byte) (any, error) {
-	var req RenewRequest
-	if err := decode(data, &req); err != nil {
+	var req api.RenewRequest
+	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
 	var d time.Duration // absent: kvlease.Store.Renew keeps the tenure's duration
@@ -600,24 +579,32 @@ func (s *Service) renew(ctx context.Context, data []byte) (any, error) {
 }
 
 func (s *Service) release(ctx context.Context, data []byte) (any, error) {
-	var req ReleaseRequest
-	if err := decode(data, &req); err != nil {
+	var req api.ReleaseRequest
+	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
+	if err := s.releaseLease(ctx, req); err != nil {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+// releaseLease releases req's tenure and updates the per-holder count.
+func (s *Service) releaseLease(ctx context.Context, req api.ReleaseRequest) error {
 	err := s.store.Release(ctx, kvlease.ReleaseRequest{
 		Name: req.Name, Holder: req.Holder, Token: kvlease.Token(req.Token), Revision: req.Revision, Secret: req.Secret,
 		SecretRequired: true,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.holders.released(req.Name, req.Revision)
-	return struct{}{}, nil
+	return nil
 }
 
 func (s *Service) get(ctx context.Context, data []byte) (any, error) {
-	var req GetRequest
-	if err := decode(data, &req); err != nil {
+	var req api.GetRequest
+	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
 	rec, err := s.store.Get(ctx, req.Name)
@@ -628,8 +615,8 @@ func (s *Service) get(ctx context.Context, data []byte) (any, error) {
 }
 
 func (s *Service) list(ctx context.Context, data []byte) (any, error) {
-	var req ListRequest
-	if err := decode(data, &req); err != nil {
+	var req api.ListRequest
+	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
 	recs, err := s.store.List(ctx, req.Prefix)
@@ -637,7 +624,7 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	now := time.Now()
-	out := ListReply{Leases: make([]Lease, 0, len(recs))}
+	out := api.ListReply{Leases: make([]api.Lease, 0, len(recs))}
 	for _, r := range recs {
 		l := toWire(r, now)
 		l.Flapping = s.flaps.Flapping(r.Name, now)
@@ -647,8 +634,8 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 }
 
 func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
-	var req RevokeRequest
-	if err := decode(data, &req); err != nil {
+	var req api.RevokeRequest
+	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
 	if req.Reason == "" {
@@ -663,19 +650,26 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 
 func (s *Service) checkAttributes(attrs map[string]string) error {
 	if len(attrs) > s.cfg.MaxAttributes {
-		return fmt.Errorf("%w: %d attributes, limit %d", ErrTooLarge, len(attrs), s.cfg.MaxAttributes)
+		return fmt.Errorf("%w: %d attributes, limit %d", api.ErrTooLarge, len(attrs), s.cfg.MaxAttributes)
 	}
 	n := 0
 	for k, v := range attrs {
 		if k == "" {
-			return fmt.Errorf("%w: empty attribute key", ErrInvalidRequest)
+			return fmt.Errorf("%w: empty attribute key", api.ErrInvalidRequest)
 		}
 		n += len(k) + len(v)
 	}
 	if n > s.cfg.MaxAttributeBytes {
-		return fmt.Errorf("%w: attributes of %d bytes, limit %d", ErrTooLarge, n, s.cfg.MaxAttributeBytes)
+		return fmt.Errorf("%w: attributes of %d bytes, limit %d", api.ErrTooLarge, n, s.cfg.MaxAttributeBytes)
 	}
 	return nil
+}
+
+// toWire is r in its wire form, with the server's time now.
+func toWire(r kvlease.Record, now time.Time) api.Lease {
+	l := api.LeaseOf(r)
+	l.ServerTime = now
+	return l
 }
 
 // newSecret returns 128 random bits, hex-encoded.

@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -25,7 +27,7 @@ type fixture struct {
 	url    string
 	store  *kvlease.Store
 	svc    *grantor.Service
-	client *grantor.Client
+	client *client.Client
 	nc     *nats.Conn // the client's connection
 }
 
@@ -40,8 +42,18 @@ func startOn(t *testing.T, url string, cfg grantor.Config, opts ...grantor.Optio
 	f := startOnConn(t, kvleasetest.Connect(t, url), cfg, opts...)
 	f.url = url
 	f.nc = kvleasetest.Connect(t, url)
-	f.client = grantor.NewClient(f.nc)
+	f.client = newClient(t, f.nc)
 	return f
+}
+
+// newClient is client.New that fails t on an error.
+func newClient(t testing.TB, nc *nats.Conn, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(nc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // startOnConn runs the store and the service on nc.
@@ -96,7 +108,7 @@ func TestLeaseLifecycleThroughService(t *testing.T) {
 	if err != nil || got.Holder != "worker-1" || got.Token != uint64(l.Token()) || got.Secret != "" {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
-	if got.ServerTTL != grantor.Duration(4*time.Second) || got.ServerTime.IsZero() {
+	if got.ServerTTL != api.Duration(4*time.Second) || got.ServerTime.IsZero() {
 		t.Fatalf("get = %+v; want server TTL 4s and the server's time", got)
 	}
 	list, err := f.client.List(ctx, "jobs.")
@@ -132,9 +144,9 @@ func TestNonHolderRefusedWithoutSecret(t *testing.T) {
 		secret string
 		want   string
 	}{
-		{"no secret", "owner", "", grantor.CodeNotHolder},
-		{"guessed secret", "owner", strings.Repeat("0", 32), grantor.CodeNotHolder},
-		{"other holder with the secret", "intruder", rec.Secret, grantor.CodeNotHolder},
+		{"no secret", "owner", "", api.CodeNotHolder},
+		{"guessed secret", "owner", strings.Repeat("0", 32), api.CodeNotHolder},
+		{"other holder with the secret", "intruder", rec.Secret, api.CodeNotHolder},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := f.client.Renew(ctx, kvlease.RenewRequest{Name: "db", Holder: c.holder, Token: rec.Token,
@@ -153,7 +165,7 @@ func TestNonHolderRefusedWithoutSecret(t *testing.T) {
 	// The old revision is now stale: a conflict, not a foreign holder.
 	_, err = f.client.Renew(ctx, kvlease.RenewRequest{Name: "db", Holder: "owner", Token: rec.Token,
 		Revision: rec.Revision, Secret: rec.Secret})
-	assertCode(t, err, grantor.CodeConflict)
+	assertCode(t, err, api.CodeConflict)
 	var stale *kvlease.StaleRevisionError
 	if !errors.Is(err, kvlease.ErrStaleRevision) || !errors.As(err, &stale) ||
 		stale.Name != "db" || stale.Revision != ren.Revision {
@@ -169,10 +181,10 @@ func TestNonHolderRefusedWithoutSecret(t *testing.T) {
 		secret string
 		want   string
 	}{
-		{"stale revision, wrong secret", rec.Revision, strings.Repeat("0", 32), grantor.CodeNotHolder},
-		{"stale revision, no secret", rec.Revision, "", grantor.CodeNotHolder},
-		{"future revision, wrong secret", ren.Revision + 100, strings.Repeat("0", 32), grantor.CodeUnavailable},
-		{"future revision, the secret", ren.Revision + 100, rec.Secret, grantor.CodeUnavailable},
+		{"stale revision, wrong secret", rec.Revision, strings.Repeat("0", 32), api.CodeNotHolder},
+		{"stale revision, no secret", rec.Revision, "", api.CodeNotHolder},
+		{"future revision, wrong secret", ren.Revision + 100, strings.Repeat("0", 32), api.CodeUnavailable},
+		{"future revision, the secret", ren.Revision + 100, rec.Secret, api.CodeUnavailable},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for verb, call := range map[string]func() error{
@@ -189,7 +201,7 @@ func TestNonHolderRefusedWithoutSecret(t *testing.T) {
 				err := call()
 				assertCode(t, err, c.want)
 				if errors.As(err, &stale) ||
-					(c.want == grantor.CodeNotHolder && strings.Contains(err.Error(), fmt.Sprintf("revision %d", ren.Revision))) {
+					(c.want == api.CodeNotHolder && strings.Contains(err.Error(), fmt.Sprintf("revision %d", ren.Revision))) {
 					t.Fatalf("%s: %v names the current revision %d", verb, err, ren.Revision)
 				}
 			}
@@ -202,8 +214,8 @@ func TestNonHolderRefusedWithoutSecret(t *testing.T) {
 
 func assertCode(t *testing.T, err error, code string) {
 	t.Helper()
-	var se *grantor.ServiceError
-	if code == grantor.CodeHeld {
+	var se *api.ServiceError
+	if code == api.CodeHeld {
 		if !errors.Is(err, kvlease.ErrHeld) {
 			t.Fatalf("err = %v, want held", err)
 		}
@@ -246,34 +258,33 @@ func TestBadRequests(t *testing.T) {
 	for _, c := range []struct {
 		name, subject, body, code string
 	}{
-		{"malformed JSON", grantor.SubjectGrant, `{"name": "a",`, grantor.CodeInvalidArgument},
-		{"not an object", grantor.SubjectGrant, `[1,2]`, grantor.CodeInvalidArgument},
-		{"unknown field", grantor.SubjectGrant, `{"name":"a","holder":"h","tll":"10s"}`, grantor.CodeInvalidArgument},
-		{"ttl as a number", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":10}`, grantor.CodeInvalidArgument},
-		{"trailing data", grantor.SubjectGrant, `{"name":"a","holder":"h"} {}`, grantor.CodeInvalidArgument},
-		{"unknown verb", "lease.v1.frobnicate", `{}`, grantor.CodeInvalidArgument},
-		{"verb with extra token", "lease.v1.grant.now", `{"name":"a","holder":"h"}`, grantor.CodeInvalidArgument},
-		{"oversize body", grantor.SubjectGrant, `{"name":"a","holder":"` + strings.Repeat("h", 20<<10) + `"}`, grantor.CodeTooLarge},
-		{"invalid name", grantor.SubjectGrant, `{"name":"a b","holder":"h","ttl":"10s"}`, grantor.CodeInvalidArgument},
-		{"wildcard name", grantor.SubjectGrant, `{"name":"a.>","holder":"h","ttl":"10s"}`, grantor.CodeInvalidArgument},
-		{"empty holder", grantor.SubjectGrant, `{"name":"a","ttl":"10s"}`, grantor.CodeInvalidArgument},
-		{"ttl below 1s", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"500ms"}`, grantor.CodeTTLOutOfRange},
-		{"ttl above max", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"2h"}`, grantor.CodeTTLOutOfRange},
-		{"negative ttl", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"-5s"}`, grantor.CodeTTLOutOfRange},
-		{"explicit zero ttl", grantor.SubjectGrant, `{"name":"a","holder":"h","ttl":"0s"}`, grantor.CodeTTLOutOfRange},
-		{"explicit zero ttl on renew", grantor.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x","ttl":"0s"}`, grantor.CodeTTLOutOfRange},
-		{"explicit zero ttl on register", grantor.SubjectRegister, `{"service":"s","instance":"i","addr":"127.0.0.1:1","holder":"h","ttl":"0s"}`, grantor.CodeTTLOutOfRange},
-		{"too many attributes", grantor.SubjectGrant, `{"name":"a","holder":"h","attributes":{` + manyAttrs(17) + `}}`, grantor.CodeTooLarge},
-		{"renew of nothing", grantor.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x"}`, grantor.CodeExpired},
-		{"get of nothing", grantor.SubjectGet, `{"name":"a"}`, grantor.CodeNotFound},
-		{"revoke of nothing", grantor.SubjectRevoke, `{"name":"a"}`, grantor.CodeNotFound},
+		{"malformed JSON", api.SubjectGrant, `{"name": "a",`, api.CodeInvalidArgument},
+		{"not an object", api.SubjectGrant, `[1,2]`, api.CodeInvalidArgument},
+		{"unknown field", api.SubjectGrant, `{"name":"a","holder":"h","tll":"10s"}`, api.CodeInvalidArgument},
+		{"ttl as a number", api.SubjectGrant, `{"name":"a","holder":"h","ttl":10}`, api.CodeInvalidArgument},
+		{"trailing data", api.SubjectGrant, `{"name":"a","holder":"h"} {}`, api.CodeInvalidArgument},
+		{"unknown verb", "lease.v1.frobnicate", `{}`, api.CodeInvalidArgument},
+		{"verb with extra token", "lease.v1.grant.now", `{"name":"a","holder":"h"}`, api.CodeInvalidArgument},
+		{"oversize body", api.SubjectGrant, `{"name":"a","holder":"` + strings.Repeat("h", 20<<10) + `"}`, api.CodeTooLarge},
+		{"invalid name", api.SubjectGrant, `{"name":"a b","holder":"h","ttl":"10s"}`, api.CodeInvalidArgument},
+		{"wildcard name", api.SubjectGrant, `{"name":"a.>","holder":"h","ttl":"10s"}`, api.CodeInvalidArgument},
+		{"empty holder", api.SubjectGrant, `{"name":"a","ttl":"10s"}`, api.CodeInvalidArgument},
+		{"ttl below 1s", api.SubjectGrant, `{"name":"a","holder":"h","ttl":"500ms"}`, api.CodeTTLOutOfRange},
+		{"ttl above max", api.SubjectGrant, `{"name":"a","holder":"h","ttl":"2h"}`, api.CodeTTLOutOfRange},
+		{"negative ttl", api.SubjectGrant, `{"name":"a","holder":"h","ttl":"-5s"}`, api.CodeTTLOutOfRange},
+		{"explicit zero ttl", api.SubjectGrant, `{"name":"a","holder":"h","ttl":"0s"}`, api.CodeTTLOutOfRange},
+		{"explicit zero ttl on renew", api.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x","ttl":"0s"}`, api.CodeTTLOutOfRange},
+		{"too many attributes", api.SubjectGrant, `{"name":"a","holder":"h","attributes":{` + manyAttrs(17) + `}}`, api.CodeTooLarge},
+		{"renew of nothing", api.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x"}`, api.CodeExpired},
+		{"get of nothing", api.SubjectGet, `{"name":"a"}`, api.CodeNotFound},
+		{"revoke of nothing", api.SubjectRevoke, `{"name":"a"}`, api.CodeNotFound},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			reply, err := f.nc.Request(c.subject, []byte(c.body), 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var body grantor.ErrorBody
+			var body api.ErrorBody
 			if err := json.Unmarshal(reply.Data, &body); err != nil {
 				t.Fatalf("error body %q: %v", reply.Data, err)
 			}
@@ -293,12 +304,12 @@ func TestBadRequests(t *testing.T) {
 		t.Fatalf("bad requests wrote %d entries", got-before)
 	}
 	// Still serving; a grant without a ttl gets the policy's default.
-	reply, err := f.nc.Request(grantor.SubjectGrant, []byte(`{"name":"a","holder":"h"}`), 5*time.Second)
+	reply, err := f.nc.Request(api.SubjectGrant, []byte(`{"name":"a","holder":"h"}`), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got grantor.Lease
-	if err := json.Unmarshal(reply.Data, &got); err != nil || got.TTL != grantor.Duration(cfg.DefaultDuration) {
+	var got api.Lease
+	if err := json.Unmarshal(reply.Data, &got); err != nil || got.TTL != api.Duration(cfg.DefaultDuration) {
 		t.Fatalf("grant with no ttl after bad requests: %s (%v), want the default %v", reply.Data, err, cfg.DefaultDuration)
 	}
 }
@@ -328,7 +339,7 @@ func TestLeasesPerHolderLimit(t *testing.T) {
 		recs = append(recs, rec)
 	}
 	_, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "c", Holder: "greedy", Duration: 10 * time.Second})
-	assertCode(t, err, grantor.CodeLimitExceeded)
+	assertCode(t, err, api.CodeLimitExceeded)
 	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "c", Holder: "modest", Duration: 10 * time.Second}); err != nil {
 		t.Fatalf("another holder: %v", err)
 	}
@@ -348,7 +359,7 @@ func TestTraceContextCrossesService(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	f := start(t, grantor.DefaultConfig(), grantor.WithTracerProvider(tp))
-	client := grantor.NewClient(f.nc, grantor.WithClientTracerProvider(tp))
+	client := newClient(t, f.nc, client.WithTracerProvider(tp))
 	if _, err := client.Grant(t.Context(), kvlease.GrantRequest{Name: "traced", Holder: "h", Duration: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +367,7 @@ func TestTraceContextCrossesService(t *testing.T) {
 	var clientSpan, serverSpan sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
 		switch s.Name() {
-		case grantor.SubjectGrant:
+		case api.SubjectGrant:
 			if s.SpanKind().String() == "client" {
 				clientSpan = s
 			} else {
@@ -413,9 +424,9 @@ func TestServiceRefusesTenuresWithoutSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = f.client.Renew(ctx, kvlease.RenewRequest{Name: "direct", Holder: got.Holder, Token: kvlease.Token(got.Token), Revision: got.Revision})
-	assertCode(t, err, grantor.CodeNotHolder)
+	assertCode(t, err, api.CodeNotHolder)
 	err = f.client.Release(ctx, kvlease.ReleaseRequest{Name: "direct", Holder: got.Holder, Token: kvlease.Token(got.Token), Revision: got.Revision})
-	assertCode(t, err, grantor.CodeNotHolder)
+	assertCode(t, err, api.CodeNotHolder)
 	// Its own store still can.
 	if err := f.store.Release(ctx, kvlease.ReleaseRequest{Name: "direct", Holder: "go-holder", Token: rec.Token, Revision: rec.Revision}); err != nil {
 		t.Fatal(err)
@@ -426,7 +437,7 @@ func TestServiceRefusesTenuresWithoutSecret(t *testing.T) {
 // followers of an election that are not written in Go.
 func TestServicePublishesChanges(t *testing.T) {
 	f := start(t, grantor.DefaultConfig())
-	sub, err := f.nc.SubscribeSync(grantor.SubjectEvents + "leader.>")
+	sub, err := f.nc.SubscribeSync(api.SubjectEvents + "leader.>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +459,7 @@ func TestServicePublishesChanges(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiting for %s: %v", want, err)
 		}
-		var ev grantor.ChangeEvent
+		var ev api.ChangeEvent
 		if err := json.Unmarshal(msg.Data, &ev); err != nil || ev.Type != want || ev.Name != "leader.x" || ev.Holder != "a" {
 			t.Fatalf("event %s: %+v %v", msg.Data, ev, err)
 		}
@@ -479,7 +490,7 @@ func TestClientEstimatesGrantorClock(t *testing.T) {
 	}
 	// With a meter provider the estimate is a metric.
 	reader := sdkmetric.NewManualReader()
-	client := grantor.NewClient(f.nc, grantor.WithClientMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	client := newClient(t, f.nc, client.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	if _, err := client.Grant(ctx, kvlease.GrantRequest{Name: "clock2", Holder: "h", Duration: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -502,15 +513,15 @@ func TestClientEstimatesGrantorClock(t *testing.T) {
 // so that clients estimate each node's clock rate apart (issue 10 item 4).
 func TestLeaseRepliesNameTheirNode(t *testing.T) {
 	f := start(t, grantor.DefaultConfig(), grantor.WithNodeName("n7"))
-	reply, err := f.nc.Request(grantor.SubjectGrant, []byte(`{"name":"node.a","holder":"h","ttl":"10s"}`), 5*time.Second)
+	reply, err := f.nc.Request(api.SubjectGrant, []byte(`{"name":"node.a","holder":"h","ttl":"10s"}`), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var l grantor.Lease
+	var l api.Lease
 	if err := json.Unmarshal(reply.Data, &l); err != nil || l.Node != "n7" || l.ServerTime.IsZero() {
 		t.Fatalf("grant reply %s (%v): want node n7 and a server_time", reply.Data, err)
 	}
-	for _, subj := range []string{grantor.SubjectGet, grantor.SubjectRevoke} {
+	for _, subj := range []string{api.SubjectGet, api.SubjectRevoke} {
 		reply, err := f.nc.Request(subj, []byte(`{"name":"node.a"}`), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -524,7 +535,7 @@ func TestLeaseRepliesNameTheirNode(t *testing.T) {
 // dropOneReply passes requests to the service client, but drops the reply
 // to one renewal after the service has stored it.
 type dropOneReply struct {
-	*grantor.Client
+	*client.Client
 	drop chan struct{} // closed once a reply was dropped
 }
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 )
 
 // Every client subcommand against a real `leased serve` process.
@@ -44,7 +44,7 @@ func TestCLI(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("acquire: %d %s", r.code, r.stderr)
 	}
-	var grant grantor.Lease
+	var grant api.Lease
 	if err := json.Unmarshal([]byte(r.stdout), &grant); err != nil || grant.Secret == "" || grant.Token == 0 {
 		t.Fatalf("acquire output %q: %v", r.stdout, err)
 	}
@@ -104,7 +104,7 @@ func TestCLI(t *testing.T) {
 	}
 
 	r = leased(t, url, "renew", "jobs.a", "--holder", "alice", "--token", tok, "--revision", rev, "--secret", grant.Secret, "-o", "json")
-	var renewed grantor.Lease
+	var renewed api.Lease
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &renewed) != nil || renewed.Revision <= grant.Revision || renewed.Token != grant.Token {
 		t.Fatalf("renew: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}

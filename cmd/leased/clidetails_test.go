@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 )
 
 // The CLI details of issue 10 item 14, each against a real `leased serve`.
@@ -51,7 +52,7 @@ func TestCLIDetails(t *testing.T) {
 		}
 		// A renewal whose answer a script lost: the file still names the
 		// grant's revision, the conflict reply the current one.
-		var renewed grantor.Lease
+		var renewed api.Lease
 		if err := json.Unmarshal([]byte(run(t, 0, "renew", "details.rev", "--lease-file", file, "-o", "json").stdout), &renewed); err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +96,7 @@ func TestCLIDetails(t *testing.T) {
 	})
 
 	t.Run("default holder and ttl", func(t *testing.T) {
-		var l grantor.Lease
+		var l api.Lease
 		if err := json.Unmarshal([]byte(run(t, 0, "acquire", "details.defaults", "-o", "json").stdout), &l); err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +127,7 @@ func TestCLIDetails(t *testing.T) {
 		if err := json.Unmarshal([]byte(run(t, 0, "status", "-o", "json").stdout), &st); err != nil || len(st.Grantors) != 1 {
 			t.Fatalf("status: %+v %v", st, err)
 		}
-		if !strings.HasPrefix(v, "leased "+st.Grantors[0].Version+" ") || st.Grantors[0].Version != grantor.ServiceVersion {
+		if !strings.HasPrefix(v, "leased "+st.Grantors[0].Version+" ") || st.Grantors[0].Version != api.ServiceVersion {
 			t.Fatalf("leased version %q, service %q", v, st.Grantors[0].Version)
 		}
 	})

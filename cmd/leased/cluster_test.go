@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/cmd/leased/cli"
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -586,9 +586,13 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 	if longTests() {
 		rounds = 8
 	}
-	client := func(i int) (*grantor.Client, *nats.Conn) {
+	client := func(i int) (*client.Client, *nats.Conn) {
 		nc := kvleasetest.Connect(t, c.url(i))
-		return grantor.NewClient(nc, grantor.WithTimeout(30*time.Second)), nc
+		cl, err := client.New(nc, client.WithTimeout(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl, nc
 	}
 	var wrong, answers, staleRounds int
 	for round := range rounds {

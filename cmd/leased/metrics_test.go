@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 )
 
 // readmeMetrics parses the README's metrics table: for each process
@@ -166,7 +166,7 @@ func TestMicroStatsCountErrors(t *testing.T) {
 		if i%2 == 1 {
 			body = `{"name":"x","holder":"h","nope":1}` // invalid_argument
 		}
-		m, err := nc.Request(grantor.SubjectGrant, []byte(body), 5*time.Second)
+		m, err := nc.Request(api.SubjectGrant, []byte(body), 5*time.Second)
 		if err != nil || m.Header.Get(micro.ErrorCodeHeader) == "" {
 			t.Fatalf("bad grant %d: %v %v", i, m, err)
 		}
@@ -180,20 +180,20 @@ func TestMicroStatsCountErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range stats.Endpoints {
-		if e.Subject != grantor.SubjectGrant {
+		if e.Subject != api.SubjectGrant {
 			continue
 		}
-		var es struct { // the wire form of grantor.EndpointStats
+		var es struct { // the wire form of api.EndpointStats
 			Errors       int64            `json:"errors"`
 			ErrorsByCode map[string]int64 `json:"errors_by_code"`
 		}
 		if err := json.Unmarshal(e.Data, &es); err != nil {
 			t.Fatalf("grant endpoint stats data %q: %v", e.Data, err)
 		}
-		if es.Errors != bad || es.ErrorsByCode[grantor.CodeTTLOutOfRange] != bad/2 || es.ErrorsByCode[grantor.CodeInvalidArgument] != bad/2 {
+		if es.Errors != bad || es.ErrorsByCode[api.CodeTTLOutOfRange] != bad/2 || es.ErrorsByCode[api.CodeInvalidArgument] != bad/2 {
 			t.Fatalf("grant endpoint stats %+v after %d error replies", es, bad)
 		}
 		return
 	}
-	t.Fatalf("no %s endpoint in %s", grantor.SubjectGrant, m.Data)
+	t.Fatalf("no %s endpoint in %s", api.SubjectGrant, m.Data)
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 )
 
 // natsCLI builds the nats CLI (natscli v0.5.0, pinned in tools/go.mod) and
@@ -32,11 +32,11 @@ func TestNATSCLIAsClient(t *testing.T) {
 	s := startServe(t, "")
 	nats := natsCLI(t, s.url)
 
-	out, err := nats("req", grantor.SubjectGrant, `{"name":"natscli.a","holder":"nats-cli","ttl":"30s"}`, "--raw")
+	out, err := nats("req", api.SubjectGrant, `{"name":"natscli.a","holder":"nats-cli","ttl":"30s"}`, "--raw")
 	if err != nil {
 		t.Fatalf("nats req: %v\n%s", err, out)
 	}
-	var grant grantor.Lease
+	var grant api.Lease
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &grant); err != nil || grant.Token == 0 || grant.Secret == "" {
 		t.Fatalf("grant reply %q: %v", out, err)
 	}
@@ -53,15 +53,15 @@ func TestNATSCLIAsClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nats micro info: %v\n%s", err, out)
 	}
-	for _, subj := range []string{grantor.SubjectGrant, grantor.SubjectRenew, grantor.SubjectRelease,
-		grantor.SubjectGet, grantor.SubjectList, grantor.SubjectRevoke} {
+	for _, subj := range []string{api.SubjectGrant, api.SubjectRenew, api.SubjectRelease,
+		api.SubjectGet, api.SubjectList, api.SubjectRevoke} {
 		if !strings.Contains(out, subj) {
 			t.Errorf("micro info lacks %s:\n%s", subj, out)
 		}
 	}
 
 	// An error reply shows its code to a plain NATS client.
-	out, _ = nats("req", grantor.SubjectGrant, `{"name":"natscli.a","holder":"someone-else"}`)
+	out, _ = nats("req", api.SubjectGrant, `{"name":"natscli.a","holder":"someone-else"}`)
 	if !strings.Contains(out, "Nats-Service-Error-Code: held") {
 		t.Fatalf("held grant through nats req:\n%s", out)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -44,23 +44,23 @@ func startRegister(t *testing.T, url, seed, inst, ttl string) *exec.Cmd {
 	return cmd
 }
 
-func discover(t *testing.T, url string) grantor.DiscoverReply {
+func discover(t *testing.T, url string) api.DiscoverReply {
 	t.Helper()
 	r := leased(t, url, "discover", "web", "-o", "json")
-	var rep grantor.DiscoverReply
+	var rep api.DiscoverReply
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil {
 		t.Fatalf("discover: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	return rep
 }
 
-func instance(rep grantor.DiscoverReply, inst string) (grantor.Instance, bool) {
+func instance(rep api.DiscoverReply, inst string) (api.Instance, bool) {
 	for _, in := range rep.Instances {
 		if in.Instance == inst {
 			return in, true
 		}
 	}
-	return grantor.Instance{}, false
+	return api.Instance{}, false
 }
 
 // A registered instance process killed with SIGKILL disappears from
@@ -69,7 +69,7 @@ func instance(rep grantor.DiscoverReply, inst string) (grantor.Instance, bool) {
 func TestRegistrationRemovedWhenGossipDeclaresDead(t *testing.T) {
 	s, gossip := startGossipServe(t)
 	st := kvleasetest.OpenStore(t, s.url, kvlease.WithoutCreate())
-	w, err := st.Watch(t.Context(), grantor.RegistrationPrefix)
+	w, err := st.Watch(t.Context(), api.RegistrationPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestPausedInstanceSuspectThenRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	suspect := waitInstance(t, s.url, "p1", func(in grantor.Instance) bool { return in.Suspect })
+	suspect := waitInstance(t, s.url, "p1", func(in api.Instance) bool { return in.Suspect })
 	took := time.Since(stopped)
 	if err := reg.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestPausedInstanceSuspectThenRecovers(t *testing.T) {
 	if !time.Now().Before(suspect.ExpiresAt) {
 		t.Fatal("the lease lapsed before the instance was suspected")
 	}
-	recovered := waitInstance(t, s.url, "p1", func(in grantor.Instance) bool { return !in.Suspect })
+	recovered := waitInstance(t, s.url, "p1", func(in api.Instance) bool { return !in.Suspect })
 	if recovered.Token != before.Token {
 		t.Fatalf("token %d after recovery, %d before: it re-registered", recovered.Token, before.Token)
 	}
@@ -150,7 +150,7 @@ func TestPausedInstanceSuspectThenRecovers(t *testing.T) {
 // waitInstance asks discovery until inst satisfies ok. Suspicion changes
 // continuously inside the grantor; discovery is how a client sees it, so
 // this asks every 50 ms (there is no event on the client side to wait on).
-func waitInstance(t *testing.T, url, inst string, ok func(grantor.Instance) bool) grantor.Instance {
+func waitInstance(t *testing.T, url, inst string, ok func(api.Instance) bool) api.Instance {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -170,7 +170,7 @@ func waitInstance(t *testing.T, url, inst string, ok func(grantor.Instance) bool
 func TestRegistrationLapsesByTTLWithoutGossip(t *testing.T) {
 	s := startServe(t, "")
 	st := kvleasetest.OpenStore(t, s.url, kvlease.WithoutCreate())
-	w, err := st.Watch(t.Context(), grantor.RegistrationPrefix)
+	w, err := st.Watch(t.Context(), api.RegistrationPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/leased/leased/cmd/leased/cli"
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -141,7 +141,15 @@ func TestServeSecuredCluster(t *testing.T) {
 	}
 	app1, app3 := connectApp(0), connectApp(2)
 	ctx := t.Context()
-	rec, err := grantor.NewClient(app1).Grant(ctx, kvlease.GrantRequest{Name: "guarded", Holder: "app-1", Duration: 30 * time.Second})
+	cl1, err := client.New(app1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl3, err := client.New(app3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := cl1.Grant(ctx, kvlease.GrantRequest{Name: "guarded", Holder: "app-1", Duration: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("app grant via n1: %v", err)
 	}
@@ -161,7 +169,7 @@ func TestServeSecuredCluster(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("app published to %s without a permissions violation", subject)
 	}
-	got, err := grantor.NewClient(app3).Get(ctx, "guarded")
+	got, err := cl3.Get(ctx, "guarded")
 	if err != nil || got.Holder != "app-1" || got.Token != uint64(rec.Token) {
 		t.Fatalf("lease via n3 after the refused write: %+v, %v; want holder app-1 token %d", got, err, rec.Token)
 	}

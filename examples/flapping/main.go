@@ -36,6 +36,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/telemetry/otelsetup"
@@ -172,7 +173,10 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 		}
 	}
 	// The service saw the same changes on the bucket's stream.
-	client := grantor.NewClient(nc)
+	client, err := client.New(nc)
+	if err != nil {
+		return err
+	}
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		ls, err := client.List(ctx, election)
 		if err == nil && len(ls) == 1 && ls[0].Flapping {

@@ -44,8 +44,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/grantor/registry"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -53,11 +55,10 @@ const (
 	leaseBucket = "service-registration"
 	service     = "web"
 	ttl         = time.Second
-	threshold   = 8 // suspicion level the registry calls suspect (unused without gossip)
 )
 
 // The instances, as they register.
-var instances = []grantor.Registration{
+var instances = []api.Registration{
 	{Service: service, Instance: "web-1", Addr: "10.0.0.1:8080", Meta: map[string]string{"zone": "a", "version": "1.4.2"}},
 	{Service: service, Instance: "web-2", Addr: "10.0.0.2:8080", Meta: map[string]string{"zone": "b", "version": "1.4.2"}},
 }
@@ -117,7 +118,7 @@ func connect(ctx context.Context, who, natsURL string) (_ *nats.Conn, _ *kvlease
 }
 
 // describe formats an instance for the narrative.
-func describe(in grantor.Instance) string {
+func describe(in api.Instance) string {
 	var meta []string
 	for _, k := range slices.Sorted(maps.Keys(in.Meta)) {
 		meta = append(meta, k+"="+in.Meta[k])
@@ -128,20 +129,20 @@ func describe(in grantor.Instance) string {
 // printer prints the registry's changes as they come, leaving out renewals.
 type printer struct {
 	w       io.Writer
-	changes <-chan grantor.Change
+	changes <-chan registry.Change
 }
 
 // await prints changes until one of type typ for instance arrives, and
 // returns it.
-func (p *printer) await(ctx context.Context, typ, instance string) (grantor.Change, error) {
+func (p *printer) await(ctx context.Context, typ, instance string) (registry.Change, error) {
 	for {
 		select {
 		case c, ok := <-p.changes:
 			if !ok {
-				return grantor.Change{}, fmt.Errorf("registry watch ended waiting for %s %s: %w", instance, typ, ctx.Err())
+				return registry.Change{}, fmt.Errorf("registry watch ended waiting for %s %s: %w", instance, typ, ctx.Err())
 			}
 			switch c.Type {
-			case grantor.ChangeRemoved:
+			case registry.ChangeRemoved:
 				fmt.Fprintf(p.w, "registry: removed %s/%s, cause %q\n", c.Instance.Service, c.Instance.Instance, c.Cause)
 			default:
 				fmt.Fprintf(p.w, "registry: %s %s\n", c.Type, describe(c.Instance))
@@ -150,13 +151,13 @@ func (p *printer) await(ctx context.Context, typ, instance string) (grantor.Chan
 				return c, nil
 			}
 		case <-ctx.Done():
-			return grantor.Change{}, fmt.Errorf("waiting for %s %s: %w", instance, typ, ctx.Err())
+			return registry.Change{}, fmt.Errorf("waiting for %s %s: %w", instance, typ, ctx.Err())
 		}
 	}
 }
 
 // discover prints what discovery answers for the service.
-func discover(w io.Writer, reg *grantor.Registry) []grantor.Instance {
+func discover(w io.Writer, reg *registry.Registry) []api.Instance {
 	found := reg.Discover(service, 0)
 	var names []string
 	for _, in := range found {
@@ -182,8 +183,11 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 		return err
 	}
 	defer nc.Close()
-	reg, err := grantor.NewRegistry(ctx, st, nil, threshold, nil)
+	reg, err := registry.New(st)
 	if err != nil {
+		return err
+	}
+	if err := reg.Start(ctx); err != nil {
 		return err
 	}
 	defer reg.Stop()
@@ -198,14 +202,14 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 			return err
 		}
 		defer inc.Close()
-		k, err := grantor.Register(ctx, ist, r, r.Instance, ttl)
+		k, err := client.Register(ctx, ist, r, r.Instance, ttl)
 		if err != nil {
 			return fmt.Errorf("%s: register: %w", r.Instance, err)
 		}
 		defer k.Stop() // on early returns: the registration lapses
 		keepers[i] = k
 		fmt.Fprintf(w, "%s: registered %s at %s with TTL %v\n", r.Instance, r.LeaseName(), r.Addr, ttl)
-		if _, err := p.await(ctx, grantor.ChangeAdded, r.Instance); err != nil {
+		if _, err := p.await(ctx, registry.ChangeAdded, r.Instance); err != nil {
 			return err
 		}
 	}
@@ -234,24 +238,24 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	if err := keepers[0].Close(ctx); err != nil {
 		return fmt.Errorf("%s: deregister: %w", web1, err)
 	}
-	c, err := p.await(ctx, grantor.ChangeRemoved, web1)
+	c, err := p.await(ctx, registry.ChangeRemoved, web1)
 	if err != nil {
 		return err
 	}
-	if c.Cause != grantor.CauseDeregistered {
-		return fmt.Errorf("%s removed with cause %q, want %q", web1, c.Cause, grantor.CauseDeregistered)
+	if c.Cause != registry.CauseDeregistered {
+		return fmt.Errorf("%s removed with cause %q, want %q", web1, c.Cause, registry.CauseDeregistered)
 	}
 
 	// web-2 crashes: nothing renews or releases its registration.
 	fmt.Fprintf(w, "%s: crashes (stops renewing, without deregistering)\n", web2)
 	crashed := time.Now()
 	keepers[1].Stop()
-	c, err = p.await(ctx, grantor.ChangeRemoved, web2)
+	c, err = p.await(ctx, registry.ChangeRemoved, web2)
 	if err != nil {
 		return err
 	}
-	if c.Cause != grantor.CauseTTL {
-		return fmt.Errorf("%s removed with cause %q, want %q", web2, c.Cause, grantor.CauseTTL)
+	if c.Cause != registry.CauseTTL {
+		return fmt.Errorf("%s removed with cause %q, want %q", web2, c.Cause, registry.CauseTTL)
 	}
 	fmt.Fprintf(w, "%s was removed %v after it crashed (TTL %v)\n", web2, time.Since(crashed).Round(time.Millisecond), ttl)
 	if found := discover(w, reg); len(found) != 0 {

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/registry"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -37,11 +38,14 @@ func TestRun(t *testing.T) {
 	// The real state: no registration left in the bucket, and a fresh
 	// registry discovers none.
 	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithBucket(leaseBucket))
-	if recs, err := st.List(ctx, grantor.RegistrationPrefix+service+"."); err != nil || len(recs) != 0 {
+	if recs, err := st.List(ctx, api.RegistrationPrefix+service+"."); err != nil || len(recs) != 0 {
 		t.Errorf("registrations left: %+v, %v", recs, err)
 	}
-	reg, err := grantor.NewRegistry(ctx, st, nil, threshold, nil)
+	reg, err := registry.New(st)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer reg.Stop()

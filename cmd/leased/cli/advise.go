@@ -20,7 +20,7 @@ func newAdvise(stdout io.Writer) *cobra.Command {
 says why for each figure (docs/safety.md). Measure p99 values: the work done
 between two checks of the lease, a renewal's round trip (leased.renewal.duration),
 a pause of the holder process (e.g. Go's /gc/pauses:seconds from runtime/metrics),
-and, if known, the clock-rate error against the grantor (grantor.Client's
+and, if known, the clock-rate error against the grantor (client.Client's
 Clock().Estimate).`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {

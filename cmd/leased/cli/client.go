@@ -23,6 +23,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -221,12 +223,17 @@ func (c *connFlags) openStore(ctx context.Context, nc *nats.Conn, bucket string)
 	return kvlease.Open(ctx, js, kvlease.WithBucket(bucket), kvlease.WithoutCreate())
 }
 
-func (c *connFlags) client(nc *nats.Conn) *grantor.Client {
-	opts := []grantor.ClientOption{grantor.WithTimeout(c.timeout)}
+// client returns a client of the service on nc; an error is a bad flag.
+func (c *connFlags) client(nc *nats.Conn) (*client.Client, error) {
+	opts := []client.Option{client.WithTimeout(c.timeout)}
 	if c.meter != nil {
-		opts = append(opts, grantor.WithClientMeterProvider(c.meter))
+		opts = append(opts, client.WithMeterProvider(c.meter))
 	}
-	return grantor.NewClient(nc, opts...)
+	cl, err := client.New(nc, opts...)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return cl, nil
 }
 
 // exitCode maps a client error to the documented exit code.
@@ -237,7 +244,7 @@ func exitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &ue), errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder),
 		errors.Is(err, kvlease.ErrDurationOutOfRange), errors.Is(err, kvlease.ErrInvalidTiming),
-		errors.Is(err, grantor.ErrInvalidRequest):
+		errors.Is(err, api.ErrInvalidRequest):
 		return ExitUsage
 	case errors.Is(err, ErrPermissionDenied):
 		return ExitDenied
@@ -268,11 +275,11 @@ func (c *connFlags) printer(w io.Writer) printer { return printer{w: w, json: c.
 // the reply carried none (a record from the Go client, whose own replies'
 // times feed its clock estimate).
 type leaseJSON struct {
-	grantor.Lease
+	api.Lease
 	ServerTime *time.Time `json:"server_time,omitempty"`
 }
 
-func (p printer) lease(l grantor.Lease) {
+func (p printer) lease(l api.Lease) {
 	if p.json {
 		out := leaseJSON{Lease: l}
 		if !l.ServerTime.IsZero() {
@@ -294,7 +301,7 @@ func (p printer) lease(l grantor.Lease) {
 	tw.Flush()
 }
 
-func (p printer) leases(ls []grantor.Lease) {
+func (p printer) leases(ls []api.Lease) {
 	if p.json {
 		for _, l := range ls {
 			p.obj(l)

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -36,12 +36,16 @@ then releases it; if the lease is lost first it exits with code 5.`,
 				return err
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				client, p := c.client(nc), c.printer(stdout)
+				client, err := c.client(nc)
+				if err != nil {
+					return err
+				}
+				p := c.printer(stdout)
 				l, err := kvlease.Acquire(ctx, client, args[0], c.holder, ttl, kvlease.WithAttributes(a))
 				if err != nil {
 					return err
 				}
-				p.lease(grantor.LeaseOf(l.Record()))
+				p.lease(api.LeaseOf(l.Record()))
 				if !hold {
 					return nil
 				}
@@ -89,14 +93,18 @@ func newRenew(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				rec, err := c.client(nc).Renew(ctx, kvlease.RenewRequest{Name: args[0], Holder: c.holder,
+				cl, err := c.client(nc)
+				if err != nil {
+					return err
+				}
+				rec, err := cl.Renew(ctx, kvlease.RenewRequest{Name: args[0], Holder: c.holder,
 					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret, Duration: ttl})
 				if err != nil {
 					return err
 				}
 				// The secret is passed through, so that the output can serve as
 				// the next --lease-file.
-				out := grantor.LeaseOf(rec)
+				out := api.LeaseOf(rec)
 				out.Secret = h.secret
 				c.printer(stdout).lease(out)
 				return nil
@@ -122,7 +130,11 @@ func newRelease(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				err := c.client(nc).Release(ctx, kvlease.ReleaseRequest{Name: args[0], Holder: c.holder,
+				cl, err := c.client(nc)
+				if err != nil {
+					return err
+				}
+				err = cl.Release(ctx, kvlease.ReleaseRequest{Name: args[0], Holder: c.holder,
 					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret})
 				if err != nil {
 					return err
@@ -176,7 +188,7 @@ func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, std
 		if err != nil {
 			return usageError{fmt.Errorf("--lease-file: %w", err)}
 		}
-		var l grantor.Lease
+		var l api.Lease
 		if err := json.Unmarshal(b, &l); err != nil {
 			return usageError{fmt.Errorf("--lease-file: not what \"leased acquire -o json\" prints: %w", err)}
 		}
@@ -206,7 +218,11 @@ func newRevoke(stdout io.Writer) *cobra.Command {
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				l, err := c.client(nc).Revoke(ctx, args[0], reason)
+				cl, err := c.client(nc)
+				if err != nil {
+					return err
+				}
+				l, err := cl.Revoke(ctx, args[0], reason)
 				if err != nil {
 					return err
 				}
@@ -231,7 +247,11 @@ func newGet(stdout io.Writer) *cobra.Command {
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				l, err := c.client(nc).Get(ctx, args[0])
+				cl, err := c.client(nc)
+				if err != nil {
+					return err
+				}
+				l, err := cl.Get(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -257,7 +277,11 @@ func newList(stdout io.Writer) *cobra.Command {
 				prefix = args[0]
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				ls, err := c.client(nc).List(ctx, prefix)
+				cl, err := c.client(nc)
+				if err != nil {
+					return err
+				}
+				ls, err := cl.List(ctx, prefix)
 				if err != nil {
 					return err
 				}

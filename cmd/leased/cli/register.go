@@ -18,7 +18,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/membership"
 )
@@ -114,7 +115,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 			if err := validateAddr(addr); err != nil {
 				return err
 			}
-			reg := grantor.Registration{Service: args[0], Instance: args[1], Addr: addr, Meta: m}
+			reg := api.Registration{Service: args[0], Instance: args[1], Addr: addr, Meta: m}
 			if err := reg.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -138,7 +139,11 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 			}
 			defer stopMetrics()
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				k, err := grantor.Register(ctx, c.client(nc), reg, c.holder, ttl, c.keeperOptions()...)
+				cl, err := c.client(nc)
+				if err != nil {
+					return err
+				}
+				k, err := client.Register(ctx, cl, reg, c.holder, ttl, c.keeperOptions()...)
 				if err != nil {
 					return err
 				}
@@ -225,7 +230,11 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				rep, err := c.client(nc).Discover(ctx, args[0], maxSuspicion)
+				cl, err := c.client(nc)
+				if err != nil {
+					return err
+				}
+				rep, err := cl.Discover(ctx, args[0], maxSuspicion)
 				if err != nil {
 					return err
 				}

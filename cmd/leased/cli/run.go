@@ -86,7 +86,10 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 	verbose bool, args []string, stdout, stderr io.Writer) error {
 	return superviseUnderLease(ctx, c, name, grace, verbose, args, stdout, stderr,
 		func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
-			client := c.client(nc)
+			client, err := c.client(nc)
+			if err != nil {
+				return nil, err
+			}
 			l, err := kvlease.Acquire(ctx, client, name, c.holder, ttl, kvlease.WithHolderMargin(margin),
 				kvlease.WithClockGuard(client.Clock().Exceeds))
 			if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/grantor/registry"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -200,17 +201,21 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return permissionCause(startCtx, err)
 	}
-	svcOpts := []grantor.Option{grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(mp),
-		grantor.WithMetricNamePrefixes(f.namePrefixes...)}
+	regOpts := []registry.Option{registry.WithLogger(log)}
 	if f.gossip.enabled() {
 		gn, err := f.gossip.start(nodeName(f), map[string]string{"role": "grantor", "nats_url": RedactURL(url)}, log)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = gn.Leave(time.Second); _ = gn.Shutdown() }()
-		svcOpts = append(svcOpts, grantor.WithGossip(gn, f.threshold))
+		regOpts = append(regOpts, registry.WithGossip(gn, f.threshold))
 	}
-	svc, err := grantor.New(st, nc, f.policy, svcOpts...)
+	reg, err := registry.New(st, regOpts...)
+	if err != nil {
+		return usageError{err}
+	}
+	svc, err := grantor.New(st, nc, f.policy, grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(mp),
+		grantor.WithMetricNamePrefixes(f.namePrefixes...), grantor.WithExtension(reg))
 	if err != nil {
 		return usageError{err}
 	}

@@ -14,7 +14,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/spf13/cobra"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -73,7 +74,11 @@ func newStatus(stdout io.Writer) *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				st, err := status(ctx, nc, c.client(nc), bucket, c.timeout)
+				cl, err := c.client(nc)
+				if err != nil {
+					return err
+				}
+				st, err := status(ctx, nc, cl, bucket, c.timeout)
 				if err != nil {
 					return err
 				}
@@ -87,7 +92,7 @@ func newStatus(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-func status(ctx context.Context, nc *nats.Conn, client *grantor.Client, bucket string, timeout time.Duration) (Status, error) {
+func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket string, timeout time.Duration) (Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	js, err := jetstream.New(nc)
@@ -119,7 +124,7 @@ func status(ctx context.Context, nc *nats.Conn, client *grantor.Client, bucket s
 // grantorNodes asks every running lease service for its info and collects
 // the answers that arrive within wait.
 func grantorNodes(nc *nats.Conn, wait time.Duration) ([]GrantorNode, error) {
-	subj, err := micro.ControlSubject(micro.InfoVerb, grantor.ServiceName, "")
+	subj, err := micro.ControlSubject(micro.InfoVerb, api.ServiceName, "")
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 )
 
 func newVersion(stdout io.Writer) *cobra.Command {
@@ -20,10 +20,10 @@ func newVersion(stdout io.Writer) *cobra.Command {
 			// whatever the build.
 			bi, ok := debug.ReadBuildInfo()
 			if !ok {
-				fmt.Fprintf(stdout, "leased %s\n", grantor.ServiceVersion)
+				fmt.Fprintf(stdout, "leased %s\n", api.ServiceVersion)
 				return nil
 			}
-			fmt.Fprintf(stdout, "leased %s (%s)\n", grantor.ServiceVersion, bi.GoVersion)
+			fmt.Fprintf(stdout, "leased %s (%s)\n", api.ServiceVersion, bi.GoVersion)
 			for _, d := range bi.Deps {
 				switch d.Path {
 				case "github.com/nats-io/nats-server/v2", "github.com/nats-io/nats.go":

@@ -1,4 +1,4 @@
-package grantor
+package client
 
 import (
 	"context"
@@ -9,20 +9,22 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/telemetry"
 )
 
+const instrumentationName = "github.com/leased/leased/grantor/client"
+
 // Client calls the lease service over NATS. It implements
 // [kvlease.Grantor]: pass it to [kvlease.Acquire] and [kvlease.Keep].
 // Errors are kvlease's ([kvlease.ErrHeld], [kvlease.ErrNotHolder], …),
-// wrapped in a [*ServiceError] that carries the wire code.
+// wrapped in a [*api.ServiceError] that carries the wire code.
 type Client struct {
 	nc      *nats.Conn
 	tp      trace.TracerProvider
@@ -32,14 +34,71 @@ type Client struct {
 	metrics *telemetry.Metrics
 }
 
-// WithClientMeterProvider records the estimated clock offset to the grantor
+var _ kvlease.Grantor = (*Client)(nil)
+
+// ErrOption is wrapped by the errors of the options that refuse a value.
+var ErrOption = errors.New("client: invalid option")
+
+// Option configures [New]. An option returns an error for a value it
+// cannot use; New returns that error.
+type Option func(*Client) error
+
+// WithTracerProvider sets where client spans go. Default: the global
+// provider. A nil provider is an error.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *Client) error {
+		if tp == nil {
+			return fmt.Errorf("%w: nil tracer provider", ErrOption)
+		}
+		c.tp, c.tracer = tp, tp.Tracer(instrumentationName)
+		return nil
+	}
+}
+
+// WithMeterProvider records the estimated clock offset to the grantor
 // (leased.clock.offset) and its error bound (leased.clock.margin) on mp.
-func WithClientMeterProvider(mp metric.MeterProvider) ClientOption {
-	return func(c *Client) {
-		if m, err := telemetry.NewMetrics(mp); err == nil {
-			c.metrics = m
+// Default: no metrics. A nil provider is an error, as is one on which the
+// instruments cannot be created.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *Client) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrOption)
+		}
+		m, err := telemetry.NewMetrics(mp)
+		if err != nil {
+			return fmt.Errorf("%w: metrics: %w", ErrOption, err)
+		}
+		c.metrics = m
+		return nil
+	}
+}
+
+// WithTimeout bounds a request when its context has no deadline. Default
+// 5 s. A duration that is not positive is an error.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: timeout %v must be positive", ErrOption, d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// New returns a client that sends requests on nc. It returns the first
+// error of opts, or one for a nil nc.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil NATS connection", ErrOption)
+	}
+	tp := otel.GetTracerProvider()
+	c := &Client{nc: nc, tp: tp, tracer: tp.Tracer(instrumentationName), timeout: 5 * time.Second}
+	for _, opt := range opts {
+		if err := opt(c); err != nil {
+			return nil, err
 		}
 	}
+	return c, nil
 }
 
 // Clock returns the estimate of the grantor's clock against this one, fed
@@ -47,64 +106,41 @@ func WithClientMeterProvider(mp metric.MeterProvider) ClientOption {
 // kvlease.WithClockGuard to refuse to act when the rates drift apart.
 func (c *Client) Clock() *ClockEstimator { return &c.clock }
 
-var _ kvlease.Grantor = (*Client)(nil)
-
-// ClientOption configures [NewClient].
-type ClientOption func(*Client)
-
-// WithClientTracerProvider sets where client spans go. Default: global.
-func WithClientTracerProvider(tp trace.TracerProvider) ClientOption {
-	return func(c *Client) { c.tp, c.tracer = tp, tp.Tracer(instrumentationName) }
-}
-
 // TracerProvider returns where the client's spans go. A [kvlease.Lease]
 // acquired through the client sends its holder spans there too.
 func (c *Client) TracerProvider() trace.TracerProvider { return c.tp }
-
-// WithTimeout bounds a request when its context has no deadline. Default 5 s.
-func WithTimeout(d time.Duration) ClientOption { return func(c *Client) { c.timeout = d } }
-
-// NewClient returns a client that sends requests on nc.
-func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
-	tp := otel.GetTracerProvider()
-	c := &Client{nc: nc, tp: tp, tracer: tp.Tracer(instrumentationName), timeout: 5 * time.Second}
-	for _, opt := range opts {
-		opt(c)
-	}
-	return c
-}
 
 // Grant asks for a tenure; the returned record carries the secret that
 // renewals and releases must present. req.Duration is required, as for
 // kvlease.Store.Grant: zero is out of range, not "the service's default".
 func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
-	var out Lease
+	var out api.Lease
 	defer c.observe(time.Now(), &out)
-	err := c.call(ctx, SubjectGrant, GrantRequest{Name: req.Name, Holder: req.Holder, TTL: TTL(req.Duration),
+	err := c.call(ctx, api.SubjectGrant, api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
 		Attributes: req.Attributes}, &out)
 	var held *kvlease.HeldError
 	if errors.As(err, &held) {
 		held.Name = req.Name
 	}
-	return fromWire(out), err
+	return out.Record(), err
 }
 
 // Renew extends a tenure.
 func (c *Client) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
-	var out Lease
+	var out api.Lease
 	defer c.observe(time.Now(), &out)
-	wire := RenewRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token), Revision: req.Revision, Secret: req.Secret}
+	wire := api.RenewRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token), Revision: req.Revision, Secret: req.Secret}
 	if req.Duration != 0 { // zero keeps the tenure's duration, as in kvlease.Store.Renew
-		wire.TTL = TTL(req.Duration)
+		wire.TTL = api.TTL(req.Duration)
 	}
-	err := c.call(ctx, SubjectRenew, wire, &out)
+	err := c.call(ctx, api.SubjectRenew, wire, &out)
 	nameStale(err, req.Name)
-	return fromWire(out), err
+	return out.Record(), err
 }
 
 // Release ends a tenure.
 func (c *Client) Release(ctx context.Context, req kvlease.ReleaseRequest) error {
-	err := c.call(ctx, SubjectRelease, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token),
+	err := c.call(ctx, api.SubjectRelease, api.ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token),
 		Revision: req.Revision, Secret: req.Secret}, nil)
 	nameStale(err, req.Name)
 	return err
@@ -120,30 +156,30 @@ func nameStale(err error, name string) {
 }
 
 // Get returns a live lease.
-func (c *Client) Get(ctx context.Context, name string) (Lease, error) {
-	var out Lease
-	err := c.call(ctx, SubjectGet, GetRequest{Name: name}, &out)
+func (c *Client) Get(ctx context.Context, name string) (api.Lease, error) {
+	var out api.Lease
+	err := c.call(ctx, api.SubjectGet, api.GetRequest{Name: name}, &out)
 	return out, err
 }
 
 // List returns the live leases whose names start with prefix.
-func (c *Client) List(ctx context.Context, prefix string) ([]Lease, error) {
-	var out ListReply
-	err := c.call(ctx, SubjectList, ListRequest{Prefix: prefix}, &out)
+func (c *Client) List(ctx context.Context, prefix string) ([]api.Lease, error) {
+	var out api.ListReply
+	err := c.call(ctx, api.SubjectList, api.ListRequest{Prefix: prefix}, &out)
 	return out.Leases, err
 }
 
 // Revoke ends a lease regardless of its holder (an operator's request; NATS
 // permissions may refuse it, which shows as [kvlease.ErrUnavailable] with
 // no responders, or as a permissions error).
-func (c *Client) Revoke(ctx context.Context, name, reason string) (Lease, error) {
-	var out Lease
-	err := c.call(ctx, SubjectRevoke, RevokeRequest{Name: name, Reason: reason}, &out)
+func (c *Client) Revoke(ctx context.Context, name, reason string) (api.Lease, error) {
+	var out api.Lease
+	err := c.call(ctx, api.SubjectRevoke, api.RevokeRequest{Name: name, Reason: reason}, &out)
 	return out, err
 }
 
 // observe feeds the clock estimate with a reply's server time.
-func (c *Client) observe(sent time.Time, l *Lease) {
+func (c *Client) observe(sent time.Time, l *api.Lease) {
 	c.clock.ObserveNode(l.Node, sent, time.Now(), l.ServerTime)
 	if offset, bound, _, _, ok := c.clock.Estimate(); ok || bound > 0 {
 		c.metrics.ClockOffset(context.Background(), "grantor", offset, bound)
@@ -167,11 +203,11 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	}
 	data, err := json.Marshal(req)
 	if err != nil {
-		return fmt.Errorf("grantor: encode %s: %w", subject, err)
+		return fmt.Errorf("client: encode %s: %w", subject, err)
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: telemetry.Inject(ctx, nil)}
 	if dl, ok := ctx.Deadline(); ok {
-		msg.Header.Set(HeaderTimeout, strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10))
+		msg.Header.Set(api.HeaderTimeout, strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10))
 	}
 	if !c.nc.IsConnected() {
 		// A request published while reconnecting is buffered and sent on
@@ -182,8 +218,8 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", kvlease.ErrUnavailable, subject, err)
 	}
-	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
-		body := ErrorBody{Code: code, Message: reply.Header.Get(micro.ErrorHeader)}
+	if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
+		body := api.ErrorBody{Code: code, Message: reply.Header.Get(api.HeaderError)}
 		_ = json.Unmarshal(reply.Data, &body) // the body adds holder and token for "held"
 		return body.Err()
 	}
@@ -191,7 +227,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 		return nil
 	}
 	if err := json.Unmarshal(reply.Data, resp); err != nil {
-		return fmt.Errorf("%w: %s: bad reply: %v", ErrInternal, subject, err)
+		return fmt.Errorf("%w: %s: bad reply: %v", api.ErrInternal, subject, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package grantor
+package client
 
 import (
 	"math"

@@ -1,11 +1,9 @@
-package grantor
+package api
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/leased/leased/kvlease"
@@ -36,6 +34,14 @@ const (
 	// SubjectRevoke is outside lease.v1 so that NATS permissions can allow
 	// clients "lease.v1.>" and reserve "lease.admin.>" for operators.
 	SubjectRevoke = "lease.admin.v1.revoke"
+)
+
+// Headers of an error reply, as NATS micro services send them (the values
+// of micro.ErrorCodeHeader and micro.ErrorHeader, spelt out so that clients
+// need not link micro).
+const (
+	HeaderErrorCode = "Nats-Service-Error-Code"
+	HeaderError     = "Nats-Service-Error"
 )
 
 // Error codes, sent in the Nats-Service-Error-Code header and in the body.
@@ -158,23 +164,6 @@ type ListReply struct {
 	Leases []Lease `json:"leases"`
 }
 
-// ErrorBody is the body of an error reply.
-type ErrorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	// Holder and Token name the current holder when Code is "held".
-	Holder string `json:"holder,omitempty"`
-	Token  uint64 `json:"token,omitempty"`
-	// Revision is the tenure's current revision when Code is "conflict".
-	Revision uint64 `json:"revision,omitempty"`
-}
-
-func toWire(r kvlease.Record, now time.Time) Lease {
-	l := LeaseOf(r)
-	l.ServerTime = now
-	return l
-}
-
 // LeaseOf is a lease record in its wire form (without the server's time).
 func LeaseOf(r kvlease.Record) Lease {
 	return Lease{
@@ -185,7 +174,8 @@ func LeaseOf(r kvlease.Record) Lease {
 	}
 }
 
-func fromWire(l Lease) kvlease.Record {
+// Record is l as a kvlease record (what a client hands its holders).
+func (l Lease) Record() kvlease.Record {
 	return kvlease.Record{
 		Name: l.Name, Holder: l.Holder, Token: kvlease.Token(l.Token), Revision: l.Revision,
 		Duration: time.Duration(l.TTL), TTL: time.Duration(l.ServerTTL),
@@ -193,107 +183,46 @@ func fromWire(l Lease) kvlease.Record {
 	}
 }
 
-// errorBody maps an error from kvlease (or the service's own checks) to its
-// wire code. verb distinguishes "the lease is gone" on renew/release
-// (expired) from get/revoke (not_found).
-func errorBody(verb string, err error) ErrorBody {
-	b := ErrorBody{Message: wireMessage(err.Error())}
-	var held *kvlease.HeldError
-	var stale *kvlease.StaleRevisionError
-	switch {
-	case errors.As(err, &held):
-		b.Code, b.Holder, b.Token = CodeHeld, held.Holder, uint64(held.Token)
-	case errors.As(err, &stale):
-		b.Code, b.Revision = CodeConflict, stale.Revision
-	case errors.Is(err, kvlease.ErrHeld):
-		b.Code = CodeHeld
-	case errors.Is(err, ErrTooLarge):
-		b.Code = CodeTooLarge
-	case errors.Is(err, ErrLimitExceeded):
-		b.Code = CodeLimitExceeded
-	case errors.Is(err, kvlease.ErrDurationOutOfRange):
-		b.Code = CodeTTLOutOfRange
-	case errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder), errors.Is(err, ErrInvalidRequest):
-		b.Code = CodeInvalidArgument
-	case errors.Is(err, kvlease.ErrStaleRevision):
-		b.Code = CodeConflict
-	case errors.Is(err, kvlease.ErrNotHolder):
-		b.Code = CodeNotHolder
-	case errors.Is(err, kvlease.ErrNotFound) && (verb == "renew" || verb == "release" || verb == "deregister"):
-		b.Code = CodeExpired
-	case errors.Is(err, kvlease.ErrNotFound):
-		b.Code = CodeNotFound
-	case errors.Is(err, kvlease.ErrUnavailable):
-		b.Code = CodeUnavailable
-	default:
-		b.Code = CodeInternal
+// ChangeEvent is what the service publishes on SubjectEvents+<name> when a
+// tenure begins or ends (renewals are not published).
+type ChangeEvent struct {
+	Type     string    `json:"type"` // granted, released, revoked, expired
+	Name     string    `json:"name"`
+	Holder   string    `json:"holder,omitempty"`
+	Token    uint64    `json:"token,omitempty"`
+	Revision uint64    `json:"revision"`
+	Time     time.Time `json:"time"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// EndpointStats are the service's own counts for one endpoint, in the data
+// of the micro stats reply (`nats micro info leased` prints it; or request
+// $SRV.STATS.leased): micro's num_errors counts only errors answered before
+// a handler returns, and the service answers from other goroutines.
+type EndpointStats struct {
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+	// ErrorsByCode counts the error replies by their wire code.
+	ErrorsByCode map[string]int64 `json:"errors_by_code,omitempty"`
+	// LastError is the code of the last error reply (not its message,
+	// which may name leases and holders).
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Decode reads a JSON request strictly: unknown fields are errors, so a
+// misspelt field is not silently ignored, and an empty body is "{}". Its
+// errors wrap [ErrInvalidRequest].
+func Decode(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = []byte("{}")
 	}
-	return b
-}
-
-// goPackagePrefix matches the Go package names that begin our error texts
-// ("kvlease: ", "grantor: "), at the start or after a wrapping ": ".
-var goPackagePrefix = regexp.MustCompile(`(^|: )(?:kvlease|grantor|membership): `)
-
-// wireMessage is an error text for callers in any language: without the Go
-// package names, which mean nothing outside this module.
-func wireMessage(s string) string { return goPackagePrefix.ReplaceAllString(s, "$1") }
-
-// Err turns an error reply back into the kvlease error it stands for, so
-// that callers of [Client] test errors exactly as callers of kvlease.Store.
-func (b ErrorBody) Err() error {
-	var sentinel error
-	switch b.Code {
-	case CodeHeld:
-		sentinel = &kvlease.HeldError{Name: "", Holder: b.Holder, Token: kvlease.Token(b.Token)}
-	case CodeInvalidArgument:
-		sentinel = ErrInvalidRequest
-		switch {
-		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidName.Error())):
-			sentinel = kvlease.ErrInvalidName
-		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidHolder.Error())):
-			sentinel = kvlease.ErrInvalidHolder
-		}
-	case CodeTTLOutOfRange:
-		sentinel = kvlease.ErrDurationOutOfRange
-	case CodeTooLarge:
-		sentinel = ErrTooLarge
-	case CodeLimitExceeded:
-		sentinel = ErrLimitExceeded
-	case CodeConflict:
-		sentinel = &kvlease.StaleRevisionError{Revision: b.Revision}
-	case CodeNotHolder:
-		sentinel = kvlease.ErrNotHolder
-	case CodeExpired, CodeNotFound:
-		sentinel = kvlease.ErrNotFound
-	case CodeUnavailable:
-		sentinel = kvlease.ErrUnavailable
-	default:
-		sentinel = ErrInternal
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	return &ServiceError{Code: b.Code, Message: b.Message, sentinel: sentinel}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidRequest)
+	}
+	return nil
 }
-
-// ServiceError is an error reply from the service.
-type ServiceError struct {
-	Code     string
-	Message  string
-	sentinel error
-}
-
-func (e *ServiceError) Error() string { return e.Code + ": " + e.Message }
-
-// Unwrap returns the kvlease sentinel the code stands for.
-func (e *ServiceError) Unwrap() error { return e.sentinel }
-
-// Sentinels for the service's own refusals (kvlease's cover the rest).
-var (
-	// ErrInvalidRequest: malformed JSON, unknown fields, missing values.
-	ErrInvalidRequest = errors.New("grantor: invalid request")
-	// ErrTooLarge: the request body or the attributes exceed the policy.
-	ErrTooLarge = errors.New("grantor: too large")
-	// ErrLimitExceeded: the holder has as many leases as the policy allows.
-	ErrLimitExceeded = errors.New("grantor: limit exceeded")
-	// ErrInternal: the service failed in a way the client cannot fix.
-	ErrInternal = errors.New("grantor: internal error")
-)

@@ -1,4 +1,4 @@
-package grantor
+package registry
 
 import (
 	"context"
@@ -11,27 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/membership"
-)
-
-// Service registration: an instance registers as the lease
-// "svc.<service>.<instance>", with its address, metadata and the gossip node
-// it lives on in the lease's attributes, and keeps it renewed. If the
-// instance dies its registration lapses by TTL; if gossip declares its node
-// dead first, the grantor removes it at once (cause "gossip"). That applies
-// to registrations only, never to other leases: a gossip false positive may
-// cost availability, never safety.
-
-// RegistrationPrefix begins every registration's lease name.
-const RegistrationPrefix = "svc."
-
-// Reserved attribute keys of a registration; user metadata is stored under
-// "meta.<key>".
-const (
-	attrAddr = "addr"
-	attrNode = "node"
-	attrMeta = "meta."
 )
 
 // Causes of a registration's removal.
@@ -45,86 +28,6 @@ const (
 // gossipReason prefixes the revocation reason the registry writes.
 const gossipReason = "gossip: node declared dead: "
 
-// Registration describes one instance of a service.
-type Registration struct {
-	Service  string            `json:"service"`
-	Instance string            `json:"instance"`
-	Addr     string            `json:"addr"`
-	Node     string            `json:"node,omitempty"` // gossip node the instance lives on
-	Meta     map[string]string `json:"meta,omitempty"`
-}
-
-// LeaseName is the registration's lease name.
-func (r Registration) LeaseName() string {
-	return RegistrationPrefix + r.Service + "." + r.Instance
-}
-
-// Validate checks the registration's names and address.
-func (r Registration) Validate() error {
-	for what, v := range map[string]string{"service": r.Service, "instance": r.Instance} {
-		if v == "" || strings.Contains(v, ".") {
-			return fmt.Errorf("%w: %s %q must be non-empty and contain no dots", ErrInvalidRequest, what, v)
-		}
-	}
-	if err := kvlease.ValidateName(r.LeaseName()); err != nil {
-		return err
-	}
-	if r.Addr == "" {
-		return fmt.Errorf("%w: an address is required", ErrInvalidRequest)
-	}
-	return nil
-}
-
-// attributes encodes r into lease attributes.
-func (r Registration) attributes() map[string]string {
-	a := map[string]string{attrAddr: r.Addr}
-	if r.Node != "" {
-		a[attrNode] = r.Node
-	}
-	for k, v := range r.Meta {
-		a[attrMeta+k] = v
-	}
-	return a
-}
-
-// registrationOf decodes a lease record; ok is false for other leases.
-func registrationOf(rec kvlease.Record) (Registration, bool) {
-	rest, ok := strings.CutPrefix(rec.Name, RegistrationPrefix)
-	if !ok {
-		return Registration{}, false
-	}
-	svc, inst, ok := strings.Cut(rest, ".")
-	if !ok || strings.Contains(inst, ".") {
-		return Registration{}, false
-	}
-	r := Registration{Service: svc, Instance: inst, Addr: rec.Attributes[attrAddr], Node: rec.Attributes[attrNode]}
-	for k, v := range rec.Attributes {
-		if m, ok := strings.CutPrefix(k, attrMeta); ok {
-			if r.Meta == nil {
-				r.Meta = map[string]string{}
-			}
-			r.Meta[m] = v
-		}
-	}
-	return r, true
-}
-
-// Instance is a registered instance as discovery reports it.
-type Instance struct {
-	Registration
-	Holder string `json:"holder"`
-	Token  uint64 `json:"token"`
-	// ExpiresAt is when the registration lapses unless renewed (server clock).
-	ExpiresAt time.Time `json:"expires_at"`
-	// Gossip is true if the instance's node is known to this grantor's
-	// gossip; Suspicion is then its continuous suspicion level (phi; 0 is
-	// healthy, membership.MaxSuspicion is declared dead) and Suspect says
-	// whether it is at or above the threshold.
-	Gossip    bool    `json:"gossip"`
-	Suspicion float64 `json:"suspicion"`
-	Suspect   bool    `json:"suspect"`
-}
-
 // Change types.
 const (
 	ChangeAdded   = "added"
@@ -133,9 +36,9 @@ const (
 
 // Change is a registration added or removed (renewals are not changes).
 type Change struct {
-	Type     string   `json:"type"` // ChangeAdded or ChangeRemoved
-	Instance Instance `json:"instance"`
-	Cause    string   `json:"cause,omitempty"` // for "removed": deregistered, ttl, gossip, revoked
+	Type     string       `json:"type"` // ChangeAdded or ChangeRemoved
+	Instance api.Instance `json:"instance"`
+	Cause    string       `json:"cause,omitempty"` // for "removed": deregistered, ttl, gossip, revoked
 	Time     time.Time
 }
 
@@ -150,7 +53,8 @@ var _ Gossip = (*membership.Node)(nil)
 
 // Registry keeps the registrations of a lease bucket in memory, current by
 // watching the bucket (no polling), answers discovery with gossip suspicion
-// levels, and removes the registrations of nodes gossip declares dead.
+// levels, and removes the registrations of nodes gossip declares dead. As a
+// [grantor.Extension] it serves svc.v1.register, .deregister and .discover.
 type Registry struct {
 	store     *kvlease.Store
 	gossip    Gossip // nil: no gossip
@@ -161,46 +65,128 @@ type Registry struct {
 	instances map[string]map[string]kvlease.Record // service → instance → record
 	watchers  map[chan Change]string               // subscriber → service ("" for all)
 
+	started bool // guarded by mu
 	watcher *kvlease.Watcher
-	done    chan struct{}
+	done    chan struct{} // closed when following stops
 }
 
-// NewRegistry starts following the registrations in store, and, with a
-// gossip node, their nodes' health. threshold is the suspicion level at and
-// above which an instance is reported suspect. It returns once the current
-// registrations are loaded.
-func NewRegistry(ctx context.Context, store *kvlease.Store, gossip Gossip, threshold float64, log *slog.Logger) (*Registry, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+var _ grantor.Extension = (*Registry)(nil)
+
+// ErrOption is wrapped by the errors of [New] and of the options that
+// refuse a value.
+var ErrOption = errors.New("registry: invalid option")
+
+// Option configures [New]. An option returns an error for a value it
+// cannot use.
+type Option func(*Registry) error
+
+// WithGossip gives the registry a gossip view: discovery reports each
+// instance's suspicion level (suspect at or above threshold), and the
+// registrations of nodes gossip declares dead are removed at once. Default:
+// no gossip. A nil g or a threshold that is not positive is an error.
+func WithGossip(g Gossip, threshold float64) Option {
+	return func(r *Registry) error {
+		if g == nil {
+			return fmt.Errorf("%w: nil gossip", ErrOption)
+		}
+		if threshold <= 0 {
+			return fmt.Errorf("%w: suspicion threshold %v must be positive", ErrOption, threshold)
+		}
+		r.gossip, r.threshold = g, threshold
+		return nil
 	}
-	w, err := watchWhenReady(ctx, store, RegistrationPrefix, log)
-	if err != nil {
-		return nil, err
+}
+
+// WithLogger sets the logger. Default: discard. A nil logger is an error.
+func WithLogger(l *slog.Logger) Option {
+	return func(r *Registry) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrOption)
+		}
+		r.log = l
+		return nil
+	}
+}
+
+// New returns a registry of the registrations in store. It does nothing
+// until [Registry.Start]; handed to [grantor.WithExtension], it starts and
+// stops with the service.
+func New(store *kvlease.Store, opts ...Option) (*Registry, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrOption)
 	}
 	r := &Registry{
-		store: store, gossip: gossip, threshold: threshold, log: log,
+		store: store, log: slog.New(slog.DiscardHandler),
 		instances: map[string]map[string]kvlease.Record{},
 		watchers:  map[chan Change]string{},
-		watcher:   w,
 		done:      make(chan struct{}),
 	}
+	for _, opt := range opts {
+		if err := opt(r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Start starts following the registrations in the bucket and, with
+// [WithGossip], their nodes' health. It returns once the current
+// registrations are loaded; ctx bounds the waiting, not the following,
+// which lasts until [Registry.Stop]. A registry starts once.
+func (r *Registry) Start(ctx context.Context) error {
+	r.mu.Lock()
+	started := r.started
+	r.started = true
+	r.mu.Unlock()
+	if started {
+		return errors.New("registry: already started")
+	}
+	w, err := watchWhenReady(ctx, r.store, api.RegistrationPrefix, r.log)
+	if err != nil {
+		return err
+	}
+	r.watcher = w
 	go r.follow()
-	if gossip != nil {
+	if r.gossip != nil {
 		go r.reap()
 	}
 	select {
 	case <-w.Synced():
 	case <-ctx.Done():
 		r.Stop()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	return r, nil
+	return nil
 }
 
-// Stop stops following the bucket and gossip.
+// Stop stops following the bucket and gossip, and closes the channels of
+// [Registry.Watch]. It does nothing if the registry was not started.
 func (r *Registry) Stop() {
+	if r.watcher == nil {
+		return
+	}
 	r.watcher.Stop()
 	<-r.done
+}
+
+// watchWhenReady starts a watch that lives until stopped (not until ctx
+// ends), retrying while JetStream is unavailable: a node that has just
+// rejoined its cluster can open the bucket and still fail to create a
+// consumer for some seconds while its stream catches up. ctx bounds the
+// waiting. (The service has the same loop for its own watch.)
+func watchWhenReady(ctx context.Context, store *kvlease.Store, prefix string, log *slog.Logger) (*kvlease.Watcher, error) {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		w, err := store.Watch(context.WithoutCancel(ctx), prefix)
+		if err == nil || !errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {
+			return w, err
+		}
+		log.Info("waiting for JetStream to start a watch", "prefix", prefix, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
 }
 
 func (r *Registry) follow() {
@@ -210,7 +196,7 @@ func (r *Registry) follow() {
 		if rec == nil {
 			rec = &kvlease.Record{Name: ev.Name, Holder: ev.Holder, Token: ev.Token}
 		}
-		reg, ok := registrationOf(*rec)
+		reg, ok := api.RegistrationOf(*rec)
 		if !ok {
 			continue
 		}
@@ -285,7 +271,7 @@ func (r *Registry) removeNode(node string) {
 	var names []string
 	for _, byInst := range r.instances {
 		for _, rec := range byInst {
-			if rec.Attributes[attrNode] == node {
+			if reg, _ := api.RegistrationOf(rec); reg.Node == node {
 				names = append(names, rec.Name)
 			}
 		}
@@ -306,9 +292,9 @@ func (r *Registry) removeNode(node string) {
 }
 
 // instance describes rec with its node's current suspicion. Called with mu held.
-func (r *Registry) instance(rec kvlease.Record) Instance {
-	reg, _ := registrationOf(rec)
-	in := Instance{Registration: reg, Holder: rec.Holder, Token: uint64(rec.Token), ExpiresAt: rec.ExpiresAt()}
+func (r *Registry) instance(rec kvlease.Record) api.Instance {
+	reg, _ := api.RegistrationOf(rec)
+	in := api.Instance{Registration: reg, Holder: rec.Holder, Token: uint64(rec.Token), ExpiresAt: rec.ExpiresAt()}
 	if r.gossip != nil && reg.Node != "" {
 		if m, ok := r.gossip.Member(reg.Node); ok {
 			in.Gossip, in.Suspicion = true, m.Suspicion
@@ -322,10 +308,10 @@ func (r *Registry) instance(rec kvlease.Record) Instance {
 // their suspicion levels. maxSuspicion > 0 leaves out instances whose node is
 // at or above it (instances without gossip are kept: nothing is known
 // against them).
-func (r *Registry) Discover(service string, maxSuspicion float64) []Instance {
+func (r *Registry) Discover(service string, maxSuspicion float64) []api.Instance {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]Instance, 0, len(r.instances[service]))
+	out := make([]api.Instance, 0, len(r.instances[service]))
 	for _, inst := range slices.Sorted(maps.Keys(r.instances[service])) {
 		in := r.instance(r.instances[service][inst])
 		if maxSuspicion > 0 && in.Gossip && in.Suspicion >= maxSuspicion {

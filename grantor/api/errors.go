@@ -1,0 +1,126 @@
+package api
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+
+	"github.com/leased/leased/kvlease"
+)
+
+// ErrorBody is the body of an error reply.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Holder and Token name the current holder when Code is "held".
+	Holder string `json:"holder,omitempty"`
+	Token  uint64 `json:"token,omitempty"`
+	// Revision is the tenure's current revision when Code is "conflict".
+	Revision uint64 `json:"revision,omitempty"`
+}
+
+// ErrorBodyOf maps an error from kvlease (or the service's own checks) to
+// its wire code and a message without Go package names. verb, the last
+// token of the request's subject, distinguishes "the lease is gone" on
+// renew/release/deregister (expired) from get/revoke (not_found).
+func ErrorBodyOf(verb string, err error) ErrorBody {
+	b := ErrorBody{Message: wireMessage(err.Error())}
+	var held *kvlease.HeldError
+	var stale *kvlease.StaleRevisionError
+	switch {
+	case errors.As(err, &held):
+		b.Code, b.Holder, b.Token = CodeHeld, held.Holder, uint64(held.Token)
+	case errors.As(err, &stale):
+		b.Code, b.Revision = CodeConflict, stale.Revision
+	case errors.Is(err, kvlease.ErrHeld):
+		b.Code = CodeHeld
+	case errors.Is(err, ErrTooLarge):
+		b.Code = CodeTooLarge
+	case errors.Is(err, ErrLimitExceeded):
+		b.Code = CodeLimitExceeded
+	case errors.Is(err, kvlease.ErrDurationOutOfRange):
+		b.Code = CodeTTLOutOfRange
+	case errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder), errors.Is(err, ErrInvalidRequest):
+		b.Code = CodeInvalidArgument
+	case errors.Is(err, kvlease.ErrStaleRevision):
+		b.Code = CodeConflict
+	case errors.Is(err, kvlease.ErrNotHolder):
+		b.Code = CodeNotHolder
+	case errors.Is(err, kvlease.ErrNotFound) && (verb == "renew" || verb == "release" || verb == "deregister"):
+		b.Code = CodeExpired
+	case errors.Is(err, kvlease.ErrNotFound):
+		b.Code = CodeNotFound
+	case errors.Is(err, kvlease.ErrUnavailable):
+		b.Code = CodeUnavailable
+	default:
+		b.Code = CodeInternal
+	}
+	return b
+}
+
+// goPackagePrefix matches the Go package names that begin our error texts
+// ("kvlease: ", "grantor: "), at the start or after a wrapping ": ".
+var goPackagePrefix = regexp.MustCompile(`(^|: )(?:kvlease|grantor|membership): `)
+
+// wireMessage is an error text for callers in any language: without the Go
+// package names, which mean nothing outside this module.
+func wireMessage(s string) string { return goPackagePrefix.ReplaceAllString(s, "$1") }
+
+// Err turns an error reply back into the kvlease error it stands for, so
+// that Go clients test errors exactly as callers of kvlease.Store.
+func (b ErrorBody) Err() error {
+	var sentinel error
+	switch b.Code {
+	case CodeHeld:
+		sentinel = &kvlease.HeldError{Name: "", Holder: b.Holder, Token: kvlease.Token(b.Token)}
+	case CodeInvalidArgument:
+		sentinel = ErrInvalidRequest
+		switch {
+		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidName.Error())):
+			sentinel = kvlease.ErrInvalidName
+		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidHolder.Error())):
+			sentinel = kvlease.ErrInvalidHolder
+		}
+	case CodeTTLOutOfRange:
+		sentinel = kvlease.ErrDurationOutOfRange
+	case CodeTooLarge:
+		sentinel = ErrTooLarge
+	case CodeLimitExceeded:
+		sentinel = ErrLimitExceeded
+	case CodeConflict:
+		sentinel = &kvlease.StaleRevisionError{Revision: b.Revision}
+	case CodeNotHolder:
+		sentinel = kvlease.ErrNotHolder
+	case CodeExpired, CodeNotFound:
+		sentinel = kvlease.ErrNotFound
+	case CodeUnavailable:
+		sentinel = kvlease.ErrUnavailable
+	default:
+		sentinel = ErrInternal
+	}
+	return &ServiceError{Code: b.Code, Message: b.Message, sentinel: sentinel}
+}
+
+// ServiceError is an error reply from the service.
+type ServiceError struct {
+	Code     string
+	Message  string
+	sentinel error
+}
+
+func (e *ServiceError) Error() string { return e.Code + ": " + e.Message }
+
+// Unwrap returns the kvlease sentinel the code stands for.
+func (e *ServiceError) Unwrap() error { return e.sentinel }
+
+// Sentinels for the service's own refusals (kvlease's cover the rest).
+var (
+	// ErrInvalidRequest: malformed JSON, unknown fields, missing values.
+	ErrInvalidRequest = errors.New("grantor: invalid request")
+	// ErrTooLarge: the request body or the attributes exceed the policy.
+	ErrTooLarge = errors.New("grantor: too large")
+	// ErrLimitExceeded: the holder has as many leases as the policy allows.
+	ErrLimitExceeded = errors.New("grantor: limit exceeded")
+	// ErrInternal: the service failed in a way the client cannot fix.
+	ErrInternal = errors.New("grantor: internal error")
+)

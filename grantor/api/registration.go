@@ -1,0 +1,141 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+)
+
+// Service registration on the wire: an instance registers as the lease
+// "svc.<service>.<instance>", with its address, metadata and the gossip node
+// it lives on in the lease's attributes (docs/api.md#service-registration).
+
+// RegistrationPrefix begins every registration's lease name.
+const RegistrationPrefix = "svc."
+
+// Reserved attribute keys of a registration; user metadata is stored under
+// "meta.<key>".
+const (
+	attrAddr = "addr"
+	attrNode = "node"
+	attrMeta = "meta."
+)
+
+// Registration describes one instance of a service.
+type Registration struct {
+	Service  string            `json:"service"`
+	Instance string            `json:"instance"`
+	Addr     string            `json:"addr"`
+	Node     string            `json:"node,omitempty"` // gossip node the instance lives on
+	Meta     map[string]string `json:"meta,omitempty"`
+}
+
+// LeaseName is the registration's lease name.
+func (r Registration) LeaseName() string {
+	return RegistrationPrefix + r.Service + "." + r.Instance
+}
+
+// Validate checks the registration's names and address.
+func (r Registration) Validate() error {
+	for what, v := range map[string]string{"service": r.Service, "instance": r.Instance} {
+		if v == "" || strings.Contains(v, ".") {
+			return fmt.Errorf("%w: %s %q must be non-empty and contain no dots", ErrInvalidRequest, what, v)
+		}
+	}
+	if err := kvlease.ValidateName(r.LeaseName()); err != nil {
+		return err
+	}
+	if r.Addr == "" {
+		return fmt.Errorf("%w: an address is required", ErrInvalidRequest)
+	}
+	return nil
+}
+
+// Attributes encodes r into the attributes of its lease.
+func (r Registration) Attributes() map[string]string {
+	a := map[string]string{attrAddr: r.Addr}
+	if r.Node != "" {
+		a[attrNode] = r.Node
+	}
+	for k, v := range r.Meta {
+		a[attrMeta+k] = v
+	}
+	return a
+}
+
+// RegistrationOf decodes a lease record; ok is false for other leases.
+func RegistrationOf(rec kvlease.Record) (Registration, bool) {
+	rest, ok := strings.CutPrefix(rec.Name, RegistrationPrefix)
+	if !ok {
+		return Registration{}, false
+	}
+	svc, inst, ok := strings.Cut(rest, ".")
+	if !ok || strings.Contains(inst, ".") {
+		return Registration{}, false
+	}
+	r := Registration{Service: svc, Instance: inst, Addr: rec.Attributes[attrAddr], Node: rec.Attributes[attrNode]}
+	for k, v := range rec.Attributes {
+		if m, ok := strings.CutPrefix(k, attrMeta); ok {
+			if r.Meta == nil {
+				r.Meta = map[string]string{}
+			}
+			r.Meta[m] = v
+		}
+	}
+	return r, true
+}
+
+// Instance is a registered instance as discovery reports it.
+type Instance struct {
+	Registration
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+	// ExpiresAt is when the registration lapses unless renewed (server clock).
+	ExpiresAt time.Time `json:"expires_at"`
+	// Gossip is true if the instance's node is known to this grantor's
+	// gossip; Suspicion is then its continuous suspicion level (phi; 0 is
+	// healthy, membership.MaxSuspicion is declared dead) and Suspect says
+	// whether it is at or above the threshold.
+	Gossip    bool    `json:"gossip"`
+	Suspicion float64 `json:"suspicion"`
+	Suspect   bool    `json:"suspect"`
+}
+
+// RegisterRequest is the body of svc.v1.register.
+type RegisterRequest struct {
+	Service  string            `json:"service"`
+	Instance string            `json:"instance"`
+	Addr     string            `json:"addr"`
+	Node     string            `json:"node,omitempty"`
+	Meta     map[string]string `json:"meta,omitempty"`
+	Holder   string            `json:"holder"`
+	TTL      *Duration         `json:"ttl,omitempty"` // as in GrantRequest
+}
+
+// DeregisterRequest is the body of svc.v1.deregister.
+type DeregisterRequest struct {
+	Service  string `json:"service"`
+	Instance string `json:"instance"`
+	Holder   string `json:"holder"`
+	Token    uint64 `json:"token"`
+	Revision uint64 `json:"revision"`
+	Secret   string `json:"secret"`
+}
+
+// DiscoverRequest is the body of svc.v1.discover.
+type DiscoverRequest struct {
+	Service string `json:"service"`
+	// MaxSuspicion > 0 leaves out instances whose node's suspicion is at
+	// or above it.
+	MaxSuspicion float64 `json:"max_suspicion,omitempty"`
+}
+
+// DiscoverReply is the body of a svc.v1.discover reply.
+type DiscoverReply struct {
+	Instances []Instance `json:"instances"`
+	// Threshold is the suspicion level at which this grantor calls an
+	// instance suspect.
+	Threshold float64 `json:"threshold"`
+}

@@ -1,0 +1,33 @@
+// Package client is the Go client of the leased service.
+//
+// [Client] speaks the protocol of [github.com/leased/leased/grantor/api]
+// over a NATS connection and implements [kvlease.Grantor], so
+// [kvlease.Acquire] and [kvlease.Keep] work over it unchanged; [Register]
+// keeps a service registration renewed and [Client.Discover] asks for the
+// instances of a service.
+//
+// # Errors
+//
+// Errors are kvlease's ([kvlease.ErrHeld], [kvlease.ErrNotHolder],
+// [kvlease.ErrUnavailable], …) wrapped in an [*api.ServiceError] that
+// carries the wire code: test them with [errors.Is] as for a
+// [kvlease.Store]. A request while the connection is down fails at once
+// with kvlease.ErrUnavailable instead of being buffered past the holder's
+// deadline.
+//
+// # Clocks
+//
+// Every reply carries the answering grantor's clock. [ClockEstimator]
+// (from [Client.Clock]) estimates the offset, Cristian-style, and the rate
+// error against this machine's monotonic clock, per grantor node. Safety
+// depends only on the rate: pass Clock().Exceeds to [kvlease.WithClockGuard]
+// to stop counting a lease as held once the measured rate error, less its
+// uncertainty, exceeds the lease's bound.
+//
+// # What it does not do
+//
+// The client does not retry, renew or fail over by itself: [kvlease.Keeper]
+// renews, and NATS routes each request to any grantor node. It links
+// neither the server side (nats.go/micro) nor gossip (memberlist): a
+// program that only holds leases stays small.
+package client

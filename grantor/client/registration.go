@@ -1,0 +1,39 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/kvlease"
+)
+
+// Discover asks the service for the instances of service. maxSuspicion > 0
+// leaves out instances whose node's suspicion is at or above it.
+func (c *Client) Discover(ctx context.Context, service string, maxSuspicion float64) (api.DiscoverReply, error) {
+	var out api.DiscoverReply
+	err := c.call(ctx, api.SubjectDiscover, api.DiscoverRequest{Service: service, MaxSuspicion: maxSuspicion}, &out)
+	return out, err
+}
+
+// Register registers an instance through g (a [*Client], or a
+// kvlease.Store) and keeps the registration renewed until the returned
+// keeper is closed (which deregisters) or the registration is lost. It is
+// the instance's side of service registration; package
+// [github.com/leased/leased/grantor/registry] is the grantor's.
+func Register(ctx context.Context, g kvlease.Grantor, reg api.Registration, holder string, ttl time.Duration,
+	opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
+	if err := reg.Validate(); err != nil {
+		return nil, err
+	}
+	l, err := kvlease.Acquire(ctx, g, reg.LeaseName(), holder, ttl, kvlease.WithAttributes(reg.Attributes()))
+	if err != nil {
+		return nil, err
+	}
+	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
+	if err != nil {
+		_ = l.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return k, nil
+}

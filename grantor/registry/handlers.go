@@ -1,0 +1,60 @@
+package registry
+
+import (
+	"context"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+)
+
+// Endpoints returns the handlers of svc.v1.register, .deregister and
+// .discover: registering is a grant (with the service's limits) of the
+// registration's lease, deregistering its release. It implements
+// [grantor.Extension]; the service calls it.
+func (r *Registry) Endpoints(leases grantor.Leases) map[string]grantor.Handler {
+	return map[string]grantor.Handler{
+		api.SubjectRegister:   func(ctx context.Context, data []byte) (any, error) { return r.register(ctx, leases, data) },
+		api.SubjectDeregister: func(ctx context.Context, data []byte) (any, error) { return r.deregister(ctx, leases, data) },
+		api.SubjectDiscover:   r.discover,
+	}
+}
+
+func (r *Registry) register(ctx context.Context, leases grantor.Leases, data []byte) (any, error) {
+	var req api.RegisterRequest
+	if err := api.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	reg := api.Registration{Service: req.Service, Instance: req.Instance, Addr: req.Addr, Node: req.Node, Meta: req.Meta}
+	if err := reg.Validate(); err != nil {
+		return nil, err
+	}
+	return leases.Grant(ctx, api.GrantRequest{Name: reg.LeaseName(), Holder: req.Holder, TTL: req.TTL, Attributes: reg.Attributes()})
+}
+
+func (r *Registry) deregister(ctx context.Context, leases grantor.Leases, data []byte) (any, error) {
+	var req api.DeregisterRequest
+	if err := api.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	reg := api.Registration{Service: req.Service, Instance: req.Instance, Addr: "-"}
+	if err := reg.Validate(); err != nil {
+		return nil, err
+	}
+	err := leases.Release(ctx, api.ReleaseRequest{Name: reg.LeaseName(), Holder: req.Holder, Token: req.Token,
+		Revision: req.Revision, Secret: req.Secret})
+	if err != nil {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+func (r *Registry) discover(_ context.Context, data []byte) (any, error) {
+	var req api.DiscoverRequest
+	if err := api.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := (api.Registration{Service: req.Service, Instance: "x", Addr: "-"}).Validate(); err != nil {
+		return nil, err
+	}
+	return api.DiscoverReply{Instances: r.Discover(req.Service, req.MaxSuspicion), Threshold: r.threshold}, nil
+}

@@ -1,0 +1,223 @@
+package registry_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
+	"github.com/leased/leased/grantor/registry"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/membership/membershiptest"
+)
+
+// The registry follows registrations (no polling), reports suspicion from
+// gossip, and removes a dead node's registrations with cause "gossip",
+// leaving every other lease alone.
+func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "grantor", "web-1")
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	reg, err := registry.New(st, registry.WithGossip(nodes[0], 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	changes := reg.Watch(ctx, "web")
+
+	k, err := client.Register(ctx, st, api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:8080",
+		Node: "web-1", Meta: map[string]string{"zone": "a"}}, "web-1", 6*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	// An exclusive lease of the same node: gossip must never end it.
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "jobs.nightly", Holder: "web-1", Duration: 30 * time.Second,
+		Attributes: map[string]string{"node": "web-1"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	if c := nextChange(t, changes, registry.ChangeAdded); c.Instance.Instance != "i1" || c.Instance.Meta["zone"] != "a" {
+		t.Fatalf("added: %+v", c)
+	}
+	got := reg.Discover("web", 0)
+	if len(got) != 1 || !got[0].Gossip || got[0].Suspect || got[0].Addr != "127.0.0.1:8080" || got[0].Node != "web-1" {
+		t.Fatalf("discover: %+v", got)
+	}
+
+	died := time.Now()
+	if err := nodes[1].Shutdown(); err != nil { // no Leave: to the others it just stops answering
+		t.Fatal(err)
+	}
+	c := nextChange(t, changes, registry.ChangeRemoved)
+	if c.Cause != registry.CauseGossip || c.Instance.Instance != "i1" {
+		t.Fatalf("removed: %+v, want cause gossip", c)
+	}
+	t.Logf("removed %v after its node stopped", time.Since(died).Round(time.Millisecond))
+	if got := reg.Discover("web", 0); len(got) != 0 {
+		t.Fatalf("discover after removal: %+v", got)
+	}
+	if _, err := st.Get(ctx, "jobs.nightly"); err != nil {
+		t.Fatalf("the node's exclusive lease: %v (gossip must not end it)", err)
+	}
+	select {
+	case <-k.Done():
+		if err := k.Err(); err == nil {
+			t.Fatal("keeper done without a reason")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the instance's keeper did not notice its registration was removed")
+	}
+}
+
+func nextChange(t *testing.T, ch <-chan registry.Change, typ string) registry.Change {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case c, ok := <-ch:
+			if !ok {
+				t.Fatal("watch closed")
+			}
+			if c.Type == typ {
+				return c
+			}
+		case <-timeout:
+			t.Fatalf("no %q change", typ)
+		}
+	}
+}
+
+// serve runs a grantor with the registry as its extension, and returns
+// its store and a client connection.
+func serve(t *testing.T) (*kvlease.Store, *nats.Conn) {
+	t.Helper()
+	srv := kvleasetest.NewServer(t)
+	cfg := grantor.DefaultConfig()
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc), cfg.StoreOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := grantor.New(st, nc, cfg, grantor.WithExtension(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	return st, kvleasetest.Connect(t, srv.ClientURL())
+}
+
+// svc.v1.register, .discover and .deregister from any NATS client.
+func TestServiceRegistrationAPI(t *testing.T) {
+	store, nc := serve(t)
+	req := func(subject, body string) []byte {
+		t.Helper()
+		reply, err := nc.Request(subject, []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+			t.Fatalf("%s %s: %s %s", subject, body, code, reply.Data)
+		}
+		return reply.Data
+	}
+	var lease api.Lease
+	mustJSON(t, req(api.SubjectRegister, `{"service":"api","instance":"a1","addr":"10.0.0.1:80","holder":"a1","ttl":"10s","meta":{"v":"2"}}`), &lease)
+	if lease.Name != "svc.api.a1" || lease.Secret == "" {
+		t.Fatalf("register reply %+v", lease)
+	}
+	// The registry follows the bucket's stream, so discovery shows the
+	// registration once the stream has delivered it: ask until it does.
+	var rep api.DiscoverReply
+	for deadline := time.Now().Add(5 * time.Second); len(rep.Instances) == 0 && time.Now().Before(deadline); {
+		mustJSON(t, req(api.SubjectDiscover, `{"service":"api"}`), &rep)
+	}
+	if len(rep.Instances) != 1 || rep.Instances[0].Addr != "10.0.0.1:80" || rep.Instances[0].Meta["v"] != "2" || rep.Instances[0].Gossip {
+		t.Fatalf("discover %+v", rep)
+	}
+	bad, err := nc.Request(api.SubjectRegister, []byte(`{"service":"a.b","instance":"x","addr":"h:1","holder":"h"}`), 5*time.Second)
+	if err != nil || bad.Header.Get("Nats-Service-Error-Code") != api.CodeInvalidArgument {
+		t.Fatalf("register with a dotted service: %v %v", bad, err)
+	}
+	req(api.SubjectDeregister, fmt.Sprintf(`{"service":"api","instance":"a1","holder":"a1","token":%d,"revision":%d,"secret":%q}`,
+		lease.Token, lease.Revision, lease.Secret))
+	if _, err := store.Get(t.Context(), "svc.api.a1"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("after deregister: %v", err)
+	}
+}
+
+func mustJSON(t *testing.T, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+}
+
+// A registration's TTL is a grant's: an explicit zero is out of range.
+func TestBadRegistrationRequests(t *testing.T) {
+	_, nc := serve(t)
+	for _, tc := range []struct {
+		name, subject, body, code string
+	}{
+		{"explicit zero ttl on register", api.SubjectRegister, `{"service":"s","instance":"i","addr":"127.0.0.1:1","holder":"h","ttl":"0s"}`, api.CodeTTLOutOfRange},
+		{"unknown svc verb", "svc.v1.frobnicate", `{}`, api.CodeInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reply, err := nc.Request(tc.subject, []byte(tc.body), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := reply.Header.Get(api.HeaderErrorCode); code != tc.code {
+				t.Fatalf("code %q (%s), want %q", code, reply.Data, tc.code)
+			}
+		})
+	}
+}
+
+// Options refuse values they cannot use, and a registry starts once.
+func TestOptionsRefuseBadValues(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	nodes := membershiptest.Cluster(t, "grantor")
+	for name, opt := range map[string]registry.Option{
+		"nil gossip":     registry.WithGossip(nil, 8),
+		"zero threshold": registry.WithGossip(nodes[0], 0),
+		"nil logger":     registry.WithLogger(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if r, err := registry.New(st, opt); !errors.Is(err, registry.ErrOption) || r != nil {
+				t.Fatalf("New = %v, %v; want ErrOption", r, err)
+			}
+		})
+	}
+	if _, err := registry.New(nil); !errors.Is(err, registry.ErrOption) {
+		t.Fatalf("New(nil) = %v, want ErrOption", err)
+	}
+	r, err := registry.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if err := r.Start(t.Context()); err == nil {
+		t.Fatal("second Start succeeded")
+	}
+}
