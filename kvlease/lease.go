@@ -24,7 +24,7 @@ import (
 // That holds for clocks that run at rates within ρ of each other. It does
 // not hold across a pause: a process stopped between [Lease.Check] and its
 // effect acts late without knowing. Only a resource that checks the token
-// (a [MemFence], [KVFence], or the SQL pattern in docs/fencing.md) makes that
+// (a fence: see [github.com/leased/leased/kvlease/fence], or the SQL pattern in docs/fencing.md) makes that
 // harmless.
 //
 // A Lease is safe for concurrent use. Keep it renewed with [Keep].
@@ -269,7 +269,7 @@ func (l *Lease) LateEffects() int64 { return l.lateEffects.Load() }
 //
 // A refusal ([ErrNotHolder], [ErrNotFound], an unrecovered
 // [StaleRevisionError], or any other answer that is not [ErrUnavailable])
-// ends the lease at once: from then on Check, CheckFor, [ReadThrough] and
+// ends the lease at once: from then on Check, CheckFor, [github.com/leased/leased/kvlease/readlease.Read] and
 // [Claim.Complete] fail with a [*LeaseExpiredError] whose Refused is the
 // refusal, and Renew sends nothing more.
 //
