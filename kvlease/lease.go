@@ -269,9 +269,11 @@ func (l *Lease) LateEffects() int64 { return l.lateEffects.Load() }
 //
 // A refusal ([ErrNotHolder], [ErrNotFound], an unrecovered
 // [StaleRevisionError], or any other answer that is not [ErrUnavailable])
-// ends the lease at once: from then on Check, CheckFor, [github.com/leased/leased/kvlease/readlease.Read] and
-// [Claim.Complete] fail with a [*LeaseExpiredError] whose Refused is the
-// refusal, and Renew sends nothing more.
+// ends the lease at once: from then on Check, CheckFor,
+// [github.com/leased/leased/kvlease/readlease.Read] and
+// [github.com/leased/leased/kvlease/workqueue.Claim.Complete] fail with a
+// [*LeaseExpiredError] whose Refused is the refusal, and Renew sends
+// nothing more.
 //
 // Errors: [*LeaseExpiredError]; those of [Store.Renew].
 func (l *Lease) Renew(ctx context.Context) error {

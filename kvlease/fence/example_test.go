@@ -17,7 +17,7 @@ import (
 )
 
 // exampleStore starts a JetStream server in a temporary directory
-// and opens the lease bucket on it, as [ExampleOpen] does step by step. stop
+// and opens the lease bucket on it, as kvlease's ExampleOpen does step by step. stop
 // closes the connection, shuts the server down and removes the directory.
 func exampleStore() (st *kvlease.Store, js jetstream.JetStream, stop func()) {
 	var stops []func()
