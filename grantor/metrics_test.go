@@ -174,7 +174,7 @@ func TestGrantorMetrics(t *testing.T) {
 	// opted-in elect.* lease.
 	series := map[string]int64{}
 	for _, dp := range points(t, reader, "leased.ownership.changes") {
-		name, _ := dp.Attributes.Value(telemetry.AttrLease)
+		name, _ := dp.Attributes.Value(telemetry.AttrName)
 		series[name.Emit()] += dp.Value
 	}
 	if len(series) != 3 || series[""] != leases+1 || series["elect.a"] != 1 || series["elect.b"] != 1 {

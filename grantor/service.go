@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -365,7 +364,7 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 		resp, err = fn(ctx, data)
 	}
 	code := s.reply(reply, verb, resp, err, func(code string) { s.count(ctx, subject, code, time.Since(start)) })
-	span.SetAttributes(kvlease.AttrOutcome.String(code))
+	span.SetAttributes(telemetry.AttrOutcome.String(code))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -486,9 +485,9 @@ func (s *Service) publishChange(ev kvlease.Event) {
 		// granted it (the service or a Go holder on the bucket): in Jaeger,
 		// a flapping lease shows as a run of these with lease.flapping=true.
 		opts := []trace.SpanStartOption{trace.WithTimestamp(ev.Time), trace.WithAttributes(
-			kvlease.AttrName.String(ev.Name), kvlease.AttrHolder.String(ev.Holder),
-			kvlease.AttrToken.Int64(int64(ev.Token)), telemetry.AttrFlapping.Bool(flapping),
-			attribute.Int("lease.changes_in_window", n))}
+			telemetry.AttrName.String(ev.Name), telemetry.AttrHolder.String(ev.Holder),
+			telemetry.AttrToken.Int64(int64(ev.Token)), telemetry.AttrFlapping.Bool(flapping),
+			telemetry.AttrChangesInWindow.Int(n))}
 		if ev.Record != nil {
 			if sc := kvlease.SpanContextOfGrant(*ev.Record); sc.IsValid() {
 				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
@@ -496,14 +495,14 @@ func (s *Service) publishChange(ev kvlease.Event) {
 		}
 		_, span := s.tracer.Start(context.Background(), "lease.ownership_change", opts...)
 		if flapping {
-			span.AddEvent("lease.flapping", trace.WithAttributes(attribute.Int("lease.changes_in_window", n)))
+			span.AddEvent("lease.flapping", trace.WithAttributes(telemetry.AttrChangesInWindow.Int(n)))
 		}
 		span.End()
 	case ev.Type.Ends():
 		// The observed end of a tenure, linked to the grant that began it.
 		opts := []trace.SpanStartOption{trace.WithTimestamp(ev.Time), trace.WithAttributes(
-			kvlease.AttrName.String(ev.Name), kvlease.AttrHolder.String(ev.Holder),
-			kvlease.AttrToken.Int64(int64(ev.Token)), kvlease.AttrCause.String(ev.Type.String()))}
+			telemetry.AttrName.String(ev.Name), telemetry.AttrHolder.String(ev.Holder),
+			telemetry.AttrToken.Int64(int64(ev.Token)), telemetry.AttrCause.String(ev.Type.String()))}
 		if ev.Record != nil {
 			if sc := kvlease.SpanContextOfGrant(*ev.Record); sc.IsValid() {
 				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
@@ -511,7 +510,7 @@ func (s *Service) publishChange(ev kvlease.Event) {
 		}
 		_, span := s.tracer.Start(context.Background(), "lease."+ev.Type.String(), opts...)
 		if ev.Reason != "" {
-			span.SetAttributes(attribute.String("lease.reason", ev.Reason))
+			span.SetAttributes(telemetry.AttrReason.String(ev.Reason))
 		}
 		span.End()
 	}
@@ -551,7 +550,7 @@ func (s *Service) grantLease(ctx context.Context, req api.GrantRequest) (api.Lea
 	s.holders.granted(rec.Name, rec.Holder, rec.Revision)
 	if s.flaps.Flapping(rec.Name, time.Now()) {
 		trace.SpanFromContext(ctx).AddEvent("lease.flapping", trace.WithAttributes(
-			telemetry.AttrLease.String(rec.Name), telemetry.AttrFlapping.Bool(true)))
+			telemetry.AttrName.String(rec.Name), telemetry.AttrFlapping.Bool(true)))
 		trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrFlapping.Bool(true))
 	}
 	return toWire(rec, time.Now()), nil

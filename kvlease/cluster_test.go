@@ -3,43 +3,14 @@ package kvlease_test
 import (
 	"context"
 	"fmt"
-	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
-
-// startCluster starts n embedded servers on 127.0.0.1 routed into one
-// JetStream cluster, without waiting for it to elect its leaders.
-func startCluster(t *testing.T, n int) []*embedded.Server {
-	t.Helper()
-	var routes []string
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		routes = append(routes, "nats-route://"+ln.Addr().String())
-		ln.Close()
-	}
-	var servers []*embedded.Server
-	for i := range n {
-		s, err := embedded.Start(embedded.Config{Name: fmt.Sprintf("n%d", i+1), DataDir: t.TempDir(),
-			ClusterName: "kvlease-test", ClusterPort: ports[i], Routes: routes})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Shutdown)
-		servers = append(servers, s)
-	}
-	return servers
-}
 
 // Every member of a cluster that is still forming opens the R3 bucket at
 // the same time, as the grantors of `leased dev-cluster` do when they start
@@ -53,7 +24,7 @@ func TestOpenWhileClusterForms(t *testing.T) {
 	}
 	for round := range rounds {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
-			servers := startCluster(t, 3)
+			servers := kvleasetest.NewCluster(t, 3)
 			ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
 			defer cancel()
 			stores := make([]*kvlease.Store, len(servers))
@@ -82,3 +53,5 @@ func TestOpenWhileClusterForms(t *testing.T) {
 		})
 	}
 }
+
+func longTests() bool { return os.Getenv("LEASED_LONG") == "1" }

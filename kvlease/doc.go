@@ -23,8 +23,8 @@
 // Leases are liveness, fencing is safety. A process paused between
 // [Lease.Check] and its effect (GC, swap, SIGSTOP, VM migration) acts after
 // its deadline without knowing it. Only a resource that checks tokens makes
-// that harmless: [MemFence] in process, [KVFence] across processes, or the
-// SQL pattern in docs/fencing.md. Pass [Lease.Token] with every effect.
+// that harmless: a fence ([github.com/leased/leased/kvlease/fence]: in
+// process or across processes), or the SQL pattern in docs/fencing.md. Pass [Lease.Token] with every effect.
 //
 // Clocks must run at rates within ρ ([DefaultClockRate]) of each other. A
 // forward step of the server's wall clock expires keys early; the grantor
@@ -46,13 +46,25 @@
 // a lapse with a Nats-Marker-Reason header and kvlease marks its own writes.
 // Watchers are driven by these messages; nothing polls.
 //
-// # Recipes
+// # Packages
 //
-// Built on the same leases: [Election] (message-driven leader election:
-// candidates wait on the stream for the end of a tenure), [WorkQueue] (work
-// claims under processing leases, completed at a fenced sink), and
-// [ReadThrough] (reads served from local state while the lease is held).
-// [Advise] recommends D, margins and the renewal interval from measurements.
+// This package is the lease core: the grantor side ([Store]), the holder
+// side ([Lease], [Keeper]), [Watcher] and the timing arithmetic, with
+// [Advise] to choose D and the margins from measurements. Around it, each
+// using only this package's exported API:
+//
+//   - [github.com/leased/leased/kvlease/fence]: the resource side, which
+//     refuses stale tokens (in process and across processes).
+//   - [github.com/leased/leased/kvlease/election]: message-driven leader
+//     election (candidates wait on the stream for the end of a tenure).
+//   - [github.com/leased/leased/kvlease/workqueue]: work claims under
+//     processing leases, completed at a fenced sink.
+//   - [github.com/leased/leased/kvlease/readlease]: reads served from local
+//     state while the lease is held.
+//   - [github.com/leased/leased/kvlease/kvleasetest]: servers, clusters and
+//     child processes for tests.
+//
+// Attribute keys and metric names are [github.com/leased/leased/telemetry]'s.
 //
 // See docs/safety.md for the arithmetic and the NATS facts it rests on.
 package kvlease

@@ -38,9 +38,6 @@ var (
 	ErrNotFound = errors.New("kvlease: lease not found")
 	// ErrExpired: the holder-side deadline has passed (see [LeaseExpiredError]).
 	ErrExpired = errors.New("kvlease: lease expired")
-	// ErrStaleToken: a fence refused a token lower than one it has accepted
-	// (see [StaleTokenError]).
-	ErrStaleToken = errors.New("kvlease: stale fencing token")
 	// ErrUnavailable: the grantor (NATS server) could not be reached or did
 	// not answer in time. The operation may or may not have taken effect.
 	ErrUnavailable = errors.New("kvlease: grantor unavailable")
@@ -126,21 +123,6 @@ func (e *LeaseExpiredError) Is(target error) bool { return target == ErrExpired 
 // Unwrap returns the refusal that ended the lease, if any.
 func (e *LeaseExpiredError) Unwrap() error { return e.Refused }
 
-// StaleTokenError is returned by a fence that has already accepted a higher
-// token for the resource.
-type StaleTokenError struct {
-	Resource string
-	Token    Token
-	Highest  Token
-}
-
-func (e *StaleTokenError) Error() string {
-	return fmt.Sprintf("kvlease: stale token %d for %q: %d already accepted", e.Token, e.Resource, e.Highest)
-}
-
-// Is makes errors.Is(err, ErrStaleToken) true.
-func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
-
 // StaleReadError is [ErrUnavailable]: a read showed a lease at a revision
 // (or a tenure) older than one the store has already issued or been shown
 // for it, and kept doing so when read again. Revisions of a lease only
@@ -164,3 +146,19 @@ func (e *StaleReadError) Error() string {
 
 // Is makes errors.Is(err, ErrUnavailable) true.
 func (e *StaleReadError) Is(target error) bool { return target == ErrUnavailable }
+
+// JetStreamError translates err, which a JetStream call made for op
+// returned, into this package's sentinels, as the store does with its own
+// calls: [ErrUnavailable] when the call may or may not have taken effect
+// (no answer, a cluster without quorum, a cancelled context), [ErrBucket]
+// when the server refused it. It is for packages built on kvlease that
+// keep state of their own in JetStream (fences, the work queue), so that
+// their callers test one set of errors. A failed compare-and-set is a
+// refusal here: test for it (jetstream.ErrKeyExists,
+// jetstream.ErrKeyRevisionMismatch) before translating.
+func JetStreamError(op string, err error) error {
+	if err := translate(op, err); !errors.Is(err, errMismatch) {
+		return err
+	}
+	return fmt.Errorf("%w: %s refused: %w", ErrBucket, op, err)
+}

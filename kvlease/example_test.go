@@ -11,11 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/fence"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
-// exampleStore starts an embedded JetStream server in a temporary directory
+// exampleStore starts a JetStream server in a temporary directory
 // and opens the lease bucket on it, as [ExampleOpen] does step by step. stop
 // closes the connection, shuts the server down and removes the directory.
 func exampleStore() (st *kvlease.Store, js jetstream.JetStream, stop func()) {
@@ -34,12 +35,12 @@ func exampleStore() (st *kvlease.Store, js jetstream.JetStream, stop func()) {
 		log.Fatal(err)
 	}
 	stops = append(stops, func() { os.RemoveAll(dir) })
-	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	srv, err := kvleasetest.Start(dir)
 	if err != nil {
 		fail(err)
 	}
 	stops = append(stops, srv.Shutdown)
-	nc, err := srv.Connect()
+	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		fail(err)
 	}
@@ -56,14 +57,14 @@ func exampleStore() (st *kvlease.Store, js jetstream.JetStream, stop func()) {
 }
 
 func ExampleOpen() {
-	// An embedded single-node JetStream server; in production, connect to
-	// your NATS cluster instead.
+	// A single-node JetStream server in this process; in production,
+	// connect to your NATS cluster instead.
 	dir, err := os.MkdirTemp("", "kvlease-example-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	srv, err := kvleasetest.Start(dir)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func ExampleKeep() {
 		log.Fatal(err)
 	}
 
-	var fence kvlease.MemFence // stands in for the protected resource
+	var fc fence.Mem // stands in for the protected resource
 work:
 	for _, segment := range []string{"seg-1", "seg-2", "seg-3"} {
 		select {
@@ -160,7 +161,7 @@ work:
 			fmt.Println("stop:", err)
 			break work
 		}
-		err := fence.Do("segments", l.Token(), func() error {
+		err := fc.Do("segments", l.Token(), func() error {
 			fmt.Printf("compacted %s with token %d\n", segment, l.Token())
 			return nil
 		})
@@ -221,108 +222,4 @@ func ExampleStore_Watch() {
 	// granted jobs.nightly worker-1 1
 	// renewed jobs.nightly worker-1 1
 	// released jobs.nightly worker-1 1
-}
-
-func ExampleMemFence() {
-	var fence kvlease.MemFence
-	write := func(token kvlease.Token, v string) error {
-		return fence.Do("config", token, func() error {
-			fmt.Printf("token %d wrote %q\n", token, v)
-			return nil
-		})
-	}
-
-	_ = write(5, "v1") // the old holder
-	_ = write(7, "v2") // its successor, after the old tenure lapsed
-	// The old holder resumes after a pause, still carrying token 5.
-	err := write(5, "v3")
-	var stale *kvlease.StaleTokenError
-	if errors.As(err, &stale) {
-		fmt.Printf("refused: resource %q, token %d, highest %d\n", stale.Resource, stale.Token, stale.Highest)
-	}
-	fmt.Println(errors.Is(err, kvlease.ErrStaleToken), fence.Highest("config"), fence.Rejected())
-	// Output:
-	// token 5 wrote "v1"
-	// token 7 wrote "v2"
-	// refused: resource "config", token 5, highest 7
-	// true 7 1
-}
-
-func ExampleKVFence_Write() {
-	st, js, stop := exampleStore()
-	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
-	fence, err := kvlease.OpenKVFence(ctx, js, "fences", 1)
-	if err != nil {
-		log.Fatal(err)
-	}
-	a, err := kvlease.Acquire(ctx, st, "ledger", "a", 5*time.Second)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := fence.Write(ctx, "account-42", a.Token(), []byte("balance=100")); err != nil {
-		log.Fatal(err)
-	}
-	// a's tenure ends (here by release; a lapse works the same) and b's
-	// begins, with a higher token.
-	if err := a.Release(ctx); err != nil {
-		log.Fatal(err)
-	}
-	b, err := kvlease.Acquire(ctx, st, "ledger", "b", 5*time.Second)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer b.Release(ctx)
-	if err := fence.Write(ctx, "account-42", b.Token(), []byte("balance=250")); err != nil {
-		log.Fatal(err)
-	}
-
-	// A late write from a, which checked its lease before a pause.
-	err = fence.Write(ctx, "account-42", a.Token(), []byte("balance=90"))
-	fmt.Println(err)
-
-	v, err := fence.Read(ctx, "account-42")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Printf("%s (token %d)\n", v.Data, v.Token)
-	// Output:
-	// kvlease: stale token 1 for "account-42": 3 already accepted
-	// balance=250 (token 3)
-}
-
-func ExampleElection() {
-	store, _, stop := exampleStore()
-	defer stop()
-	ctx := context.Background()
-
-	e, err := kvlease.NewElection(store, "leader.billing")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	lead, err := e.Campaign(ctx, "node-1", 10*time.Second, nil)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	cur, _ := e.Leader(ctx)
-	fmt.Println("leader:", cur.Holder, "token:", lead.Token())
-
-	// A second candidate waits for the first to resign.
-	next := make(chan *kvlease.Leadership)
-	go func() {
-		l, _ := e.Campaign(ctx, "node-2", 10*time.Second, nil)
-		next <- l
-	}()
-	_ = lead.Resign(ctx)
-	second := <-next
-	cur, _ = e.Leader(ctx)
-	fmt.Println("leader:", cur.Holder, "higher token:", second.Token() > lead.Token())
-	_ = second.Resign(ctx)
-	// Output:
-	// leader: node-1 token: 1
-	// leader: node-2 higher token: true
 }

@@ -24,7 +24,7 @@ import (
 // That holds for clocks that run at rates within ρ of each other. It does
 // not hold across a pause: a process stopped between [Lease.Check] and its
 // effect acts late without knowing. Only a resource that checks the token
-// (a [MemFence], [KVFence], or the SQL pattern in docs/fencing.md) makes that
+// (a fence: see [github.com/leased/leased/kvlease/fence], or the SQL pattern in docs/fencing.md) makes that
 // harmless.
 //
 // A Lease is safe for concurrent use. Keep it renewed with [Keep].
@@ -147,7 +147,7 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 		return nil, err
 	}
 	l.rec, l.secret, l.t0, l.deadline = rec, rec.Secret, t0, t0.Add(HolderValidity(d, o.rho, o.margin))
-	span.SetAttributes(AttrRemainingAfter.Int64(l.deadline.Sub(l.now()).Milliseconds()))
+	span.SetAttributes(telemetry.AttrRemainingAfter.Int64(l.deadline.Sub(l.now()).Milliseconds()))
 	endSpan(span, &rec, nil)
 	return l, nil
 }
@@ -157,8 +157,8 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 // its child; the holder's adds what only the holder knows, its margin and,
 // set by the caller, the time it has left.
 func (l *Lease) startSpan(ctx context.Context, op string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	attrs = append(attrs, AttrName.String(l.name), AttrHolder.String(l.holder),
-		AttrDuration.Int64(l.d.Milliseconds()), AttrHolderMargin.Int64(l.margin.Milliseconds()))
+	attrs = append(attrs, telemetry.AttrName.String(l.name), telemetry.AttrHolder.String(l.holder),
+		telemetry.AttrDuration.Int64(l.d.Milliseconds()), telemetry.AttrHolderMargin.Int64(l.margin.Milliseconds()))
 	return l.tracer.Start(ctx, "lease.holder."+op, trace.WithAttributes(attrs...))
 }
 
@@ -269,9 +269,11 @@ func (l *Lease) LateEffects() int64 { return l.lateEffects.Load() }
 //
 // A refusal ([ErrNotHolder], [ErrNotFound], an unrecovered
 // [StaleRevisionError], or any other answer that is not [ErrUnavailable])
-// ends the lease at once: from then on Check, CheckFor, [ReadThrough] and
-// [Claim.Complete] fail with a [*LeaseExpiredError] whose Refused is the
-// refusal, and Renew sends nothing more.
+// ends the lease at once: from then on Check, CheckFor,
+// [github.com/leased/leased/kvlease/readlease.Read] and
+// [github.com/leased/leased/kvlease/workqueue.Claim.Complete] fail with a
+// [*LeaseExpiredError] whose Refused is the refusal, and Renew sends
+// nothing more.
 //
 // Errors: [*LeaseExpiredError]; those of [Store.Renew].
 func (l *Lease) Renew(ctx context.Context) error {
@@ -292,7 +294,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return l.expired()
 	}
 	t0 := l.now()
-	ctx, span := l.startSpan(ctx, "renew", AttrRemaining.Int64(deadline.Sub(t0).Milliseconds()))
+	ctx, span := l.startSpan(ctx, "renew", telemetry.AttrRemaining.Int64(deadline.Sub(t0).Milliseconds()))
 	linkTo(span, rec.GrantTrace)
 	next, err := l.renew(ctx, rec, t0, deadline)
 	var stale *StaleRevisionError
@@ -301,7 +303,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		// tenure is ours at a newer revision. Renew that revision, as a new
 		// request from now; the grantor checks holder, token and secret
 		// against it, so a tenure renewed by anyone else is still refused.
-		span.AddEvent("lease.lost_reply_recovered", trace.WithAttributes(AttrRevision.Int64(int64(stale.Revision))))
+		span.AddEvent("lease.lost_reply_recovered", trace.WithAttributes(telemetry.AttrRevision.Int64(int64(stale.Revision))))
 		rec.Revision = stale.Revision
 		next, err = l.renew(ctx, rec, l.now(), deadline)
 	}
@@ -317,7 +319,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		endSpan(span, &rec, err)
 		return err
 	}
-	span.SetAttributes(AttrRemainingAfter.Int64(l.Remaining().Milliseconds()))
+	span.SetAttributes(telemetry.AttrRemainingAfter.Int64(l.Remaining().Milliseconds()))
 	endSpan(span, &next, nil)
 	return nil
 }
@@ -392,7 +394,7 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	if freed {
 		return nil
 	}
-	ctx, span := l.startSpan(ctx, "release", AttrRemaining.Int64(remaining.Milliseconds()))
+	ctx, span := l.startSpan(ctx, "release", telemetry.AttrRemaining.Int64(remaining.Milliseconds()))
 	linkTo(span, rec.GrantTrace)
 	defer func() { endSpan(span, &rec, err) }()
 	err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})

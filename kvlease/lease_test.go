@@ -14,6 +14,7 @@ import (
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/kvlease/readlease"
 )
 
 // Renewals keep a lease alive for 5×D; once they stop, the server lapses the
@@ -371,48 +372,15 @@ func TestRefusedRenewalEndsLeaseAtOnce(t *testing.T) {
 			if l.Remaining() > 0 {
 				t.Fatalf("remaining %v after the refusal", l.Remaining())
 			}
-			_, from, err := kvlease.ReadThrough(t.Context(), l, 0,
+			_, from, err := readlease.Read(t.Context(), l, 0,
 				func() (string, error) { return "local", nil },
 				func(context.Context) (string, error) { return "authoritative", nil })
-			if err != nil || from != kvlease.ServedAuthoritative {
+			if err != nil || from != readlease.ServedAuthoritative {
 				t.Fatalf("ReadThrough after the refusal served %v (%v), want authoritative", from, err)
 			}
 			if err := l.Renew(t.Context()); !errors.Is(err, kvlease.ErrExpired) {
 				t.Fatalf("a second renew after the refusal: %v, want expired without sending", err)
 			}
 		})
-	}
-}
-
-// A claim whose renewal was refused cannot complete, even with its old
-// deadline far away.
-func TestRefusedClaimCannotComplete(t *testing.T) {
-	srv, st := kvleasetest.NewStore(t)
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	ctx := t.Context()
-	q, err := kvlease.OpenWorkQueue(ctx, js, st, "rq", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	if err := q.Add(ctx, "item", nil); err != nil {
-		t.Fatal(err)
-	}
-	c, err := q.Claim(ctx, "w1", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Stop() // the test renews by hand
-	if _, err := st.Revoke(ctx, c.Lease().Name(), "test"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Lease().Renew(ctx); !errors.Is(err, kvlease.ErrNotFound) {
-		t.Fatalf("renew of a revoked claim: %v", err)
-	}
-	if err := c.Complete(ctx, []byte("late")); !errors.Is(err, kvlease.ErrExpired) {
-		t.Fatalf("completion after the refusal: %v, want expired", err)
-	}
-	if done, _, _, _, err := q.Result(ctx, "item"); err != nil || done {
-		t.Fatalf("sink after a refused completion: done=%v %v", done, err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/leased/leased/kvlease"
-	"github.com/leased/leased/telemetry"
 )
 
 // collect returns the data points of the named metric.
@@ -44,7 +43,7 @@ func sumOf(t *testing.T, r *sdkmetric.ManualReader, name string) int64 {
 }
 
 // The keeper records renewal latency and failures, and checks after the
-// deadline ("expiries during work"); fences count their rejections.
+// deadline ("expiries during work").
 func TestMetricsRecorded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
@@ -74,15 +73,5 @@ func TestMetricsRecorded(t *testing.T) {
 			t.Fatalf("expiries during work %d, want 1", n)
 		}
 
-		m, err := telemetry.NewMetrics(mp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := kvlease.MemFence{Metrics: m}
-		_ = f.Do("r", 5, nil)
-		_ = f.Do("r", 4, nil)
-		if n := sumOf(t, reader, "leased.fence.rejections"); n != 1 {
-			t.Fatalf("fence rejections %d, want 1", n)
-		}
 	})
 }

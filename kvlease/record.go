@@ -13,7 +13,7 @@ import (
 // stable across the tenure's renewals (like etcd's CreateRevision or Chubby's
 // lock generation) and every later tenure of any lease in the same bucket
 // gets a higher one, because revisions are the bucket stream's sequence
-// numbers. Resources compare tokens, never holders (see [MemFence]).
+// numbers. Resources compare tokens, never holders (see [github.com/leased/leased/kvlease/fence]).
 type Token uint64
 
 // Record is the grantor's view of a live lease.

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leased/leased/telemetry"
 )
 
 // Headers on the messages kvlease writes. A watcher reads them from the
@@ -253,8 +255,8 @@ func (s *Store) checkDuration(d time.Duration) error {
 // Errors: [ErrInvalidName], [ErrInvalidHolder], [ErrDurationOutOfRange]
 // (nothing written); [HeldError] if someone holds it; [ErrUnavailable].
 func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err error) {
-	ctx, span := s.startSpan(ctx, "grant", req.Name, AttrHolder.String(req.Holder),
-		AttrDuration.Int64(req.Duration.Milliseconds()))
+	ctx, span := s.startSpan(ctx, "grant", req.Name, telemetry.AttrHolder.String(req.Holder),
+		telemetry.AttrDuration.Int64(req.Duration.Milliseconds()))
 	defer func() { endSpan(span, &rec, err) }()
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.checkDuration(req.Duration)); err != nil {
 		return Record{}, err
@@ -305,8 +307,8 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 // match the lease or Revision is not current; [ErrNotFound] if the lease has
 // lapsed or was released or revoked; [ErrUnavailable].
 func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err error) {
-	ctx, span := s.startSpan(ctx, "renew", req.Name, AttrHolder.String(req.Holder),
-		AttrToken.Int64(int64(req.Token)), AttrDuration.Int64(req.Duration.Milliseconds()))
+	ctx, span := s.startSpan(ctx, "renew", req.Name, telemetry.AttrHolder.String(req.Holder),
+		telemetry.AttrToken.Int64(int64(req.Token)), telemetry.AttrDuration.Int64(req.Duration.Milliseconds()))
 	defer func() { endSpan(span, &rec, err) }()
 	if req.Duration != 0 {
 		if err := s.checkDuration(req.Duration); err != nil {
@@ -348,7 +350,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 // Errors: as for Renew. [ErrNotFound] means there was nothing left to release
 // (it lapsed, or an earlier release whose reply was lost succeeded).
 func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
-	ctx, span := s.startSpan(ctx, "release", req.Name, AttrHolder.String(req.Holder), AttrToken.Int64(int64(req.Token)))
+	ctx, span := s.startSpan(ctx, "release", req.Name, telemetry.AttrHolder.String(req.Holder), telemetry.AttrToken.Int64(int64(req.Token)))
 	defer func() { endSpan(span, nil, err) }()
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
 		return err
@@ -368,7 +370,7 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 //
 // Errors: [ErrInvalidName]; [ErrNotFound] if no tenure is live; [ErrUnavailable].
 func (s *Store) Revoke(ctx context.Context, name, reason string) (rec Record, err error) {
-	ctx, span := s.startSpan(ctx, "revoke", name, AttrCause.String(reason))
+	ctx, span := s.startSpan(ctx, "revoke", name, telemetry.AttrCause.String(reason))
 	defer func() { endSpan(span, &rec, err) }()
 	if err := ValidateName(name); err != nil {
 		return Record{}, err

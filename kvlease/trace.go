@@ -8,30 +8,14 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leased/leased/telemetry"
 )
 
 const instrumentationName = "github.com/leased/leased/kvlease"
 
-// Span attribute keys, shared with the grantor and telemetry packages.
-const (
-	AttrName     = attribute.Key("lease.name")
-	AttrHolder   = attribute.Key("lease.holder")
-	AttrToken    = attribute.Key("lease.token")
-	AttrRevision = attribute.Key("lease.revision")
-	AttrDuration = attribute.Key("lease.duration_ms")
-	AttrTTL      = attribute.Key("lease.ttl_s")
-	AttrOutcome  = attribute.Key("lease.outcome")
-	AttrCause    = attribute.Key("lease.cause")
-	// Set by the holder's spans (lease.holder.*), which know what the
-	// grantor does not: the holder's margin m_h, and the time its lease had
-	// left when the request went out and after the reply.
-	AttrHolderMargin   = attribute.Key("lease.holder_margin_ms")
-	AttrRemaining      = attribute.Key("lease.remaining_ms")
-	AttrRemainingAfter = attribute.Key("lease.remaining_after_ms")
-)
-
 func (s *Store) startSpan(ctx context.Context, op, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	attrs = append(attrs, AttrName.String(name))
+	attrs = append(attrs, telemetry.AttrName.String(name))
 	return s.tracer.Start(ctx, "lease."+op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 }
 
@@ -55,7 +39,7 @@ func spanContextOf(tp string) trace.SpanContext {
 // trace) can be found from the tenure's trace and back.
 func linkTo(span trace.Span, grantTrace string) {
 	if sc := spanContextOf(grantTrace); sc.IsValid() {
-		span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{AttrCause.String("tenure")}})
+		span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrCause.String("tenure")}})
 	}
 }
 
@@ -67,13 +51,13 @@ func SpanContextOfGrant(rec Record) trace.SpanContext { return spanContextOf(rec
 func endSpan(span trace.Span, rec *Record, err error) {
 	if rec != nil && rec.Revision != 0 {
 		span.SetAttributes(
-			AttrHolder.String(rec.Holder),
-			AttrToken.Int64(int64(rec.Token)),
-			AttrRevision.Int64(int64(rec.Revision)),
-			AttrTTL.Int64(int64(rec.TTL.Seconds())),
+			telemetry.AttrHolder.String(rec.Holder),
+			telemetry.AttrToken.Int64(int64(rec.Token)),
+			telemetry.AttrRevision.Int64(int64(rec.Revision)),
+			telemetry.AttrTTL.Int64(int64(rec.TTL.Seconds())),
 		)
 	}
-	span.SetAttributes(AttrOutcome.String(outcome(err)))
+	span.SetAttributes(telemetry.AttrOutcome.String(outcome(err)))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

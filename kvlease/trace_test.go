@@ -14,6 +14,7 @@ import (
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/telemetry"
 )
 
 // traceStore opens a Store on a fresh server whose spans go to a recorder.
@@ -112,11 +113,11 @@ func TestTraceOperations(t *testing.T) {
 	}
 	s := oneSpan(t, rec, n, "lease.grant")
 	checkAttrs(t, s, map[attribute.Key]any{
-		kvlease.AttrName:    "svc/a",
-		kvlease.AttrHolder:  "h1",
-		kvlease.AttrToken:   int64(r.Token),
-		kvlease.AttrTTL:     ttl,
-		kvlease.AttrOutcome: "ok",
+		telemetry.AttrName:    "svc/a",
+		telemetry.AttrHolder:  "h1",
+		telemetry.AttrToken:   int64(r.Token),
+		telemetry.AttrTTL:     ttl,
+		telemetry.AttrOutcome: "ok",
 	})
 	checkOK(t, s)
 
@@ -130,11 +131,11 @@ func TestTraceOperations(t *testing.T) {
 	}
 	s = oneSpan(t, rec, n, "lease.renew")
 	checkAttrs(t, s, map[attribute.Key]any{
-		kvlease.AttrName:    "svc/a",
-		kvlease.AttrHolder:  "h1",
-		kvlease.AttrToken:   int64(r.Token), // the tenure's token, not the new revision
-		kvlease.AttrTTL:     ttl,
-		kvlease.AttrOutcome: "ok",
+		telemetry.AttrName:    "svc/a",
+		telemetry.AttrHolder:  "h1",
+		telemetry.AttrToken:   int64(r.Token), // the tenure's token, not the new revision
+		telemetry.AttrTTL:     ttl,
+		telemetry.AttrOutcome: "ok",
 	})
 	checkOK(t, s)
 
@@ -144,10 +145,10 @@ func TestTraceOperations(t *testing.T) {
 	}
 	s = oneSpan(t, rec, n, "lease.release")
 	checkAttrs(t, s, map[attribute.Key]any{
-		kvlease.AttrName:    "svc/a",
-		kvlease.AttrHolder:  "h1",
-		kvlease.AttrToken:   int64(r.Token),
-		kvlease.AttrOutcome: "ok",
+		telemetry.AttrName:    "svc/a",
+		telemetry.AttrHolder:  "h1",
+		telemetry.AttrToken:   int64(r.Token),
+		telemetry.AttrOutcome: "ok",
 	})
 	checkOK(t, s)
 
@@ -161,11 +162,11 @@ func TestTraceOperations(t *testing.T) {
 	}
 	s = oneSpan(t, rec, n, "lease.revoke")
 	checkAttrs(t, s, map[attribute.Key]any{
-		kvlease.AttrName:    "svc/b",
-		kvlease.AttrHolder:  "h2",
-		kvlease.AttrToken:   int64(rb.Token),
-		kvlease.AttrCause:   "maintenance",
-		kvlease.AttrOutcome: "ok",
+		telemetry.AttrName:    "svc/b",
+		telemetry.AttrHolder:  "h2",
+		telemetry.AttrToken:   int64(rb.Token),
+		telemetry.AttrCause:   "maintenance",
+		telemetry.AttrOutcome: "ok",
 	})
 	checkOK(t, s)
 
@@ -215,10 +216,10 @@ func TestTraceGrantHeld(t *testing.T) {
 	}
 	s := oneSpan(t, rec, n, "lease.grant")
 	checkAttrs(t, s, map[attribute.Key]any{
-		kvlease.AttrName:    "svc/a",
-		kvlease.AttrHolder:  "h2", // the requester
-		kvlease.AttrOutcome: "held",
-	}, kvlease.AttrToken, kvlease.AttrTTL) // nothing was granted
+		telemetry.AttrName:    "svc/a",
+		telemetry.AttrHolder:  "h2", // the requester
+		telemetry.AttrOutcome: "held",
+	}, telemetry.AttrToken, telemetry.AttrTTL) // nothing was granted
 	if st := s.Status(); st.Code != codes.Error || st.Description != err.Error() {
 		t.Errorf("status = %v %q, want Error %q", st.Code, st.Description, err.Error())
 	}
@@ -254,9 +255,9 @@ func TestTraceRenewNotHolder(t *testing.T) {
 	}
 	s := oneSpan(t, rec, n, "lease.renew")
 	checkAttrs(t, s, map[attribute.Key]any{
-		kvlease.AttrName:    "svc/a",
-		kvlease.AttrHolder:  "intruder",
-		kvlease.AttrOutcome: "not_holder",
+		telemetry.AttrName:    "svc/a",
+		telemetry.AttrHolder:  "intruder",
+		telemetry.AttrOutcome: "not_holder",
 	})
 	if s.Status().Code != codes.Error {
 		t.Errorf("status %v, want Error", s.Status().Code)
@@ -334,21 +335,21 @@ func TestTraceHolderSpans(t *testing.T) {
 		h, g := spanNamed(t, rec, c.holder), spanNamed(t, rec, c.grantor)
 		checkOK(t, h)
 		checkAttrs(t, h, map[attribute.Key]any{
-			kvlease.AttrName: "held", kvlease.AttrHolder: "h", kvlease.AttrOutcome: "ok",
-			kvlease.AttrHolderMargin: margin.Milliseconds(), kvlease.AttrToken: int64(l.Token()),
+			telemetry.AttrName: "held", telemetry.AttrHolder: "h", telemetry.AttrOutcome: "ok",
+			telemetry.AttrHolderMargin: margin.Milliseconds(), telemetry.AttrToken: int64(l.Token()),
 		})
 		if g.Parent().SpanID() != h.SpanContext().SpanID() {
 			t.Errorf("%s is not the child of %s", c.grantor, c.holder)
 		}
 		attrs := spanAttrs(h)
-		for _, k := range []attribute.Key{kvlease.AttrRemaining, kvlease.AttrRemainingAfter} {
+		for _, k := range []attribute.Key{telemetry.AttrRemaining, telemetry.AttrRemainingAfter} {
 			if v, ok := attrs[k]; ok && (v.AsInt64() <= 0 || v.AsInt64() > validity) {
 				t.Errorf("%s: %s = %d ms, want in (0, %d]", c.holder, k, v.AsInt64(), validity)
 			}
 		}
 		if c.holder != "lease.holder.acquire" {
-			if _, ok := attrs[kvlease.AttrRemaining]; !ok {
-				t.Errorf("%s: no %s", c.holder, kvlease.AttrRemaining)
+			if _, ok := attrs[telemetry.AttrRemaining]; !ok {
+				t.Errorf("%s: no %s", c.holder, telemetry.AttrRemaining)
 			}
 			if links := h.Links(); len(links) != 1 || links[0].SpanContext.SpanID() != grant.SpanContext().SpanID() {
 				t.Errorf("%s links %+v, want the grant", c.holder, links)
@@ -356,8 +357,8 @@ func TestTraceHolderSpans(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"lease.holder.acquire", "lease.holder.renew"} {
-		if _, ok := spanAttrs(spanNamed(t, rec, name))[kvlease.AttrRemainingAfter]; !ok {
-			t.Errorf("%s: no %s", name, kvlease.AttrRemainingAfter)
+		if _, ok := spanAttrs(spanNamed(t, rec, name))[telemetry.AttrRemainingAfter]; !ok {
+			t.Errorf("%s: no %s", name, telemetry.AttrRemainingAfter)
 		}
 	}
 }

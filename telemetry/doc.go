@@ -1,5 +1,7 @@
 // Package telemetry holds what leased's packages share for OpenTelemetry:
-// W3C trace-context propagation in NATS message headers ([Inject],
+// every span and metric attribute key ([AttrName], [AttrToken], …) and
+// every metric name ([MetricRenewalDuration], …), defined here once; W3C
+// trace-context propagation in NATS message headers ([Inject],
 // [Extract]), the lease metrics ([Metrics]: renewal latency and failures,
 // expiries during work, ownership changes, fence rejections, clock offset,
 // live leases) and flapping detection ([FlapDetector]).

@@ -36,23 +36,6 @@ type Metrics struct {
 	namePrefixes []string
 }
 
-// Attribute keys of the metrics.
-const (
-	AttrLease    = attribute.Key("lease.name")
-	AttrOutcome  = attribute.Key("lease.outcome")
-	AttrFlapping = attribute.Key("lease.flapping")
-	// AttrResource names a fenced resource in spans and logs; it is not a
-	// metric label (one series per resource would grow without bound).
-	AttrResource = attribute.Key("fence.resource")
-	AttrPeer     = attribute.Key("clock.peer")
-	// AttrOp is a grantor request's operation (grant, renew, release, get,
-	// list, revoke, register, deregister, discover, or unknown).
-	AttrOp = attribute.Key("lease.op")
-	// AttrEvent is a change the grantor saw on the bucket: granted,
-	// renewed, released, revoked or expired (the cause of a tenure's end).
-	AttrEvent = attribute.Key("lease.event")
-)
-
 // RenewalOutcomes are the outcomes a failed renewal is counted under.
 var RenewalOutcomes = []string{"unavailable", "not_holder", "not_found", "expired"}
 
@@ -97,38 +80,38 @@ func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error
 			err = e
 		}
 	}
-	x.renewalDuration, err = m.Float64Histogram("leased.renewal.duration", metric.WithUnit("s"),
+	x.renewalDuration, err = m.Float64Histogram(MetricRenewalDuration, metric.WithUnit("s"),
 		metric.WithDescription("Round trip of successful lease renewals"),
 		metric.WithExplicitBucketBoundaries(RenewalBuckets...))
 	var e error
-	x.renewalFailures, e = m.Int64Counter("leased.renewal.failures",
+	x.renewalFailures, e = m.Int64Counter(MetricRenewalFailures,
 		metric.WithDescription("Renewals that failed, by outcome (unavailable, not_holder, not_found, expired)"))
 	set(e)
-	x.lateEffects, e = m.Int64Counter("leased.expiries_during_work",
+	x.lateEffects, e = m.Int64Counter(MetricExpiriesDuringWork,
 		metric.WithDescription("Checks before an effect that found the holder's deadline already passed"))
 	set(e)
-	x.ownership, e = m.Int64Counter("leased.ownership.changes",
+	x.ownership, e = m.Int64Counter(MetricOwnershipChanges,
 		metric.WithDescription("New tenures (changes of holder), by whether the lease is flapping (and lease.name for opted-in prefixes)"))
 	set(e)
-	x.rejections, e = m.Int64Counter("leased.fence.rejections",
+	x.rejections, e = m.Int64Counter(MetricFenceRejections,
 		metric.WithDescription("Writes refused by a fence for a stale token"))
 	set(e)
-	x.clockOffset, e = m.Float64Gauge("leased.clock.offset", metric.WithUnit("s"),
+	x.clockOffset, e = m.Float64Gauge(MetricClockOffset, metric.WithUnit("s"),
 		metric.WithDescription("Estimated clock offset to a peer (grantor or gossip member)"))
 	set(e)
-	x.clockMargin, e = m.Float64Gauge("leased.clock.margin", metric.WithUnit("s"),
+	x.clockMargin, e = m.Float64Gauge(MetricClockMargin, metric.WithUnit("s"),
 		metric.WithDescription("The margin the clock offset must stay within"))
 	set(e)
-	x.live, e = m.Int64Gauge("leased.leases.live", metric.WithDescription("Live leases seen by this grantor"))
+	x.live, e = m.Int64Gauge(MetricLeasesLive, metric.WithDescription("Live leases seen by this grantor"))
 	set(e)
-	x.requests, e = m.Int64Counter("leased.requests",
+	x.requests, e = m.Int64Counter(MetricRequests,
 		metric.WithDescription("Requests the grantor answered, by operation (lease.op) and outcome code (lease.outcome)"))
 	set(e)
-	x.requestDuration, e = m.Float64Histogram("leased.request.duration", metric.WithUnit("s"),
+	x.requestDuration, e = m.Float64Histogram(MetricRequestDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time the grantor took to answer a request, by operation and outcome code"),
 		metric.WithExplicitBucketBoundaries(RenewalBuckets...))
 	set(e)
-	x.leaseEvents, e = m.Int64Counter("leased.lease.events",
+	x.leaseEvents, e = m.Int64Counter(MetricLeaseEvents,
 		metric.WithDescription("Changes the grantor saw on the lease bucket, whoever made them: granted, renewed, released, revoked, expired (lease.event)"))
 	set(e)
 	if err != nil {
@@ -179,7 +162,7 @@ func (m *Metrics) OwnershipChanged(ctx context.Context, lease string, flapping b
 	attrs := []attribute.KeyValue{AttrFlapping.Bool(flapping)}
 	for _, p := range m.namePrefixes {
 		if strings.HasPrefix(lease, p) {
-			attrs = append(attrs, AttrLease.String(lease))
+			attrs = append(attrs, AttrName.String(lease))
 			break
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
@@ -503,7 +504,7 @@ func TestClusterConflictingGrantsAcrossLeaderChange(t *testing.T) {
 	a, b := c.store(0), c.store(1)
 	admin := kvleasetest.Connect(t, cli.ClientURLs(c.nodes))
 	js := kvleasetest.JetStream(t, admin)
-	fence, err := kvlease.OpenKVFence(ctx, js, "fences", 3)
+	fc, err := fence.OpenKV(ctx, js, "fences", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,10 +537,10 @@ func TestClusterConflictingGrantsAcrossLeaderChange(t *testing.T) {
 			both++
 			lo, hi := min(r1.rec.Token, r2.rec.Token), max(r1.rec.Token, r2.rec.Token)
 			t.Logf("trial %d: BOTH grants acknowledged (tokens %d and %d)", i, lo, hi)
-			if err := fence.Write(ctx, name, hi, []byte("hi")); err != nil {
+			if err := fc.Write(ctx, name, hi, []byte("hi")); err != nil {
 				t.Fatal(err)
 			}
-			if err := fence.Write(ctx, name, lo, []byte("lo")); !errors.Is(err, kvlease.ErrStaleToken) {
+			if err := fc.Write(ctx, name, lo, []byte("lo")); !errors.Is(err, fence.ErrStaleToken) {
 				t.Fatalf("fence accepted the lower token %d after %d: %v", lo, hi, err)
 			}
 		case r1.err == nil || r2.err == nil:
@@ -549,10 +550,10 @@ func TestClusterConflictingGrantsAcrossLeaderChange(t *testing.T) {
 				ok = r2
 			}
 			// The winner writes; a forged lower token is refused.
-			if err := fence.Write(ctx, name, ok.rec.Token, []byte("winner")); err != nil {
+			if err := fc.Write(ctx, name, ok.rec.Token, []byte("winner")); err != nil {
 				t.Fatal(err)
 			}
-			if err := fence.Write(ctx, name, ok.rec.Token-1, []byte("late")); !errors.Is(err, kvlease.ErrStaleToken) {
+			if err := fc.Write(ctx, name, ok.rec.Token-1, []byte("late")); !errors.Is(err, fence.ErrStaleToken) {
 				t.Fatalf("fence accepted a lower token: %v", err)
 			}
 		default:

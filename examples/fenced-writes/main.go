@@ -1,7 +1,7 @@
 // Command fenced-writes shows why a lease needs a fence.
 //
 // Two holders share one process. Holder A takes the lease "ledger" for 2 s
-// and writes through a [kvlease.KVFence] with its token. Then A checks its
+// and writes through a [fence.KV] with its token. Then A checks its
 // lease, finds it valid, and pauses before its next write, as a process does
 // in a long GC pause or a VM migration: it stops renewing and sleeps past
 // its deadline. The server lapses A's lease; holder B, watching, sees the
@@ -35,6 +35,7 @@ import (
 
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/fence"
 )
 
 const (
@@ -91,7 +92,7 @@ type holder struct {
 	name  string
 	nc    *nats.Conn
 	store *kvlease.Store
-	fence *kvlease.KVFence
+	fence *fence.KV
 }
 
 func connect(ctx context.Context, name, natsURL string) (_ *holder, err error) {
@@ -112,11 +113,11 @@ func connect(ctx context.Context, name, natsURL string) (_ *holder, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("holder %s: %w", name, err)
 	}
-	fence, err := kvlease.OpenKVFence(ctx, js, fenceBucket, 1)
+	fc, err := fence.OpenKV(ctx, js, fenceBucket, 1)
 	if err != nil {
 		return nil, fmt.Errorf("holder %s: %w", name, err)
 	}
-	return &holder{name: name, nc: nc, store: st, fence: fence}, nil
+	return &holder{name: name, nc: nc, store: st, fence: fc}, nil
 }
 
 // run tells the story against the NATS server at natsURL, writing it to w.
@@ -206,7 +207,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	// A wakes and makes the write it had checked for, with its old token.
 	say("A: wakes up and writes %q with token %d", valueLateA, leaseA.Token())
 	err = a.fence.Write(ctx, resource, leaseA.Token(), []byte(valueLateA))
-	var stale *kvlease.StaleTokenError
+	var stale *fence.StaleTokenError
 	switch {
 	case errors.As(err, &stale):
 		say("A: write refused by the fence: token %d is stale, %d already accepted", stale.Token, stale.Highest)

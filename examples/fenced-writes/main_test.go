@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
@@ -32,11 +32,11 @@ func TestRun(t *testing.T) {
 
 	// The resource holds B's value, written with B's (higher) token.
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	fence, err := kvlease.OpenKVFence(ctx, js, fenceBucket, 1)
+	fc, err := fence.OpenKV(ctx, js, fenceBucket, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := fence.Read(ctx, resource)
+	v, err := fc.Read(ctx, resource)
 	if err != nil {
 		t.Fatal(err)
 	}

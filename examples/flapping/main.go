@@ -39,13 +39,14 @@ import (
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
 	"github.com/leased/leased/telemetry/otelsetup"
 )
 
 const (
-	bucket   = "flapping"
-	election = "leader.flappy"
-	leaseD   = time.Second
+	bucket       = "flapping"
+	electionName = "leader.flappy"
+	leaseD       = time.Second
 )
 
 func main() {
@@ -139,13 +140,13 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 			return err
 		}
 		defer hnc.Close()
-		e, err := kvlease.NewElection(hst, election)
+		e, err := election.New(hst, electionName)
 		if err != nil {
 			return err
 		}
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				lead, err := e.Campaign(ctx, name, leaseD, nil)
+				lead, err := e.Campaign(ctx, name, leaseD)
 				if err != nil {
 					return
 				}
@@ -178,9 +179,9 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 		return err
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		ls, err := client.List(ctx, election)
+		ls, err := client.List(ctx, electionName)
 		if err == nil && len(ls) == 1 && ls[0].Flapping {
-			say("the grantor flags %s as FLAPPING (more than 3 changes of holder in a minute)", election)
+			say("the grantor flags %s as FLAPPING (more than 3 changes of holder in a minute)", electionName)
 			break
 		}
 		if time.Now().After(deadline) {

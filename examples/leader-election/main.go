@@ -42,6 +42,8 @@ import (
 
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
+	"github.com/leased/leased/kvlease/fence"
 )
 
 const (
@@ -121,8 +123,8 @@ type story struct {
 	mu sync.Mutex
 	w  io.Writer
 
-	fence    kvlease.MemFence
-	schedule []string // the resource: changed only inside fence.Do
+	fence    fence.Mem
+	schedule []string // the resource: changed only inside fc.Do
 
 	terms          atomic.Int32  // terms won so far; a leader's term decides its part
 	resigned       chan handOff  // term 1 → term 2
@@ -146,7 +148,7 @@ func (s *story) write(token kvlease.Token, entry string) error {
 }
 
 // writeTerm makes a leader's writes, checking its lease before each.
-func (s *story) writeTerm(name string, l *kvlease.Leadership) error {
+func (s *story) writeTerm(name string, l *election.Leadership) error {
 	var entries []string
 	for i := 1; i <= writesPerTerm; i++ {
 		if err := l.Lease().Check(); err != nil {
@@ -179,11 +181,11 @@ func (s *story) candidate(ctx context.Context, name, natsURL string) error {
 		return err
 	}
 	defer nc.Close()
-	e, err := kvlease.NewElection(st, electionName)
+	e, err := election.New(st, electionName)
 	if err != nil {
 		return err
 	}
-	l, err := e.Campaign(ctx, name, leaseD, nil)
+	l, err := e.Campaign(ctx, name, leaseD)
 	if err != nil {
 		return fmt.Errorf("%s: campaign: %w", name, err)
 	}
@@ -228,7 +230,7 @@ func (s *story) candidate(ctx context.Context, name, natsURL string) error {
 		s.say("%s: wakes up and writes %s with token %d", name, entry, l.Token())
 		err = s.write(l.Token(), entry)
 		close(s.lateWriteTried)
-		var stale *kvlease.StaleTokenError
+		var stale *fence.StaleTokenError
 		switch {
 		case errors.As(err, &stale):
 			s.say("%s: write refused by the fence: token %d is stale, %d already accepted", name, stale.Token, stale.Highest)
@@ -287,7 +289,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 		return err
 	}
 	defer nc.Close()
-	e, err := kvlease.NewElection(st, electionName)
+	e, err := election.New(st, electionName)
 	if err != nil {
 		return err
 	}

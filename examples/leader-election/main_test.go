@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
@@ -81,7 +82,7 @@ func TestRun(t *testing.T) {
 
 	// Every leader has left: the election is vacant.
 	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithBucket(leaseBucket))
-	e, err := kvlease.NewElection(st, electionName)
+	e, err := election.New(st, electionName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,9 @@ import (
 
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
+	"github.com/leased/leased/kvlease/fence"
+	"github.com/leased/leased/kvlease/readlease"
 )
 
 const (
@@ -70,13 +73,13 @@ func fail(err error) {
 // leader is one candidate with its connection, election and cached state.
 type leader struct {
 	name   string
-	lead   *kvlease.Leadership
-	fence  *kvlease.KVFence
+	lead   *election.Leadership
+	fence  *fence.KV
 	cached string
 }
 
-func (l *leader) read(ctx context.Context) (string, kvlease.ServedFrom, error) {
-	return kvlease.ReadThrough(ctx, l.lead.Lease(), readMargin,
+func (l *leader) read(ctx context.Context) (string, readlease.ServedFrom, error) {
+	return readlease.Read(ctx, l.lead.Lease(), readMargin,
 		func() (string, error) { return l.cached, nil },
 		func(ctx context.Context) (string, error) {
 			v, err := l.fence.Read(ctx, "config")
@@ -100,22 +103,22 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 			nc.Close()
 			return nil, nil, err
 		}
-		fence, err := kvlease.OpenKVFence(ctx, js, "read-lease-config", 1)
+		fc, err := fence.OpenKV(ctx, js, "read-lease-config", 1)
 		if err != nil {
 			nc.Close()
 			return nil, nil, err
 		}
-		e, err := kvlease.NewElection(st, "leader.config")
+		e, err := election.New(st, "leader.config")
 		if err != nil {
 			nc.Close()
 			return nil, nil, err
 		}
-		lead, err := e.Campaign(ctx, name, leaseD, nil)
+		lead, err := e.Campaign(ctx, name, leaseD)
 		if err != nil {
 			nc.Close()
 			return nil, nil, err
 		}
-		return &leader{name: name, lead: lead, fence: fence}, func() { lead.Stop(); nc.Close() }, nil
+		return &leader{name: name, lead: lead, fence: fc}, func() { lead.Stop(); nc.Close() }, nil
 	}
 
 	first, done1, err := join("first")
@@ -132,7 +135,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 		return err
 	}
 	fmt.Fprintf(w, "first leads (token %d); read: %q, served %s\n", first.lead.Token(), v, from)
-	if from != kvlease.ServedLocal {
+	if from != readlease.ServedLocal {
 		return fmt.Errorf("a read under a held lease was served %s", from)
 	}
 
@@ -156,7 +159,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 		return err
 	}
 	fmt.Fprintf(w, "first wakes; read: %q, served %s (its memory still says %q)\n", v, from, first.cached)
-	if from != kvlease.ServedAuthoritative || v != second.cached {
+	if from != readlease.ServedAuthoritative || v != second.cached {
 		return fmt.Errorf("stale read served: %q from %s", v, from)
 	}
 	return nil

@@ -43,6 +43,8 @@ import (
 
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/fence"
+	"github.com/leased/leased/kvlease/workqueue"
 )
 
 const (
@@ -95,7 +97,7 @@ func start(ctx context.Context, w io.Writer, natsURL string) error {
 type conn struct {
 	nc *nats.Conn
 	js jetstream.JetStream
-	q  *kvlease.WorkQueue
+	q  *workqueue.Queue
 }
 
 func (c *conn) close() {
@@ -128,7 +130,7 @@ func (c *conn) open(ctx context.Context, who string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", who, err)
 	}
-	if c.q, err = kvlease.OpenWorkQueue(ctx, c.js, st, queueName, 1); err != nil {
+	if c.q, err = workqueue.Open(ctx, c.js, st, queueName, 1); err != nil {
 		return fmt.Errorf("%s: %w", who, err)
 	}
 	return nil
@@ -230,7 +232,7 @@ func (f *floor) work(ctx context.Context, name, natsURL string) error {
 		case err == nil:
 			done++
 			f.completed(name, cl.Item)
-		case errors.Is(err, kvlease.ErrExpired), errors.Is(err, kvlease.ErrStaleToken), errors.Is(err, kvlease.ErrDone):
+		case errors.Is(err, kvlease.ErrExpired), errors.Is(err, fence.ErrStaleToken), errors.Is(err, workqueue.ErrDone):
 			// The claim lapsed or was superseded: the item is (or will be)
 			// done under a newer claim. Nothing was written.
 			f.say("%s: completion of %s refused: %v", name, cl.Item, err)

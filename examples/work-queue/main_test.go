@@ -12,6 +12,7 @@ import (
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/kvlease/workqueue"
 )
 
 func TestRun(t *testing.T) {
@@ -47,7 +48,7 @@ func TestRun(t *testing.T) {
 	// and nothing left pending.
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithBucket(leaseBucket))
-	q, err := kvlease.OpenWorkQueue(ctx, js, st, queueName, 1)
+	q, err := workqueue.Open(ctx, js, st, queueName, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package embedded runs a single nats-server with JetStream inside the
-// current process. It is what `leased serve` starts by default and what the
-// tests start (through [github.com/leased/leased/kvlease/kvleasetest]).
+// current process. It is what `leased serve` starts by default. Tests start
+// nats-server through [github.com/leased/leased/kvlease/kvleasetest] instead.
 //
 // # Durability
 //

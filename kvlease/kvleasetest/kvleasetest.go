@@ -1,7 +1,11 @@
 // Package kvleasetest provides helpers for tests that need a real JetStream
-// server: an embedded single-node server in t.TempDir(), connections, a lease
-// store on it, and a TCP proxy that can cut a client off. Everything started
-// here stops in t.Cleanup.
+// server: a single-node server or a cluster in t.TempDir(), connections, a
+// lease store on it, and a TCP proxy that can cut a client off. Everything
+// started here stops in t.Cleanup.
+//
+// It runs nats-server itself (github.com/nats-io/nats-server/v2) rather than
+// through grantor/embedded, so that kvlease's tests, and every package's
+// below the grantor, need nothing from above them.
 package kvleasetest
 
 import (
@@ -12,40 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
 )
-
-// ServerOption adjusts the embedded server's config.
-type ServerOption func(*embedded.Config)
-
-// WithUnsafeSync makes the server acknowledge before syncing (for the
-// benchmarks that compare both modes).
-func WithUnsafeSync() ServerOption {
-	return func(c *embedded.Config) { c.Sync = embedded.UnsafeSyncInterval }
-}
-
-// WithDataDir reuses a data directory (to restart a server on its data).
-func WithDataDir(dir string) ServerOption { return func(c *embedded.Config) { c.DataDir = dir } }
-
-// WithPort fixes the client port (to restart a server where clients expect it).
-func WithPort(port int) ServerOption { return func(c *embedded.Config) { c.Port = port } }
-
-// NewServer starts an embedded JetStream server on 127.0.0.1 with a free
-// port and its store in t.TempDir(), syncing before every ack.
-func NewServer(tb testing.TB, opts ...ServerOption) *embedded.Server {
-	tb.Helper()
-	cfg := embedded.Config{DataDir: tb.TempDir()}
-	for _, opt := range opts {
-		opt(&cfg)
-	}
-	s, err := embedded.Start(cfg)
-	if err != nil {
-		tb.Fatalf("kvleasetest: start server: %v", err)
-	}
-	tb.Cleanup(s.Shutdown)
-	return s
-}
 
 // Connect opens a NATS connection to url that the test closes on cleanup.
 // It reconnects forever, so that tests see faults as timeouts, not as a
@@ -84,7 +56,7 @@ func OpenStore(tb testing.TB, url string, opts ...kvlease.Option) *kvlease.Store
 }
 
 // NewStore starts a server and opens a lease store on it.
-func NewStore(tb testing.TB, opts ...kvlease.Option) (*embedded.Server, *kvlease.Store) {
+func NewStore(tb testing.TB, opts ...kvlease.Option) (*Server, *kvlease.Store) {
 	tb.Helper()
 	s := NewServer(tb)
 	return s, OpenStore(tb, s.ClientURL(), opts...)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
 )
 
 func newElect(stdout, stderr io.Writer) *cobra.Command {
@@ -49,13 +50,13 @@ needs JetStream access to the lease bucket. The exit code is the command's.`,
 				if err != nil {
 					return err
 				}
-				e, err := kvlease.NewElection(st, name)
+				e, err := election.New(st, name)
 				if err != nil {
 					return usageError{err}
 				}
 				return superviseUnderLease(ctx, &c, name, grace, verbose, args[1:], stdout, stderr,
 					func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
-						lead, err := e.Campaign(ctx, c.holder, ttl, []kvlease.LeaseOption{kvlease.WithHolderMargin(margin)}, opts...)
+						lead, err := e.Campaign(ctx, c.holder, ttl, election.WithLease(kvlease.WithHolderMargin(margin)), election.WithKeeper(opts...))
 						if err != nil {
 							return nil, err
 						}

@@ -1,8 +1,10 @@
-package kvlease
+package readlease
 
 import (
 	"context"
 	"time"
+
+	"github.com/leased/leased/kvlease"
 )
 
 // ServedFrom says where a read under a read lease was served from.
@@ -17,7 +19,7 @@ const (
 	ServedAuthoritative ServedFrom = "authoritative"
 )
 
-// ReadThrough serves a read under a lease: from local state if the lease
+// Read serves a read under a lease: from local state if the lease
 // has at least margin left before the holder's deadline (checked before and
 // again after reading local state), otherwise through authoritative.
 //
@@ -28,7 +30,7 @@ const (
 // check to the reply reaching the client. A pause of the process between the
 // check and the reply is not covered by any margin: a client that cannot
 // accept a read that old must read authoritatively.
-func ReadThrough[T any](ctx context.Context, l *Lease, margin time.Duration,
+func Read[T any](ctx context.Context, l *kvlease.Lease, margin time.Duration,
 	local func() (T, error), authoritative func(context.Context) (T, error)) (T, ServedFrom, error) {
 	if l.CheckFor(margin) == nil {
 		v, err := local()

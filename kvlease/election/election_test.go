@@ -1,4 +1,4 @@
-package kvlease_test
+package election_test
 
 import (
 	"context"
@@ -7,20 +7,21 @@ import (
 	"time"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 type campaignResult struct {
-	l   *kvlease.Leadership
+	l   *election.Leadership
 	who string
 	err error
 }
 
 // campaign starts candidate's campaign and returns where its result arrives.
-func campaign(ctx context.Context, e *kvlease.Election, who string, d time.Duration) <-chan campaignResult {
+func campaign(ctx context.Context, e *election.Election, who string, d time.Duration) <-chan campaignResult {
 	out := make(chan campaignResult, 1)
 	go func() {
-		l, err := e.Campaign(ctx, who, d, nil)
+		l, err := e.Campaign(ctx, who, d)
 		out <- campaignResult{l, who, err}
 	}()
 	return out
@@ -29,7 +30,7 @@ func campaign(ctx context.Context, e *kvlease.Election, who string, d time.Durat
 func TestElectionHandOverOnResign(t *testing.T) {
 	_, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
-	e, err := kvlease.NewElection(st, "leader.jobs")
+	e, err := election.New(st, "leader.jobs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestElectionFailoverOnExpiry(t *testing.T) {
 	const d, mg = time.Second, 200 * time.Millisecond
 	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(mg))
 	ctx := t.Context()
-	e, _ := kvlease.NewElection(st, "leader.db")
+	e, _ := election.New(st, "leader.db")
 	first := <-campaign(ctx, e, "first", d)
 	if first.err != nil {
 		t.Fatal(first.err)
@@ -123,7 +124,7 @@ func TestElectionFailoverOnExpiry(t *testing.T) {
 
 func TestCampaignEndsWithContext(t *testing.T) {
 	_, st := kvleasetest.NewStore(t)
-	e, _ := kvlease.NewElection(st, "leader.x")
+	e, _ := election.New(st, "leader.x")
 	holder := <-campaign(t.Context(), e, "holder", 10*time.Second)
 	if holder.err != nil {
 		t.Fatal(holder.err)
@@ -131,10 +132,10 @@ func TestCampaignEndsWithContext(t *testing.T) {
 	defer holder.l.Stop()
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	if _, err := e.Campaign(ctx, "waiter", 10*time.Second, nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := e.Campaign(ctx, "waiter", 10*time.Second); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("campaign past its context: %v", err)
 	}
-	if _, err := kvlease.NewElection(st, "bad name"); !errors.Is(err, kvlease.ErrInvalidName) {
+	if _, err := election.New(st, "bad name"); !errors.Is(err, kvlease.ErrInvalidName) {
 		t.Fatalf("bad election name: %v", err)
 	}
 }

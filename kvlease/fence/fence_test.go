@@ -1,4 +1,4 @@
-package kvlease_test
+package fence_test
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 func TestMemFenceTokens(t *testing.T) {
-	var f kvlease.MemFence // the zero value is ready
+	var f fence.Mem // the zero value is ready
 	const res = "db/accounts"
 	ran := 0
 	effect := func() error { ran++; return nil }
@@ -45,8 +46,8 @@ func TestMemFenceTokens(t *testing.T) {
 			err := f.Do(res, s.token, effect)
 			if s.wantErr {
 				rejected++
-				var se *kvlease.StaleTokenError
-				if !errors.As(err, &se) || !errors.Is(err, kvlease.ErrStaleToken) {
+				var se *fence.StaleTokenError
+				if !errors.As(err, &se) || !errors.Is(err, fence.ErrStaleToken) {
 					t.Fatalf("Do(%d) = %v, want *StaleTokenError", s.token, err)
 				}
 				if se.Token != s.token || se.Highest != s.highest || se.Resource != res {
@@ -74,7 +75,7 @@ func TestMemFenceTokens(t *testing.T) {
 }
 
 func TestMemFencePerResource(t *testing.T) {
-	var f kvlease.MemFence
+	var f fence.Mem
 	if err := f.Do("a", 10, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestMemFencePerResource(t *testing.T) {
 	if err := f.Do("b", 1, nil); err != nil {
 		t.Fatalf("Do(b, 1) after Do(a, 10) = %v", err)
 	}
-	if err := f.Do("b", 0, nil); !errors.Is(err, kvlease.ErrStaleToken) {
+	if err := f.Do("b", 0, nil); !errors.Is(err, fence.ErrStaleToken) {
 		t.Fatalf("Do(b, 0) after Do(b, 1) = %v, want ErrStaleToken", err)
 	}
 	if h := f.Highest("a"); h != 10 {
@@ -100,7 +101,7 @@ func TestMemFencePerResource(t *testing.T) {
 }
 
 func TestMemFenceEffectError(t *testing.T) {
-	var f kvlease.MemFence
+	var f fence.Mem
 	if err := f.Do("r", 10, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestMemFenceEffectError(t *testing.T) {
 }
 
 func TestMemFenceConcurrent(t *testing.T) {
-	var f kvlease.MemFence
+	var f fence.Mem
 	const (
 		workers = 16
 		perW    = 500
@@ -131,7 +132,7 @@ func TestMemFenceConcurrent(t *testing.T) {
 		order    []kvlease.Token // appended inside the effect: serialized by the fence
 		mu       sync.Mutex
 		accepted []kvlease.Token
-		stale    []*kvlease.StaleTokenError
+		stale    []*fence.StaleTokenError
 		wg       sync.WaitGroup
 	)
 	for w := range workers {
@@ -143,7 +144,7 @@ func TestMemFenceConcurrent(t *testing.T) {
 					order = append(order, tok)
 					return nil
 				})
-				var se *kvlease.StaleTokenError
+				var se *fence.StaleTokenError
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -188,12 +189,12 @@ func TestMemFenceConcurrent(t *testing.T) {
 }
 
 // openTestFence opens a fence bucket on its own connection to url.
-func openTestFence(t *testing.T, url, bucket string) (*kvlease.KVFence, jetstream.JetStream) {
+func openTestFence(t *testing.T, url, bucket string) (*fence.KV, jetstream.JetStream) {
 	t.Helper()
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, url))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	f, err := kvlease.OpenKVFence(ctx, js, bucket, 1)
+	f, err := fence.OpenKV(ctx, js, bucket, 1)
 	if err != nil {
 		t.Fatalf("OpenKVFence: %v", err)
 	}
@@ -234,8 +235,8 @@ func TestKVFenceRoundTrip(t *testing.T) {
 	read(t, 9, "v3")
 
 	err := f.Write(ctx, res, 8, []byte("stale"))
-	var se *kvlease.StaleTokenError
-	if !errors.As(err, &se) || !errors.Is(err, kvlease.ErrStaleToken) {
+	var se *fence.StaleTokenError
+	if !errors.As(err, &se) || !errors.Is(err, fence.ErrStaleToken) {
 		t.Fatalf("Write with a lower token = %v, want *StaleTokenError", err)
 	}
 	if se.Token != 8 || se.Highest != 9 || se.Resource != res {
@@ -248,7 +249,7 @@ func TestKVFenceRoundTrip(t *testing.T) {
 
 	// Another fence on another connection sees the same state.
 	g, _ := openTestFence(t, srv.ClientURL(), "fence")
-	if err := g.Write(ctx, res, 3, []byte("stale")); !errors.Is(err, kvlease.ErrStaleToken) {
+	if err := g.Write(ctx, res, 3, []byte("stale")); !errors.Is(err, fence.ErrStaleToken) {
 		t.Errorf("second fence accepted a stale token: %v", err)
 	}
 	if v, err := g.Read(ctx, res); err != nil || v.Token != 9 {
@@ -320,7 +321,7 @@ func TestKVFenceRace(t *testing.T) {
 		results []result
 		wg      sync.WaitGroup
 	)
-	fences := []*kvlease.KVFence{fa, fb}
+	fences := []*fence.KV{fa, fb}
 	for i := range 8 {
 		f := fences[i%2]
 		wg.Go(func() {
@@ -357,7 +358,7 @@ func TestKVFenceRace(t *testing.T) {
 	var maxAccepted kvlease.Token
 	accepted, stale := 0, 0
 	for _, r := range results {
-		var se *kvlease.StaleTokenError
+		var se *fence.StaleTokenError
 		switch {
 		case r.err == nil:
 			accepted++
@@ -410,7 +411,7 @@ func TestKVFenceRace(t *testing.T) {
 			if e == nil {
 				continue
 			}
-			var v kvlease.FencedValue
+			var v fence.Value
 			if err := json.Unmarshal(e.Value(), &v); err != nil {
 				t.Fatalf("revision %d: %v", e.Revision(), err)
 			}

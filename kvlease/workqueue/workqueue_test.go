@@ -1,4 +1,4 @@
-package kvlease_test
+package workqueue_test
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/kvlease/workqueue"
 )
 
 // A claim whose lease lapsed cannot complete; the item is redone under a
@@ -23,7 +24,7 @@ func TestWorkQueueStaleClaimRefused(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx := t.Context()
-	q, err := kvlease.OpenWorkQueue(ctx, js, st, "q", 1)
+	q, err := workqueue.Open(ctx, js, st, "q", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestWorkQueueStaleClaimRefused(t *testing.T) {
 	if err != nil || !done || worker != "fast" || token != fresh.Token() || string(result) != "ok" {
 		t.Fatalf("sink: %v %q %d %q %v", done, worker, token, result, err)
 	}
-	if err := q.Add(ctx, "item-1", nil); !errors.Is(err, kvlease.ErrDone) {
+	if err := q.Add(ctx, "item-1", nil); !errors.Is(err, workqueue.ErrDone) {
 		t.Fatalf("re-adding a completed item: %v, want ErrDone", err)
 	}
 }
@@ -67,7 +68,7 @@ func TestWorkQueueWorkerKilled(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	q, err := kvlease.OpenWorkQueue(ctx, js, st, "jobs", 1)
+	q, err := workqueue.Open(ctx, js, st, "jobs", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestWorkQueueStateShrinks(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t)
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx := t.Context()
-	q, err := kvlease.OpenWorkQueue(ctx, js, st, "shrink", 1)
+	q, err := workqueue.Open(ctx, js, st, "shrink", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package kvlease_test
+package election_test
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
@@ -25,9 +25,9 @@ import (
 func BenchmarkElection(b *testing.B) {
 	b.Run("resign", func(b *testing.B) {
 		_, st := kvleasetest.NewStore(b)
-		e, _ := kvlease.NewElection(st, "bench.resign")
+		e, _ := election.New(st, "bench.resign")
 		ctx := b.Context()
-		leader, err := e.Campaign(ctx, "c0", 5*time.Second, nil)
+		leader, err := e.Campaign(ctx, "c0", 5*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func BenchmarkElection(b *testing.B) {
 	b.Run("kill", func(b *testing.B) {
 		srv, st := kvleasetest.NewStore(b) // grantor margin: the default, 1 s
 		ctx := b.Context()
-		e, _ := kvlease.NewElection(st, "bench.kill")
+		e, _ := election.New(st, "bench.kill")
 		var took []time.Duration
 		b.ResetTimer()
 		for range b.N {

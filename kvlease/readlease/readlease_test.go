@@ -1,4 +1,4 @@
-package kvlease_test
+package readlease_test
 
 import (
 	"bufio"
@@ -11,39 +11,46 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
+	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/kvlease/readlease"
 )
+
+// The test binary doubles as the leader process of the fault test.
+func TestMain(m *testing.M) {
+	kvleasetest.Main(m, map[string]func(string) error{"read-leader": readLeader})
+}
 
 // readLeader leads "leader.read", writes "v1" to the fenced resource and
 // keeps it as local state; for every line on stdin it serves a read and
 // prints "read <value> <served-from>".
 func readLeader(url string) error {
 	ctx := context.Background()
-	js, st, err := childStore(ctx, url)
+	js, st, err := kvleasetest.ChildStore(ctx, url)
 	if err != nil {
 		return err
 	}
-	fence, err := kvlease.OpenKVFence(ctx, js, "fences", 1)
+	fc, err := fence.OpenKV(ctx, js, "fences", 1)
 	if err != nil {
 		return err
 	}
-	e, _ := kvlease.NewElection(st, "leader.read")
-	lead, err := e.Campaign(ctx, "first", time.Second, nil)
+	e, _ := election.New(st, "leader.read")
+	lead, err := e.Campaign(ctx, "first", time.Second)
 	if err != nil {
 		return err
 	}
-	if err := fence.Write(ctx, "config", lead.Token(), []byte("v1")); err != nil {
+	if err := fc.Write(ctx, "config", lead.Token(), []byte("v1")); err != nil {
 		return err
 	}
 	local := "v1"
 	fmt.Println("leading")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		v, from, err := kvlease.ReadThrough(ctx, lead.Lease(), 100*time.Millisecond,
+		v, from, err := readlease.Read(ctx, lead.Lease(), 100*time.Millisecond,
 			func() (string, error) { return local, nil },
 			func(ctx context.Context) (string, error) {
-				fv, err := fence.Read(ctx, "config")
+				fv, err := fc.Read(ctx, "config")
 				return string(fv.Data), err
 			})
 		if err != nil {
@@ -61,11 +68,11 @@ func TestReadLeaseNotServedStaleAfterPause(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	fence, err := kvlease.OpenKVFence(ctx, js, "fences", 1)
+	fc, err := fence.OpenKV(ctx, js, "fences", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, stdin, line := startChild(t, "read-leader", srv.ClientURL())
+	cmd, stdin, line := kvleasetest.StartChild(t, "read-leader", srv.ClientURL())
 	read := func() string {
 		t.Helper()
 		if _, err := io.WriteString(stdin, "read\n"); err != nil {
@@ -83,19 +90,19 @@ func TestReadLeaseNotServedStaleAfterPause(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	e, _ := kvlease.NewElection(st, "leader.read")
-	second, err := e.Campaign(ctx, "second", 5*time.Second, nil)
+	e, _ := election.New(st, "leader.read")
+	second, err := e.Campaign(ctx, "second", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer second.Stop()
-	if err := fence.Write(ctx, "config", second.Token(), []byte("v2")); err != nil {
+	if err := fc.Write(ctx, "config", second.Token(), []byte("v2")); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if got := read(); !strings.HasPrefix(got, "read v2 ") || !strings.HasSuffix(got, string(kvlease.ServedAuthoritative)) {
+	if got := read(); !strings.HasPrefix(got, "read v2 ") || !strings.HasSuffix(got, string(readlease.ServedAuthoritative)) {
 		t.Fatalf("read after the pause: %q, want v2 served authoritatively (not the stale local v1)", got)
 	}
 }

@@ -1,4 +1,4 @@
-package kvlease
+package fence
 
 import (
 	"context"
@@ -10,25 +10,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/telemetry"
 )
 
-// A fence sits at a protected resource and makes overlapping holders
-// harmless: it remembers, per resource, the highest token it has accepted and
-// refuses any lower one. A holder that was paused past its deadline and
-// resumes carries an old token, and is refused once its successor has
-// written. Equal tokens are accepted: one tenure may write many times.
-//
-// The check and the effect must be one atomic step at the resource. For a
-// SQL database that is one statement (docs/fencing.md):
-//
-//	UPDATE resource SET value = :value, last_token = :token
-//	 WHERE id = :id AND last_token <= :token
-//	-- 0 rows updated: stale token, refuse.
-
-// MemFence is an in-process fence. The zero value is ready to use.
-type MemFence struct {
-	// Metrics, if set, counts rejections (leased.fence.rejections).
+// Mem is an in-process fence. The zero value is ready to use.
+type Mem struct {
+	// Metrics, if set, counts rejections ([telemetry.MetricFenceRejections]).
 	Metrics *telemetry.Metrics
 
 	mu        sync.Mutex
@@ -38,10 +26,10 @@ type MemFence struct {
 
 type fencedResource struct {
 	mu      sync.Mutex
-	highest Token
+	highest kvlease.Token
 }
 
-func (f *MemFence) resource(name string) *fencedResource {
+func (f *Mem) resource(name string) *fencedResource {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.resources == nil {
@@ -61,7 +49,7 @@ func (f *MemFence) resource(name string) *fencedResource {
 // the check and the effect are atomic.
 //
 // Errors: [*StaleTokenError]; effect's error.
-func (f *MemFence) Do(resource string, token Token, effect func() error) error {
+func (f *Mem) Do(resource string, token kvlease.Token, effect func() error) error {
 	r := f.resource(resource)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -80,7 +68,7 @@ func (f *MemFence) Do(resource string, token Token, effect func() error) error {
 }
 
 // Highest returns the highest token accepted for resource (0 if none).
-func (f *MemFence) Highest(resource string) Token {
+func (f *Mem) Highest(resource string) kvlease.Token {
 	r := f.resource(resource)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -88,31 +76,31 @@ func (f *MemFence) Highest(resource string) Token {
 }
 
 // Rejected counts refused tokens.
-func (f *MemFence) Rejected() int64 { return f.rejected.Load() }
+func (f *Mem) Rejected() int64 { return f.rejected.Load() }
 
-// KVFence is a fence shared by processes: each resource is a key in a
+// KV is a fence shared by processes: each resource is a key in a
 // JetStream KV bucket holding the resource's value and the token that wrote
 // it, and a write is a compare-and-set on the key's revision. Use it when the
 // protected resource is that value, or as the gate in front of a resource
 // that has no fence of its own (then the gate and the resource can still be
 // raced; prefer a fence inside the resource).
-type KVFence struct {
-	// Metrics, if set, counts rejections (leased.fence.rejections).
+type KV struct {
+	// Metrics, if set, counts rejections ([telemetry.MetricFenceRejections]).
 	Metrics *telemetry.Metrics
 
 	kv       jetstream.KeyValue
 	rejected atomic.Int64
 }
 
-// FencedValue is what a KVFence stores per resource.
-type FencedValue struct {
-	Token Token  `json:"token"`
-	Data  []byte `json:"data"`
+// Value is what a [KV] fence stores per resource.
+type Value struct {
+	Token kvlease.Token `json:"token"`
+	Data  []byte        `json:"data"`
 }
 
-// OpenKVFence opens (creating if missing) a fence bucket. It is an ordinary
+// OpenKV opens (creating if missing) a fence bucket. It is an ordinary
 // KV bucket with history 1 and no TTLs, replicated as given.
-func OpenKVFence(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*KVFence, error) {
+func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*KV, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "leased: fenced resources (value + last accepted token)",
@@ -121,24 +109,24 @@ func OpenKVFence(ctx context.Context, js jetstream.JetStream, bucket string, rep
 		Replicas:    replicas,
 	})
 	if err != nil {
-		return nil, translate("open fence bucket", err)
+		return nil, kvlease.JetStreamError("open fence bucket", err)
 	}
-	return &KVFence{kv: kv}, nil
+	return &KV{kv: kv}, nil
 }
 
 // Write stores data for resource if token is at least the token of the
 // current value, atomically (compare-and-set; retried if another writer with
 // an acceptable token got there first).
 //
-// Errors: [ErrInvalidName]; [*StaleTokenError]; [ErrUnavailable].
-func (f *KVFence) Write(ctx context.Context, resource string, token Token, data []byte) error {
-	if err := ValidateName(resource); err != nil {
+// Errors: [kvlease.ErrInvalidName]; [*StaleTokenError]; [kvlease.ErrUnavailable].
+func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, data []byte) error {
+	if err := kvlease.ValidateName(resource); err != nil {
 		return err
 	}
-	next, _ := json.Marshal(FencedValue{Token: token, Data: data})
+	next, _ := json.Marshal(Value{Token: token, Data: data})
 	for {
 		if err := ctx.Err(); err != nil {
-			return translate("fenced write", err)
+			return kvlease.JetStreamError("fenced write", err)
 		}
 		cur, rev, err := f.read(ctx, resource)
 		if err != nil {
@@ -158,7 +146,7 @@ func (f *KVFence) Write(ctx context.Context, resource string, token Token, data 
 			continue // someone wrote in between: compare again
 		}
 		if err != nil {
-			return translate("fenced write", err)
+			return kvlease.JetStreamError("fenced write", err)
 		}
 		return nil
 	}
@@ -166,32 +154,32 @@ func (f *KVFence) Write(ctx context.Context, resource string, token Token, data 
 
 // Read returns the resource's value and the token that wrote it.
 //
-// Errors: [ErrNotFound]; [ErrUnavailable].
-func (f *KVFence) Read(ctx context.Context, resource string) (FencedValue, error) {
-	if err := ValidateName(resource); err != nil {
-		return FencedValue{}, err
+// Errors: [kvlease.ErrNotFound]; [kvlease.ErrUnavailable].
+func (f *KV) Read(ctx context.Context, resource string) (Value, error) {
+	if err := kvlease.ValidateName(resource); err != nil {
+		return Value{}, err
 	}
 	v, rev, err := f.read(ctx, resource)
 	if err == nil && rev == 0 {
-		err = fmt.Errorf("%w: no value for %q", ErrNotFound, resource)
+		err = fmt.Errorf("%w: no value for %q", kvlease.ErrNotFound, resource)
 	}
 	return v, err
 }
 
-func (f *KVFence) read(ctx context.Context, resource string) (FencedValue, uint64, error) {
+func (f *KV) read(ctx context.Context, resource string) (Value, uint64, error) {
 	e, err := f.kv.Get(ctx, resource)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return FencedValue{}, 0, nil
+		return Value{}, 0, nil
 	}
 	if err != nil {
-		return FencedValue{}, 0, translate("fence read", err)
+		return Value{}, 0, kvlease.JetStreamError("fence read", err)
 	}
-	var v FencedValue
+	var v Value
 	if err := json.Unmarshal(e.Value(), &v); err != nil {
-		return FencedValue{}, 0, fmt.Errorf("kvlease: fence value of %q is corrupt: %w", resource, err)
+		return Value{}, 0, fmt.Errorf("fence: value of %q is corrupt: %w", resource, err)
 	}
 	return v, e.Revision(), nil
 }
 
 // Rejected counts refused tokens.
-func (f *KVFence) Rejected() int64 { return f.rejected.Load() }
+func (f *KV) Rejected() int64 { return f.rejected.Load() }

@@ -1,10 +1,12 @@
-package kvlease
+package election
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/leased/leased/kvlease"
 )
 
 // Election is leader election on one lease: the candidate that holds the
@@ -13,13 +15,13 @@ import (
 // marker and try at once: nothing polls, and a resignation hands over in one
 // round trip.
 type Election struct {
-	store *Store
+	store *kvlease.Store
 	name  string
 }
 
-// NewElection returns the election named name (a lease name) on store.
-func NewElection(store *Store, name string) (*Election, error) {
-	if err := ValidateName(name); err != nil {
+// New returns the election named name (a lease name) on store.
+func New(store *kvlease.Store, name string) (*Election, error) {
+	if err := kvlease.ValidateName(name); err != nil {
 		return nil, err
 	}
 	return &Election{store: store, name: name}, nil
@@ -31,11 +33,11 @@ func (e *Election) Name() string { return e.name }
 // Leadership is a won election: a kept lease. Its Context is cancelled the
 // moment leadership is lost; Token fences the leader's writes.
 type Leadership struct {
-	*Keeper
+	*kvlease.Keeper
 }
 
 // Token returns the leadership's fencing token.
-func (l *Leadership) Token() Token { return l.Lease().Token() }
+func (l *Leadership) Token() kvlease.Token { return l.Lease().Token() }
 
 // Resign gives leadership up: it releases the lease, and the candidates
 // waiting see the release at once.
@@ -43,16 +45,21 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
 
 // Campaign blocks until candidate leads, or ctx ends. It tries to take the
 // lease for duration d; while someone else leads it waits for the end of
-// that tenure on the bucket's stream, then tries again. opts configure the
-// lease; keeper options (WithOnLost, …) go in keepOpts.
+// that tenure on the bucket's stream, then tries again. [WithLease]
+// configures the lease (a holder margin, a clock guard), [WithKeeper] the
+// keeper that renews it (WithOnLost, …).
 //
 // ctx bounds the campaign only: once won, leadership lasts until Resign,
 // Stop or its loss, whatever becomes of ctx.
 //
-// Errors: ctx's; validation errors; [ErrUnavailable] only if it persists
-// (a candidate retries transient failures while ctx allows).
-func (e *Election) Campaign(ctx context.Context, candidate string, d time.Duration, opts []LeaseOption,
-	keepOpts ...KeeperOption) (*Leadership, error) {
+// Errors: ctx's; [kvlease.ErrInvalidOption]; validation errors;
+// [kvlease.ErrUnavailable] only if it persists (a candidate retries
+// transient failures while ctx allows).
+func (e *Election) Campaign(ctx context.Context, candidate string, d time.Duration, opts ...Option) (*Leadership, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	w, err := e.store.Watch(ctx, e.name)
 	if err != nil {
 		return nil, err
@@ -60,20 +67,20 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	defer w.Stop()
 	retry := 50 * time.Millisecond
 	for {
-		l, err := Acquire(ctx, e.store, e.name, candidate, d, opts...)
+		l, err := kvlease.Acquire(ctx, e.store, e.name, candidate, d, o.lease...)
 		switch {
 		case err == nil:
-			k, err := Keep(context.WithoutCancel(ctx), l, keepOpts...)
+			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.keeper...)
 			if err != nil {
 				_ = l.Release(context.WithoutCancel(ctx))
 				return nil, err
 			}
 			return &Leadership{k}, nil
-		case errors.Is(err, ErrHeld):
+		case errors.Is(err, kvlease.ErrHeld):
 			if err := e.waitVacant(ctx, w); err != nil {
 				return nil, err
 			}
-		case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
+		case errors.Is(err, kvlease.ErrUnavailable) && ctx.Err() == nil:
 			select { // the server did not answer: try again shortly
 			case <-time.After(retry):
 				retry = min(2*retry, time.Second)
@@ -90,7 +97,7 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 // The watcher replays the current state first, so an end that happened
 // between the failed grant and now is not missed: the replay has no live
 // record then, and Synced tells us to try again.
-func (e *Election) waitVacant(ctx context.Context, w *Watcher) error {
+func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher) error {
 	for {
 		select {
 		case ev, ok := <-w.Events():
@@ -110,15 +117,17 @@ func (e *Election) waitVacant(ctx context.Context, w *Watcher) error {
 }
 
 // Leader returns the current leader's record, read through the stream
-// leader. Errors: [ErrNotFound] if no one leads.
-func (e *Election) Leader(ctx context.Context) (Record, error) { return e.store.Get(ctx, e.name) }
+// leader. Errors: [kvlease.ErrNotFound] if no one leads.
+func (e *Election) Leader(ctx context.Context) (kvlease.Record, error) {
+	return e.store.Get(ctx, e.name)
+}
 
 // LeaderChange is an observed change of leadership: Leader is nil when the
 // election became vacant.
 type LeaderChange struct {
-	Leader *Record
+	Leader *kvlease.Record
 	// Cause says how a tenure ended: released, revoked or expired.
-	Cause EventType
+	Cause kvlease.EventType
 	Time  time.Time
 }
 
@@ -137,7 +146,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 	go func() {
 		defer close(out)
 		defer w.Stop()
-		var cur Token
+		var cur kvlease.Token
 		send := func(c LeaderChange) bool {
 			select {
 			case out <- c:
@@ -146,7 +155,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 				return false
 			}
 		}
-		apply := func(ev Event) bool {
+		apply := func(ev kvlease.Event) bool {
 			switch {
 			case ev.Name != e.name:
 			case ev.Type.Ends() && cur != 0:

@@ -1,4 +1,4 @@
-package kvlease
+package workqueue
 
 import (
 	"context"
@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/fence"
 )
 
-// WorkQueue hands out work items under processing leases: a worker claims
+// Queue hands out work items under processing leases: a worker claims
 // the next pending item (a lease "claim.<queue>.<item>"), keeps the claim
 // renewed while it works, and completes the item with the claim's token. A
 // crashed worker's claim lapses and another worker takes the item; a
@@ -32,9 +35,9 @@ import (
 // fence: a claim raises its bar first, and a completion is a compare-and-set
 // that needs the bar at the claim's own token and the item not yet done, so
 // each item is completed exactly once, by a current claim.
-type WorkQueue struct {
+type Queue struct {
 	name  string
-	store *Store
+	store *kvlease.Store
 	items jetstream.KeyValue
 	done  jetstream.KeyValue
 
@@ -46,36 +49,36 @@ type WorkQueue struct {
 	claimed map[string]bool // items with a live claim (from the lease bucket)
 	changed chan struct{}   // closed and replaced on every change
 	itemsW  jetstream.KeyWatcher
-	claimsW *Watcher
+	claimsW *kvlease.Watcher
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 }
 
 // ErrDone: the item was already completed.
-var ErrDone = errors.New("kvlease: work item already completed")
+var ErrDone = errors.New("workqueue: item already completed")
 
 type doneRecord struct {
-	Token  Token  `json:"token"`
-	Done   bool   `json:"done"`
-	Worker string `json:"worker,omitempty"`
-	Result []byte `json:"result,omitempty"`
+	Token  kvlease.Token `json:"token"`
+	Done   bool          `json:"done"`
+	Worker string        `json:"worker,omitempty"`
+	Result []byte        `json:"result,omitempty"`
 }
 
-// OpenWorkQueue opens (creating if missing) the queue's buckets and starts
+// Open opens (creating if missing) the queue's buckets and starts
 // following its items and claims. Close it when done.
-func OpenWorkQueue(ctx context.Context, js jetstream.JetStream, store *Store, name string, replicas int) (*WorkQueue, error) {
-	if err := ValidateName(name); err != nil || strings.Contains(name, ".") {
-		return nil, fmt.Errorf("%w: queue name %q (no dots)", ErrInvalidName, name)
+func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, name string, replicas int) (*Queue, error) {
+	if err := kvlease.ValidateName(name); err != nil || strings.Contains(name, ".") {
+		return nil, fmt.Errorf("%w: queue name %q (no dots)", kvlease.ErrInvalidName, name)
 	}
 	open := func(bucket string) (jetstream.KeyValue, error) {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
 			Storage: jetstream.FileStorage, Replicas: replicas})
 		if err != nil {
-			return nil, translate("open "+bucket, err)
+			return nil, kvlease.JetStreamError("open "+bucket, err)
 		}
 		return kv, nil
 	}
-	q := &WorkQueue{name: name, store: store, pending: map[string]bool{}, claimed: map[string]bool{},
+	q := &Queue{name: name, store: store, pending: map[string]bool{}, claimed: map[string]bool{},
 		changed: make(chan struct{})}
 	var err error
 	if q.items, err = open(name + "-items"); err != nil {
@@ -88,7 +91,7 @@ func OpenWorkQueue(ctx context.Context, js jetstream.JetStream, store *Store, na
 	q.stop = cancel
 	if q.itemsW, err = q.items.WatchAll(wctx, jetstream.MetaOnly()); err != nil {
 		cancel()
-		return nil, translate("watch items", err)
+		return nil, kvlease.JetStreamError("watch items", err)
 	}
 	if q.claimsW, err = store.Watch(wctx, q.claimPrefix()); err != nil {
 		cancel()
@@ -100,17 +103,17 @@ func OpenWorkQueue(ctx context.Context, js jetstream.JetStream, store *Store, na
 	return q, nil
 }
 
-func (q *WorkQueue) claimPrefix() string { return "claim." + q.name + "." }
+func (q *Queue) claimPrefix() string { return "claim." + q.name + "." }
 
 // Close stops following the queue.
-func (q *WorkQueue) Close() {
+func (q *Queue) Close() {
 	q.stop()
 	_ = q.itemsW.Stop()
 	q.claimsW.Stop()
 	q.wg.Wait()
 }
 
-func (q *WorkQueue) update(fn func()) {
+func (q *Queue) update(fn func()) {
 	q.mu.Lock()
 	fn()
 	close(q.changed)
@@ -118,7 +121,7 @@ func (q *WorkQueue) update(fn func()) {
 	q.mu.Unlock()
 }
 
-func (q *WorkQueue) followItems() {
+func (q *Queue) followItems() {
 	defer q.wg.Done()
 	for e := range q.itemsW.Updates() {
 		if e == nil {
@@ -134,7 +137,7 @@ func (q *WorkQueue) followItems() {
 	}
 }
 
-func (q *WorkQueue) followClaims() {
+func (q *Queue) followClaims() {
 	defer q.wg.Done()
 	for ev := range q.claimsW.Events() {
 		item := strings.TrimPrefix(ev.Name, q.claimPrefix())
@@ -148,11 +151,11 @@ func (q *WorkQueue) followClaims() {
 	}
 }
 
-// Add puts an item on the queue. Errors: [ErrInvalidName]; [ErrHeld] if an
+// Add puts an item on the queue. Errors: [kvlease.ErrInvalidName]; [kvlease.ErrHeld] if an
 // item of that id is pending; [ErrDone] if it was completed (ids are not
 // reused: the sink keeps each item's result).
-func (q *WorkQueue) Add(ctx context.Context, id string, payload []byte) error {
-	if err := ValidateName(id); err != nil {
+func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
+	if err := kvlease.ValidateName(id); err != nil {
 		return err
 	}
 	if done, _, _, _, err := q.Result(ctx, id); err != nil {
@@ -162,28 +165,36 @@ func (q *WorkQueue) Add(ctx context.Context, id string, payload []byte) error {
 	}
 	if _, err := q.items.Create(ctx, id, payload); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("%w: item %q is pending", ErrHeld, id)
+			return fmt.Errorf("%w: item %q is pending", kvlease.ErrHeld, id)
 		}
-		return translate("add item", err)
+		return kvlease.JetStreamError("add item", err)
 	}
 	return nil
 }
 
 // Claim is a worker's claim on one item.
 type Claim struct {
-	*Keeper
+	*kvlease.Keeper
 	Item    string
 	Payload []byte
-	q       *WorkQueue
+	q       *Queue
 }
 
 // Token returns the claim's fencing token.
-func (c *Claim) Token() Token { return c.Lease().Token() }
+func (c *Claim) Token() kvlease.Token { return c.Lease().Token() }
 
 // Claim blocks until worker holds a claim on a pending item, or ctx ends.
 // It waits for new items and lapsed claims on the buckets' streams, without
-// polling.
-func (q *WorkQueue) Claim(ctx context.Context, worker string, d time.Duration, keepOpts ...KeeperOption) (*Claim, error) {
+// polling. The claim is a lease of duration d, taken with [WithLease]'s
+// options (a holder margin, a clock guard) and kept with [WithKeeper]'s.
+//
+// Errors: ctx's; [kvlease.ErrInvalidOption]; the lease's and keeper's
+// validation errors; [kvlease.ErrUnavailable].
+func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts ...Option) (*Claim, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	for {
 		q.mu.Lock()
 		var candidates []string
@@ -196,11 +207,11 @@ func (q *WorkQueue) Claim(ctx context.Context, worker string, d time.Duration, k
 		q.mu.Unlock()
 		rand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
 		for _, id := range candidates {
-			c, err := q.tryClaim(ctx, worker, id, d, keepOpts)
+			c, err := q.tryClaim(ctx, worker, id, d, o)
 			if err == nil {
 				return c, nil
 			}
-			if !errors.Is(err, ErrHeld) && !errors.Is(err, ErrDone) && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleToken) {
+			if !errors.Is(err, kvlease.ErrHeld) && !errors.Is(err, ErrDone) && !errors.Is(err, kvlease.ErrNotFound) && !errors.Is(err, fence.ErrStaleToken) {
 				return nil, err
 			}
 		}
@@ -212,8 +223,8 @@ func (q *WorkQueue) Claim(ctx context.Context, worker string, d time.Duration, k
 	}
 }
 
-func (q *WorkQueue) tryClaim(ctx context.Context, worker, id string, d time.Duration, keepOpts []KeeperOption) (*Claim, error) {
-	l, err := Acquire(ctx, q.store, q.claimPrefix()+id, worker, d)
+func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration, o options) (*Claim, error) {
+	l, err := kvlease.Acquire(ctx, q.store, q.claimPrefix()+id, worker, d, o.lease...)
 	if err != nil {
 		// Held: the claims stream reports that claim (and its end), so the
 		// item is not marked here, where a mark could outlive the claim.
@@ -238,11 +249,11 @@ func (q *WorkQueue) tryClaim(ctx context.Context, worker, id string, d time.Dura
 		_ = l.Release(context.WithoutCancel(ctx))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			q.update(func() { delete(q.pending, id) })
-			return nil, fmt.Errorf("%w: item %q", ErrNotFound, id)
+			return nil, fmt.Errorf("%w: item %q", kvlease.ErrNotFound, id)
 		}
-		return nil, translate("read item", err)
+		return nil, kvlease.JetStreamError("read item", err)
 	}
-	k, err := Keep(context.WithoutCancel(ctx), l, keepOpts...)
+	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.keeper...)
 	if err != nil {
 		_ = l.Release(context.WithoutCancel(ctx))
 		return nil, err
@@ -251,8 +262,8 @@ func (q *WorkQueue) tryClaim(ctx context.Context, worker, id string, d time.Dura
 }
 
 // sink applies fn to the item's sink record with a compare-and-set, if the
-// record's token is at most token (else *StaleTokenError).
-func (q *WorkQueue) sink(ctx context.Context, id string, fn func(doneRecord) (doneRecord, error), token Token) error {
+// record's token is at most token (else *fence.StaleTokenError).
+func (q *Queue) sink(ctx context.Context, id string, fn func(doneRecord) (doneRecord, error), token kvlease.Token) error {
 	for {
 		var cur doneRecord
 		var rev uint64
@@ -260,15 +271,15 @@ func (q *WorkQueue) sink(ctx context.Context, id string, fn func(doneRecord) (do
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
-			return translate("read sink", err)
+			return kvlease.JetStreamError("read sink", err)
 		default:
 			if err := json.Unmarshal(e.Value(), &cur); err != nil {
-				return fmt.Errorf("kvlease: sink record of %q is corrupt: %w", id, err)
+				return fmt.Errorf("workqueue: sink record of %q is corrupt: %w", id, err)
 			}
 			rev = e.Revision()
 		}
 		if cur.Token > token {
-			return &StaleTokenError{Resource: id, Token: token, Highest: cur.Token}
+			return &fence.StaleTokenError{Resource: id, Token: token, Highest: cur.Token}
 		}
 		next, err := fn(cur)
 		if err != nil {
@@ -284,7 +295,7 @@ func (q *WorkQueue) sink(ctx context.Context, id string, fn func(doneRecord) (do
 			continue
 		}
 		if err != nil {
-			return translate("write sink", err)
+			return kvlease.JetStreamError("write sink", err)
 		}
 		return nil
 	}
@@ -294,8 +305,8 @@ func (q *WorkQueue) sink(ctx context.Context, id string, fn func(doneRecord) (do
 // the item's newest and its holder deadline has not passed, then deletes the
 // item and releases the claim.
 //
-// Errors: [*LeaseExpiredError] (nothing written; the claim will lapse and
-// the item be redone); [*StaleTokenError] (a newer claim exists); [ErrDone].
+// Errors: [*kvlease.LeaseExpiredError] (nothing written; the claim will lapse and
+// the item be redone); [*fence.StaleTokenError] (a newer claim exists); [ErrDone].
 func (c *Claim) Complete(ctx context.Context, result []byte) error {
 	if err := c.Lease().Check(); err != nil {
 		return err
@@ -306,7 +317,7 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 		case cur.Done:
 			return cur, ErrDone
 		case cur.Token != token:
-			return cur, &StaleTokenError{Resource: c.Item, Token: token, Highest: cur.Token}
+			return cur, &fence.StaleTokenError{Resource: c.Item, Token: token, Highest: cur.Token}
 		}
 		return doneRecord{Token: token, Done: true, Worker: c.Lease().Holder(), Result: result}, nil
 	}, token)
@@ -315,20 +326,20 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 		return err
 	}
 	if err := c.q.items.Purge(ctx, c.Item); err != nil {
-		return translate("delete item", err)
+		return kvlease.JetStreamError("delete item", err)
 	}
 	return c.Close(ctx)
 }
 
 // Result returns an item's sink record: whether it is done, by which
 // worker, with which token, and its result.
-func (q *WorkQueue) Result(ctx context.Context, id string) (done bool, worker string, token Token, result []byte, err error) {
+func (q *Queue) Result(ctx context.Context, id string) (done bool, worker string, token kvlease.Token, result []byte, err error) {
 	e, err := q.done.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, "", 0, nil, nil
 	}
 	if err != nil {
-		return false, "", 0, nil, translate("read sink", err)
+		return false, "", 0, nil, kvlease.JetStreamError("read sink", err)
 	}
 	var r doneRecord
 	if err := json.Unmarshal(e.Value(), &r); err != nil {

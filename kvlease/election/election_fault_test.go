@@ -1,4 +1,4 @@
-package kvlease_test
+package election_test
 
 import (
 	"bufio"
@@ -17,8 +17,41 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
+	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
+
+// The test binary doubles as the child processes of the fault tests and
+// the election benchmark.
+func TestMain(m *testing.M) {
+	kvleasetest.Main(m, map[string]func(string) error{"candidate": candidate, "elect-writer": electWriter})
+}
+
+// candidate campaigns in the election named by KVLEASE_ELECTION for
+// KVLEASE_D, says "leading <token>", and leads until it is killed.
+func candidate(url string) error {
+	ctx := context.Background()
+	_, st, err := kvleasetest.ChildStore(ctx, url)
+	if err != nil {
+		return err
+	}
+	e, err := election.New(st, os.Getenv("KVLEASE_ELECTION"))
+	if err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(os.Getenv("KVLEASE_D"))
+	if err != nil {
+		return err
+	}
+	l, err := e.Campaign(ctx, "child", d)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("leading %d\n", l.Token())
+	<-l.Done()
+	return l.Err()
+}
 
 // sysMono reads CLOCK_MONOTONIC, which all processes on the machine share
 // (Go's monotonic readings are relative to each process's start).
@@ -43,15 +76,15 @@ func toSys(t time.Time) time.Duration { return sysMono() + time.Until(t) }
 //	write <name> <token> ok|refused <late>   late: the deadline had passed
 func electWriter(url string) error {
 	ctx := context.Background()
-	js, st, err := childStore(ctx, url)
+	js, st, err := kvleasetest.ChildStore(ctx, url)
 	if err != nil {
 		return err
 	}
-	fence, err := kvlease.OpenKVFence(ctx, js, "fences", 1)
+	fc, err := fence.OpenKV(ctx, js, "fences", 1)
 	if err != nil {
 		return err
 	}
-	e, err := kvlease.NewElection(st, "leader.multi")
+	e, err := election.New(st, "leader.multi")
 	if err != nil {
 		return err
 	}
@@ -66,10 +99,10 @@ func electWriter(url string) error {
 		wg.Go(func() {
 			for {
 				var token kvlease.Token
-				lead, err := e.Campaign(ctx, name, time.Second, nil,
-					kvlease.WithOnRenew(func(rec kvlease.Record, deadline time.Time) {
+				lead, err := e.Campaign(ctx, name, time.Second,
+					election.WithKeeper(kvlease.WithOnRenew(func(rec kvlease.Record, deadline time.Time) {
 						say("deadline %d %d", rec.Token, toSys(deadline))
-					}))
+					})))
 				if err != nil {
 					say("error %v", err)
 					return
@@ -78,12 +111,12 @@ func electWriter(url string) error {
 				say("lead %s %d %d %d", name, token, sysMono(), toSys(lead.Lease().Deadline()))
 				for lead.Lease().Check() == nil {
 					time.Sleep(50 * time.Millisecond) // the work
-					err := fence.Write(ctx, "resource", token, []byte(name))
+					err := fc.Write(ctx, "resource", token, []byte(name))
 					late := lead.Lease().Check() != nil
 					switch {
 					case err == nil:
 						say("write %s %d ok %v", name, token, late)
-					case errors.Is(err, kvlease.ErrStaleToken):
+					case errors.Is(err, fence.ErrStaleToken):
 						say("write %s %d refused %v", name, token, late)
 					default:
 						say("error %v", err)

@@ -1,11 +1,11 @@
-package kvlease
+package workqueue
 
 import "context"
 
 // WaitStateSize waits until the queue's per-item state (pending and claimed
 // entries) satisfies ok, or ctx ends; it returns the last sizes seen. It
 // wakes on every change the queue applies: no polling.
-func (q *WorkQueue) WaitStateSize(ctx context.Context, ok func(pending, claimed int) bool) (pending, claimed int, err error) {
+func (q *Queue) WaitStateSize(ctx context.Context, ok func(pending, claimed int) bool) (pending, claimed int, err error) {
 	for {
 		q.mu.Lock()
 		pending, claimed = len(q.pending), len(q.claimed)

@@ -1,0 +1,32 @@
+// Package election is leader election on one lease, a recipe built only on
+// [github.com/leased/leased/kvlease]'s exported API.
+//
+// The candidate that holds the election's lease leads ([Election.Campaign]
+// returns its [Leadership]), with the lease's token as its fencing token.
+// Candidates wait on the bucket's stream for the leader's release,
+// revocation or the server's expiry marker and try at once: nothing polls,
+// and a resignation ([Leadership.Resign]) hands over in one round trip.
+// [Election.Observe] reports the current leader, then every change.
+//
+// # What it guarantees
+//
+// Leadership is a kept [kvlease.Lease]: at most one candidate's holder-side
+// validity window is open at a time, under the clock assumptions of
+// kvlease (rates within ρ). Its Context is cancelled the moment leadership
+// is lost, whether by a refused renewal, a passed deadline or Resign.
+//
+// # What it does not guarantee
+//
+// A leader paused between a check and its effect acts late without
+// knowing: pass [Leadership.Token] with every write and let the resource
+// refuse stale tokens ([github.com/leased/leased/kvlease/fence]). Observers
+// learn of a change as the stream delivers it, a moment after the new
+// leader does. Reads served from a leader's local state are
+// [github.com/leased/leased/kvlease/readlease]'s.
+//
+// # Options
+//
+// [Election.Campaign] takes [WithLease] (the options of [kvlease.Acquire]:
+// a holder margin, a clock guard) and [WithKeeper] (those of
+// [kvlease.Keep]). Both refuse nil options.
+package election

@@ -1,0 +1,39 @@
+// Package fence is the resource side of a lease: it makes overlapping
+// holders harmless by refusing stale fencing tokens.
+//
+// A fence remembers, per resource, the highest [kvlease.Token] it has
+// accepted and refuses any lower one with a [*StaleTokenError] (which
+// [errors.Is] matches to [ErrStaleToken]). A holder that was paused past its
+// deadline and resumes carries an old token, and is refused once its
+// successor has written. Equal tokens are accepted: one tenure may write
+// many times.
+//
+// # What it guarantees
+//
+// The check and the effect are one atomic step at the resource. [Mem], in
+// process, serializes the check and the effect per resource. [KV], across
+// processes, keeps each resource's value and token in a JetStream KV key and
+// writes with a compare-and-set on the key's revision, so the server decides
+// between racing writers.
+//
+// # What it does not guarantee
+//
+// A fence protects only what goes through it. [KV] used as a gate in front
+// of another resource (a file, a remote API) can still be raced between the
+// gate and that resource: prefer a fence inside the resource. For a SQL
+// database that is one statement (docs/fencing.md):
+//
+//	UPDATE resource SET value = :value, last_token = :token
+//	 WHERE id = :id AND last_token <= :token
+//	-- 0 rows updated: stale token, refuse.
+//
+// Tokens compare only within one lease bucket: a bucket that is deleted and
+// recreated starts its revisions again, and the fence then refuses every new
+// holder (safe, but stuck; see [github.com/leased/leased/kvlease]).
+//
+// # Metrics
+//
+// Set a fence's Metrics field to count refusals
+// ([github.com/leased/leased/telemetry.MetricFenceRejections]); the resource
+// is never a label.
+package fence

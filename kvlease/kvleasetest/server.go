@@ -1,0 +1,176 @@
+package kvleasetest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Server is a nats-server with JetStream running in the test's process,
+// listening on 127.0.0.1. It is a test server: no authorization, no lock on
+// its data directory, no configuration file. Programs run
+// [github.com/leased/leased/grantor/embedded] instead.
+type Server struct {
+	ns  *server.Server
+	cfg serverConfig
+}
+
+type serverConfig struct {
+	name        string
+	port        int
+	dataDir     string
+	unsafeSync  bool
+	clusterName string
+	clusterPort int
+	routes      []string
+}
+
+// ServerOption adjusts a test server's config. Options reject values they
+// cannot take: [NewServer] fails the test then.
+type ServerOption func(*serverConfig) error
+
+// WithUnsafeSync makes the server acknowledge before syncing (for the
+// benchmarks that compare both modes). The default syncs every write before
+// acknowledging it, as a lease store must.
+func WithUnsafeSync() ServerOption {
+	return func(c *serverConfig) error { c.unsafeSync = true; return nil }
+}
+
+// WithDataDir reuses a data directory (to restart a server on its data).
+func WithDataDir(dir string) ServerOption {
+	return func(c *serverConfig) error {
+		if dir == "" {
+			return errors.New("kvleasetest: empty data directory")
+		}
+		c.dataDir = dir
+		return nil
+	}
+}
+
+// WithPort fixes the client port (to restart a server where clients expect it).
+func WithPort(port int) ServerOption {
+	return func(c *serverConfig) error {
+		if port < 1 || port > 65535 {
+			return fmt.Errorf("kvleasetest: port %d out of range 1..65535", port)
+		}
+		c.port = port
+		return nil
+	}
+}
+
+// NewServer starts a JetStream server on 127.0.0.1 with a free port and its
+// store in t.TempDir(), syncing before every ack. It shuts down on cleanup.
+func NewServer(tb testing.TB, opts ...ServerOption) *Server {
+	tb.Helper()
+	cfg := serverConfig{dataDir: tb.TempDir()}
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	s, err := start(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Shutdown)
+	return s
+}
+
+// Start starts a server as [NewServer] does, outside a test (in an Example,
+// say), with its store in dataDir. The caller shuts it down.
+func Start(dataDir string, opts ...ServerOption) (*Server, error) {
+	cfg := serverConfig{dataDir: dataDir}
+	for _, opt := range append([]ServerOption{WithDataDir(dataDir)}, opts...) {
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return start(cfg)
+}
+
+// NewCluster starts n servers on 127.0.0.1 routed into one JetStream
+// cluster (named n1…nn, each with its store in t.TempDir()), without
+// waiting for the cluster to elect its leaders. They shut down on cleanup.
+func NewCluster(tb testing.TB, n int) []*Server {
+	tb.Helper()
+	var routes []string
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("kvleasetest: reserve a route port: %v", err)
+		}
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		routes = append(routes, "nats-route://"+ln.Addr().String())
+		ln.Close()
+	}
+	var servers []*Server
+	for i := range n {
+		s, err := start(serverConfig{name: fmt.Sprintf("n%d", i+1), dataDir: tb.TempDir(),
+			clusterName: "kvleasetest", clusterPort: ports[i], routes: routes})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(s.Shutdown)
+		servers = append(servers, s)
+	}
+	return servers
+}
+
+func start(cfg serverConfig) (*Server, error) {
+	opts := &server.Options{ServerName: cfg.name, Host: "127.0.0.1", Port: server.RANDOM_PORT,
+		JetStream: true, StoreDir: cfg.dataDir, NoSigs: true, NoLog: true,
+		SyncAlways: !cfg.unsafeSync}
+	if cfg.port != 0 {
+		opts.Port = cfg.port
+	}
+	if cfg.clusterName != "" {
+		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = cfg.clusterName, "127.0.0.1", cfg.clusterPort
+		opts.Routes = server.RoutesFromStr(strings.Join(cfg.routes, ","))
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("kvleasetest: start server: %w", err)
+	}
+	s := &Server{ns: ns, cfg: cfg}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("kvleasetest: start server: not ready within 10s")
+	}
+	if !ns.JetStreamEnabled() {
+		s.Shutdown()
+		return nil, errors.New("kvleasetest: start server: JetStream failed to start")
+	}
+	return s, nil
+}
+
+// ClientURL returns the nats:// URL clients connect to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// Addr returns the client listener's host:port.
+func (s *Server) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ns.Addr().(*net.TCPAddr).Port))
+}
+
+// Name returns the server's name.
+func (s *Server) Name() string { return s.ns.Name() }
+
+// DataDir returns the server's store directory.
+func (s *Server) DataDir() string { return s.cfg.dataDir }
+
+// NATS returns the underlying nats-server.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// Shutdown stops the server and waits until it has stopped. It may be
+// called more than once.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}

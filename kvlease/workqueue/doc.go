@@ -1,0 +1,35 @@
+// Package workqueue hands out work items under processing leases, and
+// completes each at a fenced sink: a recipe built only on
+// [github.com/leased/leased/kvlease]'s exported API.
+//
+// A worker claims a pending item ([Queue.Claim]: a lease named
+// "claim.<queue>.<item>"), keeps the claim renewed while it works, and
+// completes the item with the claim's token ([Claim.Complete]). A crashed
+// or paused worker's claim lapses and another worker takes the item.
+//
+// # What it guarantees
+//
+// The sink ("<queue>-done", one record per item) is the fence: a claim
+// raises the item's bar to its own token before work starts, and a
+// completion is a compare-and-set that needs the bar at the claim's token
+// and the item not yet done. Each item is completed at most once; a
+// completion whose claim has been superseded is refused with a
+// [*github.com/leased/leased/kvlease/fence.StaleTokenError], and one whose
+// holder deadline has passed with a [*kvlease.LeaseExpiredError]. Workers
+// wait for new items and lapsed claims on the buckets' streams: nothing
+// polls.
+//
+// # What it does not guarantee
+//
+// Effects of the work itself, outside the sink, are not fenced: a worker
+// paused past its claim can still act on other systems before its
+// successor raises the bar. Fence those effects with the claim's token
+// ([Claim.Token]). Item ids are never reused: the sink keeps each item's
+// result, and [Queue.Add] refuses a completed id with [ErrDone].
+//
+// # Options
+//
+// [Queue.Claim] takes [WithLease] (a holder margin, a clock guard: the
+// options of [kvlease.Acquire]) and [WithKeeper] (the options of
+// [kvlease.Keep]). Both refuse nil options.
+package workqueue
