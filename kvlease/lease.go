@@ -87,7 +87,7 @@ func WithLeaseTracerProvider(tp trace.TracerProvider) LeaseOption {
 // WithClockGuard makes Check refuse (ErrClockRate, which is also
 // ErrExpired) whenever exceeds(ρ) reports that the measured clock-rate error
 // between holder and grantor is beyond the lease's bound ρ — for example
-// grantor.Client's Clock().Exceeds, fed by the server time in every reply.
+// client.Client's Clock().Exceeds (package grantor/client), fed by the server time in every reply.
 func WithClockGuard(exceeds func(rho float64) bool) LeaseOption {
 	return func(o *leaseOptions) error { o.guard = exceeds; return nil }
 }
