@@ -169,6 +169,15 @@ func TestCLIDetails(t *testing.T) {
 		}
 	})
 
+	t.Run("errors name no Go package", func(t *testing.T) {
+		for _, args := range [][]string{{"acquire", "x", "--ttl", "0s"}, {"acquire", "bé"}, {"renew", "nothing", "--holder", "h", "--token", "1", "--revision", "1", "--secret", "s"}} {
+			r := leased(t, url, args...)
+			if r.code == 0 || !strings.HasPrefix(r.stderr, "leased: ") || regexp.MustCompile(`\b(kvlease|fence|grantor|client|api): `).MatchString(r.stderr) {
+				t.Errorf("%v: exit %d, stderr %q; want an error without Go package names", args, r.code, r.stderr)
+			}
+		}
+	})
+
 	t.Run("invalid name shows the character", func(t *testing.T) {
 		if r := run(t, 2, "acquire", "bé"); !strings.Contains(r.stderr, `'é' at byte 1`) {
 			t.Fatalf("stderr %q", r.stderr)

@@ -58,12 +58,16 @@ func ErrorBodyOf(verb string, err error) ErrorBody {
 	return b
 }
 
-// goPackagePrefix matches the Go package names that begin our error texts
-// ("kvlease: ", "grantor: "), at the start or after a wrapping ": ".
-var goPackagePrefix = regexp.MustCompile(`(^|: )(?:kvlease|grantor|membership): `)
+// goPackagePrefix matches the names of this module's Go packages that begin
+// its error texts ("kvlease: ", "fence: "), at the start or after a
+// wrapping ": ".
+var goPackagePrefix = regexp.MustCompile(`(^|: )(?:kvlease|fence|election|workqueue|readlease|grantor|client|registry|membership): `)
 
-// wireMessage is an error text for callers in any language: without the Go
-// package names, which mean nothing outside this module.
+// Message is err's text for people and for callers in any language: without
+// the Go package names, which mean nothing outside this module. The wire's
+// error messages and the CLI's are written with it.
+func Message(err error) string { return wireMessage(err.Error()) }
+
 func wireMessage(s string) string { return goPackagePrefix.ReplaceAllString(s, "$1") }
 
 // Err turns an error reply back into the kvlease error it stands for, so

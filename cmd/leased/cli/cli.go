@@ -10,6 +10,8 @@ import (
 	"log/slog"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/grantor/api"
 )
 
 // Exit codes.
@@ -35,7 +37,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &status): // `leased run`: the command's own status
 		return int(status)
 	}
-	fmt.Fprintf(stderr, "leased: %v\n", err)
+	fmt.Fprintf(stderr, "leased: %s\n", api.Message(err)) // no Go package names
 	return exitCode(err)
 }
 
