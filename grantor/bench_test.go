@@ -42,7 +42,7 @@ func BenchmarkGrantRelease(b *testing.B) {
 			srv := kvleasetest.NewServer(b, sync.opts...)
 			cfg := grantor.DefaultConfig()
 			cfg.MaxLeasesPerHolder = 0
-			st := kvleasetest.OpenStore(b, srv.ClientURL(), cfg.StoreOptions()...)
+			st := kvleasetest.OpenStore(b, srv.ClientURL())
 			svc, err := grantor.New(st, kvleasetest.Connect(b, srv.ClientURL()), cfg)
 			if err != nil {
 				b.Fatal(err)

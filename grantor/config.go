@@ -8,67 +8,82 @@ import (
 	"github.com/leased/leased/kvlease"
 )
 
-// ErrConfig is wrapped by every error [Config.Validate] returns.
+// ErrConfig is wrapped by every error [Config.Validate], [Config.ValidateFor]
+// and [New] return for a bad config or option.
 var ErrConfig = errors.New("grantor: invalid config")
 
-// Config is the grantor's policy.
+// Config is the service's own policy: what it applies before a request
+// reaches the store. The durations a lease may have and the grantor margin
+// are the store's ([kvlease.WithDurationRange], [kvlease.WithGrantorMargin]):
+// the service reads them from the [kvlease.Store] it is given
+// ([kvlease.Store.DurationRange], [kvlease.Store.GrantorMargin]) and keeps
+// no copy that could disagree.
 type Config struct {
-	// MinDuration is the shortest lease granted. Default and floor: 1 s, the
-	// server's TTL resolution.
-	MinDuration time.Duration
-	// MaxDuration is the longest lease granted. Default 1 h.
-	MaxDuration time.Duration
-	// DefaultDuration applies when a request names none. Default 10 s.
+	// DefaultDuration is D for a grant that names none; it must lie in the
+	// store's DurationRange. Default 10 s: renewing every D/3 ≈ 3.3 s
+	// ([kvlease.DefaultRenewInterval]) leaves two attempts before the
+	// holder's margin of D/10 = 1 s ([kvlease.DefaultHolderMargin]), and a
+	// crashed holder's lease is free after ceil(D + m_g) = 11 s with the
+	// default m_g.
 	DefaultDuration time.Duration
-	// GrantorMargin (m_g) is added to every duration before rounding up to
-	// whole seconds for the server TTL. Default 1 s: it absorbs a forward
-	// step of the server's wall clock of up to 1 s.
-	GrantorMargin time.Duration
-	// MaxAttributes is the most attributes a lease may carry. Default 16.
+	// MaxAttributes is the most attributes a lease may carry. Default 16:
+	// attributes are labels (an address, a version, a zone), not a payload.
 	MaxAttributes int
-	// MaxAttributeBytes bounds the total size of keys and values. Default 1 KiB.
+	// MaxAttributeBytes bounds the total size of keys and values. Default
+	// 1 KiB = MaxAttributes × 64 bytes (a 16-byte key, a 48-byte value).
 	MaxAttributeBytes int
 	// MaxLeasesPerHolder bounds the live leases one holder may have, counted
 	// from the bucket by a watcher (a soft limit: concurrent grants may pass
-	// it by a few). 0 means no limit. Default 1000.
+	// it by a few). 0 means no limit. Default 1000: tens per process is
+	// usual, so a holder at 1000 is leaking leases, each a key every
+	// watcher of the bucket replays.
 	MaxLeasesPerHolder int
-	// MaxRequestBytes bounds a request body. Default 16 KiB.
+	// MaxRequestBytes bounds a request body; at least 256. Default 16 KiB
+	// ≥ 6 × MaxAttributeBytes (attributes JSON-escaped at up to 6 bytes a
+	// byte) + 1 KiB (name, holder, token, secret and field names).
 	MaxRequestBytes int
-	// MaxInFlight bounds requests handled at once, across endpoints.
-	// Default 512: enough to keep a replicated bucket's pipeline full.
+	// MaxInFlight bounds requests handled at once, across endpoints; at
+	// least 1. Default 512 ≥ rate × latency (Little's law) for 50 000
+	// requests/s at a 10 ms replicated write: enough to keep a replicated
+	// bucket's pipeline full, at one goroutine each.
 	MaxInFlight int
 }
 
 // DefaultConfig returns the defaults documented on each field.
 func DefaultConfig() Config {
 	return Config{
-		MinDuration:        kvlease.MinDuration,
-		MaxDuration:        kvlease.DefaultMaxDuration,
 		DefaultDuration:    10 * time.Second,
-		GrantorMargin:      kvlease.DefaultGrantorMargin,
 		MaxAttributes:      16,
-		MaxAttributeBytes:  1 << 10,
+		MaxAttributeBytes:  16 * 64,
 		MaxLeasesPerHolder: 1000,
 		MaxRequestBytes:    16 << 10,
 		MaxInFlight:        512,
 	}
 }
 
-// Validate checks each value and how they relate.
-func (c Config) Validate() error {
+// Validate checks each value and how they relate, as far as c alone can
+// tell: DefaultDuration against the server's 1 s floor.
+// [Config.ValidateFor] also checks it against a store's range.
+func (c Config) Validate() error { return configError(c.problems()) }
+
+// ValidateFor is [Config.Validate] for a service on a store whose
+// [kvlease.Store.DurationRange] is [minD, maxD]: DefaultDuration must also
+// lie in it, or every grant that names no duration would be refused. [New]
+// calls it with its store's range; a command can call it on its flags
+// before it opens the store.
+func (c Config) ValidateFor(minD, maxD time.Duration) error {
+	errs := c.problems()
+	if d := c.DefaultDuration; d < minD || d > maxD {
+		errs = append(errs, fmt.Errorf("default duration %v is outside the store's range [%v, %v]", d, minD, maxD))
+	}
+	return configError(errs)
+}
+
+func (c Config) problems() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.MinDuration < kvlease.MinDuration {
-		bad("minimum duration %v is below the server's 1 s TTL floor", c.MinDuration)
-	}
-	if c.MaxDuration < c.MinDuration {
-		bad("maximum duration %v is below the minimum %v", c.MaxDuration, c.MinDuration)
-	}
-	if c.DefaultDuration < c.MinDuration || c.DefaultDuration > c.MaxDuration {
-		bad("default duration %v is outside [%v, %v]", c.DefaultDuration, c.MinDuration, c.MaxDuration)
-	}
-	if c.GrantorMargin < 0 {
-		bad("negative grantor margin %v", c.GrantorMargin)
+	if c.DefaultDuration < kvlease.MinDuration {
+		bad("default duration %v is below the server's 1 s TTL floor", c.DefaultDuration)
 	}
 	if c.MaxAttributes < 0 || c.MaxAttributeBytes < 0 || c.MaxLeasesPerHolder < 0 {
 		bad("negative limit")
@@ -79,17 +94,12 @@ func (c Config) Validate() error {
 	if c.MaxInFlight < 1 {
 		bad("max in flight %d must be at least 1", c.MaxInFlight)
 	}
+	return errs
+}
+
+func configError(errs []error) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 	}
 	return nil
-}
-
-// StoreOptions returns the kvlease options that enforce c's durations and
-// margin at the store.
-func (c Config) StoreOptions() []kvlease.Option {
-	return []kvlease.Option{
-		kvlease.WithDurationRange(c.MinDuration, c.MaxDuration),
-		kvlease.WithGrantorMargin(c.GrantorMargin),
-	}
 }

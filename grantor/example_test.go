@@ -39,13 +39,13 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 
-	// The service: its policy, and a store opened to agree with it.
-	cfg := grantor.DefaultConfig()
-	st, err := kvlease.Open(ctx, js, cfg.StoreOptions()...)
+	// The service on a store: the store sets the durations a lease may
+	// have and the grantor margin, the config the rest of the policy.
+	st, err := kvlease.Open(ctx, js, kvlease.WithDurationRange(time.Second, time.Hour))
 	if err != nil {
 		log.Fatal(err)
 	}
-	svc, err := grantor.New(st, nc, cfg)
+	svc, err := grantor.New(st, nc, grantor.DefaultConfig())
 	if err != nil {
 		log.Fatal(err)
 	}

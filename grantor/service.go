@@ -145,9 +145,12 @@ type Service struct {
 	apis     []string // the API prefixes the catch-alls answer: lease.v1, …
 }
 
-// New returns a service for store, answering on nc. The store must have
-// been opened with cfg.StoreOptions() so that store and service agree on
-// durations and margin.
+// New returns a service for store, answering on nc. The durations a lease
+// may have and the grantor margin are the store's, set where it is opened
+// ([kvlease.WithDurationRange], [kvlease.WithGrantorMargin]); cfg is the
+// rest of the policy, and its DefaultDuration must lie in the store's
+// range ([Config.ValidateFor]). A nil store, a bad cfg or a bad option is
+// an error wrapping [ErrConfig].
 func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -167,6 +170,12 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 		if err := opt(s); err != nil {
 			return nil, err
 		}
+	}
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrConfig)
+	}
+	if err := cfg.ValidateFor(store.DurationRange()); err != nil {
+		return nil, err
 	}
 	if s.mp == nil {
 		s.mp = otel.GetMeterProvider()

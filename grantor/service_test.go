@@ -33,13 +33,25 @@ type fixture struct {
 
 func start(t *testing.T, cfg grantor.Config, opts ...grantor.Option) fixture {
 	t.Helper()
+	return startStore(t, nil, cfg, opts...)
+}
+
+// startStore is start on a store opened with storeOpts, where the
+// service's durations and margin come from.
+func startStore(t *testing.T, storeOpts []kvlease.Option, cfg grantor.Config, opts ...grantor.Option) fixture {
+	t.Helper()
 	srv := kvleasetest.NewServer(t)
-	return startOn(t, srv.ClientURL(), cfg, opts...)
+	return startOnStore(t, srv.ClientURL(), storeOpts, cfg, opts...)
 }
 
 func startOn(t *testing.T, url string, cfg grantor.Config, opts ...grantor.Option) fixture {
 	t.Helper()
-	f := startOnConn(t, kvleasetest.Connect(t, url), cfg, opts...)
+	return startOnStore(t, url, nil, cfg, opts...)
+}
+
+func startOnStore(t *testing.T, url string, storeOpts []kvlease.Option, cfg grantor.Config, opts ...grantor.Option) fixture {
+	t.Helper()
+	f := startOnConnStore(t, kvleasetest.Connect(t, url), storeOpts, cfg, opts...)
 	f.url = url
 	f.nc = kvleasetest.Connect(t, url)
 	f.client = newClient(t, f.nc)
@@ -59,7 +71,14 @@ func newClient(t testing.TB, nc *nats.Conn, opts ...client.Option) *client.Clien
 // startOnConn runs the store and the service on nc.
 func startOnConn(t *testing.T, nc *nats.Conn, cfg grantor.Config, opts ...grantor.Option) fixture {
 	t.Helper()
-	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc), cfg.StoreOptions()...)
+	return startOnConnStore(t, nc, nil, cfg, opts...)
+}
+
+// startOnConnStore runs the store, opened with storeOpts, and the service
+// on nc.
+func startOnConnStore(t *testing.T, nc *nats.Conn, storeOpts []kvlease.Option, cfg grantor.Config, opts ...grantor.Option) fixture {
+	t.Helper()
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc), storeOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,8 +261,7 @@ func assertWireMessage(t *testing.T, msg string) {
 // nothing is written and the service keeps serving.
 func TestBadRequests(t *testing.T) {
 	cfg := grantor.DefaultConfig()
-	cfg.MaxDuration = time.Minute
-	f := start(t, cfg)
+	f := startStore(t, []kvlease.Option{kvlease.WithDurationRange(kvlease.MinDuration, time.Minute)}, cfg)
 	ctx := t.Context()
 	lastSeq := func() uint64 {
 		t.Helper()
@@ -389,10 +407,8 @@ func TestConfigValidate(t *testing.T) {
 		name string
 		mut  func(*grantor.Config)
 	}{
-		{"min below 1s", func(c *grantor.Config) { c.MinDuration = time.Millisecond }},
-		{"max below min", func(c *grantor.Config) { c.MaxDuration = 500 * time.Millisecond; c.MinDuration = time.Second }},
-		{"default outside", func(c *grantor.Config) { c.DefaultDuration = 2 * time.Hour }},
-		{"negative margin", func(c *grantor.Config) { c.GrantorMargin = -1 }},
+		{"default below 1s", func(c *grantor.Config) { c.DefaultDuration = 500 * time.Millisecond }},
+		{"negative limit", func(c *grantor.Config) { c.MaxAttributes = -1 }},
 		{"tiny request limit", func(c *grantor.Config) { c.MaxRequestBytes = 10 }},
 		{"no in-flight", func(c *grantor.Config) { c.MaxInFlight = 0 }},
 	} {

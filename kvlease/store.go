@@ -192,8 +192,26 @@ func (s *Store) TracerProvider() trace.TracerProvider { return s.o.tracerProvide
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.o.bucket }
 
-// GrantorMargin returns m_g.
+// GrantorMargin returns m_g ([WithGrantorMargin]).
 func (s *Store) GrantorMargin() time.Duration { return s.o.grantorMargin }
+
+// DurationRange returns the shortest and longest durations Grant and Renew
+// accept ([WithDurationRange]). A service on the Store reads them here, so
+// that there is one place they are set.
+func (s *Store) DurationRange() (minD, maxD time.Duration) { return s.o.minDuration, s.o.maxDuration }
+
+// CheckOptions returns the error [Open] would return for opts before it
+// talks to the server: a bad value or a bad combination ([ErrInvalidOption]).
+// A command can check its flags with it before it starts anything.
+func CheckOptions(opts ...Option) error {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return err
+		}
+	}
+	return o.validate()
+}
 
 // GrantRequest asks for a new tenure.
 type GrantRequest struct {

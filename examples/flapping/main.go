@@ -115,9 +115,7 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 		return err
 	}
 	defer nc.Close()
-	cfg := grantor.DefaultConfig()
-	cfg.GrantorMargin = 0
-	svc, err := grantor.New(st, nc, cfg, grantor.WithMeterProvider(otel.GetMeterProvider()))
+	svc, err := grantor.New(st, nc, grantor.DefaultConfig(), grantor.WithMeterProvider(otel.GetMeterProvider()))
 	if err != nil {
 		return err
 	}

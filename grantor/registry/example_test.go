@@ -41,8 +41,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg := grantor.DefaultConfig()
-	st, err := kvlease.Open(ctx, js, cfg.StoreOptions()...)
+	st, err := kvlease.Open(ctx, js)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -52,7 +51,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	svc, err := grantor.New(st, nc, cfg, grantor.WithExtension(reg))
+	svc, err := grantor.New(st, nc, grantor.DefaultConfig(), grantor.WithExtension(reg))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func serve(t *testing.T) (*kvlease.Store, *nats.Conn) {
 	srv := kvleasetest.NewServer(t)
 	cfg := grantor.DefaultConfig()
 	nc := kvleasetest.Connect(t, srv.ClientURL())
-	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc), cfg.StoreOptions()...)
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc))
 	if err != nil {
 		t.Fatal(err)
 	}

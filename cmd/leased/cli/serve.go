@@ -39,7 +39,10 @@ type serveFlags struct {
 	sync          string
 	bucket        string
 	replicas      int
-	policy        grantor.Config
+	minTTL        time.Duration // the store's range and margin: kvlease options
+	maxTTL        time.Duration
+	grantorMargin time.Duration
+	policy        grantor.Config // the service's own
 	logFormat     string
 	debug         bool
 	config        string
@@ -107,10 +110,10 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl.StringVar(&f.sync, "sync", "always", "embedded store sync policy: always (sync before ack) or unsafe-interval (may lose acknowledged grants on power loss)")
 	fl.StringVar(&f.bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
 	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the lease bucket when it is created (default: 3 in a cluster, else 1)")
-	fl.DurationVar(&f.policy.MinDuration, "min-ttl", f.policy.MinDuration, "shortest lease granted (at least 1s)")
-	fl.DurationVar(&f.policy.MaxDuration, "max-ttl", f.policy.MaxDuration, "longest lease granted")
+	fl.DurationVar(&f.minTTL, "min-ttl", kvlease.MinDuration, "shortest lease granted (at least 1s)")
+	fl.DurationVar(&f.maxTTL, "max-ttl", kvlease.DefaultMaxDuration, "longest lease granted")
 	fl.DurationVar(&f.policy.DefaultDuration, "default-ttl", f.policy.DefaultDuration, "duration of a grant that names none")
-	fl.DurationVar(&f.policy.GrantorMargin, "grantor-margin", f.policy.GrantorMargin, "added to every duration before rounding up to the server TTL")
+	fl.DurationVar(&f.grantorMargin, "grantor-margin", kvlease.DefaultGrantorMargin, "added to every duration before rounding up to the server TTL")
 	fl.IntVar(&f.policy.MaxLeasesPerHolder, "max-leases-per-holder", f.policy.MaxLeasesPerHolder, "live leases one holder may have (0: no limit)")
 	fl.IntVar(&f.policy.MaxAttributeBytes, "max-attribute-bytes", f.policy.MaxAttributeBytes, "total size of a lease's attributes")
 	f.gossip.register(fl, "gossip address host:port of this grantor (enables gossip: suspicion levels in discovery, removal of dead nodes' registrations)")
@@ -142,7 +145,13 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := f.policy.Validate(); err != nil {
+	// The store's durations and margin, checked with the service's policy
+	// before anything starts.
+	policyOpts := []kvlease.Option{kvlease.WithDurationRange(f.minTTL, f.maxTTL), kvlease.WithGrantorMargin(f.grantorMargin)}
+	if err := kvlease.CheckOptions(policyOpts...); err != nil {
+		return usageError{err}
+	}
+	if err := f.policy.ValidateFor(f.minTTL, f.maxTTL); err != nil {
 		return usageError{err}
 	}
 	// Traces and metrics: OTLP from the standard OTEL_* variables, and
@@ -196,7 +205,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			replicas = 3
 		}
 	}
-	opts := append(f.policy.StoreOptions(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log))
+	opts := append(policyOpts, kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log))
 	st, err := kvlease.Open(octx, js, opts...)
 	if err != nil {
 		return permissionCause(startCtx, err)
