@@ -21,6 +21,11 @@
 // to [Config.MaxInFlight]), so many clients' KV writes overlap instead of
 // queueing behind one round trip.
 //
+// The durations a lease may have and the grantor margin are the store's,
+// set once where it is opened ([kvlease.WithDurationRange],
+// [kvlease.WithGrantorMargin]); [Config] holds only the service's own
+// policy, and [New] refuses one its store cannot serve.
+//
 // # What it does not do
 //
 // The service keeps no lease state of its own: the bucket is the truth, and
