@@ -34,18 +34,20 @@ type Config struct {
 	MaxAttributeBytes int
 	// MaxLeasesPerHolder bounds the live leases one holder may have, counted
 	// from the bucket by a watcher (a soft limit: concurrent grants may pass
-	// it by a few). 0 means no limit. Default 1000: tens per process is
-	// usual, so a holder at 1000 is leaking leases, each a key every
-	// watcher of the bucket replays.
+	// it by a few). 0 means no limit. Default 1000: far more than one
+	// process holds at once, so a holder that reaches it is leaking
+	// leases, each a key that every watcher of the bucket replays.
 	MaxLeasesPerHolder int
 	// MaxRequestBytes bounds a request body; at least 256. Default 16 KiB
-	// ≥ 6 × MaxAttributeBytes (attributes JSON-escaped at up to 6 bytes a
-	// byte) + 1 KiB (name, holder, token, secret and field names).
+	// > 6 × (MaxAttributeBytes + [kvlease.MaxNameLen] + [kvlease.MaxHolderLen])
+	// ≈ 9 KiB: the largest grant fits even with every byte of its strings
+	// JSON-escaped (\u00XX, 6 bytes a byte).
 	MaxRequestBytes int
 	// MaxInFlight bounds requests handled at once, across endpoints; at
-	// least 1. Default 512 ≥ rate × latency (Little's law) for 50 000
-	// requests/s at a 10 ms replicated write: enough to keep a replicated
-	// bucket's pipeline full, at one goroutine each.
+	// least 1. Default 512 ≥ rate × latency (Little's law) = 50 000
+	// requests/s × 10 ms: more than one bucket commits (README's
+	// Performance: under 40 000 writes/s) at a replicated write's latency,
+	// so the bucket's pipeline stays full; each costs one goroutine.
 	MaxInFlight int
 }
 
