@@ -204,7 +204,7 @@ func (c *testCluster) keepHolders(prefix string, n int, via []int) ([]*kvlease.K
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		c.t.Cleanup(k.Stop)
+		c.t.Cleanup(k.Orphan)
 		keepers = append(keepers, k)
 		highest = max(highest, l.Token())
 	}
@@ -471,7 +471,7 @@ func TestClusterHolderNodeKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Stop()
+	defer k.Orphan()
 	before := nc.ConnectedUrl()
 	c.kill(victim)
 	deadline := l.Deadline()

@@ -212,7 +212,7 @@ func (f *floor) work(ctx context.Context, name, natsURL string) error {
 		if name == crasher && done == crashAfter {
 			// The worker dies mid-item: nothing completes or releases its
 			// claim, which lapses at the server after its duration.
-			cl.Stop()
+			cl.Orphan()
 			f.mu.Lock()
 			f.crashed = &crash{item: cl.Item, token: cl.Token(), at: time.Now()}
 			f.mu.Unlock()

@@ -40,7 +40,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Stop()
+	defer k.Orphan()
 	// An exclusive lease of the same node: gossip must never end it.
 	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "jobs.nightly", Holder: "web-1", Duration: 30 * time.Second,
 		Attributes: map[string]string{"node": "web-1"}}); err != nil {

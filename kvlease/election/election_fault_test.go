@@ -122,7 +122,7 @@ func electWriter(url string) error {
 						say("error %v", err)
 					}
 				}
-				lead.Stop()
+				lead.Orphan()
 			}
 		})
 	}

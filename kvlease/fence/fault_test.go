@@ -81,7 +81,7 @@ func pausedWriter(url string) error {
 	if err != nil {
 		return err
 	}
-	defer k.Stop()
+	defer k.Orphan()
 	if err := l.Check(); err != nil {
 		return err
 	}

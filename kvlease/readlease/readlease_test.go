@@ -95,7 +95,7 @@ func TestReadLeaseNotServedStaleAfterPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer second.Stop()
+	defer second.Orphan()
 	if err := fc.Write(ctx, "config", second.Token(), []byte("v2")); err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestRefusedClaimCannotComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Stop() // the test renews by hand
+	c.Orphan() // the test renews by hand
 	if _, err := st.Revoke(ctx, c.Lease().Name(), "test"); err != nil {
 		t.Fatal(err)
 	}

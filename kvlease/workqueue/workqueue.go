@@ -322,7 +322,7 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 		return doneRecord{Token: token, Done: true, Worker: c.Lease().Holder(), Result: result}, nil
 	}, token)
 	if err != nil {
-		c.Stop()
+		c.Orphan()
 		return err
 	}
 	if err := c.q.items.Purge(ctx, c.Item); err != nil {

@@ -39,7 +39,7 @@ func TestWorkQueueStaleClaimRefused(t *testing.T) {
 	if err != nil || old.Item != "item-1" || string(old.Payload) != "payload" {
 		t.Fatalf("claim: %+v, %v", old, err)
 	}
-	old.Stop()                                      // paused: no renewals; the claim lapses
+	old.Orphan()                                    // paused: no renewals; the claim lapses
 	fresh, err := q.Claim(ctx, "fast", time.Second) // waits for the lapse on the stream
 	if err != nil || fresh.Token() <= old.Token() {
 		t.Fatalf("second claim: %v (token %v after %d)", err, fresh, old.Token())
