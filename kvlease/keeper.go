@@ -54,17 +54,31 @@ type Keeper struct {
 // KeeperOption configures [Keep].
 type KeeperOption func(*Keeper) error
 
-// WithRenewInterval sets how often the keeper renews. It must be at most half
+// WithRenewInterval sets how often the keeper renews. It must be positive
+// (else an error, also [ErrInvalidTiming]) and, from [Keep], at most half
 // the holder's validity window (see [ValidateTiming]). Default D/3.
 func WithRenewInterval(d time.Duration) KeeperOption {
-	return func(k *Keeper) error { k.interval = d; return nil }
+	return func(k *Keeper) error {
+		if err := validateInterval(d); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		k.interval = d
+		return nil
+	}
 }
 
 // WithOnLost sets a callback for the loss of the lease (not for Close or
 // Orphan). It is called once, on the keeper's goroutine, after Context is
-// cancelled and Done is closed; it may block and may call Close.
+// cancelled and Done is closed; it may block and may call Close. A nil func
+// is an error.
 func WithOnLost(fn func(reason error)) KeeperOption {
-	return func(k *Keeper) error { k.onLost = fn; return nil }
+	return func(k *Keeper) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil OnLost callback", ErrInvalidOption)
+		}
+		k.onLost = fn
+		return nil
+	}
 }
 
 // WithOnRenew adds a callback for each successful renewal, with the new
@@ -72,17 +86,29 @@ func WithOnLost(fn func(reason error)) KeeperOption {
 // keeper's goroutine, in order, and delay the next renewal while they run:
 // keep them short, and do not call Orphan or Close from them (those wait for
 // that goroutine). Context is still cancelled at the deadline while one runs.
+// A nil func is an error.
 func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
-	return func(k *Keeper) error { k.onRenew = append(k.onRenew, fn); return nil }
+	return func(k *Keeper) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil OnRenew callback", ErrInvalidOption)
+		}
+		k.onRenew = append(k.onRenew, fn)
+		return nil
+	}
 }
 
 // WithMeterProvider makes the keeper record the lease metrics (renewal
 // latency and failures, effects attempted after the deadline) on mp.
+// Default: no metrics. A nil provider is an error, as is one on which the
+// instruments cannot be created.
 func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
 	return func(k *Keeper) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+		}
 		m, err := telemetry.NewMetrics(mp)
 		if err != nil {
-			return fmt.Errorf("%w: metrics: %v", ErrInvalidOption, err)
+			return fmt.Errorf("%w: metrics: %w", ErrInvalidOption, err)
 		}
 		k.metrics = m
 		return nil
@@ -92,11 +118,15 @@ func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
 // Keep starts keeping l renewed until it is lost, [Keeper.Close]d, or ctx
 // ends (which, like Close, releases the lease).
 //
-// Errors: [ErrInvalidTiming] if the interval does not fit the lease.
+// Errors: [ErrInvalidOption] for an option that refuses its value;
+// [ErrInvalidTiming] if the interval does not fit the lease.
 func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) {
 	k := &Keeper{l: l, interval: DefaultRenewInterval(l.d), stop: make(chan struct{}), abort: make(chan struct{}),
 		done: make(chan struct{})}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil keeper option", ErrInvalidOption)
+		}
 		if err := opt(k); err != nil {
 			return nil, err
 		}
