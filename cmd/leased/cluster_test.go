@@ -504,7 +504,7 @@ func TestClusterConflictingGrantsAcrossLeaderChange(t *testing.T) {
 	a, b := c.store(0), c.store(1)
 	admin := kvleasetest.Connect(t, cli.ClientURLs(c.nodes))
 	js := kvleasetest.JetStream(t, admin)
-	fc, err := fence.OpenKV(ctx, js, "fences", 3)
+	fc, err := fence.OpenKV(ctx, js, "fences", fence.WithReplicas(3))
 	if err != nil {
 		t.Fatal(err)
 	}

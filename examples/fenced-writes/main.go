@@ -113,7 +113,7 @@ func connect(ctx context.Context, name, natsURL string) (_ *holder, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("holder %s: %w", name, err)
 	}
-	fc, err := fence.OpenKV(ctx, js, fenceBucket, 1)
+	fc, err := fence.OpenKV(ctx, js, fenceBucket)
 	if err != nil {
 		return nil, fmt.Errorf("holder %s: %w", name, err)
 	}

@@ -103,7 +103,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 			nc.Close()
 			return nil, nil, err
 		}
-		fc, err := fence.OpenKV(ctx, js, "read-lease-config", 1)
+		fc, err := fence.OpenKV(ctx, js, "read-lease-config")
 		if err != nil {
 			nc.Close()
 			return nil, nil, err

@@ -130,7 +130,7 @@ func (c *conn) open(ctx context.Context, who string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", who, err)
 	}
-	if c.q, err = workqueue.Open(ctx, c.js, st, queueName, 1); err != nil {
+	if c.q, err = workqueue.Open(ctx, c.js, st, queueName); err != nil {
 		return fmt.Errorf("%s: %w", who, err)
 	}
 	return nil
