@@ -122,6 +122,9 @@ func New(store *kvlease.Store, opts ...Option) (*Registry, error) {
 		done:      make(chan struct{}),
 	}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrOption)
+		}
 		if err := opt(r); err != nil {
 			return nil, err
 		}

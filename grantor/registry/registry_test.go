@@ -196,6 +196,7 @@ func TestOptionsRefuseBadValues(t *testing.T) {
 	_, st := kvleasetest.NewStore(t)
 	nodes := membershiptest.Cluster(t, "grantor")
 	for name, opt := range map[string]registry.Option{
+		"nil option":     nil,
 		"nil gossip":     registry.WithGossip(nil, 8),
 		"zero threshold": registry.WithGossip(nodes[0], 0),
 		"nil logger":     registry.WithLogger(nil),
