@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -199,6 +200,8 @@ func TestOptionsRefuseBadValues(t *testing.T) {
 		"nil option":     nil,
 		"nil gossip":     registry.WithGossip(nil, 8),
 		"zero threshold": registry.WithGossip(nodes[0], 0),
+		"NaN threshold":  registry.WithGossip(nodes[0], math.NaN()),
+		"inf threshold":  registry.WithGossip(nodes[0], math.Inf(1)),
 		"nil logger":     registry.WithLogger(nil),
 	} {
 		t.Run(name, func(t *testing.T) {
