@@ -14,6 +14,7 @@ import (
 // panics.
 func TestOptionsRefuseBadValues(t *testing.T) {
 	for name, opt := range map[string]grantor.Option{
+		"nil option":           nil,
 		"nil tracer provider":  grantor.WithTracerProvider(nil),
 		"nil meter provider":   grantor.WithMeterProvider(nil),
 		"nil logger":           grantor.WithLogger(nil),

@@ -167,6 +167,9 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 		flaps:   telemetry.NewFlapDetector(0, 0),
 	}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrConfig)
+		}
 		if err := opt(s); err != nil {
 			return nil, err
 		}

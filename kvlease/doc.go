@@ -16,7 +16,12 @@
 // request is sent: t0 + D·(1−ρ) − holder margin ([Lease]). The holder stops
 // early, the server reclaims late, and the gap between them is at least
 // holder margin + grantor margin + ρ·D. [Keep] renews at D/3 and gives up the
-// moment a renewal is refused or the deadline passes.
+// moment a renewal is refused or the deadline passes. [Keeper.Close]
+// releases the lease; [Keeper.Orphan] stops renewing and leaves it to run
+// out at its deadline, as etcd's Session.Orphan does.
+//
+// Every With… option refuses nil and out-of-range values with
+// [ErrInvalidOption] before anything is sent.
 //
 // # What it does not guarantee
 //

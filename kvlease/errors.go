@@ -47,7 +47,7 @@ var (
 	// the holder's and the grantor's clocks exceeds the lease's bound ρ, so
 	// the holder's deadline can no longer be trusted.
 	ErrClockRate = errors.New("kvlease: clock rate error exceeds the lease's bound")
-	// ErrClosed: the keeper was closed or stopped by its owner.
+	// ErrClosed: the keeper was closed or orphaned by its owner.
 	ErrClosed = errors.New("kvlease: closed")
 )
 

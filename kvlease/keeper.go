@@ -34,12 +34,12 @@ type Keeper struct {
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
-	stop      chan struct{} // closed by Close/Stop
-	abort     chan struct{} // closed by Stop: cancel a renewal in flight
+	stop      chan struct{} // closed by Close/Orphan
+	abort     chan struct{} // closed by Orphan: cancel a renewal in flight
 	done      chan struct{} // closed when the loop has exited
 	once      sync.Once
 	abortOnce sync.Once
-	handover  atomic.Bool // Stop was called: leave the lease to run out
+	handover  atomic.Bool // Orphan was called: leave the lease to run out
 
 	mu  sync.Mutex
 	err error
@@ -54,35 +54,61 @@ type Keeper struct {
 // KeeperOption configures [Keep].
 type KeeperOption func(*Keeper) error
 
-// WithRenewInterval sets how often the keeper renews. It must be at most half
+// WithRenewInterval sets how often the keeper renews. It must be positive
+// (else an error, also [ErrInvalidTiming]) and, from [Keep], at most half
 // the holder's validity window (see [ValidateTiming]). Default D/3.
 func WithRenewInterval(d time.Duration) KeeperOption {
-	return func(k *Keeper) error { k.interval = d; return nil }
+	return func(k *Keeper) error {
+		if err := validateInterval(d); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		k.interval = d
+		return nil
+	}
 }
 
 // WithOnLost sets a callback for the loss of the lease (not for Close or
-// Stop). It is called once, on the keeper's goroutine, after Context is
-// cancelled and Done is closed; it may block and may call Close.
+// Orphan). It is called once, on the keeper's goroutine, after Context is
+// cancelled and Done is closed; it may block and may call Close. A nil func
+// is an error.
 func WithOnLost(fn func(reason error)) KeeperOption {
-	return func(k *Keeper) error { k.onLost = fn; return nil }
+	return func(k *Keeper) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil OnLost callback", ErrInvalidOption)
+		}
+		k.onLost = fn
+		return nil
+	}
 }
 
 // WithOnRenew adds a callback for each successful renewal, with the new
 // record and the holder's new deadline. Callbacks are called on the
 // keeper's goroutine, in order, and delay the next renewal while they run:
-// keep them short, and do not call Stop or Close from them (those wait for
+// keep them short, and do not call Orphan or Close from them (those wait for
 // that goroutine). Context is still cancelled at the deadline while one runs.
+// A nil func is an error.
 func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
-	return func(k *Keeper) error { k.onRenew = append(k.onRenew, fn); return nil }
+	return func(k *Keeper) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil OnRenew callback", ErrInvalidOption)
+		}
+		k.onRenew = append(k.onRenew, fn)
+		return nil
+	}
 }
 
 // WithMeterProvider makes the keeper record the lease metrics (renewal
 // latency and failures, effects attempted after the deadline) on mp.
+// Default: no metrics. A nil provider is an error, as is one on which the
+// instruments cannot be created.
 func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
 	return func(k *Keeper) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+		}
 		m, err := telemetry.NewMetrics(mp)
 		if err != nil {
-			return fmt.Errorf("%w: metrics: %v", ErrInvalidOption, err)
+			return fmt.Errorf("%w: metrics: %w", ErrInvalidOption, err)
 		}
 		k.metrics = m
 		return nil
@@ -92,11 +118,15 @@ func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
 // Keep starts keeping l renewed until it is lost, [Keeper.Close]d, or ctx
 // ends (which, like Close, releases the lease).
 //
-// Errors: [ErrInvalidTiming] if the interval does not fit the lease.
+// Errors: [ErrInvalidOption] for an option that refuses its value;
+// [ErrInvalidTiming] if the interval does not fit the lease.
 func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) {
 	k := &Keeper{l: l, interval: DefaultRenewInterval(l.d), stop: make(chan struct{}), abort: make(chan struct{}),
 		done: make(chan struct{})}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil keeper option", ErrInvalidOption)
+		}
 		if err := opt(k); err != nil {
 			return nil, err
 		}
@@ -116,7 +146,7 @@ func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) 
 // Lease returns the lease being kept.
 func (k *Keeper) Lease() *Lease { return k.l }
 
-// Context is cancelled the moment the lease is lost, closed or stopped;
+// Context is cancelled the moment the lease is lost, closed or orphaned;
 // context.Cause gives the reason.
 func (k *Keeper) Context() context.Context { return k.ctx }
 
@@ -124,17 +154,20 @@ func (k *Keeper) Context() context.Context { return k.ctx }
 func (k *Keeper) Done() <-chan struct{} { return k.done }
 
 // Err returns why the keeper stopped: the loss reason, [ErrClosed] after
-// Close or Stop, the context's error if ctx ended; nil while it runs.
+// Close or Orphan, the context's error if ctx ended; nil while it runs.
 func (k *Keeper) Err() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.err
 }
 
-// Stop stops renewing without releasing: the lease runs out at its deadline
-// (the server lapses it later). Use it to hand over by expiry. A Close after
-// Stop does not release.
-func (k *Keeper) Stop() {
+// Orphan stops renewing without releasing (etcd's Session.Orphan): the
+// keeper lets go of the lease, which runs out at its deadline (the server
+// lapses it later). Context is cancelled and Done closed at once, but the
+// [Lease] itself still passes [Lease.Check] until its deadline. Use it to
+// hand over by expiry, or when a release could not be trusted to arrive.
+// A Close after Orphan does not release.
+func (k *Keeper) Orphan() {
 	k.handover.Store(true)
 	k.abortOnce.Do(func() { close(k.abort) })
 	k.halt(context.Background())
@@ -153,7 +186,7 @@ func (k *Keeper) halt(ctx context.Context) {
 	<-k.done
 }
 
-// Close stops renewing and releases the lease, unless Stop came first or
+// Close stops renewing and releases the lease, unless Orphan came first or
 // the lease was already lost. A renewal in flight is let finish first (at
 // most half a renewal interval, and no longer than ctx allows): cut short,
 // it could have moved the lease to a revision the release would not know. It returns the release error, if
@@ -209,7 +242,7 @@ func (k *Keeper) run(parent context.Context) {
 			k.onLost(reason)
 		}
 	}()
-	// Renewals run under a context that Stop and ctx cancel, so neither
+	// Renewals run under a context that Orphan and ctx cancel, so neither
 	// waits for a slow server.
 	rctx, rcancel := context.WithCancel(parent)
 	defer rcancel()
@@ -268,7 +301,7 @@ func (k *Keeper) run(parent context.Context) {
 			}
 			timer.Reset(k.interval - time.Since(start))
 			continue
-		case rctx.Err() != nil && parent.Err() == nil: // Stop
+		case rctx.Err() != nil && parent.Err() == nil: // Orphan
 			reason = ErrClosed
 			return
 		case parent.Err() != nil:

@@ -562,7 +562,7 @@ func TestKeeperCloseReleases(t *testing.T) {
 	})
 }
 
-func TestKeeperStopDoesNotRelease(t *testing.T) {
+func TestKeeperOrphanDoesNotRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
 		g := newBubbleGrantor()
@@ -571,18 +571,18 @@ func TestKeeperStopDoesNotRelease(t *testing.T) {
 		k, lost := keepRecording(t, l)
 		interval := kvlease.DefaultRenewInterval(d)
 		time.Sleep(interval + interval/2) // one renewal
-		k.Stop()
+		k.Orphan()
 		if !isClosed(k.Done()) || k.Context().Err() == nil {
-			t.Error("Stop returned with Done open or Context live")
+			t.Error("Orphan returned with Done open or Context live")
 		}
 		if err := k.Err(); !errors.Is(err, kvlease.ErrClosed) {
 			t.Errorf("Err() = %v, want ErrClosed", err)
 		}
 		if rel := g.released(); len(rel) != 0 {
-			t.Errorf("Stop released: %+v", rel)
+			t.Errorf("Orphan released: %+v", rel)
 		}
 		if _, ok := g.lookup("svc/web"); !ok {
-			t.Error("lease not live at the grantor after Stop")
+			t.Error("lease not live at the grantor after Orphan")
 		}
 		// The holder keeps its right until its deadline, and no longer.
 		deadline := l.Deadline()
@@ -590,15 +590,15 @@ func TestKeeperStopDoesNotRelease(t *testing.T) {
 			t.Errorf("deadline %v, want %v", got, want)
 		}
 		if err := l.Check(); err != nil {
-			t.Errorf("Check after Stop, before deadline: %v", err)
+			t.Errorf("Check after Orphan, before deadline: %v", err)
 		}
 		renews := len(g.renewCalls())
 		time.Sleep(time.Until(deadline))
 		if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
-			t.Errorf("Check at deadline after Stop = %v, want ErrExpired", err)
+			t.Errorf("Check at deadline after Orphan = %v, want ErrExpired", err)
 		}
 		if n := len(g.renewCalls()); n != renews {
-			t.Errorf("%d renewals after Stop", n-renews)
+			t.Errorf("%d renewals after Orphan", n-renews)
 		}
 		// The grantor lapses the key later, by its TTL.
 		time.Sleep(kvlease.ServerTTL(d, bubbleGrantorMargin))
@@ -607,15 +607,15 @@ func TestKeeperStopDoesNotRelease(t *testing.T) {
 		}
 		synctest.Wait()
 		if calls := lost.get(); len(calls) != 0 {
-			t.Errorf("OnLost called after Stop: %+v", calls)
+			t.Errorf("OnLost called after Orphan: %+v", calls)
 		}
 	})
 }
 
-func TestKeeperStopDuringBlockedRenewal(t *testing.T) {
-	// Stop and Close must not wait for a renewal stuck on a silent grantor.
+func TestKeeperOrphanDuringBlockedRenewal(t *testing.T) {
+	// Orphan and Close must not wait for a renewal stuck on a silent grantor.
 	for _, closeIt := range []bool{false, true} {
-		name := "Stop"
+		name := "Orphan"
 		if closeIt {
 			name = "Close"
 		}
@@ -646,16 +646,16 @@ func TestKeeperStopDuringBlockedRenewal(t *testing.T) {
 						t.Errorf("Check after a failed Close = %v, want ErrExpired", err)
 					}
 				} else {
-					k.Stop()
+					k.Orphan()
 					if got := time.Since(stopAt); got != 0 {
-						t.Errorf("Stop waited %v for the blocked renewal", got)
+						t.Errorf("Orphan waited %v for the blocked renewal", got)
 					}
 				}
 				if err := k.Err(); !errors.Is(err, kvlease.ErrClosed) {
 					t.Errorf("Err() = %v, want ErrClosed", err)
 				}
 				if st := k.Stats(); st.Failures != 0 {
-					t.Errorf("a renewal cut short by Stop counted as a failure: %+v", st)
+					t.Errorf("a renewal cut short by Orphan counted as a failure: %+v", st)
 				}
 				synctest.Wait()
 				if calls := lost.get(); len(calls) != 0 {
@@ -850,7 +850,7 @@ func TestKeeperRejectsInterval(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Keep with interval w/2: %v", err)
 		}
-		k.Stop()
+		k.Orphan()
 		// Nothing was started by the failed Keeps: synctest.Test fails on
 		// goroutines left in the bubble.
 	})
@@ -869,7 +869,7 @@ func TestKeeperAcquireRejectsMargin(t *testing.T) {
 	})
 }
 
-func TestKeeperCloseAfterStopKeepsHandover(t *testing.T) {
+func TestKeeperCloseAfterOrphanKeepsHandover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newBubbleGrantor()
 		l := mustAcquire(t, g, "svc/web", 3*time.Second)
@@ -877,12 +877,12 @@ func TestKeeperCloseAfterStopKeepsHandover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k.Stop()
+		k.Orphan()
 		if err := k.Close(t.Context()); err != nil {
-			t.Fatalf("Close after Stop: %v", err)
+			t.Fatalf("Close after Orphan: %v", err)
 		}
 		if rel := g.released(); len(rel) != 0 {
-			t.Fatalf("Close after Stop released: %+v", rel)
+			t.Fatalf("Close after Orphan released: %+v", rel)
 		}
 	})
 }
@@ -924,7 +924,7 @@ func TestKeeperFirstRenewalFromLeaseStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer k.Stop()
+		defer k.Orphan()
 		synctest.Wait()
 		calls := g.renewCalls()
 		if len(calls) == 0 || calls[0].at.Sub(start) != d/2 {

@@ -70,11 +70,13 @@ type leaseOptions struct {
 	tp        trace.TracerProvider
 }
 
-// WithLeaseTracerProvider sets where the holder's spans go (lease.holder.acquire,
+// WithHolderTracerProvider sets where the holder's spans go (lease.holder.acquire,
 // .renew, .release: each the parent of the grantor's span for the request,
 // with the holder's margin and remaining time). Default: the grantor's own
 // (Store.TracerProvider, or the service client's), else the global provider.
-func WithLeaseTracerProvider(tp trace.TracerProvider) LeaseOption {
+// It is not [WithTracerProvider], which sets where a [Store]'s (the
+// grantor's) spans go. A nil provider is an error.
+func WithHolderTracerProvider(tp trace.TracerProvider) LeaseOption {
 	return func(o *leaseOptions) error {
 		if tp == nil {
 			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
@@ -88,36 +90,71 @@ func WithLeaseTracerProvider(tp trace.TracerProvider) LeaseOption {
 // ErrExpired) whenever exceeds(ρ) reports that the measured clock-rate error
 // between holder and grantor is beyond the lease's bound ρ — for example
 // client.Client's Clock().Exceeds (package grantor/client), fed by the server time in every reply.
+// A nil func is an error.
 func WithClockGuard(exceeds func(rho float64) bool) LeaseOption {
-	return func(o *leaseOptions) error { o.guard = exceeds; return nil }
+	return func(o *leaseOptions) error {
+		if exceeds == nil {
+			return fmt.Errorf("%w: nil clock guard", ErrInvalidOption)
+		}
+		o.guard = exceeds
+		return nil
+	}
 }
 
 // WithHolderMargin sets m_h, subtracted from the holder's deadline. Default
-// [DefaultHolderMargin](D).
+// [DefaultHolderMargin](D). A negative margin is an error (also
+// [ErrInvalidTiming]); so, from [Acquire], is one that leaves no validity.
 func WithHolderMargin(m time.Duration) LeaseOption {
-	return func(o *leaseOptions) error { o.margin, o.marginSet = m, true; return nil }
+	return func(o *leaseOptions) error {
+		if m < 0 {
+			return fmt.Errorf("%w: holder margin: %w", ErrInvalidOption, validateMargin(m))
+		}
+		o.margin, o.marginSet = m, true
+		return nil
+	}
 }
 
 // WithClockRate sets ρ, the bound on the rate difference between this
-// machine's clock and the server's. Default [DefaultClockRate].
+// machine's clock and the server's. Default [DefaultClockRate]. A bound
+// outside [0, 0.1) (or NaN) is an error (also [ErrInvalidTiming]).
 func WithClockRate(rho float64) LeaseOption {
-	return func(o *leaseOptions) error { o.rho = rho; return nil }
+	return func(o *leaseOptions) error {
+		if err := validateRate(rho); err != nil {
+			return fmt.Errorf("%w: clock rate: %w", ErrInvalidOption, err)
+		}
+		o.rho = rho
+		return nil
+	}
 }
 
-// WithAttributes annotates the tenure (stored in the lease record).
+// WithAttributes annotates the tenure (stored in the lease record). A nil
+// or empty map means none; an empty key is an error. The grantor may refuse
+// attributes over its size limit when the grant is sent.
 func WithAttributes(attrs map[string]string) LeaseOption {
-	return func(o *leaseOptions) error { o.attrs = attrs; return nil }
+	return func(o *leaseOptions) error {
+		if _, ok := attrs[""]; ok {
+			return fmt.Errorf("%w: empty attribute key", ErrInvalidOption)
+		}
+		o.attrs = attrs
+		return nil
+	}
 }
 
 // Acquire asks g for a tenure of duration d and returns the holder's lease.
 // The deadline counts from the monotonic time read before the request went
-// out, not from the reply.
+// out, not from the reply, and for the shorter of d and the duration the
+// grantor's record says it granted: a grantor that grants less is trusted,
+// one that claims to grant more is not.
 //
-// Errors: [ErrInvalidTiming] if the margins leave no validity (nothing sent);
-// otherwise those of [Store.Grant], including [HeldError].
+// Errors: [ErrInvalidOption] for an option that refuses its value, and
+// [ErrInvalidTiming] if the margins leave no validity (nothing sent either
+// way); otherwise those of [Store.Grant], including [HeldError].
 func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duration, opts ...LeaseOption) (*Lease, error) {
 	o := leaseOptions{rho: DefaultClockRate, now: time.Now}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil lease option", ErrInvalidOption)
+		}
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
@@ -145,6 +182,9 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 	if err != nil {
 		endSpan(span, nil, err)
 		return nil, err
+	}
+	if rec.Duration > 0 {
+		d = min(d, rec.Duration) // trust what was granted, if less, as Renew does
 	}
 	l.rec, l.secret, l.t0, l.deadline = rec, rec.Secret, t0, t0.Add(HolderValidity(d, o.rho, o.margin))
 	span.SetAttributes(telemetry.AttrRemainingAfter.Int64(l.deadline.Sub(l.now()).Milliseconds()))

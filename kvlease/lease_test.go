@@ -61,7 +61,7 @@ func TestRenewalsKeepLeaseAliveThenLapse(t *testing.T) {
 		t.Fatalf("keeper stats %+v after %d renewals seen", stats, renewals)
 	}
 
-	k.Stop() // stop renewing, do not release
+	k.Orphan() // stop renewing, do not release
 	stopped := time.Now()
 	ev := nextEvent(t, w, d+mg+3*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
 	took := time.Since(stopped)

@@ -45,21 +45,8 @@ func defaultOptions() options {
 	}
 }
 
-func (o *options) validate() error {
-	switch {
-	case o.minDuration < MinDuration:
-		return fmt.Errorf("%w: minimum duration %v is below the server's 1 s TTL floor", ErrInvalidOption, o.minDuration)
-	case o.maxDuration < o.minDuration:
-		return fmt.Errorf("%w: maximum duration %v is below the minimum %v", ErrInvalidOption, o.maxDuration, o.minDuration)
-	case o.grantorMargin < 0:
-		return fmt.Errorf("%w: negative grantor margin %v", ErrInvalidOption, o.grantorMargin)
-	case o.markerTTL < time.Second:
-		return fmt.Errorf("%w: marker TTL %v is below 1 s", ErrInvalidOption, o.markerTTL)
-	}
-	return nil
-}
-
-// WithBucket names the lease bucket. Default [DefaultBucket].
+// WithBucket names the lease bucket. Default [DefaultBucket]. An empty
+// name is an error.
 func WithBucket(name string) Option {
 	return func(o *options) error {
 		if name == "" {
@@ -71,7 +58,8 @@ func WithBucket(name string) Option {
 }
 
 // WithReplicas sets the bucket's replica count when Open creates it: 1 on a
-// single server, 3 on a cluster. An existing bucket keeps its own.
+// single server, 3 on a cluster. An existing bucket keeps its own. A count
+// outside 1..5 (JetStream's range) is an error.
 func WithReplicas(n int) Option {
 	return func(o *options) error {
 		if n < 1 || n > 5 {
@@ -83,21 +71,45 @@ func WithReplicas(n int) Option {
 }
 
 // WithGrantorMargin sets m_g, added to every duration before it is rounded up
-// to the server TTL. Default [DefaultGrantorMargin].
+// to the server TTL. Default [DefaultGrantorMargin]. A negative margin is
+// an error.
 func WithGrantorMargin(d time.Duration) Option {
-	return func(o *options) error { o.grantorMargin = d; return nil }
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("%w: negative grantor margin %v", ErrInvalidOption, d)
+		}
+		o.grantorMargin = d
+		return nil
+	}
 }
 
 // WithDurationRange bounds the durations Grant and Renew accept. Defaults:
-// [MinDuration] and [DefaultMaxDuration].
+// [MinDuration] and [DefaultMaxDuration]. A minimum below [MinDuration], or
+// a maximum below the minimum, is an error.
 func WithDurationRange(minD, maxD time.Duration) Option {
-	return func(o *options) error { o.minDuration, o.maxDuration = minD, maxD; return nil }
+	return func(o *options) error {
+		switch {
+		case minD < MinDuration:
+			return fmt.Errorf("%w: minimum duration %v is below the server's 1 s TTL floor", ErrInvalidOption, minD)
+		case maxD < minD:
+			return fmt.Errorf("%w: maximum duration %v is below the minimum %v", ErrInvalidOption, maxD, minD)
+		}
+		o.minDuration, o.maxDuration = minD, maxD
+		return nil
+	}
 }
 
 // WithMarkerTTL sets how long expiry markers and release tombstones stay in a
-// bucket that Open creates. Default [DefaultMarkerTTL].
+// bucket that Open creates. Default [DefaultMarkerTTL]. A TTL below 1 s (the
+// server's floor) is an error.
 func WithMarkerTTL(d time.Duration) Option {
-	return func(o *options) error { o.markerTTL = d; return nil }
+	return func(o *options) error {
+		if d < time.Second {
+			return fmt.Errorf("%w: marker TTL %v is below 1 s", ErrInvalidOption, d)
+		}
+		o.markerTTL = d
+		return nil
+	}
 }
 
 // WithoutCreate makes Open fail with [ErrBucket] instead of creating a
@@ -106,7 +118,9 @@ func WithoutCreate() Option {
 	return func(o *options) error { o.create = false; return nil }
 }
 
-// WithTracerProvider sets where spans go. Default: the global provider.
+// WithTracerProvider sets where the store's (the grantor's) spans go.
+// Default: the global provider. A nil provider is an error. For the
+// holder's spans see [WithHolderTracerProvider].
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) error {
 		if tp == nil {
@@ -117,7 +131,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	}
 }
 
-// WithLogger sets the logger. Default: discard.
+// WithLogger sets the logger. Default: discard. A nil logger is an error.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
 		if l == nil {

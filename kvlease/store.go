@@ -65,16 +65,17 @@ var _ Grantor = (*Store)(nil)
 // not answer at all; a bucket being created answers "not found" for a
 // moment), Open retries with backoff, each attempt bounded by a few seconds,
 // and returns [ErrUnavailable] only once ctx ends. Refusals (a bucket that
-// is missing under [WithoutCreate], or unfit for leases) return at once.
+// is missing under [WithoutCreate], or unfit for leases) return at once,
+// as does [ErrInvalidOption] for an option that refuses its value.
 func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil store option", ErrInvalidOption)
+		}
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
-	}
-	if err := o.validate(); err != nil {
-		return nil, err
 	}
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)

@@ -55,13 +55,32 @@ func DefaultRenewInterval(d time.Duration) time.Duration { return d / 3 }
 // ValidateWindow checks that a holder with margin m_h and clock-rate bound
 // ρ has a positive validity window in a lease of duration d.
 func ValidateWindow(d, margin time.Duration, rho float64) error {
-	switch {
-	case !(rho >= 0 && rho < 0.1): // also refuses NaN
-		return fmt.Errorf("%w: clock-rate bound %g outside [0, 0.1)", ErrInvalidTiming, rho)
-	case margin < 0:
-		return fmt.Errorf("%w: negative holder margin %v", ErrInvalidTiming, margin)
-	case HolderValidity(d, rho, margin) <= 0:
+	if err := validateRate(rho); err != nil {
+		return err
+	}
+	if err := validateMargin(margin); err != nil {
+		return err
+	}
+	if HolderValidity(d, rho, margin) <= 0 {
 		return fmt.Errorf("%w: holder margin %v leaves no validity in a %v lease", ErrInvalidTiming, margin, d)
+	}
+	return nil
+}
+
+// validateRate checks a clock-rate bound ρ on its own ([ValidateWindow],
+// [WithClockRate]).
+func validateRate(rho float64) error {
+	if !(rho >= 0 && rho < 0.1) { // also refuses NaN
+		return fmt.Errorf("%w: clock-rate bound %g outside [0, 0.1)", ErrInvalidTiming, rho)
+	}
+	return nil
+}
+
+// validateMargin checks a holder margin on its own ([ValidateWindow],
+// [WithHolderMargin]).
+func validateMargin(margin time.Duration) error {
+	if margin < 0 {
+		return fmt.Errorf("%w: negative holder margin %v", ErrInvalidTiming, margin)
 	}
 	return nil
 }
@@ -74,12 +93,21 @@ func ValidateTiming(d, margin, interval time.Duration, rho float64) error {
 	if err := ValidateWindow(d, margin, rho); err != nil {
 		return err
 	}
-	switch w := HolderValidity(d, rho, margin); {
-	case interval <= 0:
-		return fmt.Errorf("%w: renew interval %v must be positive", ErrInvalidTiming, interval)
-	case interval > w/2:
+	if err := validateInterval(interval); err != nil {
+		return err
+	}
+	if w := HolderValidity(d, rho, margin); interval > w/2 {
 		return fmt.Errorf("%w: renew interval %v exceeds half the holder's validity %v (duration %v, margin %v)",
 			ErrInvalidTiming, interval, w, d, margin)
+	}
+	return nil
+}
+
+// validateInterval checks a renew interval on its own ([ValidateTiming],
+// [WithRenewInterval]).
+func validateInterval(interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("%w: renew interval %v must be positive", ErrInvalidTiming, interval)
 	}
 	return nil
 }

@@ -73,13 +73,16 @@ func (e Event) Lateness() (time.Duration, bool) {
 	return e.Time.Sub(e.Record.ExpiresAt()), true
 }
 
-// WatchOption configures [Store.Watch].
-type WatchOption func(*watchOptions)
+// WatchOption configures [Store.Watch]. An option returns an error for a
+// value it cannot use; Watch returns that error.
+type WatchOption func(*watchOptions) error
 
 type watchOptions struct{ updatesOnly bool }
 
 // UpdatesOnly skips the replay of current state: only changes from now on.
-func UpdatesOnly() WatchOption { return func(o *watchOptions) { o.updatesOnly = true } }
+func UpdatesOnly() WatchOption {
+	return func(o *watchOptions) error { o.updatesOnly = true; return nil }
+}
 
 // Watcher delivers lease events. Events arrive in revision order.
 type Watcher struct {
@@ -133,7 +136,12 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	}
 	var o watchOptions
 	for _, opt := range opts {
-		opt(&o)
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil watch option", ErrInvalidOption)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
 	}
 	// Filter by subject on whole dot-separated tokens; the rest of the
 	// prefix is matched here.

@@ -70,6 +70,9 @@ func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error
 	m := mp.Meter(meterName)
 	var x Metrics
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, errors.New("telemetry: nil metrics option")
+		}
 		if err := opt(&x); err != nil {
 			return nil, err
 		}

@@ -66,4 +66,7 @@ func TestSeriesIndependentOfLeases(t *testing.T) {
 	if _, err := NewMetrics(nil, WithLeaseNamePrefixes("")); err == nil {
 		t.Error("an empty lease name prefix was accepted")
 	}
+	if _, err := NewMetrics(nil, nil); err == nil {
+		t.Error("a nil option was accepted")
+	}
 }

@@ -204,7 +204,7 @@ func (c *testCluster) keepHolders(prefix string, n int, via []int) ([]*kvlease.K
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		c.t.Cleanup(k.Stop)
+		c.t.Cleanup(k.Orphan)
 		keepers = append(keepers, k)
 		highest = max(highest, l.Token())
 	}
@@ -471,7 +471,7 @@ func TestClusterHolderNodeKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Stop()
+	defer k.Orphan()
 	before := nc.ConnectedUrl()
 	c.kill(victim)
 	deadline := l.Deadline()
@@ -504,7 +504,7 @@ func TestClusterConflictingGrantsAcrossLeaderChange(t *testing.T) {
 	a, b := c.store(0), c.store(1)
 	admin := kvleasetest.Connect(t, cli.ClientURLs(c.nodes))
 	js := kvleasetest.JetStream(t, admin)
-	fc, err := fence.OpenKV(ctx, js, "fences", 3)
+	fc, err := fence.OpenKV(ctx, js, "fences", fence.WithReplicas(3))
 	if err != nil {
 		t.Fatal(err)
 	}

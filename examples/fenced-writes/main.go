@@ -113,7 +113,7 @@ func connect(ctx context.Context, name, natsURL string) (_ *holder, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("holder %s: %w", name, err)
 	}
-	fc, err := fence.OpenKV(ctx, js, fenceBucket, 1)
+	fc, err := fence.OpenKV(ctx, js, fenceBucket)
 	if err != nil {
 		return nil, fmt.Errorf("holder %s: %w", name, err)
 	}
@@ -155,7 +155,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	if err != nil {
 		return err
 	}
-	defer keeperA.Stop() // on early returns; a no-op after the pause below
+	defer keeperA.Orphan() // on early returns; a no-op after the pause below
 	say("A: acquired %q for %v with token %d", leaseName, leaseD, leaseA.Token())
 	if err := leaseA.Check(); err != nil {
 		return fmt.Errorf("A: %w", err)
@@ -172,7 +172,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	}
 	say("A: lease checked, %v left; pausing before the write (think GC pause or VM migration)",
 		leaseA.Remaining().Round(100*time.Millisecond))
-	keeperA.Stop()
+	keeperA.Orphan()
 	select {
 	case <-time.After(time.Until(leaseA.Deadline()) + 100*time.Millisecond):
 	case <-ctx.Done():
@@ -194,7 +194,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	if err != nil {
 		return err
 	}
-	defer keeperB.Stop() // on early returns the lease lapses; Close below releases it
+	defer keeperB.Orphan() // on early returns the lease lapses; Close below releases it
 	say("B: acquired %q with token %d", leaseName, leaseB.Token())
 	if err := leaseB.Check(); err != nil {
 		return fmt.Errorf("B: %w", err)

@@ -32,7 +32,7 @@ func TestRun(t *testing.T) {
 
 	// The resource holds B's value, written with B's (higher) token.
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	fc, err := fence.OpenKV(ctx, js, fenceBucket, 1)
+	fc, err := fence.OpenKV(ctx, js, fenceBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,7 +152,7 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 				say("%s leads (token %d)", name, lead.Token())
 				leads <- name
 				time.Sleep(200 * time.Millisecond) // some work
-				lead.Stop()                        // then a pause longer than the lease: no renewals
+				lead.Orphan()                      // then a pause longer than the lease: no renewals
 				// The pause outlasts the holder's deadline and the server's
 				// lapse (TTL plus up to ~250 ms), so the other holder, waiting
 				// on the stream, is first to take the lease.

@@ -191,7 +191,7 @@ func (s *story) candidate(ctx context.Context, name, natsURL string) error {
 	}
 	// On early returns, stop renewing and let the lease lapse. (Campaign's
 	// keeper does not end with ctx.) After Resign this does nothing.
-	defer l.Stop()
+	defer l.Orphan()
 
 	switch term := s.terms.Add(1); term {
 	case 1: // write, then resign: the next leader takes over at once
@@ -221,7 +221,7 @@ func (s *story) candidate(ctx context.Context, name, natsURL string) error {
 		}
 		s.say("%s: lease checked, %v left; hangs before its next write (it stops renewing, as in a long GC pause)",
 			name, l.Lease().Remaining().Round(100*time.Millisecond))
-		l.Stop()
+		l.Orphan()
 		s.hung <- handOff{name, time.Now()}
 		if _, err := recv(ctx, s.successorWrote); err != nil {
 			return err

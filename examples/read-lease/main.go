@@ -103,7 +103,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 			nc.Close()
 			return nil, nil, err
 		}
-		fc, err := fence.OpenKV(ctx, js, "read-lease-config", 1)
+		fc, err := fence.OpenKV(ctx, js, "read-lease-config")
 		if err != nil {
 			nc.Close()
 			return nil, nil, err
@@ -118,7 +118,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 			nc.Close()
 			return nil, nil, err
 		}
-		return &leader{name: name, lead: lead, fence: fc}, func() { lead.Stop(); nc.Close() }, nil
+		return &leader{name: name, lead: lead, fence: fc}, func() { lead.Orphan(); nc.Close() }, nil
 	}
 
 	first, done1, err := join("first")
@@ -140,7 +140,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	}
 
 	// first hangs: no renewals; its lease lapses; second takes over.
-	first.lead.Stop()
+	first.lead.Orphan()
 	fmt.Fprintln(w, "first hangs (stops renewing)")
 	second, done2, err := join("second") // blocks until the lapse
 	if err != nil {

@@ -206,7 +206,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 		if err != nil {
 			return fmt.Errorf("%s: register: %w", r.Instance, err)
 		}
-		defer k.Stop() // on early returns: the registration lapses
+		defer k.Orphan() // on early returns: the registration lapses
 		keepers[i] = k
 		fmt.Fprintf(w, "%s: registered %s at %s with TTL %v\n", r.Instance, r.LeaseName(), r.Addr, ttl)
 		if _, err := p.await(ctx, registry.ChangeAdded, r.Instance); err != nil {
@@ -249,7 +249,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	// web-2 crashes: nothing renews or releases its registration.
 	fmt.Fprintf(w, "%s: crashes (stops renewing, without deregistering)\n", web2)
 	crashed := time.Now()
-	keepers[1].Stop()
+	keepers[1].Orphan()
 	c, err = p.await(ctx, registry.ChangeRemoved, web2)
 	if err != nil {
 		return err

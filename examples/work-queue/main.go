@@ -130,7 +130,7 @@ func (c *conn) open(ctx context.Context, who string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", who, err)
 	}
-	if c.q, err = workqueue.Open(ctx, c.js, st, queueName, 1); err != nil {
+	if c.q, err = workqueue.Open(ctx, c.js, st, queueName); err != nil {
 		return fmt.Errorf("%s: %w", who, err)
 	}
 	return nil
@@ -212,7 +212,7 @@ func (f *floor) work(ctx context.Context, name, natsURL string) error {
 		if name == crasher && done == crashAfter {
 			// The worker dies mid-item: nothing completes or releases its
 			// claim, which lapses at the server after its duration.
-			cl.Stop()
+			cl.Orphan()
 			f.mu.Lock()
 			f.crashed = &crash{item: cl.Item, token: cl.Token(), at: time.Now()}
 			f.mu.Unlock()

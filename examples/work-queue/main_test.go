@@ -48,7 +48,7 @@ func TestRun(t *testing.T) {
 	// and nothing left pending.
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithBucket(leaseBucket))
-	q, err := workqueue.Open(ctx, js, st, queueName, 1)
+	q, err := workqueue.Open(ctx, js, st, queueName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	tp := otel.GetTracerProvider()
 	c := &Client{nc: nc, tp: tp, tracer: tp.Tracer(instrumentationName), timeout: 5 * time.Second}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrOption)
+		}
 		if err := opt(c); err != nil {
 			return nil, err
 		}

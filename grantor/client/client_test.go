@@ -15,6 +15,7 @@ import (
 func TestOptionsRefuseBadValues(t *testing.T) {
 	nc := &nats.Conn{} // New does not use the connection
 	for name, opt := range map[string]client.Option{
+		"nil option":          nil,
 		"nil tracer provider": client.WithTracerProvider(nil),
 		"nil meter provider":  client.WithMeterProvider(nil),
 		"zero timeout":        client.WithTimeout(0),

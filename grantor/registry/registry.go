@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -83,14 +84,15 @@ type Option func(*Registry) error
 // WithGossip gives the registry a gossip view: discovery reports each
 // instance's suspicion level (suspect at or above threshold), and the
 // registrations of nodes gossip declares dead are removed at once. Default:
-// no gossip. A nil g or a threshold that is not positive is an error.
+// no gossip. A nil g or a threshold that is not positive and finite is an
+// error.
 func WithGossip(g Gossip, threshold float64) Option {
 	return func(r *Registry) error {
 		if g == nil {
 			return fmt.Errorf("%w: nil gossip", ErrOption)
 		}
-		if threshold <= 0 {
-			return fmt.Errorf("%w: suspicion threshold %v must be positive", ErrOption, threshold)
+		if !(threshold > 0) || math.IsInf(threshold, 1) { // also refuses NaN
+			return fmt.Errorf("%w: suspicion threshold %v must be positive and finite", ErrOption, threshold)
 		}
 		r.gossip, r.threshold = g, threshold
 		return nil
@@ -122,6 +124,9 @@ func New(store *kvlease.Store, opts ...Option) (*Registry, error) {
 		done:      make(chan struct{}),
 	}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrOption)
+		}
 		if err := opt(r); err != nil {
 			return nil, err
 		}

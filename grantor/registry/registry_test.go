@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Stop()
+	defer k.Orphan()
 	// An exclusive lease of the same node: gossip must never end it.
 	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "jobs.nightly", Holder: "web-1", Duration: 30 * time.Second,
 		Attributes: map[string]string{"node": "web-1"}}); err != nil {
@@ -196,8 +197,11 @@ func TestOptionsRefuseBadValues(t *testing.T) {
 	_, st := kvleasetest.NewStore(t)
 	nodes := membershiptest.Cluster(t, "grantor")
 	for name, opt := range map[string]registry.Option{
+		"nil option":     nil,
 		"nil gossip":     registry.WithGossip(nil, 8),
 		"zero threshold": registry.WithGossip(nodes[0], 0),
+		"NaN threshold":  registry.WithGossip(nodes[0], math.NaN()),
+		"inf threshold":  registry.WithGossip(nodes[0], math.Inf(1)),
 		"nil logger":     registry.WithLogger(nil),
 	} {
 		t.Run(name, func(t *testing.T) {

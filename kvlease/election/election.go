@@ -50,7 +50,7 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
 // keeper that renews it (WithOnLost, …).
 //
 // ctx bounds the campaign only: once won, leadership lasts until Resign,
-// Stop or its loss, whatever becomes of ctx.
+// Orphan or its loss, whatever becomes of ctx.
 //
 // Errors: ctx's; [kvlease.ErrInvalidOption]; validation errors;
 // [kvlease.ErrUnavailable] only if it persists (a candidate retries

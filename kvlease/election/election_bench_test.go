@@ -47,7 +47,7 @@ func BenchmarkElection(b *testing.B) {
 			}
 			leader = r.l
 		}
-		leader.Stop()
+		leader.Orphan()
 		reportPercentiles(b, took)
 	})
 	b.Run("kill", func(b *testing.B) {

@@ -80,7 +80,7 @@ func electWriter(url string) error {
 	if err != nil {
 		return err
 	}
-	fc, err := fence.OpenKV(ctx, js, "fences", 1)
+	fc, err := fence.OpenKV(ctx, js, "fences")
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func electWriter(url string) error {
 						say("error %v", err)
 					}
 				}
-				lead.Stop()
+				lead.Orphan()
 			}
 		})
 	}

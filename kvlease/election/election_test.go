@@ -101,7 +101,7 @@ func TestElectionFailoverOnExpiry(t *testing.T) {
 	}
 	next := campaign(ctx, e, "second", d)
 	stopped := time.Now()
-	first.l.Stop() // the leader stops renewing, without releasing
+	first.l.Orphan() // the leader stops renewing, without releasing
 	var r campaignResult
 	select {
 	case r = <-next:
@@ -112,7 +112,7 @@ func TestElectionFailoverOnExpiry(t *testing.T) {
 	if r.err != nil || r.l.Token() <= first.l.Token() {
 		t.Fatalf("failover: %v, token %v", r.err, r.l)
 	}
-	defer r.l.Stop()
+	defer r.l.Orphan()
 	if err := first.l.Lease().Check(); !errors.Is(err, kvlease.ErrExpired) {
 		t.Fatalf("old leader's check: %v", err)
 	}
@@ -129,7 +129,7 @@ func TestCampaignEndsWithContext(t *testing.T) {
 	if holder.err != nil {
 		t.Fatal(holder.err)
 	}
-	defer holder.l.Stop()
+	defer holder.l.Orphan()
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	if _, err := e.Campaign(ctx, "waiter", 10*time.Second); !errors.Is(err, context.DeadlineExceeded) {

@@ -87,7 +87,7 @@ func ExampleKV_Write() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	f, err := fence.OpenKV(ctx, js, "fences", 1)
+	f, err := fence.OpenKV(ctx, js, "fences")
 	if err != nil {
 		log.Fatal(err)
 	}

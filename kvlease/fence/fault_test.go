@@ -69,7 +69,7 @@ func pausedWriter(url string) error {
 	if err != nil {
 		return err
 	}
-	fc, err := fence.OpenKV(ctx, js, "fences", 1)
+	fc, err := fence.OpenKV(ctx, js, "fences")
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func pausedWriter(url string) error {
 	if err != nil {
 		return err
 	}
-	defer k.Stop()
+	defer k.Orphan()
 	if err := l.Check(); err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func TestPausedHolderWriteRejectedByFence(t *testing.T) {
 	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithGrantorMargin(0))
 	w := watch(t, st, "")
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	fc, err := fence.OpenKV(t.Context(), js, "fences", 1)
+	fc, err := fence.OpenKV(t.Context(), js, "fences")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,15 +98,46 @@ type Value struct {
 	Data  []byte        `json:"data"`
 }
 
+// KVOption configures [OpenKV]. An option returns an error for a value it
+// cannot use; OpenKV returns that error.
+type KVOption func(*kvOptions) error
+
+type kvOptions struct{ replicas int }
+
+// WithReplicas sets the fence bucket's replica count: 1 on a single server
+// (the default), 3 on a cluster. A count outside 1..5 (JetStream's range)
+// is an error.
+func WithReplicas(n int) KVOption {
+	return func(o *kvOptions) error {
+		if n < 1 || n > 5 {
+			return fmt.Errorf("%w: replicas %d outside 1..5", kvlease.ErrInvalidOption, n)
+		}
+		o.replicas = n
+		return nil
+	}
+}
+
 // OpenKV opens (creating if missing) a fence bucket. It is an ordinary
-// KV bucket with history 1 and no TTLs, replicated as given.
-func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*KV, error) {
+// KV bucket with history 1 and no TTLs, replicated as [WithReplicas] says.
+//
+// Errors: [kvlease.ErrInvalidOption] (nothing sent); [kvlease.ErrUnavailable];
+// [kvlease.ErrBucket].
+func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...KVOption) (*KV, error) {
+	o := kvOptions{replicas: 1}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil fence option", kvlease.ErrInvalidOption)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "leased: fenced resources (value + last accepted token)",
 		History:     1,
 		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
+		Replicas:    o.replicas,
 	})
 	if err != nil {
 		return nil, kvlease.JetStreamError("open fence bucket", err)

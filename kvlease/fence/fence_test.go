@@ -194,7 +194,7 @@ func openTestFence(t *testing.T, url, bucket string) (*fence.KV, jetstream.JetSt
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, url))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	f, err := fence.OpenKV(ctx, js, bucket, 1)
+	f, err := fence.OpenKV(ctx, js, bucket)
 	if err != nil {
 		t.Fatalf("OpenKVFence: %v", err)
 	}

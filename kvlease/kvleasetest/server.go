@@ -35,6 +35,8 @@ type serverConfig struct {
 // cannot take: [NewServer] fails the test then.
 type ServerOption func(*serverConfig) error
 
+var errNilOption = errors.New("kvleasetest: nil server option")
+
 // WithUnsafeSync makes the server acknowledge before syncing (for the
 // benchmarks that compare both modes). The default syncs every write before
 // acknowledging it, as a lease store must.
@@ -70,6 +72,9 @@ func NewServer(tb testing.TB, opts ...ServerOption) *Server {
 	tb.Helper()
 	cfg := serverConfig{dataDir: tb.TempDir()}
 	for _, opt := range opts {
+		if opt == nil {
+			tb.Fatal(errNilOption)
+		}
 		if err := opt(&cfg); err != nil {
 			tb.Fatal(err)
 		}
@@ -87,6 +92,9 @@ func NewServer(tb testing.TB, opts ...ServerOption) *Server {
 func Start(dataDir string, opts ...ServerOption) (*Server, error) {
 	cfg := serverConfig{dataDir: dataDir}
 	for _, opt := range append([]ServerOption{WithDataDir(dataDir)}, opts...) {
+		if opt == nil {
+			return nil, errNilOption
+		}
 		if err := opt(&cfg); err != nil {
 			return nil, err
 		}

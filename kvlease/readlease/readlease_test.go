@@ -31,7 +31,7 @@ func readLeader(url string) error {
 	if err != nil {
 		return err
 	}
-	fc, err := fence.OpenKV(ctx, js, "fences", 1)
+	fc, err := fence.OpenKV(ctx, js, "fences")
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func TestReadLeaseNotServedStaleAfterPause(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	fc, err := fence.OpenKV(ctx, js, "fences", 1)
+	fc, err := fence.OpenKV(ctx, js, "fences")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestReadLeaseNotServedStaleAfterPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer second.Stop()
+	defer second.Orphan()
 	if err := fc.Write(ctx, "config", second.Token(), []byte("v2")); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func ExampleQueue() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	q, err := workqueue.Open(ctx, js, st, "thumbnails", 1)
+	q, err := workqueue.Open(ctx, js, st, "thumbnails")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func worker(url string) error {
 	if err != nil {
 		return err
 	}
-	q, err := workqueue.Open(ctx, js, st, "jobs", 1)
+	q, err := workqueue.Open(ctx, js, st, "jobs")
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func TestRefusedClaimCannotComplete(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t)
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx := t.Context()
-	q, err := workqueue.Open(ctx, js, st, "rq", 1)
+	q, err := workqueue.Open(ctx, js, st, "rq")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestRefusedClaimCannotComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Stop() // the test renews by hand
+	c.Orphan() // the test renews by hand
 	if _, err := st.Revoke(ctx, c.Lease().Name(), "test"); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ func TestClaimOptions(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t)
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx := t.Context()
-	q, err := workqueue.Open(ctx, js, st, "opts", 1)
+	q, err := workqueue.Open(ctx, js, st, "opts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,5 +58,19 @@ func TestClaimOptions(t *testing.T) {
 	exceeded.Store(true)
 	if err := c.Lease().Check(); !errors.Is(err, kvlease.ErrClockRate) {
 		t.Errorf("check with the clock guard tripped: %v, want ErrClockRate", err)
+	}
+}
+
+// Open refuses options it cannot use before it touches JetStream (a nil js
+// and store are never used).
+func TestOpenOptions(t *testing.T) {
+	for name, opt := range map[string]workqueue.OpenOption{
+		"nil option":   nil,
+		"no replicas":  workqueue.WithReplicas(0),
+		"six replicas": workqueue.WithReplicas(6),
+	} {
+		if q, err := workqueue.Open(t.Context(), nil, nil, "opts", opt); !errors.Is(err, kvlease.ErrInvalidOption) || q != nil {
+			t.Errorf("%s: Open = (%v, %v), want ErrInvalidOption", name, q, err)
+		}
 	}
 }

@@ -64,15 +64,23 @@ type doneRecord struct {
 	Result []byte        `json:"result,omitempty"`
 }
 
-// Open opens (creating if missing) the queue's buckets and starts
-// following its items and claims. Close it when done.
-func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, name string, replicas int) (*Queue, error) {
+// Open opens (creating if missing) the queue's buckets, replicated as
+// [WithReplicas] says, and starts following its items and claims. Close it
+// when done.
+//
+// Errors: [kvlease.ErrInvalidName]; [kvlease.ErrInvalidOption] (nothing
+// sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket].
+func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, name string, opts ...OpenOption) (*Queue, error) {
 	if err := kvlease.ValidateName(name); err != nil || strings.Contains(name, ".") {
 		return nil, fmt.Errorf("%w: queue name %q (no dots)", kvlease.ErrInvalidName, name)
 	}
+	oo, err := newOpenOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	open := func(bucket string) (jetstream.KeyValue, error) {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
-			Storage: jetstream.FileStorage, Replicas: replicas})
+			Storage: jetstream.FileStorage, Replicas: oo.replicas})
 		if err != nil {
 			return nil, kvlease.JetStreamError("open "+bucket, err)
 		}
@@ -80,7 +88,6 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	}
 	q := &Queue{name: name, store: store, pending: map[string]bool{}, claimed: map[string]bool{},
 		changed: make(chan struct{})}
-	var err error
 	if q.items, err = open(name + "-items"); err != nil {
 		return nil, err
 	}
@@ -322,7 +329,7 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 		return doneRecord{Token: token, Done: true, Worker: c.Lease().Holder(), Result: result}, nil
 	}, token)
 	if err != nil {
-		c.Stop()
+		c.Orphan()
 		return err
 	}
 	if err := c.q.items.Purge(ctx, c.Item); err != nil {

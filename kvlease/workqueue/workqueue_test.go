@@ -24,7 +24,7 @@ func TestWorkQueueStaleClaimRefused(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx := t.Context()
-	q, err := workqueue.Open(ctx, js, st, "q", 1)
+	q, err := workqueue.Open(ctx, js, st, "q")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestWorkQueueStaleClaimRefused(t *testing.T) {
 	if err != nil || old.Item != "item-1" || string(old.Payload) != "payload" {
 		t.Fatalf("claim: %+v, %v", old, err)
 	}
-	old.Stop()                                      // paused: no renewals; the claim lapses
+	old.Orphan()                                    // paused: no renewals; the claim lapses
 	fresh, err := q.Claim(ctx, "fast", time.Second) // waits for the lapse on the stream
 	if err != nil || fresh.Token() <= old.Token() {
 		t.Fatalf("second claim: %v (token %v after %d)", err, fresh, old.Token())
@@ -68,7 +68,7 @@ func TestWorkQueueWorkerKilled(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	q, err := workqueue.Open(ctx, js, st, "jobs", 1)
+	q, err := workqueue.Open(ctx, js, st, "jobs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestWorkQueueStateShrinks(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t)
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx := t.Context()
-	q, err := workqueue.Open(ctx, js, st, "shrink", 1)
+	q, err := workqueue.Open(ctx, js, st, "shrink")
 	if err != nil {
 		t.Fatal(err)
 	}
