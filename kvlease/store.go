@@ -68,14 +68,9 @@ var _ Grantor = (*Store)(nil)
 // is missing under [WithoutCreate], or unfit for leases) return at once,
 // as does [ErrInvalidOption] for an option that refuses its value.
 func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
-	o := defaultOptions()
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: nil store option", ErrInvalidOption)
-		}
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+	o, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
@@ -205,13 +200,23 @@ func (s *Store) DurationRange() (minD, maxD time.Duration) { return s.o.minDurat
 // talks to the server: a bad value or a bad combination ([ErrInvalidOption]).
 // A command can check its flags with it before it starts anything.
 func CheckOptions(opts ...Option) error {
+	_, err := applyOptions(opts)
+	return err
+}
+
+// applyOptions is the options [Open] and [CheckOptions] see: each option
+// checks its own value.
+func applyOptions(opts []Option) (options, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
+		if opt == nil {
+			return options{}, fmt.Errorf("%w: nil store option", ErrInvalidOption)
+		}
 		if err := opt(&o); err != nil {
-			return err
+			return options{}, err
 		}
 	}
-	return o.validate()
+	return o, nil
 }
 
 // GrantRequest asks for a new tenure.
