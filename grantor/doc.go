@@ -16,8 +16,8 @@
 // token is not enough to renew or release it.
 //
 // The service publishes every grant and end of a tenure on
-// lease.events.v1.<name> for followers in any language, counts changes of
-// holder and flags flapping leases. Requests are handled concurrently (up
+// lease.events.v1.<name> for followers in any language, counts new
+// tenures and flags flapping leases. Requests are handled concurrently (up
 // to [Config.MaxInFlight]), so many clients' KV writes overlap instead of
 // queueing behind one round trip.
 //

@@ -5,8 +5,8 @@
 // pauses for longer than that while it leads (here: it stops renewing, as a
 // long GC pause or an overloaded VM would). Each pause costs it the lease;
 // the other takes over; the lease flaps. A grantor service runs in the same
-// process: it counts changes of holder, flags the lease as flapping after
-// more than three in a minute, and records each change as a span
+// process: it counts new tenures, flags the lease as flapping after more
+// than three in a minute, and records each change as a span
 // ("lease.ownership_change", with lease.flapping and a link to the grant).
 //
 // Usage:
@@ -181,7 +181,7 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		ls, err := client.List(ctx, electionName)
 		if err == nil && len(ls) == 1 && ls[0].Flapping {
-			say("the grantor flags %s as FLAPPING (more than 3 changes of holder in a minute)", electionName)
+			say("the grantor flags %s as FLAPPING (more than 3 new tenures in a minute)", electionName)
 			break
 		}
 		if time.Now().After(deadline) {
