@@ -21,6 +21,15 @@
 // to [Config.MaxInFlight]), so many clients' KV writes overlap instead of
 // queueing behind one round trip.
 //
+// # What it guarantees
+//
+// A reply states what the bucket decided: each verb is one [kvlease.Store]
+// call, so the service, holders working on the bucket directly and any
+// number of grantor nodes agree on who holds what. An error reply's code
+// maps back to the same kvlease sentinel in Go
+// ([github.com/leased/leased/grantor/api]), and a renewal or release
+// without the grant's secret is refused.
+//
 // # What it does not do
 //
 // The service keeps no lease state of its own: the bucket is the truth, and
