@@ -9,8 +9,8 @@
 //
 // [Cluster] returns only once every node has seen every other join and
 // heard its heartbeat, so a test starts from a converged cluster. Nodes
-// shut down in t.Cleanup. Every wait is bounded by [Timeout] and fails the
-// test when it runs out.
+// shut down in t.Cleanup. Every wait is bounded ([Timeout], or the timeout
+// given to [WaitFor]) and fails the test when it runs out.
 //
 // # What it does not do
 //
