@@ -13,10 +13,10 @@
 // # What it guarantees
 //
 // Each attribute key and metric name is defined here only, so every
-// package and process spells it alike. No metric carries an unbounded
-// label: never a holder, a resource or a work item, and a lease name only
-// for the prefixes an operator opts in ([WithLeaseNamePrefixes]), so the
-// number of series does not grow with the number of leases. Every
+// package and process spells it alike. No metric label grows with the
+// leases: never a holder, a fenced resource or a work item, and a lease
+// name only for the prefixes an operator opts in ([WithLeaseNamePrefixes]);
+// the clock gauges are labelled by peer, a grantor node or gossip member. Every
 // [Metrics] method is a no-op on a nil *Metrics. A [FlapDetector] keeps
 // memory bounded by the leases granted in its last two windows, and
 // forgets the others on its own.

@@ -13,7 +13,8 @@
 //
 // # What it does not do
 //
-// It reads only the environment variables [Setup] lists, and exports over
-// OTLP/HTTP only (no gRPC, no stdout). An unreachable collector costs
-// dropped spans, not errors: exports are asynchronous.
+// It exports over OTLP/HTTP only: no gRPC, no console exporter, whatever
+// OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER says besides "none". An
+// unreachable collector fails none of the program's calls: exports are
+// batched in the background, and what cannot be sent is dropped.
 package otelsetup
