@@ -16,8 +16,8 @@
 // token is not enough to renew or release it.
 //
 // The service publishes every grant and end of a tenure on
-// lease.events.v1.<name> for followers in any language, counts changes of
-// holder and flags flapping leases. Requests are handled concurrently (up
+// lease.events.v1.<name> for followers in any language, counts new
+// tenures and flags flapping leases. Requests are handled concurrently (up
 // to [Config.MaxInFlight]), so many clients' KV writes overlap instead of
 // queueing behind one round trip.
 //
@@ -25,6 +25,15 @@
 // set once where it is opened ([kvlease.WithDurationRange],
 // [kvlease.WithGrantorMargin]); [Config] holds only the service's own
 // policy, and [New] refuses one its store cannot serve.
+//
+// # What it guarantees
+//
+// A reply states what the bucket decided: each verb is one [kvlease.Store]
+// call, so the service, holders working on the bucket directly and any
+// number of grantor nodes agree on who holds what. An error reply's code
+// maps back to the same kvlease sentinel in Go
+// ([github.com/leased/leased/grantor/api]), and a renewal or release
+// without the grant's secret is refused.
 //
 // # What it does not do
 //

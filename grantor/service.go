@@ -92,7 +92,7 @@ func WithMetricNamePrefixes(prefixes ...string) Option {
 }
 
 // WithFlapping sets when a lease counts as flapping: more than threshold
-// changes of holder within window. Defaults: telemetry.DefaultFlapWindow,
+// new tenures within window, whoever their holders. Defaults: telemetry.DefaultFlapWindow,
 // DefaultFlapThreshold; zero keeps a default, a negative value is an error.
 func WithFlapping(window time.Duration, threshold int) Option {
 	return func(s *Service) error {
@@ -493,7 +493,7 @@ func (s *Service) publishChange(ev kvlease.Event) {
 			s.log.Warn("lease is flapping", "lease", ev.Name, "holder", ev.Holder, "token", ev.Token,
 				"changes", n, "window", s.flaps.Window)
 		}
-		// Every change of holder is a span, linked to the grant, whoever
+		// Every new tenure is a span, linked to the grant, whoever
 		// granted it (the service or a Go holder on the bucket): in Jaeger,
 		// a flapping lease shows as a run of these with lease.flapping=true.
 		opts := []trace.SpanStartOption{trace.WithTimestamp(ev.Time), trace.WithAttributes(

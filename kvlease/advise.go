@@ -28,7 +28,7 @@ type Advice struct {
 }
 
 // Advise recommends D, the margins, ρ and the renewal interval from p99
-// measurements (the "Apply it" arithmetic of docs/safety.md):
+// measurements (docs/advise.md; the arithmetic is docs/safety.md's):
 //
 //   - m_h covers the time from a check to its effect landing: one round trip
 //     and one ordinary pause (longer pauses are the fence's job).

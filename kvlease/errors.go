@@ -6,9 +6,22 @@ import (
 	"time"
 )
 
-// Sentinel errors. Every error a kvlease function returns wraps one of these
-// (or a context error), so callers test with [errors.Is] and never need to
-// import NATS error values.
+// Sentinel errors. Every error this package makes wraps one of these, so
+// callers test with [errors.Is] and never need to import NATS error values:
+// [Open], the [Store]'s methods, [Watcher.Err] and the validation functions
+// return nothing else (a context that ends mid-call comes back as
+// [ErrUnavailable] wrapping the context's error, so both match). Two kinds
+// of error pass through as they came:
+//
+//   - What a [Grantor] returns, from [Acquire], [Lease.Renew],
+//     [Lease.Release] and as a keeper's loss reason. The Store's wrap these
+//     sentinels, and [github.com/leased/leased/grantor/client] maps the
+//     service's error codes onto them, but the service also refuses with
+//     codes of its own (too large, limit exceeded, …: see
+//     [github.com/leased/leased/grantor/api]), and another Grantor may
+//     return anything.
+//   - The cause of the context given to [Keep], from [Keeper.Err] and
+//     context.Cause of [Keeper.Context] once that context has ended.
 var (
 	// ErrInvalidName: the lease name breaks NATS key rules or is too long.
 	ErrInvalidName = errors.New("kvlease: invalid lease name")

@@ -324,7 +324,7 @@ func TestRenewWhileReconnectingIsNotBuffered(t *testing.T) {
 
 // A refused renewal ends the lease for every check at once, not at the old
 // deadline: a revoked or re-granted lease must not read as held (Check,
-// ReadThrough's local path, a claim's completion), since another holder may
+// readlease.Read's local path, a claim's completion), since another holder may
 // already act on it.
 func TestRefusedRenewalEndsLeaseAtOnce(t *testing.T) {
 	const d = 10 * time.Second // the old deadline is far away: only the refusal can end the lease
@@ -376,7 +376,7 @@ func TestRefusedRenewalEndsLeaseAtOnce(t *testing.T) {
 				func() (string, error) { return "local", nil },
 				func(context.Context) (string, error) { return "authoritative", nil })
 			if err != nil || from != readlease.ServedAuthoritative {
-				t.Fatalf("ReadThrough after the refusal served %v (%v), want authoritative", from, err)
+				t.Fatalf("readlease.Read after the refusal served %v (%v), want authoritative", from, err)
 			}
 			if err := l.Renew(t.Context()); !errors.Is(err, kvlease.ErrExpired) {
 				t.Fatalf("a second renew after the refusal: %v, want expired without sending", err)

@@ -257,7 +257,8 @@ type ReleaseRequest struct {
 }
 
 // Grantor is what a holder needs from a grantor. *Store implements it on the
-// bucket directly; the grantor package implements it over the service API.
+// bucket directly; [github.com/leased/leased/grantor/client.Client]
+// implements it over the service API.
 type Grantor interface {
 	Grant(ctx context.Context, req GrantRequest) (Record, error)
 	Renew(ctx context.Context, req RenewRequest) (Record, error)

@@ -14,8 +14,10 @@ const (
 	// DefaultMaxDuration is the default upper bound on a lease's duration.
 	DefaultMaxDuration = time.Hour
 	// DefaultGrantorMargin is added to every duration before it is rounded
-	// up to the server TTL. It absorbs a forward step of the server's wall
-	// clock of up to this much (DESIGN §2 item 6).
+	// up to the server TTL. The server counts TTLs on its wall clock, so a
+	// forward step of that clock brings every expiry forward by the step;
+	// the grantor margin absorbs a step of up to this much (docs/safety.md,
+	// "Two clocks").
 	DefaultGrantorMargin = time.Second
 	// DefaultClockRate is the assumed bound ρ on the rate difference between
 	// the holder's and the server's clocks: 1e-3, ten times what commodity

@@ -30,7 +30,7 @@ const (
 	AttrReason = attribute.Key("lease.reason")
 
 	AttrFlapping = attribute.Key("lease.flapping")
-	// AttrChangesInWindow is how many changes of holder the flap detector
+	// AttrChangesInWindow is how many new tenures the flap detector
 	// counted in its window.
 	AttrChangesInWindow = attribute.Key("lease.changes_in_window")
 	// AttrResource names a fenced resource in spans and logs; it is not a

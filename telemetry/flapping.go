@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// FlapDetector flags leases whose holder changes too often: more than
-// Threshold ownership changes within Window. A change is a grant to a holder
-// other than the lease's previous holder (a holder that re-acquires its own
-// lease after a lapse counts too: it lost authority in between).
+// FlapDetector flags leases that change hands too often: more than
+// Threshold new tenures within Window. Every [FlapDetector.Granted] counts,
+// whoever the holder: the detector never compares holders, so a holder that
+// re-acquires its own lease after a lapse or a release counts too (it lost
+// authority in between).
 //
 // It is safe for concurrent use and keeps, per lease, only the change times
 // still inside the window. It forgets a lease on its own once the lease's
@@ -29,8 +30,8 @@ type flapState struct {
 	changes []time.Time
 }
 
-// DefaultFlapWindow and DefaultFlapThreshold: more than 3 changes of holder
-// in a minute.
+// DefaultFlapWindow and DefaultFlapThreshold: more than 3 new tenures in a
+// minute.
 const (
 	DefaultFlapWindow    = time.Minute
 	DefaultFlapThreshold = 3
@@ -48,7 +49,7 @@ func NewFlapDetector(window time.Duration, threshold int) *FlapDetector {
 }
 
 // Granted records a new tenure of lease at time at and returns how many
-// changes of holder the window now holds and whether the lease is flapping.
+// new tenures the window now holds and whether the lease is flapping.
 func (f *FlapDetector) Granted(lease string, at time.Time) (changes int, flapping bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

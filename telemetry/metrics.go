@@ -94,7 +94,7 @@ func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error
 		metric.WithDescription("Checks before an effect that found the holder's deadline already passed"))
 	set(e)
 	x.ownership, e = m.Int64Counter(MetricOwnershipChanges,
-		metric.WithDescription("New tenures (changes of holder), by whether the lease is flapping (and lease.name for opted-in prefixes)"))
+		metric.WithDescription("New tenures (whoever the holder), by whether the lease is flapping (and lease.name for opted-in prefixes)"))
 	set(e)
 	x.rejections, e = m.Int64Counter(MetricFenceRejections,
 		metric.WithDescription("Writes refused by a fence for a stale token"))

@@ -1,5 +1,3 @@
-// Command leased is the lease grantor: `leased serve` runs a grantor node
-// with an embedded NATS JetStream server; see `leased --help`.
 package main
 
 import (

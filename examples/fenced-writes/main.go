@@ -11,12 +11,11 @@
 //
 // Usage:
 //
-//	go run ./examples/fenced-writes [-nats-url nats://host:4222] [-data dir]
+//	go run ./examples/fenced-writes [-nats-url nats://host:4222]
 //
-// Without -nats-url it starts an embedded JetStream server with its store in
-// -data (default: a temporary directory, removed on exit). With -nats-url it
-// uses the buckets "fenced-writes" (leases) and "fenced-writes-data" (the
-// fenced resource) on that server.
+// Without -nats-url it starts an embedded JetStream server in a temporary
+// directory, removed on exit. It uses the buckets "fenced-writes" (leases)
+// and "fenced-writes-data" (the fenced resource).
 package main
 
 import (
@@ -25,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"syscall"
@@ -51,39 +51,32 @@ const (
 )
 
 func main() {
-	natsURL := flag.String("nats-url", "", "NATS server URL (default: start an embedded server)")
-	dataDir := flag.String("data", "", "embedded server's data directory (default: a temporary directory)")
+	natsURL := flag.String("nats-url", "", "NATS server URL (default: an embedded server)")
 	flag.Parse()
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := start(ctx, os.Stdout, *natsURL, *dataDir); err != nil {
-		fmt.Fprintln(os.Stderr, "fenced-writes:", err)
-		os.Exit(1)
+	if err := withServer(*natsURL, func(url string) error { return run(ctx, os.Stdout, url) }); err != nil {
+		log.Fatal(err)
 	}
 }
 
-// start runs the demonstration against natsURL, or against an embedded
-// server in dataDir if natsURL is empty.
-func start(ctx context.Context, w io.Writer, natsURL, dataDir string) error {
-	if natsURL == "" {
-		if dataDir == "" {
-			dir, err := os.MkdirTemp("", "fenced-writes-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-			dataDir = dir
-		}
-		srv, err := embedded.Start(embedded.Config{DataDir: dataDir})
-		if err != nil {
-			return err
-		}
-		defer srv.Shutdown()
-		natsURL = srv.ClientURL()
-		fmt.Fprintf(w, "started an embedded JetStream server at %s\n", natsURL)
+// withServer calls fn with natsURL or, if that is empty, with the URL of an
+// embedded JetStream server in a temporary directory.
+func withServer(natsURL string, fn func(natsURL string) error) error {
+	if natsURL != "" {
+		return fn(natsURL)
 	}
-	return run(ctx, w, natsURL)
+	dir, err := os.MkdirTemp("", "leased-example-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	return fn(srv.ClientURL())
 }
 
 // holder is one lease holder with its own connection, as if it were its own
@@ -95,26 +88,20 @@ type holder struct {
 	fence *fence.KV
 }
 
-func connect(ctx context.Context, name, natsURL string) (_ *holder, err error) {
-	nc, err := nats.Connect(natsURL, nats.Name("fenced-writes "+name), nats.ReconnectBufSize(-1))
+func connect(ctx context.Context, name, natsURL string) (*holder, error) {
+	nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
 	if err != nil {
-		return nil, fmt.Errorf("holder %s: connect: %w", name, err)
+		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			nc.Close()
-		}
-	}()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("holder %s: %w", name, err)
-	}
+	js, _ := jetstream.New(nc) // fails only on a bad option
 	st, err := kvlease.Open(ctx, js, kvlease.WithBucket(leaseBucket))
 	if err != nil {
+		nc.Close()
 		return nil, fmt.Errorf("holder %s: %w", name, err)
 	}
 	fc, err := fence.OpenKV(ctx, js, fenceBucket)
 	if err != nil {
+		nc.Close()
 		return nil, fmt.Errorf("holder %s: %w", name, err)
 	}
 	return &holder{name: name, nc: nc, store: st, fence: fc}, nil

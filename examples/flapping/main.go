@@ -5,8 +5,8 @@
 // pauses for longer than that while it leads (here: it stops renewing, as a
 // long GC pause or an overloaded VM would). Each pause costs it the lease;
 // the other takes over; the lease flaps. A grantor service runs in the same
-// process: it counts changes of holder, flags the lease as flapping after
-// more than three in a minute, and records each change as a span
+// process: it counts new tenures, flags the lease as flapping after more
+// than three in a minute, and records each change as a span
 // ("lease.ownership_change", with lease.flapping and a link to the grant).
 //
 // Usage:
@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"sync"
@@ -50,42 +51,41 @@ const (
 )
 
 func main() {
-	natsURL := flag.String("nats-url", "", "NATS server URL (default: start an embedded server)")
+	natsURL := flag.String("nats-url", "", "NATS server URL (default: an embedded server)")
 	changes := flag.Int("changes", 6, "changes of holder to show")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tel, err := otelsetup.Setup(ctx, "leased-flapping")
+	tel, err := otelsetup.Setup(ctx, "leased-flapping") // exporters from OTEL_* variables
 	if err != nil {
-		fail(err)
+		log.Fatal(err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = tel.Shutdown(sctx) // flush the spans
-	}()
-	if *natsURL == "" {
-		dir, err := os.MkdirTemp("", "flapping-")
-		if err != nil {
-			fail(err)
-		}
-		defer os.RemoveAll(dir)
-		srv, err := embedded.Start(embedded.Config{DataDir: dir})
-		if err != nil {
-			fail(err)
-		}
-		defer srv.Shutdown()
-		u := srv.ClientURL()
-		natsURL = &u
-	}
-	if err := run(ctx, os.Stdout, *natsURL, *changes); err != nil {
-		fail(err)
+	err = withServer(*natsURL, func(url string) error { return run(ctx, os.Stdout, url, *changes) })
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = tel.Shutdown(sctx) // flush the spans
+	cancel()
+	if err != nil {
+		log.Fatal(err)
 	}
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "flapping:", err)
-	os.Exit(1)
+// withServer calls fn with natsURL or, if that is empty, with the URL of an
+// embedded JetStream server in a temporary directory.
+func withServer(natsURL string, fn func(natsURL string) error) error {
+	if natsURL != "" {
+		return fn(natsURL)
+	}
+	dir, err := os.MkdirTemp("", "leased-example-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	return fn(srv.ClientURL())
 }
 
 // run starts a grantor service and two pausing holders, and returns once
@@ -94,15 +94,11 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	open := func(name string) (*nats.Conn, *kvlease.Store, error) {
-		nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1))
+		nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
 		if err != nil {
 			return nil, nil, err
 		}
-		js, err := jetstream.New(nc)
-		if err != nil {
-			nc.Close()
-			return nil, nil, err
-		}
+		js, _ := jetstream.New(nc) // fails only on a bad option
 		st, err := kvlease.Open(ctx, js, kvlease.WithBucket(bucket), kvlease.WithGrantorMargin(0))
 		if err != nil {
 			nc.Close()
@@ -179,7 +175,7 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		ls, err := client.List(ctx, electionName)
 		if err == nil && len(ls) == 1 && ls[0].Flapping {
-			say("the grantor flags %s as FLAPPING (more than 3 changes of holder in a minute)", electionName)
+			say("the grantor flags %s as FLAPPING (more than 3 new tenures in a minute)", electionName)
 			break
 		}
 		if time.Now().After(deadline) {

@@ -13,7 +13,7 @@
 //	go run ./examples/read-lease [-nats-url nats://host:4222]
 //
 // Without -nats-url it starts an embedded JetStream server in a temporary
-// directory. It uses the buckets "read-lease" and "read-lease-config".
+// directory, removed on exit. It uses the buckets "read-lease" and "read-lease-config".
 package main
 
 import (
@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,32 +43,32 @@ const (
 )
 
 func main() {
-	natsURL := flag.String("nats-url", "", "NATS server URL (default: start an embedded server)")
+	natsURL := flag.String("nats-url", "", "NATS server URL (default: an embedded server)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *natsURL == "" {
-		dir, err := os.MkdirTemp("", "read-lease-")
-		if err != nil {
-			fail(err)
-		}
-		defer os.RemoveAll(dir)
-		srv, err := embedded.Start(embedded.Config{DataDir: dir})
-		if err != nil {
-			fail(err)
-		}
-		defer srv.Shutdown()
-		u := srv.ClientURL()
-		natsURL = &u
-	}
-	if err := run(ctx, os.Stdout, *natsURL); err != nil {
-		fail(err)
+	if err := withServer(*natsURL, func(url string) error { return run(ctx, os.Stdout, url) }); err != nil {
+		log.Fatal(err)
 	}
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "read-lease:", err)
-	os.Exit(1)
+// withServer calls fn with natsURL or, if that is empty, with the URL of an
+// embedded JetStream server in a temporary directory.
+func withServer(natsURL string, fn func(natsURL string) error) error {
+	if natsURL != "" {
+		return fn(natsURL)
+	}
+	dir, err := os.MkdirTemp("", "leased-example-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	return fn(srv.ClientURL())
 }
 
 // leader is one candidate with its connection, election and cached state.
@@ -88,34 +89,31 @@ func (l *leader) read(ctx context.Context) (string, readlease.ServedFrom, error)
 }
 
 func run(ctx context.Context, w io.Writer, natsURL string) error {
-	join := func(name string) (*leader, func(), error) {
-		nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1))
+	join := func(name string) (_ *leader, done func(), err error) {
+		nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
 		if err != nil {
 			return nil, nil, err
 		}
-		js, err := jetstream.New(nc)
-		if err != nil {
-			nc.Close()
-			return nil, nil, err
-		}
+		defer func() {
+			if err != nil {
+				nc.Close()
+			}
+		}()
+		js, _ := jetstream.New(nc) // fails only on a bad option
 		st, err := kvlease.Open(ctx, js, kvlease.WithBucket("read-lease"), kvlease.WithGrantorMargin(0))
 		if err != nil {
-			nc.Close()
 			return nil, nil, err
 		}
 		fc, err := fence.OpenKV(ctx, js, "read-lease-config")
 		if err != nil {
-			nc.Close()
 			return nil, nil, err
 		}
 		e, err := election.New(st, "leader.config")
 		if err != nil {
-			nc.Close()
 			return nil, nil, err
 		}
 		lead, err := e.Campaign(ctx, name, leaseD)
 		if err != nil {
-			nc.Close()
 			return nil, nil, err
 		}
 		return &leader{name: name, lead: lead, fence: fc}, func() { lead.Orphan(); nc.Close() }, nil

@@ -18,9 +18,9 @@
 //
 //	go run ./examples/service-registration [-nats-url nats://host:4222]
 //
-// Without -nats-url it starts an embedded JetStream server with its store in
-// a temporary directory, removed on exit. With -nats-url it uses the lease
-// bucket "service-registration" on that server.
+// Without -nats-url it starts an embedded JetStream server in a temporary
+// directory, removed on exit. It uses the lease bucket
+// "service-registration".
 //
 // Registrations last 1 s and the store adds no grantor margin, so that the
 // crashed instance is removed in about a second. In production use longer
@@ -33,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"maps"
 	"os"
 	"os/signal"
@@ -64,54 +65,45 @@ var instances = []api.Registration{
 }
 
 func main() {
-	natsURL := flag.String("nats-url", "", "NATS server URL (default: start an embedded server)")
+	natsURL := flag.String("nats-url", "", "NATS server URL (default: an embedded server)")
 	flag.Parse()
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := start(ctx, os.Stdout, *natsURL); err != nil {
-		fmt.Fprintln(os.Stderr, "service-registration:", err)
-		os.Exit(1)
+	if err := withServer(*natsURL, func(url string) error { return run(ctx, os.Stdout, url) }); err != nil {
+		log.Fatal(err)
 	}
 }
 
-// start runs the demonstration against natsURL, or against an embedded
-// server in a temporary directory if natsURL is empty.
-func start(ctx context.Context, w io.Writer, natsURL string) error {
-	if natsURL == "" {
-		dir, err := os.MkdirTemp("", "service-registration-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		srv, err := embedded.Start(embedded.Config{DataDir: dir})
-		if err != nil {
-			return err
-		}
-		defer srv.Shutdown()
-		natsURL = srv.ClientURL()
-		fmt.Fprintf(w, "started an embedded JetStream server at %s\n", natsURL)
+// withServer calls fn with natsURL or, if that is empty, with the URL of an
+// embedded JetStream server in a temporary directory.
+func withServer(natsURL string, fn func(natsURL string) error) error {
+	if natsURL != "" {
+		return fn(natsURL)
 	}
-	return run(ctx, w, natsURL)
+	dir, err := os.MkdirTemp("", "leased-example-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	return fn(srv.ClientURL())
 }
 
-// connect opens a connection and the lease store on it for one participant.
-func connect(ctx context.Context, who, natsURL string) (_ *nats.Conn, _ *kvlease.Store, err error) {
-	nc, err := nats.Connect(natsURL, nats.Name("service-registration "+who), nats.ReconnectBufSize(-1))
+// connect opens who's own connection and lease store, as if it were its
+// own process.
+func connect(ctx context.Context, who, natsURL string) (*nats.Conn, *kvlease.Store, error) {
+	nc, err := nats.Connect(natsURL, nats.Name(who), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: connect: %w", who, err)
+		return nil, nil, err
 	}
-	defer func() {
-		if err != nil {
-			nc.Close()
-		}
-	}()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", who, err)
-	}
+	js, _ := jetstream.New(nc) // fails only on a bad option
 	st, err := kvlease.Open(ctx, js, kvlease.WithBucket(leaseBucket), kvlease.WithGrantorMargin(0))
 	if err != nil {
+		nc.Close()
 		return nil, nil, fmt.Errorf("%s: %w", who, err)
 	}
 	return nc, st, nil

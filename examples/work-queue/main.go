@@ -13,11 +13,10 @@
 //
 //	go run ./examples/work-queue [-nats-url nats://host:4222]
 //
-// Without -nats-url it starts an embedded JetStream server with its store in
-// a temporary directory, removed on exit. With -nats-url it uses the lease
-// bucket "work-queue" and the queue's buckets "thumbnails-items" and
-// "thumbnails-done" on that server, and deletes the queue's buckets first,
-// so that a second run starts from an empty queue.
+// Without -nats-url it starts an embedded JetStream server in a temporary
+// directory, removed on exit. It uses the lease bucket "work-queue" and the
+// queue's buckets "thumbnails-items" and "thumbnails-done", and deletes the
+// queue's buckets first, so that a second run starts from an empty queue.
 //
 // Claims last 1 s and the store adds no grantor margin, so that the crashed
 // worker's claim lapses in about a second. In production keep the default
@@ -30,6 +29,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -62,35 +62,32 @@ var workers = []string{"w1", "w2", crasher}
 func itemID(i int) string { return fmt.Sprintf("img-%03d", i) }
 
 func main() {
-	natsURL := flag.String("nats-url", "", "NATS server URL (default: start an embedded server)")
+	natsURL := flag.String("nats-url", "", "NATS server URL (default: an embedded server)")
 	flag.Parse()
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := start(ctx, os.Stdout, *natsURL); err != nil {
-		fmt.Fprintln(os.Stderr, "work-queue:", err)
-		os.Exit(1)
+	if err := withServer(*natsURL, func(url string) error { return run(ctx, os.Stdout, url) }); err != nil {
+		log.Fatal(err)
 	}
 }
 
-// start runs the demonstration against natsURL, or against an embedded
-// server in a temporary directory if natsURL is empty.
-func start(ctx context.Context, w io.Writer, natsURL string) error {
-	if natsURL == "" {
-		dir, err := os.MkdirTemp("", "work-queue-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		srv, err := embedded.Start(embedded.Config{DataDir: dir})
-		if err != nil {
-			return err
-		}
-		defer srv.Shutdown()
-		natsURL = srv.ClientURL()
-		fmt.Fprintf(w, "started an embedded JetStream server at %s\n", natsURL)
+// withServer calls fn with natsURL or, if that is empty, with the URL of an
+// embedded JetStream server in a temporary directory.
+func withServer(natsURL string, fn func(natsURL string) error) error {
+	if natsURL != "" {
+		return fn(natsURL)
 	}
-	return run(ctx, w, natsURL)
+	dir, err := os.MkdirTemp("", "leased-example-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	return fn(srv.ClientURL())
 }
 
 // conn is one participant's connection, lease store and queue handle.
@@ -107,21 +104,13 @@ func (c *conn) close() {
 	c.nc.Close()
 }
 
-func connect(ctx context.Context, who, natsURL string) (_ *conn, err error) {
-	nc, err := nats.Connect(natsURL, nats.Name("work-queue "+who), nats.ReconnectBufSize(-1))
+func connect(who, natsURL string) (*conn, error) {
+	nc, err := nats.Connect(natsURL, nats.Name(who), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
 	if err != nil {
-		return nil, fmt.Errorf("%s: connect: %w", who, err)
+		return nil, err
 	}
-	c := &conn{nc: nc}
-	defer func() {
-		if err != nil {
-			c.close()
-		}
-	}()
-	if c.js, err = jetstream.New(nc); err != nil {
-		return nil, fmt.Errorf("%s: %w", who, err)
-	}
-	return c, nil
+	js, _ := jetstream.New(nc) // fails only on a bad option
+	return &conn{nc: nc, js: js}, nil
 }
 
 // open opens the lease store and the queue on c.
@@ -188,7 +177,7 @@ func (f *floor) abandoned(item string) *crash {
 // work is one worker's loop: claim, make the thumbnail, complete. It ends
 // when ctx does (all items are done), or, for the crasher, when it crashes.
 func (f *floor) work(ctx context.Context, name, natsURL string) error {
-	c, err := connect(ctx, name, natsURL)
+	c, err := connect(name, natsURL)
 	if err != nil {
 		return err
 	}
@@ -248,7 +237,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
-	c, err := connect(ctx, "main", natsURL)
+	c, err := connect("main", natsURL)
 	if err != nil {
 		return err
 	}

@@ -154,8 +154,8 @@ type Lease struct {
 	// Node names the grantor node that replied (its WithNodeName, `serve
 	// --name`), whose clock ServerTime is; empty if it has no name.
 	Node string `json:"node,omitempty"`
-	// Flapping is set in list replies for a lease whose holder changed more
-	// often than the grantor's flapping threshold allows.
+	// Flapping is set in list replies for a lease granted anew (to any
+	// holder) more often than the grantor's flapping threshold allows.
 	Flapping bool `json:"flapping,omitempty"`
 }
 

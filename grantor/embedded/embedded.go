@@ -1,35 +1,3 @@
-// Package embedded runs a single nats-server with JetStream inside the
-// current process. It is what `leased serve` starts by default. Tests start
-// nats-server through [github.com/leased/leased/kvlease/kvleasetest] instead.
-//
-// # Durability
-//
-// JetStream's file store acknowledges a write before it reaches the disk and
-// fsyncs every two minutes by default. For a lease store that means a
-// revision, which is a fencing token, can be handed out twice after a power
-// loss. This package therefore defaults to [SyncAlways]: every write is synced
-// before it is acknowledged. [UnsafeSyncInterval] restores JetStream's lazy
-// default and is named for what it risks.
-//
-// # One server per data directory
-//
-// [Start] takes an exclusive lock (flock(2)) on the file leased.lock in the
-// data directory before the server opens its store, and writes its process
-// id into it. A second server on the same directory fails at once with
-// [ErrLocked]: two servers on one store would each grant from their own copy
-// and hand out one fencing token twice. The lock is released by
-// [Server.Shutdown], and by the kernel when the process exits, however it
-// exits.
-//
-// # Security
-//
-// [Config.Base] takes nats-server options loaded from a standard nats-server
-// configuration file ([LoadConfigFile]): TLS, users, accounts, cluster TLS
-// and authorization are NATS's own. [Start] refuses to listen for clients or
-// routes on an address other than loopback unless that listener requires
-// authentication ([ErrInsecure]), or [Config.AllowInsecure] is set: anyone who
-// can reach an open client port can write the lease bucket directly, taking
-// or ending any lease without its secret.
 package embedded
 
 import (

@@ -94,9 +94,14 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 }
 
 // waitVacant waits for an event that ends a tenure of the election's lease.
-// The watcher replays the current state first, so an end that happened
-// between the failed grant and now is not missed: the replay has no live
-// record then, and Synced tells us to try again.
+// It does not consult Synced: the replay reports live tenures only, never
+// ends. The watcher began before the first grant attempt, so the tenure
+// that refused the grant was live after the watch began, and its end is
+// delivered as a live event even if it came before this call (it waits in
+// the watcher's buffer). An end of an earlier tenure may be waiting there
+// too; it costs one more attempt. A watcher that falls behind may see the
+// next grant instead of an end (the bucket keeps one message per lease):
+// the lease is held again then, and waiting for that tenure's end is right.
 func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher) error {
 	for {
 		select {

@@ -196,7 +196,7 @@ func openTestFence(t *testing.T, url, bucket string) (*fence.KV, jetstream.JetSt
 	defer cancel()
 	f, err := fence.OpenKV(ctx, js, bucket)
 	if err != nil {
-		t.Fatalf("OpenKVFence: %v", err)
+		t.Fatalf("OpenKV: %v", err)
 	}
 	return f, js
 }

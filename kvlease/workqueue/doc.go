@@ -12,20 +12,26 @@
 // The sink ("<queue>-done", one record per item) is the fence: a claim
 // raises the item's bar to its own token before work starts, and a
 // completion is a compare-and-set that needs the bar at the claim's token
-// and the item not yet done. Each item is completed at most once; a
-// completion whose claim has been superseded is refused with a
-// [*github.com/leased/leased/kvlease/fence.StaleTokenError], and one whose
-// holder deadline has passed with a [*kvlease.LeaseExpiredError]. Workers
+// and the item not yet done. Each item is completed at most once. Once a
+// newer claim has raised the bar, an older claim's completion is refused
+// with a [*github.com/leased/leased/kvlease/fence.StaleTokenError]; a
+// completion whose holder deadline has passed when it checks is refused
+// with a [*kvlease.LeaseExpiredError] before anything is written. Workers
 // wait for new items and lapsed claims on the buckets' streams: nothing
 // polls.
 //
 // # What it does not guarantee
 //
-// Effects of the work itself, outside the sink, are not fenced: a worker
-// paused past its claim can still act on other systems before its
-// successor raises the bar. Fence those effects with the claim's token
-// ([Claim.Token]). Item ids are never reused: the sink keeps each item's
-// result, and [Queue.Add] refuses a completed id with [ErrDone].
+// The completion need not come from a live claim: a worker paused between
+// its check and the sink's compare-and-set, past its deadline, still
+// completes the item if its successor has not raised the bar yet. The item
+// is then done once, by that worker, and the next attempt to claim it finds
+// it done and passes it by. Effects of the work itself, outside the sink,
+// are not fenced: a worker paused past its claim can still act on other
+// systems, before or after its successor raises the bar. Fence those
+// effects with the claim's token ([Claim.Token]). Item ids are never
+// reused: the sink keeps each item's result, and [Queue.Add] refuses a
+// completed id with [ErrDone].
 //
 // # Options
 //

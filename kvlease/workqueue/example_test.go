@@ -79,7 +79,8 @@ func ExampleQueue() {
 	}
 	fmt.Printf("%s claimed %s (%s) with token %d\n", c.Lease().Holder(), c.Item, c.Payload, c.Token())
 
-	// Completion is fenced at the sink: it needs the claim still current.
+	// Completion is fenced at the sink: refused once a newer claim has
+	// raised the item's bar.
 	if err := c.Complete(ctx, []byte("cat-thumb.png")); err != nil {
 		log.Fatal(err)
 	}

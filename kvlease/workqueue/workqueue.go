@@ -34,7 +34,10 @@ import (
 // item holding the highest claim token seen and the result). The sink is the
 // fence: a claim raises its bar first, and a completion is a compare-and-set
 // that needs the bar at the claim's own token and the item not yet done, so
-// each item is completed exactly once, by a current claim.
+// each item is completed at most once, and the sink refuses a claim's
+// completion once a newer claim has raised the bar. Until then a lapsed
+// claim can still complete (its worker paused between its check and the
+// write); the next attempt to claim the item then finds it done.
 type Queue struct {
 	name  string
 	store *kvlease.Store
@@ -308,12 +311,15 @@ func (q *Queue) sink(ctx context.Context, id string, fn func(doneRecord) (doneRe
 	}
 }
 
-// Complete records the item's result at the sink, if this claim is still
-// the item's newest and its holder deadline has not passed, then deletes the
-// item and releases the claim.
+// Complete records the item's result at the sink, if the claim's holder
+// deadline has not passed when it checks and no newer claim has raised the
+// sink's bar when the compare-and-set lands, then deletes the item and
+// releases the claim. A worker paused between the two can complete after
+// its deadline, as long as no newer claim has raised the bar.
 //
 // Errors: [*kvlease.LeaseExpiredError] (nothing written; the claim will lapse and
-// the item be redone); [*fence.StaleTokenError] (a newer claim exists); [ErrDone].
+// the item be redone); [*fence.StaleTokenError] (a newer claim has raised
+// the bar); [ErrDone].
 func (c *Claim) Complete(ctx context.Context, result []byte) error {
 	if err := c.Lease().Check(); err != nil {
 		return err

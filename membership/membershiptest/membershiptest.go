@@ -1,9 +1,3 @@
-// Package membershiptest starts in-process membership clusters for tests,
-// in the manner of net/http/httptest.
-//
-// Nodes use [membership.TestConfig]: 127.0.0.1, a free port each, 100 ms
-// probes and heartbeats. A killed node is declared dead within about 1–1.5 s
-// and a silent one is suspect after about 0.4 s.
 package membershiptest
 
 import (

@@ -1,6 +1,3 @@
-// Package otelsetup installs OpenTelemetry exporters for the leased
-// commands: OTLP/HTTP from the standard environment variables, and a
-// Prometheus scrape handler. Libraries never import it.
 package otelsetup
 
 import (

@@ -1,5 +1,3 @@
-// Package cli implements the leased command line. [Main] is what the binary
-// runs and what tests drive.
 package cli
 
 import (
