@@ -122,6 +122,21 @@ type story struct {
 	hung           chan handOff  // term 2 → term 3
 	successorWrote chan struct{} // term 3 → term 2: the new leader has written
 	lateWriteTried chan struct{} // term 2 → term 3: the hung leader's write was tried
+	// observed carries each leader's token once the observer has printed
+	// it. A leader ends its term only after that: the bucket keeps one
+	// message per lease, so a tenure that ended before a lagging observer
+	// read it would be replaced by the next and never shown.
+	observed chan kvlease.Token
+}
+
+// waitObserved waits until the observer has shown the leader of token.
+func (s *story) waitObserved(ctx context.Context, token kvlease.Token) error {
+	for {
+		t, err := recv(ctx, s.observed)
+		if err != nil || t == token {
+			return err
+		}
+	}
 }
 
 func (s *story) say(format string, args ...any) {
@@ -187,6 +202,9 @@ func (s *story) candidate(ctx context.Context, name, natsURL string) error {
 	switch term := s.terms.Add(1); term {
 	case 1: // write, then resign: the next leader takes over at once
 		s.say("%s: leads with token %d", name, l.Token())
+		if err := s.waitObserved(ctx, l.Token()); err != nil {
+			return err
+		}
 		if err := s.writeTerm(name, l); err != nil {
 			return err
 		}
@@ -204,6 +222,9 @@ func (s *story) candidate(ctx context.Context, name, natsURL string) error {
 		}
 		s.say("%s: leads with token %d, %v after %s resigned",
 			name, l.Token(), time.Since(h.at).Round(time.Millisecond), h.from)
+		if err := s.waitObserved(ctx, l.Token()); err != nil {
+			return err
+		}
 		if err := s.writeTerm(name, l); err != nil {
 			return err
 		}
@@ -242,6 +263,9 @@ func (s *story) candidate(ctx context.Context, name, natsURL string) error {
 		}
 		s.say("%s: leads with token %d, %v after %s stopped renewing (D = %v)",
 			name, l.Token(), time.Since(h.at).Round(time.Millisecond), h.from, leaseD)
+		if err := s.waitObserved(ctx, l.Token()); err != nil {
+			return err
+		}
 		if err := s.writeTerm(name, l); err != nil {
 			return err
 		}
@@ -272,6 +296,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 		hung:           make(chan handOff, 1),
 		successorWrote: make(chan struct{}),
 		lateWriteTried: make(chan struct{}),
+		observed:       make(chan kvlease.Token, len(candidates)),
 	}
 
 	// The observer watches the election from before the campaigns begin.
@@ -311,6 +336,10 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 			case c.Leader != nil:
 				leaders = append(leaders, *c.Leader)
 				s.say("observer: leader is %s (token %d)", c.Leader.Holder, c.Leader.Token)
+				select {
+				case s.observed <- c.Leader.Token:
+				default: // more leaders than candidates: the checks below say so
+				}
 			case c.Cause == 0:
 				s.say("observer: no leader")
 			default:
