@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // collect returns the data points of the named metric.
@@ -48,7 +49,7 @@ func TestMetricsRecorded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "m", 3*time.Second)
 		k, err := kvlease.Keep(t.Context(), l, kvlease.WithMeterProvider(mp))
 		if err != nil {
@@ -60,7 +61,7 @@ func TestMetricsRecorded(t *testing.T) {
 		if !ok || len(h.DataPoints) != 1 || h.DataPoints[0].Count != 2 {
 			t.Fatalf("renewal latency: %+v", h)
 		}
-		g.setMode(modeRefuse)
+		g.SetMode(kvleasetest.FakeRefuse)
 		time.Sleep(time.Second) // the next renewal is refused
 		synctest.Wait()
 		if n := sumOf(t, reader, "leased.renewal.failures"); n != 1 {
