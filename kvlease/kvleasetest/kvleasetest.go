@@ -1,7 +1,9 @@
 // Package kvleasetest provides helpers for tests that need a real JetStream
 // server: a single-node server or a cluster in t.TempDir(), connections, a
 // lease store on it, and a TCP proxy that can cut a client off. Everything
-// started here stops in t.Cleanup.
+// started here stops in t.Cleanup. For tests of holders that need no server,
+// [FakeGrantor] is an in-memory [kvlease.Grantor] that runs on a
+// testing/synctest bubble's clock.
 //
 // It runs nats-server itself (github.com/nats-io/nats-server/v2) rather than
 // through grantor/embedded, so that kvlease's tests, and every package's
