@@ -76,20 +76,13 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
-		st, err := open(actx, js, o)
-		cancel()
-		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-			return st, err
-		}
+	return RetryUnavailable(ctx, 2*time.Second, func(err error) {
 		o.logger.Info("waiting for JetStream", "bucket", o.bucket, "err", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, err
-		}
-	}
+	}, func() (*Store, error) {
+		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
+		defer cancel()
+		return open(actx, js, o)
+	})
 }
 
 // openAttemptTimeout bounds one attempt of Open: a JetStream API request

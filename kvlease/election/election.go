@@ -65,9 +65,11 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 		return nil, err
 	}
 	defer w.Stop()
-	retry := 50 * time.Millisecond
 	for {
-		l, err := kvlease.Acquire(ctx, e.store, e.name, candidate, d, o.lease...)
+		// While the server does not answer, try again shortly.
+		l, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Lease, error) {
+			return kvlease.Acquire(ctx, e.store, e.name, candidate, d, o.lease...)
+		})
 		switch {
 		case err == nil:
 			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.keeper...)
@@ -80,13 +82,8 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 			if err := e.waitVacant(ctx, w); err != nil {
 				return nil, err
 			}
-		case errors.Is(err, kvlease.ErrUnavailable) && ctx.Err() == nil:
-			select { // the server did not answer: try again shortly
-			case <-time.After(retry):
-				retry = min(2*retry, time.Second)
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+		case errors.Is(err, kvlease.ErrUnavailable) && ctx.Err() != nil:
+			return nil, ctx.Err() // ctx ended while the server did not answer
 		default:
 			return nil, err
 		}
