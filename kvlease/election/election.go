@@ -144,15 +144,15 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 		defer close(out)
 		defer w.Stop()
 		var cur kvlease.Token
-		send := func(c LeaderChange) bool {
+		send := func(c LeaderChange) error {
 			select {
 			case out <- c:
-				return true
+				return nil
 			case <-ctx.Done():
-				return false
+				return ctx.Err()
 			}
 		}
-		apply := func(ev kvlease.Event) bool {
+		apply := func(ev kvlease.Event) error {
 			switch {
 			case ev.Name != e.name:
 			case ev.Type.Ends() && cur != 0:
@@ -162,30 +162,16 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 				cur = ev.Token
 				return send(LeaderChange{Leader: ev.Record, Time: ev.Time})
 			}
-			return true
+			return nil
 		}
-		synced := w.Synced()
+		// The replay first, then a vacancy if there was no leader in it.
+		if w.CatchUp(ctx, apply) != nil || cur == 0 && send(LeaderChange{Time: time.Now()}) != nil {
+			return
+		}
 		for {
 			select {
 			case ev, ok := <-w.Events():
-				if !ok || !apply(ev) {
-					return
-				}
-			case <-synced:
-				synced = nil
-				// Synced closes after the replay was queued: take it, then
-				// report a vacancy if there was no leader in it.
-				for drained := false; !drained; {
-					select {
-					case ev, ok := <-w.Events():
-						if !ok || !apply(ev) {
-							return
-						}
-					default:
-						drained = true
-					}
-				}
-				if cur == 0 && !send(LeaderChange{Time: time.Now()}) {
+				if !ok || apply(ev) != nil {
 					return
 				}
 			case <-ctx.Done():
