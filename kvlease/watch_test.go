@@ -51,7 +51,7 @@ func TestWatcherCatchUp(t *testing.T) {
 		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "cu.late", Holder: "h", Duration: 10 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		nextEvent(t, w, 5*time.Second, ofType("cu.late", kvlease.EventGranted))
+		kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("cu.late", kvlease.EventGranted))
 	})
 
 	t.Run("apply's error", func(t *testing.T) {
