@@ -1,8 +1,3 @@
-// Package kvcas keeps a JSON document per key of a JetStream KV bucket and
-// changes it by compare-and-set: the one read-decide-write loop that the
-// KV fence and the work queue's sink share. It guarantees that each change
-// was decided on the document it replaces; it does not order writers, nor
-// retry anything but a lost compare-and-set.
 package kvcas
 
 import (
