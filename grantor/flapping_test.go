@@ -15,6 +15,7 @@ import (
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/telemetry/telemetrytest"
 )
 
 // A lease whose holder keeps changing is flagged: the ownership-change
@@ -149,16 +150,8 @@ func waitLive(t *testing.T, reader *sdkmetric.ManualReader, want int64) {
 	t.Helper()
 	got := int64(-1)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(context.Background(), &rm); err != nil {
-			t.Fatal(err)
-		}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "leased.leases.live" && len(g.DataPoints) == 1 {
-					got = g.DataPoints[0].Value
-				}
-			}
+		if g, ok := telemetrytest.Metric(t, reader, "leased.leases.live").(metricdata.Gauge[int64]); ok && len(g.DataPoints) == 1 {
+			got = g.DataPoints[0].Value
 		}
 		if got == want {
 			return

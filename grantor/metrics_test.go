@@ -16,23 +16,14 @@ import (
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/telemetry"
+	"github.com/leased/leased/telemetry/telemetrytest"
 )
 
 // points returns the int64 sum's data points of the named metric.
 func points(t *testing.T, r *sdkmetric.ManualReader, name string) []metricdata.DataPoint[int64] {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
-				return s.DataPoints
-			}
-		}
-	}
-	return nil
+	s, _ := telemetrytest.Metric(t, r, name).(metricdata.Sum[int64])
+	return s.DataPoints
 }
 
 // countBy sums the named counter's points by the value of key.

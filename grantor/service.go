@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -216,7 +215,13 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 // bucket's stream until Stop; then it starts the extensions, in the order
 // given.
 func (s *Service) Start(ctx context.Context) error {
-	w, err := watchWhenReady(ctx, s.store, "", s.log)
+	// The watch lives until stopped, not until ctx ends; ctx bounds the
+	// retries while JetStream is unavailable: a node that has just rejoined
+	// its cluster can open the bucket and still fail to create a consumer
+	// for some seconds while its stream catches up.
+	w, err := kvlease.RetryUnavailable(ctx, 2*time.Second, func(err error) {
+		s.log.Info("waiting for JetStream to start a watch", "prefix", "", "err", err)
+	}, func() (*kvlease.Watcher, error) { return s.store.Watch(context.WithoutCancel(ctx), "") })
 	if err != nil {
 		return err
 	}
@@ -688,26 +693,6 @@ func newSecret() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return hex.EncodeToString(b[:])
-}
-
-// watchWhenReady starts a watch that lives until stopped (not until ctx
-// ends), retrying while JetStream is unavailable: a node that has just
-// rejoined its cluster can open the bucket and still fail to create a
-// consumer for some seconds while its stream catches up. ctx bounds the
-// waiting.
-func watchWhenReady(ctx context.Context, store *kvlease.Store, prefix string, log *slog.Logger) (*kvlease.Watcher, error) {
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		w, err := store.Watch(context.WithoutCancel(ctx), prefix)
-		if err == nil || !errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {
-			return w, err
-		}
-		log.Info("waiting for JetStream to start a watch", "prefix", prefix, "err", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, err
-		}
-	}
 }
 
 // holderIndex counts live leases per holder. It follows the bucket's

@@ -49,14 +49,17 @@
 // [Store.Watch] reads the bucket's stream, not the KV watch API, so that it
 // can tell a release from a revocation from an expiry by TTL: the server marks
 // a lapse with a Nats-Marker-Reason header and kvlease marks its own writes.
-// Watchers are driven by these messages; nothing polls.
+// Watchers are driven by these messages; nothing polls. [Watcher.CatchUp]
+// folds a watcher's replay of the current state.
 //
 // # Packages
 //
 // This package is the lease core: the grantor side ([Store]), the holder
 // side ([Lease], [Keeper]), [Watcher] and the timing arithmetic, with
-// [Advise] to choose D and the margins from measurements. Around it, each
-// using only this package's exported API:
+// [Advise] to choose D and the margins from measurements, and
+// [RetryUnavailable], the backoff loop that waits out [ErrUnavailable].
+// Around it, each using only this package's exported API (fence and
+// workqueue also share an internal compare-and-set loop):
 //
 //   - [github.com/leased/leased/kvlease/fence]: the resource side, which
 //     refuses stale tokens (in process and across processes).
@@ -66,8 +69,8 @@
 //     processing leases, completed at a fenced sink.
 //   - [github.com/leased/leased/kvlease/readlease]: reads served from local
 //     state while the lease is held.
-//   - [github.com/leased/leased/kvlease/kvleasetest]: servers, clusters and
-//     child processes for tests.
+//   - [github.com/leased/leased/kvlease/kvleasetest]: servers, clusters,
+//     child processes and an in-memory Grantor for tests.
 //
 // Attribute keys and metric names are [github.com/leased/leased/telemetry]'s.
 //

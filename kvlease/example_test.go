@@ -16,46 +16,6 @@ import (
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
-// exampleStore starts a JetStream server in a temporary directory
-// and opens the lease bucket on it, as [ExampleOpen] does step by step. stop
-// closes the connection, shuts the server down and removes the directory.
-func exampleStore() (st *kvlease.Store, js jetstream.JetStream, stop func()) {
-	var stops []func()
-	stop = func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}
-	fail := func(err error) {
-		stop()
-		log.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "kvlease-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	stops = append(stops, func() { os.RemoveAll(dir) })
-	srv, err := kvleasetest.Start(dir)
-	if err != nil {
-		fail(err)
-	}
-	stops = append(stops, srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		fail(err)
-	}
-	stops = append(stops, nc.Close)
-	if js, err = jetstream.New(nc); err != nil {
-		fail(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if st, err = kvlease.Open(ctx, js); err != nil {
-		fail(err)
-	}
-	return st, js, stop
-}
-
 func ExampleOpen() {
 	// A single-node JetStream server in this process; in production,
 	// connect to your NATS cluster instead.
@@ -101,7 +61,10 @@ func ExampleOpen() {
 }
 
 func ExampleAcquire() {
-	st, _, stop := exampleStore()
+	st, _, stop, err := kvleasetest.StartStore()
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer stop()
 	ctx := context.Background()
 
@@ -133,7 +96,10 @@ func ExampleAcquire() {
 }
 
 func ExampleKeep() {
-	st, _, stop := exampleStore()
+	st, _, stop, err := kvleasetest.StartStore()
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer stop()
 	ctx := context.Background()
 
@@ -186,7 +152,10 @@ work:
 }
 
 func ExampleStore_Watch() {
-	st, _, stop := exampleStore()
+	st, _, stop, err := kvleasetest.StartStore()
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

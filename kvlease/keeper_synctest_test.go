@@ -11,182 +11,8 @@ import (
 	"time"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
-
-// bubbleGrantor is an in-memory kvlease.Grantor for synctest bubbles. It
-// behaves like the Store: Grant creates a tenure whose token is a new,
-// increasing revision; Renew and Release compare-and-set on (holder, token,
-// revision); keys lapse ServerTTL(D, m_g) after they were stored (fake time).
-// It can be made unreachable (calls block until ctx ends) or refusing
-// (Renew fails with ErrNotHolder).
-type bubbleGrantor struct {
-	mu       sync.Mutex
-	rev      uint64
-	leases   map[string]kvlease.Record
-	mode     bubbleMode
-	renews   []bubbleCall // every Renew call, reached or not
-	releases []kvlease.ReleaseRequest
-	grants   int
-}
-
-type bubbleMode int
-
-const (
-	modeOK          bubbleMode = iota
-	modeUnreachable            // block until ctx is done, then ErrUnavailable
-	modeFailFast               // ErrUnavailable at once (e.g. no responders)
-	modeRefuse                 // Renew: ErrNotHolder
-	modeLoseReply              // Renew: stored, but the caller gets ErrUnavailable
-)
-
-type bubbleCall struct {
-	at   time.Time
-	mode bubbleMode
-	req  kvlease.RenewRequest
-}
-
-const bubbleGrantorMargin = time.Second
-
-var _ kvlease.Grantor = (*bubbleGrantor)(nil)
-
-func newBubbleGrantor() *bubbleGrantor {
-	return &bubbleGrantor{leases: make(map[string]kvlease.Record)}
-}
-
-func (g *bubbleGrantor) setMode(m bubbleMode) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.mode = m
-}
-
-// unreachable blocks until ctx is done, like a request to a partitioned
-// server, and fails the way the Store does then.
-func (g *bubbleGrantor) unreachable(ctx context.Context, op string) error {
-	<-ctx.Done()
-	return fmt.Errorf("%w: %s: %w", kvlease.ErrUnavailable, op, ctx.Err())
-}
-
-// live returns the live record for name (holding g.mu).
-func (g *bubbleGrantor) live(name string) (kvlease.Record, bool) {
-	r, ok := g.leases[name]
-	if !ok {
-		return kvlease.Record{}, false
-	}
-	if !time.Now().Before(r.ExpiresAt()) {
-		delete(g.leases, name)
-		return kvlease.Record{}, false
-	}
-	return r, true
-}
-
-func (g *bubbleGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
-	g.mu.Lock()
-	mode := g.mode
-	g.mu.Unlock()
-	switch mode {
-	case modeUnreachable:
-		return kvlease.Record{}, g.unreachable(ctx, "grant")
-	case modeFailFast:
-		return kvlease.Record{}, fmt.Errorf("%w: grant: no responders", kvlease.ErrUnavailable)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if cur, ok := g.live(req.Name); ok {
-		return kvlease.Record{}, &kvlease.HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
-	}
-	g.rev++
-	g.grants++
-	now := time.Now()
-	rec := kvlease.Record{
-		Name: req.Name, Holder: req.Holder, Token: kvlease.Token(g.rev), Revision: g.rev,
-		Duration: req.Duration, TTL: kvlease.ServerTTL(req.Duration, bubbleGrantorMargin),
-		StoredAt: now, GrantedAt: now, Attributes: req.Attributes,
-	}
-	g.leases[req.Name] = rec
-	return rec, nil
-}
-
-func (g *bubbleGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
-	g.mu.Lock()
-	mode := g.mode
-	g.renews = append(g.renews, bubbleCall{at: time.Now(), mode: mode, req: req})
-	g.mu.Unlock()
-	switch mode {
-	case modeUnreachable:
-		return kvlease.Record{}, g.unreachable(ctx, "renew")
-	case modeFailFast:
-		return kvlease.Record{}, fmt.Errorf("%w: renew: no responders", kvlease.ErrUnavailable)
-	case modeRefuse:
-		return kvlease.Record{}, fmt.Errorf("%w: %q refused", kvlease.ErrNotHolder, req.Name)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	cur, err := g.check(req.Name, req.Holder, req.Token, req.Revision)
-	if err != nil {
-		return kvlease.Record{}, err
-	}
-	g.rev++
-	cur.Revision, cur.Duration, cur.StoredAt = g.rev, req.Duration, time.Now()
-	cur.TTL = kvlease.ServerTTL(req.Duration, bubbleGrantorMargin)
-	g.leases[req.Name] = cur
-	if mode == modeLoseReply {
-		return kvlease.Record{}, fmt.Errorf("%w: renew: reply lost", kvlease.ErrUnavailable)
-	}
-	return cur, nil
-}
-
-func (g *bubbleGrantor) Release(ctx context.Context, req kvlease.ReleaseRequest) error {
-	g.mu.Lock()
-	mode := g.mode
-	g.mu.Unlock()
-	switch mode {
-	case modeUnreachable:
-		return g.unreachable(ctx, "release")
-	case modeFailFast:
-		return fmt.Errorf("%w: release: no responders", kvlease.ErrUnavailable)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, err := g.check(req.Name, req.Holder, req.Token, req.Revision); err != nil {
-		return err
-	}
-	g.rev++ // the tombstone
-	delete(g.leases, req.Name)
-	g.releases = append(g.releases, req)
-	return nil
-}
-
-// check is the compare of compare-and-set (holding g.mu).
-func (g *bubbleGrantor) check(name, holder string, token kvlease.Token, rev uint64) (kvlease.Record, error) {
-	cur, ok := g.live(name)
-	switch {
-	case !ok:
-		return kvlease.Record{}, fmt.Errorf("%w: %q", kvlease.ErrNotFound, name)
-	case cur.Holder != holder || cur.Token != token:
-		return kvlease.Record{}, fmt.Errorf("%w: %q held by %q", kvlease.ErrNotHolder, name, cur.Holder)
-	case cur.Revision != rev:
-		return kvlease.Record{}, &kvlease.StaleRevisionError{Name: name, Revision: cur.Revision}
-	}
-	return cur, nil
-}
-
-func (g *bubbleGrantor) renewCalls() []bubbleCall {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]bubbleCall(nil), g.renews...)
-}
-
-func (g *bubbleGrantor) released() []kvlease.ReleaseRequest {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]kvlease.ReleaseRequest(nil), g.releases...)
-}
-
-func (g *bubbleGrantor) lookup(name string) (kvlease.Record, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.live(name)
-}
 
 // lostRecorder records OnLost calls.
 type lostRecorder struct {
@@ -244,7 +70,7 @@ func TestKeeperRenewsEveryThird(t *testing.T) {
 	for _, d := range []time.Duration{1500 * time.Millisecond, 3 * time.Second, 10 * time.Second} {
 		t.Run(d.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newBubbleGrantor()
+				g := kvleasetest.NewFakeGrantor()
 				start := time.Now()
 				l := mustAcquire(t, g, "svc/web", d)
 				token := l.Token()
@@ -272,17 +98,17 @@ func TestKeeperRenewsEveryThird(t *testing.T) {
 				// Renewals at exactly i·D/3 for i = 1..30 (10 D = 30 intervals),
 				// each naming the revision the previous one returned (the
 				// grantor writes nothing else, so revisions go up by one).
-				calls := g.renewCalls()
+				calls := g.Renewals()
 				if len(calls) != 30 {
 					t.Fatalf("%d renewals in 10 D, want 30", len(calls))
 				}
 				for i, c := range calls {
-					if want := time.Duration(i+1) * interval; c.at.Sub(start) != want {
-						t.Errorf("renewal %d at %v, want %v", i+1, c.at.Sub(start), want)
+					if want := time.Duration(i+1) * interval; c.At.Sub(start) != want {
+						t.Errorf("renewal %d at %v, want %v", i+1, c.At.Sub(start), want)
 					}
-					if c.mode != modeOK || c.req.Token != token || c.req.Revision != uint64(token)+uint64(i) {
+					if c.Mode != kvleasetest.FakeOK || c.Req.Token != token || c.Req.Revision != uint64(token)+uint64(i) {
 						t.Errorf("renewal %d: token %d revision %d, want token %d revision %d",
-							i+1, c.req.Token, c.req.Revision, token, uint64(token)+uint64(i))
+							i+1, c.Req.Token, c.Req.Revision, token, uint64(token)+uint64(i))
 					}
 				}
 				if l.Token() != token {
@@ -309,26 +135,26 @@ func TestKeeperUnreachableLosesAtDeadline(t *testing.T) {
 	const d = 3 * time.Second
 	tests := []struct {
 		name string
-		mode bubbleMode
+		mode kvleasetest.FakeMode
 		// goodRenewals succeed before the grantor goes away.
 		goodRenewals int
 	}{
-		{"blocking from the start", modeUnreachable, 0},
-		{"blocking after two renewals", modeUnreachable, 2},
-		{"failing fast from the start", modeFailFast, 0},
-		{"failing fast after two renewals", modeFailFast, 2},
+		{"blocking from the start", kvleasetest.FakeUnreachable, 0},
+		{"blocking after two renewals", kvleasetest.FakeUnreachable, 2},
+		{"failing fast from the start", kvleasetest.FakeFailFast, 0},
+		{"failing fast after two renewals", kvleasetest.FakeFailFast, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newBubbleGrantor()
+				g := kvleasetest.NewFakeGrantor()
 				start := time.Now()
 				l := mustAcquire(t, g, "svc/web", d)
 				k, lost := keepRecording(t, l)
 				interval := kvlease.DefaultRenewInterval(d)
 				// Cut the grantor off halfway between renewals.
 				time.Sleep(time.Duration(tt.goodRenewals)*interval + interval/2)
-				g.setMode(tt.mode)
+				g.SetMode(tt.mode)
 				lastSent := time.Duration(tt.goodRenewals) * interval
 				deadline := lastSent + kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d))
 				if got := l.Deadline().Sub(start); got != deadline {
@@ -369,13 +195,13 @@ func TestKeeperUnreachableLosesAtDeadline(t *testing.T) {
 					t.Errorf("OnLost at %v, want %v", calls[0].at.Sub(start), deadline)
 				}
 
-				renews := g.renewCalls()
+				renews := g.Renewals()
 				failed := 0
 				for i, c := range renews {
-					if at := c.at.Sub(start); at >= deadline {
+					if at := c.At.Sub(start); at >= deadline {
 						t.Errorf("renew call %d sent at %v, at or after the deadline %v", i, at, deadline)
 					}
-					if c.mode != modeOK {
+					if c.Mode != kvleasetest.FakeOK {
 						failed++
 					}
 				}
@@ -391,15 +217,15 @@ func TestKeeperUnreachableLosesAtDeadline(t *testing.T) {
 				}
 				// No renewal after loss, however long we wait.
 				time.Sleep(3 * d)
-				if n := len(g.renewCalls()); n != len(renews) {
+				if n := len(g.Renewals()); n != len(renews) {
 					t.Errorf("%d renew calls after the lease was lost", n-len(renews))
 				}
 				// The lease was lost, not closed: Close does not release.
-				g.setMode(modeOK)
+				g.SetMode(kvleasetest.FakeOK)
 				if err := k.Close(context.Background()); err != nil {
 					t.Errorf("Close after loss: %v", err)
 				}
-				if r := g.released(); len(r) != 0 {
+				if r := g.Releases(); len(r) != 0 {
 					t.Errorf("Close after loss released: %+v", r)
 				}
 			})
@@ -410,11 +236,11 @@ func TestKeeperUnreachableLosesAtDeadline(t *testing.T) {
 func TestKeeperRefusedLosesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		start := time.Now()
 		l := mustAcquire(t, g, "svc/web", d)
 		k, lost := keepRecording(t, l)
-		g.setMode(modeRefuse)
+		g.SetMode(kvleasetest.FakeRefuse)
 		<-k.Done()
 		interval := kvlease.DefaultRenewInterval(d)
 		if got := time.Since(start); got != interval {
@@ -434,7 +260,7 @@ func TestKeeperRefusedLosesAtOnce(t *testing.T) {
 		if st.Failures != 1 || st.Renewals != 0 || st.ConsecutiveFailures != 1 {
 			t.Errorf("Stats() = %+v, want 1 failure, 0 renewals", st)
 		}
-		if n := len(g.renewCalls()); n != 1 {
+		if n := len(g.Renewals()); n != 1 {
 			t.Errorf("%d renew calls, want 1", n)
 		}
 	})
@@ -446,7 +272,7 @@ func TestKeeperSpuriousLoss(t *testing.T) {
 	// ErrStaleRevision, which is a loss, and counted as spurious.
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "svc/web", d)
 		// Someone renews behind the holder's back with its credentials.
 		rec := l.Record()
@@ -477,31 +303,30 @@ func TestKeeperSpuriousLoss(t *testing.T) {
 func TestKeeperRecoversLostReply(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "svc/web", d)
 		k, lost := keepRecording(t, l)
-		g.setMode(modeLoseReply)
+		g.SetMode(kvleasetest.FakeLoseReply)
 		time.Sleep(kvlease.DefaultRenewInterval(d) + time.Millisecond) // the renewal is stored, its reply lost
 		synctest.Wait()
 		before, held := l.Deadline(), l.Record().Revision
-		g.mu.Lock()
-		stored := g.leases["svc/web"].Revision
-		g.mu.Unlock()
+		cur, _ := g.Lookup("svc/web")
+		stored := cur.Revision
 		if stored <= held {
 			t.Fatalf("grantor at revision %d, holder at %d: the lost renewal was not stored", stored, held)
 		}
-		g.setMode(modeOK)
+		g.SetMode(kvleasetest.FakeOK)
 		time.Sleep(kvlease.DefaultRenewInterval(d)) // retries, is told the revision is stale, recovers
 		synctest.Wait()
 		if calls := lost.get(); len(calls) != 0 {
 			t.Fatalf("lost the lease: %v", calls[0].err)
 		}
 		var recovered bool
-		for _, c := range g.renewCalls() {
-			recovered = recovered || c.req.Revision == stored && c.mode == modeOK
+		for _, c := range g.Renewals() {
+			recovered = recovered || c.Req.Revision == stored && c.Mode == kvleasetest.FakeOK
 		}
 		if !recovered {
-			t.Errorf("no renewal named revision %d, which the lost renewal stored: %+v", stored, g.renewCalls())
+			t.Errorf("no renewal named revision %d, which the lost renewal stored: %+v", stored, g.Renewals())
 		}
 		if !l.Deadline().After(before) {
 			t.Errorf("deadline %v did not move past %v after recovery", l.Deadline(), before)
@@ -515,7 +340,7 @@ func TestKeeperRecoversLostReply(t *testing.T) {
 func TestKeeperCloseReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "svc/web", d)
 		k, lost := keepRecording(t, l)
 		time.Sleep(2*kvlease.DefaultRenewInterval(d) + time.Millisecond) // two renewals
@@ -532,21 +357,21 @@ func TestKeeperCloseReleases(t *testing.T) {
 		if err := k.Err(); !errors.Is(err, kvlease.ErrClosed) {
 			t.Errorf("Err() = %v, want ErrClosed", err)
 		}
-		rel := g.released()
+		rel := g.Releases()
 		want := kvlease.ReleaseRequest{Name: "svc/web", Holder: "holder-1", Token: rec.Token, Revision: rec.Revision}
 		if len(rel) != 1 || rel[0] != want {
 			t.Errorf("grantor saw releases %+v, want [%+v]", rel, want)
 		}
-		if _, ok := g.lookup("svc/web"); ok {
+		if _, ok := g.Lookup("svc/web"); ok {
 			t.Error("lease still live at the grantor after Close")
 		}
 		if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
 			t.Errorf("Check after Close = %v, want ErrExpired", err)
 		}
-		renews := len(g.renewCalls())
+		renews := len(g.Renewals())
 		time.Sleep(3 * d)
 		synctest.Wait()
-		if n := len(g.renewCalls()); n != renews {
+		if n := len(g.Renewals()); n != renews {
 			t.Errorf("%d renewals after Close", n-renews)
 		}
 		if calls := lost.get(); len(calls) != 0 {
@@ -556,7 +381,7 @@ func TestKeeperCloseReleases(t *testing.T) {
 		if err := k.Close(context.Background()); err != nil {
 			t.Errorf("second Close: %v", err)
 		}
-		if n := len(g.released()); n != 1 {
+		if n := len(g.Releases()); n != 1 {
 			t.Errorf("%d releases after a second Close, want 1", n)
 		}
 	})
@@ -565,7 +390,7 @@ func TestKeeperCloseReleases(t *testing.T) {
 func TestKeeperOrphanDoesNotRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		start := time.Now()
 		l := mustAcquire(t, g, "svc/web", d)
 		k, lost := keepRecording(t, l)
@@ -578,10 +403,10 @@ func TestKeeperOrphanDoesNotRelease(t *testing.T) {
 		if err := k.Err(); !errors.Is(err, kvlease.ErrClosed) {
 			t.Errorf("Err() = %v, want ErrClosed", err)
 		}
-		if rel := g.released(); len(rel) != 0 {
+		if rel := g.Releases(); len(rel) != 0 {
 			t.Errorf("Orphan released: %+v", rel)
 		}
-		if _, ok := g.lookup("svc/web"); !ok {
+		if _, ok := g.Lookup("svc/web"); !ok {
 			t.Error("lease not live at the grantor after Orphan")
 		}
 		// The holder keeps its right until its deadline, and no longer.
@@ -592,17 +417,17 @@ func TestKeeperOrphanDoesNotRelease(t *testing.T) {
 		if err := l.Check(); err != nil {
 			t.Errorf("Check after Orphan, before deadline: %v", err)
 		}
-		renews := len(g.renewCalls())
+		renews := len(g.Renewals())
 		time.Sleep(time.Until(deadline))
 		if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
 			t.Errorf("Check at deadline after Orphan = %v, want ErrExpired", err)
 		}
-		if n := len(g.renewCalls()); n != renews {
+		if n := len(g.Renewals()); n != renews {
 			t.Errorf("%d renewals after Orphan", n-renews)
 		}
 		// The grantor lapses the key later, by its TTL.
-		time.Sleep(kvlease.ServerTTL(d, bubbleGrantorMargin))
-		if _, ok := g.lookup("svc/web"); ok {
+		time.Sleep(kvlease.ServerTTL(d, kvleasetest.FakeGrantorMargin))
+		if _, ok := g.Lookup("svc/web"); ok {
 			t.Error("lease still live at the grantor after its TTL")
 		}
 		synctest.Wait()
@@ -622,13 +447,13 @@ func TestKeeperOrphanDuringBlockedRenewal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const d = 3 * time.Second
-				g := newBubbleGrantor()
+				g := kvleasetest.NewFakeGrantor()
 				l := mustAcquire(t, g, "svc/web", d)
 				k, lost := keepRecording(t, l)
-				g.setMode(modeUnreachable)
+				g.SetMode(kvleasetest.FakeUnreachable)
 				time.Sleep(kvlease.DefaultRenewInterval(d) + 100*time.Millisecond)
 				synctest.Wait()
-				if n := len(g.renewCalls()); n != 1 {
+				if n := len(g.Renewals()); n != 1 {
 					t.Fatalf("%d renew calls in flight, want 1", n)
 				}
 				stopAt := time.Now()
@@ -669,7 +494,7 @@ func TestKeeperOrphanDuringBlockedRenewal(t *testing.T) {
 func TestKeeperParentCancelReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "svc/web", d)
 		var lost lostRecorder
 		ctx, cancel := context.WithCancel(t.Context())
@@ -683,7 +508,7 @@ func TestKeeperParentCancelReleases(t *testing.T) {
 		if err := k.Err(); !errors.Is(err, context.Canceled) {
 			t.Errorf("Err() = %v, want context.Canceled", err)
 		}
-		if rel := g.released(); len(rel) != 1 {
+		if rel := g.Releases(); len(rel) != 1 {
 			t.Errorf("grantor saw %d releases after the parent context ended, want 1", len(rel))
 		}
 		synctest.Wait()
@@ -697,7 +522,7 @@ func TestLeaseCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
 		const margin = 300 * time.Millisecond
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		start := time.Now()
 		l := mustAcquire(t, g, "svc/web", d, kvlease.WithHolderMargin(margin))
 		w := kvlease.HolderValidity(d, kvlease.DefaultClockRate, margin)
@@ -748,7 +573,7 @@ func TestLeaseCheck(t *testing.T) {
 		if err := l.Renew(t.Context()); !errors.As(err, &le) {
 			t.Errorf("Renew after the deadline = %v, want *LeaseExpiredError", err)
 		}
-		if n := len(g.renewCalls()); n != 0 {
+		if n := len(g.Renewals()); n != 0 {
 			t.Errorf("Renew after the deadline reached the grantor (%d calls)", n)
 		}
 	})
@@ -757,7 +582,7 @@ func TestLeaseCheck(t *testing.T) {
 func TestLeaseCheckRenewMovesDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		start := time.Now()
 		l := mustAcquire(t, g, "svc/web", d)
 		w := kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d))
@@ -773,7 +598,7 @@ func TestLeaseCheckRenewMovesDeadline(t *testing.T) {
 			t.Errorf("Check just before the renewed deadline: %v", err)
 		}
 		// A renewal that blocks is abandoned at the deadline, not after.
-		g.setMode(modeUnreachable)
+		g.SetMode(kvleasetest.FakeUnreachable)
 		err := l.Renew(t.Context())
 		if !errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("blocked Renew = %v, want ErrUnavailable with DeadlineExceeded", err)
@@ -787,12 +612,12 @@ func TestLeaseCheckRenewMovesDeadline(t *testing.T) {
 // gatedRenewGrantor lets a renewal land at the grantor and then holds its
 // reply until gate is closed: a reply in flight.
 type gatedRenewGrantor struct {
-	*bubbleGrantor
+	*kvleasetest.FakeGrantor
 	gate chan struct{}
 }
 
 func (g gatedRenewGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
-	rec, err := g.bubbleGrantor.Renew(ctx, req)
+	rec, err := g.FakeGrantor.Renew(ctx, req)
 	<-g.gate
 	return rec, err
 }
@@ -802,7 +627,7 @@ func TestLeaseCheckReleaseDuringRenew(t *testing.T) {
 	// whatever it returns. A renewal whose reply arrives after that must not
 	// bring the deadline back.
 	synctest.Test(t, func(t *testing.T) {
-		g := gatedRenewGrantor{newBubbleGrantor(), make(chan struct{})}
+		g := gatedRenewGrantor{kvleasetest.NewFakeGrantor(), make(chan struct{})}
 		l := mustAcquire(t, g, "svc/web", 3*time.Second)
 		time.Sleep(time.Second)
 		renewed := make(chan error, 1)
@@ -814,9 +639,7 @@ func TestLeaseCheckReleaseDuringRenew(t *testing.T) {
 		if err := l.Release(t.Context()); err != nil {
 			t.Fatalf("Release racing a renewal = %v, want it to name the current revision", err)
 		}
-		g.mu.Lock()
-		_, live := g.live("svc/web")
-		g.mu.Unlock()
+		_, live := g.Lookup("svc/web")
 		if live {
 			t.Fatal("the lease is still live at the grantor after Release")
 		}
@@ -836,7 +659,7 @@ func TestLeaseCheckReleaseDuringRenew(t *testing.T) {
 func TestKeeperRejectsInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "svc/web", d)
 		w := kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d))
 		for _, iv := range []time.Duration{w/2 + time.Nanosecond, w, d, 0, -time.Second} {
@@ -858,20 +681,20 @@ func TestKeeperRejectsInterval(t *testing.T) {
 
 func TestKeeperAcquireRejectsMargin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		_, err := kvlease.Acquire(t.Context(), g, "svc/web", "holder-1", time.Second, kvlease.WithHolderMargin(time.Second))
 		if !errors.Is(err, kvlease.ErrInvalidTiming) {
 			t.Fatalf("Acquire with margin = D: %v, want ErrInvalidTiming", err)
 		}
-		if g.grants != 0 {
-			t.Errorf("Acquire with invalid timing sent %d grants", g.grants)
+		if g.Grants() != 0 {
+			t.Errorf("Acquire with invalid timing sent %d grants", g.Grants())
 		}
 	})
 }
 
 func TestKeeperCloseAfterOrphanKeepsHandover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "svc/web", 3*time.Second)
 		k, err := kvlease.Keep(t.Context(), l)
 		if err != nil {
@@ -881,7 +704,7 @@ func TestKeeperCloseAfterOrphanKeepsHandover(t *testing.T) {
 		if err := k.Close(t.Context()); err != nil {
 			t.Fatalf("Close after Orphan: %v", err)
 		}
-		if rel := g.released(); len(rel) != 0 {
+		if rel := g.Releases(); len(rel) != 0 {
 			t.Fatalf("Close after Orphan released: %+v", rel)
 		}
 	})
@@ -889,7 +712,7 @@ func TestKeeperCloseAfterOrphanKeepsHandover(t *testing.T) {
 
 func TestKeeperCloseTwiceReleasesOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "svc/web", 3*time.Second)
 		k, err := kvlease.Keep(t.Context(), l)
 		if err != nil {
@@ -900,7 +723,7 @@ func TestKeeperCloseTwiceReleasesOnce(t *testing.T) {
 				t.Fatalf("Close: %v", err)
 			}
 		}
-		if rel := g.released(); len(rel) != 1 {
+		if rel := g.Releases(); len(rel) != 1 {
 			t.Fatalf("%d releases, want 1", len(rel))
 		}
 		err = l.Check()
@@ -916,7 +739,7 @@ func TestKeeperCloseTwiceReleasesOnce(t *testing.T) {
 func TestKeeperFirstRenewalFromLeaseStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		start := time.Now()
 		l := mustAcquire(t, g, "late", d)
 		time.Sleep(d / 2) // work before keeping: past the first renewal point
@@ -926,8 +749,8 @@ func TestKeeperFirstRenewalFromLeaseStart(t *testing.T) {
 		}
 		defer k.Orphan()
 		synctest.Wait()
-		calls := g.renewCalls()
-		if len(calls) == 0 || calls[0].at.Sub(start) != d/2 {
+		calls := g.Renewals()
+		if len(calls) == 0 || calls[0].At.Sub(start) != d/2 {
 			t.Fatalf("renewals %+v: want the first at once (%v after the grant), since one was overdue", calls, d/2)
 		}
 		if err := l.Check(); err != nil {
@@ -940,7 +763,7 @@ func TestKeeperFirstRenewalFromLeaseStart(t *testing.T) {
 // held, whatever its deadline says.
 func TestLeaseCheckClockGuard(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		drifting := false
 		l := mustAcquire(t, g, "clock", 3*time.Second, kvlease.WithClockGuard(func(rho float64) bool {
 			return drifting && rho == kvlease.DefaultClockRate
@@ -961,7 +784,7 @@ func TestLeaseCheckClockGuard(t *testing.T) {
 // release would name a stale revision and be refused).
 func TestKeeperCloseDuringRenewalReleasesNewRevision(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := ctxGatedGrantor{newBubbleGrantor(), make(chan struct{})}
+		g := ctxGatedGrantor{kvleasetest.NewFakeGrantor(), make(chan struct{})}
 		l := mustAcquire(t, g, "svc/web", 3*time.Second)
 		k, err := kvlease.Keep(t.Context(), l)
 		if err != nil {
@@ -976,12 +799,12 @@ func TestKeeperCloseDuringRenewalReleasesNewRevision(t *testing.T) {
 		if err := <-closed; err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		rel := g.released()
-		cur, _ := g.lookup("svc/web")
+		rel := g.Releases()
+		cur, _ := g.Lookup("svc/web")
 		if len(rel) != 1 || cur.Revision != 0 && rel[0].Revision != cur.Revision {
 			t.Fatalf("released %+v; lease now %+v", rel, cur)
 		}
-		if _, live := g.lookup("svc/web"); live {
+		if _, live := g.Lookup("svc/web"); live {
 			t.Fatal("the lease is still live after Close")
 		}
 	})
@@ -991,12 +814,12 @@ func TestKeeperCloseDuringRenewalReleasesNewRevision(t *testing.T) {
 // is closed, giving up when ctx ends, as a NATS request does: the caller
 // then cannot know the renewal happened.
 type ctxGatedGrantor struct {
-	*bubbleGrantor
+	*kvleasetest.FakeGrantor
 	gate chan struct{}
 }
 
 func (g ctxGatedGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
-	rec, err := g.bubbleGrantor.Renew(ctx, req)
+	rec, err := g.FakeGrantor.Renew(ctx, req)
 	select {
 	case <-g.gate:
 		return rec, err
@@ -1010,7 +833,7 @@ func (g ctxGatedGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (k
 func TestKeeperContextEndsAtDeadlineDuringSlowCallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "svc/web", d)
 		release := make(chan struct{})
 		k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnRenew(func(kvlease.Record, time.Time) {
@@ -1044,7 +867,7 @@ func TestKeeperContextEndsAtDeadlineDuringSlowCallback(t *testing.T) {
 // instead of finding its own stale.
 func TestLeaseConcurrentRenewsTakeTurns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := gatedRenewGrantor{newBubbleGrantor(), make(chan struct{})}
+		g := gatedRenewGrantor{kvleasetest.NewFakeGrantor(), make(chan struct{})}
 		l := mustAcquire(t, g, "svc/web", 3*time.Second)
 		errs := make(chan error, 2)
 		go func() { errs <- l.Renew(t.Context()) }()
@@ -1057,7 +880,7 @@ func TestLeaseConcurrentRenewsTakeTurns(t *testing.T) {
 				t.Fatalf("concurrent renew: %v", err)
 			}
 		}
-		if n := len(g.renewCalls()); n != 2 {
+		if n := len(g.Renewals()); n != 2 {
 			t.Fatalf("%d renew calls, want 2", n)
 		}
 	})
@@ -1067,26 +890,24 @@ func TestLeaseConcurrentRenewsTakeTurns(t *testing.T) {
 // Release, and the release names the revision the lost renewal stored.
 func TestLeaseReleaseAfterLostReplySendsNoRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newBubbleGrantor()
+		g := kvleasetest.NewFakeGrantor()
 		l := mustAcquire(t, g, "svc/web", 3*time.Second)
-		g.setMode(modeLoseReply)
+		g.SetMode(kvleasetest.FakeLoseReply)
 		if err := l.Renew(t.Context()); !errors.Is(err, kvlease.ErrUnavailable) {
 			t.Fatalf("renew with its reply lost: %v", err)
 		}
-		g.setMode(modeOK)
-		before := len(g.renewCalls())
+		g.SetMode(kvleasetest.FakeOK)
+		before := len(g.Renewals())
 		if err := l.Release(t.Context()); err != nil {
 			t.Fatalf("release naming a revision one behind: %v", err)
 		}
 		if err := l.Renew(t.Context()); !errors.Is(err, kvlease.ErrNotFound) {
 			t.Fatalf("renew after release: %v, want ErrNotFound", err)
 		}
-		if n := len(g.renewCalls()); n != before {
+		if n := len(g.Renewals()); n != before {
 			t.Fatalf("%d renewals sent after Release", n-before)
 		}
-		g.mu.Lock()
-		_, live := g.live("svc/web")
-		g.mu.Unlock()
+		_, live := g.Lookup("svc/web")
 		if live {
 			t.Fatal("the lease is still live at the grantor after Release")
 		}

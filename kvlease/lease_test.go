@@ -22,7 +22,7 @@ import (
 func TestRenewalsKeepLeaseAliveThenLapse(t *testing.T) {
 	const d, mg = time.Second, 200 * time.Millisecond
 	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(mg))
-	w := watch(t, st, "")
+	w := kvleasetest.Watch(t, st, "")
 	l, err := kvlease.Acquire(t.Context(), st, "alive", "h1", d)
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +31,7 @@ func TestRenewalsKeepLeaseAliveThenLapse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nextEvent(t, w, time.Second, ofType("alive", kvlease.EventGranted))
+	kvleasetest.NextEvent(t, w, time.Second, kvleasetest.OfType("alive", kvlease.EventGranted))
 
 	hold := time.NewTimer(5 * d)
 	renewals := 0
@@ -63,7 +63,7 @@ func TestRenewalsKeepLeaseAliveThenLapse(t *testing.T) {
 
 	k.Orphan() // stop renewing, do not release
 	stopped := time.Now()
-	ev := nextEvent(t, w, d+mg+3*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
+	ev := kvleasetest.NextEvent(t, w, d+mg+3*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
 	took := time.Since(stopped)
 	if ev.Type != kvlease.EventExpired || ev.Token != l.Token() || ev.Holder != "h1" {
 		t.Fatalf("end event %+v, want expiry of token %d", ev, l.Token())
@@ -84,7 +84,7 @@ func TestTTLRoundedUpAndKeptOnRenewal(t *testing.T) {
 	const d, mg = 1500 * time.Millisecond, 200 * time.Millisecond
 	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(mg))
 	ctx := t.Context()
-	w := watch(t, st, "")
+	w := kvleasetest.Watch(t, st, "")
 
 	sent := time.Now()
 	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "round", Holder: "h", Duration: d})
@@ -110,7 +110,7 @@ func TestTTLRoundedUpAndKeptOnRenewal(t *testing.T) {
 		}
 	}
 	last := time.Now()
-	ev := nextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
+	ev := kvleasetest.NextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
 	if ev.Type != kvlease.EventExpired {
 		t.Fatalf("end event %+v, want expiry (the renewed TTL must survive)", ev)
 	}
@@ -124,7 +124,7 @@ func TestTTLRoundedUpAndKeptOnRenewal(t *testing.T) {
 func TestSecondHolderOnlyAfterLapse(t *testing.T) {
 	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
 	ctx := t.Context()
-	w := watch(t, st, "")
+	w := kvleasetest.Watch(t, st, "")
 	first, err := kvlease.Acquire(ctx, st, "leader", "first", time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestSecondHolderOnlyAfterLapse(t *testing.T) {
 	if _, err := kvlease.Acquire(ctx, st, "leader", "second", time.Second); !errors.Is(err, kvlease.ErrHeld) {
 		t.Fatalf("grant while held: %v, want ErrHeld", err)
 	}
-	ev := nextEvent(t, w, 3*time.Second, ofType("leader", kvlease.EventExpired))
+	ev := kvleasetest.NextEvent(t, w, 3*time.Second, kvleasetest.OfType("leader", kvlease.EventExpired))
 	if err := first.Check(); !errors.Is(err, kvlease.ErrExpired) {
 		t.Fatalf("first holder's check after lapse: %v, want ErrExpired", err)
 	}
@@ -159,7 +159,7 @@ func TestHolderCutOffSurrendersBeforeServerLapse(t *testing.T) {
 	proxy := kvleasetest.NewProxy(t, srv.Addr())
 	holderSide := kvleasetest.OpenStore(t, proxy.URL())
 	observer := kvleasetest.OpenStore(t, srv.ClientURL())
-	w := watch(t, observer, "")
+	w := kvleasetest.Watch(t, observer, "")
 
 	l, err := kvlease.Acquire(t.Context(), holderSide, "cut", "h", 2*time.Second)
 	if err != nil {
@@ -170,7 +170,7 @@ func TestHolderCutOffSurrendersBeforeServerLapse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nextEvent(t, w, 2*time.Second, ofType("cut", kvlease.EventRenewed))
+	kvleasetest.NextEvent(t, w, 2*time.Second, kvleasetest.OfType("cut", kvlease.EventRenewed))
 	proxy.Cut()
 
 	var lostAt time.Time
@@ -185,7 +185,7 @@ func TestHolderCutOffSurrendersBeforeServerLapse(t *testing.T) {
 	if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
 		t.Fatalf("check after loss: %v", err)
 	}
-	ev := nextEvent(t, w, 5*time.Second, ofType("cut", kvlease.EventExpired))
+	ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("cut", kvlease.EventExpired))
 	if !lostAt.Before(ev.Time) || !lostAt.Before(ev.Record.ExpiresAt()) {
 		t.Fatalf("holder lost authority at %v, server deadline %v, lapse marker %v: holder must stop first",
 			lostAt, ev.Record.ExpiresAt(), ev.Time)

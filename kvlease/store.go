@@ -72,20 +72,13 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 	if err != nil {
 		return nil, err
 	}
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
-		st, err := open(actx, js, o)
-		cancel()
-		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-			return st, err
-		}
+	return RetryUnavailable(ctx, 2*time.Second, func(err error) {
 		o.logger.Info("waiting for JetStream", "bucket", o.bucket, "err", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, err
-		}
-	}
+	}, func() (*Store, error) {
+		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
+		defer cancel()
+		return open(actx, js, o)
+	})
 }
 
 // openAttemptTimeout bounds one attempt of Open: a JetStream API request
@@ -450,52 +443,20 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Record, error) {
 	// Fold every event, replayed or not, until the watcher has caught up:
 	// a lease renewed during the replay arrives as its renewal.
 	state := make(map[string]Record)
-	apply := func(ev Event) {
+	err = w.CatchUp(ctx, func(ev Event) error {
 		if ev.Type.Ends() {
 			delete(state, ev.Name)
 		} else {
 			state[ev.Name] = *ev.Record
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	for {
-		select {
-		case ev, ok := <-w.Events():
-			if !ok {
-				return nil, listClosed(ctx, w)
-			}
-			apply(ev)
-		case <-w.Synced():
-			// Synced closes after the catching-up event was queued: take
-			// what is buffered.
-			for drained := false; !drained; {
-				select {
-				case ev, ok := <-w.Events():
-					if !ok {
-						return nil, listClosed(ctx, w)
-					}
-					apply(ev)
-				default:
-					drained = true
-				}
-			}
-			out := slices.Collect(maps.Values(state))
-			slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
-			return out, nil
-		case <-ctx.Done():
-			return nil, translate("list", ctx.Err())
-		}
-	}
-}
-
-// listClosed explains a watcher that ended before List had the whole state.
-func listClosed(ctx context.Context, w *Watcher) error {
-	if err := w.Err(); err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return translate("list", ctx.Err())
-	}
-	return fmt.Errorf("%w: list: watch ended early", ErrUnavailable)
+	out := slices.Collect(maps.Values(state))
+	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
 // tenureClaim is what a renewal or release presents as its proof of tenure.

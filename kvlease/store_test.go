@@ -14,46 +14,10 @@ import (
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
-// nextEvent waits for the next event on w matching want (skipping others),
-// failing the test after timeout.
-func nextEvent(t *testing.T, w *kvlease.Watcher, timeout time.Duration, want func(kvlease.Event) bool) kvlease.Event {
-	t.Helper()
-	tm := time.NewTimer(timeout)
-	defer tm.Stop()
-	for {
-		select {
-		case ev, ok := <-w.Events():
-			if !ok {
-				t.Fatalf("watcher closed: %v", w.Err())
-			}
-			if want(ev) {
-				return ev
-			}
-		case <-tm.C:
-			t.Fatalf("no matching event within %v", timeout)
-		}
-	}
-}
-
-func ofType(name string, typ kvlease.EventType) func(kvlease.Event) bool {
-	return func(ev kvlease.Event) bool { return ev.Name == name && ev.Type == typ }
-}
-
-func watch(t *testing.T, st *kvlease.Store, prefix string) *kvlease.Watcher {
-	t.Helper()
-	w, err := st.Watch(t.Context(), prefix)
-	if err != nil {
-		t.Fatalf("watch: %v", err)
-	}
-	t.Cleanup(w.Stop)
-	<-w.Synced()
-	return w
-}
-
 func TestGrantRenewReleaseRevoke(t *testing.T) {
 	_, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
-	w := watch(t, st, "")
+	w := kvleasetest.Watch(t, st, "")
 
 	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "jobs.a", Holder: "h1", Duration: 5 * time.Second,
 		Attributes: map[string]string{"role": "primary"}})
@@ -63,7 +27,7 @@ func TestGrantRenewReleaseRevoke(t *testing.T) {
 	if uint64(rec.Token) != rec.Revision || rec.TTL != 6*time.Second || rec.Holder != "h1" {
 		t.Fatalf("grant record = %+v, want token = revision, TTL 6s", rec)
 	}
-	if ev := nextEvent(t, w, 5*time.Second, ofType("jobs.a", kvlease.EventGranted)); ev.Token != rec.Token || ev.Holder != "h1" {
+	if ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("jobs.a", kvlease.EventGranted)); ev.Token != rec.Token || ev.Holder != "h1" {
 		t.Fatalf("granted event = %+v", ev)
 	}
 
@@ -82,7 +46,7 @@ func TestGrantRenewReleaseRevoke(t *testing.T) {
 	if ren.Token != rec.Token || ren.Revision <= rec.Revision || ren.Attributes["role"] != "primary" {
 		t.Fatalf("renewed record = %+v, want same token, higher revision, attributes kept", ren)
 	}
-	nextEvent(t, w, 5*time.Second, ofType("jobs.a", kvlease.EventRenewed))
+	kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("jobs.a", kvlease.EventRenewed))
 
 	got, err := st.Get(ctx, "jobs.a")
 	if err != nil || got.Revision != ren.Revision || got.Token != rec.Token || got.TTL != 6*time.Second {
@@ -95,7 +59,7 @@ func TestGrantRenewReleaseRevoke(t *testing.T) {
 	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "jobs.a", Holder: "h1", Token: rec.Token, Revision: ren.Revision}); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	if ev := nextEvent(t, w, 5*time.Second, ofType("jobs.a", kvlease.EventReleased)); ev.Token != rec.Token || ev.Holder != "h1" {
+	if ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("jobs.a", kvlease.EventReleased)); ev.Token != rec.Token || ev.Holder != "h1" {
 		t.Fatalf("released event = %+v", ev)
 	}
 	if _, err := st.Get(ctx, "jobs.a"); !errors.Is(err, kvlease.ErrNotFound) {
@@ -111,7 +75,7 @@ func TestGrantRenewReleaseRevoke(t *testing.T) {
 	if err != nil || revoked.Holder != "h2" || revoked.Token != rec2.Token {
 		t.Fatalf("revoke = %+v, %v", revoked, err)
 	}
-	if ev := nextEvent(t, w, 5*time.Second, ofType("jobs.a", kvlease.EventRevoked)); ev.Reason != "maintenance" || ev.Holder != "h2" {
+	if ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("jobs.a", kvlease.EventRevoked)); ev.Reason != "maintenance" || ev.Holder != "h2" {
 		t.Fatalf("revoked event = %+v", ev)
 	}
 	if _, err := st.Revoke(ctx, "jobs.a", "again"); !errors.Is(err, kvlease.ErrNotFound) {
@@ -342,7 +306,7 @@ func TestUpdatesOnlyWatcherSeesExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	ev := nextEvent(t, w, 3*time.Second, func(ev kvlease.Event) bool { return ev.Name == "late" })
+	ev := kvleasetest.NextEvent(t, w, 3*time.Second, func(ev kvlease.Event) bool { return ev.Name == "late" })
 	if ev.Type != kvlease.EventExpired || ev.Replay || ev.Revision <= rec.Revision {
 		t.Fatalf("event %+v, want a live expiry after revision %d", ev, rec.Revision)
 	}
@@ -444,7 +408,7 @@ func TestWatcherCutOffStillSeesTenureBegin(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t)
 	proxy := kvleasetest.NewProxy(t, srv.Addr())
 	watching := kvleasetest.OpenStore(t, proxy.URL())
-	w := watch(t, watching, "")
+	w := kvleasetest.Watch(t, watching, "")
 	ctx := t.Context()
 
 	proxy.Cut()
@@ -458,14 +422,14 @@ func TestWatcherCutOffStillSeesTenureBegin(t *testing.T) {
 	}
 	proxy.Heal()
 
-	ev := nextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool { return ev.Name == "unseen" })
+	ev := kvleasetest.NextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool { return ev.Name == "unseen" })
 	if ev.Type != kvlease.EventGranted || ev.Token != rec.Token || ev.Revision != ren.Revision || ev.Replay {
 		t.Fatalf("first event %+v, want granted with token %d at revision %d", ev, rec.Token, ren.Revision)
 	}
 	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: "unseen", Holder: "h", Token: rec.Token, Revision: ren.Revision, Duration: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if ev := nextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == "unseen" }); ev.Type != kvlease.EventRenewed {
+	if ev := kvleasetest.NextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == "unseen" }); ev.Type != kvlease.EventRenewed {
 		t.Fatalf("next event %+v, want renewed", ev)
 	}
 }

@@ -102,7 +102,60 @@ func (w *Watcher) Events() <-chan Event { return w.events }
 // Synced is closed once the watcher has caught up with the bucket: every
 // lease live when the watch began has been delivered, as a Replay event or,
 // if it changed meanwhile, as the change. Closed at once with [UpdatesOnly].
+// [Watcher.CatchUp] reads the events up to that point.
 func (w *Watcher) Synced() <-chan struct{} { return w.synced }
+
+// CatchUp passes the watcher's events to apply, in order, until the
+// watcher has caught up with the bucket ([Watcher.Synced]) and every event
+// queued by then has been applied; then it returns nil, and later events
+// stay in [Watcher.Events]. A fold of the events CatchUp applied is the
+// state of the leases watched, as of a moment during the call. apply runs
+// on the caller's goroutine.
+//
+// Errors: apply's, which stops CatchUp; [ErrUnavailable] wrapping ctx's
+// error if ctx ends first; [Watcher.Err] if the watcher stopped before it
+// caught up, or [ErrUnavailable] if it was stopped.
+func (w *Watcher) CatchUp(ctx context.Context, apply func(Event) error) error {
+	for caughtUp := false; ; {
+		var ev Event
+		var ok bool
+		if caughtUp {
+			select {
+			case ev, ok = <-w.events:
+			default:
+				return nil
+			}
+		} else {
+			select {
+			case ev, ok = <-w.events:
+			case <-w.synced:
+				// Synced closes after the catching-up event was queued:
+				// take what is buffered.
+				caughtUp = true
+				continue
+			case <-ctx.Done():
+				return translate("catch up", ctx.Err())
+			}
+		}
+		if !ok {
+			return w.endedEarly(ctx)
+		}
+		if err := apply(ev); err != nil {
+			return err
+		}
+	}
+}
+
+// endedEarly explains a watcher that ended before CatchUp was done.
+func (w *Watcher) endedEarly(ctx context.Context) error {
+	if err := w.Err(); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return translate("catch up", ctx.Err())
+	}
+	return fmt.Errorf("%w: the watch ended before it caught up", ErrUnavailable)
+}
 
 // Stop ends the watch and waits for its goroutine to finish.
 func (w *Watcher) Stop() {

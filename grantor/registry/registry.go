@@ -146,7 +146,14 @@ func (r *Registry) Start(ctx context.Context) error {
 	if started {
 		return errors.New("registry: already started")
 	}
-	w, err := watchWhenReady(ctx, r.store, api.RegistrationPrefix, r.log)
+	// As the service's own watch: it lives until stopped, and ctx bounds
+	// the retries while JetStream is unavailable (a node that has just
+	// rejoined its cluster, its stream catching up).
+	w, err := kvlease.RetryUnavailable(ctx, 2*time.Second, func(err error) {
+		r.log.Info("waiting for JetStream to start a watch", "prefix", api.RegistrationPrefix, "err", err)
+	}, func() (*kvlease.Watcher, error) {
+		return r.store.Watch(context.WithoutCancel(ctx), api.RegistrationPrefix)
+	})
 	if err != nil {
 		return err
 	}
@@ -172,26 +179,6 @@ func (r *Registry) Stop() {
 	}
 	r.watcher.Stop()
 	<-r.done
-}
-
-// watchWhenReady starts a watch that lives until stopped (not until ctx
-// ends), retrying while JetStream is unavailable: a node that has just
-// rejoined its cluster can open the bucket and still fail to create a
-// consumer for some seconds while its stream catches up. ctx bounds the
-// waiting. (The service has the same loop for its own watch.)
-func watchWhenReady(ctx context.Context, store *kvlease.Store, prefix string, log *slog.Logger) (*kvlease.Watcher, error) {
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		w, err := store.Watch(context.WithoutCancel(ctx), prefix)
-		if err == nil || !errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {
-			return w, err
-		}
-		log.Info("waiting for JetStream to start a watch", "prefix", prefix, "err", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, err
-		}
-	}
 }
 
 func (r *Registry) follow() {

@@ -65,9 +65,11 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 		return nil, err
 	}
 	defer w.Stop()
-	retry := 50 * time.Millisecond
 	for {
-		l, err := kvlease.Acquire(ctx, e.store, e.name, candidate, d, o.lease...)
+		// While the server does not answer, try again shortly.
+		l, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Lease, error) {
+			return kvlease.Acquire(ctx, e.store, e.name, candidate, d, o.lease...)
+		})
 		switch {
 		case err == nil:
 			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.keeper...)
@@ -80,13 +82,8 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 			if err := e.waitVacant(ctx, w); err != nil {
 				return nil, err
 			}
-		case errors.Is(err, kvlease.ErrUnavailable) && ctx.Err() == nil:
-			select { // the server did not answer: try again shortly
-			case <-time.After(retry):
-				retry = min(2*retry, time.Second)
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+		case errors.Is(err, kvlease.ErrUnavailable) && ctx.Err() != nil:
+			return nil, ctx.Err() // ctx ended while the server did not answer
 		default:
 			return nil, err
 		}
@@ -152,15 +149,15 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 		defer close(out)
 		defer w.Stop()
 		var cur kvlease.Token
-		send := func(c LeaderChange) bool {
+		send := func(c LeaderChange) error {
 			select {
 			case out <- c:
-				return true
+				return nil
 			case <-ctx.Done():
-				return false
+				return ctx.Err()
 			}
 		}
-		apply := func(ev kvlease.Event) bool {
+		apply := func(ev kvlease.Event) error {
 			switch {
 			case ev.Name != e.name:
 			case ev.Type.Ends() && cur != 0:
@@ -170,30 +167,16 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 				cur = ev.Token
 				return send(LeaderChange{Leader: ev.Record, Time: ev.Time})
 			}
-			return true
+			return nil
 		}
-		synced := w.Synced()
+		// The replay first, then a vacancy if there was no leader in it.
+		if w.CatchUp(ctx, apply) != nil || cur == 0 && send(LeaderChange{Time: time.Now()}) != nil {
+			return
+		}
 		for {
 			select {
 			case ev, ok := <-w.Events():
-				if !ok || !apply(ev) {
-					return
-				}
-			case <-synced:
-				synced = nil
-				// Synced closes after the replay was queued: take it, then
-				// report a vacancy if there was no leader in it.
-				for drained := false; !drained; {
-					select {
-					case ev, ok := <-w.Events():
-						if !ok || !apply(ev) {
-							return
-						}
-					default:
-						drained = true
-					}
-				}
-				if cur == 0 && !send(LeaderChange{Time: time.Now()}) {
+				if !ok || apply(ev) != nil {
 					return
 				}
 			case <-ctx.Done():

@@ -5,56 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
-
-// exampleStore starts a JetStream server in a temporary directory
-// and opens the lease bucket on it, as kvlease's ExampleOpen does step by step. stop
-// closes the connection, shuts the server down and removes the directory.
-func exampleStore() (st *kvlease.Store, js jetstream.JetStream, stop func()) {
-	var stops []func()
-	stop = func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}
-	fail := func(err error) {
-		stop()
-		log.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "kvlease-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	stops = append(stops, func() { os.RemoveAll(dir) })
-	srv, err := kvleasetest.Start(dir)
-	if err != nil {
-		fail(err)
-	}
-	stops = append(stops, srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		fail(err)
-	}
-	stops = append(stops, nc.Close)
-	if js, err = jetstream.New(nc); err != nil {
-		fail(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if st, err = kvlease.Open(ctx, js); err != nil {
-		fail(err)
-	}
-	return st, js, stop
-}
 
 func ExampleMem() {
 	var f fence.Mem
@@ -82,7 +38,10 @@ func ExampleMem() {
 }
 
 func ExampleKV_Write() {
-	st, js, stop := exampleStore()
+	st, js, stop, err := kvleasetest.StartStore()
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -22,42 +22,6 @@ func TestMain(m *testing.M) {
 	kvleasetest.Main(m, map[string]func(string) error{"paused-writer": pausedWriter})
 }
 
-// nextEvent waits for the next event on w matching want (skipping others),
-// failing the test after timeout.
-func nextEvent(t *testing.T, w *kvlease.Watcher, timeout time.Duration, want func(kvlease.Event) bool) kvlease.Event {
-	t.Helper()
-	tm := time.NewTimer(timeout)
-	defer tm.Stop()
-	for {
-		select {
-		case ev, ok := <-w.Events():
-			if !ok {
-				t.Fatalf("watcher closed: %v", w.Err())
-			}
-			if want(ev) {
-				return ev
-			}
-		case <-tm.C:
-			t.Fatalf("no matching event within %v", timeout)
-		}
-	}
-}
-
-func ofType(name string, typ kvlease.EventType) func(kvlease.Event) bool {
-	return func(ev kvlease.Event) bool { return ev.Name == name && ev.Type == typ }
-}
-
-func watch(t *testing.T, st *kvlease.Store, prefix string) *kvlease.Watcher {
-	t.Helper()
-	w, err := st.Watch(t.Context(), prefix)
-	if err != nil {
-		t.Fatalf("watch: %v", err)
-	}
-	t.Cleanup(w.Stop)
-	<-w.Synced()
-	return w
-}
-
 // pausedWriter is a holder that takes the lease, checks it, reports
 // "checked", and then waits for a line on stdin before its write: the parent
 // stops it (SIGSTOP) between the check and the effect, exactly where a GC
@@ -107,7 +71,7 @@ func pausedWriter(url string) error {
 func TestPausedHolderWriteRejectedByFence(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithGrantorMargin(0))
-	w := watch(t, st, "")
+	w := kvleasetest.Watch(t, st, "")
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	fc, err := fence.OpenKV(t.Context(), js, "fences")
 	if err != nil {
@@ -125,7 +89,7 @@ func TestPausedHolderWriteRejectedByFence(t *testing.T) {
 	}
 	// While the child is stopped its lease lapses on the server, with no
 	// message from the child.
-	ev := nextEvent(t, w, 5*time.Second, ofType("writer", kvlease.EventExpired))
+	ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("writer", kvlease.EventExpired))
 	if ev.Token != childToken {
 		t.Fatalf("expired token %d, want the child's %d", ev.Token, childToken)
 	}

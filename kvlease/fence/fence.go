@@ -2,8 +2,6 @@ package fence
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/internal/kvcas"
 	"github.com/leased/leased/telemetry"
 )
 
@@ -88,7 +87,7 @@ type KV struct {
 	// Metrics, if set, counts rejections ([telemetry.MetricFenceRejections]).
 	Metrics *telemetry.Metrics
 
-	kv       jetstream.KeyValue
+	doc      kvcas.Doc[Value]
 	rejected atomic.Int64
 }
 
@@ -142,7 +141,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 	if err != nil {
 		return nil, kvlease.JetStreamError("open fence bucket", err)
 	}
-	return &KV{kv: kv}, nil
+	return &KV{doc: kvcas.Doc[Value]{KV: kv, ReadOp: "fence read", WriteOp: "fenced write", Corrupt: "fence: value"}}, nil
 }
 
 // Write stores data for resource if token is at least the token of the
@@ -154,33 +153,14 @@ func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, da
 	if err := kvlease.ValidateName(resource); err != nil {
 		return err
 	}
-	next, _ := json.Marshal(Value{Token: token, Data: data})
-	for {
-		if err := ctx.Err(); err != nil {
-			return kvlease.JetStreamError("fenced write", err)
-		}
-		cur, rev, err := f.read(ctx, resource)
-		if err != nil {
-			return err
-		}
+	return f.doc.Update(ctx, resource, func(cur Value) (Value, error) {
 		if token < cur.Token {
 			f.rejected.Add(1)
 			f.Metrics.StaleTokenRejected(ctx, resource)
-			return &StaleTokenError{Resource: resource, Token: token, Highest: cur.Token}
+			return cur, &StaleTokenError{Resource: resource, Token: token, Highest: cur.Token}
 		}
-		if rev == 0 {
-			_, err = f.kv.Create(ctx, resource, next)
-		} else {
-			_, err = f.kv.Update(ctx, resource, next, rev)
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // someone wrote in between: compare again
-		}
-		if err != nil {
-			return kvlease.JetStreamError("fenced write", err)
-		}
-		return nil
-	}
+		return Value{Token: token, Data: data}, nil
+	})
 }
 
 // Read returns the resource's value and the token that wrote it.
@@ -190,26 +170,11 @@ func (f *KV) Read(ctx context.Context, resource string) (Value, error) {
 	if err := kvlease.ValidateName(resource); err != nil {
 		return Value{}, err
 	}
-	v, rev, err := f.read(ctx, resource)
+	v, rev, err := f.doc.Get(ctx, resource)
 	if err == nil && rev == 0 {
 		err = fmt.Errorf("%w: no value for %q", kvlease.ErrNotFound, resource)
 	}
 	return v, err
-}
-
-func (f *KV) read(ctx context.Context, resource string) (Value, uint64, error) {
-	e, err := f.kv.Get(ctx, resource)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Value{}, 0, nil
-	}
-	if err != nil {
-		return Value{}, 0, kvlease.JetStreamError("fence read", err)
-	}
-	var v Value
-	if err := json.Unmarshal(e.Value(), &v); err != nil {
-		return Value{}, 0, fmt.Errorf("fence: value of %q is corrupt: %w", resource, err)
-	}
-	return v, e.Revision(), nil
 }
 
 // Rejected counts refused tokens.

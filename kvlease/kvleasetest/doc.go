@@ -3,7 +3,9 @@
 // ([NewServer]) or a cluster ([NewCluster]) in t.TempDir(), connections
 // ([Connect]), a lease store on it ([OpenStore], [NewStore]), a TCP proxy
 // that can cut a client off ([Proxy]), and child processes for fault tests
-// that kill or stop a holder ([Main], [StartChild], [ChildStore]).
+// that kill or stop a holder ([Main], [StartChild], [ChildStore]). For tests
+// of holders that need no server, [FakeGrantor] is an in-memory
+// [kvlease.Grantor] that runs on a testing/synctest bubble's clock.
 //
 // # What it guarantees
 //

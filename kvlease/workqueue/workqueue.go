@@ -2,7 +2,6 @@ package workqueue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/fence"
+	"github.com/leased/leased/kvlease/internal/kvcas"
 )
 
 // Queue hands out work items under processing leases: a worker claims
@@ -42,7 +42,7 @@ type Queue struct {
 	name  string
 	store *kvlease.Store
 	items jetstream.KeyValue
-	done  jetstream.KeyValue
+	done  kvcas.Doc[doneRecord]
 
 	// Per-item state holds only what is live: an item leaves pending when
 	// it is deleted from the items bucket (completed), and claimed when its
@@ -94,9 +94,11 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	if q.items, err = open(name + "-items"); err != nil {
 		return nil, err
 	}
-	if q.done, err = open(name + "-done"); err != nil {
+	done, err := open(name + "-done")
+	if err != nil {
 		return nil, err
 	}
+	q.done = kvcas.Doc[doneRecord]{KV: done, ReadOp: "read sink", WriteOp: "write sink", Corrupt: "workqueue: sink record"}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	q.stop = cancel
 	if q.itemsW, err = q.items.WatchAll(wctx, jetstream.MetaOnly()); err != nil {
@@ -274,41 +276,12 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 // sink applies fn to the item's sink record with a compare-and-set, if the
 // record's token is at most token (else *fence.StaleTokenError).
 func (q *Queue) sink(ctx context.Context, id string, fn func(doneRecord) (doneRecord, error), token kvlease.Token) error {
-	for {
-		var cur doneRecord
-		var rev uint64
-		e, err := q.done.Get(ctx, id)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return kvlease.JetStreamError("read sink", err)
-		default:
-			if err := json.Unmarshal(e.Value(), &cur); err != nil {
-				return fmt.Errorf("workqueue: sink record of %q is corrupt: %w", id, err)
-			}
-			rev = e.Revision()
-		}
+	return q.done.Update(ctx, id, func(cur doneRecord) (doneRecord, error) {
 		if cur.Token > token {
-			return &fence.StaleTokenError{Resource: id, Token: token, Highest: cur.Token}
+			return cur, &fence.StaleTokenError{Resource: id, Token: token, Highest: cur.Token}
 		}
-		next, err := fn(cur)
-		if err != nil {
-			return err
-		}
-		b, _ := json.Marshal(next)
-		if rev == 0 {
-			_, err = q.done.Create(ctx, id, b)
-		} else {
-			_, err = q.done.Update(ctx, id, b, rev)
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
-		}
-		if err != nil {
-			return kvlease.JetStreamError("write sink", err)
-		}
-		return nil
-	}
+		return fn(cur)
+	})
 }
 
 // Complete records the item's result at the sink, if the claim's holder
@@ -347,15 +320,8 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 // Result returns an item's sink record: whether it is done, by which
 // worker, with which token, and its result.
 func (q *Queue) Result(ctx context.Context, id string) (done bool, worker string, token kvlease.Token, result []byte, err error) {
-	e, err := q.done.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, "", 0, nil, nil
-	}
+	r, _, err := q.done.Get(ctx, id)
 	if err != nil {
-		return false, "", 0, nil, kvlease.JetStreamError("read sink", err)
-	}
-	var r doneRecord
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return false, "", 0, nil, err
 	}
 	return r.Done, r.Worker, r.Token, r.Result, nil

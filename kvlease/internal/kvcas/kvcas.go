@@ -1,0 +1,79 @@
+package kvcas
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease"
+)
+
+// Doc is the document type V stored as JSON under each key of KV.
+type Doc[V any] struct {
+	KV jetstream.KeyValue
+	// ReadOp and WriteOp name the reads and writes in errors ("fence
+	// read"); Corrupt names an undecodable value ("fence: value").
+	ReadOp, WriteOp, Corrupt string
+}
+
+// Get returns key's document and its revision, or the zero V and revision
+// 0 if key has none.
+//
+// Errors: [kvlease.ErrUnavailable]; [kvlease.ErrBucket]; a document that
+// does not decode.
+func (d Doc[V]) Get(ctx context.Context, key string) (v V, rev uint64, err error) {
+	e, err := d.KV.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return v, 0, nil
+	}
+	if err != nil {
+		return v, 0, kvlease.JetStreamError(d.ReadOp, err)
+	}
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		var zero V
+		return zero, 0, fmt.Errorf("%s of %q is corrupt: %w", d.Corrupt, key, err)
+	}
+	return v, e.Revision(), nil
+}
+
+// Update replaces key's document with what decide makes of the current one
+// (the zero V if there is none), by a compare-and-set on the revision it
+// read. If another writer got there first it reads the document
+// again and asks decide again, until the write lands, decide fails, or ctx
+// ends.
+//
+// Errors: decide's (nothing is written); Get's; [kvlease.ErrUnavailable].
+func (d Doc[V]) Update(ctx context.Context, key string, decide func(cur V) (V, error)) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return kvlease.JetStreamError(d.WriteOp, err)
+		}
+		cur, rev, err := d.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		next, err := decide(cur)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(next)
+		if err != nil {
+			return fmt.Errorf("kvcas: encode the document of %q: %w", key, err)
+		}
+		if rev == 0 {
+			_, err = d.KV.Create(ctx, key, b)
+		} else {
+			_, err = d.KV.Update(ctx, key, b, rev)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // someone wrote in between: decide again
+		}
+		if err != nil {
+			return kvlease.JetStreamError(d.WriteOp, err)
+		}
+		return nil
+	}
+}

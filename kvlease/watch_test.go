@@ -1,0 +1,110 @@
+package kvlease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// CatchUp applies the replay (and nothing after it), stops at apply's
+// error, and fails with ErrUnavailable once ctx ends or the watch stops.
+func TestWatcherCatchUp(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	var names []string
+	for i := range 3 {
+		n := fmt.Sprintf("cu.%d", i)
+		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: n, Holder: "h", Duration: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+
+	t.Run("replay", func(t *testing.T) {
+		w, err := st.Watch(ctx, "cu.")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		var got []string
+		if err := w.CatchUp(ctx, func(ev kvlease.Event) error {
+			got = append(got, ev.Name)
+			return nil
+		}); err != nil {
+			t.Fatalf("CatchUp = %v", err)
+		}
+		if !slices.Equal(got, names) {
+			t.Fatalf("CatchUp applied %v, want %v", got, names)
+		}
+		select {
+		case <-w.Synced():
+		default:
+			t.Fatal("CatchUp returned before Synced closed")
+		}
+		// Later events stay in Events.
+		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "cu.late", Holder: "h", Duration: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("cu.late", kvlease.EventGranted))
+	})
+
+	t.Run("apply's error", func(t *testing.T) {
+		w, err := st.Watch(ctx, "cu.")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		stop := errors.New("stop")
+		n := 0
+		err = w.CatchUp(ctx, func(kvlease.Event) error {
+			n++
+			return stop
+		})
+		if err != stop || n != 1 {
+			t.Fatalf("CatchUp = %v after %d events, want apply's error after 1", err, n)
+		}
+	})
+
+	t.Run("stopped", func(t *testing.T) {
+		w, err := st.Watch(ctx, "cu.")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Stop()
+		// The events buffered before Stop still come; then the closed
+		// channel says the watch ended.
+		err = w.CatchUp(ctx, func(kvlease.Event) error { return nil })
+		if !errors.Is(err, kvlease.ErrUnavailable) {
+			t.Fatalf("CatchUp of a stopped watch = %v, want ErrUnavailable", err)
+		}
+	})
+
+	t.Run("ctx ended", func(t *testing.T) {
+		// More leases than the watcher buffers: its replay cannot end
+		// before CatchUp reads, so it sees ctx's end first (each select
+		// among ready cases is a coin toss; 300 tosses do not all land on
+		// the events).
+		for i := range 300 {
+			if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("many.%d", i), Holder: "h", Duration: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w, err := st.Watch(ctx, "many.")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		err = w.CatchUp(cctx, func(kvlease.Event) error { return nil })
+		if !errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("CatchUp with ctx ended = %v, want ErrUnavailable wrapping context.Canceled", err)
+		}
+	})
+}
