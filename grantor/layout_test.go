@@ -10,19 +10,27 @@ import (
 const module = "github.com/leased/leased"
 
 // layers is the import order README's Layout section documents, top first:
-// a package (and its tests) may import packages of its own layer and of the
-// layers below it, never one above. "x/..." is x and everything under it;
-// the most specific pattern decides.
+// a package may import packages of its own layer and of the layers below
+// it, never one above. Its tests may also use packages above it within
+// its own top-level tree (a kvlease test may use kvlease/fence), never
+// another tree's (a kvlease test never uses grantor/embedded). "x/..." is
+// x and everything under it; the most specific pattern decides.
 var layers = [][]string{
 	{"cmd/...", "examples/..."},
 	{"grantor/registry/..."},
 	{"grantor"},
 	{"grantor/client/..."},
 	{"grantor/api/..."},
-	{"kvlease/..."},
+	{"kvlease/workqueue/..."},
+	{"kvlease/fence/...", "kvlease/election/...", "kvlease/readlease/..."},
+	{"kvlease/internal/..."},
+	{"kvlease", "kvlease/kvleasetest/..."},
 	{"membership/...", "telemetry/..."},
 	{"grantor/embedded/..."},
 }
+
+// tree is a package's top-level directory.
+func tree(rel string) string { return strings.SplitN(rel, "/", 2)[0] }
 
 // layerOf returns the layer of a package path relative to the module, and
 // false for a package no pattern covers.
@@ -71,13 +79,19 @@ func TestImportsPointDown(t *testing.T) {
 			t.Errorf("%s is in no layer: add it to README's Layout and to layers", rel)
 			continue
 		}
-		for _, imp := range slices.Concat(p.imports, p.test) {
+		for i, imp := range slices.Concat(p.imports, p.test) {
 			irel, ours := strings.CutPrefix(imp, module+"/")
 			if !ours || imp == p.path {
 				continue
 			}
-			if to, ok := layerOf(irel); ok && to < from {
+			to, ok := layerOf(irel)
+			switch {
+			case !ok:
+				t.Errorf("%s imports %s, which is in no layer", rel, irel)
+			case to < from && i < len(p.imports):
 				t.Errorf("%s imports %s, which is above it", rel, irel)
+			case to < from && tree(irel) != tree(rel):
+				t.Errorf("%s's tests import %s, above it in another tree", rel, irel)
 			}
 		}
 	}
