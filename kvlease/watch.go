@@ -209,6 +209,19 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	if o.updatesOnly {
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
+	// What was stored before the watch began is state; anything after it
+	// is a change, reported as one (an end included) even while the
+	// replay is still being confirmed.
+	var before uint64
+	if !o.updatesOnly {
+		m, err := s.leaderGet(ctx, msgGetRequest{LastFor: filter})
+		switch {
+		case err == nil:
+			before = m.Sequence
+		case !errors.Is(err, errNoMessage):
+			return nil, translate("watch", err)
+		}
+	}
 	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, cfg)
 	if err != nil {
 		return nil, translate("watch", err)
@@ -232,7 +245,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 		<-ctx.Done()
 		it.Stop()
 	}()
-	go w.run(ctx, s, it, prefix, filter)
+	go w.run(ctx, s, it, prefix, filter, before)
 	return w, nil
 }
 
@@ -248,7 +261,11 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 // newest message under the filter: done once the consumer has delivered up
 // to it (a message replaced since is replaced by a later one, which the
 // next confirmation covers).
-func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContext, prefix, filter string) {
+//
+// Only messages stored before the watch began (at or below before) are
+// replayed state; a change stored after it is reported as a change, its
+// end included, whether or not the replay has been confirmed yet.
+func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContext, prefix, filter string, before uint64) {
 	defer close(w.done)
 	defer close(w.events)
 	defer w.stop()                   // ends the goroutine that stops the iterator
@@ -280,7 +297,7 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 		if err != nil {
 			continue
 		}
-		replay := !synced()
+		replay := !synced() && md.Sequence.Stream <= before
 		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) {
 			if ev, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
 				select {
@@ -290,7 +307,7 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 				}
 			}
 		}
-		if replay && md.NumPending == 0 && w.caughtUp(ctx, s, filter, md.Sequence.Stream, &confirmations) {
+		if !synced() && md.NumPending == 0 && w.caughtUp(ctx, s, filter, md.Sequence.Stream, &confirmations) {
 			close(w.synced)
 		}
 	}
