@@ -227,6 +227,17 @@ func TestCheckFigures(t *testing.T) {
 			}
 		},
 	}, {
+		// A fault the history stopped in counts to the run's end (the get
+		// at 20 s); L holds [10, 2697).
+		name: "a fault that never ended",
+		h: newHist().grant("h1", "L", 0, 10, 5).fault(faultcheck.FaultKillAll, "cluster", 1000, -1).
+			op("end", "L", faultcheck.OpGet, 20000, 20000, faultcheck.Request{}, faultcheck.CodeNotFound, faultcheck.Reply{}),
+		check: func(t *testing.T, f faultcheck.Figures) {
+			if got, want := f.AvailabilityAround[faultcheck.FaultKillAll], 1697.0/19000; !near(got, want) {
+				t.Errorf("availability around kill_all %v, want %v", got, want)
+			}
+		},
+	}, {
 		// Refused at 1000, inside the window to 2697: a false loss. h2's
 		// renewal comes after its window (a paused holder): no loss of
 		// ours. h3's second refusal follows its first: counted once.

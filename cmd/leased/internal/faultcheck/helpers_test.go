@@ -74,8 +74,13 @@ func (h *hist) get(proc, lease string, s, r int64, tok, rev uint64) *hist {
 		faultcheck.Reply{Holder: "?", Token: tok, Revision: rev})
 }
 
+// fault: a fault from..to; to -1 is a fault that had not ended.
 func (h *hist) fault(kind faultcheck.FaultKind, target string, from, to int64) *hist {
-	h.recs = append(h.recs, faultcheck.Record{Type: faultcheck.TypeFault, Fault: kind, Target: target, TStart: at(from), TEnd: at(to)})
+	rec := faultcheck.Record{Type: faultcheck.TypeFault, Fault: kind, Target: target, TStart: at(from)}
+	if to >= 0 {
+		rec.TEnd = at(to)
+	}
+	h.recs = append(h.recs, rec)
 	return h
 }
 
