@@ -31,10 +31,13 @@ type Params struct {
 	// monotonic nanoseconds; 0 takes the first and the last instant the
 	// history names.
 	From, To int64
-	// IgnoreReads leaves get replies and the holder and revision named
-	// by held and conflict errors out of the lost-acknowledgement check
-	// (they are reads, which a lagging node may serve); only later
-	// compare-and-sets count then.
+	// IgnoreReads leaves get replies and the token and revision named
+	// by held and conflict errors out of the lost-acknowledgement check;
+	// only later compare-and-sets (acknowledged renewals) count then.
+	// Those replies are reads, and kvlease's reads are hints: a direct
+	// get may be served by a follower that is behind, and a grantor node
+	// re-reads only below what it wrote or saw itself (docs/safety.md,
+	// "Evidence, not truth"). Set it when such a read is no proof of loss.
 	IgnoreReads bool
 }
 

@@ -60,9 +60,13 @@
 // whose token no later reply shows is invisible, and a violation between
 // two operations that overlap in time is not one it can prove. It does
 // not check effects on resources (fencing) nor liveness: a run where
-// nobody ever holds a lease passes, with availability 0. Reads (get, and
-// the holder a held error names) are taken as evidence for [LostAck]
-// unless [Params.IgnoreReads]: a harness whose reads may come from a
-// lagging follower should set it. The checker trusts the clock: CLOCK_MONOTONIC of one machine; histories
-// from several machines cannot be merged into one.
+// nobody ever holds a lease passes, with availability 0. Reads (a get, the
+// token a held error names, the revision of a conflict) are taken as
+// evidence for [LostAck] unless [Params.IgnoreReads]; kvlease's reads are
+// hints that a lagging follower may serve, so a read showing an older
+// tenure is a lost write only if the reads are known to be current. It
+// trusts the clock: one machine's CLOCK_MONOTONIC, so histories from
+// several machines cannot be merged into one.
+//
+// [Report.Summary] renders the figures and violations for people.
 package faultcheck

@@ -12,9 +12,9 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // The summary of a run with a release, a crash, a false loss, faults and
-// one violation (worked out by hand: L holds [10, 2000), [2110, 4797), [6010, 8697); M [10, 1010)
-// until its refusal, [1510, 4197)), against testdata/summary.golden (go test -update rewrites
-// it).
+// one violation, against testdata/summary.golden (go test -update
+// rewrites it). Worked out by hand: L holds [10, 2000), [2110, 4797),
+// [6010, 8697); M [10, 1010) until its refusal, then [1510, 4197).
 func TestSummaryGolden(t *testing.T) {
 	h, err := newHist().
 		grant("h1", "L", 0, 10, 5).renew("h1", "L", 1000, 1010, 5, 5, 6).release("h1", "L", 2000, 2010, 5, 6).
