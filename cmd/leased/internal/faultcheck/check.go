@@ -386,7 +386,7 @@ func (c *checker) overlaps() {
 		for _, it := range items {
 			active = slices.DeleteFunc(active, func(a item) bool { return a.s.to <= it.s.from })
 			for _, a := range active {
-				if a.t == it.t || reported[pair{a.t, it.t}] {
+				if a.t == it.t || reported[pair{a.t, it.t}] || reported[pair{it.t, a.t}] {
 					continue
 				}
 				reported[pair{a.t, it.t}] = true
@@ -399,8 +399,8 @@ func (c *checker) overlaps() {
 	}
 }
 
-// byReply returns the records sorted by reply time, with the running
-// maximum of key and the record that holds it.
+// floor holds records by reply time, with the running maximum of a key
+// and the record that holds it.
 type floor struct {
 	at   []int64
 	max  []uint64

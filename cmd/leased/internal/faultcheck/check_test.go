@@ -44,6 +44,12 @@ func TestCheckViolations(t *testing.T) {
 		h:    newHist().grant("h1", "L", 0, 10, 5).renew("h1", "L", 1000, 1900, 5, 5, 6).grant("h2", "L", 3500, 3695, 9),
 		want: []faultcheck.ViolationKind{faultcheck.Overlap},
 	}, {
+		// h2's grant falls in h1's window, and h1's late renewal (accepted
+		// after h2's grant: stale) in h2's: one overlap of the two tenures.
+		name: "overlap: reported once per pair of tenures",
+		h:    newHist().grant("h1", "L", 0, 10, 5).grant("h2", "L", 1000, 1010, 9).renew("h1", "L", 3000, 3010, 5, 5, 10),
+		want: []faultcheck.ViolationKind{faultcheck.LostAck, faultcheck.Overlap, faultcheck.StaleAccepted},
+	}, {
 		// The same, 2 ms after it ends: clean.
 		name: "no overlap: a grant just after a renewed window",
 		h:    newHist().grant("h1", "L", 0, 10, 5).renew("h1", "L", 1000, 1900, 5, 5, 6).grant("h2", "L", 3500, 3699, 9),
