@@ -1,6 +1,6 @@
 // Package faultcheck checks a history of lease operations for safety
-// violations and computes the figures of a fault run (issue 12, items 3
-// and 4). It is pure: no NATS, no processes, no clocks of its own. The
+// violations and computes the figures of a randomized fault run. It is
+// pure: no NATS, no processes, no clocks of its own. The
 // fault harness logs what its holder processes send and receive, and
 // what its nemesis does, in the format below; after the run it reads the
 // logs with [Decode], assembles them with [NewHistory] and calls [Check].
@@ -11,7 +11,8 @@
 // ("type":"op": who sent it, which lease, grant|renew|release|get, the
 // request's D, token and revision, the outcome code and the reply's
 // holder, token, revision, server time and node) or a fault
-// ("type":"fault": its kind, target, start and end). Every time is the
+// ("type":"fault": its kind; its target, a node's name or, for a holder
+// fault, the holder's proc; its start and end). Every time is the
 // machine's CLOCK_MONOTONIC in nanoseconds, shared by all its processes:
 // an operation's t_send is read just before the request is sent and
 // t_reply just after the reply arrives (or the caller gives up: code
