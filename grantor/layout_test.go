@@ -17,6 +17,7 @@ const module = "github.com/leased/leased"
 // x and everything under it; the most specific pattern decides.
 var layers = [][]string{
 	{"cmd/...", "examples/..."},
+	{"cmd/leased/internal/faultcheck/..."},
 	{"grantor/registry/..."},
 	{"grantor"},
 	{"grantor/client/..."},
