@@ -70,6 +70,9 @@ func FuzzDecodeRequest(f *testing.F) {
 			if !errors.Is(err, api.ErrInvalidRequest) {
 				t.Fatalf("Decode error %v does not wrap ErrInvalidRequest", err)
 			}
+			if code := api.ErrorBodyOf(kind.verb, err).Code; code != api.CodeInvalidArgument {
+				t.Fatalf("a malformed %s body is answered %q, not %q", kind.verb, code, api.CodeInvalidArgument)
+			}
 			return
 		}
 		enc, err := json.Marshal(req)
