@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -104,6 +105,15 @@ func decodeRecord(name string, rev uint64, stored time.Time, ttl time.Duration, 
 	var v value
 	if err := json.Unmarshal(data, &v); err != nil {
 		return Record{}, fmt.Errorf("%w: revision %d of %q is not a lease record: %v", ErrBucket, rev, name, err)
+	}
+	// A token is the revision of an earlier (or this) put: one above rev
+	// would be handed to holders and fences as a token from the future, and
+	// every real tenure after it would look stale.
+	if uint64(v.Token) > rev {
+		return Record{}, fmt.Errorf("%w: revision %d of %q claims token %d, above its own revision", ErrBucket, rev, name, v.Token)
+	}
+	if v.DurationMS < 0 || v.DurationMS > int64(math.MaxInt64/time.Millisecond) {
+		return Record{}, fmt.Errorf("%w: revision %d of %q has duration %d ms, not a duration", ErrBucket, rev, name, v.DurationMS)
 	}
 	r := Record{
 		Name:       name,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -619,14 +620,16 @@ func gone(h nats.Header) bool {
 }
 
 // parseTTL reads a Nats-TTL header: a Go duration or a number of seconds.
+// Anything else, a negative TTL and one beyond time.Duration's range among
+// them (no server writes these), is 0: no TTL known.
 func parseTTL(v string) time.Duration {
 	if v == "" {
 		return 0
 	}
 	if d, err := time.ParseDuration(v); err == nil {
-		return d
+		return max(d, 0)
 	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 && n <= int64(math.MaxInt64/time.Second) {
 		return time.Duration(n) * time.Second
 	}
 	return 0

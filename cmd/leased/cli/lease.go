@@ -178,22 +178,18 @@ func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, std
 			}
 		}
 		revision, explicit := h.revision, cmd.Flags().Changed("revision")
-		var b []byte
-		var err error
-		if h.leaseFile == "-" {
-			b, err = io.ReadAll(stdin)
-		} else {
-			b, err = os.ReadFile(h.leaseFile)
+		r := stdin
+		if h.leaseFile != "-" {
+			f, err := os.Open(h.leaseFile)
+			if err != nil {
+				return usageError{fmt.Errorf("--lease-file: %w", err)}
+			}
+			defer f.Close()
+			r = f
 		}
+		l, err := readLeaseFile(r, name)
 		if err != nil {
-			return usageError{fmt.Errorf("--lease-file: %w", err)}
-		}
-		var l api.Lease
-		if err := json.Unmarshal(b, &l); err != nil {
-			return usageError{fmt.Errorf("--lease-file: not what \"leased acquire -o json\" prints: %w", err)}
-		}
-		if l.Name != name {
-			return usageError{fmt.Errorf("--lease-file is for lease %q, not %q", l.Name, name)}
+			return usageError{err}
 		}
 		c.holder, h.token, h.revision, h.secret = l.Holder, l.Token, l.Revision, l.Secret
 		if explicit {
@@ -207,6 +203,31 @@ func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, std
 		return usageError{errors.New("--lease-file, or --holder, --token, --revision and --secret, are required")}
 	}
 	return nil
+}
+
+// maxLeaseFile bounds what --lease-file reads. What "acquire -o json"
+// prints is a few hundred bytes plus the attributes, which the service
+// bounds far lower (grantor.Config.MaxAttributeBytes, 1 KiB by default).
+const maxLeaseFile = 1 << 20
+
+// readLeaseFile reads what "leased acquire -o json" (or "renew -o json")
+// printed, for lease name: at most maxLeaseFile bytes of one JSON lease.
+func readLeaseFile(r io.Reader, name string) (api.Lease, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxLeaseFile+1))
+	if err != nil {
+		return api.Lease{}, fmt.Errorf("--lease-file: %w", err)
+	}
+	if len(b) > maxLeaseFile {
+		return api.Lease{}, fmt.Errorf("--lease-file: more than %d bytes: not what \"leased acquire -o json\" prints", maxLeaseFile)
+	}
+	var l api.Lease
+	if err := json.Unmarshal(b, &l); err != nil {
+		return api.Lease{}, fmt.Errorf("--lease-file: not what \"leased acquire -o json\" prints: %w", err)
+	}
+	if l.Name != name {
+		return api.Lease{}, fmt.Errorf("--lease-file is for lease %q, not %q", l.Name, name)
+	}
+	return l, nil
 }
 
 func newRevoke(stdout io.Writer) *cobra.Command {

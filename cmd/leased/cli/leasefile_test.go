@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+)
+
+// FuzzLeaseFile reads a --lease-file as renew and release do. A file that
+// reads is for the lease named, and what renew and release take from it
+// (holder, token, revision, secret) survives being printed and read again,
+// as "renew -o json" output fed to the next --lease-file is. Seeds:
+// testdata/fuzz/FuzzLeaseFile (acquire -o json output among them).
+func FuzzLeaseFile(f *testing.F) {
+	f.Add("jobs.nightly", []byte(`{"name":"jobs.nightly","holder":"worker-7","token":42,"revision":42,"ttl":"15s","server_ttl":"16s","secret":"5f0c"}`))
+	f.Fuzz(func(t *testing.T, name string, b []byte) {
+		l, err := readLeaseFile(bytes.NewReader(b), name)
+		if err != nil {
+			return
+		}
+		if l.Name != name {
+			t.Fatalf("file for %q read as %q", l.Name, name)
+		}
+		out, err := json.Marshal(leaseJSON{Lease: l})
+		if err != nil {
+			t.Fatalf("a lease read from a file does not print: %v", err)
+		}
+		again, err := readLeaseFile(bytes.NewReader(out), name)
+		if err != nil {
+			t.Fatalf("printed lease %s does not read back: %v", out, err)
+		}
+		if again.Holder != l.Holder || again.Token != l.Token || again.Revision != l.Revision || again.Secret != l.Secret {
+			t.Fatalf("tenure changed on the way through a file: %+v, then %+v", l, again)
+		}
+	})
+}
+
+// A lease file reads no more than maxLeaseFile bytes, whatever it holds.
+func TestLeaseFileIsBounded(t *testing.T) {
+	lease := `{"name":"a","holder":"h","token":1,"revision":1,"secret":"s"}`
+	for _, tc := range []struct {
+		name    string
+		padding int
+		ok      bool
+	}{
+		{"at the limit", maxLeaseFile - len(lease), true},
+		{"over the limit", maxLeaseFile - len(lease) + 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := io.MultiReader(strings.NewReader(strings.Repeat(" ", tc.padding)), strings.NewReader(lease))
+			_, err := readLeaseFile(r, "a")
+			if (err == nil) != tc.ok {
+				t.Fatalf("err = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+	// A huge file is refused for its size, before it is read to the end.
+	if _, err := readLeaseFile(io.LimitReader(zeros{}, 64<<20), "a"); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("64 MiB file: err = %v", err)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
