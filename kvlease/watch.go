@@ -214,7 +214,11 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	// replay is still being confirmed.
 	var before uint64
 	if !o.updatesOnly {
-		m, err := s.leaderGet(ctx, msgGetRequest{LastFor: filter})
+		// Bounded: a stream that has no leader yet (a forming cluster)
+		// answers nothing at all, and the caller retries unavailability.
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		m, err := s.leaderGet(gctx, msgGetRequest{LastFor: filter})
+		cancel()
 		switch {
 		case err == nil:
 			before = m.Sequence
