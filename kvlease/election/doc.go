@@ -26,7 +26,7 @@
 //
 // # Options
 //
-// [Election.Campaign] takes [WithLease] (the options of [kvlease.Acquire]:
-// a holder margin, a clock guard) and [WithKeeper] (those of
+// [Election.Campaign] takes [kvlease.WithLease] (the options of [kvlease.Acquire]:
+// a holder margin, a clock guard) and [kvlease.WithKeeper] (those of
 // [kvlease.Keep]). Both refuse nil options.
 package election

@@ -45,8 +45,8 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
 
 // Campaign blocks until candidate leads, or ctx ends. It tries to take the
 // lease for duration d; while someone else leads it waits for the end of
-// that tenure on the bucket's stream, then tries again. [WithLease]
-// configures the lease (a holder margin, a clock guard), [WithKeeper] the
+// that tenure on the bucket's stream, then tries again. [kvlease.WithLease]
+// configures the lease (a holder margin, a clock guard), [kvlease.WithKeeper] the
 // keeper that renews it (WithOnLost, …).
 //
 // ctx bounds the campaign only: once won, leadership lasts until Resign,
@@ -55,8 +55,8 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
 // Errors: ctx's; [kvlease.ErrInvalidOption]; validation errors;
 // [kvlease.ErrUnavailable] only if it persists (a candidate retries
 // transient failures while ctx allows).
-func (e *Election) Campaign(ctx context.Context, candidate string, d time.Duration, opts ...Option) (*Leadership, error) {
-	o, err := newOptions(opts)
+func (e *Election) Campaign(ctx context.Context, candidate string, d time.Duration, opts ...kvlease.HoldOption) (*Leadership, error) {
+	o, err := kvlease.NewHold(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -68,11 +68,11 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	for {
 		// While the server does not answer, try again shortly.
 		l, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Lease, error) {
-			return kvlease.Acquire(ctx, e.store, e.name, candidate, d, o.lease...)
+			return kvlease.Acquire(ctx, e.store, e.name, candidate, d, o.Lease...)
 		})
 		switch {
 		case err == nil:
-			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.keeper...)
+			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.Keeper...)
 			if err != nil {
 				_ = l.Release(context.WithoutCancel(ctx))
 				return nil, err

@@ -100,7 +100,7 @@ func electWriter(url string) error {
 			for {
 				var token kvlease.Token
 				lead, err := e.Campaign(ctx, name, time.Second,
-					election.WithKeeper(kvlease.WithOnRenew(func(rec kvlease.Record, deadline time.Time) {
+					kvlease.WithKeeper(kvlease.WithOnRenew(func(rec kvlease.Record, deadline time.Time) {
 						say("deadline %d %d", rec.Token, toSys(deadline))
 					})))
 				if err != nil {

@@ -20,10 +20,10 @@ func TestCampaignOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, opts := range map[string][]election.Option{
+	for name, opts := range map[string][]kvlease.HoldOption{
 		"nil option":        {nil},
-		"nil lease option":  {election.WithLease(nil)},
-		"nil keeper option": {election.WithKeeper(nil)},
+		"nil lease option":  {kvlease.WithLease(nil)},
+		"nil keeper option": {kvlease.WithKeeper(nil)},
 	} {
 		if _, err := e.Campaign(ctx, "c", 10*time.Second, opts...); !errors.Is(err, kvlease.ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
@@ -33,9 +33,9 @@ func TestCampaignOptions(t *testing.T) {
 	var exceeded atomic.Bool
 	renewed := make(chan struct{}, 1)
 	c, err := e.Campaign(ctx, "c", 3*time.Second,
-		election.WithLease(kvlease.WithHolderMargin(250*time.Millisecond),
+		kvlease.WithLease(kvlease.WithHolderMargin(250*time.Millisecond),
 			kvlease.WithClockGuard(func(float64) bool { return exceeded.Load() })),
-		election.WithKeeper(kvlease.WithRenewInterval(100*time.Millisecond),
+		kvlease.WithKeeper(kvlease.WithRenewInterval(100*time.Millisecond),
 			kvlease.WithOnRenew(func(kvlease.Record, time.Time) {
 				select {
 				case renewed <- struct{}{}:

@@ -35,7 +35,7 @@
 //
 // # Options
 //
-// [Queue.Claim] takes [WithLease] (a holder margin, a clock guard: the
-// options of [kvlease.Acquire]) and [WithKeeper] (the options of
+// [Queue.Claim] takes [kvlease.WithLease] (a holder margin, a clock guard: the
+// options of [kvlease.Acquire]) and [kvlease.WithKeeper] (the options of
 // [kvlease.Keep]). Both refuse nil options.
 package workqueue

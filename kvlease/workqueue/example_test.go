@@ -32,7 +32,7 @@ func ExampleQueue() {
 	// A worker claims the item: a lease "claim.thumbnails.img-0042", kept
 	// renewed while it works, here with a holder margin of its own.
 	c, err := q.Claim(ctx, "worker-3", 5*time.Second,
-		workqueue.WithLease(kvlease.WithHolderMargin(500*time.Millisecond)))
+		kvlease.WithLease(kvlease.WithHolderMargin(500*time.Millisecond)))
 	if err != nil {
 		log.Fatal(err)
 	}

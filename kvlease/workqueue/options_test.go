@@ -25,10 +25,10 @@ func TestClaimOptions(t *testing.T) {
 	if err := q.Add(ctx, "item", nil); err != nil {
 		t.Fatal(err)
 	}
-	for name, opts := range map[string][]workqueue.Option{
+	for name, opts := range map[string][]kvlease.HoldOption{
 		"nil option":        {nil},
-		"nil lease option":  {workqueue.WithLease(nil)},
-		"nil keeper option": {workqueue.WithKeeper(nil)},
+		"nil lease option":  {kvlease.WithLease(nil)},
+		"nil keeper option": {kvlease.WithKeeper(nil)},
 	} {
 		if _, err := q.Claim(ctx, "w", 10*time.Second, opts...); !errors.Is(err, kvlease.ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
@@ -38,9 +38,9 @@ func TestClaimOptions(t *testing.T) {
 	var exceeded atomic.Bool
 	renewed := make(chan struct{}, 1)
 	c, err := q.Claim(ctx, "w", 3*time.Second,
-		workqueue.WithLease(kvlease.WithHolderMargin(250*time.Millisecond),
+		kvlease.WithLease(kvlease.WithHolderMargin(250*time.Millisecond),
 			kvlease.WithClockGuard(func(float64) bool { return exceeded.Load() })),
-		workqueue.WithKeeper(kvlease.WithRenewInterval(100*time.Millisecond),
+		kvlease.WithKeeper(kvlease.WithRenewInterval(100*time.Millisecond),
 			kvlease.WithOnRenew(func(kvlease.Record, time.Time) {
 				select {
 				case renewed <- struct{}{}:

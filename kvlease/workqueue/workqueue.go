@@ -197,13 +197,13 @@ func (c *Claim) Token() kvlease.Token { return c.Lease().Token() }
 
 // Claim blocks until worker holds a claim on a pending item, or ctx ends.
 // It waits for new items and lapsed claims on the buckets' streams, without
-// polling. The claim is a lease of duration d, taken with [WithLease]'s
-// options (a holder margin, a clock guard) and kept with [WithKeeper]'s.
+// polling. The claim is a lease of duration d, taken with [kvlease.WithLease]'s
+// options (a holder margin, a clock guard) and kept with [kvlease.WithKeeper]'s.
 //
 // Errors: ctx's; [kvlease.ErrInvalidOption]; the lease's and keeper's
 // validation errors; [kvlease.ErrUnavailable].
-func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts ...Option) (*Claim, error) {
-	o, err := newOptions(opts)
+func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts ...kvlease.HoldOption) (*Claim, error) {
+	o, err := kvlease.NewHold(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -235,8 +235,8 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 	}
 }
 
-func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration, o options) (*Claim, error) {
-	l, err := kvlease.Acquire(ctx, q.store, q.claimPrefix()+id, worker, d, o.lease...)
+func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration, o kvlease.Hold) (*Claim, error) {
+	l, err := kvlease.Acquire(ctx, q.store, q.claimPrefix()+id, worker, d, o.Lease...)
 	if err != nil {
 		// Held: the claims stream reports that claim (and its end), so the
 		// item is not marked here, where a mark could outlive the claim.
@@ -265,7 +265,7 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 		}
 		return nil, kvlease.JetStreamError("read item", err)
 	}
-	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.keeper...)
+	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.Keeper...)
 	if err != nil {
 		_ = l.Release(context.WithoutCancel(ctx))
 		return nil, err

@@ -56,7 +56,7 @@ needs JetStream access to the lease bucket. The exit code is the command's.`,
 				}
 				return superviseUnderLease(ctx, &c, name, grace, verbose, args[1:], stdout, stderr,
 					func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
-						lead, err := e.Campaign(ctx, c.holder, ttl, election.WithLease(kvlease.WithHolderMargin(margin)), election.WithKeeper(opts...))
+						lead, err := e.Campaign(ctx, c.holder, ttl, kvlease.WithLease(kvlease.WithHolderMargin(margin)), kvlease.WithKeeper(opts...))
 						if err != nil {
 							return nil, err
 						}

@@ -1,0 +1,60 @@
+package kvlease
+
+import "fmt"
+
+// HoldOption configures a recipe that acquires a lease and keeps it
+// renewed, such as election.Campaign and workqueue.Claim: the options of
+// the lease it takes ([WithLease]) and of the keeper that renews it
+// ([WithKeeper]). An option returns an error for a value it cannot use.
+type HoldOption func(*Hold) error
+
+// Hold is what a recipe's HoldOptions ask of its [Acquire] and [Keep].
+type Hold struct {
+	Lease  []LeaseOption
+	Keeper []KeeperOption
+}
+
+// NewHold applies opts. Errors: [ErrInvalidOption] for a nil option, or
+// what an option returns.
+func NewHold(opts ...HoldOption) (Hold, error) {
+	var h Hold
+	for _, opt := range opts {
+		if opt == nil {
+			return Hold{}, fmt.Errorf("%w: nil hold option", ErrInvalidOption)
+		}
+		if err := opt(&h); err != nil {
+			return Hold{}, err
+		}
+	}
+	return h, nil
+}
+
+// WithLease passes options to the recipe's [Acquire]: a holder margin, a
+// clock-rate bound or guard, attributes. A nil option is refused with
+// [ErrInvalidOption].
+func WithLease(opts ...LeaseOption) HoldOption {
+	return func(h *Hold) error {
+		for _, opt := range opts {
+			if opt == nil {
+				return fmt.Errorf("%w: nil lease option", ErrInvalidOption)
+			}
+		}
+		h.Lease = append(h.Lease, opts...)
+		return nil
+	}
+}
+
+// WithKeeper passes options to the [Keep] that renews the recipe's lease
+// (callbacks, a renewal interval, a meter provider). A nil option is
+// refused with [ErrInvalidOption].
+func WithKeeper(opts ...KeeperOption) HoldOption {
+	return func(h *Hold) error {
+		for _, opt := range opts {
+			if opt == nil {
+				return fmt.Errorf("%w: nil keeper option", ErrInvalidOption)
+			}
+		}
+		h.Keeper = append(h.Keeper, opts...)
+		return nil
+	}
+}
