@@ -1,8 +1,7 @@
 package election_test
 
 import (
-	"errors"
-	"sync/atomic"
+	"context"
 	"testing"
 	"time"
 
@@ -20,38 +19,12 @@ func TestCampaignOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, opts := range map[string][]kvlease.HoldOption{
-		"nil option":        {nil},
-		"nil lease option":  {kvlease.WithLease(nil)},
-		"nil keeper option": {kvlease.WithKeeper(nil)},
-	} {
-		if _, err := e.Campaign(ctx, "c", 10*time.Second, opts...); !errors.Is(err, kvlease.ErrInvalidOption) {
-			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
+	kvleasetest.CheckHoldOptions(t, func(d time.Duration, opts ...kvlease.HoldOption) (*kvlease.Lease, error) {
+		c, err := e.Campaign(ctx, "c", d, opts...)
+		if err != nil {
+			return nil, err
 		}
-	}
-
-	var exceeded atomic.Bool
-	renewed := make(chan struct{}, 1)
-	c, err := e.Campaign(ctx, "c", 3*time.Second,
-		kvlease.WithLease(kvlease.WithHolderMargin(250*time.Millisecond),
-			kvlease.WithClockGuard(func(float64) bool { return exceeded.Load() })),
-		kvlease.WithKeeper(kvlease.WithRenewInterval(100*time.Millisecond),
-			kvlease.WithOnRenew(func(kvlease.Record, time.Time) {
-				select {
-				case renewed <- struct{}{}:
-				default:
-				}
-			})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Resign(ctx)
-	if m := c.Lease().Margin(); m != 250*time.Millisecond {
-		t.Errorf("leadership's holder margin %v, want 250ms", m)
-	}
-	<-renewed
-	exceeded.Store(true)
-	if err := c.Lease().Check(); !errors.Is(err, kvlease.ErrClockRate) {
-		t.Errorf("check with the clock guard tripped: %v, want ErrClockRate", err)
-	}
+		t.Cleanup(func() { _ = c.Resign(context.Background()) })
+		return c.Lease(), nil
+	})
 }

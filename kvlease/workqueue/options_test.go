@@ -1,8 +1,8 @@
 package workqueue_test
 
 import (
+	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,40 +25,14 @@ func TestClaimOptions(t *testing.T) {
 	if err := q.Add(ctx, "item", nil); err != nil {
 		t.Fatal(err)
 	}
-	for name, opts := range map[string][]kvlease.HoldOption{
-		"nil option":        {nil},
-		"nil lease option":  {kvlease.WithLease(nil)},
-		"nil keeper option": {kvlease.WithKeeper(nil)},
-	} {
-		if _, err := q.Claim(ctx, "w", 10*time.Second, opts...); !errors.Is(err, kvlease.ErrInvalidOption) {
-			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
+	kvleasetest.CheckHoldOptions(t, func(d time.Duration, opts ...kvlease.HoldOption) (*kvlease.Lease, error) {
+		c, err := q.Claim(ctx, "w", d, opts...)
+		if err != nil {
+			return nil, err
 		}
-	}
-
-	var exceeded atomic.Bool
-	renewed := make(chan struct{}, 1)
-	c, err := q.Claim(ctx, "w", 3*time.Second,
-		kvlease.WithLease(kvlease.WithHolderMargin(250*time.Millisecond),
-			kvlease.WithClockGuard(func(float64) bool { return exceeded.Load() })),
-		kvlease.WithKeeper(kvlease.WithRenewInterval(100*time.Millisecond),
-			kvlease.WithOnRenew(func(kvlease.Record, time.Time) {
-				select {
-				case renewed <- struct{}{}:
-				default:
-				}
-			})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if m := c.Lease().Margin(); m != 250*time.Millisecond {
-		t.Errorf("claim's holder margin %v, want 250ms", m)
-	}
-	<-renewed
-	exceeded.Store(true)
-	if err := c.Lease().Check(); !errors.Is(err, kvlease.ErrClockRate) {
-		t.Errorf("check with the clock guard tripped: %v, want ErrClockRate", err)
-	}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c.Lease(), nil
+	})
 }
 
 // Open refuses options it cannot use before it touches JetStream (a nil js
