@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,10 @@ type testCluster struct {
 	nodes []cli.ClusterNode
 	procs []*server
 	net   *privateNet // nil: every node on 127.0.0.1
+	bin   string      // the leased binary; "": leasedBin
+	// single: one node serving alone (`leased serve` without a cluster,
+	// an R1 bucket), not a one-node cluster.
+	single bool
 }
 
 func freePorts(t *testing.T, n int) []int {
@@ -78,7 +83,7 @@ func startClusterIn(t *testing.T, net *privateNet) *testCluster {
 }
 
 func (c *testCluster) start() {
-	c.procs = make([]*server, 3)
+	c.procs = make([]*server, len(c.nodes))
 	for i := range c.nodes {
 		c.procs[i] = c.spawn(i)
 	}
@@ -88,7 +93,13 @@ func (c *testCluster) start() {
 }
 
 func (c *testCluster) spawn(i int) *server {
-	cmd := c.command(i, cli.ClusterServeArgs(c.nodes, i)...)
+	args := cli.ClusterServeArgs(c.nodes, i)
+	if c.single {
+		n := c.nodes[i]
+		args = []string{"serve", "--name", n.Name, "--listen", net.JoinHostPort(n.Host, fmt.Sprint(n.Port)),
+			"--data", n.Data, "--log-format", "json"}
+	}
+	cmd := c.command(i, args...)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
@@ -100,10 +111,11 @@ func (c *testCluster) spawn(i int) *server {
 // command runs leased with args where node i runs: in its namespace, if
 // the cluster has them.
 func (c *testCluster) command(i int, args ...string) *exec.Cmd {
+	bin := cmp.Or(c.bin, leasedBin)
 	if c.net == nil {
-		return exec.Command(leasedBin, args...)
+		return exec.Command(bin, args...)
 	}
-	return exec.Command("ip", append([]string{"netns", "exec", c.net.ns(i), leasedBin}, args...)...)
+	return exec.Command("ip", append([]string{"netns", "exec", c.net.ns(i), bin}, args...)...)
 }
 
 func (c *testCluster) waitReady(i int) {

@@ -42,6 +42,13 @@ func timingBin(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(envNemesisHolder); spec != "" {
+		if err := runNemesisHolder(spec); err != nil {
+			fmt.Fprintf(os.Stderr, "nemesis holder: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "leased-bin")
 	if err != nil {
 		panic(err)

@@ -26,27 +26,39 @@ type privateNet struct {
 	prefix string // of namespace and interface names (interface names ≤ 15 bytes)
 	subnet string // "10.199.N"
 	n      int
-	setup  bool // building the network: a failure skips the test
+	setup  bool  // building the network: a failure is the machine's, not the test's
+	err    error // the first failure while building
 }
 
+// newPrivateNet builds the network, skipping the test on a machine that
+// cannot (no root, no iproute2, no namespaces).
 func newPrivateNet(t *testing.T, n int) *privateNet {
 	t.Helper()
+	p, err := buildPrivateNet(t, n)
+	if err != nil {
+		t.Skip(err)
+	}
+	return p
+}
+
+// buildPrivateNet builds the network or says why this machine cannot.
+func buildPrivateNet(t *testing.T, n int) (*privateNet, error) {
+	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
+		return nil, errors.New("needs root to create network namespaces")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2 (ip) to create network namespaces")
+		return nil, errors.New("needs iproute2 (ip) to create network namespaces")
 	}
 	pid := os.Getpid()
 	p := &privateNet{t: t, prefix: fmt.Sprintf("ld%d", pid%100000), subnet: fmt.Sprintf("10.199.%d", 1+pid%250), n: n}
 	sw := p.prefix + "sw"
 	p.remove() // left by an earlier run with our pid that could not clean up
 	if out, err := exec.Command("ip", "netns", "add", sw).CombinedOutput(); err != nil {
-		t.Skipf("cannot create a network namespace: %v: %s", err, out)
+		return nil, fmt.Errorf("cannot create a network namespace: %v: %s", err, out)
 	}
 	t.Cleanup(p.remove)
 	p.setup = true // a machine that cannot build the network skips the test; one that can must pass it
-	defer func() { p.setup = false }()
 	p.ip("netns", "exec", sw, "ip", "link", "add", "br0", "type", "bridge")
 	p.ip("netns", "exec", sw, "ip", "link", "set", "br0", "up")
 	for i := range n {
@@ -55,7 +67,11 @@ func newPrivateNet(t *testing.T, n int) *privateNet {
 		p.ip("netns", "exec", p.ns(i), "ip", "link", "set", "lo", "up")
 	}
 	p.plug("h", "", p.subnet+".254") // the test's own namespace
-	return p
+	p.setup = false
+	if p.err != nil {
+		return nil, fmt.Errorf("cannot build the test network: %w", p.err)
+	}
+	return p, nil
 }
 
 // plug joins namespace ns ("" for the test's own) to the bridge with address
@@ -78,11 +94,16 @@ func (p *privateNet) plug(tag, ns, addr string) {
 
 func (p *privateNet) ip(args ...string) {
 	p.t.Helper()
+	if p.setup && p.err != nil {
+		return
+	}
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		err = fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		if p.setup {
-			p.t.Skipf("cannot build the test network: ip %s: %v: %s", strings.Join(args, " "), err, out)
+			p.err = err
+			return
 		}
-		p.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		p.t.Fatal(err)
 	}
 }
 

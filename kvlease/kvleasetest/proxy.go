@@ -16,10 +16,11 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	cut     bool // both directions
+	replies bool // server to client only
+	conns   []net.Conn
+	wg      sync.WaitGroup
 }
 
 // NewProxy listens on a free 127.0.0.1 port and forwards to target
@@ -47,23 +48,32 @@ func (p *Proxy) Cut() {
 	p.cut = true
 }
 
-// Heal ends the partition. Connections that lost bytes while cut are
+// DropReplies starts dropping what the server sends while what clients
+// send still arrives: requests reach the server and are carried out, and
+// their replies are lost. Heal ends it.
+func (p *Proxy) DropReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.replies = true
+}
+
+// Heal ends the partition (or the dropping of replies). Connections that lost bytes while cut are
 // closed (their protocol streams are torn), so clients reconnect through the
 // proxy, as they would after a real partition ends in a reset.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut = false
+	p.cut, p.replies = false, false
 	for _, c := range p.conns {
 		c.Close()
 	}
 	p.conns = nil
 }
 
-func (p *Proxy) isCut() bool {
+func (p *Proxy) dropping(reply bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cut
+	return p.cut || (reply && p.replies)
 }
 
 func (p *Proxy) accept() {
@@ -82,18 +92,19 @@ func (p *Proxy) accept() {
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(up, c)
-		go p.pipe(c, up)
+		go p.pipe(up, c, false)
+		go p.pipe(c, up, true)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst; reply is the server-to-client direction.
+func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 	defer p.wg.Done()
 	defer dst.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.isCut() {
+		if n > 0 && !p.dropping(reply) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
