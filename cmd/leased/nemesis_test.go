@@ -80,8 +80,8 @@ type nemesis struct {
 	dir     string // the histories
 	kinds   []faultcheck.FaultKind
 
-	holders []*nemesisHolder // live, by start
-	started int
+	holders  []*nemesisHolder // live, by start
+	started  int
 	faults   *faultcheck.Writer
 	stream   []faultcheck.Record // the faults, as written
 	onLeader map[faultcheck.FaultKind]int
