@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -37,6 +39,8 @@ type testCluster struct {
 	// single: one node serving alone (`leased serve` without a cluster,
 	// an R1 bucket), not a one-node cluster.
 	single bool
+	js     map[int]jetstream.JetStream // streamInfo's connection to each node, made on first use
+	logDir string                      // if set, each node's log is also appended to <logDir>/<name>.log
 }
 
 func freePorts(t *testing.T, n int) []int {
@@ -100,7 +104,16 @@ func (c *testCluster) spawn(i int) *server {
 			"--data", n.Data, "--log-format", "json"}
 	}
 	cmd := c.command(i, args...)
-	stderr, _ := cmd.StderrPipe()
+	pipe, _ := cmd.StderrPipe()
+	stderr := io.Reader(pipe)
+	if c.logDir != "" {
+		f, err := os.OpenFile(filepath.Join(c.logDir, c.nodes[i].Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(func() { f.Close() })
+		stderr = io.TeeReader(pipe, f)
+	}
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
@@ -147,7 +160,18 @@ func (c *testCluster) index(name string) int {
 // streamInfo reads the lease stream's cluster info through node i.
 func (c *testCluster) streamInfo(i int) *jetstream.StreamInfo {
 	c.t.Helper()
-	js := kvleasetest.JetStream(c.t, kvleasetest.Connect(c.t, c.url(i)))
+	js, ok := c.js[i]
+	if !ok {
+		// One connection per node for the test's life: it reconnects,
+		// quietly, to that node only (a restart, a pause), never to the
+		// other members the server tells it of.
+		js = kvleasetest.JetStream(c.t, kvleasetest.Connect(c.t, c.url(i), nats.IgnoreDiscoveredServers(),
+			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})))
+		if c.js == nil {
+			c.js = map[int]jetstream.JetStream{}
+		}
+		c.js[i] = js
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		// Without a metadata leader API requests go unanswered: a short

@@ -51,7 +51,8 @@ func monotonic() int64 {
 // (kvlease.Acquire through the service's Go client), and if granted keep it
 // with a kvlease.Keeper (renewing at D/3) for a random time, then release
 // it or abandon it (stop renewing, send nothing) at random; again, until
-// stdin closes. Every request and reply goes to the history by
+// stdin closes. Now and then it turns zombie after a tenure and renews or
+// releases it late, as a paused process would. Every request and reply goes to the history by
 // loggedGrantor.
 func runNemesisHolder(specJSON string) error {
 	var spec holderSpec
@@ -76,7 +77,7 @@ func runNemesisHolder(specJSON string) error {
 	if err != nil {
 		return err
 	}
-	g := &loggedGrantor{inner: cl, w: faultcheck.NewWriter(f), proc: spec.Proc}
+	g := &loggedGrantor{inner: cl, w: faultcheck.NewWriter(f), proc: spec.Proc, secrets: map[kvlease.Token]string{}}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -118,6 +119,22 @@ func runNemesisHolder(specJSON string) error {
 		}
 		hold.Stop()
 		<-k.Done()
+		if rnd.IntN(3) == 0 {
+			// A zombie: a paused process cannot know it was paused, and
+			// acts on its old tenure later. Once another tenure has been
+			// granted, the service must refuse it.
+			sleep(2 * spec.D)
+			rec := k.Lease().Record()
+			zctx, zcancel := context.WithTimeout(ctx, 2*time.Second)
+			if rnd.IntN(2) == 0 {
+				_, _ = g.Renew(zctx, kvlease.RenewRequest{Name: name, Holder: spec.Proc, Token: rec.Token,
+					Revision: rec.Revision, Duration: spec.D, Secret: g.secret(rec.Token)})
+			} else {
+				_ = g.Release(zctx, kvlease.ReleaseRequest{Name: name, Holder: spec.Proc, Token: rec.Token,
+					Revision: rec.Revision, Secret: g.secret(rec.Token)})
+			}
+			zcancel()
+		}
 		sleep(spec.D / 3)
 	}
 	return nil
@@ -131,9 +148,16 @@ type loggedGrantor struct {
 	inner kvlease.Grantor
 	proc  string
 
-	mu  sync.Mutex // over w and seq: a Keeper renews from its own goroutine
-	w   *faultcheck.Writer
-	seq uint64
+	mu      sync.Mutex // a Keeper renews from its own goroutine
+	w       *faultcheck.Writer
+	seq     uint64
+	secrets map[kvlease.Token]string // of the tenures granted, for zombies
+}
+
+func (g *loggedGrantor) secret(tok kvlease.Token) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.secrets[tok]
 }
 
 var _ kvlease.Grantor = (*loggedGrantor)(nil)
@@ -193,6 +217,11 @@ func (g *loggedGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kv
 		Req: faultcheck.Request{D: int64(req.Duration)}})
 	got, err := g.inner.Grant(ctx, req)
 	g.end(rec, got, err)
+	if err == nil {
+		g.mu.Lock()
+		g.secrets[got.Token] = got.Secret
+		g.mu.Unlock()
+	}
 	return got, err
 }
 

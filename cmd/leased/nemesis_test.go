@@ -54,7 +54,7 @@ func TestNemesis(t *testing.T) {
 	}{
 		{"cluster", nemesisConfig{nodes: 3, leases: 3, holders: 4, rounds: 1, d: 3 * time.Second,
 			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 10},
-			nemesisConfig{nodes: 3, leases: 8, holders: 10, rounds: 15, d: 3 * time.Second,
+			nemesisConfig{nodes: 3, leases: 8, holders: 10, rounds: 17, d: 3 * time.Second,
 				quiet: [2]time.Duration{2 * time.Second, 4 * time.Second}, minTenures: 1000, plain: true}},
 		{"single", nemesisConfig{nodes: 1, leases: 2, holders: 3, rounds: 1, d: 3 * time.Second,
 			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 6},
@@ -174,14 +174,14 @@ func (n *nemesis) startNodes() {
 	}
 	if n.cfg.nodes == 1 {
 		port := freePorts(t, 1)[0]
-		n.c = &testCluster{t: t, bin: bin, single: true,
+		n.c = &testCluster{t: t, bin: bin, single: true, logDir: n.dir,
 			nodes: []cli.ClusterNode{{Name: "n1", Host: "127.0.0.1", Port: port, Data: t.TempDir()}}}
 		n.c.start()
 	} else {
 		n.kinds = append(n.kinds, faultcheck.FaultKillAll)
 		if pn, err := buildPrivateNet(t, 3); err == nil {
 			n.kinds = append(n.kinds, faultcheck.FaultPartition)
-			n.c = &testCluster{t: t, net: pn, bin: bin}
+			n.c = &testCluster{t: t, net: pn, bin: bin, logDir: n.dir}
 			for i := range 3 {
 				n.c.nodes = append(n.c.nodes, cli.ClusterNode{Name: "n" + strconv.Itoa(i+1), Host: pn.addr(i),
 					Port: 4222, ClusterPort: 6222, Data: t.TempDir()})
@@ -189,8 +189,13 @@ func (n *nemesis) startNodes() {
 			n.c.start()
 		} else {
 			t.Logf("the run has no partition: %v", err)
-			n.c = startCluster(t)
-			n.c.bin = bin
+			ports := freePorts(t, 6)
+			n.c = &testCluster{t: t, bin: bin, logDir: n.dir}
+			for i := range 3 {
+				n.c.nodes = append(n.c.nodes, cli.ClusterNode{Name: "n" + strconv.Itoa(i+1), Host: "127.0.0.1",
+					Port: ports[i], ClusterPort: ports[3+i], Data: t.TempDir()})
+			}
+			n.c.start()
 		}
 	}
 	for _, node := range n.c.nodes {
@@ -368,6 +373,10 @@ func (n *nemesis) check(from, to int64) *faultcheck.Report {
 	p := faultcheck.DefaultParams()
 	p.HolderMargin = kvlease.DefaultHolderMargin // the holders' own
 	p.From, p.To = from, to
+	// In a cluster a read (the holder a held error names) may come from a
+	// node that is behind: counted as a stale read, not a lost write. On
+	// one node there is no such excuse.
+	p.IgnoreReads = !n.c.single
 	rep, err := faultcheck.Check(h, p)
 	if err != nil {
 		t.Fatal(err)

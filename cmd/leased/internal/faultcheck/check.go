@@ -32,8 +32,10 @@ type Params struct {
 	// history names.
 	From, To int64
 	// IgnoreReads leaves get replies and the token and revision named
-	// by held and conflict errors out of the lost-acknowledgement check;
-	// only later compare-and-sets (acknowledged renewals) count then.
+	// by held and conflict errors out of the lost-acknowledgement check:
+	// one that shows the lease older than an acknowledgement had left it
+	// counts as [Figures.StaleReads] instead; only later compare-and-sets
+	// (acknowledged renewals) count as [LostAck] then.
 	// Those replies are reads, and kvlease's reads are hints: a direct
 	// get may be served by a follower that is behind, and a grantor node
 	// re-reads only below what it wrote or saw itself (docs/safety.md,
@@ -170,6 +172,10 @@ type Figures struct {
 	// UnknownTenures are such tokens with no unanswered attempt to
 	// explain them: the lease was taken by nobody known.
 	UnknownTenures int
+	// StaleReads are reads that showed the lease older than an
+	// acknowledgement before them had left it: counted here, not
+	// reported as [LostAck], with [Params.IgnoreReads].
+	StaleReads int
 }
 
 // Report is what [Check] found.
@@ -203,6 +209,17 @@ type tenure struct {
 }
 
 func (t *tenure) token() uint64 { return t.grant.Reply.Token }
+
+// firstRelease returns the release sent first, or nil.
+func (t *tenure) firstRelease() *Record {
+	var first *Record
+	for _, r := range t.releases {
+		if first == nil || r.TSend < first.TSend {
+			first = r
+		}
+	}
+	return first
+}
 
 // Check runs every check over h and computes the figures. Only
 // [ErrInvalidParams] is an error; violations are in the report.
@@ -338,10 +355,8 @@ func (c *checker) build(h *History) {
 // acknowledgement's reply to its send + Window, clipped at the first
 // release sent or refusal received.
 func (c *checker) holdings(t *tenure) {
-	for _, r := range t.releases {
-		if t.stop == 0 || r.TSend < t.stop {
-			t.stop = r.TSend
-		}
+	if r := t.firstRelease(); r != nil {
+		t.stop = r.TSend
 	}
 	for _, r := range t.refusals {
 		if t.stop == 0 || r.TReply < t.stop {
@@ -491,20 +506,21 @@ type seen struct {
 	token, revision uint64
 }
 
-func (c *checker) shows(o *Record) (seen, bool) {
+// shows returns what o shows of the lease, if anything, and whether that
+// is a read (a get, the token of a held error, the revision of a
+// conflict) rather than an acknowledged compare-and-set.
+func shows(o *Record) (sh seen, read, ok bool) {
 	switch {
 	case o.Op == OpRenew && o.Code == CodeOK:
-		return seen{o.Req.Token, o.Reply.Revision}, true
-	case c.p.IgnoreReads:
-		return seen{}, false
+		return seen{o.Req.Token, o.Reply.Revision}, false, true
 	case o.Op == OpGet && o.Code == CodeOK:
-		return seen{o.Reply.Token, o.Reply.Revision}, o.Reply.Token != 0
+		return seen{o.Reply.Token, o.Reply.Revision}, true, o.Reply.Token != 0
 	case o.Code == CodeHeld:
-		return seen{o.Reply.Token, 0}, o.Reply.Token != 0
+		return seen{o.Reply.Token, 0}, true, o.Reply.Token != 0
 	case o.Code == CodeConflict && (o.Op == OpRenew || o.Op == OpRelease):
-		return seen{o.Req.Token, o.Reply.Revision}, o.Reply.Revision != 0
+		return seen{o.Req.Token, o.Reply.Revision}, true, o.Reply.Revision != 0
 	}
-	return seen{}, false
+	return seen{}, false, false
 }
 
 func (c *checker) lostAcks() {
@@ -540,11 +556,14 @@ func (c *checker) lostAcks() {
 					revs[a.token] = a
 				}
 			}
-			sh, ok := c.shows(o)
+			sh, read, ok := shows(o)
 			if !ok {
 				continue
 			}
+			behind := sh.token < top.token || sh.revision != 0 && sh.revision < revs[sh.token].revision
 			switch {
+			case behind && read && c.p.IgnoreReads:
+				c.rep.Figures.StaleReads++
 			case sh.token < top.token:
 				c.violate(LostAck, lease, fmt.Sprintf("%s (%s) shows token %d after token %d was acknowledged",
 					o.Op, o.Code, sh.token, top.token), top.r, o)
@@ -653,8 +672,10 @@ func (c *checker) handovers(h *History, f *Figures) {
 		for i := 1; i < len(ts); i++ {
 			a, b := ts[i-1], ts[i]
 			cause, since := AfterAbandon, a.end
-			if len(a.releases) > 0 {
-				cause, since = AfterRelease, a.releases[0].TSend
+			// A release ends a tenure only if sent while it held; one
+			// sent later (a holder that was paused, say) found it over.
+			if first := a.firstRelease(); first != nil && first.TSend <= a.end {
+				cause, since = AfterRelease, first.TSend
 			} else if at, ok := hit(FaultKillHolder, a, b.grant.TReply); ok {
 				cause, since = AfterCrash, at
 			} else if at, ok := hit(FaultStopHolder, a, b.grant.TReply); ok {

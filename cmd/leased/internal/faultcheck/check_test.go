@@ -209,6 +209,22 @@ func TestCheckFigures(t *testing.T) {
 			}
 		},
 	}, {
+		// h1's window ends at 2697; it sends a release at 5000 (it was
+		// paused, say), after h2 was granted the lease at 4010: the
+		// tenure was abandoned, not released, and the handover counts
+		// from its window's end.
+		name: "a release sent after the window is no release",
+		h: newHist().grant("h1", "L", 0, 10, 5).grant("h2", "L", 4000, 4010, 9).
+			op("h1", "L", faultcheck.OpRelease, 5000, 5010, faultcheck.Request{Token: 5, Revision: 5}, notHolder, faultcheck.Reply{}),
+		check: func(t *testing.T, f faultcheck.Figures) {
+			if got, ok := f.Handover[faultcheck.AfterRelease]; ok {
+				t.Errorf("handover after release %+v, want none", got)
+			}
+			if got := f.Handover[faultcheck.AfterAbandon]; got.N != 1 || got.Median != ms(1313) {
+				t.Errorf("handover after abandon %+v, want 1.313s", got)
+			}
+		},
+	}, {
 		// h1 is killed at 500 and h2 gets the lease at 4510; h3 is paused
 		// at 500 on M and h4 gets it at 5510.
 		name: "handover after a crash and a pause; faults by kind; availability around them",
@@ -286,6 +302,28 @@ func TestCheckFigures(t *testing.T) {
 			}
 			tc.check(t, rep.Figures)
 		})
+	}
+}
+
+// With IgnoreReads, a held error naming an older tenure is a stale read,
+// counted; without, a lost acknowledgement.
+func TestStaleReadsCounted(t *testing.T) {
+	h, err := newHist().grant("h1", "L", 0, 10, 5).release("h1", "L", 500, 510, 5, 5).grant("h2", "L", 600, 610, 9).
+		grantFails("h3", "L", 700, 710, held, 5).grantFails("h3", "L", 800, 810, held, 9).history()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := faultcheck.DefaultParams()
+	p.IgnoreReads = true
+	rep, err := faultcheck.Check(h, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) != 0 || rep.Figures.StaleReads != 1 {
+		t.Errorf("with IgnoreReads: violations %v, stale reads %d; want none and 1", rep.Violations, rep.Figures.StaleReads)
+	}
+	if rep, _ = faultcheck.Check(h, faultcheck.DefaultParams()); len(rep.Violations) != 1 || rep.Figures.StaleReads != 0 {
+		t.Errorf("without: violations %v, stale reads %d; want one lost ack and 0", rep.Violations, rep.Figures.StaleReads)
 	}
 }
 

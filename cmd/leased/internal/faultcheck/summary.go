@@ -16,7 +16,7 @@ func (r *Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "tenures %d, renewals %d (%d refused, %d false losses), releases %d\n",
 		f.Tenures, f.Renewals, f.RenewalsRefused, f.FalseLosses, f.Releases)
-	fmt.Fprintf(&b, "orphan tenures %d, unknown tenures %d\n", f.Orphans, f.UnknownTenures)
+	fmt.Fprintf(&b, "orphan tenures %d, unknown tenures %d, stale reads %d\n", f.Orphans, f.UnknownTenures, f.StaleReads)
 	var faults []string
 	for _, k := range slices.Sorted(maps.Keys(f.FaultsByKind)) {
 		faults = append(faults, fmt.Sprintf("%s %d", k, f.FaultsByKind[k]))
