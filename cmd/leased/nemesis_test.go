@@ -29,7 +29,8 @@ import (
 // topology (one fault of each kind, in random order); with LEASED_LONG=1 a
 // long one (README, "Reliability"). LEASED_NEMESIS_SEED=N repeats a run's
 // random choices (not its timing); LEASED_NEMESIS_KEEP=1 keeps the
-// histories of a run that passed (those of a failed run are always kept).
+// histories and node logs of a short run that passed (those of a failed
+// or a long run are always kept).
 
 // nemesisConfig sizes one run.
 type nemesisConfig struct {
@@ -59,7 +60,7 @@ func TestNemesis(t *testing.T) {
 		{"single", nemesisConfig{nodes: 1, leases: 2, holders: 3, rounds: 1, d: 3 * time.Second,
 			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 6},
 			nemesisConfig{nodes: 1, leases: 4, holders: 6, rounds: 8, d: 3 * time.Second,
-				quiet: [2]time.Duration{2 * time.Second, 4 * time.Second}, minTenures: 300, plain: true}},
+				quiet: [2]time.Duration{2 * time.Second, 4 * time.Second}, minTenures: 100, plain: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.short
@@ -106,7 +107,7 @@ func runNemesis(t *testing.T, cfg nemesisConfig) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("LEASED_NEMESIS_KEEP") == "1" {
+		if t.Failed() || longTests() || os.Getenv("LEASED_NEMESIS_KEEP") == "1" {
 			t.Logf("histories kept in %s", dir)
 			return
 		}
