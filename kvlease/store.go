@@ -38,9 +38,11 @@ const (
 // Store is the grantor side of leases on one JetStream KV bucket: grant,
 // renew, release, revoke, get, list and watch. It is safe for concurrent use.
 //
-// Every write is a single JetStream publish with an expected-last-revision
-// check, so the bucket alone decides conflicts: several Stores (in several
-// processes) may serve the same bucket.
+// Every write is a JetStream publish with an expected-last-revision check,
+// so the bucket alone decides conflicts: several Stores (in several
+// processes) may serve the same bucket. Concurrent writes are committed
+// together as atomic batches unless [WithoutBatching] (see the package
+// documentation, "Group commit"); a lone write is one publish.
 type Store struct {
 	js     jetstream.JetStream
 	nc     *nats.Conn
@@ -58,10 +60,14 @@ type Store struct {
 var _ Grantor = (*Store)(nil)
 
 // Open opens the lease bucket, creating it if it is missing (history 1,
-// per-key TTLs enabled, file storage, the configured replicas). An existing
-// bucket must support per-key TTLs and keep one revision per key, or Open
-// fails with [ErrBucket]; Open never deletes or recreates a bucket, since
-// that would reset the revisions that serve as fencing tokens.
+// per-key TTLs enabled, atomic batches allowed, file storage, the
+// configured replicas). An existing bucket must support per-key TTLs and
+// keep one revision per key, or Open fails with [ErrBucket]; one that does
+// not allow atomic batches is updated to allow them (its entries and
+// revisions stay), and if the server refuses that, Open fails with
+// [ErrBucket] saying so, unless [WithoutBatching]. Open never deletes or
+// recreates a bucket, since that would reset the revisions that serve as
+// fencing tokens.
 //
 // While JetStream is unavailable (a cluster still electing its leaders does
 // not answer at all; a bucket being created answers "not found" for a
