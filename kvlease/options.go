@@ -64,7 +64,8 @@ type BatchLimits struct {
 	// MinMessages is the break-even: fewer queued writes than this go out
 	// as single publishes, pipelined, because an atomic batch has a fixed
 	// cost (about four fsyncs on R1) that a small batch does not repay.
-	// Measured here: 16 on R1, 4 on R3 (docs/performance.md). At least 2.
+	// Measured here: about 24 on R1, 2–4 on R3 (README, Performance). At
+	// least 2.
 	MinMessages int
 	// MaxMessages caps one batch. At most the server's max_batch_size
 	// (1,000 by default), at least MinMessages.
@@ -94,12 +95,12 @@ const (
 // DefaultBatchLimits returns the limits a Store uses on a bucket of the
 // given replica count unless [WithBatchLimits] or [WithoutBatching] says
 // otherwise: batching on, the break-even measured for that replica count
-// (16 messages on R1, 4 on R3), 1,000 messages per batch, 1 write in
+// (24 messages on R1, 4 on R3), 1,000 messages per batch, 1 write in
 // flight on R1 (the server serialises an R1 stream's batches, so a second
 // one only splits the queue into smaller batches) and 4 on R3 (raft
 // pipelines proposals), a 10 s timeout.
 func DefaultBatchLimits(replicas int) BatchLimits {
-	l := BatchLimits{Enabled: true, MinMessages: 16, MaxMessages: ServerMaxBatchSize, MaxInFlight: 1,
+	l := BatchLimits{Enabled: true, MinMessages: 24, MaxMessages: ServerMaxBatchSize, MaxInFlight: 1,
 		Timeout: ServerMaxBatchTimeout}
 	if replicas > 1 {
 		l.MinMessages, l.MaxInFlight = 4, 4
