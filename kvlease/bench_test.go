@@ -168,9 +168,10 @@ func BenchmarkRenew(b *testing.B) {
 // single publishes sent together, for the break-even of
 // BatchLimits.MinMessages (ratio > 1: the batch pays).
 
-// gcOpsPerClient is how many operations each client does per variant per
-// iteration.
-const gcOpsPerClient = 8
+// gcOpsPerClient is how many operations each of c clients does per
+// variant per iteration: at least 8, and at least 512 in all, so that one
+// client's figures are not a few milliseconds' worth.
+func gcOpsPerClient(c int) int { return max(8, 512/c) }
 
 type gcVariant struct {
 	name string
@@ -189,7 +190,7 @@ func (r *gcResult) run(c int, op func(client, k int) error) error {
 	start := time.Now()
 	for j := range c {
 		wg.Go(func() {
-			for k := range gcOpsPerClient {
+			for k := range gcOpsPerClient(c) {
 				t0 := time.Now()
 				if err := op(j, k); err != nil {
 					errs[j] = err
@@ -263,13 +264,17 @@ func gcTopologiesAt(b *testing.B, counts []int, fn func(b *testing.B, env gcEnv,
 	}
 }
 
-// gcMeasure runs the variants in turn b.N times and reports them.
+// gcMeasure runs the variants in turn b.N times, each iteration starting
+// with the next one (so that none always runs first or last), and reports
+// them.
 func gcMeasure(b *testing.B, c int, variants []gcVariant) {
 	ctx := context.Background()
 	res := make([]gcResult, len(variants))
 	b.ResetTimer()
-	for range b.N {
-		for i, v := range variants {
+	for n := range b.N {
+		for x := range variants {
+			i := (n + x) % len(variants)
+			v := variants[i]
 			if err := res[i].run(c, func(j, k int) error { return v.op(ctx, j, k) }); err != nil {
 				b.Fatalf("%s: %v", v.name, err)
 			}
