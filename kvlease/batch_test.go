@@ -87,16 +87,26 @@ func forcedBatching() kvlease.Option {
 		MaxInFlight: 1, Timeout: 5 * time.Second})
 }
 
-// Concurrent grants and renewals go out as atomic batches, and every
-// revision a caller is given is the one the server stored for its key.
+// Concurrent grants, renewals and releases go out as atomic batches;
+// every revision a caller is given is the one the server stored for its
+// key, and each release's tombstone rolls up its tenure.
 func TestBatchRevisionsAreStored(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
-	st := kvleasetest.OpenStore(t, srv.ClientURL(), forcedBatching())
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	t.Run("R1", func(t *testing.T) { testBatchRevisions(t, kvleasetest.NewServer(t).ClientURL(), 1) })
+	// On R3 a batch is one raft proposal, and the server refuses (10164) a
+	// key with another write in flight: the store never sends one.
+	t.Run("R3", func(t *testing.T) { testBatchRevisions(t, kvleasetest.NewCluster(t, 3)[0].ClientURL(), 3) })
+}
+
+func testBatchRevisions(t *testing.T, url string, replicas int) {
+	st := kvleasetest.OpenStore(t, url, forcedBatching(), kvlease.WithReplicas(replicas))
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, url))
 	stream, err := js.Stream(t.Context(), "KV_"+kvlease.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// stream's reads are direct gets, which an R3 follower may serve
+	// behind: there the store's own reads (through the leader) decide.
+	direct := replicas == 1
 	log := &sendLog{}
 	kvlease.SetSendHook(st, log.hook)
 	const n = 50
@@ -116,9 +126,11 @@ func TestBatchRevisionsAreStored(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, rec := range recs {
-			m, err := stream.GetMsg(t.Context(), rec.Revision)
-			if err != nil || m.Subject != "$KV."+kvlease.DefaultBucket+"."+rec.Name {
-				t.Fatalf("record %d %q at revision %d: stored %v, %v", i, rec.Name, rec.Revision, m, err)
+			if direct {
+				m, err := stream.GetMsg(t.Context(), rec.Revision)
+				if err != nil || m.Subject != "$KV."+kvlease.DefaultBucket+"."+rec.Name {
+					t.Fatalf("record %d %q at revision %d: stored %v, %v", i, rec.Name, rec.Revision, m, err)
+				}
 			}
 			got, err := st.Get(t.Context(), rec.Name)
 			if err != nil || got.Revision != rec.Revision || got.Token != rec.Token || got.TTL != rec.TTL {
@@ -133,8 +145,39 @@ func TestBatchRevisionsAreStored(t *testing.T) {
 		r := recs[i]
 		return st.Renew(t.Context(), kvlease.RenewRequest{Name: r.Name, Holder: r.Holder, Token: r.Token, Revision: r.Revision})
 	})
-	if c := log.batchCount(); c < 2 {
-		t.Fatalf("%d batches sent, want at least one for the grants and one for the renewals", c)
+	// Releases in one batch: each tombstone rolls up its key's tenure.
+	log.mu.Lock()
+	log.hold = holdUntilQueued(t, st, n-1, nil)
+	log.mu.Unlock()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		r := recs[i]
+		wg.Go(func() {
+			errs[i] = st.Release(t.Context(), kvlease.ReleaseRequest{Name: r.Name, Holder: r.Holder, Token: r.Token, Revision: r.Revision})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if _, err := st.Get(t.Context(), r.Name); !errors.Is(err, kvlease.ErrNotFound) {
+			t.Fatalf("%q after release: %v, want ErrNotFound", r.Name, err)
+		}
+		if !direct {
+			continue
+		}
+		if _, err := stream.GetMsg(t.Context(), r.Revision); err == nil {
+			t.Fatalf("%q: revision %d is still stored after the release's rollup", r.Name, r.Revision)
+		}
+		m, err := stream.GetLastMsgForSubject(t.Context(), "$KV."+kvlease.DefaultBucket+"."+r.Name)
+		if err != nil || m.Header.Get("KV-Operation") != "PURGE" {
+			t.Fatalf("%q: last message %v, %v; want its release tombstone", r.Name, m, err)
+		}
+	}
+	if c := log.batchCount(); c < 3 {
+		t.Fatalf("%d batches sent, want at least one each for the grants, renewals and releases", c)
 	}
 	log.mu.Lock()
 	for _, b := range log.batches {
