@@ -391,3 +391,43 @@ func TestOpenAllowsAtomicPublish(t *testing.T) {
 		t.Fatalf("entry after the update: %v, %v; want revision %d kept", e, err, rev)
 	}
 }
+
+// What the store is sure of can be undone by another store: it granted a
+// lease (sure the key has a message for the TTL), another store released
+// it, and the release's tombstone lapsed (marker TTL 1 s), leaving the key
+// empty. A grant must then not be screened as stale: it succeeds.
+func TestGrantAfterAnotherStoreEmptiedTheKey(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithMarkerTTL(time.Second))
+	other := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithMarkerTTL(time.Second), kvlease.WithoutBatching())
+	ctx := t.Context()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "k", Holder: "h", Duration: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Release(ctx, kvlease.ReleaseRequest{Name: "k", Holder: "h", Token: rec.Token, Revision: rec.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	stream, err := js.Stream(ctx, "KV_"+kvlease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tombstone lapses (1 s), then the marker that replaces it (1 s).
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := stream.GetLastMsgForSubject(ctx, "$KV."+kvlease.DefaultBucket+".k")
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			m, _ := stream.GetLastMsgForSubject(ctx, "$KV."+kvlease.DefaultBucket+".k")
+			t.Fatalf("key k not empty after 15 s: %v %+v", err, m)
+		}
+		time.Sleep(50 * time.Millisecond) // the server's expiry has no event for an emptied key
+	}
+	next, err := st.Grant(ctx, kvlease.GrantRequest{Name: "k", Holder: "h2", Duration: 5 * time.Second})
+	if err != nil || next.Token <= rec.Token {
+		t.Fatalf("grant of the emptied key: %+v, %v; want a new tenure above %d", next, err, rec.Token)
+	}
+}

@@ -646,6 +646,9 @@ func (s *Store) readLast(ctx context.Context, name string) (rec Record, live boo
 	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
 	switch {
 	case errors.Is(err, errNoMessage):
+		// The subject is empty (another store's release whose tombstone
+		// has lapsed): what the cache was sure of no longer holds.
+		s.cache.unsure(name)
 		return Record{Name: name}, false, nil
 	case err != nil:
 		return Record{}, false, translate("read lease", err)
@@ -794,6 +797,17 @@ func (c *revCache) put(rec Record) { c.putSure(rec, time.Time{}) }
 func (c *revCache) putSure(rec Record, sure time.Time) {
 	rec.Secret = "" // the hash is enough; keep no secrets in memory
 	c.set(rec.Name, cacheEntry{rec: rec, sure: sure})
+}
+
+// unsure forgets that name's subject surely has a message: a read found
+// it empty.
+func (c *revCache) unsure(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[name]; ok {
+		e.sure = time.Time{}
+		c.m[name] = e
+	}
 }
 
 // stale reports whether a write to name expecting revision expect is
