@@ -90,6 +90,9 @@ type writer struct {
 	// onSend, if set (tests), is called as each write goes out, with
 	// whether it is a batch and the names it carries, before it is sent.
 	onSend func(batch bool, names []string)
+	// onQueue, if set (tests), is called after a request has queued, with
+	// the queue's length then.
+	onQueue func(queued int)
 }
 
 func newWriter(s *Store, l BatchLimits) *writer {
@@ -118,7 +121,11 @@ func (w *writer) submit(req *writeReq) (uint64, error) {
 		return rev, err
 	}
 	w.queue = append(w.queue, req)
+	queued := len(w.queue)
 	w.mu.Unlock()
+	if w.onQueue != nil {
+		w.onQueue(queued)
+	}
 	select {
 	case r := <-req.done:
 		return r.rev, r.err

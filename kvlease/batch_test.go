@@ -64,19 +64,23 @@ func (l *sendLog) batchCount() int {
 
 // holdUntilQueued returns a hold that keeps the first write from going out
 // until n requests wait behind it, so that they go out together next. It
-// closes holding when the hold begins.
+// closes holding when the hold begins. It sets st's queue hook.
 func holdUntilQueued(t *testing.T, st *kvlease.Store, n int, holding chan struct{}) func() {
+	enough := make(chan struct{})
+	var once sync.Once
+	kvlease.SetQueueHook(st, func(queued int) {
+		if queued >= n {
+			once.Do(func() { close(enough) })
+		}
+	})
 	return func() {
 		if holding != nil {
 			close(holding)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for kvlease.QueueLen(st) < n {
-			if time.Now().After(deadline) {
-				t.Errorf("only %d requests queued, want %d", kvlease.QueueLen(st), n)
-				return
-			}
-			time.Sleep(time.Millisecond) // waiting on the queue's length, not on luck
+		select {
+		case <-enough:
+		case <-time.After(10 * time.Second):
+			t.Errorf("only %d requests queued, want %d", kvlease.QueueLen(st), n)
 		}
 	}
 }

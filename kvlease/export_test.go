@@ -17,6 +17,14 @@ func SetSendHook(st *Store, f func(batch bool, names []string)) {
 	}
 }
 
+// SetQueueHook makes st call f after a request queues, with the queue's
+// length then. Call it before st writes.
+func SetQueueHook(st *Store, f func(queued int)) {
+	if st.w != nil {
+		st.w.onQueue = f
+	}
+}
+
 // QueueLen returns how many requests wait in st's group commit.
 func QueueLen(st *Store) int {
 	if st.w == nil {
