@@ -266,12 +266,15 @@ func (s *Service) Start(ctx context.Context) error {
 			return s.fail(err)
 		}
 	}
-	// The catch-alls see a copy of every request of their API (in a queue
-	// group of their own) and answer only those no other endpoint takes.
+	// The catch-alls answer the verbs no other endpoint serves. They are in
+	// the verbs' own queue group: NATS delivers a request to one member of
+	// a queue group whichever of its subscriptions match, so a known verb
+	// reaches either its endpoint or a catch-all, which serves it the
+	// same, and no request arrives twice (a catch-all in a group of its own
+	// received a copy of every request of its API).
 	for _, prefix := range s.apis {
-		if err := svc.AddEndpoint("unknown-"+strings.TrimSuffix(prefix, ".v1"), micro.HandlerFunc(s.unknownVerb), micro.WithEndpointSubject(prefix+".>"),
-			micro.WithEndpointQueueGroup("leased-unknown"),
-			micro.WithEndpointMetadata(map[string]string{"description": "answers unknown verbs with invalid_argument"})); err != nil {
+		if err := svc.AddEndpoint("unknown-"+strings.TrimSuffix(prefix, ".v1"), s.handler(), micro.WithEndpointSubject(prefix+".>"),
+			micro.WithEndpointMetadata(map[string]string{"description": "answers unknown verbs with invalid_argument; serves any verb it is given"})); err != nil {
 			return s.fail(err)
 		}
 	}
@@ -344,14 +347,6 @@ func (s *Service) handler() micro.Handler {
 			s.serve(subject, reply, hdr, data)
 		}()
 	})
-}
-
-func (s *Service) unknownVerb(req micro.Request) {
-	subject := req.Subject()
-	if _, known := s.handlers[subject]; known {
-		return // the verb's own endpoint answers
-	}
-	s.handler().Handle(req)
 }
 
 func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {

@@ -9,8 +9,9 @@
 // margin) whole seconds; the server deletes it when the TTL runs out, so a
 // crashed, partitioned or paused holder needs to send nothing for its
 // authority to end. [Store.Renew] and [Store.Release] are compare-and-set
-// operations on the key's revision; every write is one JetStream publish, so
-// the server alone decides who wins a race.
+// operations on the key's revision; every write is a JetStream publish with
+// its own expected-revision check, so the server alone decides who wins a
+// race.
 //
 // The holder keeps its own deadline, from a monotonic clock read before the
 // request is sent: t0 + D·(1−ρ) − holder margin ([Lease]). The holder stops
@@ -43,6 +44,27 @@
 // bucket that is deleted and recreated starts its revisions again: [Open]
 // never does that, and operators must not either (a fence would then refuse
 // every new holder, which is safe but stuck).
+//
+// # Group commit
+//
+// With sync before ack a stream syncs once per message, so concurrent
+// writes stop scaling at the disk. A [Store] therefore commits concurrent
+// grants, renewals, releases and revocations together, as JetStream
+// atomic batches (nats-server 2.12 or newer; [Open] allows them on the
+// bucket's stream, never recreating it): a write that finds the store idle
+// goes out at once, alone; writes that arrive while one is in flight queue
+// and go out together with the next, as one batch committed with one sync
+// when there are enough of them to repay its fixed cost ([BatchLimits]),
+// else as single publishes sent together. Each message keeps its own TTL
+// and expected revision, and each caller gets its own answer: one stale
+// request makes the server reject the whole batch, so the store screens out
+// what it already knows to be stale and splits a rejected batch until
+// every request has its true answer. A request is answered only after the
+// server's ack, which comes after the sync: durability is the same as a
+// single publish's. A queued request whose context ends before its batch
+// goes out is never sent, so a renewal capped at its holder's deadline
+// cannot reach the server after it. [WithoutBatching] turns it off;
+// [WithBatchLimits] sets its limits, which must stay within the server's.
 //
 // # Causes
 //

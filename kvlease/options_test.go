@@ -51,6 +51,12 @@ func TestOptionsRejectBadValues(t *testing.T) {
 			"marker TTL below 1 s":    kvlease.WithMarkerTTL(999 * time.Millisecond),
 			"nil tracer provider":     kvlease.WithTracerProvider(nil),
 			"nil logger":              kvlease.WithLogger(nil),
+			"batch break-even 1":      kvlease.WithBatchLimits(batchLimits(func(l *kvlease.BatchLimits) { l.MinMessages = 1 })),
+			"batch size below break-even": kvlease.WithBatchLimits(batchLimits(func(l *kvlease.BatchLimits) {
+				l.MinMessages, l.MaxMessages = 16, 8
+			})),
+			"no batch in flight": kvlease.WithBatchLimits(batchLimits(func(l *kvlease.BatchLimits) { l.MaxInFlight = 0 })),
+			"no batch timeout":   kvlease.WithBatchLimits(batchLimits(func(l *kvlease.BatchLimits) { l.Timeout = 0 })),
 		} {
 			t.Run(name, func(t *testing.T) {
 				// Options are checked before js is touched: a nil js is never used.
@@ -168,5 +174,27 @@ func TestAcquireDeadlineTrustsTheShorterDuration(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+func batchLimits(change func(*kvlease.BatchLimits)) kvlease.BatchLimits {
+	l := kvlease.DefaultBatchLimits(1)
+	change(&l)
+	return l
+}
+
+// The default batch limits pass their own check, and disabled limits are
+// not checked.
+func TestDefaultBatchLimitsAreValid(t *testing.T) {
+	for _, r := range []int{1, 3} {
+		if err := kvlease.DefaultBatchLimits(r).Validate(); err != nil {
+			t.Errorf("R%d: %v", r, err)
+		}
+	}
+	if err := (kvlease.BatchLimits{}).Validate(); err != nil {
+		t.Errorf("disabled: %v", err)
+	}
+	if err := kvlease.CheckOptions(kvlease.WithoutBatching()); err != nil {
+		t.Error(err)
 	}
 }

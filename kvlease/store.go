@@ -38,9 +38,11 @@ const (
 // Store is the grantor side of leases on one JetStream KV bucket: grant,
 // renew, release, revoke, get, list and watch. It is safe for concurrent use.
 //
-// Every write is a single JetStream publish with an expected-last-revision
-// check, so the bucket alone decides conflicts: several Stores (in several
-// processes) may serve the same bucket.
+// Every write is a JetStream publish with an expected-last-revision check,
+// so the bucket alone decides conflicts: several Stores (in several
+// processes) may serve the same bucket. Concurrent writes are committed
+// together as atomic batches unless [WithoutBatching] (see the package
+// documentation, "Group commit"); a lone write is one publish.
 type Store struct {
 	js     jetstream.JetStream
 	nc     *nats.Conn
@@ -52,15 +54,20 @@ type Store struct {
 
 	msgGetSubject string // the stream's STREAM.MSG.GET API subject
 	cache         revCache
+	w             *writer // the group commit; nil without batching
 }
 
 var _ Grantor = (*Store)(nil)
 
 // Open opens the lease bucket, creating it if it is missing (history 1,
-// per-key TTLs enabled, file storage, the configured replicas). An existing
-// bucket must support per-key TTLs and keep one revision per key, or Open
-// fails with [ErrBucket]; Open never deletes or recreates a bucket, since
-// that would reset the revisions that serve as fencing tokens.
+// per-key TTLs enabled, atomic batches allowed, file storage, the
+// configured replicas). An existing bucket must support per-key TTLs and
+// keep one revision per key, or Open fails with [ErrBucket]; one that does
+// not allow atomic batches is updated to allow them (its entries and
+// revisions stay), and if the server refuses that, Open fails with
+// [ErrBucket] saying so, unless [WithoutBatching]. Open never deletes or
+// recreates a bucket, since that would reset the revisions that serve as
+// fencing tokens.
 //
 // While JetStream is unavailable (a cluster still electing its leaders does
 // not answer at all; a bucket being created answers "not found" for a
@@ -89,6 +96,7 @@ const openAttemptTimeout = 2 * time.Second
 
 func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error) {
 	kv, err := js.KeyValue(ctx, o.bucket)
+	created := false
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound) && o.create:
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -105,6 +113,7 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		if err != nil {
 			return nil, translate("create bucket", err)
 		}
+		created = true
 		o.logger.Info("created lease bucket", "bucket", o.bucket, "replicas", o.replicas)
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil, fmt.Errorf("%w: bucket %q does not exist", ErrBucket, o.bucket)
@@ -122,7 +131,18 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		o.logger.Warn("lease bucket replicas differ from configuration",
 			"bucket", o.bucket, "have", have, "configured", o.replicas)
 	}
-	return &Store{
+	if !o.batchSet {
+		o.batch = DefaultBatchLimits(stream.CachedInfo().Config.Replicas)
+	}
+	if !stream.CachedInfo().Config.AllowAtomicPublish && (created || o.batch.Enabled) {
+		if stream, err = allowAtomicPublish(ctx, js, stream, o); err != nil {
+			if o.batch.Enabled {
+				return nil, err
+			}
+			o.logger.Warn("could not allow atomic batches on the new lease bucket", "bucket", o.bucket, "err", err)
+		}
+	}
+	store := &Store{
 		js:            js,
 		nc:            js.Conn(),
 		msgGetSubject: apiPrefix(js) + "STREAM.MSG.GET." + stream.CachedInfo().Config.Name,
@@ -132,7 +152,36 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		log:           o.logger,
 		prefix:        "$KV." + o.bucket + ".",
 		cache:         revCache{m: make(map[string]cacheEntry)},
-	}, nil
+	}
+	if o.batch.Enabled {
+		store.w = newWriter(store, o.batch)
+	}
+	return store, nil
+}
+
+// allowAtomicPublish updates the bucket's stream to accept atomic batches
+// (KeyValueConfig has no field for it), which works on an existing bucket
+// too and changes nothing else: revisions, entries and TTLs stay. A
+// refusal, or a server that keeps the stream as it was (older than 2.12),
+// is [ErrBucket] saying so; the bucket is never recreated.
+func allowAtomicPublish(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, o options) (jetstream.Stream, error) {
+	cfg := stream.CachedInfo().Config
+	cfg.AllowAtomicPublish = true
+	updated, err := js.UpdateStream(ctx, cfg)
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.Code < 500:
+		return nil, fmt.Errorf("%w: bucket %q does not allow atomic batch publishes, and the server refused to allow them: %w; "+
+			"allow them on stream %s (nats-server 2.12 or newer), or open the store with WithoutBatching",
+			ErrBucket, o.bucket, err, cfg.Name)
+	case err != nil:
+		return nil, translate("allow atomic publish", err)
+	case !updated.CachedInfo().Config.AllowAtomicPublish:
+		return nil, fmt.Errorf("%w: bucket %q: the server does not keep allow_atomic on stream %s (nats-server older than 2.12?); "+
+			"open the store with WithoutBatching", ErrBucket, o.bucket, cfg.Name)
+	}
+	o.logger.Info("allowed atomic batch publishes on the lease bucket", "bucket", o.bucket)
+	return updated, nil
 }
 
 // describeBucket reads the status and stream of a bucket that was just
@@ -290,6 +339,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 	// Each retry follows a newer revision; three covers a lease that lapses
 	// or is released while we look.
 	for range 3 {
+		sent := time.Now()
 		rev, err := s.publish(ctx, req.Name, "grant", data, nil, expect, ttl)
 		if err == nil {
 			rec = Record{
@@ -298,7 +348,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 				Secret: req.Secret, secretHash: sh, GrantTrace: tp,
 			}
 			rec.GrantedAt = rec.StoredAt
-			s.cache.put(rec)
+			s.cache.putSure(rec, sureUntil(sent, ttl))
 			return rec, nil
 		}
 		if !errors.Is(err, errMismatch) {
@@ -353,13 +403,14 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 		Holder: req.Holder, Token: req.Token, DurationMS: req.Duration.Milliseconds(),
 		GrantedAt: &granted, Attributes: cur.Attributes, SecretHash: cur.secretHash, Trace: cur.GrantTrace,
 	}.encode()
+	sent := time.Now()
 	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
 	if err != nil {
 		return Record{}, s.explainMismatch(ctx, claim, err)
 	}
 	rec = cur
 	rec.Revision, rec.Duration, rec.TTL, rec.StoredAt = rev, req.Duration, ttl, time.Now()
-	s.cache.put(rec)
+	s.cache.putSure(rec, sureUntil(sent, ttl))
 	return rec, nil
 }
 
@@ -595,6 +646,9 @@ func (s *Store) readLast(ctx context.Context, name string) (rec Record, live boo
 	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
 	switch {
 	case errors.Is(err, errNoMessage):
+		// The subject is empty (another store's release whose tombstone
+		// has lapsed): what the cache was sure of no longer holds.
+		s.cache.unsure(name)
 		return Record{Name: name}, false, nil
 	case err != nil:
 		return Record{}, false, translate("read lease", err)
@@ -636,29 +690,19 @@ func parseTTL(v string) time.Duration {
 }
 
 // publish writes one message to the lease's subject, expecting expect to be
-// the subject's last revision (0: no message), with a TTL if ttl > 0.
+// the subject's last revision (0: no message), with a TTL if ttl > 0:
+// through the group commit if batching is on, else as one publish.
 func (s *Store) publish(ctx context.Context, name, op string, data []byte, hdr nats.Header, expect uint64, ttl time.Duration) (uint64, error) {
 	if hdr == nil {
 		hdr = nats.Header{}
 	}
 	hdr.Set(hdrOp, op)
-	if !s.nc.IsConnected() {
-		// While reconnecting, nats.go buffers what is published and sends it
-		// on reconnect, which may be after the holder's deadline: a renewal
-		// flushed then would extend a lease its holder has given up. Send
-		// nothing that cannot go now.
-		return 0, fmt.Errorf("%w: %s: not connected to NATS (%v)", ErrUnavailable, op, s.nc.Status())
+	req := &writeReq{ctx: ctx, name: name, op: op, msg: &nats.Msg{Subject: s.prefix + name, Header: hdr, Data: data},
+		expect: expect, ttl: ttl, done: make(chan writeResult, 1)}
+	if s.w == nil {
+		return s.publishOne(req)
 	}
-	msg := &nats.Msg{Subject: s.prefix + name, Header: hdr, Data: data}
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(expect)}
-	if ttl > 0 {
-		opts = append(opts, jetstream.WithMsgTTL(ttl))
-	}
-	ack, err := s.js.PublishMsg(ctx, msg, opts...)
-	if err != nil {
-		return 0, translate(op, err)
-	}
-	return ack.Sequence, nil
+	return s.w.submit(req)
 }
 
 // purge writes a tombstone that rolls up the subject, if rev is current.
@@ -671,9 +715,10 @@ func (s *Store) purge(ctx context.Context, name, op, holder string, token Token,
 	if reason != "" {
 		hdr.Set(hdrReason, reason)
 	}
+	sent := time.Now()
 	seq, err := s.publish(ctx, name, op, nil, hdr, rev, s.o.markerTTL)
 	if err == nil {
-		s.cache.markGone(name, seq)
+		s.cache.set(name, cacheEntry{rec: Record{Revision: seq}, gone: true, sure: sureUntil(sent, s.o.markerTTL)})
 	}
 	return seq, err
 }
@@ -716,6 +761,18 @@ type revCache struct {
 type cacheEntry struct {
 	rec  Record // zero Holder: a tombstone at rec.Revision
 	gone bool
+	// sure: until then the subject certainly has a message at rec.Revision
+	// or later (zero: not known). It is set for the store's own writes, from
+	// the time before the write was sent plus its TTL: the server's clock
+	// for the entry starts later, and the subject keeps a marker after the
+	// entry expires.
+	sure time.Time
+}
+
+// sureUntil is the end of an entry's sure time: sent + ttl less a margin
+// for the rates of the two clocks (1%, far above any ρ).
+func sureUntil(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - ttl/100)
 }
 
 const revCacheMax = 1 << 16
@@ -735,9 +792,43 @@ func (c *revCache) set(name string, e cacheEntry) {
 	c.m[name] = e
 }
 
-func (c *revCache) put(rec Record) {
+func (c *revCache) put(rec Record) { c.putSure(rec, time.Time{}) }
+
+func (c *revCache) putSure(rec Record, sure time.Time) {
 	rec.Secret = "" // the hash is enough; keep no secrets in memory
-	c.set(rec.Name, cacheEntry{rec: rec})
+	c.set(rec.Name, cacheEntry{rec: rec, sure: sure})
+}
+
+// unsure forgets that name's subject surely has a message: a read found
+// it empty.
+func (c *revCache) unsure(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[name]; ok {
+		e.sure = time.Time{}
+		c.m[name] = e
+	}
+}
+
+// stale reports whether a write to name expecting revision expect is
+// certain to fail its compare-and-set, by what the store knows: revisions
+// of a subject only grow, so a nonzero expect below a revision written or
+// seen is stale (an empty subject has last revision 0, never expect); and
+// "no message" (expect 0) is stale while an entry of ours is surely there.
+// The group commit answers such writes at once rather than let them reject
+// a batch of others.
+func (c *revCache) stale(name string, expect uint64, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[name]
+	switch {
+	case !ok:
+		return false
+	case expect != 0:
+		return expect < e.rec.Revision
+	default:
+		return now.Before(e.sure)
+	}
 }
 func (c *revCache) markGone(name string, rev uint64) {
 	c.set(name, cacheEntry{rec: Record{Revision: rev}, gone: true})

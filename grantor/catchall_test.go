@@ -1,0 +1,52 @@
+package grantor_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/kvlease"
+)
+
+// The catch-all answers unknown verbs without receiving a copy of every
+// request: the endpoints of one service together take each request once
+// (micro's request counts add up to the requests sent), and known verbs
+// are answered whichever endpoint takes them.
+func TestEveryRequestArrivesOnce(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	const grants, unknown = 40, 5
+	for i := range grants {
+		if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("once.%d", i), Holder: "h", Duration: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range unknown {
+		m, err := f.nc.Request("lease.v1.frobnicate", []byte("{}"), 5*time.Second)
+		if err != nil || m.Header.Get(micro.ErrorCodeHeader) != api.CodeInvalidArgument {
+			t.Fatalf("unknown verb: %v %v", m, err)
+		}
+	}
+	m, err := f.nc.Request("$SRV.STATS."+api.ServiceName, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats micro.Stats
+	if err := json.Unmarshal(m.Data, &stats); err != nil {
+		t.Fatal(err)
+	}
+	var total int
+	by := map[string]int{}
+	for _, e := range stats.Endpoints {
+		total += e.NumRequests
+		by[e.Subject] = e.NumRequests
+	}
+	if total != grants+unknown {
+		t.Fatalf("the service's endpoints received %d requests (%v), %d were sent", total, by, grants+unknown)
+	}
+}

@@ -1,0 +1,359 @@
+package kvlease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Group commit. With sync before ack, an R1 stream syncs once per message,
+// so concurrent single publishes stop scaling at the disk; a JetStream
+// atomic batch is staged and then committed with one sync (a fixed ~4
+// fsyncs whatever its size) and, on R3, one raft proposal. The writer
+// below turns concurrent writes into such batches:
+//
+//   - A request that finds a write slot free goes out at once, alone, as
+//     the single publish it always was: a lone request is never delayed.
+//   - While every slot is busy, requests queue; the write that frees a
+//     slot takes what has queued (up to MaxMessages, never two writes to
+//     one key, never a key with a write in flight) as its next write: an
+//     atomic batch if at least MinMessages (the break-even), else single
+//     publishes sent together.
+//   - A queued request whose context has ended is never sent: a renewal
+//     capped at its holder's deadline must not reach the server after it.
+//   - One failed expectation rejects a whole batch (err 10071 or 10164,
+//     naming no message). The writer first screens out what the store
+//     already knows to be stale (revCache.stale), and on a rejected batch
+//     bisects it, down to single publishes, so that every request gets its
+//     own true answer and none fails because of another.
+//   - Revisions come from the commit's ack: message i of n has revision
+//     seq − n + i (the server commits a batch contiguously: on R1 under
+//     the stream's isolation lock, on R3 as one multi-entry proposal).
+//   - A request is answered only after its batch's ack, which the server
+//     sends after the sync: durability is that of a single publish.
+
+// Headers of an atomic batch (nats-server stream.go; nats.go 1.55 has no
+// batch API).
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+)
+
+// Error codes of the atomic batch refusals the writer acts on.
+const (
+	errCodeAtomicDisabled = 10174 // the stream does not allow atomic publish
+)
+
+// writeReq is one write waiting for its answer.
+type writeReq struct {
+	ctx    context.Context
+	name   string
+	op     string
+	msg    *nats.Msg // subject, data and headers, without expectation, TTL or batch headers
+	expect uint64    // the subject's last revision this write expects (0: none)
+	ttl    time.Duration
+	done   chan writeResult // buffered (1): the writer never blocks on it
+}
+
+type writeResult struct {
+	rev uint64
+	err error
+}
+
+func (r *writeReq) answer(rev uint64, err error) { r.done <- writeResult{rev, err} }
+
+// writer is a Store's group commit. Its goroutines live only while writes
+// are queued or in flight, and each write is bounded by the batch timeout
+// or its requests' contexts, so they need no stopping: wg lets tests wait
+// for them.
+type writer struct {
+	s      *Store
+	limits BatchLimits
+
+	mu       sync.Mutex
+	queue    []*writeReq
+	inflight int            // writes in flight (≤ limits.MaxInFlight)
+	keys     map[string]int // names with a write in flight
+	off      bool           // the stream refused atomic publish: single publishes only
+	wg       sync.WaitGroup
+
+	// onSend, if set (tests), is called as each write goes out, with
+	// whether it is a batch and the names it carries, before it is sent.
+	onSend func(batch bool, names []string)
+	// onQueue, if set (tests), is called after a request has queued, with
+	// the queue's length then.
+	onQueue func(queued int)
+}
+
+func newWriter(s *Store, l BatchLimits) *writer {
+	return &writer{s: s, limits: l, keys: make(map[string]int)}
+}
+
+// submit writes req, alone at once if a slot is free, else with the next
+// write, and returns its revision.
+func (w *writer) submit(req *writeReq) (uint64, error) {
+	w.mu.Lock()
+	if w.inflight < w.limits.MaxInFlight && w.keys[req.name] == 0 {
+		if w.s.cache.stale(req.name, req.expect, time.Now()) {
+			w.mu.Unlock()
+			return 0, errMismatch
+		}
+		w.inflight++
+		w.keys[req.name]++
+		w.mu.Unlock()
+		if w.onSend != nil {
+			w.onSend(false, []string{req.name})
+		}
+		rev, err := w.s.publishOne(req)
+		if next := w.release([]*writeReq{req}); next != nil {
+			w.wg.Go(func() { w.run(next) })
+		}
+		return rev, err
+	}
+	w.queue = append(w.queue, req)
+	queued := len(w.queue)
+	w.mu.Unlock()
+	if w.onQueue != nil {
+		w.onQueue(queued)
+	}
+	select {
+	case r := <-req.done:
+		return r.rev, r.err
+	case <-req.ctx.Done():
+		// Still queued, it will be dropped unsent; if its write has gone
+		// out, it may or may not take effect.
+		return 0, translate(req.op, req.ctx.Err())
+	}
+}
+
+// run writes reqs, then whatever queued meanwhile, until the queue is empty.
+func (w *writer) run(reqs []*writeReq) {
+	for len(reqs) > 0 {
+		w.write(reqs)
+		reqs = w.release(reqs)
+	}
+}
+
+// release ends the write of done: its keys are free again, and the slot
+// passes to the next write (returned) or, if nothing is queued, is freed.
+func (w *writer) release(done []*writeReq) []*writeReq {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range done {
+		if w.keys[r.name]--; w.keys[r.name] <= 0 {
+			delete(w.keys, r.name)
+		}
+	}
+	next := w.takeLocked()
+	if len(next) == 0 {
+		w.inflight--
+	}
+	return next
+}
+
+// takeLocked takes the next write from the queue, in order: requests
+// whose context has ended are dropped, those the cache shows stale are
+// answered errMismatch, and a request for a name already in this write
+// or in another write in flight stays queued for a later one.
+func (w *writer) takeLocked() []*writeReq {
+	var take []*writeReq
+	now := time.Now()
+	rest := w.queue[:0]
+	for _, r := range w.queue {
+		switch {
+		case len(take) >= w.limits.MaxMessages || w.keys[r.name] > 0:
+			rest = append(rest, r)
+		case r.ctx.Err() != nil:
+			r.answer(0, translate(r.op, r.ctx.Err()))
+		case w.s.cache.stale(r.name, r.expect, now):
+			r.answer(0, errMismatch)
+		default:
+			w.keys[r.name]++
+			take = append(take, r)
+		}
+	}
+	clear(w.queue[len(rest):])
+	w.queue = rest
+	return take
+}
+
+// write sends reqs (distinct names) and answers each: as one atomic batch
+// if there are enough of them, else as single publishes sent together.
+// Requests whose context has ended by now are answered without being sent.
+func (w *writer) write(reqs []*writeReq) {
+	live := make([]*writeReq, 0, len(reqs))
+	for _, r := range reqs {
+		if err := r.ctx.Err(); err != nil {
+			r.answer(0, translate(r.op, err))
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if !w.s.nc.IsConnected() {
+		// See publishOne: nothing is buffered for a later reconnect.
+		for _, r := range live {
+			r.answer(0, fmt.Errorf("%w: %s: not connected to NATS (%v)", ErrUnavailable, r.op, w.s.nc.Status()))
+		}
+		return
+	}
+	w.mu.Lock()
+	off := w.off
+	w.mu.Unlock()
+	if off || len(live) < w.limits.MinMessages {
+		w.singles(live)
+		return
+	}
+	if w.onSend != nil {
+		w.onSend(true, names(live))
+	}
+	revs, err := w.s.publishBatch(live, w.limits.Timeout)
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		for i, r := range live {
+			r.answer(revs[i], nil)
+		}
+	case !errors.As(err, &apiErr):
+		// No answer: the batch may or may not have been committed.
+		for _, r := range live {
+			r.answer(0, translate(r.op, err))
+		}
+	case apiErr.ErrorCode == errCodeAtomicDisabled:
+		w.mu.Lock()
+		w.off = true
+		w.mu.Unlock()
+		w.s.log.Warn("lease bucket refuses atomic batches; writing single publishes", "bucket", w.s.o.bucket, "err", err)
+		w.singles(live)
+	case (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) && len(live) >= 2*w.limits.MinMessages:
+		// Some expectation failed, and the server does not say whose:
+		// nothing was written. Each half is a batch of its own.
+		h := len(live) / 2
+		w.write(live[:h])
+		w.write(live[h:])
+	default:
+		// A refusal of the batch (a failed expectation in a small one, or
+		// a limit): nothing was written; each request gets its own answer.
+		w.singles(live)
+	}
+}
+
+// singles sends each request as its own publish, all at once, and waits
+// for their answers.
+func (w *writer) singles(reqs []*writeReq) {
+	var wg sync.WaitGroup
+	for _, r := range reqs {
+		if err := r.ctx.Err(); err != nil {
+			r.answer(0, translate(r.op, err))
+			continue
+		}
+		if w.onSend != nil {
+			w.onSend(false, []string{r.name})
+		}
+		wg.Go(func() { r.answer(w.s.publishOne(r)) })
+	}
+	wg.Wait()
+}
+
+func names(reqs []*writeReq) []string {
+	out := make([]string, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.name
+	}
+	return out
+}
+
+// publishOne writes one message, expecting r.expect to be the subject's
+// last revision (0: no message), with a TTL if r.ttl > 0.
+func (s *Store) publishOne(r *writeReq) (uint64, error) {
+	if !s.nc.IsConnected() {
+		// While reconnecting, nats.go buffers what is published and sends it
+		// on reconnect, which may be after the holder's deadline: a renewal
+		// flushed then would extend a lease its holder has given up. Send
+		// nothing that cannot go now.
+		return 0, fmt.Errorf("%w: %s: not connected to NATS (%v)", ErrUnavailable, r.op, s.nc.Status())
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(r.expect)}
+	if r.ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(r.ttl))
+	}
+	ack, err := s.js.PublishMsg(r.ctx, r.msg, opts...)
+	if err != nil {
+		return 0, translate(r.op, err)
+	}
+	return ack.Sequence, nil
+}
+
+// batchAck is the server's answer to a batch's commit message.
+type batchAck struct {
+	Seq   uint64              `json:"seq"`
+	Batch string              `json:"batch"`
+	Count int                 `json:"count"`
+	Error *jetstream.APIError `json:"error"`
+}
+
+// publishBatch writes reqs (distinct subjects) as one atomic batch and
+// returns their revisions, in order. Messages 1..n−1 go without a reply
+// subject; the commit (message n) is a request whose answer is the
+// batch's one ack, sent after the batch is synced. An error that is a
+// *jetstream.APIError means the server refused the batch and nothing of it
+// was written; any other error means no answer (it may have been).
+func (s *Store) publishBatch(reqs []*writeReq, timeout time.Duration) ([]uint64, error) {
+	id := nuid.Next()
+	n := len(reqs)
+	var commit *nats.Msg
+	for i, r := range reqs {
+		m := &nats.Msg{Subject: r.msg.Subject, Data: r.msg.Data, Header: maps.Clone(r.msg.Header)}
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.expect, 10))
+		if r.ttl > 0 {
+			m.Header.Set(jetstream.MsgTTLHeader, r.ttl.String())
+		}
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		if i == n-1 {
+			m.Header.Set(hdrBatchCommit, "1")
+			commit = m
+			break
+		}
+		if err := s.nc.PublishMsg(m); err != nil {
+			return nil, fmt.Errorf("batch message %d of %d: %w", i+1, n, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	reply, err := s.nc.RequestMsgWithContext(ctx, commit)
+	if err != nil {
+		return nil, fmt.Errorf("batch commit: %w", err)
+	}
+	var ack batchAck
+	if err := json.Unmarshal(reply.Data, &ack); err != nil {
+		return nil, fmt.Errorf("batch ack %q: %w", reply.Data, err)
+	}
+	switch {
+	case ack.Error != nil:
+		return nil, ack.Error
+	case ack.Batch != id || ack.Count != n || ack.Seq < uint64(n):
+		return nil, fmt.Errorf("batch ack for %q of %d at %d, sent %q of %d", ack.Batch, ack.Count, ack.Seq, id, n)
+	}
+	revs := make([]uint64, n)
+	for i := range revs {
+		revs[i] = ack.Seq - uint64(n) + uint64(i) + 1
+	}
+	return revs, nil
+}

@@ -1,0 +1,164 @@
+package kvlease_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// kvleasetest's servers run inside the test process, which a test cannot
+// SIGKILL and survive; the durability test runs nats-server in a child (the
+// test binary in the role "nats-server", see kvleasetest.Main).
+func TestMain(m *testing.M) {
+	kvleasetest.Main(m, map[string]func(string) error{"nats-server": natsServerChild})
+}
+
+const (
+	envServerDir  = "KVLEASE_SERVER_DIR"
+	envServerPort = "KVLEASE_SERVER_PORT"
+)
+
+// natsServerChild serves JetStream (sync always) on the port and data
+// directory its environment names, says "ready", and runs until its
+// stdin closes or it is killed.
+func natsServerChild(string) error {
+	port, err := strconv.Atoi(os.Getenv(envServerPort))
+	if err != nil {
+		return err
+	}
+	srv, err := kvleasetest.Start(os.Getenv(envServerDir), kvleasetest.WithPort(port))
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	return nil
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// acked is a write the store acknowledged.
+type acked struct {
+	name  string
+	token kvlease.Token
+	rev   uint64
+}
+
+// SIGKILL the server under batched load, restart it on its data: every
+// grant and renewal the store acknowledged is there (the leases last far
+// longer than the test, so none may have lapsed), and a grant after the
+// restart gets a token above every one acknowledged before, so no token
+// is handed out twice.
+func TestBatchedWritesSurviveSIGKILL(t *testing.T) {
+	dir, port := t.TempDir(), freePort(t)
+	env := []string{envServerDir + "=" + dir, envServerPort + "=" + strconv.Itoa(port)}
+	child, _, next := kvleasetest.StartChild(t, "nats-server", "", env...)
+	if l := next(); l != "ready" {
+		t.Fatalf("server child said %q", l)
+	}
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	st := kvleasetest.OpenStore(t, url)
+	log := &sendLog{}
+	kvlease.SetSendHook(st, log.hook)
+
+	const clients, killAfter = 64, 2000
+	var mu sync.Mutex
+	var acks []acked
+	enough := make(chan struct{})
+	ack := func(a acked) {
+		mu.Lock()
+		defer mu.Unlock()
+		acks = append(acks, a)
+		if len(acks) == killAfter {
+			close(enough)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			// A write in flight when the server dies waits for its context
+			// (nats.go does not fail it on the disconnect): 5 s each.
+			round := func(i int) error {
+				octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
+				defer ocancel()
+				rec, err := st.Grant(octx, kvlease.GrantRequest{Name: fmt.Sprintf("d.%d.%d", c, i), Holder: "h", Duration: 5 * time.Minute})
+				if err != nil {
+					return err
+				}
+				ack(acked{rec.Name, rec.Token, rec.Revision})
+				for range 2 {
+					if rec, err = st.Renew(octx, kvlease.RenewRequest{Name: rec.Name, Holder: "h", Token: rec.Token, Revision: rec.Revision}); err != nil {
+						return err
+					}
+					ack(acked{rec.Name, rec.Token, rec.Revision})
+				}
+				return nil
+			}
+			for i := 0; ctx.Err() == nil && round(i) == nil; i++ {
+			}
+		})
+	}
+	select {
+	case <-enough:
+	case <-ctx.Done():
+		t.Fatal("load did not reach its acknowledgements")
+	}
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait() // every client has failed its next write
+	if log.batchCount() == 0 {
+		t.Fatal("no batch was sent: the load was not batched")
+	}
+
+	_, _, next = kvleasetest.StartChild(t, "nats-server", "", env...)
+	if l := next(); l != "ready" {
+		t.Fatalf("restarted server child said %q", l)
+	}
+	after := kvleasetest.OpenStore(t, url, kvlease.WithoutCreate())
+	mu.Lock()
+	defer mu.Unlock()
+	last := map[string]acked{}
+	var top uint64
+	for _, a := range acks {
+		if a.rev > last[a.name].rev {
+			last[a.name] = a
+		}
+		top = max(top, a.rev)
+	}
+	for name, a := range last {
+		rctx, rcancel := context.WithTimeout(t.Context(), 10*time.Second)
+		got, err := kvlease.RetryUnavailable(rctx, time.Second, nil, func() (kvlease.Record, error) { return after.Get(rctx, name) })
+		rcancel()
+		if err != nil || got.Token != a.token || got.Revision < a.rev {
+			t.Fatalf("%q after the restart: %+v, %v; acknowledged token %d at revision %d", name, got, err, a.token, a.rev)
+		}
+	}
+	rec, err := after.Grant(t.Context(), kvlease.GrantRequest{Name: "after", Holder: "h", Duration: time.Minute})
+	if err != nil || uint64(rec.Token) <= top {
+		t.Fatalf("grant after the restart: %+v, %v; want a token above %d", rec, err, top)
+	}
+	t.Logf("%d writes acknowledged (%d leases, %d batches) before SIGKILL, all there after the restart",
+		len(acks), len(last), log.batchCount())
+}

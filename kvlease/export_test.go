@@ -1,0 +1,70 @@
+package kvlease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// SetSendHook makes st call f as each write goes out: whether it is an
+// atomic batch, and the names it carries. Call it before st writes.
+func SetSendHook(st *Store, f func(batch bool, names []string)) {
+	if st.w != nil {
+		st.w.onSend = f
+	}
+}
+
+// SetQueueHook makes st call f after a request queues, with the queue's
+// length then. Call it before st writes.
+func SetQueueHook(st *Store, f func(queued int)) {
+	if st.w != nil {
+		st.w.onQueue = f
+	}
+}
+
+// QueueLen returns how many requests wait in st's group commit.
+func QueueLen(st *Store) int {
+	if st.w == nil {
+		return 0
+	}
+	st.w.mu.Lock()
+	defer st.w.mu.Unlock()
+	return len(st.w.queue)
+}
+
+// WaitWrites waits for st's write goroutines to end.
+func WaitWrites(st *Store) {
+	if st.w != nil {
+		st.w.wg.Wait()
+	}
+}
+
+// CreateRaw creates the keys names (each expected to have no message) with
+// a TTL, bypassing the group commit: as one atomic batch, or as single
+// publishes sent together. It is for the break-even benchmark.
+func CreateRaw(ctx context.Context, st *Store, names []string, data []byte, ttl time.Duration, batch bool) error {
+	reqs := make([]*writeReq, len(names))
+	for i, n := range names {
+		reqs[i] = &writeReq{ctx: ctx, name: n, op: "grant", expect: 0, ttl: ttl, done: make(chan writeResult, 1),
+			msg: &nats.Msg{Subject: st.prefix + n, Header: nats.Header{hdrOp: []string{"grant"}}, Data: data}}
+	}
+	if batch {
+		_, err := st.publishBatch(reqs, 10*time.Second)
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(reqs))
+	for i, r := range reqs {
+		wg.Go(func() { _, errs[i] = st.publishOne(r) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("single create: %w", err)
+		}
+	}
+	return nil
+}
