@@ -35,6 +35,11 @@ type holderSpec struct {
 	D      time.Duration // the duration it asks for
 	Log    string        // the file it appends its history to
 	Seed   uint64
+	// Loops is how many holders the process runs, each on its own (named
+	// Proc-1, Proc-2, …; 0 or 1: one, named Proc), sharing its connection:
+	// more requests in flight at once, so that the grantor's group commit
+	// batches them.
+	Loops int
 }
 
 // monotonic reads the machine's CLOCK_MONOTONIC, which every process on it
@@ -82,7 +87,29 @@ func runNemesisHolder(specJSON string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
-	rnd := rand.New(rand.NewPCG(spec.Seed, spec.Seed>>1|1))
+	loops := max(spec.Loops, 1)
+	errs := make(chan error, loops)
+	for i := range loops {
+		holder := spec.Proc
+		if loops > 1 {
+			holder = fmt.Sprintf("%s-%d", spec.Proc, i+1)
+		}
+		rnd := rand.New(rand.NewPCG(spec.Seed, uint64(i)<<1|1))
+		go func() { errs <- holderLoop(ctx, g, spec, holder, rnd) }()
+	}
+	var first error
+	for range loops {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	return first
+}
+
+// holderLoop is one holder's life in a holder process (see
+// runNemesisHolder).
+func holderLoop(ctx context.Context, g *loggedGrantor, spec holderSpec, holder string, rnd *rand.Rand) error {
 	sleep := func(max time.Duration) {
 		t := time.NewTimer(time.Duration(rnd.Int64N(int64(max) + 1)))
 		defer t.Stop()
@@ -94,7 +121,7 @@ func runNemesisHolder(specJSON string) error {
 	for ctx.Err() == nil {
 		name := spec.Leases[rnd.IntN(len(spec.Leases))]
 		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		l, err := kvlease.Acquire(actx, g, name, spec.Proc, spec.D)
+		l, err := kvlease.Acquire(actx, g, name, holder, spec.D)
 		acancel()
 		if err != nil {
 			sleep(spec.D / 3)
@@ -127,10 +154,10 @@ func runNemesisHolder(specJSON string) error {
 			rec := k.Lease().Record()
 			zctx, zcancel := context.WithTimeout(ctx, 2*time.Second)
 			if rnd.IntN(2) == 0 {
-				_, _ = g.Renew(zctx, kvlease.RenewRequest{Name: name, Holder: spec.Proc, Token: rec.Token,
+				_, _ = g.Renew(zctx, kvlease.RenewRequest{Name: name, Holder: holder, Token: rec.Token,
 					Revision: rec.Revision, Duration: spec.D, Secret: g.secret(rec.Token)})
 			} else {
-				_ = g.Release(zctx, kvlease.ReleaseRequest{Name: name, Holder: spec.Proc, Token: rec.Token,
+				_ = g.Release(zctx, kvlease.ReleaseRequest{Name: name, Holder: holder, Token: rec.Token,
 					Revision: rec.Revision, Secret: g.secret(rec.Token)})
 			}
 			zcancel()

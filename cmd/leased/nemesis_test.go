@@ -36,7 +36,8 @@ import (
 type nemesisConfig struct {
 	nodes   int // 3: a cluster (R3 bucket); 1: one serve alone (R1)
 	leases  int
-	holders int
+	holders int           // processes
+	loops   int           // holders in each process (holderSpec.Loops)
 	rounds  int           // each round injects every fault kind once, in random order
 	d       time.Duration // the holders' D
 	quiet   [2]time.Duration
@@ -55,7 +56,7 @@ func TestNemesis(t *testing.T) {
 	}{
 		{"cluster", nemesisConfig{nodes: 3, leases: 3, holders: 4, rounds: 1, d: 3 * time.Second,
 			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 10},
-			nemesisConfig{nodes: 3, leases: 8, holders: 10, rounds: 17, d: 3 * time.Second,
+			nemesisConfig{nodes: 3, leases: 16, holders: 10, loops: 4, rounds: 17, d: 3 * time.Second,
 				quiet: [2]time.Duration{2 * time.Second, 4 * time.Second}, minTenures: 1000, plain: true}},
 		{"single", nemesisConfig{nodes: 1, leases: 2, holders: 3, rounds: 1, d: 3 * time.Second,
 			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 6},
@@ -142,7 +143,8 @@ func runNemesis(t *testing.T, cfg nemesisConfig) {
 	n.stopHolders()
 
 	rep := n.check(from, to)
-	t.Logf("%d nodes, %d leases, %d holders, D %v:\n%s", cfg.nodes, cfg.leases, cfg.holders, cfg.d, rep.Summary())
+	t.Logf("%d nodes, %d leases, %d holder processes of %d holders, D %v:\n%s", cfg.nodes, cfg.leases, cfg.holders,
+		max(cfg.loops, 1), cfg.d, rep.Summary())
 	if !n.c.single {
 		t.Logf("faults on the stream leader: %v", n.onLeader)
 	}
@@ -214,7 +216,7 @@ func (n *nemesis) startHolder() {
 		urls[i] = p.URL()
 	}
 	spec, _ := json.Marshal(holderSpec{Proc: proc, URLs: urls, Leases: n.leases(), D: n.cfg.d,
-		Log: filepath.Join(n.dir, proc+".jsonl"), Seed: n.rnd.Uint64()})
+		Log: filepath.Join(n.dir, proc+".jsonl"), Seed: n.rnd.Uint64(), Loops: n.cfg.loops})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envNemesisHolder+"="+string(spec))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

@@ -182,6 +182,9 @@ type Figures struct {
 type Report struct {
 	Violations []Violation
 	Figures    Figures
+	// StaleReads are the reads [Figures.StaleReads] counts, described as
+	// the lost acknowledgements they would be without [Params.IgnoreReads].
+	StaleReads []Violation
 }
 
 // Err returns nil for a history without violations, else an error
@@ -564,6 +567,9 @@ func (c *checker) lostAcks() {
 			switch {
 			case behind && read && c.p.IgnoreReads:
 				c.rep.Figures.StaleReads++
+				c.rep.StaleReads = append(c.rep.StaleReads, Violation{Kind: LostAck, Lease: lease,
+					Ops: []OpRef{refOf(top.r), refOf(o)}, Detail: fmt.Sprintf("%s (%s) shows token %d at revision %d after token %d at revision %d was acknowledged",
+						o.Op, o.Code, sh.token, sh.revision, top.token, top.revision)})
 			case sh.token < top.token:
 				c.violate(LostAck, lease, fmt.Sprintf("%s (%s) shows token %d after token %d was acknowledged",
 					o.Op, o.Code, sh.token, top.token), top.r, o)

@@ -319,8 +319,8 @@ func TestStaleReadsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Violations) != 0 || rep.Figures.StaleReads != 1 {
-		t.Errorf("with IgnoreReads: violations %v, stale reads %d; want none and 1", rep.Violations, rep.Figures.StaleReads)
+	if len(rep.Violations) != 0 || rep.Figures.StaleReads != 1 || len(rep.StaleReads) != 1 {
+		t.Errorf("with IgnoreReads: violations %v, stale reads %d %v; want none and 1", rep.Violations, rep.Figures.StaleReads, rep.StaleReads)
 	}
 	if rep, _ = faultcheck.Check(h, faultcheck.DefaultParams()); len(rep.Violations) != 1 || rep.Figures.StaleReads != 0 {
 		t.Errorf("without: violations %v, stale reads %d; want one lost ack and 0", rep.Violations, rep.Figures.StaleReads)

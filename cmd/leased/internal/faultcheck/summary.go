@@ -35,6 +35,9 @@ func (r *Report) Summary() string {
 			fmt.Fprintf(&b, "handover after %s: %d, min %v, median %v, max %v\n", c, d.N, d.Min, d.Median, d.Max)
 		}
 	}
+	for _, v := range r.StaleReads {
+		fmt.Fprintf(&b, "  stale read: %s\n", v)
+	}
 	fmt.Fprintf(&b, "violations: %d\n", len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "  %s\n", v)
