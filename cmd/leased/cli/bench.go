@@ -23,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/embedded"
@@ -146,10 +147,30 @@ func (f *benchFlags) check(changed func(string) bool) error {
 	return nil
 }
 
+func defaultBenchFlags() benchFlags {
+	return benchFlags{op: benchGrant, clients: benchDefaultClients, duration: benchDefaultDuration, ttl: benchDefaultTTL,
+		bucket: kvlease.DefaultBucket, prefix: "bench"}
+}
+
+func (f *benchFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.op, "op", f.op, "what one timed operation is: "+strings.Join(benchOps, ", ")+" (see above)")
+	fl.IntVar(&f.clients, "clients", f.clients, "concurrent callers (with --live: workers renewing and granting)")
+	fl.DurationVar(&f.duration, "duration", f.duration, "how long to run (not with --ops)")
+	fl.IntVar(&f.ops, "ops", 0, "run this many operations instead of for --duration")
+	fl.DurationVar(&f.ttl, "ttl", f.ttl, "lease duration D (--op release: default 1m, or 2×--duration+10s if longer)")
+	fl.BoolVar(&f.direct, "direct", false, "write the lease bucket directly (kvlease.Store) instead of through the service")
+	fl.StringVar(&f.bucket, "bucket", f.bucket, "lease bucket name, with --direct")
+	fl.StringVar(&f.prefix, "prefix", f.prefix, "first token(s) of the lease names")
+	fl.IntVar(&f.live, "live", 0, "grant this many leases and keep them renewed every TTL/3 for --for")
+	fl.DurationVar(&f.keepFor, "for", 0, "with --live: how long to keep the leases renewed after the last grant (default 3 renewal periods, = --ttl)")
+	fl.IntVar(&f.servePID, "serve-pid", 0, "with --live: pid of the local leased serve, to report its CPU and RSS")
+	fl.StringVar(&f.data, "data", "", "with --live: data directory of the local leased serve (its pid is in DIR/leased.lock), to report its CPU and RSS")
+	fl.BoolVar(&f.release, "release", false, "with --live: release the leases at the end instead of leaving them to lapse")
+}
+
 func newBench(stdout, stderr io.Writer) *cobra.Command {
 	var c connFlags
-	f := benchFlags{op: benchGrant, clients: benchDefaultClients, duration: benchDefaultDuration, ttl: benchDefaultTTL,
-		bucket: kvlease.DefaultBucket, prefix: "bench"}
+	f := defaultBenchFlags()
 	cmd := &cobra.Command{
 		Use:   "bench [--op OP] [--clients N] [--duration D | --ops N] | bench --live N [--ttl D] [--for T]",
 		Short: "Load a deployment: ops/s and latency, or N live leases kept renewed",
@@ -243,19 +264,7 @@ reached or no operation succeeded.`,
 	fl := cmd.Flags()
 	c.register(fl)
 	c.registerHolder(fl)
-	fl.StringVar(&f.op, "op", f.op, "what one timed operation is: "+strings.Join(benchOps, ", ")+" (see above)")
-	fl.IntVar(&f.clients, "clients", f.clients, "concurrent callers (with --live: workers renewing and granting)")
-	fl.DurationVar(&f.duration, "duration", f.duration, "how long to run (not with --ops)")
-	fl.IntVar(&f.ops, "ops", 0, "run this many operations instead of for --duration")
-	fl.DurationVar(&f.ttl, "ttl", f.ttl, "lease duration D (--op release: default 1m, or 2×--duration+10s if longer)")
-	fl.BoolVar(&f.direct, "direct", false, "write the lease bucket directly (kvlease.Store) instead of through the service")
-	fl.StringVar(&f.bucket, "bucket", f.bucket, "lease bucket name, with --direct")
-	fl.StringVar(&f.prefix, "prefix", f.prefix, "first token(s) of the lease names")
-	fl.IntVar(&f.live, "live", 0, "grant this many leases and keep them renewed every TTL/3 for --for")
-	fl.DurationVar(&f.keepFor, "for", 0, "with --live: how long to keep the leases renewed after the last grant (default 3 renewal periods, = --ttl)")
-	fl.IntVar(&f.servePID, "serve-pid", 0, "with --live: pid of the local leased serve, to report its CPU and RSS")
-	fl.StringVar(&f.data, "data", "", "with --live: data directory of the local leased serve (its pid is in DIR/leased.lock), to report its CPU and RSS")
-	fl.BoolVar(&f.release, "release", false, "with --live: release the leases at the end instead of leaving them to lapse")
+	f.register(fl)
 	return cmd
 }
 
