@@ -200,7 +200,9 @@ every one renewed every TTL/3 (kvlease.Lease.Renew, which refuses to send
 past the holder's deadline), until --for (default three renewal periods)
 after the last grant; if the grants have not all succeeded by --for after
 the start, the keep phase starts with those granted. One scheduler holds the
-leases by due time and --clients workers renew them, renewals before grants.
+leases by due time and --clients workers renew them, renewals before grants:
+a deployment that cannot renew more stops granting, and how many it granted
+is how many it holds.
 It reports renewals, failures, lapses of renewed leases (a lease whose
 renewal did not succeed before its holder deadline, including one still
 waiting for a worker at its deadline), refusals, the renewal latency, how
@@ -708,6 +710,16 @@ func (s *scheduler) push(x *liveLease) {
 	}
 }
 
+// popDue pops the earliest lease if it is due at now, else returns nil.
+func (s *scheduler) popDue(now time.Time) *liveLease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.h) > 0 && !s.h[0].due.After(now) {
+		return heap.Pop(&s.h).(*liveLease)
+	}
+	return nil
+}
+
 // overdue counts the leases whose renewal was due before now and that no
 // worker has taken yet.
 func (s *scheduler) overdue(now time.Time) int {
@@ -801,6 +813,10 @@ func (r LiveResult) print(p printer) {
 	p.line("bench live=%d via=%s url=%s clients=%d ttl=%s renew_every=%s for=%s", r.Leases, r.Via, r.URL, r.Clients, r.TTL, r.Every, r.For)
 	p.line("grant granted=%d errors=%d elapsed=%.3fs grants_per_sec=%.1f errors_by_kind: %s", r.Granted, total(r.GrantErrors),
 		r.GrantElapsed, r.GrantPerSec, kinds(r.GrantErrors))
+	if r.Granted < r.Leases && !r.StoppedEarly {
+		p.line("grant incomplete: %d of %d granted when the grant phase ended (--for after the start; renewals go first, so a node that cannot also renew more stops granting)",
+			r.Granted, r.Leases)
+	}
 	p.line("grant latency %s", r.GrantLatency)
 	p.line("keep elapsed=%.3fs renewals=%d renewals_per_sec=%.1f failures=%d lapses=%d refused=%d live_at_end=%d",
 		r.KeepElapsed, r.Renewals, r.RenewPerSec, r.Failures, r.Lapses, r.Refused, r.LiveAtEnd)
@@ -920,6 +936,12 @@ func (b *bench) runLive(ctx context.Context, pid int, stderr io.Writer) (LiveRes
 				case <-stop:
 					return
 				default:
+				}
+				// The dispatcher hands out one lease at a time: one due
+				// now may still be in the heap. It goes first.
+				if x := sched.popDue(time.Now()); x != nil {
+					renew(w, x)
+					continue
 				}
 				if i := nextGrant.Add(1) - 1; i < int64(f.live) && ctx.Err() == nil {
 					grant(w, int(i))
