@@ -1,0 +1,246 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// benchOps is what `leased bench -o json` prints for --op.
+type benchOps struct {
+	Op        string         `json:"op"`
+	Via       string         `json:"via"`
+	Clients   int            `json:"clients"`
+	Ops       int            `json:"ops"`
+	Errors    int            `json:"errors"`
+	ErrorKind map[string]int `json:"errors_by_kind"`
+	OpsPerSec float64        `json:"ops_per_sec"`
+	Latency   benchLatency   `json:"latency"`
+	Setup     *struct {
+		Granted int `json:"granted"`
+		Errors  int `json:"errors"`
+	} `json:"setup"`
+}
+
+type benchLatency struct {
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+}
+
+func (l benchLatency) check(t *testing.T, what string) {
+	t.Helper()
+	if !(l.P50 > 0 && l.P50 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+		t.Errorf("%s latency %+v: want 0 < p50 <= p99 <= p999 <= max", what, l)
+	}
+}
+
+// Each --op runs briefly against a real serve, through the service and on
+// the bucket directly, and prints figures a script can read. The serve's
+// per-holder limit is low: the bench's holder names must keep under it.
+func TestBenchOps(t *testing.T) {
+	s := startServe(t, "", "--max-leases-per-holder", "150")
+	for _, c := range []struct {
+		op     string
+		direct bool
+		args   []string
+	}{
+		{op: "grant", args: []string{"--ops", "400", "--clients", "2"}}, // 400 leases left live: 200 per caller
+		{op: "renew", args: []string{"--ops", "200"}},
+		{op: "release", args: []string{"--ops", "200"}},
+		{op: "grant-release", args: []string{"--ops", "200"}},
+		{op: "grant", direct: true, args: []string{"--ops", "200"}},
+		{op: "renew", direct: true, args: []string{"--duration", "500ms"}},
+		{op: "release", direct: true, args: []string{"--duration", "500ms"}},
+		{op: "grant-release", direct: true, args: []string{"--ops", "200"}},
+	} {
+		via := "service"
+		args := append([]string{"bench", "--op", c.op, "--clients", "4", "-o", "json"}, c.args...)
+		if c.direct {
+			via = "direct"
+			args = append(args, "--direct")
+		}
+		t.Run(c.op+"/"+via, func(t *testing.T) {
+			r := leased(t, s.url, args...)
+			var got benchOps
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil {
+				t.Fatalf("leased %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+			}
+			if got.Op != c.op || got.Via != via || got.Errors != 0 || got.Ops < 1 || got.OpsPerSec <= 0 {
+				t.Fatalf("leased %v: %+v; want %s via %s, ops done, no errors", args, got, c.op, via)
+			}
+			if strings.Contains(strings.Join(c.args, " "), "--ops") && c.op != "release" && got.Ops != 200 && got.Ops != 400 {
+				t.Errorf("ops %d, want what --ops asked", got.Ops)
+			}
+			got.Latency.check(t, c.op)
+			switch c.op {
+			case "renew":
+				if got.Setup == nil || got.Setup.Granted != 4 {
+					t.Errorf("renew setup %+v: want one lease per client", got.Setup)
+				}
+			case "release":
+				if got.Setup == nil || got.Setup.Granted < 1 || got.Setup.Errors != 0 || got.Ops != got.Setup.Granted {
+					t.Errorf("release: %d ops after setup %+v: want every granted lease released", got.Ops, got.Setup)
+				}
+			}
+		})
+	}
+
+	t.Run("text", func(t *testing.T) {
+		r := leased(t, s.url, "bench", "--op", "grant-release", "--clients", "2", "--duration", "300ms")
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		ops := regexp.MustCompile(`(?m)^ops=(\d+) errors=0 elapsed=[0-9.]+s ops_per_sec=([0-9.]+)$`).FindStringSubmatch(r.stdout)
+		lat := regexp.MustCompile(`(?m)^latency p50=([0-9.]+)ms p99=([0-9.]+)ms p999=([0-9.]+)ms max=[0-9.]+ms$`).FindStringSubmatch(r.stdout)
+		if ops == nil || lat == nil || !strings.Contains(r.stdout, "errors_by_kind: none") || ops[1] == "0" {
+			t.Fatalf("output:\n%s", r.stdout)
+		}
+		if strings.Contains(r.stdout, "secret") {
+			t.Fatalf("output names a secret:\n%s", r.stdout)
+		}
+	})
+}
+
+// benchLive is what `leased bench --live -o json` prints.
+type benchLive struct {
+	Granted   int          `json:"granted"`
+	Renewals  int          `json:"renewals"`
+	Failures  int          `json:"renewal_failures"`
+	Lapses    int          `json:"lapses"`
+	Refused   int          `json:"refused"`
+	LiveAtEnd int          `json:"live_at_end"`
+	Renew     benchLatency `json:"renew_latency"`
+	Serve     *struct {
+		PID      int     `json:"pid"`
+		CPUCores float64 `json:"cpu_cores"`
+		RSS      int64   `json:"rss_bytes"`
+		HWM      int64   `json:"hwm_bytes"`
+	} `json:"serve"`
+	Released int    `json:"released"`
+	Ending   string `json:"ending"`
+}
+
+// --live holds a few hundred leases renewed every D/3 for more than two
+// lease durations: none lapses, and the serve process's CPU and memory are
+// reported. The serve runs without the race detector, as users run it: its
+// timing is what is measured.
+func TestBenchLive(t *testing.T) {
+	dir := t.TempDir()
+	s := startServeWith(t, timingBin(t), dir)
+
+	r := leased(t, s.url, "bench", "--live", "300", "--ttl", "3s", "--for", "7s", "--data", dir)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	t.Logf("\n%s", r.stdout)
+	num := func(re string) []int {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)` + re).FindStringSubmatch(r.stdout)
+		if m == nil {
+			t.Fatalf("no line matching %s in:\n%s", re, r.stdout)
+		}
+		var ns []int
+		for _, s := range m[1:] {
+			f, _ := strconv.ParseFloat(s, 64)
+			ns = append(ns, int(f*1000)) // thousandths: MiB and cores have decimals
+		}
+		return ns
+	}
+	if g := num(`^grant granted=(\d+) errors=0 `); g[0] != 300*1000 {
+		t.Errorf("granted %d/1000, want 300", g[0])
+	}
+	keep := num(`^keep elapsed=[0-9.]+s renewals=(\d+) renewals_per_sec=[0-9.]+ failures=\d+ lapses=(\d+) refused=(\d+) live_at_end=(\d+)$`)
+	// 7 s of renewals every second, after the grants: about 7 per lease.
+	if renewals, lapses, refused, live := keep[0]/1000, keep[1], keep[2], keep[3]/1000; renewals < 300*5 || lapses != 0 || refused != 0 || live != 300 {
+		t.Errorf("renewals %d, lapses %d, refused %d, live at end %d: want >= 1500 renewals, no lapse or refusal, 300 live",
+			renewals, lapses/1000, refused/1000, live)
+	}
+	num(`^renew latency p50=([0-9.]+)ms p99=([0-9.]+)ms p999=([0-9.]+)ms max=([0-9.]+)ms$`)
+	num(`^renew lateness p50=([0-9.]+)ms p99=([0-9.]+)ms p999=([0-9.]+)ms max=([0-9.]+)ms \(sent after due\)$`)
+	pid := num(`^serve pid=(\d+) cpu=([0-9.]+) cores \(over the keep phase\)$`)
+	if pid[0]/1000 != s.cmd.Process.Pid || pid[1] <= 0 || pid[1] > 2000 {
+		t.Errorf("serve pid %d cpu %d/1000 cores: want pid %d and some CPU, at most the 2 cores", pid[0]/1000, pid[1], s.cmd.Process.Pid)
+	}
+	if mem := num(`^serve rss=([0-9.]+)MiB peak=([0-9.]+)MiB$`); mem[0] <= 0 || mem[1] < mem[0] {
+		t.Errorf("serve rss %d peak %d (thousandths of MiB): want rss > 0 and peak >= rss", mem[0], mem[1])
+	}
+	if !strings.Contains(r.stdout, "leases left to lapse") {
+		t.Errorf("want the ending said:\n%s", r.stdout)
+	}
+
+	// --release ends them, and --serve-pid names the process directly.
+	r = leased(t, s.url, "bench", "--live", "50", "--ttl", "2s", "--for", "1s", "--release", "--prefix", "rel",
+		"--serve-pid", strconv.Itoa(s.cmd.Process.Pid), "-o", "json")
+	var got benchLive
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil {
+		t.Fatalf("--release: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got.Granted != 50 || got.Lapses != 0 || got.Released != 50 || got.Serve == nil || got.Serve.PID != s.cmd.Process.Pid ||
+		got.Serve.RSS <= 0 || got.Serve.HWM < got.Serve.RSS || got.Ending != "leases released" {
+		t.Fatalf("--release: %+v (serve %+v)", got, got.Serve)
+	}
+	got.Renew.check(t, "renew")
+	if r := leased(t, s.url, "ls", "rel.", "-o", "json"); r.code != 0 || strings.TrimSpace(r.stdout) != "" {
+		t.Fatalf("after --release: ls rel. exit %d: %q", r.code, r.stdout)
+	}
+}
+
+// Bad flags are usage errors (exit 2) found before anything is sent: the
+// URL has no server behind it, so a command that tried to connect would
+// fail with exit 1 instead.
+func TestBenchBadInput(t *testing.T) {
+	const nowhere = "nats://127.0.0.1:1"
+	pidMax, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	max, _ := strconv.Atoi(strings.TrimSpace(string(pidMax)))
+	noProcess := strconv.Itoa(max + 1) // above every pid the kernel gives
+	emptyData := t.TempDir()
+	badLock := t.TempDir()
+	if err := os.WriteFile(filepath.Join(badLock, "leased.lock"), []byte("not a pid\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"no clients", []string{"--clients", "0"}, "--clients 0"},
+		{"negative live", []string{"--live", "-1"}, "--live -1"},
+		{"unknown op", []string{"--op", "steal"}, `--op "steal"`},
+		{"duration and ops", []string{"--duration", "1s", "--ops", "10"}, "do not go together"},
+		{"no ops", []string{"--ops", "0"}, "--ops 0"},
+		{"ttl too short", []string{"--ttl", "500ms"}, "--ttl 500ms"},
+		{"ttl too long", []string{"--ttl", "2h"}, "--ttl 2h"},
+		{"live ttl too short", []string{"--live", "10", "--ttl", "900ms"}, "--ttl 900ms"},
+		{"live with op", []string{"--live", "10", "--op", "renew"}, "--op does not go with --live"},
+		{"for without live", []string{"--for", "5s"}, "--for goes with --live"},
+		{"serve-pid of no process", []string{"--live", "10", "--serve-pid", noProcess}, "no such process"},
+		{"data without serve", []string{"--live", "10", "--data", emptyData}, "leased.lock"},
+		{"data with a bad lock file", []string{"--live", "10", "--data", badLock}, "holds no process id"},
+		{"serve-pid and data", []string{"--live", "10", "--serve-pid", "1", "--data", emptyData}, "give one"},
+		{"bad prefix", []string{"--prefix", "a..b"}, "--prefix"},
+		{"argument", []string{"grant"}, "unknown command"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := leased(t, nowhere, append([]string{"bench"}, c.args...)...)
+			if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, c.msg) {
+				t.Fatalf("leased bench %v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.msg)
+			}
+		})
+	}
+	// The help says what each op measures and how --live ends.
+	r := leased(t, nowhere, "bench", "--help")
+	for _, want := range []string{"grant-release", "untimed", "leases are left to lapse", "--release", "leased.lock", "--max-leases-per-holder"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
