@@ -55,11 +55,11 @@ func TestNemesis(t *testing.T) {
 		short, long nemesisConfig
 	}{
 		{"cluster", nemesisConfig{nodes: 3, leases: 3, holders: 4, rounds: 1, d: 3 * time.Second,
-			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 10},
+			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 8},
 			nemesisConfig{nodes: 3, leases: 16, holders: 10, loops: 4, rounds: 17, d: 3 * time.Second,
 				quiet: [2]time.Duration{2 * time.Second, 4 * time.Second}, minTenures: 1000, plain: true}},
 		{"single", nemesisConfig{nodes: 1, leases: 2, holders: 3, rounds: 1, d: 3 * time.Second,
-			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 6},
+			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 4},
 			nemesisConfig{nodes: 1, leases: 4, holders: 6, rounds: 8, d: 3 * time.Second,
 				quiet: [2]time.Duration{2 * time.Second, 4 * time.Second}, minTenures: 100, plain: true}},
 	} {
@@ -133,12 +133,12 @@ func runNemesis(t *testing.T, cfg nemesisConfig) {
 		order := slices.Clone(n.kinds)
 		n.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, kind := range order {
-			n.quiet(cfg.quiet[0], cfg.quiet[1])
+			n.sleep(cfg.quiet[0], cfg.quiet[1])
 			n.inject(kind)
 		}
 		t.Logf("round %d of %d done", round+1, cfg.rounds)
 	}
-	n.quiet(2*cfg.d, 2*cfg.d)
+	n.sleep(2*cfg.d, 2*cfg.d)
 	to := monotonic()
 	n.stopHolders()
 
@@ -256,8 +256,6 @@ func (n *nemesis) stopHolders() {
 func (n *nemesis) sleep(from, to time.Duration) {
 	time.Sleep(from + time.Duration(n.rnd.Int64N(int64(to-from)+1))) // the nemesis's own pacing: nothing to wait on
 }
-
-func (n *nemesis) quiet(from, to time.Duration) { n.sleep(from, to) }
 
 // node picks a node for a fault of kind: the stream leader half the time,
 // else any (the leader again, perhaps), counting faults on the leader.
