@@ -135,7 +135,8 @@ type Service struct {
 
 	svc      micro.Service
 	sem      chan struct{}
-	mu       sync.Mutex // guards stopping and inflight.Add
+	work     chan request // to an idle worker (unbuffered)
+	mu       sync.Mutex   // guards stopping and inflight.Add
 	stopping bool
 	inflight sync.WaitGroup
 	holders  holderIndex
@@ -162,6 +163,7 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 		tracer:  otel.GetTracerProvider().Tracer(instrumentationName),
 		timeout: 5 * time.Second,
 		sem:     make(chan struct{}, cfg.MaxInFlight),
+		work:    make(chan request),
 		holders: newHolderIndex(),
 		flaps:   telemetry.NewFlapDetector(0, 0),
 	}
@@ -320,11 +322,12 @@ func (s *Service) Stop() {
 	s.stopExtensions()
 }
 
-// handler answers each request on its own goroutine (bounded by
-// MaxInFlight), because micro calls a handler for one request at a time per
-// endpoint and one KV round trip per request would serialize all clients.
-// Replies are published directly rather than through micro.Request, whose
-// error bookkeeping is not safe once the handler has returned.
+// handler answers each request on a worker goroutine of its own (at most
+// MaxInFlight at once), because micro calls a handler for one request at a
+// time per endpoint and one KV round trip per request would serialize all
+// clients. Replies are published directly rather than through
+// micro.Request, whose error bookkeeping is not safe once the handler has
+// returned.
 func (s *Service) handler() micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		subject, reply, data := req.Subject(), req.Reply(), req.Data()
@@ -342,11 +345,46 @@ func (s *Service) handler() micro.Handler {
 		s.inflight.Add(1)
 		s.mu.Unlock()
 		s.sem <- struct{}{}
-		go func() {
-			defer func() { <-s.sem; s.inflight.Done() }()
-			s.serve(subject, reply, hdr, data)
-		}()
+		r := request{subject, reply, hdr, data}
+		select {
+		case s.work <- r:
+		default:
+			go s.worker(r)
+		}
 	})
+}
+
+// request is one request for a worker.
+type request struct {
+	subject, reply string
+	hdr            nats.Header
+	data           []byte
+}
+
+// workerIdle is how long a worker waits for another request before it
+// exits.
+const workerIdle = 10 * time.Second
+
+// worker serves r, then the requests handed to it, until none comes for
+// workerIdle. Workers outlive their requests so that the stacks they have
+// grown are reused: a goroutine per request started small and grew its
+// stack on every request, about 5% of a loaded grantor's CPU. Each request
+// holds its MaxInFlight slot while served, so at most MaxInFlight workers
+// are busy; idle ones are the few that the load left.
+func (s *Service) worker(r request) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		s.serve(r.subject, r.reply, r.hdr, r.data)
+		<-s.sem
+		s.inflight.Done()
+		idle.Reset(workerIdle)
+		select {
+		case r = <-s.work:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {

@@ -38,6 +38,9 @@ func spanContextOf(tp string) trace.SpanContext {
 // linkTo links span to the grant's span, so that a renewal (its own short
 // trace) can be found from the tenure's trace and back.
 func linkTo(span trace.Span, grantTrace string) {
+	if !span.IsRecording() {
+		return // a link would be dropped: parse nothing
+	}
 	if sc := spanContextOf(grantTrace); sc.IsValid() {
 		span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrCause.String("tenure")}})
 	}
@@ -47,20 +50,25 @@ func linkTo(span trace.Span, grantTrace string) {
 // tenure (invalid if it was not traced).
 func SpanContextOfGrant(rec Record) trace.SpanContext { return spanContextOf(rec.GrantTrace) }
 
-// endSpan records the outcome of an operation on span and ends it.
+// endSpan records the outcome of an operation on span and ends it. The
+// attributes are set in one call (the SDK grows a span's attributes per
+// call), and only on a recording span, which alone would keep them.
 func endSpan(span trace.Span, rec *Record, err error) {
-	if rec != nil && rec.Revision != 0 {
-		span.SetAttributes(
-			telemetry.AttrHolder.String(rec.Holder),
-			telemetry.AttrToken.Int64(int64(rec.Token)),
-			telemetry.AttrRevision.Int64(int64(rec.Revision)),
-			telemetry.AttrTTL.Int64(int64(rec.TTL.Seconds())),
-		)
-	}
-	span.SetAttributes(telemetry.AttrOutcome.String(outcome(err)))
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+	if span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, 5)
+		if rec != nil && rec.Revision != 0 {
+			attrs = append(attrs,
+				telemetry.AttrHolder.String(rec.Holder),
+				telemetry.AttrToken.Int64(int64(rec.Token)),
+				telemetry.AttrRevision.Int64(int64(rec.Revision)),
+				telemetry.AttrTTL.Int64(int64(rec.TTL.Seconds())),
+			)
+		}
+		span.SetAttributes(append(attrs, telemetry.AttrOutcome.String(outcome(err)))...)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
 	}
 	span.End()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -34,6 +35,43 @@ type Metrics struct {
 	leaseEvents     metric.Int64Counter
 
 	namePrefixes []string
+
+	// The attribute sets of requests (by op and outcome) and lease events
+	// (by event), made once each: a set is sorted and hashed when made,
+	// which on a grantor's every request and every change it watches cost
+	// more than recording the measurements. Bounded as the labels are.
+	requestAttrs attrCache[requestLabels]
+	eventAttrs   attrCache[string]
+}
+
+type requestLabels struct{ op, outcome string }
+
+// attrCache holds measurement options by label values.
+type attrCache[K comparable] struct {
+	mu sync.RWMutex
+	m  map[K]metric.MeasurementOption
+}
+
+// get returns the option of key's attributes, making it from attrs the
+// first time.
+func (c *attrCache[K]) get(key K, attrs func() []attribute.KeyValue) metric.MeasurementOption {
+	c.mu.RLock()
+	o, ok := c.m[key]
+	c.mu.RUnlock()
+	if ok {
+		return o
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o, ok := c.m[key]; ok {
+		return o
+	}
+	if c.m == nil {
+		c.m = map[K]metric.MeasurementOption{}
+	}
+	o = metric.WithAttributeSet(attribute.NewSet(attrs()...))
+	c.m[key] = o
+	return o
 }
 
 // RenewalOutcomes are the outcomes a failed renewal is counted under.
@@ -177,7 +215,9 @@ func (m *Metrics) OwnershipChanged(ctx context.Context, lease string, flapping b
 // error code) and how long it took.
 func (m *Metrics) Request(ctx context.Context, op, outcome string, d time.Duration) {
 	if m != nil {
-		attrs := metric.WithAttributes(AttrOp.String(op), AttrOutcome.String(outcome))
+		attrs := m.requestAttrs.get(requestLabels{op, outcome}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{AttrOp.String(op), AttrOutcome.String(outcome)}
+		})
 		m.requests.Add(ctx, 1, attrs)
 		m.requestDuration.Record(ctx, d.Seconds(), attrs)
 	}
@@ -187,7 +227,9 @@ func (m *Metrics) Request(ctx context.Context, op, outcome string, d time.Durati
 // renewed, released, revoked, expired).
 func (m *Metrics) LeaseEvent(ctx context.Context, event string) {
 	if m != nil {
-		m.leaseEvents.Add(ctx, 1, metric.WithAttributes(AttrEvent.String(event)))
+		m.leaseEvents.Add(ctx, 1, m.eventAttrs.get(event, func() []attribute.KeyValue {
+			return []attribute.KeyValue{AttrEvent.String(event)}
+		}))
 	}
 }
 

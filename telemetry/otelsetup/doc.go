@@ -8,7 +8,9 @@
 // [github.com/leased/leased/telemetry] as the OTel globals, which
 // libraries default to. Without an OTLP endpoint in the environment
 // nothing is sent anywhere; metrics are still kept for
-// [Providers.MetricsHandler]. [Providers.Shutdown] flushes what is
+// [Providers.MetricsHandler], and spans record nothing but carry the span
+// contexts the SDK's default sampler would give them (traceparents stored
+// in lease records or sent on are as with the SDK). [Providers.Shutdown] flushes what is
 // batched.
 //
 // # What it does not do

@@ -16,15 +16,21 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leased/leased/telemetry"
 )
 
 // Providers are the tracer and meter providers Setup installed.
 type Providers struct {
-	Tracer   *sdktrace.TracerProvider
+	// Tracer is the SDK's provider if spans are exported, else one whose
+	// spans record nothing but have the span contexts the SDK would give
+	// them (trace and span IDs, sampled flag, trace state), so that
+	// traceparents stored or sent are as with the SDK.
+	Tracer   trace.TracerProvider
 	Meter    *sdkmetric.MeterProvider
 	registry *prometheus.Registry
+	sdkTrace *sdktrace.TracerProvider // nil if no span is exported
 }
 
 // Setup configures OpenTelemetry from the standard environment variables
@@ -57,13 +63,14 @@ func Setup(ctx context.Context, serviceName string) (*Providers, error) {
 		return nil, err
 	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
-	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	p.Tracer = idProvider{}
 	if otlpConfigured("TRACES") {
 		exp, err := otlptracehttp.New(ctx)
 		if err != nil {
 			return nil, err
 		}
-		topts = append(topts, sdktrace.WithBatcher(exp))
+		p.sdkTrace = sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithBatcher(exp))
+		p.Tracer = p.sdkTrace
 	}
 	if otlpConfigured("METRICS") {
 		exp, err := otlpmetrichttp.New(ctx)
@@ -72,7 +79,6 @@ func Setup(ctx context.Context, serviceName string) (*Providers, error) {
 		}
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
 	}
-	p.Tracer = sdktrace.NewTracerProvider(topts...)
 	p.Meter = sdkmetric.NewMeterProvider(mopts...)
 	otel.SetTracerProvider(p.Tracer)
 	otel.SetMeterProvider(p.Meter)
@@ -96,5 +102,9 @@ func (p *Providers) MetricsHandler() http.Handler {
 
 // Shutdown flushes and stops the providers.
 func (p *Providers) Shutdown(ctx context.Context) error {
-	return errors.Join(p.Tracer.Shutdown(ctx), p.Meter.Shutdown(ctx))
+	var err error
+	if p.sdkTrace != nil {
+		err = p.sdkTrace.Shutdown(ctx)
+	}
+	return errors.Join(err, p.Meter.Shutdown(ctx))
 }
