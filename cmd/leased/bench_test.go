@@ -161,6 +161,10 @@ func TestBenchLive(t *testing.T) {
 		t.Errorf("renewals %d, lapses %d, refused %d, live at end %d: want >= 1500 renewals, no lapse or refusal, 300 live",
 			renewals, lapses/1000, refused/1000, live)
 	}
+	// The keep phase alone: 7 s of renewals every second for 300 leases.
+	if kr := num(`^keep phase alone renewals=(\d+) renewals_per_sec=([0-9.]+) `); kr[0]/1000 < 300*5 || kr[0]/1000 > keep[0]/1000 {
+		t.Errorf("keep phase renewals %d, of %d in all: want at least 1500 and at most all", kr[0]/1000, keep[0]/1000)
+	}
 	num(`^renew latency p50=([0-9.]+)ms p99=([0-9.]+)ms p999=([0-9.]+)ms max=([0-9.]+)ms$`)
 	num(`^renew lateness p50=([0-9.]+)ms p99=([0-9.]+)ms p999=([0-9.]+)ms max=([0-9.]+)ms \(sent after due\)$`)
 	pid := num(`^serve pid=(\d+) cpu=([0-9.]+) cores \(over the keep phase\)$`)

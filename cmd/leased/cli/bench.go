@@ -774,27 +774,32 @@ type LiveResult struct {
 	Every   string `json:"renew_every"`
 	For     string `json:"for"`
 
-	Granted       int            `json:"granted"`
-	GrantErrors   map[string]int `json:"grant_errors_by_kind"`
-	GrantElapsed  float64        `json:"grant_elapsed_s"`
-	GrantPerSec   float64        `json:"grants_per_sec"`
-	GrantLatency  Latency        `json:"grant_latency"`
-	KeepElapsed   float64        `json:"keep_elapsed_s"`
-	Renewals      int            `json:"renewals"`
-	RenewPerSec   float64        `json:"renewals_per_sec"`
-	Failures      int            `json:"renewal_failures"`
-	FailureKind   map[string]int `json:"renewal_failures_by_kind"`
-	Lapses        int            `json:"lapses"`
-	Refused       int            `json:"refused"`
-	LiveAtEnd     int            `json:"live_at_end"`
-	RenewLatency  Latency        `json:"renew_latency"`
-	Lateness      Latency        `json:"renew_lateness"`
-	BenchCPU      float64        `json:"bench_cpu_cores"`
-	Serve         *ServeFigures  `json:"serve,omitempty"`
-	Released      int            `json:"released"`
-	ReleaseErrors map[string]int `json:"release_errors_by_kind,omitempty"`
-	Ending        string         `json:"ending"`
-	StoppedEarly  bool           `json:"stopped_early,omitempty"`
+	Granted      int            `json:"granted"`
+	GrantErrors  map[string]int `json:"grant_errors_by_kind"`
+	GrantElapsed float64        `json:"grant_elapsed_s"`
+	GrantPerSec  float64        `json:"grants_per_sec"`
+	GrantLatency Latency        `json:"grant_latency"`
+	KeepElapsed  float64        `json:"keep_elapsed_s"`
+	Renewals     int            `json:"renewals"`         // over the whole run, grant phase included
+	RenewPerSec  float64        `json:"renewals_per_sec"` // Renewals over the whole run's time
+	// KeepRenewals and KeepRenewPerSec count the keep phase alone, the
+	// time the CPU figures cover: with every lease granted, the rate the
+	// deployment sustains (N every D/3 is what is due).
+	KeepRenewals    int            `json:"keep_renewals"`
+	KeepRenewPerSec float64        `json:"keep_renewals_per_sec"`
+	Failures        int            `json:"renewal_failures"`
+	FailureKind     map[string]int `json:"renewal_failures_by_kind"`
+	Lapses          int            `json:"lapses"`
+	Refused         int            `json:"refused"`
+	LiveAtEnd       int            `json:"live_at_end"`
+	RenewLatency    Latency        `json:"renew_latency"`
+	Lateness        Latency        `json:"renew_lateness"`
+	BenchCPU        float64        `json:"bench_cpu_cores"`
+	Serve           *ServeFigures  `json:"serve,omitempty"`
+	Released        int            `json:"released"`
+	ReleaseErrors   map[string]int `json:"release_errors_by_kind,omitempty"`
+	Ending          string         `json:"ending"`
+	StoppedEarly    bool           `json:"stopped_early,omitempty"`
 }
 
 // ServeFigures are the serve process's CPU and memory over the keep phase.
@@ -820,6 +825,8 @@ func (r LiveResult) print(p printer) {
 	p.line("grant latency %s", r.GrantLatency)
 	p.line("keep elapsed=%.3fs renewals=%d renewals_per_sec=%.1f failures=%d lapses=%d refused=%d live_at_end=%d",
 		r.KeepElapsed, r.Renewals, r.RenewPerSec, r.Failures, r.Lapses, r.Refused, r.LiveAtEnd)
+	p.line("keep phase alone renewals=%d renewals_per_sec=%.1f (renewals= and renewals_per_sec= above span the whole run)",
+		r.KeepRenewals, r.KeepRenewPerSec)
 	p.line("renew failures_by_kind: %s", kinds(r.FailureKind))
 	p.line("renew latency %s", r.RenewLatency)
 	p.line("renew lateness %s (sent after due)", r.Lateness)
@@ -984,6 +991,7 @@ wait:
 	nextGrant.Store(int64(f.live)) // no grant starts after the grant phase
 	grantEnd := time.Now()
 	keepStart := grantEnd
+	renewalsBefore := renewals.Load()
 	cpu0, _ := readProcCPU(pid)
 	self0 := selfCPU()
 	keep := time.NewTimer(f.keepFor)
@@ -1034,6 +1042,8 @@ wait:
 	}
 	r.Failures = total(r.FailureKind)
 	r.RenewPerSec = math.Round(float64(r.Renewals)/keepEnd.Sub(start).Seconds()*10) / 10
+	r.KeepRenewals = int(renewals.Load() - renewalsBefore)
+	r.KeepRenewPerSec = math.Round(float64(r.KeepRenewals)/keepWall.Seconds()*10) / 10
 	r.GrantLatency, r.RenewLatency, r.Lateness = summarize(grantLat), summarize(renewLat), summarize(late)
 	// A lease still waiting for a worker when its deadline passed lapsed too.
 	var live []*liveLease
