@@ -63,12 +63,7 @@ func freePorts(t *testing.T, n int) []int {
 
 func startCluster(t *testing.T) *testCluster {
 	t.Helper()
-	ports := freePorts(t, 6)
-	c := &testCluster{t: t}
-	for i := range 3 {
-		c.nodes = append(c.nodes, cli.ClusterNode{Name: "n" + string(rune('1'+i)), Host: "127.0.0.1",
-			Port: ports[i], ClusterPort: ports[3+i], Data: t.TempDir()})
-	}
+	c := &testCluster{t: t, nodes: clusterNodes(t, nil)}
 	c.start()
 	return c
 }
@@ -77,13 +72,30 @@ func startCluster(t *testing.T) *testCluster {
 // of net, so that one can be cut off from the others.
 func startClusterIn(t *testing.T, net *privateNet) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, net: net}
-	for i := range 3 {
-		c.nodes = append(c.nodes, cli.ClusterNode{Name: "n" + string(rune('1'+i)), Host: net.addr(i),
-			Port: 4222, ClusterPort: 6222, Data: t.TempDir()})
-	}
+	c := &testCluster{t: t, net: net, nodes: clusterNodes(t, net)}
 	c.start()
 	return c
+}
+
+// clusterNodes describes three nodes n1..n3 with data in temporary
+// directories: on free ports of 127.0.0.1, or (net not nil) each on the
+// standard ports of its namespace's address.
+func clusterNodes(t *testing.T, net *privateNet) []cli.ClusterNode {
+	t.Helper()
+	var nodes []cli.ClusterNode
+	ports := []int{4222, 4222, 4222, 6222, 6222, 6222}
+	if net == nil {
+		ports = freePorts(t, 6)
+	}
+	for i := range 3 {
+		host := "127.0.0.1"
+		if net != nil {
+			host = net.addr(i)
+		}
+		nodes = append(nodes, cli.ClusterNode{Name: "n" + string(rune('1'+i)), Host: host,
+			Port: ports[i], ClusterPort: ports[3+i], Data: t.TempDir()})
+	}
+	return nodes
 }
 
 func (c *testCluster) start() {

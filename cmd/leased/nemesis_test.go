@@ -182,24 +182,14 @@ func (n *nemesis) startNodes() {
 		n.c.start()
 	} else {
 		n.kinds = append(n.kinds, faultcheck.FaultKillAll)
-		if pn, err := buildPrivateNet(t, 3); err == nil {
+		pn, err := buildPrivateNet(t, 3)
+		if err == nil {
 			n.kinds = append(n.kinds, faultcheck.FaultPartition)
-			n.c = &testCluster{t: t, net: pn, bin: bin, logDir: n.dir}
-			for i := range 3 {
-				n.c.nodes = append(n.c.nodes, cli.ClusterNode{Name: "n" + strconv.Itoa(i+1), Host: pn.addr(i),
-					Port: 4222, ClusterPort: 6222, Data: t.TempDir()})
-			}
-			n.c.start()
 		} else {
 			t.Logf("the run has no partition: %v", err)
-			ports := freePorts(t, 6)
-			n.c = &testCluster{t: t, bin: bin, logDir: n.dir}
-			for i := range 3 {
-				n.c.nodes = append(n.c.nodes, cli.ClusterNode{Name: "n" + strconv.Itoa(i+1), Host: "127.0.0.1",
-					Port: ports[i], ClusterPort: ports[3+i], Data: t.TempDir()})
-			}
-			n.c.start()
 		}
+		n.c = &testCluster{t: t, net: pn, bin: bin, logDir: n.dir, nodes: clusterNodes(t, pn)}
+		n.c.start()
 	}
 	for _, node := range n.c.nodes {
 		n.proxies = append(n.proxies, kvleasetest.NewProxy(t, net.JoinHostPort(node.Host, strconv.Itoa(node.Port))))
