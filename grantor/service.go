@@ -588,11 +588,24 @@ func (s *Service) grantLease(ctx context.Context, req api.GrantRequest) (api.Lea
 	if err := s.checkAttributes(req.Attributes); err != nil {
 		return api.Lease{}, err
 	}
-	if n := s.holders.leases(req.Holder); s.cfg.MaxLeasesPerHolder > 0 && n >= s.cfg.MaxLeasesPerHolder {
+	if n := s.holders.leases(req.Holder, req.Name); s.cfg.MaxLeasesPerHolder > 0 && n >= s.cfg.MaxLeasesPerHolder {
 		return api.Lease{}, fmt.Errorf("%w: holder %q has %d leases, limit %d", api.ErrLimitExceeded, req.Holder, n, s.cfg.MaxLeasesPerHolder)
 	}
+	secret := req.Secret
+	switch {
+	case secret != "":
+		if err := kvlease.ValidateSecret(secret); err != nil {
+			return api.Lease{}, err
+		}
+	case req.RequestID != "":
+		return api.Lease{}, fmt.Errorf("%w: request_id needs a secret of the caller's choosing, which a retry presents again",
+			kvlease.ErrInvalidRequestID)
+	default:
+		secret = newSecret()
+	}
 	rec, err := s.store.Grant(ctx, kvlease.GrantRequest{
-		Name: req.Name, Holder: req.Holder, Duration: d, Attributes: req.Attributes, Secret: newSecret(),
+		Name: req.Name, Holder: req.Holder, Duration: d, Attributes: req.Attributes, Secret: secret,
+		RequestID: req.RequestID,
 	})
 	if err != nil {
 		return api.Lease{}, err
@@ -813,8 +826,14 @@ func (h *holderIndex) setLocked(name, holder string, rev uint64) {
 	}
 }
 
-func (h *holderIndex) leases(holder string) int {
+// leases counts holder's live leases other than name: a grant of name
+// that is a retry of holder's own counts its tenure once.
+func (h *holderIndex) leases(holder, name string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.count[holder]
+	n := h.count[holder]
+	if l, ok := h.byName[name]; ok && l.holder == holder {
+		n--
+	}
+	return n
 }

@@ -52,6 +52,7 @@ const (
 // Error codes of the atomic batch refusals the writer acts on.
 const (
 	errCodeAtomicDisabled = 10174 // the stream does not allow atomic publish
+	errCodeBatchDuplicate = 10201 // a message ID of the batch is a duplicate (of one stored, or in the batch)
 )
 
 // writeReq is one write waiting for its answer.
@@ -238,9 +239,12 @@ func (w *writer) write(reqs []*writeReq) {
 		w.s.log.Warn("lease bucket refuses atomic batches; writing single publishes", "bucket", w.s.o.bucket, "err", err)
 		w.singles(live)
 	case (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) && len(live) >= 2*w.limits.MinMessages:
-		// Some expectation failed, and the server does not say whose:
-		// nothing was written. Each half is a batch of its own.
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
+		apiErr.ErrorCode == errCodeBatchDuplicate) && len(live) >= 2*w.limits.MinMessages:
+		// Some expectation failed, or a retried grant's message ID was
+		// stored before, and the server does not say whose: nothing was
+		// written. Each half is a batch of its own; a single publish of the
+		// duplicate gets its own answer (the revision stored before).
 		h := len(live) / 2
 		w.write(live[:h])
 		w.write(live[h:])
@@ -291,8 +295,11 @@ func (s *Store) publishOne(r *writeReq) (uint64, error) {
 		opts = append(opts, jetstream.WithMsgTTL(r.ttl))
 	}
 	ack, err := s.js.PublishMsg(r.ctx, r.msg, opts...)
-	if err != nil {
+	switch {
+	case err != nil:
 		return 0, translate(r.op, err)
+	case ack.Duplicate:
+		return ack.Sequence, errDuplicate
 	}
 	return ack.Sequence, nil
 }

@@ -34,6 +34,20 @@ var (
 	ErrInvalidTiming = errors.New("kvlease: invalid timing")
 	// ErrInvalidOption: an option was given a value it cannot take.
 	ErrInvalidOption = errors.New("kvlease: invalid option")
+	// ErrInvalidRequestID: a grant's request ID or secret is malformed
+	// (see [ValidateRequestID], [ValidateSecret]), or a request ID came
+	// without the secret that proves a retry is its caller's.
+	ErrInvalidRequestID = errors.New("kvlease: invalid request id")
+	// ErrRequestMismatch: a grant retried with the request ID and secret of
+	// an earlier grant asked for something else (another holder, duration
+	// or attributes). Nothing was written; a new request needs a new ID.
+	ErrRequestMismatch = errors.New("kvlease: request id reused for a different grant")
+	// ErrRequestUsed: the grant with this request ID and secret already
+	// made a tenure, and that tenure has ended (released, revoked or
+	// lapsed). Nothing was written: a request that arrives late, after its
+	// caller moved on, must not take the lease again. A caller that still
+	// wants the lease asks anew, with a new request ID.
+	ErrRequestUsed = errors.New("kvlease: request id already granted a tenure that has ended")
 	// ErrHeld: the lease is held by someone (see [HeldError]).
 	ErrHeld = errors.New("kvlease: lease is held")
 	// ErrNotHolder: a renewal or release came from someone who is not the

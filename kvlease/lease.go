@@ -68,6 +68,25 @@ type leaseOptions struct {
 	now       func() time.Time
 	guard     func(rho float64) bool
 	tp        trace.TracerProvider
+	attempt   time.Duration // bound on one grant attempt
+}
+
+// DefaultAttemptTimeout bounds one attempt of [Acquire]'s grant
+// ([WithAttemptTimeout]).
+const DefaultAttemptTimeout = 2 * time.Second
+
+// WithAttemptTimeout bounds each attempt of [Acquire]'s grant (default
+// [DefaultAttemptTimeout]): an attempt that gets no answer by then is sent
+// again, with the same request ID, until Acquire's context ends. A
+// duration ≤ 0 is an error.
+func WithAttemptTimeout(d time.Duration) LeaseOption {
+	return func(o *leaseOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: attempt timeout %v", ErrInvalidOption, d)
+		}
+		o.attempt = d
+		return nil
+	}
 }
 
 // WithHolderTracerProvider sets where the holder's spans go (lease.holder.acquire,
@@ -146,11 +165,22 @@ func WithAttributes(attrs map[string]string) LeaseOption {
 // grantor's record says it granted: a grantor that grants less is trusted,
 // one that claims to grant more is not.
 //
+// A grant that gets no answer ([ErrUnavailable]: no reply within the
+// attempt timeout, [WithAttemptTimeout], or a grantor that cannot reach
+// its bucket) is sent again, with the same request ID and secret
+// ([GrantRequest].RequestID), after a backoff, until ctx ends: a reply
+// lost after the grantor stored the grant costs nothing, since the retry
+// is answered with that tenure. The deadline of a tenure recovered so
+// counts from the send of the first attempt, the earliest moment it can
+// have been stored (docs/safety.md, "Lost replies"). Bound the wait with
+// ctx.
+//
 // Errors: [ErrInvalidOption] for an option that refuses its value, and
 // [ErrInvalidTiming] if the margins leave no validity (nothing sent either
-// way); otherwise those of [Store.Grant], including [HeldError].
+// way); otherwise those of [Store.Grant], including [HeldError], and the
+// last [ErrUnavailable] once ctx has ended.
 func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duration, opts ...LeaseOption) (*Lease, error) {
-	o := leaseOptions{rho: DefaultClockRate, now: time.Now}
+	o := leaseOptions{rho: DefaultClockRate, now: time.Now, attempt: DefaultAttemptTimeout}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil lease option", ErrInvalidOption)
@@ -177,19 +207,69 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 	l := &Lease{g: g, name: name, holder: holder, d: d, margin: o.margin, rho: o.rho, now: o.now, guard: o.guard,
 		tracer: o.tp.Tracer(instrumentationName), renewing: make(chan struct{}, 1)}
 	ctx, span := l.startSpan(ctx, "acquire")
-	t0 := l.now()
-	rec, err := g.Grant(ctx, GrantRequest{Name: name, Holder: holder, Duration: d, Attributes: o.attrs})
+	rec, t0, attempts, err := l.grant(ctx, GrantRequest{Name: name, Holder: holder, Duration: d, Attributes: o.attrs}, o.attempt)
+	span.SetAttributes(telemetry.AttrAttempts.Int(attempts))
 	if err != nil {
 		endSpan(span, nil, err)
 		return nil, err
 	}
-	if rec.Duration > 0 {
-		d = min(d, rec.Duration) // trust what was granted, if less, as Renew does
-	}
-	l.rec, l.secret, l.t0, l.deadline = rec, rec.Secret, t0, t0.Add(HolderValidity(d, o.rho, o.margin))
-	span.SetAttributes(telemetry.AttrRemainingAfter.Int64(l.deadline.Sub(l.now()).Milliseconds()))
+	l.rec, l.secret, l.t0, l.deadline = rec, rec.Secret, t0, t0.Add(HolderValidity(granted(d, rec), o.rho, o.margin))
+	span.SetAttributes(telemetry.AttrRemainingAfter.Int64(l.deadline.Sub(l.now()).Milliseconds()),
+		telemetry.AttrRecovered.Bool(rec.Recovered))
 	endSpan(span, &rec, nil)
 	return l, nil
+}
+
+// granted is the duration a holder that asked for d may count on from
+// rec: the shorter of d and what the grantor says it granted (a grantor
+// that grants less is trusted, as by Renew; one that claims more is not).
+func granted(d time.Duration, rec Record) time.Duration {
+	if rec.Duration > 0 {
+		return min(d, rec.Duration)
+	}
+	return d
+}
+
+// grant sends req until it is answered or ctx ends, every attempt with one
+// request ID and secret and bounded by attempt, and returns the record,
+// the send time of the first attempt (t0) and the number of attempts. A
+// request whose tenure has ended ([ErrRequestUsed]), or was recovered too
+// late to leave any validity, is replaced by a new one, from a new t0.
+func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Duration) (Record, time.Time, int, error) {
+	var t0 time.Time
+	renew := func() {
+		req.RequestID, req.Secret = NewRequestID()
+		t0 = l.now()
+	}
+	renew()
+	const firstWait, maxWait = 50 * time.Millisecond, time.Second
+	for n, wait := 1, firstWait; ; n, wait = n+1, min(2*wait, maxWait) {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		rec, err := l.g.Grant(actx, req)
+		cancel()
+		switch {
+		case err == nil && rec.Recovered && !t0.Add(HolderValidity(granted(req.Duration, rec), l.rho, l.margin)).After(l.now()):
+			// The holder's deadline passed while it asked: give the tenure
+			// back (best effort; it lapses by its TTL otherwise), ask anew.
+			_ = l.g.Release(ctx, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: rec.Token,
+				Revision: rec.Revision, Secret: req.Secret})
+			renew()
+		case err == nil:
+			return rec, t0, n, nil
+		case errors.Is(err, ErrRequestUsed):
+			renew()
+		case !errors.Is(err, ErrUnavailable) || ctx.Err() != nil:
+			return Record{}, t0, n, err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			if err == nil {
+				err = translate("grant", ctx.Err())
+			}
+			return Record{}, t0, n, err
+		}
+	}
 }
 
 // startSpan starts the holder's span of an operation on the lease. The

@@ -268,7 +268,7 @@ func TestLeaseStaleRevisionWithoutLostReplyIsLoss(t *testing.T) {
 	}
 	rec := l.Record()
 	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: rec.Name, Holder: rec.Holder, Token: rec.Token,
-		Revision: rec.Revision, Duration: 5 * time.Second}); err != nil {
+		Revision: rec.Revision, Duration: 5 * time.Second, Secret: rec.Secret}); err != nil {
 		t.Fatal(err)
 	}
 	var stale *kvlease.StaleRevisionError

@@ -1,6 +1,8 @@
 package kvlease
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"unicode"
@@ -12,6 +14,13 @@ const (
 	MaxNameLen = 255
 	// MaxHolderLen is the longest holder identity accepted, in bytes.
 	MaxHolderLen = 255
+	// MaxRequestIDLen is the longest grant request ID accepted, in bytes.
+	MaxRequestIDLen = 128
+	// MinSecretLen and MaxSecretLen bound a caller-chosen grant secret, in
+	// bytes: at least 16, so that it cannot be guessed when chosen at
+	// random (the Go client uses 32 hex digits, 128 bits).
+	MinSecretLen = 16
+	MaxSecretLen = 256
 )
 
 // ValidateName reports whether name can be a lease name: 1 to [MaxNameLen]
@@ -66,4 +75,47 @@ func ValidateHolder(holder string) error {
 		return fmt.Errorf("%w: %q has a non-printable character", ErrInvalidHolder, holder)
 	}
 	return nil
+}
+
+// ValidateRequestID reports whether id can name a grant request (see
+// [GrantRequest].RequestID): 1 to [MaxRequestIDLen] bytes of letters,
+// digits and - _ . : (a UUID or a random hex string fits).
+func ValidateRequestID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty", ErrInvalidRequestID)
+	case len(id) > MaxRequestIDLen:
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidRequestID, len(id), MaxRequestIDLen)
+	}
+	for i := range len(id) {
+		if c := id[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '_' || c == '.' || c == ':') {
+			return fmt.Errorf("%w: request id has %q at byte %d (allowed: letters, digits, - _ . :)", ErrInvalidRequestID, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateSecret reports whether secret can be a caller-chosen grant
+// secret: [MinSecretLen] to [MaxSecretLen] bytes of visible ASCII (no
+// spaces). The error never shows the secret.
+func ValidateSecret(secret string) error {
+	if len(secret) < MinSecretLen || len(secret) > MaxSecretLen {
+		return fmt.Errorf("%w: secret of %d bytes, want %d to %d", ErrInvalidRequestID, len(secret), MinSecretLen, MaxSecretLen)
+	}
+	for i := range len(secret) {
+		if c := secret[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: secret has a byte outside visible ASCII at %d", ErrInvalidRequestID, i)
+		}
+	}
+	return nil
+}
+
+// NewRequestID returns a random grant request ID and secret (128 bits
+// each, hex), for a caller that retries a grant: [Acquire] makes one pair
+// per call.
+func NewRequestID() (id, secret string) {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
 }

@@ -47,6 +47,13 @@ type Record struct {
 	secretHash string
 	// GrantTrace is the traceparent of the span that granted the tenure.
 	GrantTrace string `json:"grant_trace,omitempty"`
+	// RequestID is the request ID of the grant that began the tenure, if
+	// it had one ([GrantRequest].RequestID).
+	RequestID string `json:"request_id,omitempty"`
+	// Recovered is set in the record Grant returns for a retried request
+	// whose tenure an earlier attempt had already made: the same tenure
+	// (same token), at its current revision.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // ExpiresAt is when the server will lapse this revision, by the server's clock.
@@ -71,6 +78,9 @@ type value struct {
 	// observed end of the tenure link to it, so a tenure is one short trace
 	// plus linked spans, and nothing is lost if the holder crashes.
 	Trace string `json:"tp,omitempty"`
+	// RequestID is the grant's request ID, carried forward by renewals, so
+	// that a retry of the grant finds its tenure at any revision.
+	RequestID string `json:"rid,omitempty"`
 }
 
 // hashSecret returns the hex SHA-256 of a grant secret ("" for none).
@@ -127,6 +137,7 @@ func decodeRecord(name string, rev uint64, stored time.Time, ttl time.Duration, 
 		Attributes: v.Attributes,
 		secretHash: v.SecretHash,
 		GrantTrace: v.Trace,
+		RequestID:  v.RequestID,
 	}
 	if r.Token == 0 {
 		r.Token = Token(rev)

@@ -2,6 +2,8 @@ package kvlease
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -269,8 +271,20 @@ type GrantRequest struct {
 	Duration   time.Duration
 	Attributes map[string]string
 	// Secret, if set, must accompany every renewal and release of this
-	// tenure; only its hash is stored. The service API sets a random one.
+	// tenure; only its hash is stored. The service API sets a random one
+	// unless the caller chose one.
 	Secret string
+	// RequestID, if set, names this request so that it can be sent again
+	// when its reply is lost (a node killed or cut off after it wrote, a
+	// request that waited in a paused node): a retry with the same
+	// RequestID and Secret returns the tenure an earlier attempt made, with
+	// its token, marked [Record].Recovered, where it would otherwise be
+	// refused [HeldError] by its own tenure. It needs a Secret, which proves
+	// the retry is the same caller: anyone else presenting the RequestID is
+	// answered as without it. One ID per request ([NewRequestID]): a retry
+	// that asks for something else is [ErrRequestMismatch], and one whose
+	// tenure has ended is [ErrRequestUsed], never a second grant.
+	RequestID string
 }
 
 // RenewRequest extends a tenure. Token and Revision come from the holder's
@@ -320,13 +334,22 @@ func (s *Store) checkDuration(d time.Duration) error {
 // [ServerTTL](Duration, grantor margin); the returned record's Token is the
 // new revision, higher than every revision before it in the bucket.
 //
-// Errors: [ErrInvalidName], [ErrInvalidHolder], [ErrDurationOutOfRange]
-// (nothing written); [HeldError] if someone holds it; [ErrUnavailable].
+// A request with a RequestID is idempotent: its publishes carry a message
+// ID derived from the name, RequestID and Secret, so that the stream drops
+// a second write of it within its duplicate window (two minutes for a KV
+// bucket), and a retry that finds the lease held by the tenure its
+// RequestID and Secret made returns that tenure (see [GrantRequest]).
+//
+// Errors: [ErrInvalidName], [ErrInvalidHolder], [ErrDurationOutOfRange],
+// [ErrInvalidRequestID] (nothing written); [HeldError] if someone holds
+// it; [ErrRequestMismatch], [ErrRequestUsed] for a retried request;
+// [ErrUnavailable].
 func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err error) {
 	ctx, span := s.startSpan(ctx, "grant", req.Name, telemetry.AttrHolder.String(req.Holder),
 		telemetry.AttrDuration.Int64(req.Duration.Milliseconds()))
 	defer func() { endSpan(span, &rec, err) }()
-	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.checkDuration(req.Duration)); err != nil {
+	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.checkDuration(req.Duration),
+		checkRequestID(req)); err != nil {
 		return Record{}, err
 	}
 	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
@@ -334,36 +357,109 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 	sh := hashSecret(req.Secret)
 	tp := traceparent(ctx)
 	data := value{Holder: req.Holder, DurationMS: req.Duration.Milliseconds(), Attributes: req.Attributes, SecretHash: sh,
-		Trace: tp}.encode()
+		Trace: tp, RequestID: req.RequestID}.encode()
+	var hdr nats.Header
+	if req.RequestID != "" {
+		hdr = nats.Header{jetstream.MsgIDHeader: []string{grantMsgID(req)}}
+	}
 	expect, _ := s.cache.lastGone(req.Name)
 	// Each retry follows a newer revision; three covers a lease that lapses
 	// or is released while we look.
 	for range 3 {
 		sent := time.Now()
-		rev, err := s.publish(ctx, req.Name, "grant", data, nil, expect, ttl)
-		if err == nil {
+		rev, err := s.publish(ctx, req.Name, "grant", data, hdr, expect, ttl)
+		switch {
+		case err == nil:
 			rec = Record{
 				Name: req.Name, Holder: req.Holder, Token: Token(rev), Revision: rev,
 				Duration: req.Duration, TTL: ttl, StoredAt: time.Now(), Attributes: req.Attributes,
-				Secret: req.Secret, secretHash: sh, GrantTrace: tp,
+				Secret: req.Secret, secretHash: sh, GrantTrace: tp, RequestID: req.RequestID,
 			}
 			rec.GrantedAt = rec.StoredAt
 			s.cache.putSure(rec, sureUntil(sent, ttl))
 			return rec, nil
-		}
-		if !errors.Is(err, errMismatch) {
+		case errors.Is(err, errDuplicate):
+			// An earlier attempt of this request was stored at rev.
+			return s.recoverGrant(ctx, req, Token(rev))
+		case !errors.Is(err, errMismatch):
 			return Record{}, err
 		}
 		cur, live, err := s.last(ctx, req.Name)
 		switch {
 		case err != nil:
 			return Record{}, err
+		case live && req.RequestID != "" && cur.RequestID == req.RequestID && cur.secretMatches(req.Secret):
+			return s.recovered(req, cur)
 		case live:
 			return Record{}, &HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
 		}
 		expect = cur.Revision
 	}
 	return Record{}, fmt.Errorf("%w: lease %q changed hands during the grant", ErrHeld, req.Name)
+}
+
+// checkRequestID checks a grant's request ID and, with one, its secret.
+func checkRequestID(req GrantRequest) error {
+	if req.RequestID == "" {
+		return nil
+	}
+	if req.Secret == "" {
+		return fmt.Errorf("%w: a request id needs a secret (a retry proves it is the same caller with it)", ErrInvalidRequestID)
+	}
+	return errors.Join(ValidateRequestID(req.RequestID), ValidateSecret(req.Secret))
+}
+
+// grantMsgID is the Nats-Msg-Id of a grant with a request ID: a hash of
+// the lease name, the request ID and the secret, so that two callers that
+// chose the same request ID never share it, and the secret cannot be read
+// from it.
+func grantMsgID(req GrantRequest) string {
+	h := sha256.New()
+	for _, f := range []string{req.Name, req.RequestID, req.Secret} {
+		h.Write([]byte(f))
+		h.Write([]byte{0})
+	}
+	return "leased-grant-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// recoverGrant answers a grant whose message the stream dropped as a
+// duplicate of one it stored at token: that tenure if it is still the
+// current one, else [ErrRequestUsed].
+func (s *Store) recoverGrant(ctx context.Context, req GrantRequest, token Token) (Record, error) {
+	cur, live, err := s.lastAtLeast(ctx, req.Name, uint64(token), token)
+	switch {
+	case err != nil:
+		return Record{}, err
+	case !live || cur.Token != token:
+		return Record{}, fmt.Errorf("%w: request %q granted %q with token %d, and that tenure has ended",
+			ErrRequestUsed, req.RequestID, req.Name, token)
+	case cur.RequestID != req.RequestID || !cur.secretMatches(req.Secret):
+		// Not this caller's (a message ID collision): answered as held.
+		return Record{}, &HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
+	}
+	return s.recovered(req, cur)
+}
+
+// recovered returns cur, the tenure an earlier attempt of req made, as
+// req's answer, if req asks for what that attempt asked for.
+func (s *Store) recovered(req GrantRequest, cur Record) (Record, error) {
+	var differ []string
+	if cur.Holder != req.Holder {
+		differ = append(differ, "holder")
+	}
+	if cur.Duration != req.Duration {
+		differ = append(differ, "duration")
+	}
+	if !maps.Equal(cur.Attributes, req.Attributes) {
+		differ = append(differ, "attributes")
+	}
+	if len(differ) > 0 {
+		return Record{}, fmt.Errorf("%w: request %q for %q differs from the grant it made (token %d) in %s",
+			ErrRequestMismatch, req.RequestID, req.Name, cur.Token, strings.Join(differ, ", "))
+	}
+	s.cache.put(cur)
+	cur.Secret, cur.Recovered = req.Secret, true
+	return cur, nil
 }
 
 // Renew extends the tenure named by (Holder, Token, Revision) for Duration
@@ -402,6 +498,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	data := value{
 		Holder: req.Holder, Token: req.Token, DurationMS: req.Duration.Milliseconds(),
 		GrantedAt: &granted, Attributes: cur.Attributes, SecretHash: cur.secretHash, Trace: cur.GrantTrace,
+		RequestID: cur.RequestID,
 	}.encode()
 	sent := time.Now()
 	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
@@ -427,11 +524,23 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 	}
 	claim := tenureClaim{name: req.Name, holder: req.Holder, token: req.Token, rev: req.Revision, secret: req.Secret,
 		required: req.SecretRequired}
-	if _, err := s.verify(ctx, claim); err != nil {
-		return err
+	if _, err = s.verify(ctx, claim); err == nil {
+		_, err = s.purge(ctx, req.Name, "release", req.Holder, req.Token, "", req.Revision)
+		err = s.explainMismatch(ctx, claim, err)
 	}
-	_, err = s.purge(ctx, req.Name, "release", req.Holder, req.Token, "", req.Revision)
-	return s.explainMismatch(ctx, claim, err)
+	if errors.Is(err, ErrNotFound) && s.releasedBy(ctx, req.Name, req.Holder, req.Token) {
+		return nil // a retry of a release whose reply was lost
+	}
+	return err
+}
+
+// releasedBy reports whether the last entry of name is the release of the
+// tenure (holder, token): a retried release of it succeeds. It reads
+// through the stream leader; any error is "no".
+func (s *Store) releasedBy(ctx context.Context, name, holder string, token Token) bool {
+	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
+	return err == nil && m.Header.Get(hdrOp) == "release" && m.Header.Get(hdrHolder) == holder &&
+		m.Header.Get(hdrToken) == strconv.FormatUint(uint64(token), 10)
 }
 
 // Revoke ends whatever tenure the lease has, regardless of holder, and
@@ -725,6 +834,10 @@ func (s *Store) purge(ctx context.Context, name, op, holder string, token Token,
 
 // errMismatch is a failed compare-and-set, before it is explained.
 var errMismatch = errors.New("kvlease: revision mismatch")
+
+// errDuplicate is a publish the stream dropped as a duplicate of the
+// message with the same Nats-Msg-Id, whose revision comes with it.
+var errDuplicate = errors.New("kvlease: duplicate message id")
 
 // translate maps NATS errors to kvlease's: compare-and-set conflicts to
 // errMismatch, everything that means "no answer" to ErrUnavailable.

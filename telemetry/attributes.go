@@ -26,6 +26,11 @@ const (
 	AttrHolderMargin   = attribute.Key("lease.holder_margin_ms")
 	AttrRemaining      = attribute.Key("lease.remaining_ms")
 	AttrRemainingAfter = attribute.Key("lease.remaining_after_ms")
+	// AttrAttempts is how many times the holder sent its grant request
+	// (lease.holder.acquire); AttrRecovered marks a grant answered with the
+	// tenure an earlier attempt of the same request made (a lost reply).
+	AttrAttempts  = attribute.Key("lease.attempts")
+	AttrRecovered = attribute.Key("lease.recovered")
 	// AttrReason is the server's Nats-Marker-Reason of a tenure's end.
 	AttrReason = attribute.Key("lease.reason")
 

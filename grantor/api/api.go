@@ -56,6 +56,8 @@ const (
 	CodeExpired         = "expired"          // renew/release of a lease that lapsed or was revoked
 	CodeNotFound        = "not_found"        // get/revoke of a lease that is not live
 	CodeLimitExceeded   = "limit_exceeded"   // too many leases for this holder
+	CodeRequestMismatch = "request_mismatch" // a retried grant's request_id asked for something else
+	CodeRequestUsed     = "request_used"     // a retried grant's tenure has ended: ask with a new request_id
 	CodeUnavailable     = "unavailable"      // the bucket could not be reached in time
 	CodeInternal        = "internal"         // a bug or a corrupt record: see the server log
 )
@@ -103,6 +105,15 @@ type GrantRequest struct {
 	// ttl_out_of_range.
 	TTL        *Duration         `json:"ttl,omitempty"`
 	Attributes map[string]string `json:"attributes,omitempty"`
+	// RequestID makes the grant safe to send again when its reply is lost:
+	// a retry with the same RequestID and Secret is answered with the
+	// tenure the first attempt made ("recovered": true), not "held".
+	// Optional; it needs Secret (see kvlease.GrantRequest.RequestID).
+	RequestID string `json:"request_id,omitempty"`
+	// Secret, if set, is the caller's own tenure secret (16–256 bytes of
+	// visible ASCII), which renewals and releases must then present; left
+	// out, the service makes a random one and returns it.
+	Secret string `json:"secret,omitempty"`
 }
 
 // RenewRequest is the body of lease.v1.renew.
@@ -158,6 +169,11 @@ type Lease struct {
 	Attributes map[string]string `json:"attributes,omitempty"`
 	// Secret is set only in the reply to a grant.
 	Secret string `json:"secret,omitempty"`
+	// RequestID is the request_id of the grant that began the tenure.
+	RequestID string `json:"request_id,omitempty"`
+	// Recovered is set in the reply to a retried grant answered with the
+	// tenure an earlier attempt of the same request made.
+	Recovered bool `json:"recovered,omitempty"`
 	// ServerTime is the grantor's wall clock when it replied.
 	ServerTime time.Time `json:"server_time"`
 	// Node names the grantor node that replied (its WithNodeName, `serve
@@ -179,7 +195,7 @@ func LeaseOf(r kvlease.Record) Lease {
 		Name: r.Name, Holder: r.Holder, Token: uint64(r.Token), Revision: r.Revision,
 		TTL: Duration(r.Duration), ServerTTL: Duration(r.TTL),
 		StoredAt: r.StoredAt, GrantedAt: r.GrantedAt, ExpiresAt: r.ExpiresAt(),
-		Attributes: r.Attributes, Secret: r.Secret,
+		Attributes: r.Attributes, Secret: r.Secret, RequestID: r.RequestID, Recovered: r.Recovered,
 	}
 }
 
@@ -189,6 +205,7 @@ func (l Lease) Record() kvlease.Record {
 		Name: l.Name, Holder: l.Holder, Token: kvlease.Token(l.Token), Revision: l.Revision,
 		Duration: time.Duration(l.TTL), TTL: time.Duration(l.ServerTTL),
 		StoredAt: l.StoredAt, GrantedAt: l.GrantedAt, Attributes: l.Attributes, Secret: l.Secret,
+		RequestID: l.RequestID, Recovered: l.Recovered,
 	}
 }
 

@@ -38,9 +38,14 @@ func ErrorBodyOf(verb string, err error) ErrorBody {
 		b.Code = CodeTooLarge
 	case errors.Is(err, ErrLimitExceeded):
 		b.Code = CodeLimitExceeded
+	case errors.Is(err, kvlease.ErrRequestMismatch):
+		b.Code = CodeRequestMismatch
+	case errors.Is(err, kvlease.ErrRequestUsed):
+		b.Code = CodeRequestUsed
 	case errors.Is(err, kvlease.ErrDurationOutOfRange):
 		b.Code = CodeTTLOutOfRange
-	case errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder), errors.Is(err, ErrInvalidRequest):
+	case errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder), errors.Is(err, ErrInvalidRequest),
+		errors.Is(err, kvlease.ErrInvalidRequestID):
 		b.Code = CodeInvalidArgument
 	case errors.Is(err, kvlease.ErrStaleRevision):
 		b.Code = CodeConflict
@@ -84,6 +89,8 @@ func (b ErrorBody) Err() error {
 			sentinel = kvlease.ErrInvalidName
 		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidHolder.Error())):
 			sentinel = kvlease.ErrInvalidHolder
+		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidRequestID.Error())):
+			sentinel = kvlease.ErrInvalidRequestID
 		}
 	case CodeTTLOutOfRange:
 		sentinel = kvlease.ErrDurationOutOfRange
@@ -91,6 +98,10 @@ func (b ErrorBody) Err() error {
 		sentinel = ErrTooLarge
 	case CodeLimitExceeded:
 		sentinel = ErrLimitExceeded
+	case CodeRequestMismatch:
+		sentinel = kvlease.ErrRequestMismatch
+	case CodeRequestUsed:
+		sentinel = kvlease.ErrRequestUsed
 	case CodeConflict:
 		sentinel = &kvlease.StaleRevisionError{Revision: b.Revision}
 	case CodeNotHolder:

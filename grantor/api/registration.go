@@ -112,6 +112,9 @@ type RegisterRequest struct {
 	Meta     map[string]string `json:"meta,omitempty"`
 	Holder   string            `json:"holder"`
 	TTL      *Duration         `json:"ttl,omitempty"` // as in GrantRequest
+	// RequestID and Secret: as in GrantRequest.
+	RequestID string `json:"request_id,omitempty"`
+	Secret    string `json:"secret,omitempty"`
 }
 
 // DeregisterRequest is the body of svc.v1.deregister.

@@ -120,7 +120,7 @@ func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.R
 	var out api.Lease
 	defer c.observe(time.Now(), &out)
 	err := c.call(ctx, api.SubjectGrant, api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
-		Attributes: req.Attributes}, &out)
+		Attributes: req.Attributes, RequestID: req.RequestID, Secret: req.Secret}, &out)
 	var held *kvlease.HeldError
 	if errors.As(err, &held) {
 		held.Name = req.Name

@@ -50,6 +50,10 @@ const (
 	// [kvlease.ErrUnavailable], as when the reply is lost; grants and
 	// releases are answered.
 	FakeLoseReply
+	// FakeLoseGrantReply stores grants but answers them with
+	// [kvlease.ErrUnavailable], as when the reply is lost; renewals and
+	// releases are answered.
+	FakeLoseGrantReply
 )
 
 // FakeRenewal is one call of [FakeGrantor.Renew]: when it came, the mode
@@ -115,6 +119,10 @@ func (g *FakeGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvle
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if cur, ok := g.live(req.Name); ok {
+		if req.RequestID != "" && cur.RequestID == req.RequestID && cur.Secret == req.Secret {
+			cur.Recovered = true
+			return cur, nil
+		}
 		return kvlease.Record{}, &kvlease.HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
 	}
 	g.rev++
@@ -123,9 +131,12 @@ func (g *FakeGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvle
 	rec := kvlease.Record{
 		Name: req.Name, Holder: req.Holder, Token: kvlease.Token(g.rev), Revision: g.rev,
 		Duration: req.Duration, TTL: kvlease.ServerTTL(req.Duration, FakeGrantorMargin),
-		StoredAt: now, GrantedAt: now, Attributes: req.Attributes,
+		StoredAt: now, GrantedAt: now, Attributes: req.Attributes, Secret: req.Secret, RequestID: req.RequestID,
 	}
 	g.leases[req.Name] = rec
+	if mode == FakeLoseGrantReply {
+		return kvlease.Record{}, fmt.Errorf("%w: grant: reply lost", kvlease.ErrUnavailable)
+	}
 	return rec, nil
 }
 
