@@ -120,6 +120,9 @@ func (g *FakeGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvle
 	defer g.mu.Unlock()
 	if cur, ok := g.live(req.Name); ok {
 		if req.RequestID != "" && cur.RequestID == req.RequestID && cur.Secret == req.Secret {
+			if mode == FakeLoseGrantReply {
+				return kvlease.Record{}, fmt.Errorf("%w: grant: reply lost", kvlease.ErrUnavailable)
+			}
 			cur.Recovered = true
 			return cur, nil
 		}
