@@ -296,6 +296,11 @@ func TestBadRequests(t *testing.T) {
 		{"renew of nothing", api.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x"}`, api.CodeExpired},
 		{"get of nothing", api.SubjectGet, `{"name":"a"}`, api.CodeNotFound},
 		{"revoke of nothing", api.SubjectRevoke, `{"name":"a"}`, api.CodeNotFound},
+		{"request id without a secret", api.SubjectGrant, `{"name":"a","holder":"h","request_id":"r1"}`, api.CodeInvalidArgument},
+		{"short secret", api.SubjectGrant, `{"name":"a","holder":"h","secret":"short"}`, api.CodeInvalidArgument},
+		{"secret with a space", api.SubjectGrant, `{"name":"a","holder":"h","secret":"0123456789 abcdef"}`, api.CodeInvalidArgument},
+		{"request id with a space", api.SubjectGrant, `{"name":"a","holder":"h","request_id":"r 1","secret":"0123456789abcdef"}`, api.CodeInvalidArgument},
+		{"long request id", api.SubjectGrant, `{"name":"a","holder":"h","request_id":"` + strings.Repeat("r", 129) + `","secret":"0123456789abcdef"}`, api.CodeInvalidArgument},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			reply, err := f.nc.Request(c.subject, []byte(c.body), 5*time.Second)

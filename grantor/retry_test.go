@@ -1,0 +1,139 @@
+package grantor_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// request sends body to subject as a non-Go client would and returns the
+// lease or the error code of the reply.
+func request(t *testing.T, nc *nats.Conn, subject, body string) (api.Lease, string) {
+	t.Helper()
+	reply, err := nc.Request(subject, []byte(body), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l api.Lease
+	if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
+		return l, code
+	}
+	if err := json.Unmarshal(reply.Data, &l); err != nil {
+		t.Fatalf("reply %s: %v", reply.Data, err)
+	}
+	return l, ""
+}
+
+// The wire protocol of retried grants, as docs/api.md shows it with `nats
+// req`: a grant sent again with its request_id and secret returns the
+// tenure the first one made; another secret gets "held", other fields
+// "request_mismatch"; a retried release succeeds; a grant retried after its
+// tenure ended gets "request_used" and writes nothing.
+func TestServiceGrantRetryOnTheWire(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	nc := f.nc
+	const grant = `{"name":"jobs.nightly","holder":"worker-7","ttl":"15s","request_id":"0f6c2a9e","secret":"my-secret-0123456789"}`
+	first, code := request(t, nc, api.SubjectGrant, grant)
+	if code != "" || first.Secret != "my-secret-0123456789" || first.RequestID != "0f6c2a9e" || first.Recovered {
+		t.Fatalf("grant: %+v, %q; want the caller's secret and request_id, not recovered", first, code)
+	}
+	again, code := request(t, nc, api.SubjectGrant, grant)
+	if code != "" || again.Token != first.Token || again.Revision != first.Revision || !again.Recovered {
+		t.Fatalf("retry: %+v, %q; want token %d, recovered", again, code, first.Token)
+	}
+	for _, c := range []struct{ body, code string }{
+		{`{"name":"jobs.nightly","holder":"worker-7","ttl":"15s","request_id":"0f6c2a9e","secret":"someone-else-0123456"}`, api.CodeHeld},
+		{`{"name":"jobs.nightly","holder":"worker-7","ttl":"15s"}`, api.CodeHeld},
+		{`{"name":"jobs.nightly","holder":"worker-7","ttl":"20s","request_id":"0f6c2a9e","secret":"my-secret-0123456789"}`, api.CodeRequestMismatch},
+		{`{"name":"jobs.nightly","holder":"worker-8","ttl":"15s","request_id":"0f6c2a9e","secret":"my-secret-0123456789"}`, api.CodeRequestMismatch},
+	} {
+		if _, code := request(t, nc, api.SubjectGrant, c.body); code != c.code {
+			t.Errorf("%s: %q, want %s", c.body, code, c.code)
+		}
+	}
+	rel, _ := json.Marshal(api.ReleaseRequest{Name: "jobs.nightly", Holder: "worker-7", Token: first.Token,
+		Revision: first.Revision, Secret: "my-secret-0123456789"})
+	for i := range 2 {
+		if reply, err := nc.Request(api.SubjectRelease, rel, 5*time.Second); err != nil || reply.Header.Get(api.HeaderErrorCode) != "" {
+			t.Fatalf("release %d: %v %s", i+1, err, reply.Data)
+		}
+	}
+	if _, code := request(t, nc, api.SubjectGrant, grant); code != api.CodeRequestUsed {
+		t.Errorf("retry after release: %q, want request_used", code)
+	}
+	if _, err := f.store.Get(t.Context(), "jobs.nightly"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Errorf("after the late retry: %v, want the lease free", err)
+	}
+	// The Go client maps the codes to kvlease's errors.
+	_, err := f.client.Grant(t.Context(), kvlease.GrantRequest{Name: "jobs.nightly", Holder: "worker-7", Duration: 15 * time.Second,
+		RequestID: "0f6c2a9e", Secret: "my-secret-0123456789"})
+	if !errors.Is(err, kvlease.ErrRequestUsed) {
+		t.Errorf("client: %v, want ErrRequestUsed", err)
+	}
+}
+
+// A holder whose grant reply the network drops between the service and it
+// retries (kvlease.Acquire does, with one request id): it gets the tenure
+// the service granted, with its token, and nothing is left orphaned.
+func TestServiceLostGrantReplyRecovered(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	f := startOn(t, srv.ClientURL(), grantor.DefaultConfig())
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	cl := newClient(t, kvleasetest.Connect(t, proxy.URL()))
+	ctx := t.Context()
+	w, err := f.store.Watch(ctx, "lost.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	proxy.DropReplies()
+	type result struct {
+		l   *kvlease.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := kvlease.Acquire(ctx, cl, "lost.grant", "h", 10*time.Second, kvlease.WithAttemptTimeout(300*time.Millisecond))
+		done <- result{l, err}
+	}()
+	var stored kvlease.Record
+	for stored.Token == 0 {
+		select {
+		case ev := <-w.Events():
+			if ev.Type == kvlease.EventGranted && !ev.Replay {
+				stored = *ev.Record
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the service stored no grant")
+		}
+	}
+	proxy.Heal()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.l.Token() != stored.Token || !r.l.Record().Recovered {
+		t.Fatalf("holder has token %d (recovered %v), the service granted %d", r.l.Token(), r.l.Record().Recovered, stored.Token)
+	}
+	if err := r.l.Renew(ctx); err != nil {
+		t.Fatalf("renew the recovered tenure: %v", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.l.Release(rctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Get(ctx, "lost.grant"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Errorf("after release: %v, want the lease free", err)
+	}
+}
