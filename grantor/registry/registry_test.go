@@ -153,6 +153,15 @@ func TestServiceRegistrationAPI(t *testing.T) {
 	if len(rep.Instances) != 1 || rep.Instances[0].Addr != "10.0.0.1:80" || rep.Instances[0].Meta["v"] != "2" || rep.Instances[0].Gossip {
 		t.Fatalf("discover %+v", rep)
 	}
+	// A registration retried with its request_id and secret (its reply
+	// lost) gets the registration it made.
+	const retried = `{"service":"api","instance":"a2","addr":"10.0.0.2:80","holder":"a2","ttl":"10s","request_id":"r-a2","secret":"a2-secret-0123456789"}`
+	var first, again api.Lease
+	mustJSON(t, req(api.SubjectRegister, retried), &first)
+	mustJSON(t, req(api.SubjectRegister, retried), &again)
+	if again.Token != first.Token || !again.Recovered || first.Secret != "a2-secret-0123456789" {
+		t.Fatalf("retried register: %+v after %+v; want the same tenure, recovered, with the caller's secret", again, first)
+	}
 	bad, err := nc.Request(api.SubjectRegister, []byte(`{"service":"a.b","instance":"x","addr":"h:1","holder":"h"}`), 5*time.Second)
 	if err != nil || bad.Header.Get("Nats-Service-Error-Code") != api.CodeInvalidArgument {
 		t.Fatalf("register with a dotted service: %v %v", bad, err)

@@ -1,0 +1,123 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// A grant request that waits in a paused node (SIGSTOP) while its caller
+// times out and retries through another node is carried out late, when the
+// node resumes. With a request id that costs nothing: the late attempt is
+// answered with the tenure the retry made while it lasts ("recovered"),
+// and with request_used once it has ended; it never grants the lease again,
+// which without the request id left it held by nobody for a full TTL.
+func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
+	c := startCluster(t)
+	ctx := t.Context()
+	lead := c.leader(0)
+	paused, other := (lead+1)%3, (lead+2)%3 // a follower pauses; the stream keeps its leader
+	t.Logf("stream leader %s, pausing %s", c.nodes[lead].Name, c.nodes[paused].Name)
+
+	// The caller's first connection is to the node that will pause; its
+	// retry goes through another.
+	stuck := kvleasetest.Connect(t, c.url(paused), nats.IgnoreDiscoveredServers(), nats.PingInterval(time.Hour))
+	replies, err := stuck.SubscribeSync(stuck.NewRespInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stuck.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	retry, err := client.New(kvleasetest.Connect(t, c.url(other)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := c.store(other)
+	rid, secret := kvlease.NewRequestID()
+	req := kvlease.GrantRequest{Name: "paused.job", Holder: "caller", Duration: 20 * time.Second, RequestID: rid, Secret: secret}
+	body, _ := json.Marshal(api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
+		RequestID: rid, Secret: secret})
+
+	proc := c.procs[paused].cmd.Process
+	// sendStuck pauses the node and sends the request on its connection,
+	// where it waits in the node's socket until the node resumes.
+	sendStuck := func() {
+		t.Helper()
+		if err := proc.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = proc.Signal(syscall.SIGCONT) })
+		if err := stuck.PublishRequest(api.SubjectGrant, replies.Subject, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// lateAnswer resumes the node and returns the late attempt's answer.
+	lateAnswer := func() (api.Lease, string) {
+		t.Helper()
+		if err := proc.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		m, err := replies.NextMsg(30 * time.Second)
+		if err != nil {
+			t.Fatalf("no answer to the request that waited in the paused node: %v", err)
+		}
+		var l api.Lease
+		if code := m.Header.Get(api.HeaderErrorCode); code != "" {
+			return l, code
+		}
+		if err := json.Unmarshal(m.Data, &l); err != nil {
+			t.Fatal(err)
+		}
+		return l, ""
+	}
+
+	// 1. The retry makes the tenure; the late attempt is told of it. The
+	// service's queue group may hand a retry to the paused node too, where
+	// it waits as well: each attempt is bounded, as Acquire's are.
+	sendStuck()
+	rec, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (kvlease.Record, error) {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return retry.Grant(actx, req)
+	})
+	if err != nil {
+		t.Fatalf("retry through %s: %v", c.nodes[other].Name, err)
+	}
+	late, code := lateAnswer()
+	if code != "" || late.Token != uint64(rec.Token) || !late.Recovered {
+		t.Fatalf("late attempt while the tenure lives: %+v, %q; want token %d, recovered", late, code, rec.Token)
+	}
+	if cur, err := check.Get(ctx, req.Name); err != nil || cur.Token != rec.Token {
+		t.Fatalf("lease after the late attempt: %+v, %v; want the retry's tenure %d", cur, err, rec.Token)
+	}
+
+	// 2. Once the tenure has ended, a late attempt grants nothing.
+	sendStuck()
+	_, err = kvlease.RetryUnavailable(ctx, time.Second, nil, func() (struct{}, error) {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return struct{}{}, retry.Release(actx, kvlease.ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: rec.Token,
+			Revision: rec.Revision, Secret: secret})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, code := lateAnswer(); code != api.CodeRequestUsed {
+		t.Errorf("late attempt after the release: %q, want %s", code, api.CodeRequestUsed)
+	}
+	if cur, err := check.Get(ctx, req.Name); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("lease after the late attempt: %s", fmt.Sprint(cur, err))
+	}
+}
