@@ -183,7 +183,15 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.url, "url", url, "NATS server URL(s), comma-separated (env LEASED_URL)")
 	c.natsFlags.register(fs)
 	fs.StringVarP(&c.output, "output", "o", "text", "output format: text or json")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server (for a grant: all its attempts)")
+}
+
+// grantContext bounds a command's grant by --timeout: kvlease.Acquire
+// sends a grant that got no answer again, with the same request id, until
+// its context ends, and a command must not wait for ever on a server that
+// is down.
+func (c *connFlags) grantContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
 }
 
 // registerHolder adds --holder, for the commands where a holder acts. Its

@@ -41,7 +41,9 @@ then releases it; if the lease is lost first it exits with code 5.`,
 					return err
 				}
 				p := c.printer(stdout)
-				l, err := kvlease.Acquire(ctx, client, args[0], c.holder, ttl, kvlease.WithAttributes(a))
+				gctx, cancel := c.grantContext(ctx)
+				l, err := kvlease.Acquire(gctx, client, args[0], c.holder, ttl, kvlease.WithAttributes(a))
+				cancel()
 				if err != nil {
 					return err
 				}

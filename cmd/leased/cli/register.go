@@ -143,7 +143,9 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				if err != nil {
 					return err
 				}
-				k, err := client.Register(ctx, cl, reg, c.holder, ttl, c.keeperOptions()...)
+				gctx, cancel := c.grantContext(ctx)
+				k, err := client.Register(gctx, cl, reg, c.holder, ttl, c.keeperOptions()...)
+				cancel()
 				if err != nil {
 					return err
 				}

@@ -90,8 +90,10 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 			if err != nil {
 				return nil, err
 			}
-			l, err := kvlease.Acquire(ctx, client, name, c.holder, ttl, kvlease.WithHolderMargin(margin),
+			gctx, cancel := c.grantContext(ctx)
+			l, err := kvlease.Acquire(gctx, client, name, c.holder, ttl, kvlease.WithHolderMargin(margin),
 				kvlease.WithClockGuard(client.Clock().Exceeds))
+			cancel()
 			if err != nil {
 				return nil, err
 			}
