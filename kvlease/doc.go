@@ -21,6 +21,15 @@
 // releases the lease; [Keeper.Orphan] stops renewing and leaves it to run
 // out at its deadline, as etcd's Session.Orphan does.
 //
+// A lost reply costs nothing. A grant with a request ID and secret
+// ([GrantRequest].RequestID, [NewRequestID]) can be sent again: the retry
+// is answered with the tenure the first attempt made, if it was carried out,
+// and a late attempt after that tenure ended grants nothing
+// ([ErrRequestUsed]). [Acquire] retries an unanswered grant so, and counts
+// the deadline from its first attempt. A renewal whose reply was lost is
+// recovered by renewing the revision it stored, and a retried release
+// succeeds.
+//
 // Every With… option refuses nil and out-of-range values with
 // [ErrInvalidOption] before anything is sent.
 //

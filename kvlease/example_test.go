@@ -95,6 +95,44 @@ func ExampleAcquire() {
 	// expired after release: true
 }
 
+// A grant whose reply was lost is sent again with the same request ID and
+// secret: the retry gets the tenure the first attempt made. Acquire does
+// this by itself; this is what it does, for callers of Grant.
+func ExampleStore_Grant_retry() {
+	st, _, stop, err := kvleasetest.StartStore()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stop()
+	ctx := context.Background()
+
+	id, secret := kvlease.NewRequestID() // one pair per request, kept for its retries
+	req := kvlease.GrantRequest{Name: "job.42", Holder: "worker-3", Duration: 10 * time.Second, RequestID: id, Secret: secret}
+	first, err := st.Grant(ctx, req) // suppose this reply never arrived
+	if err != nil {
+		log.Fatal(err)
+	}
+	again, err := st.Grant(ctx, req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("retry: token %d (first %d), recovered %v\n", again.Token, first.Token, again.Recovered)
+
+	// Without the secret the request ID proves nothing.
+	_, other := kvlease.NewRequestID()
+	_, err = st.Grant(ctx, kvlease.GrantRequest{Name: "job.42", Holder: "worker-3", Duration: 10 * time.Second, RequestID: id, Secret: other})
+	fmt.Println("another secret is refused as held:", errors.Is(err, kvlease.ErrHeld))
+
+	// Once its tenure has ended, the request grants nothing again.
+	_ = st.Release(ctx, kvlease.ReleaseRequest{Name: "job.42", Holder: "worker-3", Token: again.Token, Revision: again.Revision, Secret: secret})
+	_, err = st.Grant(ctx, req)
+	fmt.Println("after release:", errors.Is(err, kvlease.ErrRequestUsed))
+	// Output:
+	// retry: token 1 (first 1), recovered true
+	// another secret is refused as held: true
+	// after release: true
+}
+
 func ExampleKeep() {
 	st, _, stop, err := kvleasetest.StartStore()
 	if err != nil {
