@@ -347,7 +347,12 @@ func (s *Store) checkDuration(d time.Duration) error {
 func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err error) {
 	ctx, span := s.startSpan(ctx, "grant", req.Name, telemetry.AttrHolder.String(req.Holder),
 		telemetry.AttrDuration.Int64(req.Duration.Milliseconds()))
-	defer func() { endSpan(span, &rec, err) }()
+	defer func() {
+		if rec.Recovered {
+			span.SetAttributes(telemetry.AttrRecovered.Bool(true))
+		}
+		endSpan(span, &rec, err)
+	}()
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.checkDuration(req.Duration),
 		checkRequestID(req)); err != nil {
 		return Record{}, err

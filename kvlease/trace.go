@@ -88,8 +88,12 @@ func outcome(err error) string {
 		return "expired"
 	case errors.Is(err, ErrUnavailable):
 		return "unavailable"
+	case errors.Is(err, ErrRequestUsed):
+		return "request_used"
+	case errors.Is(err, ErrRequestMismatch):
+		return "request_mismatch"
 	case errors.Is(err, ErrInvalidName), errors.Is(err, ErrInvalidHolder),
-		errors.Is(err, ErrDurationOutOfRange), errors.Is(err, ErrInvalidTiming):
+		errors.Is(err, ErrDurationOutOfRange), errors.Is(err, ErrInvalidTiming), errors.Is(err, ErrInvalidRequestID):
 		return "invalid_argument"
 	default:
 		return "error"
