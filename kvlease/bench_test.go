@@ -306,10 +306,14 @@ func BenchmarkGroupCommit(b *testing.B) {
 func benchGroupCommitGrant(b *testing.B) {
 	gcTopologies(b, func(b *testing.B, env gcEnv, c int) {
 		var seq atomic.Int64
-		grant := func(st *kvlease.Store, prefix string) func(ctx context.Context, j, k int) error {
+		grant := func(st *kvlease.Store, prefix string, withID bool) func(ctx context.Context, j, k int) error {
 			return func(ctx context.Context, j, k int) error {
-				_, err := st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("%s.%d", prefix, seq.Add(1)),
-					Holder: "bench-holder-0001", Duration: 10 * time.Second})
+				req := kvlease.GrantRequest{Name: fmt.Sprintf("%s.%d", prefix, seq.Add(1)),
+					Holder: "bench-holder-0001", Duration: 10 * time.Second}
+				if withID { // as kvlease.Acquire sends it: a message ID the stream deduplicates on
+					req.RequestID, req.Secret = kvlease.NewRequestID()
+				}
+				_, err := st.Grant(ctx, req)
 				return err
 			}
 		}
@@ -318,8 +322,9 @@ func benchGroupCommitGrant(b *testing.B) {
 				_, err := env.kv.Create(ctx, fmt.Sprintf("raw.%d", seq.Add(1)), env.val, jetstream.KeyTTL(10*time.Second))
 				return err
 			}},
-			{"unbatched", grant(env.unbatched, "u")},
-			{"batched", grant(env.batched, "b")},
+			{"unbatched", grant(env.unbatched, "u", false)},
+			{"batched", grant(env.batched, "b", false)},
+			{"batched+request-id", grant(env.batched, "i", true)},
 		})
 	})
 }
