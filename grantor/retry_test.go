@@ -137,3 +137,25 @@ func TestServiceLostGrantReplyRecovered(t *testing.T) {
 		t.Errorf("after release: %v, want the lease free", err)
 	}
 }
+
+// A retried grant of a holder at its --max-leases-per-holder limit is
+// answered with its tenure, which the limit already counts once, not
+// refused limit_exceeded.
+func TestRetriedGrantAtHolderLimit(t *testing.T) {
+	cfg := grantor.DefaultConfig()
+	cfg.MaxLeasesPerHolder = 1
+	f := start(t, cfg)
+	ctx := t.Context()
+	id, secret := kvlease.NewRequestID()
+	req := kvlease.GrantRequest{Name: "only", Holder: "h", Duration: 10 * time.Second, RequestID: id, Secret: secret}
+	first, err := f.client.Grant(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.client.Grant(ctx, req)
+	if err != nil || again.Token != first.Token || !again.Recovered {
+		t.Fatalf("retry at the limit: %+v, %v; want token %d, recovered", again, err, first.Token)
+	}
+	_, err = f.client.Grant(ctx, kvlease.GrantRequest{Name: "second", Holder: "h", Duration: 10 * time.Second})
+	assertCode(t, err, api.CodeLimitExceeded)
+}

@@ -25,7 +25,10 @@ func newAcquire(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "acquire NAME",
 		Short: "Acquire a lease; with --hold, keep it renewed until interrupted",
 		Long: `acquire asks the service for lease NAME and prints the grant: the fencing
-token, the revision and the secret that renew and release need.
+token, the revision and the secret that renew and release need. A grant
+that gets no answer is sent again, with the same request id and secret,
+until --timeout: if the first attempt was carried out, the retry gets that
+tenure ("recovered") rather than being told the lease is held.
 
 With --hold it keeps the lease renewed (every TTL/3) until SIGINT or SIGTERM,
 then releases it; if the lease is lost first it exits with code 5.`,
