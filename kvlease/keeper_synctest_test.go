@@ -358,7 +358,12 @@ func TestKeeperCloseReleases(t *testing.T) {
 			t.Errorf("Err() = %v, want ErrClosed", err)
 		}
 		rel := g.Releases()
-		want := kvlease.ReleaseRequest{Name: "svc/web", Holder: "holder-1", Token: rec.Token, Revision: rec.Revision}
+		// The release presents the secret the grant was sent with (Acquire
+		// makes one per request).
+		want := kvlease.ReleaseRequest{Name: "svc/web", Holder: "holder-1", Token: rec.Token, Revision: rec.Revision, Secret: rec.Secret}
+		if rec.Secret == "" {
+			t.Error("the lease has no secret: Acquire sent none")
+		}
 		if len(rel) != 1 || rel[0] != want {
 			t.Errorf("grantor saw releases %+v, want [%+v]", rel, want)
 		}
