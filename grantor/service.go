@@ -127,7 +127,12 @@ type Service struct {
 	extensions []Extension
 	started    []Extension // those Start has started, for Stop
 	metrics    *telemetry.Metrics
-	flaps      *telemetry.FlapDetector
+	// flaps counts the new tenures this node's watch sees, on every node
+	// (for the flapping mark in grant spans and list replies); the
+	// observer keeps a detector of its own for what it reports.
+	flaps     *telemetry.FlapDetector
+	retention time.Duration // of the history stream; 0: the default
+	obs       *observer     // set by Start
 
 	mp           metric.MeterProvider
 	namePrefixes []string
@@ -236,6 +241,10 @@ func (s *Service) Start(ctx context.Context) error {
 		return ctx.Err()
 	}
 	s.watcher = w
+	if err := s.startObserver(ctx); err != nil {
+		w.Stop()
+		return err
+	}
 	for _, ext := range s.extensions {
 		if err := ext.Start(ctx); err != nil {
 			w.Stop()
@@ -316,6 +325,9 @@ func (s *Service) Stop() {
 		_ = s.svc.Stop() // drains the endpoint subscriptions (asynchronously)
 	}
 	s.inflight.Wait()
+	if s.obs != nil {
+		s.obs.halt()
+	}
 	if s.watcher != nil {
 		s.watcher.Stop()
 	}
@@ -509,23 +521,22 @@ func (e *endpointStats) of(subject string) api.EndpointStats {
 	return out
 }
 
-// observe counts every change the watch reports (not the replay) and
-// publishes the changes of holder.
+// observe notes each new tenure this node's watch sees, for the flapping
+// mark of its own replies. Reporting changes is the observer's.
 func (s *Service) observe(ev kvlease.Event) {
-	s.metrics.LeaseEvent(context.Background(), ev.Type.String())
-	if ev.Type != kvlease.EventRenewed {
-		s.publishChange(ev)
+	if ev.Type == kvlease.EventGranted {
+		s.flaps.Granted(ev.Name, ev.Time)
 	}
 }
 
-// publishChange tells non-Go clients about a change of holder, e.g. a new
-// leader: `nats sub 'lease.events.v1.leader.>'`. Every grantor node
-// publishes what it sees, so a cluster publishes each change once per node:
-// subscribers de-duplicate by revision.
-func (s *Service) publishChange(ev kvlease.Event) {
+// publishChange reports a change the observer has recorded: a span, the
+// ownership metric and an event for non-Go clients, e.g. a new leader:
+// `nats sub 'lease.events.v1.leader.>'`. Only the cluster's observer
+// reports, so each change is published once. n and flapping are the
+// observer's flap count for a grant.
+func (s *Service) publishChange(ev kvlease.Event, n int, flapping bool) {
 	switch {
 	case ev.Type == kvlease.EventGranted:
-		n, flapping := s.flaps.Granted(ev.Name, ev.Time)
 		s.metrics.OwnershipChanged(context.Background(), ev.Name, flapping)
 		if flapping {
 			s.log.Warn("lease is flapping", "lease", ev.Name, "holder", ev.Holder, "token", ev.Token,
@@ -581,6 +592,9 @@ func (s *Service) grant(ctx context.Context, data []byte) (any, error) {
 
 // grantLease grants req with the service's checks, limits and accounting.
 func (s *Service) grantLease(ctx context.Context, req api.GrantRequest) (api.Lease, error) {
+	if reserved(req.Name) {
+		return api.Lease{}, fmt.Errorf("%w: lease names beginning %q are the grantor's own", kvlease.ErrInvalidName, ReservedPrefix)
+	}
 	d := s.cfg.DefaultDuration // absent; an explicit zero is out of range, as in kvlease.Store.Grant
 	if req.TTL != nil {
 		d = time.Duration(*req.TTL)
@@ -688,6 +702,9 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	now := time.Now()
 	out := api.ListReply{Leases: make([]api.Lease, 0, len(recs))}
 	for _, r := range recs {
+		if reserved(r.Name) {
+			continue
+		}
 		l := toWire(r, now)
 		l.Flapping = s.flaps.Flapping(r.Name, now)
 		out.Leases = append(out.Leases, l)
@@ -767,6 +784,9 @@ func newHolderIndex() holderIndex {
 // the replay) and onLive with the number of live leases after each event.
 func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func(kvlease.Event), onLive func(n int)) {
 	for ev := range w.Events() {
+		if reserved(ev.Name) {
+			continue // the grantor's own leases count for no holder
+		}
 		if !ev.Replay {
 			onChange(ev)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -263,6 +264,8 @@ func TestBadRequests(t *testing.T) {
 	cfg := grantor.DefaultConfig()
 	f := startStore(t, []kvlease.Option{kvlease.WithDurationRange(kvlease.MinDuration, time.Minute)}, cfg)
 	ctx := t.Context()
+	// The last revision of any lease but the grantor's own (the observer
+	// lease renews meanwhile).
 	lastSeq := func() uint64 {
 		t.Helper()
 		js := kvleasetest.JetStream(t, f.nc)
@@ -270,7 +273,22 @@ func TestBadRequests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s.CachedInfo().State.LastSeq
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+kvlease.DefaultBucket+".>"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last uint64
+		for subj := range info.State.Subjects {
+			if strings.HasPrefix(subj, "$KV."+kvlease.DefaultBucket+"."+grantor.ReservedPrefix) {
+				continue
+			}
+			m, err := s.GetLastMsgForSubject(ctx, subj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = max(last, m.Sequence)
+		}
+		return last
 	}
 	before := lastSeq()
 	for _, c := range []struct {
@@ -291,9 +309,10 @@ func TestBadRequests(t *testing.T) {
 		{"ttl above max", api.SubjectGrant, `{"name":"a","holder":"h","ttl":"2h"}`, api.CodeTTLOutOfRange},
 		{"negative ttl", api.SubjectGrant, `{"name":"a","holder":"h","ttl":"-5s"}`, api.CodeTTLOutOfRange},
 		{"explicit zero ttl", api.SubjectGrant, `{"name":"a","holder":"h","ttl":"0s"}`, api.CodeTTLOutOfRange},
-		{"explicit zero ttl on renew", api.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x","ttl":"0s"}`, api.CodeTTLOutOfRange},
+		{"explicit zero ttl on renew", api.SubjectRenew, `{"name":"a","holder":"h","token":999,"revision":999,"secret":"x","ttl":"0s"}`, api.CodeTTLOutOfRange},
+		{"reserved name", api.SubjectGrant, `{"name":"_leased.observer","holder":"h","ttl":"10s"}`, api.CodeInvalidArgument},
 		{"too many attributes", api.SubjectGrant, `{"name":"a","holder":"h","attributes":{` + manyAttrs(17) + `}}`, api.CodeTooLarge},
-		{"renew of nothing", api.SubjectRenew, `{"name":"a","holder":"h","token":1,"revision":1,"secret":"x"}`, api.CodeExpired},
+		{"renew of nothing", api.SubjectRenew, `{"name":"a","holder":"h","token":999,"revision":999,"secret":"x"}`, api.CodeExpired},
 		{"get of nothing", api.SubjectGet, `{"name":"a"}`, api.CodeNotFound},
 		{"revoke of nothing", api.SubjectRevoke, `{"name":"a"}`, api.CodeNotFound},
 		{"request id without a secret", api.SubjectGrant, `{"name":"a","holder":"h","request_id":"r1"}`, api.CodeInvalidArgument},

@@ -29,6 +29,10 @@ const (
 	hdrHolder = "Leased-Holder" // on release and revoke: the holder whose tenure ended
 	hdrToken  = "Leased-Token"  // on release and revoke: that tenure's token
 	hdrReason = "Leased-Reason" // on revoke: the operator's reason
+	// hdrGranted: on release and revoke, the grant time of the tenure that
+	// ended (RFC 3339), so that a watcher that never saw it live knows its
+	// span.
+	hdrGranted = "Leased-Granted"
 
 	hdrKVOp     = "KV-Operation"
 	kvOpPurge   = "PURGE"
@@ -232,6 +236,26 @@ func (s *Store) TracerProvider() trace.TracerProvider { return s.o.tracerProvide
 
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.o.bucket }
+
+// Replicas returns the bucket stream's replica count, as Open found it.
+func (s *Store) Replicas() int { return s.stream.CachedInfo().Config.Replicas }
+
+// JetStream returns the JetStream context the Store was opened on, for
+// streams kept beside the bucket (the grantor's history).
+func (s *Store) JetStream() jetstream.JetStream { return s.js }
+
+// LastRevision returns the bucket's revision now: the sequence of its
+// stream's last message, read through the stream leader (0 if empty).
+func (s *Store) LastRevision(ctx context.Context) (uint64, error) {
+	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + ">"})
+	switch {
+	case errors.Is(err, errNoMessage):
+		return 0, nil
+	case err != nil:
+		return 0, translate("last revision", err)
+	}
+	return m.Sequence, nil
+}
 
 // GrantorMargin returns m_g ([WithGrantorMargin]).
 func (s *Store) GrantorMargin() time.Duration { return s.o.grantorMargin }
@@ -529,8 +553,9 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 	}
 	claim := tenureClaim{name: req.Name, holder: req.Holder, token: req.Token, rev: req.Revision, secret: req.Secret,
 		required: req.SecretRequired}
-	if _, err = s.verify(ctx, claim); err == nil {
-		_, err = s.purge(ctx, req.Name, "release", req.Holder, req.Token, "", req.Revision)
+	var cur Record
+	if cur, err = s.verify(ctx, claim); err == nil {
+		_, err = s.purge(ctx, req.Name, "release", cur, "", req.Revision)
 		err = s.explainMismatch(ctx, claim, err)
 	}
 	if errors.Is(err, ErrNotFound) && s.releasedBy(ctx, req.Name, req.Holder, req.Token) {
@@ -567,7 +592,7 @@ func (s *Store) Revoke(ctx context.Context, name, reason string) (rec Record, er
 		if !live {
 			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 		}
-		_, err = s.purge(ctx, name, "revoke", cur.Holder, cur.Token, reason, cur.Revision)
+		_, err = s.purge(ctx, name, "revoke", cur, reason, cur.Revision)
 		if err == nil {
 			return cur, nil
 		}
@@ -819,13 +844,17 @@ func (s *Store) publish(ctx context.Context, name, op string, data []byte, hdr n
 	return s.w.submit(req)
 }
 
-// purge writes a tombstone that rolls up the subject, if rev is current.
-func (s *Store) purge(ctx context.Context, name, op, holder string, token Token, reason string, rev uint64) (uint64, error) {
+// purge writes a tombstone that rolls up the subject, if rev is current,
+// ending the tenure cur.
+func (s *Store) purge(ctx context.Context, name, op string, cur Record, reason string, rev uint64) (uint64, error) {
 	hdr := nats.Header{}
 	hdr.Set(hdrKVOp, kvOpPurge)
 	hdr.Set(jetstream.MsgRollup, rollupSubj)
-	hdr.Set(hdrHolder, holder)
-	hdr.Set(hdrToken, strconv.FormatUint(uint64(token), 10))
+	hdr.Set(hdrHolder, cur.Holder)
+	hdr.Set(hdrToken, strconv.FormatUint(uint64(cur.Token), 10))
+	if !cur.GrantedAt.IsZero() {
+		hdr.Set(hdrGranted, cur.GrantedAt.UTC().Format(time.RFC3339Nano))
+	}
 	if reason != "" {
 		hdr.Set(hdrReason, reason)
 	}

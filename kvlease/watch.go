@@ -57,6 +57,10 @@ type Event struct {
 	// Holder and Token identify the tenure concerned, where known.
 	Holder string
 	Token  Token
+	// GrantedAt is the grant time of the tenure concerned, where known
+	// (of an ended tenure this watcher did not see live: from the
+	// release's or revocation's tombstone).
+	GrantedAt time.Time
 	// Reason is the revocation reason or the server's marker reason.
 	Reason string
 	// Replay is true for events that describe the state when the watch
@@ -77,11 +81,27 @@ func (e Event) Lateness() (time.Duration, bool) {
 // value it cannot use; Watch returns that error.
 type WatchOption func(*watchOptions) error
 
-type watchOptions struct{ updatesOnly bool }
+type watchOptions struct {
+	updatesOnly  bool
+	changesAfter uint64
+	after        bool
+}
 
 // UpdatesOnly skips the replay of current state: only changes from now on.
 func UpdatesOnly() WatchOption {
 	return func(o *watchOptions) error { o.updatesOnly = true; return nil }
+}
+
+// ChangesAfter replays the current state as usual, but reports every entry
+// stored after revision rev as a change (Replay false), ends included,
+// rather than as state: a watcher that takes over from another that had
+// reported everything up to rev reports what that one did not. Entries the
+// bucket no longer keeps (history 1: a renewal replaces the grant, a
+// release rolls up its tenure) are not reported; an end whose tenure this
+// watcher did not see names it from the tombstone where it can. It cannot
+// be combined with [UpdatesOnly].
+func ChangesAfter(rev uint64) WatchOption {
+	return func(o *watchOptions) error { o.changesAfter, o.after = rev, true; return nil }
 }
 
 // Watcher delivers lease events. Events arrive in revision order.
@@ -207,6 +227,9 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	}
 	if o.updatesOnly {
+		if o.after {
+			return nil, fmt.Errorf("%w: ChangesAfter with UpdatesOnly", ErrInvalidOption)
+		}
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
 	// What was stored before the watch began is state; anything after it
@@ -224,6 +247,9 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 			before = m.Sequence
 		case !errors.Is(err, errNoMessage):
 			return nil, translate("watch", err)
+		}
+		if o.after {
+			before = min(before, o.changesAfter)
 		}
 	}
 	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, cfg)
@@ -359,7 +385,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		if uint64(rec.Token) == rec.Revision || knowsAll && !replay && (prev == nil || prev.Token != rec.Token) {
 			ev.Type = EventGranted // or the first sight of a tenure whose grant was replaced unseen
 		}
-		ev.Record, ev.Holder, ev.Token = &rec, rec.Holder, rec.Token
+		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = &rec, rec.Holder, rec.Token, rec.GrantedAt
 		live[name] = &rec
 		return ev, true
 	}
@@ -375,7 +401,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		// this watcher never saw. End events are best-effort across gaps.
 		if prev != nil && reason == markerMaxAg &&
 			!ev.Time.Before(prev.ExpiresAt().Add(-time.Second)) && ev.Time.Before(prev.ExpiresAt().Add(5*time.Second)) {
-			ev.Record, ev.Holder, ev.Token = prev, prev.Holder, prev.Token
+			ev.Record, ev.Holder, ev.Token, ev.GrantedAt = prev, prev.Holder, prev.Token, prev.GrantedAt
 		}
 		// A server marker: the server writes one when a live entry's TTL
 		// lapses (not when a release tombstone's own TTL does, checked on
@@ -387,7 +413,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		return ev, true
 	}
 	if prev != nil {
-		ev.Record, ev.Holder, ev.Token = prev, prev.Holder, prev.Token
+		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = prev, prev.Holder, prev.Token, prev.GrantedAt
 	}
 	ev.Type, ev.Reason = EventRevoked, h.Get(hdrReason)
 	switch h.Get(hdrOp) {
@@ -400,6 +426,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 	if ev.Holder == "" {
 		ev.Holder = h.Get(hdrHolder)
 		ev.Token = Token(parseUint(h.Get(hdrToken)))
+		ev.GrantedAt, _ = time.Parse(time.RFC3339Nano, h.Get(hdrGranted))
 	}
 	return ev, true
 }

@@ -1,0 +1,372 @@
+// Package history keeps who held which lease when: one record per begin
+// and per end of a tenure, in a JetStream stream beside the lease bucket,
+// replicated like it and kept for a bounded time (24 h by default). The
+// grantor node that observes the bucket (one per cluster, package grantor)
+// writes it; `leased history` and the timeline page read it, and so can
+// standard tools:
+//
+//	nats stream view LEASED_HISTORY_leases
+//	nats sub --stream LEASED_HISTORY_leases 'leased.history.leases.>'
+//
+// # Records and tenures
+//
+// A [Record] is a begin ("granted") or an end ("ended", with its cause:
+// released, revoked, expired, removed by gossip) of one tenure, identified
+// by lease name and token. [Fold] turns records into [Tenure] rows. Each
+// record carries the bucket revision of the change it reports; the stream's
+// message IDs (derived from the tenure and the kind of change) make a second
+// append of the same change within the stream's duplicate window a no-op,
+// which is how a new observer taking over from one that died (or paused)
+// records each change once.
+//
+// What it does not keep: renewals one by one (a tenure's end record counts
+// those its observer saw), and the holder of a tenure that began and
+// lapsed by TTL entirely while no observer was running (its end is kept,
+// without a holder).
+package history
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease"
+)
+
+// DefaultRetention is how long records are kept.
+const DefaultRetention = 24 * time.Hour
+
+// Kinds of record.
+const (
+	KindGranted = "granted"
+	KindEnded   = "ended"
+)
+
+// End causes (Record.EndedBy, Tenure.EndedBy).
+const (
+	EndReleased = "released"
+	EndRevoked  = "revoked"
+	EndExpired  = "expired"
+	// EndRemoved: revoked by the registry because gossip declared the
+	// instance's node dead.
+	EndRemoved = "removed"
+)
+
+// GossipReasonPrefix begins the revocation reason of a registration removed
+// by gossip (package grantor/registry writes it); such an end is
+// [EndRemoved].
+const GossipReasonPrefix = "gossip: "
+
+// Record is one begin or end of a tenure, as the stream keeps it.
+type Record struct {
+	Kind  string `json:"kind"` // KindGranted or KindEnded
+	Name  string `json:"name"`
+	Token uint64 `json:"token,omitempty"` // 0: an end whose tenure no observer saw
+	// Holder of the tenure ("" if unknown).
+	Holder string `json:"holder,omitempty"`
+	// Revision is the bucket revision of the change (the grant, or for a
+	// tenure first seen through a renewal, that renewal; the end).
+	Revision uint64 `json:"revision"`
+	// Time is the server's time of the change.
+	Time time.Time `json:"time"`
+	// GrantedAt is the tenure's grant time (on ends too, where known).
+	GrantedAt time.Time `json:"granted_at,omitzero"`
+	// DurationMS is the tenure's D, in milliseconds.
+	DurationMS int64 `json:"duration_ms,omitempty"`
+	// EndedBy and Reason: on ends.
+	EndedBy string `json:"ended_by,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Renewals the observer that recorded the end saw (a lower bound if
+	// the observer changed during the tenure).
+	Renewals int `json:"renewals,omitempty"`
+	// Flapping: on begins, the lease was granted anew more often than the
+	// observer's threshold allows.
+	Flapping bool `json:"flapping,omitempty"`
+	// TraceID of the grant's span (hex), for a link to the trace.
+	TraceID string `json:"trace_id,omitempty"`
+	// Observer names the grantor node that wrote the record.
+	Observer string `json:"observer,omitempty"`
+}
+
+// msgID identifies the change a record reports: the same change appended
+// twice (by two observers) has the same ID, and the stream keeps it once.
+func (r Record) msgID() string {
+	if r.Kind == KindGranted {
+		return "g:" + r.Name + ":" + strconv.FormatUint(r.Token, 10)
+	}
+	return "e:" + r.Name + ":" + strconv.FormatUint(r.Revision, 10)
+}
+
+// Stream is a bucket's history stream.
+type Stream struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	bucket string
+	prefix string // "leased.history.<bucket>."
+}
+
+// StreamName is the name of bucket's history stream.
+func StreamName(bucket string) string { return "LEASED_HISTORY_" + bucket }
+
+// Subject is the subject of name's records in bucket's history.
+func Subject(bucket, name string) string { return "leased.history." + bucket + "." + name }
+
+// Options of [Open]: zero values take the defaults.
+type Options struct {
+	Retention time.Duration // how long records are kept; 0: DefaultRetention
+	Replicas  int           // 0: 1
+	// Create, if set, creates the stream if missing (or updates its
+	// retention and replicas); otherwise Open only opens it.
+	Create bool
+}
+
+// Open opens (with Create, creates or updates) bucket's history stream.
+//
+// Errors: [kvlease.ErrInvalidOption] (nothing sent); [kvlease.ErrNotFound]
+// for a missing stream without Create; [kvlease.ErrUnavailable].
+func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options) (*Stream, error) {
+	switch {
+	case o.Retention < 0:
+		return nil, fmt.Errorf("%w: history retention %v", kvlease.ErrInvalidOption, o.Retention)
+	case o.Retention == 0:
+		o.Retention = DefaultRetention
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.Replicas < 1 || o.Replicas > 5 {
+		return nil, fmt.Errorf("%w: history replicas %d outside 1..5", kvlease.ErrInvalidOption, o.Replicas)
+	}
+	h := &Stream{js: js, bucket: bucket, prefix: Subject(bucket, "")}
+	var err error
+	if o.Create {
+		h.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        StreamName(bucket),
+			Description: "leased: history of the tenures of lease bucket " + bucket,
+			Subjects:    []string{h.prefix + ">"},
+			Storage:     jetstream.FileStorage,
+			Replicas:    o.Replicas,
+			MaxAge:      o.Retention,
+			Discard:     jetstream.DiscardOld,
+			Duplicates:  2 * time.Minute,
+		})
+	} else {
+		h.stream, err = js.Stream(ctx, StreamName(bucket))
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("%w: no history stream %s (a grantor of bucket %q creates it)", kvlease.ErrNotFound,
+			StreamName(bucket), bucket)
+	case err != nil:
+		return nil, kvlease.JetStreamError("open history", err)
+	}
+	return h, nil
+}
+
+// Append stores r unless the stream already has it (an earlier append of
+// the same change, within two minutes): fresh is false then.
+func (h *Stream) Append(ctx context.Context, r Record) (fresh bool, err error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return false, fmt.Errorf("history: encode: %w", err)
+	}
+	ack, err := h.js.PublishMsg(ctx, &nats.Msg{Subject: h.prefix + r.Name, Data: b}, jetstream.WithMsgID(r.msgID()))
+	if err != nil {
+		return false, kvlease.JetStreamError("append history", err)
+	}
+	return !ack.Duplicate, nil
+}
+
+// Last returns the record appended last (ok false if none): a new observer
+// reports the changes after its Revision.
+func (h *Stream) Last(ctx context.Context) (r Record, ok bool, err error) {
+	info, err := h.stream.Info(ctx)
+	if err != nil {
+		return Record{}, false, kvlease.JetStreamError("history info", err)
+	}
+	if info.State.Msgs == 0 {
+		return Record{}, false, nil
+	}
+	return h.get(ctx, func() (*jetstream.RawStreamMsg, error) { return h.stream.GetMsg(ctx, info.State.LastSeq) })
+}
+
+// LastFor returns the last record of lease name (ok false if none).
+func (h *Stream) LastFor(ctx context.Context, name string) (r Record, ok bool, err error) {
+	return h.get(ctx, func() (*jetstream.RawStreamMsg, error) { return h.stream.GetLastMsgForSubject(ctx, h.prefix+name) })
+}
+
+func (h *Stream) get(ctx context.Context, get func() (*jetstream.RawStreamMsg, error)) (Record, bool, error) {
+	m, err := get()
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return Record{}, false, nil
+	case err != nil:
+		return Record{}, false, kvlease.JetStreamError("read history", err)
+	}
+	var r Record
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return Record{}, false, fmt.Errorf("%w: history message %d: %v", kvlease.ErrBucket, m.Sequence, err)
+	}
+	return r, true, nil
+}
+
+// Read returns the records of leases whose names start with prefix ("" for
+// all) stored since the time given, in the order they were stored.
+func (h *Stream) Read(ctx context.Context, prefix string, since time.Time) ([]Record, error) {
+	var out []Record
+	err := h.Follow(ctx, prefix, since, func(r Record, caughtUp bool) bool {
+		if !caughtUp {
+			out = append(out, r)
+		}
+		return !caughtUp
+	})
+	return out, err
+}
+
+// Follow calls fn with every record of leases whose names start with
+// prefix stored since the time given, then with each new one as it is
+// stored, until fn returns false or ctx ends. Once the stored records have
+// been delivered it calls fn once with caughtUp set (and a zero record).
+func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn func(r Record, caughtUp bool) bool) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filterFor(h.prefix, prefix)},
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}
+	cons, err := h.js.OrderedConsumer(ctx, StreamName(h.bucket), cfg)
+	if err != nil {
+		return kvlease.JetStreamError("follow history", err)
+	}
+	pending := uint64(0)
+	if info := cons.CachedInfo(); info != nil {
+		pending = info.NumPending
+	}
+	if pending == 0 && !fn(Record{}, true) {
+		return nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return kvlease.JetStreamError("follow history", err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	caughtUp := pending == 0
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return kvlease.JetStreamError("follow history", ctx.Err())
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed) {
+				return kvlease.JetStreamError("follow history", err)
+			}
+			continue // the ordered consumer recreates itself
+		}
+		var r Record
+		if err := json.Unmarshal(m.Data(), &r); err == nil && strings.HasPrefix(r.Name, prefix) {
+			if !fn(r, false) {
+				return nil
+			}
+		}
+		if md, err := m.Metadata(); err == nil && !caughtUp && md.NumPending == 0 {
+			caughtUp = true
+			if !fn(Record{}, true) {
+				return nil
+			}
+		}
+	}
+}
+
+// filterFor is the subject filter for names starting with prefix: on
+// whole dot-separated tokens, the rest matched by the caller.
+func filterFor(subjectPrefix, prefix string) string {
+	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {
+		return subjectPrefix + prefix[:i+1] + ">"
+	}
+	return subjectPrefix + ">"
+}
+
+// Tenure is one tenure of a lease, folded from its records.
+type Tenure struct {
+	Name   string `json:"name"`
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+	// From is the grant time (zero if unknown: the tenure's begin is older
+	// than the records read); To the end (zero while live).
+	From       time.Time `json:"from,omitzero"`
+	To         time.Time `json:"to,omitzero"`
+	DurationMS int64     `json:"duration_ms,omitempty"`
+	Renewals   int       `json:"renewals"`
+	EndedBy    string    `json:"ended_by,omitempty"` // "" while live
+	Reason     string    `json:"reason,omitempty"`
+	Flapping   bool      `json:"flapping,omitempty"`
+	TraceID    string    `json:"trace_id,omitempty"`
+}
+
+// Live reports whether the tenure had not ended when read.
+func (t Tenure) Live() bool { return t.EndedBy == "" }
+
+// Held is how long the tenure lasted (until now, while live; 0 if its
+// begin is unknown).
+func (t Tenure) Held(now time.Time) time.Duration {
+	switch {
+	case t.From.IsZero():
+		return 0
+	case t.Live():
+		return now.Sub(t.From)
+	}
+	return t.To.Sub(t.From)
+}
+
+// Fold turns records into tenures, ordered by lease name and then by
+// begin (token). A record of a tenure already folded updates it, so
+// records may repeat.
+func Fold(records []Record) []Tenure {
+	type key struct {
+		name  string
+		token uint64
+	}
+	var out []Tenure
+	at := map[key]int{} // index in out
+	for _, r := range records {
+		i, ok := at[key{r.Name, r.Token}]
+		if !ok || r.Token == 0 { // a new tenure, or an end no observer saw begin: a row of its own
+			i = len(out)
+			out = append(out, Tenure{Name: r.Name, Token: r.Token})
+			if r.Token != 0 {
+				at[key{r.Name, r.Token}] = i
+			}
+		}
+		t := &out[i]
+		t.Holder = cmp.Or(t.Holder, r.Holder)
+		t.TraceID = cmp.Or(t.TraceID, r.TraceID)
+		if t.From.IsZero() {
+			t.From = r.GrantedAt
+		}
+		t.DurationMS = cmp.Or(t.DurationMS, r.DurationMS)
+		t.Flapping = t.Flapping || r.Flapping
+		if r.Kind == KindEnded {
+			t.To, t.EndedBy, t.Reason = r.Time, r.EndedBy, r.Reason
+			t.Renewals = max(t.Renewals, r.Renewals)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Tenure) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), a.start().Compare(b.start()), cmp.Compare(a.Token, b.Token))
+	})
+	return out
+}
+
+// start orders tenures: their grant time, or their end if that is unknown.
+func (t Tenure) start() time.Time {
+	if t.From.IsZero() {
+		return t.To
+	}
+	return t.From
+}

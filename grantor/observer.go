@@ -1,0 +1,330 @@
+package grantor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/election"
+	"github.com/leased/leased/telemetry"
+)
+
+// ObserverLease is the lease, in the service's own bucket, whose holder is
+// the cluster's observer: the one grantor node that reports the bucket's
+// changes (change events on lease.events.v1.<name>, ownership-change and
+// end spans, change metrics, the history), so that each change is reported
+// once, not once per node. Another node takes over when the observer dies,
+// within about [ObserverDuration].
+const ObserverLease = ReservedPrefix + "observer"
+
+// ReservedPrefix begins the names of the leases the grantor keeps for
+// itself in its bucket: the service refuses to grant them, and leaves them
+// out of lists, per-holder counts and the live-lease gauge.
+const ReservedPrefix = "_leased."
+
+func reserved(name string) bool { return strings.HasPrefix(name, ReservedPrefix) }
+
+// ObserverDuration is the observer lease's duration D.
+const ObserverDuration = 5 * time.Second
+
+// WithHistoryRetention sets how long the history stream keeps records
+// (default [history.DefaultRetention]); a duration ≤ 0 is an error.
+func WithHistoryRetention(d time.Duration) Option {
+	return func(s *Service) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: history retention %v", ErrConfig, d)
+		}
+		s.retention = d
+		return nil
+	}
+}
+
+// observer runs the service's campaign for [ObserverLease] and, while it
+// leads, the observation.
+type observer struct {
+	s         *Service
+	hist      *history.Stream
+	flaps     *telemetry.FlapDetector // of the tenures it reports
+	candidate string
+	ready     chan struct{} // closed once an observer is known (this node or another)
+	readyOnce sync.Once
+
+	mu    sync.Mutex
+	state string // "observing", "standby", for Observing
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+func (o *observer) markReady() { o.readyOnce.Do(func() { close(o.ready) }) }
+
+// Observing reports whether this node is the cluster's observer now.
+func (s *Service) Observing() bool {
+	if s.obs == nil {
+		return false
+	}
+	s.obs.mu.Lock()
+	defer s.obs.mu.Unlock()
+	return s.obs.state == "observing"
+}
+
+// History returns the service's history stream (nil before Start).
+func (s *Service) History() *history.Stream {
+	if s.obs == nil {
+		return nil
+	}
+	return s.obs.hist
+}
+
+// startObserver opens the history stream and starts the campaign; it
+// returns once this node observes or another node is known to.
+func (s *Service) startObserver(ctx context.Context) error {
+	hist, err := kvlease.RetryUnavailable(ctx, 2*time.Second, func(err error) {
+		s.log.Info("waiting for JetStream to open the history stream", "err", err)
+	}, func() (*history.Stream, error) {
+		return history.Open(ctx, s.store.JetStream(), s.store.Bucket(),
+			history.Options{Retention: s.retention, Replicas: s.store.Replicas(), Create: true})
+	})
+	if err != nil {
+		return err
+	}
+	e, err := election.New(s.store, ObserverLease)
+	if err != nil {
+		return err
+	}
+	candidate := s.node
+	if candidate == "" {
+		candidate = "grantor-" + nuid.Next()
+	}
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	o := &observer{s: s, hist: hist, candidate: candidate, ready: make(chan struct{}), stop: stop,
+		flaps: telemetry.NewFlapDetector(s.flaps.Window, s.flaps.Threshold),
+		done:  make(chan struct{}), state: "standby"}
+	s.obs = o
+	go o.campaign(rctx, e)
+	select {
+	case <-o.ready:
+		return nil
+	case <-ctx.Done():
+		o.halt()
+		return ctx.Err()
+	}
+}
+
+// halt ends the campaign and, if observing, resigns.
+func (o *observer) halt() {
+	o.stop()
+	<-o.done
+}
+
+func (o *observer) campaign(ctx context.Context, e *election.Election) {
+	defer close(o.done)
+	for ctx.Err() == nil {
+		if cur, err := e.Leader(ctx); err == nil && cur.Holder != o.candidate {
+			o.markReady() // someone else observes
+		}
+		lead, err := e.Campaign(ctx, o.candidate, ObserverDuration)
+		if err != nil {
+			if ctx.Err() == nil {
+				o.s.log.Warn("observer campaign", "err", err)
+			}
+			continue
+		}
+		o.setState("observing")
+		o.s.log.Info("observing the lease bucket", "node", o.candidate, "token", lead.Token())
+		err = o.observe(ctx, lead)
+		o.setState("standby")
+		switch {
+		case ctx.Err() != nil:
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = lead.Resign(rctx) // hand over at once
+			cancel()
+			return
+		case lead.Context().Err() != nil:
+			o.s.log.Warn("lost the observer lease", "err", lead.Err())
+		default:
+			o.s.log.Warn("observer stopped", "err", err)
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = lead.Resign(rctx)
+			cancel()
+		}
+	}
+}
+
+func (o *observer) setState(st string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.state = st
+}
+
+// open is a tenure the observer has seen begin and not end.
+type openTenure struct {
+	token    kvlease.Token
+	renewals int
+}
+
+// observe reports the bucket's changes while lead lasts. It reports what
+// its predecessor did not: the changes after the revision of the last
+// history record (kvlease.ChangesAfter), a tenure's begin only if its
+// token is above that revision (a tenure first seen through a renewal began
+// before it), and each record appended only once (history.Stream.Append
+// drops a change appended before, by a predecessor that was only paused).
+func (o *observer) observe(ctx context.Context, lead *election.Leadership) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(lead.Context(), cancel)
+	defer stop()
+	after, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (uint64, error) { return o.startRevision(ctx) })
+	if err != nil {
+		return err
+	}
+	w, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Watcher, error) {
+		return o.s.store.Watch(ctx, "", kvlease.ChangesAfter(after))
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	o.markReady()
+	open := map[string]*openTenure{}
+	for ev := range w.Events() {
+		if reserved(ev.Name) {
+			continue
+		}
+		if err := lead.Lease().Check(); err != nil {
+			return err // a paused observer that resumes reports nothing more
+		}
+		if err := o.report(ctx, ev, after, open); err != nil {
+			return err
+		}
+	}
+	if err := w.Err(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// startRevision is the revision after which changes are this observer's to
+// report: that of the last history record; with no history yet, the
+// bucket's revision now (what came before is state, not news).
+func (o *observer) startRevision(ctx context.Context) (uint64, error) {
+	last, ok, err := o.hist.Last(ctx)
+	if err != nil || ok {
+		return last.Revision, err
+	}
+	return o.s.store.LastRevision(ctx)
+}
+
+func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, open map[string]*openTenure) error {
+	switch {
+	case ev.Replay:
+		if ev.Record != nil {
+			open[ev.Name] = &openTenure{token: ev.Token}
+		}
+		return nil
+	case ev.Type == kvlease.EventRenewed:
+		o.s.metrics.LeaseEvent(ctx, ev.Type.String())
+		if t := open[ev.Name]; t != nil && t.token == ev.Token {
+			t.renewals++
+		}
+		return nil
+	case ev.Type == kvlease.EventGranted:
+		prev := open[ev.Name]
+		open[ev.Name] = &openTenure{token: ev.Token}
+		if prev != nil && prev.token != ev.Token {
+			// The watch lagged past the end of the tenure before (history 1
+			// keeps one entry per lease): record that it ended, cause unknown.
+			if err := o.appendEnd(ctx, kvlease.Event{Name: ev.Name, Token: prev.token, Revision: ev.Revision, Time: ev.Time},
+				prev.renewals, "unknown"); err != nil {
+				return err
+			}
+		}
+		if uint64(ev.Token) <= after {
+			return nil // began before: its predecessor reported it
+		}
+		return o.appendBegin(ctx, ev)
+	default: // an end
+		t := open[ev.Name]
+		delete(open, ev.Name)
+		renewals := 0
+		if t != nil && (ev.Token == 0 || t.token == ev.Token) {
+			renewals = t.renewals
+			ev.Token = t.token
+		}
+		if ev.Token == 0 {
+			// An expiry marker of a tenure this watcher did not see live:
+			// the history knows it if a predecessor recorded its begin.
+			if r, ok, err := o.hist.LastFor(ctx, ev.Name); err == nil && ok && r.Kind == history.KindGranted {
+				ev.Holder, ev.Token, ev.GrantedAt = r.Holder, kvlease.Token(r.Token), r.GrantedAt
+			}
+		}
+		return o.appendEnd(ctx, ev, renewals, endCause(ev))
+	}
+}
+
+// endCause is the history's cause of the end ev reports.
+func endCause(ev kvlease.Event) string {
+	switch {
+	case ev.Type == kvlease.EventReleased:
+		return history.EndReleased
+	case ev.Type == kvlease.EventExpired:
+		return history.EndExpired
+	case strings.HasPrefix(ev.Reason, history.GossipReasonPrefix):
+		return history.EndRemoved
+	}
+	return history.EndRevoked
+}
+
+func (o *observer) appendBegin(ctx context.Context, ev kvlease.Event) error {
+	n, flapping := o.flaps.Granted(ev.Name, ev.Time)
+	r := history.Record{Kind: history.KindGranted, Name: ev.Name, Token: uint64(ev.Token), Holder: ev.Holder,
+		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, Flapping: flapping, Observer: o.candidate}
+	if ev.Record != nil {
+		r.DurationMS = ev.Record.Duration.Milliseconds()
+		if sc := kvlease.SpanContextOfGrant(*ev.Record); sc.IsValid() {
+			r.TraceID = sc.TraceID().String()
+		}
+	}
+	fresh, err := o.append(ctx, r)
+	if err != nil || !fresh {
+		return err
+	}
+	o.s.metrics.LeaseEvent(ctx, ev.Type.String())
+	o.s.publishChange(ev, n, flapping)
+	return nil
+}
+
+func (o *observer) appendEnd(ctx context.Context, ev kvlease.Event, renewals int, cause string) error {
+	r := history.Record{Kind: history.KindEnded, Name: ev.Name, Token: uint64(ev.Token), Holder: ev.Holder,
+		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, EndedBy: cause, Reason: ev.Reason,
+		Renewals: renewals, Observer: o.candidate}
+	fresh, err := o.append(ctx, r)
+	if err != nil || !fresh || cause == "unknown" {
+		return err
+	}
+	o.s.metrics.LeaseEvent(ctx, ev.Type.String())
+	o.s.publishChange(ev, 0, false)
+	return nil
+}
+
+// append appends r, retrying while the stream is unavailable (a cluster
+// electing): a change is never skipped, only delayed.
+func (o *observer) append(ctx context.Context, r history.Record) (bool, error) {
+	fresh, err := kvlease.RetryUnavailable(ctx, time.Second, func(err error) {
+		o.s.log.Info("waiting to append history", "lease", r.Name, "err", err)
+	}, func() (bool, error) {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return o.hist.Append(actx, r)
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		o.s.log.Warn("history append failed", "lease", r.Name, "err", err)
+	}
+	return fresh, err
+}
