@@ -1,0 +1,126 @@
+package history_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+func TestFold(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	recs := []history.Record{
+		{Kind: history.KindGranted, Name: "b", Token: 5, Holder: "h1", Revision: 5, Time: at(0), GrantedAt: at(0), DurationMS: 3000},
+		{Kind: history.KindGranted, Name: "a", Token: 6, Holder: "h2", Revision: 6, Time: at(1), GrantedAt: at(1), Flapping: true},
+		{Kind: history.KindEnded, Name: "b", Token: 5, Holder: "h1", Revision: 9, Time: at(4), EndedBy: history.EndReleased, Renewals: 2},
+		// appended twice (two observers, beyond the duplicate window): folded once
+		{Kind: history.KindEnded, Name: "b", Token: 5, Holder: "h1", Revision: 9, Time: at(4), EndedBy: history.EndReleased, Renewals: 1},
+		// the end of a tenure whose begin is older than what was read
+		{Kind: history.KindEnded, Name: "a", Token: 2, Holder: "h0", Revision: 7, Time: at(2), GrantedAt: t0.Add(-time.Minute), EndedBy: history.EndExpired},
+		// an expiry no observer saw begin
+		{Kind: history.KindEnded, Name: "a", Revision: 8, Time: at(3), EndedBy: history.EndExpired},
+	}
+	got := history.Fold(recs)
+	want := []history.Tenure{
+		{Name: "a", Token: 2, Holder: "h0", From: t0.Add(-time.Minute), To: at(2), EndedBy: history.EndExpired},
+		{Name: "a", Token: 6, Holder: "h2", From: at(1), Flapping: true},
+		{Name: "a", To: at(3), EndedBy: history.EndExpired},
+		{Name: "b", Token: 5, Holder: "h1", From: at(0), To: at(4), DurationMS: 3000, Renewals: 2, EndedBy: history.EndReleased},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d tenures %+v, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("tenure %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if !got[1].Live() || got[3].Live() || got[3].Held(time.Now()) != 4*time.Second {
+		t.Errorf("live/held wrong: %+v", got)
+	}
+}
+
+// Records are kept once per change even when appended twice (a new
+// observer re-reporting what a paused one had already recorded); Last and
+// LastFor read them back; Follow delivers the stored ones, then the new.
+func TestStream(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	if _, err := history.Open(ctx, js, "leases", history.Options{}); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("open without create: %v, want ErrNotFound", err)
+	}
+	if _, err := history.Open(ctx, js, "leases", history.Options{Retention: -time.Second, Create: true}); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Fatalf("negative retention: %v", err)
+	}
+	h, err := history.Open(ctx, js, "leases", history.Options{Create: true, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := h.Last(ctx); ok || err != nil {
+		t.Fatalf("last of an empty history: %v, %v", ok, err)
+	}
+	begin := history.Record{Kind: history.KindGranted, Name: "job.a", Token: 3, Holder: "h", Revision: 3, Time: time.Now()}
+	end := history.Record{Kind: history.KindEnded, Name: "job.a", Token: 3, Holder: "h", Revision: 4, Time: time.Now(), EndedBy: history.EndReleased}
+	for i, r := range []history.Record{begin, begin, end, end} {
+		fresh, err := h.Append(ctx, r)
+		if err != nil || fresh != (i%2 == 0) {
+			t.Fatalf("append %d: fresh %v, %v", i, fresh, err)
+		}
+	}
+	last, ok, err := h.Last(ctx)
+	if err != nil || !ok || last.Revision != 4 || last.Kind != history.KindEnded {
+		t.Fatalf("last: %+v %v %v", last, ok, err)
+	}
+	recs, err := h.Read(ctx, "job.", time.Now().Add(-time.Minute))
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("read: %+v, %v; want the begin and the end once each", recs, err)
+	}
+	if ts := history.Fold(recs); len(ts) != 1 || ts[0].EndedBy != history.EndReleased {
+		t.Fatalf("fold: %+v", ts)
+	}
+	if other, err := h.Read(ctx, "jobs", time.Now().Add(-time.Minute)); err != nil || len(other) != 0 {
+		t.Fatalf("read of another prefix: %+v, %v", other, err)
+	}
+
+	// Follow: the stored records, the caught-up mark, then a new one.
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := make(chan history.Record, 8)
+	caught := make(chan struct{})
+	go func() {
+		_ = h.Follow(fctx, "", time.Now().Add(-time.Minute), func(r history.Record, caughtUp bool) bool {
+			if caughtUp {
+				close(caught)
+				return true
+			}
+			got <- r
+			return r.Name != "job.b"
+		})
+	}()
+	<-caught
+	if n := len(got); n != 2 {
+		t.Fatalf("%d records before catching up, want 2", n)
+	}
+	if _, err := h.Append(ctx, history.Record{Kind: history.KindGranted, Name: "job.b", Token: 7, Revision: 7, Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	<-got
+	select {
+	case r := <-got:
+		if r.Name != "job.b" {
+			t.Fatalf("followed %+v", r)
+		}
+	case <-fctx.Done():
+		t.Fatal("the new record was not delivered")
+	}
+	if r, ok, err := h.LastFor(ctx, "job.a"); err != nil || !ok || r.Kind != history.KindEnded {
+		t.Fatalf("last for job.a: %+v %v %v", r, ok, err)
+	}
+}

@@ -1,0 +1,198 @@
+package grantor_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// eventLog collects the change events the service publishes.
+type eventLog struct {
+	ch chan api.ChangeEvent
+}
+
+func subscribeEvents(t *testing.T, nc *nats.Conn) *eventLog {
+	t.Helper()
+	l := &eventLog{ch: make(chan api.ChangeEvent, 256)}
+	sub, err := nc.Subscribe(api.SubjectEvents+">", func(m *nats.Msg) {
+		var ev api.ChangeEvent
+		if json.Unmarshal(m.Data, &ev) == nil {
+			l.ch <- ev
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// next returns the next n events, failing after a timeout.
+func (l *eventLog) next(t *testing.T, n int) []api.ChangeEvent {
+	t.Helper()
+	var out []api.ChangeEvent
+	timeout := time.After(15 * time.Second)
+	for len(out) < n {
+		select {
+		case ev := <-l.ch:
+			out = append(out, ev)
+		case <-timeout:
+			t.Fatalf("%d events of %d: %+v", len(out), n, out)
+		}
+	}
+	return out
+}
+
+// waitRecords follows h until it has n records of leases under prefix
+// and returns them.
+func waitRecords(t *testing.T, h *history.Stream, prefix string, n int) []history.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	var recs []history.Record
+	err := h.Follow(ctx, prefix, time.Now().Add(-time.Hour), func(r history.Record, caughtUp bool) bool {
+		if !caughtUp {
+			recs = append(recs, r)
+		}
+		return len(recs) < n
+	})
+	if err != nil {
+		t.Fatalf("%d history records of %d: %v (%+v)", len(recs), n, err, recs)
+	}
+	return recs
+}
+
+// One node: every begin and end of a tenure is one history record, one
+// change event; the folded history names holders, tokens and causes.
+func TestObserverRecordsHistory(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	if !f.svc.Observing() {
+		t.Fatal("a lone service does not observe")
+	}
+	events := subscribeEvents(t, f.nc)
+	grant := func(name, holder string, d time.Duration) kvlease.Record {
+		t.Helper()
+		rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: holder, Duration: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	a1 := grant("hist.a", "h1", 10*time.Second)
+	if _, err := f.client.Renew(ctx, kvlease.RenewRequest{Name: "hist.a", Holder: "h1", Token: a1.Token, Revision: a1.Revision, Secret: a1.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := f.store.Get(ctx, "hist.a")
+	if err := f.client.Release(ctx, kvlease.ReleaseRequest{Name: "hist.a", Holder: "h1", Token: a1.Token, Revision: cur.Revision, Secret: a1.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	a2 := grant("hist.a", "h2", 10*time.Second)
+	if _, err := f.store.Revoke(ctx, "hist.a", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	b := grant("hist.b", "h3", time.Second) // lapses by its TTL
+
+	recs := waitRecords(t, f.svc.History(), "hist.", 6)
+	ts := history.Fold(recs)
+	want := []struct {
+		name, holder string
+		token        kvlease.Token
+		endedBy      string
+		renewals     int
+	}{
+		{"hist.a", "h1", a1.Token, history.EndReleased, 1},
+		{"hist.a", "h2", a2.Token, history.EndRevoked, 0},
+		{"hist.b", "h3", b.Token, history.EndExpired, 0},
+	}
+	if len(ts) != len(want) {
+		t.Fatalf("tenures %+v", ts)
+	}
+	for i, w := range want {
+		got := ts[i]
+		if got.Name != w.name || got.Holder != w.holder || got.Token != uint64(w.token) || got.EndedBy != w.endedBy ||
+			got.Renewals != w.renewals || got.From.IsZero() || got.To.Before(got.From) {
+			t.Errorf("tenure %d: %+v, want %+v", i, got, w)
+		}
+	}
+	if ts[1].Reason != "stuck" {
+		t.Errorf("revocation reason %q", ts[1].Reason)
+	}
+	evs := events.next(t, 6)
+	counts := map[string]int{}
+	for _, ev := range evs {
+		counts[ev.Type]++
+	}
+	if counts["granted"] != 3 || counts["released"] != 1 || counts["revoked"] != 1 || counts["expired"] != 1 {
+		t.Errorf("events %v, want 3 granted and one of each end", counts)
+	}
+}
+
+// Two services on one bucket: one observes; when it stops, the other takes
+// over, and every change is recorded and published once, before and after.
+func TestObserverTakeover(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	a := startOn(t, srv.ClientURL(), grantor.DefaultConfig(), grantor.WithNodeName("a"))
+	b := startOn(t, srv.ClientURL(), grantor.DefaultConfig(), grantor.WithNodeName("b"))
+	ctx := t.Context()
+	if !a.svc.Observing() || b.svc.Observing() {
+		t.Fatalf("observing: a %v, b %v; want a only", a.svc.Observing(), b.svc.Observing())
+	}
+	events := subscribeEvents(t, a.nc)
+	x, err := a.client.Grant(ctx, kvlease.GrantRequest{Name: "tk.x", Holder: "h", Duration: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRecords(t, a.svc.History(), "tk.", 1)
+	events.next(t, 1)
+
+	w, err := b.store.Watch(ctx, grantor.ObserverLease, kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	a.svc.Stop() // resigns: b takes over
+	for took := false; !took; {
+		select {
+		case ev := <-w.Events():
+			took = ev.Type == kvlease.EventGranted && ev.Holder == "b"
+		case <-time.After(10 * time.Second):
+			t.Fatal("b did not take over")
+		}
+	}
+	if err := b.client.Release(ctx, kvlease.ReleaseRequest{Name: "tk.x", Holder: "h", Token: x.Token, Revision: x.Revision, Secret: x.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Grant(ctx, kvlease.GrantRequest{Name: "tk.y", Holder: "h", Duration: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	recs := waitRecords(t, b.svc.History(), "tk.", 3)
+	evs := events.next(t, 2)
+	if evs[0].Type != "released" || evs[0].Name != "tk.x" || evs[1].Type != "granted" || evs[1].Name != "tk.y" {
+		t.Errorf("events after the takeover: %+v", evs)
+	}
+	select {
+	case ev := <-events.ch:
+		t.Errorf("an extra event: %+v", ev)
+	default:
+	}
+	if recs[0].Observer != "a" || recs[1].Observer != "b" || recs[2].Observer != "b" {
+		t.Errorf("records by %q %q %q, want a b b", recs[0].Observer, recs[1].Observer, recs[2].Observer)
+	}
+	all, err := b.svc.History().Read(ctx, "tk.", time.Now().Add(-time.Hour))
+	if err != nil || len(all) != 3 {
+		t.Errorf("history %+v, %v: want 3 records, each once", all, err)
+	}
+}
