@@ -45,8 +45,10 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// validatePrefix accepts "" or anything that could begin a valid name.
-func validatePrefix(prefix string) error {
+// ValidatePrefix accepts "" or anything that could begin a valid lease
+// name (a name, or one ending in a dot): the prefixes of List, Watch and
+// the grantor's history.
+func ValidatePrefix(prefix string) error {
 	if prefix == "" {
 		return nil
 	}

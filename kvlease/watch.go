@@ -204,7 +204,7 @@ func (w *Watcher) Err() error {
 // tenure before). Events it does deliver are true and in order; decide on
 // the store's compare-and-set, not on having seen an end.
 func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (*Watcher, error) {
-	if err := validatePrefix(prefix); err != nil {
+	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	var o watchOptions

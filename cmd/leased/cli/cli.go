@@ -57,7 +57,7 @@ fencing token. Run "leased serve" to start a grantor node.`,
 	root.AddCommand(newServe(stderr), newVersion(stdout),
 		newAcquire(stdout, stderr), newRenew(stdout), newRelease(stdout), newRevoke(stdout),
 		newGet(stdout), newList(stdout), newWatch(stdout), newRun(stdout, stderr), newStatus(stdout),
-		newDevCluster(stdout, stderr), newRegister(stdout, stderr), newDiscover(stdout),
+		newDevCluster(stdout, stderr), newRegister(stdout, stderr), newDiscover(stdout), newHistory(stdout),
 		newElect(stdout, stderr), newAdvise(stdout), newBench(stdout, stderr))
 	return root
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/grantor/registry"
 	"github.com/leased/leased/kvlease"
@@ -49,6 +50,7 @@ type serveFlags struct {
 	allowInsecure bool
 	base          *server.Options // from --config, less what the flags set
 	namePrefixes  []string
+	retention     time.Duration // of the history stream
 }
 
 func newServe(stderr io.Writer) *cobra.Command {
@@ -119,6 +121,7 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	f.gossip.register(fl, "gossip address host:port of this grantor (enables gossip: suspicion levels in discovery, removal of dead nodes' registrations)")
 	fl.Float64Var(&f.threshold, "suspicion-threshold", 8, "suspicion level (phi) at which discovery calls an instance suspect")
 	f.metrics.register(fl)
+	fl.DurationVar(&f.retention, "history-retention", history.DefaultRetention, "how long the history of tenures (leased history) is kept")
 	fl.StringSliceVar(&f.namePrefixes, "metric-name-prefixes", nil, "label the ownership-change metric with the lease name for leases with these name prefixes (comma-separated; each such lease is a series: keep it to a few)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.BoolVar(&f.debug, "debug", false, "log debug messages, including the NATS server's")
@@ -224,7 +227,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		return usageError{err}
 	}
 	svc, err := grantor.New(st, nc, f.policy, grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(mp),
-		grantor.WithMetricNamePrefixes(f.namePrefixes...), grantor.WithExtension(reg))
+		grantor.WithMetricNamePrefixes(f.namePrefixes...), grantor.WithExtension(reg), grantor.WithHistoryRetention(f.retention))
 	if err != nil {
 		return usageError{err}
 	}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/kvlease"
+)
+
+func newHistory(stdout io.Writer) *cobra.Command {
+	var c connFlags
+	var bucket string
+	var since time.Duration
+	cmd := &cobra.Command{
+		Use:   "history [PREFIX]",
+		Short: "Who held which lease when: one row per tenure, from the grantor's history",
+		Long: `history prints the tenures of the leases whose names start with PREFIX (all
+if none) that the grantor's history holds since --since ago: one row per tenure,
+with its holder, token, start and end, how long it was held, the renewals its
+observer saw, how it ended (released, revoked, expired, removed by gossip; live
+if it has not) and whether the lease was flapping. It reads the history stream
+(LEASED_HISTORY_<bucket>) directly, so it needs JetStream access to it; the
+cluster's observer node writes it (serve --history-retention, default 24h).`,
+		Args: rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			if since <= 0 {
+				return usageError{fmt.Errorf("--since %v: want a positive duration", since)}
+			}
+			if err := kvlease.ValidatePrefix(prefix); err != nil {
+				return usageError{err}
+			}
+			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
+				js, err := jetstream.New(nc)
+				if err != nil {
+					return err
+				}
+				octx, cancel := context.WithTimeout(ctx, c.timeout)
+				defer cancel()
+				h, err := history.Open(octx, js, bucket, history.Options{})
+				if err != nil {
+					return err
+				}
+				recs, err := h.Read(octx, prefix, time.Now().Add(-since))
+				if err != nil {
+					return err
+				}
+				printTenures(c.printer(stdout), history.Fold(recs), time.Now())
+				return nil
+			})
+		},
+	}
+	c.register(cmd.Flags())
+	cmd.Flags().StringVar(&bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
+	cmd.Flags().DurationVar(&since, "since", time.Hour, "how far back to look")
+	return cmd
+}
+
+func printTenures(p printer, ts []history.Tenure, now time.Time) {
+	if p.json {
+		for _, t := range ts {
+			p.obj(t)
+		}
+		return
+	}
+	stamp := func(t time.Time) string {
+		if t.IsZero() {
+			return "?"
+		}
+		return t.Local().Format("15:04:05.000")
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tFROM\tTO\tHELD\tRENEWALS\tENDED BY\t")
+	for _, t := range ts {
+		to, ended, held := stamp(t.To), t.EndedBy, "?"
+		if t.Live() {
+			to, ended = "-", "live"
+		}
+		if d := t.Held(now); d > 0 {
+			held = d.Round(10 * time.Millisecond).String()
+		}
+		if t.Reason != "" {
+			ended += " (" + t.Reason + ")"
+		}
+		holder := t.Holder
+		if holder == "" {
+			holder = "?"
+		}
+		flag := ""
+		if t.Flapping {
+			flag = "FLAPPING"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, holder, t.Token, stamp(t.From), to, held,
+			t.Renewals, ended, flag)
+	}
+	tw.Flush()
+}
