@@ -19,8 +19,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leased/leased/grantor"
-	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/registry"
 	"github.com/leased/leased/kvlease"
 )
