@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"syscall"
@@ -214,6 +215,41 @@ func TestVersionOrder(t *testing.T) {
 	} {
 		if got := slices.Compare(versionOf(c.a), versionOf(c.b)); got != c.want {
 			t.Errorf("compare(%s, %s) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+// recordingTB records whether Skip or Fatal ended the call.
+type recordingTB struct {
+	testing.TB
+	ended string
+}
+
+func (r *recordingTB) Helper()               {}
+func (r *recordingTB) Skip(...any)           { r.ended = "skip"; runtime.Goexit() }
+func (r *recordingTB) Fatal(...any)          { r.ended = "fatal"; runtime.Goexit() }
+func (r *recordingTB) Skipf(string, ...any)  { r.Skip() }
+func (r *recordingTB) Fatalf(string, ...any) { r.Fatal() }
+
+// Missing binaries skip a test, except in CI, where they fail it; any
+// other error fails it.
+func TestSkipOnlyOutsideCI(t *testing.T) {
+	for _, c := range []struct {
+		ci   string
+		err  error
+		want string
+	}{
+		{"", fmt.Errorf("%w: none here", ErrNoPostgres), "skip"},
+		{"true", fmt.Errorf("%w: none here", ErrNoPostgres), "fatal"},
+		{"", errors.New("initdb failed"), "fatal"},
+	} {
+		t.Setenv("CI", c.ci)
+		r := &recordingTB{TB: t}
+		done := make(chan struct{})
+		go func() { defer close(done); skipOrFail(r, c.err) }()
+		<-done
+		if r.ended != c.want {
+			t.Errorf("CI=%q, %v: %s, want %s", c.ci, c.err, r.ended, c.want)
 		}
 	}
 }
