@@ -95,7 +95,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *worker != "" {
-		if err := runWorker(ctx, os.Stdin, os.Stdout, *worker, *natsURL, *dsn); err != nil {
+		// The URLs come in the environment: they may hold passwords,
+		// which a command line shows to every user of the machine.
+		if err := runWorker(ctx, os.Stdin, os.Stdout, *worker, os.Getenv(envNATSURL), os.Getenv(envDSN)); err != nil {
 			fmt.Println("error", err)
 			os.Exit(1)
 		}
@@ -339,7 +341,8 @@ type line struct {
 }
 
 // startWorkers starts the worker processes: this executable again, with
-// -worker (envWorkerProcess tells a test binary to run main).
+// -worker, the URLs in their environment (envWorkerProcess tells a test
+// binary to run main).
 // Their output goes to lines, until stop is closed; readers counts the
 // goroutines reading it.
 func startWorkers(natsURL, dsn string, lines chan<- line, stop <-chan struct{}, readers *sync.WaitGroup) ([]*proc, error) {
@@ -349,8 +352,8 @@ func startWorkers(natsURL, dsn string, lines chan<- line, stop <-chan struct{}, 
 	}
 	var procs []*proc
 	for _, name := range workers {
-		cmd := exec.Command(exe, "-worker", name, "-nats-url", natsURL, "-pg-dsn", dsn)
-		cmd.Env = append(os.Environ(), envWorkerProcess+"=1")
+		cmd := exec.Command(exe, "-worker", name)
+		cmd.Env = append(os.Environ(), envWorkerProcess+"=1", envNATSURL+"="+natsURL, envDSN+"="+dsn)
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -385,9 +388,13 @@ func startWorkers(natsURL, dsn string, lines chan<- line, stop <-chan struct{}, 
 	return procs, nil
 }
 
-// envWorkerProcess, set in a worker's environment, makes a test binary run
-// main (see main_test.go's TestMain).
-const envWorkerProcess = "PG_WORK_QUEUE_WORKER"
+// A worker's environment: envWorkerProcess makes a test binary run main
+// (see main_test.go's TestMain); envNATSURL and envDSN are the URLs.
+const (
+	envWorkerProcess = "PG_WORK_QUEUE_WORKER"
+	envNATSURL       = "PG_WORK_QUEUE_NATS_URL"
+	envDSN           = "PG_WORK_QUEUE_PG_DSN"
+)
 
 // pause is the sleeper's stopped claim.
 type pause struct {

@@ -134,6 +134,13 @@ func (f *SQL) CreateTable(ctx context.Context, db *sql.DB) error {
 // [Retryable]). Either way Check never accepts a token lower than one
 // committed before it.
 //
+// The lock has a cost: a holder that pauses while its transaction is open
+// (after Check, before commit) holds up its successor's Check for as long.
+// Its late commit is still safe: it is ordered before the successor's
+// write, which then supersedes it. Bound the wait with PostgreSQL's
+// idle_in_transaction_session_timeout (for the holders' sessions: a
+// paused holder's session is ended and its commit fails) or lock_timeout.
+//
 // # Errors
 //
 // [ErrInvalidToken] (0, or above the largest bigint) and

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"math"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -544,8 +545,9 @@ func TestSQLDatabaseUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = f.Highest(ctx, closed, "r")
-	if !errors.Is(err, fence.ErrDatabase) || !errors.As(err, &de) || de.Op != "read" {
-		t.Fatalf("Highest on a closed port = %v, want ErrDatabase", err)
+	var refused *net.OpError // the driver's error, reachable through the fence's
+	if !errors.Is(err, fence.ErrDatabase) || !errors.As(err, &de) || de.Op != "read" || !errors.As(err, &refused) {
+		t.Fatalf("Highest on a closed port = %v, want ErrDatabase wrapping the dial's *net.OpError", err)
 	}
 	if err := f.CreateTable(ctx, closed); !errors.Is(err, fence.ErrDatabase) {
 		t.Fatalf("CreateTable on a closed port = %v, want ErrDatabase", err)
@@ -649,5 +651,37 @@ func TestSQLDocumentedStatement(t *testing.T) {
 	if err := db.QueryRowContext(ctx, "SELECT balance, last_token FROM account WHERE id = 42").Scan(&balance, &last); err != nil ||
 		balance != 300 || last != 7 {
 		t.Fatalf("account 42: balance %d, last_token %d, %v; want 300, 7", balance, last, err)
+	}
+}
+
+// A holder that stalls inside its transaction, after its Check, holds up
+// its successor only until PostgreSQL ends the idle session
+// (idle_in_transaction_session_timeout, as the doc advises); the
+// successor's token is then accepted and the stalled commit fails.
+func TestSQLStalledHolderTimedOut(t *testing.T) {
+	db, f := sqlFence(t)
+	ctx := t.Context()
+	stalled, _ := beginWithPID(t, db, nil)
+	if _, err := stalled.ExecContext(ctx, "SET LOCAL idle_in_transaction_session_timeout = '300ms'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Check(ctx, stalled, "r", 5); err != nil {
+		t.Fatal(err)
+	}
+	// The stalled holder sends nothing more; its successor checks.
+	if err := fencedWrite(ctx, db, f, nil, "r", 7, "successor"); err != nil {
+		t.Fatalf("successor: %v", err)
+	}
+	if _, err := stalled.ExecContext(ctx, "UPDATE account SET value = 'stalled' WHERE id = 'r'"); err == nil {
+		t.Fatal("the stalled holder's session outlived its timeout")
+	}
+	if err := stalled.Commit(); err == nil {
+		t.Fatal("the stalled holder committed")
+	}
+	if v, tok := account(t, db, "r"); v != "successor" || tok != 7 {
+		t.Fatalf("account = %q (token %d), want the successor's (7)", v, tok)
+	}
+	if h := highest(t, db, f, "r"); h != 7 {
+		t.Fatalf("Highest = %d, want 7", h)
 	}
 }
