@@ -462,20 +462,20 @@ func run(ctx context.Context, w io.Writer, natsURL, dsn string) error {
 	procs, err := startWorkers(natsURL, dsn, lines, stop, &readers)
 	defer func() {
 		close(stop)
-		for _, p := range procs { // a stopped process dies of SIGKILL too
-			_ = p.cmd.Process.Kill()
+		for _, pr := range procs { // a stopped process dies of SIGKILL too
+			_ = pr.cmd.Process.Kill()
 		}
 		readers.Wait()
-		for _, p := range procs {
-			_ = p.cmd.Wait()
+		for _, pr := range procs {
+			_ = pr.cmd.Wait()
 		}
 	}()
 	if err != nil {
 		return err
 	}
 	byName := map[string]*proc{}
-	for _, p := range procs {
-		byName[p.name] = p
+	for _, pr := range procs {
+		byName[pr.name] = pr
 	}
 	started := time.Now()
 
@@ -558,8 +558,8 @@ func run(ctx context.Context, w io.Writer, natsURL, dsn string) error {
 			return fmt.Errorf("%s said %q", l.worker, l.text)
 		}
 	}
-	for _, p := range procs {
-		_ = p.stdin.Close() // the workers stop
+	for _, pr := range procs {
+		_ = pr.stdin.Close() // the workers stop
 	}
 	for ended := 0; ended < len(procs); { // read what they still say, to its end
 		select {
@@ -571,12 +571,16 @@ func run(ctx context.Context, w io.Writer, natsURL, dsn string) error {
 			return fmt.Errorf("workers not stopping: %w", ctx.Err())
 		}
 	}
-	for _, p := range procs {
-		if err := p.cmd.Wait(); err != nil {
-			return fmt.Errorf("%s: %w", p.name, err)
+	var exitErr error
+	for _, pr := range procs {
+		if err := pr.cmd.Wait(); err != nil && exitErr == nil {
+			exitErr = fmt.Errorf("%s: %w", pr.name, err)
 		}
 	}
-	procs = nil
+	procs = nil // waited for: nothing for the deferred kill
+	if exitErr != nil {
+		return exitErr
+	}
 	fmt.Fprintf(w, "all workers stopped after %v\n", time.Since(started).Round(time.Millisecond))
 	if err := check(ctx, w, db, f, completedBy, tokenOf, p); err != nil {
 		return err
