@@ -124,3 +124,28 @@ func TestClientLinksNoServerOrGossip(t *testing.T) {
 		}
 	}
 }
+
+// kvlease/fence links no database driver (fence.SQL is database/sql only:
+// users bring theirs), and kvlease/fence/pgtest nothing but the standard
+// library.
+func TestFenceLinksNoDriver(t *testing.T) {
+	for _, c := range []struct {
+		pkg     string
+		allowed func(dep string) bool
+	}{
+		{module + "/kvlease/fence", func(dep string) bool {
+			return !strings.Contains(dep, "jackc/") && !strings.Contains(dep, "lib/pq") // PostgreSQL drivers
+		}},
+		{module + "/kvlease/fence/pgtest", func(dep string) bool { return dep == module+"/kvlease/fence/pgtest" }},
+	} {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", c.pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", c.pkg, err, out)
+		}
+		for dep := range strings.Lines(string(out)) {
+			if dep = strings.TrimSpace(dep); dep != "" && !c.allowed(dep) {
+				t.Errorf("%s links %s", c.pkg, dep)
+			}
+		}
+	}
+}

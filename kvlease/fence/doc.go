@@ -14,18 +14,29 @@
 // process, serializes the check and the effect per resource. [KV], across
 // processes, keeps each resource's value and token in a JetStream KV key and
 // writes with a compare-and-set on the key's revision, so the server decides
-// between racing writers.
+// between racing writers. [SQL] lives in a PostgreSQL database, next to the
+// data it guards: [SQL.Check] raises the resource's token inside the
+// caller's transaction, so the token and the guarded write commit together
+// or not at all, and the row lock it takes serializes fenced transactions on
+// one resource (the reasoning for READ COMMITTED and SERIALIZABLE is in
+// [SQL.Check]'s doc).
 //
 // # What it does not guarantee
 //
 // A fence protects only what goes through it. [KV] used as a gate in front
 // of another resource (a file, a remote API) can still be raced between the
-// gate and that resource: prefer a fence inside the resource. For a SQL
-// database that is one statement (docs/fencing.md):
+// gate and that resource: prefer a fence inside the resource. In a SQL
+// database that is [SQL], or, for a table of your own, one statement
+// (docs/fencing.md):
 //
-//	UPDATE resource SET value = :value, last_token = :token
-//	 WHERE id = :id AND last_token <= :token
+//	UPDATE resource SET value = $value, last_token = $token
+//	 WHERE id = $id AND last_token <= $token
 //	-- 0 rows updated: stale token, refuse.
+//
+// [SQL] speaks PostgreSQL's dialect (INSERT … ON CONFLICT, $n parameters)
+// through [database/sql]: the package imports no driver, bring your own
+// (github.com/jackc/pgx/v5/stdlib). A token guards only writes made in the
+// transaction that checked it; writes committed elsewhere are not fenced.
 //
 // Tokens compare only within one lease bucket: a bucket that is deleted and
 // recreated starts its revisions again, and the fence then refuses every new

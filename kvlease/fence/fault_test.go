@@ -19,7 +19,7 @@ import (
 
 // The test binary doubles as the child process of the fault test.
 func TestMain(m *testing.M) {
-	kvleasetest.Main(m, map[string]func(string) error{"paused-writer": pausedWriter})
+	kvleasetest.Main(m, map[string]func(string) error{"paused-writer": pausedWriter, "pg-paused-writer": pgPausedWriter})
 }
 
 // pausedWriter is a holder that takes the lease, checks it, reports
