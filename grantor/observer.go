@@ -34,6 +34,10 @@ func reserved(name string) bool { return strings.HasPrefix(name, ReservedPrefix)
 // ObserverDuration is the observer lease's duration D.
 const ObserverDuration = 5 * time.Second
 
+// attemptTimeout bounds each JetStream request of the observer, which
+// retries while JetStream is unavailable.
+const attemptTimeout = 2 * time.Second
+
 // WithHistoryRetention sets how long the history stream keeps records
 // (default [history.DefaultRetention]); a duration ≤ 0 is an error.
 func WithHistoryRetention(d time.Duration) Option {
@@ -88,7 +92,11 @@ func (s *Service) startObserver(ctx context.Context) error {
 	hist, err := kvlease.RetryUnavailable(ctx, 2*time.Second, func(err error) {
 		s.log.Info("waiting for JetStream to open the history stream", "err", err)
 	}, func() (*history.Stream, error) {
-		return history.Open(ctx, s.store.JetStream(), s.store.Bucket(),
+		// Bounded: a JetStream API request no server answers (a cluster
+		// still forming, nodes creating the stream at once) waits for ever.
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
+		return history.Open(actx, s.store.JetStream(), s.store.Bucket(),
 			history.Options{Retention: s.retention, Replicas: s.store.Replicas(), Create: true})
 	})
 	if err != nil {
@@ -108,12 +116,34 @@ func (s *Service) startObserver(ctx context.Context) error {
 		done:  make(chan struct{}), state: "standby"}
 	s.obs = o
 	go o.campaign(rctx, e)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go o.awaitObserver(wctx)
 	select {
 	case <-o.ready:
 		return nil
 	case <-ctx.Done():
 		o.halt()
 		return ctx.Err()
+	}
+}
+
+// awaitObserver marks the observer known once the observer lease is held,
+// by this node or another (a standby's campaign blocks until the lease
+// is free).
+func (o *observer) awaitObserver(ctx context.Context) {
+	w, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Watcher, error) {
+		return o.s.store.Watch(ctx, ObserverLease)
+	})
+	if err != nil {
+		return
+	}
+	defer w.Stop()
+	for ev := range w.Events() {
+		if ev.Name == ObserverLease && !ev.Type.Ends() && ev.Holder != o.candidate {
+			o.markReady()
+			return
+		}
 	}
 }
 
@@ -126,9 +156,6 @@ func (o *observer) halt() {
 func (o *observer) campaign(ctx context.Context, e *election.Election) {
 	defer close(o.done)
 	for ctx.Err() == nil {
-		if cur, err := e.Leader(ctx); err == nil && cur.Holder != o.candidate {
-			o.markReady() // someone else observes
-		}
 		lead, err := e.Campaign(ctx, o.candidate, ObserverDuration)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -214,6 +241,8 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 // report: that of the last history record; with no history yet, the
 // bucket's revision now (what came before is state, not news).
 func (o *observer) startRevision(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
 	last, ok, err := o.hist.Last(ctx)
 	if err != nil || ok {
 		return last.Revision, err
@@ -260,7 +289,10 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		if ev.Token == 0 {
 			// An expiry marker of a tenure this watcher did not see live:
 			// the history knows it if a predecessor recorded its begin.
-			if r, ok, err := o.hist.LastFor(ctx, ev.Name); err == nil && ok && r.Kind == history.KindGranted {
+			lctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+			r, ok, err := o.hist.LastFor(lctx, ev.Name)
+			cancel()
+			if err == nil && ok && r.Kind == history.KindGranted && r.Token < ev.Revision {
 				ev.Holder, ev.Token, ev.GrantedAt = r.Holder, kvlease.Token(r.Token), r.GrantedAt
 			}
 		}
@@ -319,7 +351,7 @@ func (o *observer) append(ctx context.Context, r history.Record) (bool, error) {
 	fresh, err := kvlease.RetryUnavailable(ctx, time.Second, func(err error) {
 		o.s.log.Info("waiting to append history", "lease", r.Name, "err", err)
 	}, func() (bool, error) {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		defer cancel()
 		return o.hist.Append(actx, r)
 	})
