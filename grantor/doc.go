@@ -11,13 +11,22 @@
 // stable code in the Nats-Service-Error-Code header and in the body. W3C
 // trace context rides in the request headers.
 //
-// A grant returns a random secret; the bucket stores only its hash, and
-// renewals and releases must present it. Knowing a lease's name, holder and
-// token is not enough to renew or release it.
+// A grant returns a secret (random, or the caller's own); the bucket
+// stores only its hash, and renewals and releases must present it. Knowing
+// a lease's name, holder and token is not enough to renew or release it. A
+// grant with a request_id and its secret may be sent again when its reply
+// is lost, and is answered with the tenure the first attempt made.
 //
-// The service publishes every grant and end of a tenure on
-// lease.events.v1.<name> for followers in any language, counts new
-// tenures and flags flapping leases. Requests are handled concurrently (up
+// # The observer
+//
+// One service of a cluster at a time observes the bucket, elected on the
+// lease [ObserverLease] and replaced within about [ObserverDuration] when
+// it dies: it publishes every grant and end of a tenure on
+// lease.events.v1.<name> for followers in any language, records the
+// ownership-change spans and change metrics, flags flapping leases, and
+// writes the history of tenures ([github.com/leased/leased/grantor/history],
+// [WithHistoryRetention]), each change once. A new observer reports the
+// changes after the last one its predecessor recorded, once. Requests are handled concurrently (up
 // to [Config.MaxInFlight]), so many clients' KV writes overlap instead of
 // queueing behind one round trip.
 //
