@@ -16,6 +16,8 @@
 // a lease's name, holder and token is not enough to renew or release it. A
 // grant with a request_id and its secret may be sent again when its reply
 // is lost, and is answered with the tenure the first attempt made.
+// Requests are handled concurrently (up to [Config.MaxInFlight]), so many
+// clients' KV writes overlap instead of queueing behind one round trip.
 //
 // # The observer
 //
@@ -26,9 +28,7 @@
 // ownership-change spans and change metrics, flags flapping leases, and
 // writes the history of tenures ([github.com/leased/leased/grantor/history],
 // [WithHistoryRetention]), each change once. A new observer reports the
-// changes after the last one its predecessor recorded, once. Requests are handled concurrently (up
-// to [Config.MaxInFlight]), so many clients' KV writes overlap instead of
-// queueing behind one round trip.
+// changes after the last one its predecessor recorded, once.
 //
 // The durations a lease may have and the grantor margin are the store's,
 // set once where it is opened ([kvlease.WithDurationRange],
