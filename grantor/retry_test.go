@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -158,4 +160,74 @@ func TestRetriedGrantAtHolderLimit(t *testing.T) {
 	}
 	_, err = f.client.Grant(ctx, kvlease.GrantRequest{Name: "second", Holder: "h", Duration: 10 * time.Second})
 	assertCode(t, err, api.CodeLimitExceeded)
+}
+
+// A request that arrives after the deadline its caller put on it (it
+// waited in a paused node, or on a cut link, while its caller gave up) is
+// answered too_late and not carried out: a grant made for nobody would
+// keep the lease taken for a TTL.
+func TestRequestPastItsDeadlineNotCarriedOut(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	send := func(deadline time.Time) string {
+		t.Helper()
+		msg := nats.NewMsg(api.SubjectGrant)
+		msg.Data = []byte(`{"name":"late.job","holder":"h","ttl":"10s"}`)
+		msg.Header.Set(api.HeaderDeadline, fmt.Sprint(deadline.UnixMilli()))
+		reply, err := f.nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply.Header.Get(api.HeaderErrorCode)
+	}
+	if code := send(time.Now().Add(-time.Second)); code != api.CodeTooLate {
+		t.Fatalf("grant past its deadline: %q, want %s", code, api.CodeTooLate)
+	}
+	if _, err := f.store.Get(ctx, "late.job"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("a late grant was carried out: %v", err)
+	}
+	if code := send(time.Now().Add(5 * time.Second)); code != "" {
+		t.Fatalf("grant before its deadline: %q", code)
+	}
+	var se *api.ServiceError
+	if err := (api.ErrorBody{Code: api.CodeTooLate, Message: "m"}).Err(); !errors.As(err, &se) || !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Errorf("too_late maps to %v, want an unavailable ServiceError (callers retry)", err)
+	}
+}
+
+// The Go client puts its deadline on every request, on the grantor's clock
+// as its replies show it, once it has had a reply; after a too_late answer
+// it sends the next request without one, and measures the offset anew.
+func TestClientSendsDeadline(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	seen := make(chan nats.Header, 8)
+	sub, err := f.nc.Subscribe(api.SubjectGet, func(m *nats.Msg) { seen <- m.Header })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	get := func() nats.Header {
+		t.Helper()
+		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, _ = f.client.Get(gctx, "dl.none")
+		return <-seen
+	}
+	if h := get(); h.Get(api.HeaderDeadline) != "" {
+		t.Fatalf("deadline %q sent before any reply", h.Get(api.HeaderDeadline))
+	}
+	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "dl.a", Holder: "h", Duration: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	h := get()
+	ms, err := strconv.ParseInt(h.Get(api.HeaderDeadline), 10, 64)
+	if err != nil || time.UnixMilli(ms).Before(before.Add(2*time.Second)) || time.UnixMilli(ms).After(before.Add(4*time.Second)) {
+		t.Fatalf("deadline header %q: want about 3 s from now (one machine: the clocks agree)", h.Get(api.HeaderDeadline))
+	}
+	f.client.Clock().DistrustOffset()
+	if h := get(); h.Get(api.HeaderDeadline) != "" {
+		t.Errorf("deadline %q sent with a distrusted offset", h.Get(api.HeaderDeadline))
+	}
 }

@@ -399,6 +399,11 @@ func (s *Service) worker(r request) {
 	}
 }
 
+// deadlineSlack is how late after its caller's deadline (api.HeaderDeadline)
+// a request is still carried out: for the differences between the clocks of
+// grantor nodes, which the caller's estimate of one of them does not cover.
+const deadlineSlack = 250 * time.Millisecond
+
 func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	start := time.Now()
 	verb := subject[strings.LastIndexByte(subject, '.')+1:]
@@ -411,6 +416,14 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	if ms, err := strconv.Atoi(hdr.Get(api.HeaderTimeout)); err == nil && ms > 0 {
 		timeout = min(timeout, time.Duration(ms)*time.Millisecond)
 	}
+	late := time.Duration(0)
+	if ms, err := strconv.ParseInt(hdr.Get(api.HeaderDeadline), 10, 64); err == nil && ms > 0 {
+		// Past the caller's deadline (plus a slack for the clocks of
+		// grantor nodes, which differ a little): it has given up.
+		left := time.UnixMilli(ms).Add(deadlineSlack).Sub(start)
+		timeout = min(timeout, max(left, 0))
+		late = -left
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
@@ -418,6 +431,9 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	var err error
 	fn, ok := s.handlers[subject]
 	switch {
+	case late > 0:
+		s.log.Info("dropped a request that arrived after its caller's deadline", "subject", subject, "late", late)
+		err = fmt.Errorf("%w (by %v); nothing was done", api.ErrTooLate, late.Round(time.Millisecond))
 	case len(data) > s.cfg.MaxRequestBytes:
 		err = fmt.Errorf("%w: request of %d bytes, limit %d", api.ErrTooLarge, len(data), s.cfg.MaxRequestBytes)
 	case !ok:

@@ -120,4 +120,28 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	if cur, err := check.Get(ctx, req.Name); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("lease after the late attempt: %s", fmt.Sprint(cur, err))
 	}
+
+	// 3. A request whose caller gave up before any attempt was carried out
+	// (its retries were told "held", or its context ended) would grant the
+	// lease, free by then, to nobody. It carries its deadline, and arrives
+	// after it: it is not carried out.
+	rid2, secret2 := kvlease.NewRequestID()
+	body, _ = json.Marshal(api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
+		RequestID: rid2, Secret: secret2})
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(api.SubjectGrant)
+	msg.Reply, msg.Data = replies.Subject, body
+	// Its caller gave up a second ago (every node's clock is this machine's).
+	msg.Header.Set(api.HeaderDeadline, fmt.Sprint(time.Now().Add(-time.Second).UnixMilli()))
+	if err := stuck.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := lateAnswer(); code != api.CodeTooLate {
+		t.Errorf("request past its deadline: %q, want %s", code, api.CodeTooLate)
+	}
+	if cur, err := check.Get(ctx, req.Name); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("lease after the request past its deadline: %s", fmt.Sprint(cur, err))
+	}
 }

@@ -22,6 +22,14 @@ const (
 	// HeaderTimeout, on a request, tells the service how many milliseconds
 	// the caller will wait for the reply; the service works no longer.
 	HeaderTimeout = "Leased-Timeout-Ms"
+	// HeaderDeadline, on a request, is the caller's deadline as the
+	// grantor's wall clock reads it (Unix milliseconds; the caller
+	// estimates the grantor's clock from the server_time of replies). A
+	// request that arrives after it (it waited in a paused node, or on a
+	// link that was cut) is answered "unavailable" and carried out not at
+	// all: its caller has given up, and a grant made for it would keep the
+	// lease taken by nobody.
+	HeaderDeadline = "Leased-Deadline-Unix-Ms"
 
 	// SubjectEvents prefixes the subjects on which the service publishes
 	// grants and ends of tenures: lease.events.v1.<lease name>.
@@ -58,6 +66,7 @@ const (
 	CodeLimitExceeded   = "limit_exceeded"   // too many leases for this holder
 	CodeRequestMismatch = "request_mismatch" // a retried grant's request_id asked for something else
 	CodeRequestUsed     = "request_used"     // a retried grant's tenure has ended: ask with a new request_id
+	CodeTooLate         = "too_late"         // arrived after the caller's deadline (Leased-Deadline-Unix-Ms); not carried out
 	CodeUnavailable     = "unavailable"      // the bucket could not be reached in time
 	CodeInternal        = "internal"         // a bug or a corrupt record: see the server log
 )

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -38,6 +39,8 @@ func ErrorBodyOf(verb string, err error) ErrorBody {
 		b.Code = CodeTooLarge
 	case errors.Is(err, ErrLimitExceeded):
 		b.Code = CodeLimitExceeded
+	case errors.Is(err, ErrTooLate):
+		b.Code = CodeTooLate
 	case errors.Is(err, kvlease.ErrRequestMismatch):
 		b.Code = CodeRequestMismatch
 	case errors.Is(err, kvlease.ErrRequestUsed):
@@ -98,6 +101,8 @@ func (b ErrorBody) Err() error {
 		sentinel = ErrTooLarge
 	case CodeLimitExceeded:
 		sentinel = ErrLimitExceeded
+	case CodeTooLate:
+		sentinel = ErrTooLate
 	case CodeRequestMismatch:
 		sentinel = kvlease.ErrRequestMismatch
 	case CodeRequestUsed:
@@ -138,4 +143,8 @@ var (
 	ErrLimitExceeded = errors.New("grantor: limit exceeded")
 	// ErrInternal: the service failed in a way the client cannot fix.
 	ErrInternal = errors.New("grantor: internal error")
+	// ErrTooLate (also kvlease.ErrUnavailable): the request arrived after
+	// the deadline its caller put on it ([HeaderDeadline]) and was not
+	// carried out; a caller still waiting sends it again.
+	ErrTooLate = fmt.Errorf("%w: the request arrived after its caller's deadline", kvlease.ErrUnavailable)
 )

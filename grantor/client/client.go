@@ -211,6 +211,12 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	msg := &nats.Msg{Subject: subject, Data: data, Header: telemetry.Inject(ctx, nil)}
 	if dl, ok := ctx.Deadline(); ok {
 		msg.Header.Set(api.HeaderTimeout, strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10))
+		// The deadline on the grantor's clock, erring late by the
+		// estimate's bound: a request that arrives after it is not carried
+		// out. Without an estimate yet (no reply so far), none is sent.
+		if offset, bound, ok := c.clock.Offset(); ok {
+			msg.Header.Set(api.HeaderDeadline, strconv.FormatInt(dl.Add(offset+bound).UnixMilli(), 10))
+		}
 	}
 	if !c.nc.IsConnected() {
 		// A request published while reconnecting is buffered and sent on
@@ -224,6 +230,9 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
 		body := api.ErrorBody{Code: code, Message: reply.Header.Get(api.HeaderError)}
 		_ = json.Unmarshal(reply.Data, &body) // the body adds holder and token for "held"
+		if code == api.CodeTooLate {
+			c.clock.DistrustOffset() // the next request goes without a deadline, and its reply measures anew
+		}
 		return body.Err()
 	}
 	if resp == nil {

@@ -29,6 +29,10 @@ type ClockEstimator struct {
 	nodes map[string]*nodeClock // by answering node; at most maxNodes
 	last  clockSample           // the latest sample of any node
 	n     uint64                // samples observed, to find the least recent node
+	// distrust: a grantor said a deadline computed with the latest offset
+	// had passed on arrival (a clock stepped since?): Offset reports none
+	// until the next sample.
+	distrust bool
 }
 
 // nodeClock is one grantor node's samples, oldest first, at most maxSamples.
@@ -105,6 +109,7 @@ func (c *ClockEstimator) observe(node string, sent, received clockReading, serve
 		nc.samples = nc.samples[1:]
 	}
 	c.last = s
+	c.distrust = false
 }
 
 func (c *ClockEstimator) forgetLeastRecentLocked() {
@@ -141,6 +146,24 @@ func (c *ClockEstimator) Estimate() (offset, bound time.Duration, rate, rateBoun
 		}
 	}
 	return c.last.offset, c.last.bound, rate, rateBound, ok
+}
+
+// Offset returns the latest offset (grantor minus local wall clock) and its
+// error bound; ok is false until a node has answered once, and after
+// [ClockEstimator.DistrustOffset] until the next answer.
+func (c *ClockEstimator) Offset() (offset, bound time.Duration, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last.offset, c.last.bound, c.n > 0 && !c.distrust
+}
+
+// DistrustOffset makes Offset report no offset until the next sample: a
+// grantor refused a request as arriving after its deadline, which a step
+// of either clock since the last sample can also cause.
+func (c *ClockEstimator) DistrustOffset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.distrust = true
 }
 
 // rateOf is the rate error of a node's clock against the local monotonic

@@ -1,0 +1,88 @@
+package main_test
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/leased/leased/grantor/history"
+)
+
+// tenureRows parses `leased history -o json`.
+func tenureRows(t *testing.T, out string) []history.Tenure {
+	t.Helper()
+	var rows []history.Tenure
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var r history.Tenure
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("history line %q: %v", line, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// One node: `leased history` shows the tenures made through the CLI, with
+// their ends, and still does after the node is killed and restarted on its
+// data. Bad input gets a usage error.
+func TestHistoryCommand(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, dir)
+	if r := leased(t, s.url, "run", "--lease", "hist.job", "--holder", "w1", "--ttl", "5s", "--", "true"); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	if r := leased(t, s.url, "acquire", "hist.job", "--holder", "w2", "--ttl", "20s"); r.code != 0 {
+		t.Fatalf("acquire: %+v", r)
+	}
+	if r := leased(t, s.url, "revoke", "hist.job", "--reason", "maintenance"); r.code != 0 {
+		t.Fatalf("revoke: %+v", r)
+	}
+	want := func(rows []history.Tenure) bool {
+		return len(rows) == 2 && rows[0].Holder == "w1" && rows[0].EndedBy == history.EndReleased &&
+			rows[1].Holder == "w2" && rows[1].EndedBy == history.EndRevoked && rows[1].Reason == "maintenance" &&
+			rows[0].Token < rows[1].Token
+	}
+	var rows []history.Tenure
+	for i := 0; ; i++ { // the observer records a change moments after it is stored
+		r := leased(t, s.url, "history", "hist.", "-o", "json")
+		if r.code != 0 {
+			t.Fatalf("history: %+v", r)
+		}
+		if rows = tenureRows(t, r.stdout); want(rows) {
+			break
+		}
+		if i == 200 { // each try is a process: seconds in all
+			t.Fatalf("history rows %+v", rows)
+		}
+	}
+	text := leased(t, s.url, "history", "hist.")
+	for _, w := range []string{"NAME", "w1", "released", "w2", "revoked (maintenance)"} {
+		if !strings.Contains(text.stdout, w) {
+			t.Errorf("history table lacks %q:\n%s", w, text.stdout)
+		}
+	}
+
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.cmd.Wait()
+	s = startServe(t, dir)
+	r := leased(t, s.url, "history", "hist.", "-o", "json")
+	if after := tenureRows(t, r.stdout); r.code != 0 || !want(after) {
+		t.Errorf("history after a restart: %+v (%v)", after, r)
+	}
+
+	for _, args := range [][]string{
+		{"history", "--since", "-1h"},
+		{"history", "a b"},
+		{"history", "--since", "soon"},
+	} {
+		if r := leased(t, s.url, args...); r.code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2", args, r.code, r.stderr)
+		}
+	}
+}
