@@ -158,7 +158,8 @@ func runNemesis(t *testing.T, cfg nemesisConfig) {
 	// one request id): a tenure whose reply was lost is recovered by the
 	// retry, unless the caller gave up first.
 	if n := rep.Figures.RetriedOrphans; n != 0 { // the summary lists them
-		t.Errorf("%d orphan tenures of callers that retried and were answered, want 0", n)
+		t.Errorf("%d orphan tenures of callers that retried and were answered (%d surely stored after the answer), want 0",
+			n, rep.Figures.LateOrphans)
 	}
 	if rep.Figures.Tenures < cfg.minTenures {
 		t.Errorf("only %d tenures, want at least %d: the run tested too little", rep.Figures.Tenures, cfg.minTenures)

@@ -41,13 +41,22 @@ type Params struct {
 	// re-reads only below what it wrote or saw itself (docs/safety.md,
 	// "Evidence, not truth"). Set it when such a read is no proof of loss.
 	IgnoreReads bool
+	// MaxLate bounds how long after its send a grant attempt that got no
+	// answer may still be carried out (it waited in a paused or cut-off
+	// node, in TCP's retransmissions, in a paused holder): an orphan
+	// tenure is put down only to a request with an unanswered attempt
+	// sent at most MaxLate before the tenure was surely stored. 0: no
+	// bound. At least 0.
+	MaxLate time.Duration
 }
 
 // DefaultParams returns the library's defaults: ρ = 1e-3, m_h =
-// [DefaultHolderMargin], and 10 s around a fault (a 3 s lease's TTL of
-// ceil(D + 1 s) plus an election and a restart).
+// [DefaultHolderMargin], 10 s around a fault (a 3 s lease's TTL of
+// ceil(D + 1 s) plus an election and a restart), and attempts carried out
+// up to 30 s late (more than the longest pause or partition of the fault
+// suite and TCP's retransmissions after it).
 func DefaultParams() Params {
-	return Params{Rho: 1e-3, HolderMargin: DefaultHolderMargin, Around: 10 * time.Second}
+	return Params{Rho: 1e-3, HolderMargin: DefaultHolderMargin, Around: 10 * time.Second, MaxLate: 30 * time.Second}
 }
 
 // Validate checks the values and how they relate; errors wrap
@@ -58,6 +67,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("%w: rho %v outside [0, 1)", ErrInvalidParams, p.Rho)
 	case p.Around < 0:
 		return fmt.Errorf("%w: around %v is negative", ErrInvalidParams, p.Around)
+	case p.MaxLate < 0:
+		return fmt.Errorf("%w: max late %v is negative", ErrInvalidParams, p.MaxLate)
 	case p.From < 0 || p.To < 0 || (p.To != 0 && p.To <= p.From):
 		return fmt.Errorf("%w: run bounds [%d, %d]", ErrInvalidParams, p.From, p.To)
 	}
@@ -173,12 +184,19 @@ type Figures struct {
 	// RetriedOrphans are the Orphans whose request the caller sent again
 	// and got an answer for (any reply of the service but unavailable or
 	// internal): with idempotent grants its retry is answered with the
-	// tenure, which is then no orphan, so a sound grantor has none. The
-	// rest, Orphans − RetriedOrphans, are of callers that gave up before
-	// any answer. Attempts share a request by their request id
-	// ([Request].RequestID); one without is a request of its own, never
-	// retried.
+	// tenure, which is then no orphan. The rest, Orphans − RetriedOrphans,
+	// are of callers that gave up before any answer. Attempts share a
+	// request by their request id ([Request].RequestID); one without is a
+	// request of its own, never retried. An orphan that a request of a
+	// caller that gave up could explain is put down to that one: these
+	// are the orphans only a retried request explains.
 	RetriedOrphans int
+	// LateOrphans are the RetriedOrphans surely stored after the retry's
+	// answer reached the caller: an earlier attempt was carried out late,
+	// after the caller had been told the lease was held and had gone
+	// (idempotent grants make a retry find an earlier attempt's tenure,
+	// not stop an earlier attempt that has yet to arrive).
+	LateOrphans int
 	// UnknownTenures are such tokens with no unanswered attempt to
 	// explain them: the lease was taken by nobody known.
 	UnknownTenures int
@@ -215,6 +233,9 @@ type Orphan struct {
 	// caller retried and got one (see [Figures.RetriedOrphans]); "" if it
 	// gave up before any answer.
 	Answer string
+	// Late: the tenure was surely stored after that answer arrived
+	// ([Figures.LateOrphans]).
+	Late bool
 }
 
 // Retried reports whether the caller retried the request and got an
@@ -229,6 +250,9 @@ func (o Orphan) String() string {
 	what := "gave up without an answer"
 	if o.Retried() {
 		what = "retried and answered " + o.Answer
+	}
+	if o.Late {
+		what += ", then stored"
 	}
 	return fmt.Sprintf("%q token %d, shown by %s: request %q of %s [%s], %s",
 		o.Lease, o.Token, o.Shown, cmp.Or(o.RequestID, "(no id)"), o.Holder, strings.Join(refs, " "), what)
@@ -824,17 +848,49 @@ func unanswered(a *Record) bool {
 	return !a.replied() || a.Code == CodeUnavailable || a.Code == CodeInternal
 }
 
+// storedAfter returns, for a token, a time it was surely stored after
+// (0 if none is known): the latest send of an acknowledgement of a lower
+// revision, which was stored after that send (a recovered grant's after
+// its request's first attempt's) and, revisions only growing, before the
+// token.
+func (c *checker) storedAfter() func(tok uint64) int64 {
+	type at struct {
+		rev  uint64
+		sent int64
+	}
+	var acks []at
+	for _, o := range c.ops {
+		if o.Code == CodeOK && (o.Op == OpGrant || o.Op == OpRenew) {
+			acks = append(acks, at{max(o.Reply.Token, o.Reply.Revision), c.sent(o)})
+		}
+	}
+	slices.SortFunc(acks, func(a, b at) int { return cmp.Compare(a.rev, b.rev) })
+	for i := 1; i < len(acks); i++ {
+		acks[i].sent = max(acks[i].sent, acks[i-1].sent)
+	}
+	return func(tok uint64) int64 {
+		i := sort.Search(len(acks), func(i int) bool { return acks[i].rev >= tok })
+		if i == 0 {
+			return 0
+		}
+		return acks[i-1].sent
+	}
+}
+
 // orphans looks for tokens that replies show but no acknowledged grant
 // carries, and puts each down to a grant request with an unanswered
-// attempt if it can: one on that lease, sent before the reply that
-// showed the token, whose first attempt was sent before anything at or
-// above the token was acknowledged (the bucket's revisions only grow),
-// and that no other orphan was put down to (a request makes one tenure
-// at most). Of those it prefers the requests of the holder the reply
-// names, then the one with the latest such attempt. Attempts that share
-// a request id are one request, so the attribution is exact where the
-// history has request ids: the orphan is the request's, and the request
-// was retried if any of its attempts was answered.
+// attempt if it can: one on that lease, with an attempt sent before the
+// reply that showed the token and at most [Params.MaxLate] before the
+// token was surely stored, whose first attempt was sent before anything
+// at or above the token was acknowledged (the bucket's revisions only
+// grow), and that no other orphan was put down to (a request makes one
+// tenure at most). Of those it prefers the requests of the holder the
+// reply names; then those of callers that gave up, so that an orphan
+// counts as retried only if nothing else explains it; then the one with
+// the latest such attempt. Attempts that share a request id are one
+// request, so the attribution is exact where the history has request
+// ids: the orphan is the request's, and the request was retried if any
+// of its attempts was answered.
 func (c *checker) orphans(f *Figures) {
 	known := map[string]map[uint64]bool{}
 	for _, g := range c.grants {
@@ -863,7 +919,7 @@ func (c *checker) orphans(f *Figures) {
 			r.answer = a
 		}
 	}
-	acked := c.ackFloor()
+	acked, after := c.ackFloor(), c.storedAfter()
 	used := map[*grantRequest]bool{}
 	counted := map[string]map[uint64]bool{}
 	for _, o := range c.ops {
@@ -879,9 +935,26 @@ func (c *checker) orphans(f *Figures) {
 			counted[o.Lease] = map[uint64]bool{}
 		}
 		counted[o.Lease][tok] = true
+		stored := after(tok)
+		var oldest int64 // the earliest send of an attempt that can have stored tok
+		if c.p.MaxLate > 0 {
+			oldest = stored - int64(c.p.MaxLate)
+		}
+		type rank struct {
+			other, retried bool  // not of the holder o names; answered
+			last           int64 // the send of its latest unanswered attempt that fits
+		}
+		better := func(a, b rank) bool {
+			if a.other != b.other {
+				return !a.other
+			}
+			if a.retried != b.retried {
+				return !a.retried
+			}
+			return a.last > b.last
+		}
 		var cand *grantRequest
-		var candOther bool // cand is not of the holder o names
-		var candLast int64 // the send of cand's latest unanswered attempt before o's reply
+		var best rank
 		for _, r := range byLease[o.Lease] {
 			if used[r] {
 				continue
@@ -895,16 +968,16 @@ func (c *checker) orphans(f *Figures) {
 			}
 			var last int64
 			for _, a := range r.attempts {
-				if a.TSend < o.TReply && unanswered(a) {
+				if a.TSend < o.TReply && a.TSend >= oldest && unanswered(a) {
 					last = a.TSend
 				}
 			}
 			if last == 0 {
 				continue
 			}
-			other := o.Reply.Holder != first.Holder
-			if cand == nil || (candOther && !other) || (candOther == other && last > candLast) {
-				cand, candOther, candLast = r, other, last
+			rk := rank{other: o.Reply.Holder != first.Holder, retried: r.answer != nil, last: last}
+			if cand == nil || better(rk, best) {
+				cand, best = r, rk
 			}
 		}
 		if cand == nil {
@@ -920,7 +993,11 @@ func (c *checker) orphans(f *Figures) {
 		}
 		if cand.answer != nil {
 			orphan.Answer = cand.answer.Code
+			orphan.Late = cand.answer.TReply <= stored
 			f.RetriedOrphans++
+			if orphan.Late {
+				f.LateOrphans++
+			}
 		}
 		c.rep.Orphans = append(c.rep.Orphans, orphan)
 	}

@@ -76,11 +76,11 @@ func TestRecoveredGrantWindow(t *testing.T) {
 // orphan, which idempotent grants leave none of.
 func TestOrphansRetried(t *testing.T) {
 	for _, tc := range []struct {
-		name                    string
-		h                       *hist
-		orphans, retried, unkno int
-		answer                  string   // of the retried orphan
-		attempts                []uint64 // h1's seqs, of the first orphan
+		name                          string
+		h                             *hist
+		orphans, retried, late, unkno int
+		answer                        string   // of the retried orphan
+		attempts                      []uint64 // h1's seqs, of the first orphan
 	}{{
 		// h1 tried twice with no answer and gave up; h2 is told h1 holds
 		// token 7.
@@ -118,16 +118,16 @@ func TestOrphansRetried(t *testing.T) {
 			op("h1", "L", faultcheck.OpGrant, 1050, 1060, faultcheck.Request{D: int64(d3)}, held, heldBy("h1", 7)),
 		orphans: 1, attempts: []uint64{1},
 	}, {
-		// h1's request r2 (seqs 2, 3) was told held by h1's own token
-		// 8, which r2 would have recovered had it made it (a retried
-		// orphan); and it has the latest unanswered attempt before that
-		// reply. But r2 was first sent after token 10 was acknowledged,
-		// so it cannot have made 8: r1 (seq 1), which gave up, did.
-		name: "exact: by request and token order",
+		// h1's request r2 (seqs 2, 3), which also gave up, has the
+		// latest unanswered attempt before the reply that shows token 8.
+		// But it was first sent after token 10 was acknowledged, so it
+		// cannot have made 8: r1 (seq 1) did.
+		name: "exact: by token order",
 		h: newHist().attempt("h1", "L", "r1", 0, 100, noReply, faultcheck.Reply{}).
 			grant("h3", "M", 200, 210, 10).
 			attempt("h1", "L", "r2", 300, 1300, noReply, faultcheck.Reply{}).
-			attempt("h1", "L", "r2", 1350, 1360, held, heldBy("h1", 8)),
+			attempt("h1", "L", "r2", 1350, 2350, noReply, faultcheck.Reply{}).
+			attempt("h4", "L", "r4", 1500, 1510, held, heldBy("h1", 8)),
 		orphans: 1, attempts: []uint64{1},
 	}, {
 		// h5's attempt is the later, but the reply names h1.
@@ -136,6 +136,43 @@ func TestOrphansRetried(t *testing.T) {
 			attempt("h5", "L", "r5", 1000, 2000, noReply, faultcheck.Reply{}).
 			attempt("h4", "L", "r4", 1500, 1510, held, heldBy("h1", 8)),
 		orphans: 1, attempts: []uint64{1},
+	}, {
+		// What a paused node does when it resumes: it carries out the
+		// attempts queued in it, r1's (which gave up meanwhile) and r2's
+		// first; one made token 7, and r2's retry is told held by it. r2
+		// has the later attempt, but had r2 made 7 its retry would have
+		// been answered with it: r1's, which gave up, explains the orphan
+		// as well, and an orphan counts as retried only if nothing else
+		// does.
+		name: "a caller that gave up explains it first",
+		h: newHist().attempt("h1", "L", "r1", 0, 1000, noReply, faultcheck.Reply{}).
+			attempt("h1", "L", "r1", 1050, 2050, noReply, faultcheck.Reply{}).
+			attempt("h1", "L", "r2", 3000, 4000, noReply, faultcheck.Reply{}).
+			attempt("h1", "L", "r2", 4050, 4060, held, heldBy("h1", 7)),
+		orphans: 1, attempts: []uint64{1, 2},
+	}, {
+		// The same, but token 7 was stored after h3's renewal to revision
+		// 6 was sent at 40 000: r1's attempts, 38 s before, are past
+		// MaxLate (30 s), and only r2, retried, explains it.
+		name: "too late to explain",
+		h: newHist().attempt("h1", "L", "r1", 0, 1000, noReply, faultcheck.Reply{}).
+			attempt("h1", "L", "r1", 1050, 2050, noReply, faultcheck.Reply{}).
+			grant("h3", "M", 39000, 39010, 5).renew("h3", "M", 40000, 40010, 5, 5, 6).
+			attempt("h1", "L", "r2", 40500, 41500, noReply, faultcheck.Reply{}).
+			attempt("h1", "L", "r2", 41550, 41560, held, heldBy("h1", 7)),
+		orphans: 1, retried: 1, late: 0, answer: held, attempts: []uint64{3, 4},
+	}, {
+		// h1's retry is told held by h2's token 5; h2 renews it (to
+		// revision 8, sent at 1500, after the answer) and releases it;
+		// then h1's first attempt, carried out late, makes token 9, which
+		// h3 is shown: stored after h1 had its answer.
+		name: "retried: the first attempt carried out after the retry's answer",
+		h: newHist().attempt("h1", "L", "r1", 0, 1000, noReply, faultcheck.Reply{}).
+			grant("h2", "L", 500, 510, 5).
+			attempt("h1", "L", "r1", 1050, 1060, held, heldBy("h2", 5)).
+			renew("h2", "L", 1500, 1510, 5, 5, 8).release("h2", "L", 2000, 2010, 5, 8).
+			attempt("h3", "L", "r3", 2500, 2510, held, heldBy("h1", 9)),
+		orphans: 1, retried: 1, late: 1, answer: held, attempts: []uint64{1, 2},
 	}, {
 		// One request makes one tenure at most: two unknown tokens are
 		// one orphan and one unknown tenure.
@@ -149,9 +186,9 @@ func TestOrphansRetried(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := check(t, tc.h, true)
 			f := rep.Figures
-			if f.Orphans != tc.orphans || f.RetriedOrphans != tc.retried || f.UnknownTenures != tc.unkno {
-				t.Fatalf("orphans %d (%d retried), unknown %d; want %d (%d), %d: %v",
-					f.Orphans, f.RetriedOrphans, f.UnknownTenures, tc.orphans, tc.retried, tc.unkno, rep.Orphans)
+			if f.Orphans != tc.orphans || f.RetriedOrphans != tc.retried || f.LateOrphans != tc.late || f.UnknownTenures != tc.unkno {
+				t.Fatalf("orphans %d (%d retried, %d late), unknown %d; want %d (%d, %d), %d: %v",
+					f.Orphans, f.RetriedOrphans, f.LateOrphans, f.UnknownTenures, tc.orphans, tc.retried, tc.late, tc.unkno, rep.Orphans)
 			}
 			if len(rep.Orphans) != tc.orphans {
 				t.Fatalf("report lists %v, want %d", rep.Orphans, tc.orphans)
@@ -164,7 +201,7 @@ func TestOrphansRetried(t *testing.T) {
 			for _, s := range tc.attempts {
 				want = append(want, faultcheck.OpRef{Proc: "h1", Seq: s})
 			}
-			if o.Retried() != (tc.retried > 0) || o.Answer != tc.answer || o.Holder != "h1" || !slices.Equal(o.Attempts, want) {
+			if o.Retried() != (tc.retried > 0) || o.Late != (tc.late > 0) || o.Answer != tc.answer || o.Holder != "h1" || !slices.Equal(o.Attempts, want) {
 				t.Errorf("orphan %v: want h1's attempts %v, answer %q", o, want, tc.answer)
 			}
 		})
