@@ -239,7 +239,8 @@ type Orphan struct {
 }
 
 // Retried reports whether the caller retried the request and got an
-// answer: an orphan a sound grantor with idempotent grants never leaves.
+// answer: an orphan idempotent grants are meant to prevent (see
+// [Figures.LateOrphans] for those they cannot).
 func (o Orphan) Retried() bool { return o.Answer != "" }
 
 func (o Orphan) String() string {

@@ -59,7 +59,7 @@
 // window (false losses), and orphan tenures (granted, but the reply
 // reached no waiting caller), each put down to a grant request, and of
 // those the ones whose caller retried and got an answer (which
-// idempotent grants leave none of).
+// idempotent grants are meant to prevent; see [Figures.LateOrphans]).
 //
 // # What it does not check
 //

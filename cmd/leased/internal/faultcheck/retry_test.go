@@ -73,7 +73,8 @@ func TestRecoveredGrantWindow(t *testing.T) {
 // Orphans are put down to grant requests: attempts that share a request
 // id are one request, and an orphan whose request was retried and
 // answered (anything but unavailable, internal or no reply) is a retried
-// orphan, which idempotent grants leave none of.
+// orphan, which idempotent grants are meant to prevent, unless a request
+// of a caller that gave up explains it.
 func TestOrphansRetried(t *testing.T) {
 	for _, tc := range []struct {
 		name                          string
