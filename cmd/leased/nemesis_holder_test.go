@@ -120,8 +120,18 @@ func holderLoop(ctx context.Context, g *loggedGrantor, spec holderSpec, holder s
 	}
 	for ctx.Err() == nil {
 		name := spec.Leases[rnd.IntN(len(spec.Leases))]
-		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		l, err := kvlease.Acquire(actx, g, name, holder, spec.D)
+		// Acquire sends a grant that got no answer again, with the same
+		// request id, until its ctx ends: give it room to. Attempts of
+		// D/3 (1 s, the client's own timeout) leave time, within the
+		// 2·D, for the client to notice a paused or cut-off node (pings
+		// every second, two missed) and fail over, and for a new stream
+		// leader to be elected, and still for a few attempts after that.
+		// A tenure the first attempt made lives ceil(D + m_g) after it
+		// was stored, and is recovered by any retry answered before then
+		// (if too late for any validity, Acquire gives it back and asks
+		// anew, which the rest of the 2·D leaves room for).
+		actx, acancel := context.WithTimeout(ctx, 2*spec.D)
+		l, err := kvlease.Acquire(actx, g, name, holder, spec.D, kvlease.WithAttemptTimeout(spec.D/3))
 		acancel()
 		if err != nil {
 			sleep(spec.D / 3)
@@ -205,7 +215,8 @@ func (g *loggedGrantor) end(rec faultcheck.Record, got kvlease.Record, err error
 	rec.TReply = monotonic()
 	rec.Code = faultcheck.CodeOK
 	if err == nil {
-		rec.Reply = faultcheck.Reply{Holder: got.Holder, Token: uint64(got.Token), Revision: got.Revision}
+		rec.Reply = faultcheck.Reply{Holder: got.Holder, Token: uint64(got.Token), Revision: got.Revision,
+			Recovered: got.Recovered}
 	} else {
 		rec.Code = outcome(err)
 		var held *kvlease.HeldError
@@ -241,7 +252,7 @@ func outcome(err error) string {
 
 func (g *loggedGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
 	rec := g.begin(faultcheck.Record{Holder: req.Holder, Lease: req.Name, Op: faultcheck.OpGrant,
-		Req: faultcheck.Request{D: int64(req.Duration)}})
+		Req: faultcheck.Request{D: int64(req.Duration), RequestID: req.RequestID}})
 	got, err := g.inner.Grant(ctx, req)
 	g.end(rec, got, err)
 	if err == nil {

@@ -41,13 +41,22 @@ type Params struct {
 	// re-reads only below what it wrote or saw itself (docs/safety.md,
 	// "Evidence, not truth"). Set it when such a read is no proof of loss.
 	IgnoreReads bool
+	// MaxLate bounds how long after its send a grant attempt that got no
+	// answer may still be carried out (it waited in a paused or cut-off
+	// node, in TCP's retransmissions, in a paused holder): an orphan
+	// tenure is put down only to a request with an unanswered attempt
+	// sent at most MaxLate before the tenure was surely stored. 0: no
+	// bound. At least 0.
+	MaxLate time.Duration
 }
 
 // DefaultParams returns the library's defaults: ρ = 1e-3, m_h =
-// [DefaultHolderMargin], and 10 s around a fault (a 3 s lease's TTL of
-// ceil(D + 1 s) plus an election and a restart).
+// [DefaultHolderMargin], 10 s around a fault (a 3 s lease's TTL of
+// ceil(D + 1 s) plus an election and a restart), and attempts carried out
+// up to 30 s late (more than the longest pause or partition of the fault
+// suite and TCP's retransmissions after it).
 func DefaultParams() Params {
-	return Params{Rho: 1e-3, HolderMargin: DefaultHolderMargin, Around: 10 * time.Second}
+	return Params{Rho: 1e-3, HolderMargin: DefaultHolderMargin, Around: 10 * time.Second, MaxLate: 30 * time.Second}
 }
 
 // Validate checks the values and how they relate; errors wrap
@@ -58,6 +67,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("%w: rho %v outside [0, 1)", ErrInvalidParams, p.Rho)
 	case p.Around < 0:
 		return fmt.Errorf("%w: around %v is negative", ErrInvalidParams, p.Around)
+	case p.MaxLate < 0:
+		return fmt.Errorf("%w: max late %v is negative", ErrInvalidParams, p.MaxLate)
 	case p.From < 0 || p.To < 0 || (p.To != 0 && p.To <= p.From):
 		return fmt.Errorf("%w: run bounds [%d, %d]", ErrInvalidParams, p.From, p.To)
 	}
@@ -168,7 +179,24 @@ type Figures struct {
 	// Orphans are tenures granted whose reply reached no waiting caller:
 	// a token that no acknowledged grant carries shows up in a reply,
 	// and a grant attempt on that lease, sent before, got no answer.
+	// Each is put down to one grant request ([Report.Orphans]).
 	Orphans int
+	// RetriedOrphans are the Orphans whose request the caller sent again
+	// and got an answer for (any reply of the service but unavailable or
+	// internal): with idempotent grants its retry is answered with the
+	// tenure, which is then no orphan. The rest, Orphans − RetriedOrphans,
+	// are of callers that gave up before any answer. Attempts share a
+	// request by their request id ([Request].RequestID); one without is a
+	// request of its own, never retried. An orphan that a request of a
+	// caller that gave up could explain is put down to that one: these
+	// are the orphans only a retried request explains.
+	RetriedOrphans int
+	// LateOrphans are the RetriedOrphans surely stored after the retry's
+	// answer reached the caller: an earlier attempt was carried out late,
+	// after the caller had been told the lease was held and had gone
+	// (idempotent grants make a retry find an earlier attempt's tenure,
+	// not stop an earlier attempt that has yet to arrive).
+	LateOrphans int
 	// UnknownTenures are such tokens with no unanswered attempt to
 	// explain them: the lease was taken by nobody known.
 	UnknownTenures int
@@ -185,6 +213,50 @@ type Report struct {
 	// StaleReads are the reads [Figures.StaleReads] counts, described as
 	// the lost acknowledgements they would be without [Params.IgnoreReads].
 	StaleReads []Violation
+	// Orphans are the orphan tenures [Figures.Orphans] counts, each with
+	// the request it is put down to.
+	Orphans []Orphan
+}
+
+// Orphan is an orphan tenure and the grant request the checker puts it
+// down to.
+type Orphan struct {
+	Lease string
+	Token uint64
+	// Shown is the operation whose reply showed the token first.
+	Shown OpRef
+	// Holder is who sent the request; RequestID its request id, if any.
+	Holder, RequestID string
+	// Attempts are the request's attempts, by send.
+	Attempts []OpRef
+	// Answer is the code of the attempt the service answered, if the
+	// caller retried and got one (see [Figures.RetriedOrphans]); "" if it
+	// gave up before any answer.
+	Answer string
+	// Late: the tenure was surely stored after that answer arrived
+	// ([Figures.LateOrphans]).
+	Late bool
+}
+
+// Retried reports whether the caller retried the request and got an
+// answer: an orphan idempotent grants are meant to prevent (see
+// [Figures.LateOrphans] for those they cannot).
+func (o Orphan) Retried() bool { return o.Answer != "" }
+
+func (o Orphan) String() string {
+	refs := make([]string, len(o.Attempts))
+	for i, r := range o.Attempts {
+		refs[i] = r.String()
+	}
+	what := "gave up without an answer"
+	if o.Retried() {
+		what = "retried and answered " + o.Answer
+	}
+	if o.Late {
+		what += ", then stored"
+	}
+	return fmt.Sprintf("%q token %d, shown by %s: request %q of %s [%s], %s",
+		o.Lease, o.Token, o.Shown, cmp.Or(o.RequestID, "(no id)"), o.Holder, strings.Join(refs, " "), what)
 }
 
 // Err returns nil for a history without violations, else an error
@@ -278,6 +350,33 @@ type checker struct {
 	leases  []string
 	tenures map[string][]*tenure // by lease, by grant reply
 	grants  []*Record            // acknowledged grants, by send
+	// firstSend is the send of each grant request's first attempt, by
+	// requestKey: what a recovered grant's window counts from.
+	firstSend map[requestKey]int64
+}
+
+// requestKey names one grant request: its attempts share the process,
+// the holder, the lease and the request id.
+type requestKey struct{ proc, holder, lease, rid string }
+
+func keyOf(o *Record) requestKey { return requestKey{o.Proc, o.Holder, o.Lease, o.Req.RequestID} }
+
+// sent is when the holder counts an acknowledgement's window from: its
+// send, but for a recovered grant the send of its request's first
+// attempt, as kvlease.Acquire does. The tenure may have been stored by
+// any attempt, so the grantor's TTL counts from after that first send
+// only, and a window counted from the recovered attempt's own send could
+// outlast it. (An answer that is not recovered was stored by its own
+// attempt, whose send the grantor's TTL follows: the window from it is a
+// stricter test of the grantor than the holder's own, which also counts
+// from the first attempt.)
+func (c *checker) sent(o *Record) int64 {
+	if o.Op == OpGrant && o.Reply.Recovered && o.Req.RequestID != "" {
+		if s, ok := c.firstSend[keyOf(o)]; ok {
+			return min(s, o.TSend)
+		}
+	}
+	return o.TSend
 }
 
 func (c *checker) violate(k ViolationKind, lease, detail string, ops ...*Record) {
@@ -298,12 +397,18 @@ func (c *checker) build(h *History) {
 	}
 	slices.SortStableFunc(c.ops, func(a, b *Record) int { return cmp.Compare(a.TSend, b.TSend) })
 	c.tenures = map[string][]*tenure{}
+	c.firstSend = map[requestKey]int64{}
 	byToken := map[string]map[uint64][]*tenure{}
 	seen := map[string]bool{}
 	for _, o := range c.ops {
 		if !seen[o.Lease] {
 			seen[o.Lease] = true
 			c.leases = append(c.leases, o.Lease)
+		}
+		if k := keyOf(o); o.Op == OpGrant && k.rid != "" {
+			if _, ok := c.firstSend[k]; !ok { // ops are by send: the first is the earliest
+				c.firstSend[k] = o.TSend
+			}
 		}
 		if o.Op != OpGrant || o.Code != CodeOK {
 			continue
@@ -355,8 +460,8 @@ func (c *checker) build(h *History) {
 }
 
 // holdings computes a tenure's holding windows: from each
-// acknowledgement's reply to its send + Window, clipped at the first
-// release sent or refusal received.
+// acknowledgement's reply to its send ([checker.sent]) + Window, clipped
+// at the first release sent or refusal received.
 func (c *checker) holdings(t *tenure) {
 	if r := t.firstRelease(); r != nil {
 		t.stop = r.TSend
@@ -372,7 +477,7 @@ func (c *checker) holdings(t *tenure) {
 		if a.Req.D > 0 {
 			d = time.Duration(a.Req.D)
 		}
-		s := span{a.TReply, c.window(a.TSend, d)}
+		s := span{a.TReply, c.window(c.sent(a), d)}
 		if t.stop != 0 {
 			s.to = min(s.to, t.stop)
 		}
@@ -467,16 +572,25 @@ func (c *checker) staleAccepted() {
 	}
 }
 
-func (c *checker) tokenOrder() {
+// ackFloor is the floor of every token and revision acknowledged (by a
+// grant or a renewal), over the whole bucket.
+func (c *checker) ackFloor() *floor {
 	var acked []*Record
 	for _, o := range c.ops {
 		if o.Code == CodeOK && (o.Op == OpGrant || o.Op == OpRenew) {
 			acked = append(acked, o)
 		}
 	}
-	f := newFloor(acked, func(r *Record) uint64 { return max(r.Reply.Token, r.Reply.Revision) })
+	return newFloor(acked, func(r *Record) uint64 { return max(r.Reply.Token, r.Reply.Revision) })
+}
+
+// tokenOrder checks each grant against what was acknowledged before it
+// was sent; a recovered grant was sent when its request's first attempt
+// was (any attempt may have stored it).
+func (c *checker) tokenOrder() {
+	f := c.ackFloor()
 	for _, g := range c.grants {
-		if top, from := f.before(g.TSend); top >= g.Reply.Token {
+		if top, from := f.before(c.sent(g)); top >= g.Reply.Token {
 			c.violate(TokenNotIncreasing, g.Lease, fmt.Sprintf("token %d granted after %s on %q acknowledged %d",
 				g.Reply.Token, from.Op, from.Lease, top), from, g)
 		}
@@ -709,7 +823,7 @@ func (c *checker) falseLosses(f *Figures) {
 						d = time.Duration(a.Req.D)
 					}
 					if a.TReply < r.TSend {
-						live = max(live, c.window(a.TSend, d))
+						live = max(live, c.window(c.sent(a), d))
 					}
 				}
 				ended := slices.ContainsFunc(t.releases, func(x *Record) bool { return x.TSend < r.TSend }) ||
@@ -722,8 +836,62 @@ func (c *checker) falseLosses(f *Figures) {
 	}
 }
 
+// grantRequest is one grant request: its attempts, which share a
+// request id (an attempt without one is a request of its own).
+type grantRequest struct {
+	attempts []*Record // by send
+	answer   *Record   // the first attempt the service answered, if any
+}
+
+// unanswered reports whether a grant attempt got no answer that shows
+// what became of it: it may have been carried out.
+func unanswered(a *Record) bool {
+	return !a.replied() || a.Code == CodeUnavailable || a.Code == CodeInternal
+}
+
+// storedAfter returns, for a token, a time it was surely stored after
+// (0 if none is known): the latest send of an acknowledgement of a lower
+// revision, which was stored after that send (a recovered grant's after
+// its request's first attempt's) and, revisions only growing, before the
+// token.
+func (c *checker) storedAfter() func(tok uint64) int64 {
+	type at struct {
+		rev  uint64
+		sent int64
+	}
+	var acks []at
+	for _, o := range c.ops {
+		if o.Code == CodeOK && (o.Op == OpGrant || o.Op == OpRenew) {
+			acks = append(acks, at{max(o.Reply.Token, o.Reply.Revision), c.sent(o)})
+		}
+	}
+	slices.SortFunc(acks, func(a, b at) int { return cmp.Compare(a.rev, b.rev) })
+	for i := 1; i < len(acks); i++ {
+		acks[i].sent = max(acks[i].sent, acks[i-1].sent)
+	}
+	return func(tok uint64) int64 {
+		i := sort.Search(len(acks), func(i int) bool { return acks[i].rev >= tok })
+		if i == 0 {
+			return 0
+		}
+		return acks[i-1].sent
+	}
+}
+
 // orphans looks for tokens that replies show but no acknowledged grant
-// carries, and explains each by an unanswered grant attempt if it can.
+// carries, and puts each down to a grant request with an unanswered
+// attempt if it can: one on that lease, with an attempt sent before the
+// reply that showed the token and at most [Params.MaxLate] before the
+// token was surely stored, whose first attempt was sent before anything
+// at or above the token was acknowledged (the bucket's revisions only
+// grow), and that no other orphan was put down to (a request makes one
+// tenure at most). Of those it prefers the requests of the holder the
+// reply names; then those of callers that gave up, so that an orphan
+// counts as retried only if nothing else explains it; then the one with
+// the latest such attempt. Attempts that share a request id are one
+// request, so the attribution is exact where the history has request
+// ids: the orphan is the request's, and the request was retried if any
+// of its attempts was answered.
 func (c *checker) orphans(f *Figures) {
 	known := map[string]map[uint64]bool{}
 	for _, g := range c.grants {
@@ -732,7 +900,28 @@ func (c *checker) orphans(f *Figures) {
 		}
 		known[g.Lease][g.Reply.Token] = true
 	}
-	used := map[*Record]bool{}
+	byLease := map[string][]*grantRequest{}
+	byKey := map[requestKey]*grantRequest{}
+	for _, a := range c.ops {
+		if a.Op != OpGrant {
+			continue
+		}
+		k := keyOf(a)
+		r := byKey[k]
+		if r == nil || k.rid == "" {
+			r = &grantRequest{}
+			byLease[a.Lease] = append(byLease[a.Lease], r)
+			if k.rid != "" {
+				byKey[k] = r
+			}
+		}
+		r.attempts = append(r.attempts, a)
+		if !unanswered(a) && r.answer == nil {
+			r.answer = a
+		}
+	}
+	acked, after := c.ackFloor(), c.storedAfter()
+	used := map[*grantRequest]bool{}
 	counted := map[string]map[uint64]bool{}
 	for _, o := range c.ops {
 		var tok uint64
@@ -747,21 +936,70 @@ func (c *checker) orphans(f *Figures) {
 			counted[o.Lease] = map[uint64]bool{}
 		}
 		counted[o.Lease][tok] = true
-		var cand *Record
-		for _, a := range c.ops {
-			if a.TSend >= o.TReply {
-				break
+		stored := after(tok)
+		var oldest int64 // the earliest send of an attempt that can have stored tok
+		if c.p.MaxLate > 0 {
+			oldest = stored - int64(c.p.MaxLate)
+		}
+		type rank struct {
+			other, retried bool  // not of the holder o names; answered
+			last           int64 // the send of its latest unanswered attempt that fits
+		}
+		better := func(a, b rank) bool {
+			if a.other != b.other {
+				return !a.other
 			}
-			unanswered := !a.replied() || a.Code == CodeUnavailable || a.Code == CodeInternal
-			if a.Lease == o.Lease && a.Op == OpGrant && unanswered && !used[a] {
-				cand = a
+			if a.retried != b.retried {
+				return !a.retried
+			}
+			return a.last > b.last
+		}
+		var cand *grantRequest
+		var best rank
+		for _, r := range byLease[o.Lease] {
+			if used[r] {
+				continue
+			}
+			first := r.attempts[0]
+			if first.TSend >= o.TReply {
+				continue
+			}
+			if top, _ := acked.before(first.TSend); top >= tok {
+				continue
+			}
+			var last int64
+			for _, a := range r.attempts {
+				if a.TSend < o.TReply && a.TSend >= oldest && unanswered(a) {
+					last = a.TSend
+				}
+			}
+			if last == 0 {
+				continue
+			}
+			rk := rank{other: o.Reply.Holder != first.Holder, retried: r.answer != nil, last: last}
+			if cand == nil || better(rk, best) {
+				cand, best = r, rk
 			}
 		}
-		if cand != nil {
-			used[cand] = true
-			f.Orphans++
-		} else {
+		if cand == nil {
 			f.UnknownTenures++
+			continue
 		}
+		used[cand] = true
+		f.Orphans++
+		first := cand.attempts[0]
+		orphan := Orphan{Lease: o.Lease, Token: tok, Shown: refOf(o), Holder: first.Holder, RequestID: first.Req.RequestID}
+		for _, a := range cand.attempts {
+			orphan.Attempts = append(orphan.Attempts, refOf(a))
+		}
+		if cand.answer != nil {
+			orphan.Answer = cand.answer.Code
+			orphan.Late = cand.answer.TReply <= stored
+			f.RetriedOrphans++
+			if orphan.Late {
+				f.LateOrphans++
+			}
+		}
+		c.rep.Orphans = append(c.rep.Orphans, orphan)
 	}
 }

@@ -340,6 +340,8 @@ func TestParamsValidate(t *testing.T) {
 		{"rho negative", func(p *faultcheck.Params) { p.Rho = -1e-3 }, false},
 		{"rho 1", func(p *faultcheck.Params) { p.Rho = 1 }, false},
 		{"around negative", func(p *faultcheck.Params) { p.Around = -time.Second }, false},
+		{"max late 0", func(p *faultcheck.Params) { p.MaxLate = 0 }, true},
+		{"max late negative", func(p *faultcheck.Params) { p.MaxLate = -time.Second }, false},
 		{"to before from", func(p *faultcheck.Params) { p.From, p.To = 10, 5 }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

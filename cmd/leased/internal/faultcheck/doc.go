@@ -9,8 +9,9 @@
 //
 // One JSON object a line ([Record]), per process: an operation
 // ("type":"op": who sent it, which lease, grant|renew|release|get, the
-// request's D, token and revision, the outcome code and the reply's
-// holder, token, revision, server time and node) or a fault
+// request's D, token and revision and a grant's request id, the outcome
+// code and the reply's holder, token, revision, server time, node and
+// whether a grant was recovered) or a fault
 // ("type":"fault": its kind; its target, a node's name or, for a holder
 // fault, the holder's proc; its start and end). Every time is the
 // machine's CLOCK_MONOTONIC in nanoseconds, shared by all its processes:
@@ -27,7 +28,10 @@
 // As in docs/safety.md ("Two clocks, asymmetric risk"): a holder that
 // sent a grant or renewal at s with duration D and got it acknowledged
 // holds from the reply until s + D·(1−ρ) − m_h ([Window]), and stops
-// early when it sends a release or is refused. The server keeps the key
+// early when it sends a release or is refused. A grant sent again after
+// no answer keeps its request id, and a retry answered with the tenure an
+// earlier attempt made ("recovered") counts s from the send of the
+// request's first attempt, which may be the one that stored it. The server keeps the key
 // for ceil(D + m_g) from after s, so a correct cluster grants the lease to
 // nobody else before that window ends: two windows of one lease that
 // intersect are a violation however short the intersection. Give [Check]
@@ -53,7 +57,9 @@
 // the run and around each kind of fault, handover times after a release,
 // a crash, a pause or an abandoned tenure, renewals refused inside a live
 // window (false losses), and orphan tenures (granted, but the reply
-// reached no waiting caller).
+// reached no waiting caller), each put down to a grant request, and of
+// those the ones whose caller retried and got an answer (which
+// idempotent grants are meant to prevent; see [Figures.LateOrphans]).
 //
 // # What it does not check
 //

@@ -15,6 +15,7 @@ import (
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(lineGrant + "\n" + lineFault + "\n"))
 	f.Add([]byte(lineGrant + "\n" + lineFault[:40]))
+	f.Add([]byte(lineGrant + "\n" + lineRecovered + "\n"))
 	f.Add([]byte(`{"type":"op","proc":"h1","seq":1,"lease":"L","op":"renew","t_send":5,"t_reply":9,"req":{"token":3},"code":"not_holder","reply":{"server_time":"2026-12-01T08:00:00.5Z"}}`))
 	f.Add([]byte("\n\n{}\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {

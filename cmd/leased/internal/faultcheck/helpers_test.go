@@ -85,3 +85,20 @@ func (h *hist) fault(kind faultcheck.FaultKind, target string, from, to int64) *
 }
 
 func (h *hist) history() (*faultcheck.History, error) { return faultcheck.NewHistory(h.recs) }
+
+// attempt: an attempt of grant request rid, answered with code and reply.
+func (h *hist) attempt(proc, lease, rid string, s, r int64, code string, reply faultcheck.Reply) *hist {
+	return h.op(proc, lease, faultcheck.OpGrant, s, r, faultcheck.Request{D: int64(d3), RequestID: rid}, code, reply)
+}
+
+// recovered: an attempt of request rid answered with token tok, which an
+// earlier attempt of it made.
+func (h *hist) recovered(proc, lease, rid string, s, r int64, tok uint64) *hist {
+	return h.attempt(proc, lease, rid, s, r, faultcheck.CodeOK,
+		faultcheck.Reply{Holder: proc, Token: tok, Revision: tok, Recovered: true})
+}
+
+// heldBy is the reply of a grant refused held, naming holder and tok.
+func heldBy(holder string, tok uint64) faultcheck.Reply {
+	return faultcheck.Reply{Holder: holder, Token: tok}
+}

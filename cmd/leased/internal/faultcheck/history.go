@@ -90,6 +90,11 @@ type Request struct {
 	// Token and Revision are those presented by renew and release.
 	Token    uint64 `json:"token,omitempty"`
 	Revision uint64 `json:"revision,omitempty"`
+	// RequestID is a grant's request id (kvlease.GrantRequest.RequestID):
+	// the attempts of one grant request, sent again after no answer, share
+	// it. Empty in histories from before idempotent grants, where every
+	// attempt is a request of its own.
+	RequestID string `json:"rid,omitempty"`
 }
 
 // Reply holds the fields a reply carried: the lease of a grant, renew or
@@ -100,6 +105,10 @@ type Reply struct {
 	Revision   uint64    `json:"revision,omitempty"`
 	ServerTime time.Time `json:"server_time,omitzero"`
 	Node       string    `json:"node,omitempty"`
+	// Recovered marks a successful grant answered with the tenure an
+	// earlier attempt of the same request made (kvlease.Record.Recovered):
+	// the holder counts its window from that request's first send.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // Record is one line of a history: an operation (Type "op") or a fault
@@ -109,6 +118,8 @@ type Reply struct {
 //
 //	{"type":"op","proc":"h1","seq":3,"holder":"h1","lease":"L1","op":"renew","t_send":5000000000,
 //	 "t_reply":5002000000,"req":{"token":42,"revision":44},"code":"ok","reply":{"token":42,"revision":47}}
+//	{"type":"op","proc":"h1","seq":5,"holder":"h1","lease":"L1","op":"grant","t_send":7000000000,
+//	 "t_reply":7003000000,"req":{"d_ns":3000000000,"rid":"r7"},"code":"ok","reply":{"token":50,"revision":50,"recovered":true}}
 //	{"type":"fault","fault":"kill_node","target":"n2","t_start":6000000000,"t_end":9000000000}
 type Record struct {
 	Type RecordType `json:"type"`
@@ -158,6 +169,10 @@ func (r *Record) validate() error {
 			return fmt.Errorf("%w: a %s needs the token it presents", ErrInvalidRecord, r.Op)
 		case r.Op == OpGrant && r.Code == CodeOK && r.Reply.Token == 0:
 			return fmt.Errorf("%w: a granted grant needs the reply's token", ErrInvalidRecord)
+		case r.Req.RequestID != "" && r.Op != OpGrant:
+			return fmt.Errorf("%w: a %s has no request id", ErrInvalidRecord, r.Op)
+		case r.Reply.Recovered && (r.Op != OpGrant || r.Code != CodeOK || r.Req.RequestID == ""):
+			return fmt.Errorf("%w: only a granted grant with a request id can be recovered", ErrInvalidRecord)
 		}
 	case TypeFault:
 		switch {

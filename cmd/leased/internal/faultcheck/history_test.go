@@ -13,7 +13,8 @@ import (
 // What the Writer writes, Decode reads back field for field.
 func TestWriterDecodeRoundTrip(t *testing.T) {
 	recs := newHist().grant("h1", "L", 0, 10, 5).renew("h1", "L", 1000, 1010, 5, 5, 6).
-		grantFails("h2", "L", 20, 0, pending, 0).fault(faultcheck.FaultStopNode, "n1", 100, 5000).recs
+		grantFails("h2", "L", 20, 0, pending, 0).fault(faultcheck.FaultStopNode, "n1", 100, 5000).
+		attempt("h3", "M", "r1", 30, 1030, faultcheck.CodeNoReply, faultcheck.Reply{}).recovered("h3", "M", "r1", 1100, 1110, 7).recs
 	recs[0].Reply.ServerTime = time.Date(2026, 12, 1, 8, 0, 0, 123, time.UTC)
 	recs[0].Reply.Node = "n1"
 	var buf bytes.Buffer
@@ -53,8 +54,13 @@ func TestWriterRefusesInvalidRecords(t *testing.T) {
 }
 
 const (
+	// lineGrant is a grant as histories from before idempotent grants
+	// logged it, without a request id: they must still decode.
 	lineGrant = `{"type":"op","proc":"h1","seq":1,"holder":"h1","lease":"L","op":"grant","t_send":100,"t_reply":200,"req":{"d_ns":3000000000},"code":"ok","reply":{"token":5,"revision":5}}`
-	lineFault = `{"type":"fault","fault":"kill_all","target":"cluster","t_start":300,"t_end":400}`
+	// lineRecovered is a retried grant's attempt, answered with the tenure
+	// an earlier attempt made.
+	lineRecovered = `{"type":"op","proc":"h1","seq":2,"holder":"h1","lease":"L","op":"grant","t_send":300,"t_reply":400,"req":{"d_ns":3000000000,"rid":"r1"},"code":"ok","reply":{"token":5,"revision":5,"recovered":true}}`
+	lineFault     = `{"type":"fault","fault":"kill_all","target":"cluster","t_start":300,"t_end":400}`
 )
 
 func TestDecode(t *testing.T) {
@@ -68,6 +74,10 @@ func TestDecode(t *testing.T) {
 	}{
 		{name: "empty", in: ""},
 		{name: "two lines", in: lineGrant + "\n" + lineFault + "\n", n: 2},
+		{name: "a request id and a recovered reply", in: lineGrant + "\n" + lineRecovered + "\n", n: 2},
+		{name: "recovered without a request id", in: strings.Replace(lineRecovered, `,"rid":"r1"`, ``, 1) + "\n", err: faultcheck.ErrInvalidRecord, line: 1},
+		{name: "recovered but refused", in: strings.Replace(lineRecovered, `"code":"ok"`, `"code":"held"`, 1) + "\n", err: faultcheck.ErrInvalidRecord, line: 1},
+		{name: "a request id on a renewal", in: `{"type":"op","proc":"h1","seq":1,"lease":"L","op":"renew","t_send":5,"req":{"token":3,"rid":"r1"}}` + "\n", err: faultcheck.ErrInvalidRecord, line: 1},
 		{name: "blank lines", in: "\n" + lineGrant + "\n\n" + lineFault + "\n\n", n: 2},
 		{name: "last line complete without newline", in: lineGrant + "\n" + lineFault, n: 2},
 		{name: "last line cut by a kill", in: lineGrant + "\n" + lineFault[:30], n: 1, truncated: true},

@@ -9,14 +9,16 @@ import (
 )
 
 // Summary renders the report for people (a test log, README's
-// reliability section): the figures, in a fixed order, then each
-// violation on a line of its own.
+// reliability section): the figures, in a fixed order (each orphan of a
+// caller that retried and each stale read on a line of its own), then
+// each violation on a line of its own.
 func (r *Report) Summary() string {
 	f := &r.Figures
 	var b strings.Builder
 	fmt.Fprintf(&b, "tenures %d, renewals %d (%d refused, %d false losses), releases %d\n",
 		f.Tenures, f.Renewals, f.RenewalsRefused, f.FalseLosses, f.Releases)
-	fmt.Fprintf(&b, "orphan tenures %d, unknown tenures %d, stale reads %d\n", f.Orphans, f.UnknownTenures, f.StaleReads)
+	fmt.Fprintf(&b, "orphan tenures %d (%d of callers that retried, %d of them stored after the retry's answer; %d of callers that gave up), unknown tenures %d, stale reads %d\n",
+		f.Orphans, f.RetriedOrphans, f.LateOrphans, f.Orphans-f.RetriedOrphans, f.UnknownTenures, f.StaleReads)
 	var faults []string
 	for _, k := range slices.Sorted(maps.Keys(f.FaultsByKind)) {
 		faults = append(faults, fmt.Sprintf("%s %d", k, f.FaultsByKind[k]))
@@ -33,6 +35,11 @@ func (r *Report) Summary() string {
 	for _, c := range []HandoverCause{AfterRelease, AfterCrash, AfterPause, AfterAbandon} {
 		if d, ok := f.Handover[c]; ok {
 			fmt.Fprintf(&b, "handover after %s: %d, min %v, median %v, max %v\n", c, d.N, d.Min, d.Median, d.Max)
+		}
+	}
+	for _, o := range r.Orphans {
+		if o.Retried() {
+			fmt.Fprintf(&b, "  retried orphan: %s\n", o)
 		}
 	}
 	for _, v := range r.StaleReads {
