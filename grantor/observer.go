@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nuid"
 
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/election"
@@ -22,12 +23,12 @@ import (
 // end spans, change metrics, the history), so that each change is reported
 // once, not once per node. Another node takes over when the observer dies,
 // within about [ObserverDuration].
-const ObserverLease = ReservedPrefix + "observer"
+const ObserverLease = api.ObserverLease
 
 // ReservedPrefix begins the names of the leases the grantor keeps for
 // itself in its bucket: the service refuses to grant them, and leaves them
 // out of lists, per-holder counts and the live-lease gauge.
-const ReservedPrefix = "_leased."
+const ReservedPrefix = api.ReservedPrefix
 
 func reserved(name string) bool { return strings.HasPrefix(name, ReservedPrefix) }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,7 +203,11 @@ func TestClientSendsDeadline(t *testing.T) {
 	f := start(t, grantor.DefaultConfig())
 	ctx := t.Context()
 	seen := make(chan nats.Header, 8)
-	sub, err := f.nc.Subscribe(api.SubjectGet, func(m *nats.Msg) { seen <- m.Header })
+	sub, err := f.nc.Subscribe(api.SubjectGet, func(m *nats.Msg) {
+		if strings.Contains(string(m.Data), "dl.none") { // not the client's own clock reading
+			seen <- m.Header
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,5 +234,23 @@ func TestClientSendsDeadline(t *testing.T) {
 	f.client.Clock().DistrustOffset()
 	if h := get(); h.Get(api.HeaderDeadline) != "" {
 		t.Errorf("deadline %q sent with a distrusted offset", h.Get(api.HeaderDeadline))
+	}
+
+	// A fresh client reads the grantor's clock before its first grant, so
+	// that even that carries a deadline.
+	fresh := newClient(t, kvleasetest.Connect(t, f.url))
+	grants := make(chan nats.Header, 1)
+	gsub, err := f.nc.Subscribe(api.SubjectGrant, func(m *nats.Msg) { grants <- m.Header })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gsub.Unsubscribe()
+	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := fresh.Grant(gctx, kvlease.GrantRequest{Name: "dl.b", Holder: "h", Duration: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if h := <-grants; h.Get(api.HeaderDeadline) == "" {
+		t.Error("a fresh client's first grant carries no deadline")
 	}
 }

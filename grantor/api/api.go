@@ -31,6 +31,12 @@ const (
 	// lease taken by nobody.
 	HeaderDeadline = "Leased-Deadline-Unix-Ms"
 
+	// ReservedPrefix begins the names of the leases the grantor keeps for
+	// itself in its bucket; ObserverLease is the one whose holder observes
+	// the bucket for the cluster (package grantor).
+	ReservedPrefix = "_leased."
+	ObserverLease  = ReservedPrefix + "observer"
+
 	// SubjectEvents prefixes the subjects on which the service publishes
 	// grants and ends of tenures: lease.events.v1.<lease name>.
 	SubjectEvents = "lease.events.v1."

@@ -117,6 +117,7 @@ func (c *Client) TracerProvider() trace.TracerProvider { return c.tp }
 // renewals and releases must present. req.Duration is required, as for
 // kvlease.Store.Grant: zero is out of range, not "the service's default".
 func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	c.measureClock(ctx)
 	var out api.Lease
 	defer c.observe(time.Now(), &out)
 	err := c.call(ctx, api.SubjectGrant, api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
@@ -186,6 +187,26 @@ func (c *Client) observe(sent time.Time, l *api.Lease) {
 	c.clock.ObserveNode(l.Node, sent, time.Now(), l.ServerTime)
 	if offset, bound, _, _, ok := c.clock.Estimate(); ok || bound > 0 {
 		c.metrics.ClockOffset(context.Background(), "grantor", offset, bound)
+	}
+}
+
+// measureClock reads the observer lease once if the grantor's clock offset
+// is not known yet: its reply carries the server time, so that the request
+// that follows carries a deadline (api.HeaderDeadline) and, should it wait
+// in a paused node past that, is not carried out. Best effort.
+func (c *Client) measureClock(ctx context.Context) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return
+	}
+	if _, _, ok := c.clock.Offset(); !ok {
+		// A quarter of the caller's time at most: the grant needs the rest.
+		pctx, cancel := context.WithTimeout(ctx, time.Until(dl)/4)
+		defer cancel()
+		sent := time.Now()
+		if l, err := c.Get(pctx, api.ObserverLease); err == nil {
+			c.observe(sent, &l)
+		}
 	}
 }
 
