@@ -237,17 +237,28 @@ func (h *Stream) Read(ctx context.Context, prefix string, since time.Time) ([]Re
 // stored, until fn returns false or ctx ends. Once the stored records have
 // been delivered it calls fn once with caughtUp set (and a zero record).
 func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn func(r Record, caughtUp bool) bool) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filterFor(h.prefix, prefix)},
+	filter := filterFor(h.prefix, prefix)
+	// Caught up once the newest record under the filter now is delivered
+	// (the consumer's own "nothing pending" can come early, as the lease
+	// watcher found).
+	var last uint64
+	switch m, err := h.stream.GetLastMsgForSubject(ctx, filter); {
+	case err == nil:
+		last = m.Sequence
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return kvlease.JetStreamError("follow history", err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter},
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}
 	cons, err := h.js.OrderedConsumer(ctx, StreamName(h.bucket), cfg)
 	if err != nil {
 		return kvlease.JetStreamError("follow history", err)
 	}
-	pending := uint64(0)
-	if info := cons.CachedInfo(); info != nil {
-		pending = info.NumPending
+	caughtUp := last == 0
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		caughtUp = true // nothing since the start time
 	}
-	if pending == 0 && !fn(Record{}, true) {
+	if caughtUp && !fn(Record{}, true) {
 		return nil
 	}
 	it, err := cons.Messages()
@@ -257,7 +268,6 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 	defer it.Stop()
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
-	caughtUp := pending == 0
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -275,7 +285,7 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 				return nil
 			}
 		}
-		if md, err := m.Metadata(); err == nil && !caughtUp && md.NumPending == 0 {
+		if md, err := m.Metadata(); err == nil && !caughtUp && md.Sequence.Stream >= last {
 			caughtUp = true
 			if !fn(Record{}, true) {
 				return nil

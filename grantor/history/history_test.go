@@ -87,6 +87,9 @@ func TestStream(t *testing.T) {
 	if other, err := h.Read(ctx, "jobs", time.Now().Add(-time.Minute)); err != nil || len(other) != 0 {
 		t.Fatalf("read of another prefix: %+v, %v", other, err)
 	}
+	if later, err := h.Read(ctx, "", time.Now().Add(time.Minute)); err != nil || len(later) != 0 {
+		t.Fatalf("read of nothing since: %+v, %v", later, err)
+	}
 
 	// Follow: the stored records, the caught-up mark, then a new one.
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
