@@ -14,6 +14,7 @@ import (
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/membership"
 )
@@ -27,7 +28,7 @@ const (
 )
 
 // gossipReason prefixes the revocation reason the registry writes.
-const gossipReason = "gossip: node declared dead: "
+const gossipReason = history.GossipReasonPrefix + "node declared dead: "
 
 // Change types.
 const (
