@@ -88,7 +88,12 @@ func (s *Service) startObserver(ctx context.Context) error {
 	hist, err := kvlease.RetryUnavailable(ctx, 2*time.Second, func(err error) {
 		s.log.Info("waiting for JetStream to open the history stream", "err", err)
 	}, func() (*history.Stream, error) {
-		return history.Open(ctx, s.store.JetStream(), s.store.Bucket(),
+		// Each attempt is bounded: when the nodes of a cluster create the
+		// stream at once, the first requests' replies can be lost (seen with
+		// three nodes starting together), and only a new request gets one.
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return history.Open(actx, s.store.JetStream(), s.store.Bucket(),
 			history.Options{Retention: s.retention, Replicas: s.store.Replicas(), Create: true})
 	})
 	if err != nil {
