@@ -131,8 +131,12 @@ func (o *observer) halt() {
 func (o *observer) campaign(ctx context.Context, e *election.Election) {
 	defer close(o.done)
 	for ctx.Err() == nil {
-		if cur, err := e.Leader(ctx); err == nil && cur.Holder != o.candidate {
-			o.markReady() // someone else observes
+		// A live observer lease here is another process's, even one that
+		// bears this node's name (two grantors on one host with --nats-url
+		// both default to the host name): this one holds none between
+		// campaigns. Someone else observes.
+		if _, err := e.Leader(ctx); err == nil {
+			o.markReady()
 		}
 		lead, err := e.Campaign(ctx, o.candidate, ObserverDuration)
 		if err != nil {
