@@ -93,15 +93,11 @@ func New(hist *history.Stream, opts ...Option) (*Handler, error) {
 	if hist == nil {
 		return nil, fmt.Errorf("%w: nil history stream", ErrOption)
 	}
-	h := &Handler{hist: hist, log: slog.New(slog.DiscardHandler), followers: make(chan struct{}, MaxFollowers)}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrOption)
-		}
-		if err := o(h); err != nil {
-			return nil, err
-		}
+	h, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
 	}
+	h.hist = hist
 	tmpl, err := template.ParseFS(assets, "assets/index.html")
 	if err != nil {
 		return nil, fmt.Errorf("timeline: page template: %w", err)
@@ -111,6 +107,26 @@ func New(hist *history.Stream, opts ...Option) (*Handler, error) {
 		return nil, fmt.Errorf("timeline: page template: %w", err)
 	}
 	h.page = page.Bytes()
+	return h, nil
+}
+
+// CheckOptions reports the error [New] would return for opts, for a
+// command that checks its flags before it has a stream to serve.
+func CheckOptions(opts ...Option) error {
+	_, err := applyOptions(opts)
+	return err
+}
+
+func applyOptions(opts []Option) (*Handler, error) {
+	h := &Handler{log: slog.New(slog.DiscardHandler), followers: make(chan struct{}, MaxFollowers)}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrOption)
+		}
+		if err := o(h); err != nil {
+			return nil, err
+		}
+	}
 	return h, nil
 }
 

@@ -404,6 +404,9 @@ func TestOptions(t *testing.T) {
 			if _, err := timeline.New(h, tc.opt); !errors.Is(err, timeline.ErrOption) {
 				t.Errorf("New: %v, want ErrOption", err)
 			}
+			if err := timeline.CheckOptions(tc.opt); !errors.Is(err, timeline.ErrOption) {
+				t.Errorf("CheckOptions: %v, want ErrOption", err)
+			}
 		})
 	}
 	if _, err := timeline.New(h, timeline.WithJaegerUI("https://jaeger.example/")); err != nil {

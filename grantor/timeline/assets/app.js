@@ -18,7 +18,7 @@
   const AXIS_H = 26;
   const LANE_H = 28;
   const BAR_H = 16;
-  const MIN_SPAN = 10000; // ms: the narrowest window drawn
+  const MIN_SPAN = 5000; // ms: the narrowest window drawn
 
   const tenures = new Map(); // key → tenure
   let offset = 0; // the server's clock less the browser's, ms
@@ -185,8 +185,11 @@
     const now = serverNow();
     const windowStart = windowMS ? now - windowMS : sinceMS;
     const lanes = new Map();
-    for (const t of tenures.values()) {
-      if (t.to !== null && t.to < windowStart) continue; // slid out of the window
+    for (const [key, t] of tenures) {
+      if (t.to !== null && t.to < windowStart) { // slid out of the window: forgotten
+        tenures.delete(key);
+        continue;
+      }
       if (!lanes.has(t.name)) lanes.set(t.name, []);
       lanes.get(t.name).push(t);
     }
@@ -232,6 +235,7 @@
       title(label, name);
       if (flapping) text(lane, { class: 'flap-badge', x: LABEL_W - 8, y: mid + 4, 'text-anchor': 'end' }, 'FLAPPING');
       el('rect', { class: 'track', x: LABEL_W, y: mid - BAR_H / 2, width: plotW, height: BAR_H }, lane);
+      const ends = []; // drawn over every bar: an end where the next tenure begins stays visible
       for (const t of ts) {
         const cause = t.endedBy || 'live';
         const from = t.from !== null ? Math.max(t.from, t0) : windowStart;
@@ -245,8 +249,10 @@
         el('rect', { class: 'bar-body', x: x0, y: mid - BAR_H / 2, width: w, height: BAR_H, rx: 2, fill: colour(t.holder) }, g);
         const chars = Math.floor((w - 8) / 6.6);
         if (chars >= 4 && t.holder) text(g, { class: 'bar-label', x: x0 + 4, y: mid + 4 }, truncate(t.holder, chars));
-        endMark(g, cause, x0 + w, mid);
+        ends.push([cause, x0 + w]);
       }
+      const marks = el('g', { class: 'ends' }, lane);
+      for (const [cause, at] of ends) endMark(marks, cause, at, mid);
     });
     const focused = document.activeElement instanceof Element && document.activeElement.closest('#timeline .bar');
     chart.replaceChildren(svg);
