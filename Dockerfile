@@ -10,5 +10,5 @@ RUN CGO_ENABLED=0 go build -trimpath -o /out/leased ./cmd/leased && \
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/
 VOLUME /data
-EXPOSE 4222 6222
+EXPOSE 4222 6222 8080
 ENTRYPOINT ["/usr/local/bin/leased"]

@@ -20,6 +20,7 @@ var layers = [][]string{
 	{"cmd/leased/internal/faultcheck/..."},
 	{"grantor/registry/..."},
 	{"grantor"},
+	{"grantor/timeline/..."},
 	{"grantor/history/..."},
 	{"grantor/client/..."},
 	{"grantor/api/..."},

@@ -58,6 +58,7 @@ type observer struct {
 	hist      *history.Stream
 	flaps     *telemetry.FlapDetector // of the tenures it reports
 	candidate string
+	instance  string // a unique id in the observer lease's attributes: two nodes may share a name
 	ready     chan struct{} // closed once an observer is known (this node or another)
 	readyOnce sync.Once
 
@@ -112,7 +113,7 @@ func (s *Service) startObserver(ctx context.Context) error {
 		candidate = "grantor-" + nuid.Next()
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	o := &observer{s: s, hist: hist, candidate: candidate, ready: make(chan struct{}), stop: stop,
+	o := &observer{s: s, hist: hist, candidate: candidate, instance: nuid.Next(), ready: make(chan struct{}), stop: stop,
 		flaps: telemetry.NewFlapDetector(s.flaps.Window, s.flaps.Threshold),
 		done:  make(chan struct{}), state: "standby"}
 	s.obs = o
@@ -129,9 +130,15 @@ func (s *Service) startObserver(ctx context.Context) error {
 	}
 }
 
-// awaitObserver marks the observer known once the observer lease is held,
-// by this node or another (a standby's campaign blocks until the lease
-// is free).
+// instanceAttr is the observer lease's attribute naming the service
+// instance that holds it.
+const instanceAttr = "instance"
+
+// awaitObserver marks the observer known once another service instance
+// holds the observer lease (a standby's campaign blocks until the lease is
+// free; this instance marks itself once it observes). Another instance may
+// bear this node's name: two grantors on one host with --nats-url both
+// default to the host name.
 func (o *observer) awaitObserver(ctx context.Context) {
 	w, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Watcher, error) {
 		return o.s.store.Watch(ctx, ObserverLease)
@@ -141,7 +148,7 @@ func (o *observer) awaitObserver(ctx context.Context) {
 	}
 	defer w.Stop()
 	for ev := range w.Events() {
-		if ev.Name == ObserverLease && !ev.Type.Ends() && ev.Holder != o.candidate {
+		if ev.Name == ObserverLease && !ev.Type.Ends() && ev.Record != nil && ev.Record.Attributes[instanceAttr] != o.instance {
 			o.markReady()
 			return
 		}
@@ -157,7 +164,8 @@ func (o *observer) halt() {
 func (o *observer) campaign(ctx context.Context, e *election.Election) {
 	defer close(o.done)
 	for ctx.Err() == nil {
-		lead, err := e.Campaign(ctx, o.candidate, ObserverDuration)
+		lead, err := e.Campaign(ctx, o.candidate, ObserverDuration,
+			kvlease.WithLease(kvlease.WithAttributes(map[string]string{instanceAttr: o.instance})))
 		if err != nil {
 			if ctx.Err() == nil {
 				o.s.log.Warn("observer campaign", "err", err)

@@ -19,9 +19,9 @@ func TestComposeMatchesDevCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes := []cli.ClusterNode{
-		{Name: "n1", Host: "n1", Port: 4222, ClusterPort: 6222, Data: "/data"},
-		{Name: "n2", Host: "n2", Port: 4222, ClusterPort: 6222, Data: "/data"},
-		{Name: "n3", Host: "n3", Port: 4222, ClusterPort: 6222, Data: "/data"},
+		{Name: "n1", Host: "n1", Port: 4222, ClusterPort: 6222, HTTPPort: 8080, Data: "/data"},
+		{Name: "n2", Host: "n2", Port: 4222, ClusterPort: 6222, HTTPPort: 8080, Data: "/data"},
+		{Name: "n3", Host: "n3", Port: 4222, ClusterPort: 6222, HTTPPort: 8080, Data: "/data"},
 	}
 	for i, n := range nodes {
 		re := regexp.MustCompile(`(?m)^  ` + n.Name + `:\n(?:    .*\n)*?    command: (\[.*\])$`)
@@ -40,9 +40,15 @@ func TestComposeMatchesDevCluster(t *testing.T) {
 	// dev-cluster's flags name the same things.
 	local := cli.LocalCluster(3, "127.0.0.1", 4222, 6222, "/tmp/x")
 	for i := range local {
-		// Only containers, which listen on all interfaces, say --allow-insecure.
+		local[i].HTTPPort = 8080 + i // dev-cluster's --http-port
+	}
+	for i := range local {
+		// Only containers, which listen on all interfaces, say --allow-insecure
+		// and --allow-public-http.
 		got := flagNames(cli.ClusterServeArgs(local, i))
-		want := slices.DeleteFunc(flagNames(cli.ClusterServeArgs(nodes, i)), func(f string) bool { return f == "--allow-insecure" })
+		want := slices.DeleteFunc(flagNames(cli.ClusterServeArgs(nodes, i)), func(f string) bool {
+			return f == "--allow-insecure" || f == "--allow-public-http"
+		})
 		if !slices.Equal(got, want) {
 			t.Errorf("dev-cluster node %d flags %v, compose %v", i+1, got, want)
 		}

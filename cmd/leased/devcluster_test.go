@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -22,6 +23,7 @@ type devClusterProc struct {
 	cmd    *exec.Cmd
 	url    string // LEASED_URL, every node
 	port   int    // client port of n1; node i+1 listens on port+i
+	hport  int    // timeline page port of n1; node i+1 serves it on hport+i
 	stderr *lines
 	exited chan struct{} // closed when dev-cluster exits
 }
@@ -57,15 +59,15 @@ func consecutiveFreePorts(t *testing.T, n int) int {
 // data in a temporary directory, and waits until every node is ready.
 func startDevCluster(t *testing.T, args ...string) *devClusterProc {
 	t.Helper()
-	port, cport := consecutiveFreePorts(t, 3), consecutiveFreePorts(t, 3)
+	port, cport, hport := consecutiveFreePorts(t, 3), consecutiveFreePorts(t, 3), consecutiveFreePorts(t, 3)
 	cmd := exec.Command(leasedBin, append([]string{"dev-cluster", "--data", t.TempDir(),
-		"--port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(cport)}, args...)...)
+		"--port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(cport), "--http-port", strconv.Itoa(hport)}, args...)...)
 	stdout, _ := cmd.StdoutPipe()
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := &devClusterProc{cmd: cmd, port: port, stderr: readLines(stderr), exited: make(chan struct{})}
+	d := &devClusterProc{cmd: cmd, port: port, hport: hport, stderr: readLines(stderr), exited: make(chan struct{})}
 	out := readLines(stdout)
 	go func() { _ = cmd.Wait(); close(d.exited) }()
 	t.Cleanup(func() {
@@ -104,6 +106,12 @@ func (d *devClusterProc) pid(t *testing.T, name string, nth int) int {
 func (d *devClusterProc) nodeURL(name string) string {
 	i, _ := strconv.Atoi(strings.TrimPrefix(name, "n"))
 	return "nats://127.0.0.1:" + strconv.Itoa(d.port+i-1)
+}
+
+// pageURL is the timeline page of node name.
+func (d *devClusterProc) pageURL(name string) string {
+	i, _ := strconv.Atoi(strings.TrimPrefix(name, "n"))
+	return "http://127.0.0.1:" + strconv.Itoa(d.hport+i-1) + "/"
 }
 
 // leasedStatus runs `leased status -o json` through url.
@@ -198,6 +206,18 @@ func TestDevClusterNodeKilled(t *testing.T) {
 	for _, n := range alive {
 		if r := leased(t, d.nodeURL(n), "acquire", "via."+n, "--ttl", "30s"); r.code != 0 {
 			t.Errorf("acquire via %s after %s died: exit %d: %s", n, dead, r.code, r.stderr)
+		}
+		// Each node serves the timeline page and its data.
+		for _, u := range []string{d.pageURL(n), d.pageURL(n) + "api/tenures?since=1h"} {
+			resp, err := http.Get(u)
+			if err != nil {
+				t.Errorf("%s after %s died: %v", u, dead, err)
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("GET %s after %s died: %s", u, dead, resp.Status)
+			}
 		}
 	}
 	select {

@@ -26,6 +26,7 @@ type ClusterNode struct {
 	Host        string // where clients and routes reach it
 	Port        int    // client port
 	ClusterPort int    // route port
+	HTTPPort    int    // timeline page port (serve --http-listen); 0: none
 	Data        string // data directory
 }
 
@@ -51,11 +52,17 @@ func ClusterServeArgs(nodes []ClusterNode, i int) []string {
 		"--data", n.Data,
 		"--log-format", "json",
 	}
+	if n.HTTPPort > 0 {
+		args = append(args, "--http-listen", listenAddr(n.Host, n.HTTPPort))
+	}
 	if ip := net.ParseIP(n.Host); ip == nil || !ip.IsLoopback() {
 		// Containers (and the partition test's private network) listen
 		// beyond loopback without authorization: the compose set-up is for
 		// one trusted host (README, "Security").
 		args = append(args, "--allow-insecure")
+		if n.HTTPPort > 0 {
+			args = append(args, "--allow-public-http")
+		}
 	}
 	return args
 }
@@ -91,7 +98,7 @@ func LocalCluster(n int, host string, port, clusterPort int, dataDir string) []C
 }
 
 func newDevCluster(stdout, stderr io.Writer) *cobra.Command {
-	var n, port, clusterPort int
+	var n, port, clusterPort, httpPort int
 	var host, data string
 	var restart bool
 	cmd := &cobra.Command{
@@ -100,8 +107,10 @@ func newDevCluster(stdout, stderr io.Writer) *cobra.Command {
 		Long: `dev-cluster starts --nodes "leased serve" processes on 127.0.0.1 that form one
 JetStream cluster (the topology of docker-compose.yml, without Docker), prints
 the client URLs, and runs until interrupted, then stops them all. Node i
-listens for clients on --port+i-1 and for routes on --cluster-port+i-1, and
-keeps its data in --data/n<i>, so a restart finds it again.
+listens for clients on --port+i-1, for routes on --cluster-port+i-1 and
+serves the timeline page (who held which lease when) on
+http://127.0.0.1:<--http-port+i-1>/, and keeps its data in --data/n<i>, so a
+restart finds it again.
 
 It says on stderr when each node starts (with its pid), is ready and exits,
 and when all are ready.
@@ -122,17 +131,27 @@ secured cluster.`,
 				return usageError{fmt.Errorf("--host %q: dev-cluster runs without authorization, for one trusted host: "+
 					"give a loopback address (for a secured cluster run serve --config, README \"Security\")", host)}
 			}
+			if httpPort < 0 || httpPort+n-1 > 65535 {
+				return usageError{fmt.Errorf("--http-port %d: want 1..%d for %d nodes, or 0 for no page", httpPort, 65536-n, n)}
+			}
 			exe, err := os.Executable()
 			if err != nil {
 				return err
 			}
-			return devCluster(cmd.Context(), exe, LocalCluster(n, host, port, clusterPort, data), restart, stdout, stderr)
+			nodes := LocalCluster(n, host, port, clusterPort, data)
+			if httpPort > 0 {
+				for i := range nodes {
+					nodes[i].HTTPPort = httpPort + i
+				}
+			}
+			return devCluster(cmd.Context(), exe, nodes, restart, stdout, stderr)
 		},
 	}
 	cmd.Flags().IntVar(&n, "nodes", 3, "number of nodes")
 	cmd.Flags().StringVar(&host, "host", "127.0.0.1", "loopback address the nodes listen on")
 	cmd.Flags().IntVar(&port, "port", 4222, "client port of the first node")
 	cmd.Flags().IntVar(&clusterPort, "cluster-port", 6222, "route port of the first node")
+	cmd.Flags().IntVar(&httpPort, "http-port", 8080, "timeline page port of the first node (serve --http-listen; 0: no page)")
 	cmd.Flags().StringVar(&data, "data", filepath.Join(defaultDataDir(), "dev-cluster"), "data directory (one subdirectory per node)")
 	cmd.Flags().BoolVar(&restart, "restart", false, "restart a node that exits, on its data, with a backoff")
 	return cmd
@@ -208,7 +227,11 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 		}
 		started := time.Now()
 		running.Store(n.Name, struct{}{})
-		say("%s started (pid %d), %s, data %s", n.Name, p.Process.Pid, ClientURLs(nodes[i:i+1]), n.Data)
+		page := ""
+		if n.HTTPPort > 0 {
+			page = ", timeline http://" + net.JoinHostPort(n.Host, strconv.Itoa(n.HTTPPort)) + "/"
+		}
+		say("%s started (pid %d), %s%s, data %s", n.Name, p.Process.Pid, ClientURLs(nodes[i:i+1]), page, n.Data)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			line := sc.Text()

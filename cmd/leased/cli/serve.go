@@ -30,6 +30,7 @@ type serveFlags struct {
 	gossip        gossipFlags
 	threshold     float64
 	metrics       metricsFlags
+	http          httpFlags
 	name          string
 	clusterName   string
 	clusterListen string
@@ -73,6 +74,15 @@ with --user/--password (or --creds), --inbox-prefix and the --tls-* flags,
 so the file must have a user for leased itself (docs/api.md). Listening on an
 address other than loopback (client or cluster port) without authorization
 is refused unless --allow-insecure is given.
+
+--http-listen serves the timeline page: who held which lease when, read from
+the bucket's history stream (any node can serve it), live; /api/tenures has
+the same data as JSON. It is read-only and has no authorization of its own:
+a non-loopback address is refused unless --allow-public-http is given (a
+flag of its own, because the risk is another: not writes to the bucket, as
+with --allow-insecure, but every lease name, holder and reason shown to
+anyone who reaches the port, --config's users and TLS notwithstanding).
+--jaeger-ui links each tenure to its grant's trace.
 
 Only one serve may use a data directory: serve locks <data>/leased.lock
 (writing its pid into it) before the server opens the store, and a second
@@ -122,6 +132,7 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl.Float64Var(&f.threshold, "suspicion-threshold", 8, "suspicion level (phi) at which discovery calls an instance suspect")
 	f.metrics.register(fl)
 	fl.DurationVar(&f.retention, "history-retention", history.DefaultRetention, "how long the history of tenures (leased history) is kept")
+	f.http.register(fl)
 	fl.StringSliceVar(&f.namePrefixes, "metric-name-prefixes", nil, "label the ownership-change metric with the lease name for leases with these name prefixes (comma-separated; each such lease is a series: keep it to a few)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.BoolVar(&f.debug, "debug", false, "log debug messages, including the NATS server's")
@@ -156,6 +167,15 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	if err := f.policy.ValidateFor(f.minTTL, f.maxTTL); err != nil {
 		return usageError{err}
+	}
+	// The timeline page's flags and port, checked and bound before anything
+	// starts.
+	httpLn, err := f.http.open(log)
+	if err != nil {
+		return err
+	}
+	if httpLn != nil {
+		defer httpLn.Close() // until it serves; closing it twice is harmless
 	}
 	// Traces and metrics: OTLP from the standard OTEL_* variables, and
 	// Prometheus on --metrics-listen.
@@ -246,9 +266,17 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		svc.Stop()
 		return pe
 	}
+	stopHTTP := func() {}
+	if httpLn != nil {
+		if stopHTTP, err = f.http.serve(httpLn, svc.History(), log); err != nil {
+			svc.Stop()
+			return err
+		}
+	}
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "")
 	<-ctx.Done()
 	log.Info("shutting down: answering requests in flight")
+	stopHTTP()
 	svc.Stop()
 	if err := nc.Drain(); err != nil {
 		log.Warn("drain", "err", err)

@@ -1,0 +1,478 @@
+package main_test
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/cmd/leased/cli"
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// envScreenshotDir names where TestTimelineInBrowser writes its
+// screenshot (default: the test's temporary directory, removed after it).
+const envScreenshotDir = "LEASED_SCREENSHOT_DIR"
+
+const xssHolder = `<img src=x onerror=alert(1)>`
+
+// browser starts headless Chromium for t, or skips t when it is not
+// installed (fails instead under CI, which installs it: .ci/run).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	var path string
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is not installed (CI is set: .ci/run installs it with apt-get install chromium)")
+		}
+		t.Skip("chromium is not installed: apt-get install chromium")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 660), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start %s: %v", path, err)
+	}
+	return ctx
+}
+
+// pageWatch records what a page must never do: open a dialog (an alert
+// from injected markup), throw, or log an error (a Content-Security-Policy
+// refusal is one).
+type pageWatch struct {
+	mu       sync.Mutex
+	dialogs  []string
+	problems []string
+}
+
+func watchPage(t *testing.T, ctx context.Context) *pageWatch {
+	t.Helper()
+	w := &pageWatch{}
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	console := chromedp.Console(ctx)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			w.mu.Lock()
+			w.dialogs = append(w.dialogs, string(ev.Type)+": "+ev.Message)
+			w.mu.Unlock()
+			// Dismiss it, or the page would wait for it forever.
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+	go func() {
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Type == chromedp.ConsoleError {
+				w.mu.Lock()
+				w.problems = append(w.problems, m.String())
+				w.mu.Unlock()
+			}
+		}
+	}()
+	return w
+}
+
+func (w *pageWatch) check(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.dialogs) > 0 {
+		t.Errorf("the page opened dialogs (injected script ran): %q", w.dialogs)
+	}
+	if len(w.problems) > 0 {
+		t.Errorf("the page threw or logged errors: %q", w.problems)
+	}
+}
+
+// laneView is a lane as the page drew it.
+type laneView struct {
+	Name     string    `json:"name"`
+	Flapping bool      `json:"flapping"`
+	Bars     []barView `json:"bars"`
+}
+
+type barView struct {
+	Holder  string  `json:"holder"`
+	Token   uint64  `json:"token"`
+	EndedBy string  `json:"ended_by"`
+	Title   string  `json:"title"`
+	X       float64 `json:"x"`
+	W       float64 `json:"w"`
+}
+
+// lanesJS reads the drawn lanes; the page redraws its SVG as data and
+// time go by, so each read is of one drawing.
+const lanesJS = `[...document.querySelectorAll('#timeline .lane')].map(l => ({
+	name: l.dataset.lane,
+	flapping: l.classList.contains('flapping'),
+	bars: [...l.querySelectorAll('.bar')].map(b => {
+		const r = b.querySelector('.bar-body');
+		return {holder: b.dataset.holder, token: Number(b.dataset.token), ended_by: b.dataset.endedBy,
+			title: b.querySelector('title').textContent,
+			x: r.x.baseVal.value, w: r.width.baseVal.value};
+	}),
+}))`
+
+// waitLanes waits until the page is live and cond holds for its lanes
+// (checked in the browser on every animation frame), and returns them.
+func waitLanes(t *testing.T, ctx context.Context, what, cond string) []laneView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	js := `(() => {
+		if (document.body.dataset.state !== 'live') return null;
+		const lanes = ` + lanesJS + `;
+		const lane = (name) => lanes.find(l => l.name === name) || {bars: []};
+		return (` + cond + `) ? JSON.stringify(lanes) : null;
+	})()`
+	got, err := chromedp.Run(ctx, chromedp.Poll[string](js, chromedp.WithPollingTimeout(25*time.Second)))
+	if err != nil {
+		last, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[[]laneView](lanesJS))
+		t.Fatalf("the page never showed %s: %v; it shows %+v", what, err, last)
+	}
+	var lanes []laneView
+	if err := json.Unmarshal([]byte(got), &lanes); err != nil {
+		t.Fatal(err)
+	}
+	return lanes
+}
+
+// changes follows the service's change events (published once the
+// observer has written the change into the history).
+type changes struct {
+	ch chan *nats.Msg
+}
+
+func followChanges(t *testing.T, nc *nats.Conn, prefix string) *changes {
+	t.Helper()
+	c := &changes{ch: make(chan *nats.Msg, 256)}
+	sub, err := nc.ChanSubscribe(api.SubjectEvents+prefix+">", c.ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// wait returns once the change typ of lease name has been recorded.
+func (c *changes) wait(t *testing.T, name, typ string) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case m := <-c.ch:
+			var ev api.ChangeEvent
+			if err := json.Unmarshal(m.Data, &ev); err == nil && ev.Name == name && ev.Type == typ {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no %s change of %s within 20 s", typ, name)
+		}
+	}
+}
+
+// The timeline page in a real headless Chromium, served by a real `leased
+// serve --http-listen`: a scenario with known tenures (two holders
+// alternating, a revocation, an expiry by TTL, a flapping lease, a holder
+// named like markup) renders the expected bars in order with their holders
+// and end causes, the markup stays text, and a new grant appears without a
+// reload.
+func TestTimelineInBrowser(t *testing.T) {
+	ctx := browser(t)
+	watch := watchPage(t, ctx)
+	s := startServe(t, "", "--http-listen", "127.0.0.1:0", "--jaeger-ui", "http://jaeger.example:16686/")
+	line := s.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"http listening"`) })
+	var listening struct{ Addr, URL string }
+	if err := json.Unmarshal([]byte(line), &listening); err != nil || listening.URL == "" {
+		t.Fatalf("http listening line %q: %v", line, err)
+	}
+
+	nc := kvleasetest.Connect(t, s.url)
+	cl, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := followChanges(t, nc, "tl.")
+	grant := func(name, holder string, d time.Duration) kvlease.Record {
+		t.Helper()
+		r, err := cl.Grant(t.Context(), kvlease.GrantRequest{Name: name, Holder: holder, Duration: d})
+		if err != nil {
+			t.Fatalf("grant %s to %s: %v", name, holder, err)
+		}
+		return r
+	}
+	release := func(r kvlease.Record) {
+		t.Helper()
+		if err := cl.Release(t.Context(), kvlease.ReleaseRequest{Name: r.Name, Holder: r.Holder, Token: r.Token,
+			Revision: r.Revision, Secret: r.Secret}); err != nil {
+			t.Fatalf("release %s: %v", r.Name, err)
+		}
+	}
+
+	// The scenario's clock is leases expiring (1 s TTLs, each expiry an
+	// event): tenures last long enough to be seen, with no sleep.
+	start := time.Now()
+	first := grant("tl.alt", "alice", 30*time.Second)
+	grant("tl.exp", "carol", time.Second) // never renewed: its TTL lapses
+	grant("tl.xss", xssHolder, 2*time.Minute)
+	for i := range 5 { // more than 3 new tenures within a minute: flapping
+		release(grant("tl.flap", []string{"flip", "flop"}[i%2], 30*time.Second))
+	}
+	seen.wait(t, "tl.exp", "expired")
+	release(first)
+	grant("tl.exp", "dave", time.Second)
+	seen.wait(t, "tl.exp", "expired") // tl.alt is free meanwhile: a gap
+	second := grant("tl.alt", "bob", 30*time.Second)
+	grant("tl.exp", "carol", time.Second)
+	seen.wait(t, "tl.exp", "expired")
+	release(second)
+	grant("tl.alt", "alice", 30*time.Second)
+	grant("tl.flap", "flop", time.Second)
+	seen.wait(t, "tl.flap", "expired")
+	if _, err := cl.Revoke(t.Context(), "tl.alt", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	seen.wait(t, "tl.alt", "revoked")
+	t.Logf("scenario recorded in %v", time.Since(start).Round(time.Millisecond))
+
+	loaded := time.Now()
+	if err := chromedp.Do(ctx, chromedp.Navigate(listening.URL)); err != nil {
+		t.Fatal(err)
+	}
+	lanes := waitLanes(t, ctx, "the scenario", `lanes.length >= 4 && lane('tl.alt').bars.length === 3 && lane('tl.flap').bars.length === 6`)
+	t.Logf("page drawn %v after navigating", time.Since(loaded).Round(time.Millisecond))
+
+	type bar struct{ holder, endedBy string }
+	want := map[string][]bar{
+		"tl.alt":  {{"alice", "released"}, {"bob", "released"}, {"alice", "revoked"}},
+		"tl.exp":  {{"carol", "expired"}, {"dave", "expired"}, {"carol", "expired"}},
+		"tl.flap": {{"flip", "released"}, {"flop", "released"}, {"flip", "released"}, {"flop", "released"}, {"flip", "released"}, {"flop", "expired"}},
+		"tl.xss":  {{xssHolder, "live"}},
+	}
+	var names []string
+	for _, l := range lanes {
+		names = append(names, l.Name)
+		var got []bar
+		for i, b := range l.Bars {
+			got = append(got, bar{b.Holder, b.EndedBy})
+			if i > 0 && (b.Token <= l.Bars[i-1].Token || b.X < l.Bars[i-1].X) {
+				t.Errorf("%s: bar %d (token %d at x=%.1f) drawn out of order after token %d at x=%.1f",
+					l.Name, i, b.Token, b.X, l.Bars[i-1].Token, l.Bars[i-1].X)
+			}
+			if !strings.Contains(b.Title, b.Holder) || !strings.Contains(b.Title, b.EndedBy) {
+				t.Errorf("%s: bar %d title %q names neither its holder %q nor its end %q", l.Name, i, b.Title, b.Holder, b.EndedBy)
+			}
+		}
+		if !reflect.DeepEqual(got, want[l.Name]) {
+			t.Errorf("lane %s: bars %q, want %q", l.Name, got, want[l.Name])
+		}
+		if l.Flapping != (l.Name == "tl.flap") {
+			t.Errorf("lane %s: flapping %v", l.Name, l.Flapping)
+		}
+	}
+	if wantNames := []string{"tl.alt", "tl.exp", "tl.flap", "tl.xss"}; !slices.Equal(names, wantNames) {
+		t.Errorf("lanes %q, want %q", names, wantNames)
+	}
+	// The gap while tl.alt was free (alice released it, bob took it only
+	// after dave's lease expired) is visible.
+	if alt := lanes[0].Bars; len(alt) == 3 {
+		if gap := alt[1].X - (alt[0].X + alt[0].W); gap < 5 {
+			t.Errorf("tl.alt: gap between alice and bob %.1f px, want a visible one", gap)
+		}
+	}
+
+	// The holder named like markup is text: shown literally, no element
+	// made of it, no script run.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-lane="tl.xss"] .bar`))); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := chromedp.Run(ctx, chromedp.Poll[string](
+		`document.querySelector('#details:not([hidden]) dd[data-field="holder"]')?.textContent`,
+		chromedp.WithPollingTimeout(10*time.Second)))
+	if err != nil || holder != xssHolder {
+		t.Errorf("details of the tl.xss tenure: holder %q (%v), want %q literally", holder, err, xssHolder)
+	}
+	markup, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgs, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.getElementsByTagName('img').length + document.getElementsByTagNameNS('http://www.w3.org/2000/svg', 'image').length`))
+	if err != nil || imgs != 0 || strings.Contains(markup, "<img") || !strings.Contains(markup, "&lt;img src=x onerror=alert(1)&gt;") {
+		t.Errorf("the holder %q became markup: %d img elements (%v); page:\n%s", xssHolder, imgs, err, markup)
+	}
+
+	// A tenure's details: its end, reason, renewals, and the link to its
+	// grant's trace in the Jaeger UI.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-lane="tl.alt"] .bar[data-ended-by="revoked"]`))); err != nil {
+		t.Fatal(err)
+	}
+	type details struct{ Holder, EndedBy, Reason, Trace string }
+	d, err := chromedp.Run(ctx, chromedp.Poll[details](`(() => {
+		const f = (k) => document.querySelector('#details dd[data-field="' + k + '"]')?.textContent || '';
+		const a = document.querySelector('#trace-link');
+		return f('reason') ? {Holder: f('holder'), EndedBy: f('ended-by'), Reason: f('reason'), Trace: a ? a.href : ''} : null;
+	})()`, chromedp.WithPollingTimeout(10*time.Second)))
+	if err != nil || d.Holder != "alice" || d.EndedBy != "revoked" || d.Reason != "maintenance" ||
+		!regexp.MustCompile(`^http://jaeger\.example:16686/trace/[0-9a-f]{32}$`).MatchString(d.Trace) {
+		t.Errorf("details of alice's revoked tenure: %+v (%v)", d, err)
+	}
+
+	// A new grant appears without a reload: the marker set in this
+	// document survives.
+	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`window.__sameDocument = true`)); err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	grant("tl.new", "erin", time.Minute)
+	lanes = waitLanes(t, ctx, "the new grant", `lane('tl.new').bars.length === 1 && window.__sameDocument === true`)
+	t.Logf("new grant drawn %v after it was granted", time.Since(granted).Round(time.Millisecond))
+	if i := slices.IndexFunc(lanes, func(l laneView) bool { return l.Name == "tl.new" }); i < 0 ||
+		lanes[i].Bars[0].Holder != "erin" || lanes[i].Bars[0].EndedBy != "live" {
+		t.Errorf("after the grant of tl.new: %+v", lanes)
+	}
+
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := cmp.Or(os.Getenv(envScreenshotDir), t.TempDir())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "timeline.png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes; set %s to keep it)", path, len(shot), envScreenshotDir)
+
+	// The prefix filter: one lane.
+	if err := chromedp.Do(ctx, chromedp.Navigate(listening.URL+"?prefix=tl.f&since=1h")); err != nil {
+		t.Fatal(err)
+	}
+	lanes = waitLanes(t, ctx, "the lanes of prefix tl.f", `lanes.length >= 1`)
+	if len(lanes) != 1 || lanes[0].Name != "tl.flap" {
+		t.Errorf("prefix tl.f: lanes %+v", lanes)
+	}
+	watch.check(t)
+}
+
+// --http-listen is off by default, refuses a non-loopback address unless
+// --allow-public-http names the risk, and its companions need it.
+func TestServeTimelineFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"all interfaces", []string{"--http-listen", "0.0.0.0:0"}, "--allow-public-http"},
+		{"no host", []string{"--http-listen", ":0"}, "--allow-public-http"},
+		{"IPv6 any", []string{"--http-listen", "[::]:0"}, "--allow-public-http"},
+		{"not host:port", []string{"--http-listen", "localhost"}, "--http-listen"},
+		{"busy or bad port", []string{"--http-listen", "127.0.0.1:99999"}, "--http-listen"},
+		{"allow without listen", []string{"--allow-public-http"}, "needs --http-listen"},
+		{"Jaeger without listen", []string{"--jaeger-ui", "http://localhost:16686"}, "needs --http-listen"},
+		{"Jaeger not http", []string{"--http-listen", "127.0.0.1:0", "--jaeger-ui", "javascript:alert(1)"}, "--jaeger-ui"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := leased(t, "", append([]string{"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir()}, tc.args...)...)
+			if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", r.code, r.stderr, cli.ExitUsage, tc.want)
+			}
+		})
+	}
+	if r := leased(t, "", "dev-cluster", "--http-port", "-1", "--data", t.TempDir()); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "--http-port") {
+		t.Errorf("dev-cluster --http-port -1: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+
+	// Named, the risk is taken, and said in the log.
+	s := startServe(t, "", "--http-listen", "0.0.0.0:0", "--allow-public-http")
+	s.logs.wait(t, 10*time.Second, func(l string) bool {
+		return strings.Contains(l, `"level":"WARN"`) && strings.Contains(l, "--allow-public-http")
+	})
+	s.logs.wait(t, 10*time.Second, func(l string) bool {
+		return strings.Contains(l, `"msg":"http listening","addr":"0.0.0.0:`) || strings.Contains(l, `"msg":"http listening","addr":"[::]:`)
+	})
+}
+
+// Any node serves the page from the stream, not only the observer: a
+// second grantor on the same NATS (--nats-url), standing by, streams a
+// grant made through the first.
+func TestServeTimelineFromAnyNode(t *testing.T) {
+	first := startServe(t, "")
+	first.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "observing the lease bucket") })
+	cmd := exec.Command(leasedBin, "serve", "--nats-url", first.url, "--http-listen", "127.0.0.1:0", "--log-format", "json")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	logs := readLines(stderr)
+	logs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	var listening struct{ URL string }
+	line := logs.wait(t, time.Second, func(l string) bool { return strings.Contains(l, `"msg":"http listening"`) })
+	if err := json.Unmarshal([]byte(line), &listening); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, listening.URL+"events?prefix=any.", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET events: %s", resp.Status)
+	}
+	if r := leased(t, first.url, "acquire", "any.one", "--ttl", "30s", "--holder", "zoe"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") && strings.Contains(sc.Text(), `"name":"any.one"`) {
+			if !strings.Contains(sc.Text(), `"holder":"zoe"`) || !strings.Contains(sc.Text(), `"kind":"granted"`) {
+				t.Errorf("record %s", sc.Text())
+			}
+			if strings.Contains(logs.text(), "observing the lease bucket") {
+				t.Errorf("the second node observes: the test shows nothing")
+			}
+			return
+		}
+	}
+	t.Fatalf("no record of any.one from the second node: %v", sc.Err())
+}

@@ -1,0 +1,395 @@
+// The lease timeline. It follows /events (the history records, then each
+// new one), folds the records into tenures as history.Fold does, and draws
+// one lane per lease in SVG.
+//
+// Lease names, holders and reasons are chosen by callers: they reach the
+// document only through textContent and setAttribute, never as HTML.
+'use strict';
+
+(function () {
+  const SVG = 'http://www.w3.org/2000/svg';
+  const params = new URLSearchParams(location.search);
+  const prefix = params.get('prefix') || '';
+  const since = params.get('since') || '';
+  const jaeger = (document.body.dataset.jaeger || '').replace(/\/+$/, '');
+
+  const LABEL_W = 210; // lease names
+  const RIGHT_PAD = 28; // room for the end marks at "now"
+  const AXIS_H = 26;
+  const LANE_H = 28;
+  const BAR_H = 16;
+  const MIN_SPAN = 5000; // ms: the narrowest window drawn
+
+  const tenures = new Map(); // key → tenure
+  let offset = 0; // the server's clock less the browser's, ms
+  let windowMS = 0; // since as a duration (a sliding window), or 0
+  let sinceMS = null; // since as a time; null until caught up
+  let caughtUp = false;
+  let pinned = null; // key of the tenure whose details stay shown
+  let shown = null; // key of the tenure whose details are shown
+  let scheduled = false;
+
+  const $ = (id) => document.getElementById(id);
+  $('prefix').value = prefix;
+  $('since').value = since;
+
+  function serverNow() { return Date.now() + offset; }
+  function ms(s) {
+    if (!s) return null;
+    const t = Date.parse(s);
+    return isNaN(t) ? null : t;
+  }
+
+  // fold adds one history record to the tenures: the same rules as
+  // history.Fold (a tenure is a lease name and token; the first holder,
+  // trace and grant time seen stick; an end sets the end), so repeated
+  // records change nothing.
+  function fold(r) {
+    if (typeof r !== 'object' || r === null || typeof r.name !== 'string') return;
+    // An end whose begin no observer saw (token 0) is a row of its own.
+    const key = r.token ? r.name + '\u0000' + r.token : r.name + '\u0000rev' + r.revision;
+    let t = tenures.get(key);
+    if (!t) {
+      t = { key, name: r.name, token: r.token || 0, holder: '', from: null, to: null, durationMS: 0,
+        renewals: 0, endedBy: '', reason: '', flapping: false, traceID: '' };
+      tenures.set(key, t);
+    }
+    t.holder = t.holder || String(r.holder || '');
+    t.traceID = t.traceID || String(r.trace_id || '');
+    if (t.from === null) t.from = ms(r.granted_at);
+    t.durationMS = t.durationMS || Number(r.duration_ms) || 0;
+    t.flapping = t.flapping || r.flapping === true;
+    if (r.kind === 'ended') {
+      t.to = ms(r.time);
+      t.endedBy = String(r.ended_by || 'unknown');
+      t.reason = String(r.reason || '');
+      t.renewals = Math.max(t.renewals, Number(r.renewals) || 0);
+    }
+  }
+
+  function start(t) { return t.from !== null ? t.from : t.to; }
+
+  // A holder's colour: a hue from a hash of its name, the same on every
+  // page and every load.
+  function colour(holder) {
+    if (!holder) return 'hsl(0, 0%, 62%)';
+    let h = 0x811c9dc5; // FNV-1a
+    for (let i = 0; i < holder.length; i++) {
+      h ^= holder.charCodeAt(i);
+      h = Math.imul(h, 0x01000193) >>> 0;
+    }
+    return 'hsl(' + (h % 360) + ', ' + (55 + (h >>> 9) % 25) + '%, ' + (42 + (h >>> 17) % 16) + '%)';
+  }
+
+  function el(name, attrs, parent) {
+    const e = document.createElementNS(SVG, name);
+    for (const k in attrs) e.setAttribute(k, String(attrs[k]));
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function text(parent, attrs, s) {
+    const e = el('text', attrs, parent);
+    e.textContent = s;
+    return e;
+  }
+  function title(parent, s) {
+    const e = el('title', {}, parent);
+    e.textContent = s;
+  }
+
+  // The mark at a tenure's end, by cause.
+  const causes = {
+    released: 'released by its holder',
+    revoked: 'revoked by an operator',
+    expired: 'expired: its TTL lapsed',
+    removed: 'removed: gossip declared its node dead',
+    unknown: 'ended, cause unknown (the observer missed it)',
+    live: 'live: still held',
+  };
+  function endMark(g, cause, x, y) {
+    const m = el('g', { class: 'end end-' + cause }, g);
+    switch (cause) {
+      case 'released':
+        el('line', { x1: x, y1: y - 9, x2: x, y2: y + 9 }, m);
+        break;
+      case 'revoked':
+        el('path', { d: 'M' + (x - 5) + ' ' + (y - 5) + 'l10 10m0 -10l-10 10' }, m);
+        break;
+      case 'expired':
+        el('circle', { cx: x, cy: y, r: 4.5 }, m);
+        break;
+      case 'removed':
+        el('path', { d: 'M' + x + ' ' + (y - 6) + 'l6 6l-6 6l-6 -6z' }, m);
+        break;
+      case 'live':
+        el('path', { d: 'M' + x + ' ' + (y - 6) + 'l8 6l-8 6z' }, m);
+        break;
+      default:
+        text(m, { x: x + 2, y: y + 4 }, '?');
+    }
+    return m;
+  }
+
+  function legend() {
+    const box = $('legend');
+    for (const cause of ['released', 'revoked', 'expired', 'removed', 'unknown', 'live']) {
+      const item = document.createElement('span');
+      item.className = 'legend-item';
+      const svg = el('svg', { width: 18, height: 18, viewBox: '0 0 18 18' }, item);
+      endMark(svg, cause, cause === 'live' ? 5 : 9, 9);
+      const label = document.createElement('span');
+      label.textContent = cause;
+      label.title = causes[cause];
+      item.appendChild(label);
+      box.appendChild(item);
+    }
+    const flap = document.createElement('span');
+    flap.className = 'legend-item legend-flapping';
+    flap.textContent = 'FLAPPING: granted anew too often';
+    box.appendChild(flap);
+  }
+
+  function pad2(n) { return (n < 10 ? '0' : '') + n; }
+  function clock(t) {
+    const d = new Date(t);
+    return pad2(d.getHours()) + ':' + pad2(d.getMinutes()) + ':' + pad2(d.getSeconds());
+  }
+  function stamp(t) {
+    if (t === null) return '(before the window)';
+    const d = new Date(t);
+    return d.getFullYear() + '-' + pad2(d.getMonth() + 1) + '-' + pad2(d.getDate()) + ' ' + clock(t) +
+      '.' + String(d.getMilliseconds()).padStart(3, '0');
+  }
+  function dur(d) {
+    if (d < 1000) return Math.round(d) + ' ms';
+    if (d < 60000) return (d / 1000).toFixed(d < 10000 ? 2 : 1) + ' s';
+    const s = Math.round(d / 1000);
+    if (s < 3600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
+    return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
+  }
+  function truncate(s, chars) {
+    return s.length <= chars ? s : s.slice(0, Math.max(0, chars - 1)) + '…';
+  }
+  function summary(t, now) {
+    const end = t.endedBy || 'live';
+    const held = t.from !== null ? ' for ' + dur((t.to !== null ? t.to : now) - t.from) : '';
+    return t.name + ': ' + (t.holder || '(holder unknown)') + ', token ' + (t.token || '?') + held + ', ' + end +
+      (t.reason ? ' (' + t.reason + ')' : '');
+  }
+
+  const TICKS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+
+  function render() {
+    scheduled = false;
+    if (!caughtUp) return;
+    const now = serverNow();
+    const windowStart = windowMS ? now - windowMS : sinceMS;
+    const lanes = new Map();
+    for (const [key, t] of tenures) {
+      if (t.to !== null && t.to < windowStart) { // slid out of the window: forgotten
+        tenures.delete(key);
+        continue;
+      }
+      if (!lanes.has(t.name)) lanes.set(t.name, []);
+      lanes.get(t.name).push(t);
+    }
+    const names = [...lanes.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    for (const ts of lanes.values()) {
+      ts.sort((a, b) => (start(a) - start(b)) || (a.token - b.token));
+    }
+    let t0 = now;
+    for (const ts of lanes.values()) {
+      for (const t of ts) t0 = Math.min(t0, t.from !== null ? t.from : windowStart);
+    }
+    t0 = Math.max(t0, windowStart);
+    let t1 = now;
+    if (t1 - t0 < MIN_SPAN) t0 = t1 - MIN_SPAN;
+    t0 -= (t1 - t0) * 0.02;
+
+    const chart = $('chart');
+    const width = Math.max(600, chart.clientWidth || 1000);
+    const plotW = width - LABEL_W - RIGHT_PAD;
+    const x = (t) => LABEL_W + ((t - t0) / (t1 - t0)) * plotW;
+    const height = AXIS_H + names.length * LANE_H + 4;
+    const svg = el('svg', { id: 'timeline', width, height, viewBox: '0 0 ' + width + ' ' + height, role: 'img',
+      'aria-label': 'tenures of ' + names.length + ' leases' });
+
+    // The time axis.
+    const axis = el('g', { class: 'axis' }, svg);
+    const want = Math.max(2, plotW / 110);
+    const step = (TICKS.find((s) => (t1 - t0) / (s * 1000) <= want) || TICKS[TICKS.length - 1]) * 1000;
+    for (let v = Math.ceil(t0 / step) * step; v <= t1; v += step) {
+      el('line', { x1: x(v), y1: AXIS_H - 6, x2: x(v), y2: height, class: 'tick' }, axis);
+      text(axis, { x: x(v), y: AXIS_H - 10, 'text-anchor': 'middle' }, clock(v));
+    }
+    el('line', { x1: x(now), y1: AXIS_H - 6, x2: x(now), y2: height, class: 'now' }, axis);
+
+    names.forEach((name, i) => {
+      const ts = lanes.get(name);
+      const flapping = ts.some((t) => t.flapping);
+      const y = AXIS_H + i * LANE_H;
+      const mid = y + LANE_H / 2;
+      const lane = el('g', { class: 'lane' + (flapping ? ' flapping' : ''), 'data-lane': name }, svg);
+      el('rect', { class: 'lane-bg', x: 0, y: y + 1, width, height: LANE_H - 2 }, lane);
+      const label = text(lane, { class: 'lane-name', x: 8, y: mid + 4 }, truncate(name, flapping ? 18 : 27));
+      title(label, name);
+      if (flapping) text(lane, { class: 'flap-badge', x: LABEL_W - 8, y: mid + 4, 'text-anchor': 'end' }, 'FLAPPING');
+      el('rect', { class: 'track', x: LABEL_W, y: mid - BAR_H / 2, width: plotW, height: BAR_H }, lane);
+      const ends = []; // drawn over every bar: an end where the next tenure begins stays visible
+      for (const t of ts) {
+        const cause = t.endedBy || 'live';
+        const from = t.from !== null ? Math.max(t.from, t0) : windowStart;
+        const x0 = x(from);
+        const x1 = x(t.to !== null ? t.to : now);
+        const w = Math.max(2, x1 - x0);
+        const g = el('g', { class: 'bar' + (t.key === pinned ? ' pinned' : '') + (t.from === null ? ' begin-unknown' : ''),
+          'data-key': t.key, 'data-holder': t.holder, 'data-token': t.token, 'data-ended-by': cause,
+          tabindex: 0, role: 'button', 'aria-label': summary(t, now) }, lane);
+        title(g, summary(t, now));
+        el('rect', { class: 'bar-body', x: x0, y: mid - BAR_H / 2, width: w, height: BAR_H, rx: 2, fill: colour(t.holder) }, g);
+        const chars = Math.floor((w - 8) / 6.6);
+        if (chars >= 4 && t.holder) text(g, { class: 'bar-label', x: x0 + 4, y: mid + 4 }, truncate(t.holder, chars));
+        ends.push([cause, x0 + w]);
+      }
+      const marks = el('g', { class: 'ends' }, lane);
+      for (const [cause, at] of ends) endMark(marks, cause, at, mid);
+    });
+    const focused = document.activeElement instanceof Element && document.activeElement.closest('#timeline .bar');
+    chart.replaceChildren(svg);
+    if (focused) { // keep the keyboard's place across redraws
+      for (const g of svg.querySelectorAll('.bar')) {
+        if (g.dataset.key === focused.dataset.key) g.focus({ preventScroll: true });
+      }
+    }
+    $('empty').hidden = names.length > 0;
+    const n = [...lanes.values()].reduce((a, ts) => a + ts.length, 0);
+    status('live · ' + names.length + (names.length === 1 ? ' lease, ' : ' leases, ') + n + (n === 1 ? ' tenure' : ' tenures'));
+    if (shown !== null) details(tenures.get(shown));
+  }
+
+  function schedule() {
+    if (!scheduled) {
+      scheduled = true;
+      requestAnimationFrame(render);
+    }
+  }
+
+  function status(s) { $('status').textContent = s; }
+
+  function details(t) {
+    const box = $('details');
+    if (!t) {
+      shown = null;
+      box.hidden = true;
+      return;
+    }
+    shown = t.key;
+    const list = $('details-list');
+    list.replaceChildren();
+    const row = (field, name, value) => {
+      const dt = document.createElement('dt');
+      dt.textContent = name;
+      const dd = document.createElement('dd');
+      dd.dataset.field = field;
+      if (value instanceof Node) dd.appendChild(value); else dd.textContent = value;
+      list.append(dt, dd);
+    };
+    const now = serverNow();
+    row('lease', 'Lease', t.name);
+    row('holder', 'Holder', t.holder || '(unknown)');
+    row('token', 'Token', t.token ? String(t.token) : '(unknown)');
+    row('from', 'From', stamp(t.from));
+    row('to', 'To', t.to !== null ? stamp(t.to) : 'now (live)');
+    row('held', 'Held', t.from !== null ? dur((t.to !== null ? t.to : now) - t.from) + (t.to === null ? ' so far' : '') : '(begin unknown)');
+    if (t.durationMS) row('ttl', 'TTL', dur(t.durationMS));
+    row('renewals', 'Renewals', String(t.renewals) + (t.to === null ? ' (counted at the end)' : ''));
+    row('ended-by', 'Ended by', t.endedBy || 'live (not ended)');
+    if (t.reason) row('reason', 'Reason', t.reason);
+    if (t.flapping) row('flapping', 'Flapping', 'yes: granted anew more often than the threshold allows');
+    if (t.traceID) {
+      if (jaeger && /^[0-9a-f]{16,32}$/.test(t.traceID)) {
+        const a = document.createElement('a');
+        a.href = jaeger + '/trace/' + encodeURIComponent(t.traceID);
+        a.textContent = t.traceID;
+        a.target = '_blank';
+        a.rel = 'noopener noreferrer';
+        a.id = 'trace-link';
+        row('trace', 'Trace', a);
+      } else {
+        row('trace', 'Trace', t.traceID);
+      }
+    }
+    box.hidden = false;
+    for (const g of document.querySelectorAll('#timeline .bar')) {
+      g.classList.toggle('pinned', g.dataset.key === pinned);
+    }
+  }
+
+  function barOf(ev) {
+    const g = ev.target instanceof Element ? ev.target.closest('.bar') : null;
+    return g ? tenures.get(g.dataset.key) : null;
+  }
+  const chart = $('chart');
+  chart.addEventListener('mouseover', (ev) => {
+    const t = barOf(ev);
+    if (t && pinned === null) details(t);
+  });
+  chart.addEventListener('focusin', (ev) => {
+    const t = barOf(ev);
+    if (t && pinned === null) details(t);
+  });
+  chart.addEventListener('click', (ev) => {
+    const t = barOf(ev);
+    pinned = t ? t.key : null;
+    details(t);
+  });
+  chart.addEventListener('keydown', (ev) => {
+    const t = barOf(ev);
+    if (t && (ev.key === 'Enter' || ev.key === ' ')) {
+      ev.preventDefault();
+      pinned = t.key;
+      details(t);
+    }
+  });
+  document.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Escape') {
+      pinned = null;
+      details(null);
+    }
+  });
+  window.addEventListener('resize', schedule);
+
+  legend();
+  const qs = new URLSearchParams();
+  if (prefix) qs.set('prefix', prefix);
+  if (since) qs.set('since', since);
+  const events = new EventSource('events' + (qs.toString() ? '?' + qs : ''));
+  events.addEventListener('record', (e) => {
+    fold(JSON.parse(e.data));
+    if (caughtUp) schedule();
+  });
+  events.addEventListener('caughtup', (e) => {
+    const d = JSON.parse(e.data);
+    const now = ms(d.now);
+    if (now !== null) offset = now - Date.now();
+    if (sinceMS === null) {
+      sinceMS = ms(d.since);
+      windowMS = Number(d.window_ms) || 0;
+    }
+    caughtUp = true;
+    document.body.dataset.state = 'live';
+    schedule();
+  });
+  events.addEventListener('ping', (e) => {
+    const now = ms(JSON.parse(e.data).now);
+    if (now !== null) offset = now - Date.now();
+  });
+  events.addEventListener('error', () => {
+    document.body.dataset.state = events.readyState === EventSource.CLOSED ? 'stopped' : 'reconnecting';
+    status(events.readyState === EventSource.CLOSED ? 'stopped: the server refused the stream (reload to retry)' : 'reconnecting…');
+  });
+  // Live bars grow with the clock.
+  setInterval(() => {
+    if (caughtUp && events.readyState === EventSource.OPEN) schedule();
+  }, 1000);
+})();

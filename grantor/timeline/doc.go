@@ -1,0 +1,49 @@
+// Package timeline serves a web page that shows who held which lease when:
+// one lane per lease, a bar per tenure coloured by its holder, each end
+// marked by its cause (released, revoked, expired, removed by gossip, or
+// still live), flapping leases highlighted. It reads a bucket's
+// [history.Stream] and nothing else; `leased serve --http-listen` mounts it.
+//
+// # Endpoints
+//
+// All are read-only: GET and HEAD, other methods are refused with 405.
+//
+//	/                     the page (HTML, JS and CSS embedded in the binary)
+//	/api/tenures          JSON: {"prefix", "since", "now", "tenures": [history.Tenure…]}
+//	/events               server-sent events: the history records, then each new one
+//
+// Each takes prefix (lease names beginning with it; "" for all) and since
+// (a duration back from now such as 1h or 90m, or an RFC 3339 time; 1h by
+// default). A bad parameter, or one the endpoint does not know, is answered
+// 400 with a plain-text message.
+//
+// /events sends each stored record as an event "record" whose data is the
+// [history.Record] in JSON and whose id is its time; then one "caughtup"
+// event ({"now", "since", "window_ms"}: the server's clock, the start of
+// the window, and its length when since was a duration); then each new
+// record as it is stored, and a "ping" with the server's clock every 15 s.
+// A browser reconnecting after a drop sends the last id it saw
+// (Last-Event-ID) and gets the records from a little before it: the page
+// folds repeats into the tenure they belong to, as [history.Fold] does.
+//
+// # Safety
+//
+// Lease names, holders and reasons are chosen by callers. The page puts
+// them in the document only as text (textContent and attributes set from
+// script, never parsed as HTML), the JSON escapes <, > and & and every
+// response carries Content-Security-Policy "default-src 'self'" (no inline
+// script, nothing loaded from elsewhere) and X-Content-Type-Options nosniff.
+// The page has no authorization of its own: whoever reaches it sees every
+// lease name, holder and reason in the stream. `leased serve` binds it to
+// loopback unless told otherwise (--allow-public-http).
+//
+// # What it does not do
+//
+// It cannot change anything: there is no revoke or release from the
+// browser. It keeps nothing: /api/tenures reads the stream on every
+// request, and each open page holds one ordered consumer on the stream
+// (at most [MaxFollowers] at once; more are refused 503). The records it
+// shows are the observer's (package grantor): renewals are counted only at
+// a tenure's end, and a tenure that began and lapsed while no observer ran
+// has no holder.
+package timeline

@@ -1,0 +1,408 @@
+package timeline
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/kvlease"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// ErrOption is wrapped by the errors of options given to [New].
+var ErrOption = errors.New("timeline: bad option")
+
+// DefaultSince is the window shown when a request names none.
+const DefaultSince = time.Hour
+
+// MaxFollowers is how many /events streams (open pages) a handler serves
+// at once; each holds an ordered consumer on the history stream.
+const MaxFollowers = 64
+
+// Intervals of /events.
+const (
+	pingEvery = 15 * time.Second // a "ping" with the server's clock; keeps proxies from timing out
+	// resumeOverlap: a reconnecting page gets the records from this long
+	// before the last one it saw. A record's time is the change's, which
+	// precedes its append, so resuming exactly there could skip a record
+	// appended late; repeats are folded away.
+	resumeOverlap = 5 * time.Second
+	readTimeout   = 30 * time.Second // of /api/tenures' read of the stream
+)
+
+// Handler serves the timeline of one history stream (see the package
+// documentation). It is safe for concurrent use.
+type Handler struct {
+	hist      *history.Stream
+	jaeger    string
+	log       *slog.Logger
+	page      []byte        // rendered once: it depends only on the options
+	followers chan struct{} // a slot per /events stream
+}
+
+// Option configures a [Handler].
+type Option func(*Handler) error
+
+// WithJaegerUI links each tenure's details to its grant's trace at
+// base/trace/<trace id>. base must be an absolute http or https URL without
+// query or fragment; the error wraps [ErrOption].
+func WithJaegerUI(base string) Option {
+	return func(h *Handler) error {
+		u, err := url.Parse(base)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: Jaeger UI %q: %v", ErrOption, base, err)
+		case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
+			return fmt.Errorf("%w: Jaeger UI %q: want an http:// or https:// URL with a host", ErrOption, base)
+		case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+			return fmt.Errorf("%w: Jaeger UI %q: want a base URL without query, fragment or user", ErrOption, base)
+		}
+		h.jaeger = strings.TrimRight(u.String(), "/")
+		return nil
+	}
+}
+
+// WithLogger sets where the handler logs failures to read the stream
+// (default: nowhere); nil is an error wrapping [ErrOption].
+func WithLogger(log *slog.Logger) Option {
+	return func(h *Handler) error {
+		if log == nil {
+			return fmt.Errorf("%w: nil logger", ErrOption)
+		}
+		h.log = log
+		return nil
+	}
+}
+
+// New returns a handler serving hist's timeline. A nil stream, a nil
+// option or a bad one is an error wrapping [ErrOption].
+func New(hist *history.Stream, opts ...Option) (*Handler, error) {
+	if hist == nil {
+		return nil, fmt.Errorf("%w: nil history stream", ErrOption)
+	}
+	h, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	h.hist = hist
+	tmpl, err := template.ParseFS(assets, "assets/index.html")
+	if err != nil {
+		return nil, fmt.Errorf("timeline: page template: %w", err)
+	}
+	var page bytes.Buffer
+	if err := tmpl.Execute(&page, struct{ Jaeger string }{h.jaeger}); err != nil {
+		return nil, fmt.Errorf("timeline: page template: %w", err)
+	}
+	h.page = page.Bytes()
+	return h, nil
+}
+
+// CheckOptions reports the error [New] would return for opts, for a
+// command that checks its flags before it has a stream to serve.
+func CheckOptions(opts ...Option) error {
+	_, err := applyOptions(opts)
+	return err
+}
+
+func applyOptions(opts []Option) (*Handler, error) {
+	h := &Handler{log: slog.New(slog.DiscardHandler), followers: make(chan struct{}, MaxFollowers)}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrOption)
+		}
+		if err := o(h); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// csp lets the page load only its own script, style and icon, and keeps
+// other sites from framing it.
+const csp = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// static are the embedded files served as they are.
+var static = map[string]string{
+	"/app.js":      "text/javascript; charset=utf-8",
+	"/app.css":     "text/css; charset=utf-8",
+	"/favicon.svg": "image/svg+xml",
+}
+
+// ServeHTTP serves the page, its assets, /api/tenures and /events.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	hdr.Set("Content-Security-Policy", csp)
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Referrer-Policy", "no-referrer")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		hdr.Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("method %s not allowed: the timeline is read-only (GET, HEAD)", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	path := r.URL.Path
+	if path == "" {
+		path = "/" // under http.StripPrefix
+	}
+	if typ, ok := static[path]; ok {
+		b, err := assets.ReadFile("assets" + path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		hdr.Set("Content-Type", typ)
+		hdr.Set("Cache-Control", "no-cache")
+		_, _ = w.Write(b)
+		return
+	}
+	switch path {
+	case "/", "/api/tenures", "/events":
+	default:
+		http.Error(w, "not found: the timeline serves /, /api/tenures and /events", http.StatusNotFound)
+		return
+	}
+	q, err := parseQuery(r.URL.RawQuery, time.Now())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	switch path {
+	case "/":
+		hdr.Set("Content-Type", "text/html; charset=utf-8")
+		hdr.Set("Cache-Control", "no-cache")
+		_, _ = w.Write(h.page)
+	case "/api/tenures":
+		h.tenures(w, r, q)
+	case "/events":
+		h.events(w, r, q)
+	}
+}
+
+// query is a request's parameters.
+type query struct {
+	prefix string
+	since  time.Time
+	window time.Duration // since as a duration back from now; 0 if given as a time
+}
+
+// parseQuery reads prefix and since from raw, refusing anything else.
+func parseQuery(raw string, now time.Time) (query, error) {
+	v, err := url.ParseQuery(raw)
+	if err != nil {
+		return query{}, fmt.Errorf("bad query: %v", err)
+	}
+	for k, vals := range v {
+		switch {
+		case k != "prefix" && k != "since":
+			return query{}, fmt.Errorf("unknown query parameter %q (want prefix, since)", k)
+		case len(vals) > 1:
+			return query{}, fmt.Errorf("query parameter %q given %d times", k, len(vals))
+		}
+	}
+	q := query{prefix: v.Get("prefix")}
+	if err := validatePrefix(q.prefix); err != nil {
+		return query{}, err
+	}
+	q.since, q.window, err = parseSince(v.Get("since"), now)
+	return q, err
+}
+
+// validatePrefix accepts "" or anything that could begin a valid lease
+// name (kvlease.ValidateName), the rule kvlease's Watch applies.
+func validatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if err := kvlease.ValidateName(strings.TrimSuffix(prefix, ".")); err != nil {
+		return fmt.Errorf("prefix %q: not the beginning of a lease name: %v", prefix, err)
+	}
+	return nil
+}
+
+// parseSince reads since: "" (DefaultSince), a duration ≥ 0 back from now,
+// or an RFC 3339 time. It returns the time and, for a duration, the
+// duration.
+func parseSince(s string, now time.Time) (time.Time, time.Duration, error) {
+	if s == "" {
+		return now.Add(-DefaultSince), DefaultSince, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, 0, fmt.Errorf("since %q: negative (give how far back, e.g. 1h)", s)
+		}
+		return now.Add(-d), d, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, 0, nil
+	}
+	return time.Time{}, 0, fmt.Errorf("since %q: want a duration back from now (30m, 1h, 24h) or an RFC 3339 time", s)
+}
+
+// TenuresReply is the body of /api/tenures.
+type TenuresReply struct {
+	Prefix  string           `json:"prefix"`
+	Since   time.Time        `json:"since"`
+	Now     time.Time        `json:"now"`
+	Tenures []history.Tenure `json:"tenures"` // history.Fold order: by name, then begin
+}
+
+func (h *Handler) tenures(w http.ResponseWriter, r *http.Request, q query) {
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	now := time.Now()
+	recs, err := h.hist.Read(ctx, q.prefix, q.since)
+	if err != nil {
+		h.log.Warn("timeline: read history", "err", err)
+		http.Error(w, "history unavailable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	reply := TenuresReply{Prefix: q.prefix, Since: q.since.UTC(), Now: now.UTC(), Tenures: history.Fold(recs)}
+	if reply.Tenures == nil {
+		reply.Tenures = []history.Tenure{}
+	}
+	b, err := json.Marshal(reply) // escapes <, > and & as \u003c, \u003e, \u0026
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// caughtUp is the data of the "caughtup" and "ping" events.
+type caughtUp struct {
+	Now      time.Time `json:"now"`
+	Since    time.Time `json:"since,omitzero"`
+	WindowMS int64     `json:"window_ms,omitempty"`
+}
+
+// followed is one call of the Follow callback.
+type followed struct {
+	r        history.Record
+	caughtUp bool
+}
+
+func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
+	if r.Method == http.MethodHead {
+		w.Header().Set("Content-Type", "text/event-stream")
+		return
+	}
+	select {
+	case h.followers <- struct{}{}:
+		defer func() { <-h.followers }()
+	default:
+		http.Error(w, fmt.Sprintf("too many open timelines (%d): try again later", MaxFollowers), http.StatusServiceUnavailable)
+		return
+	}
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		if t, err := time.Parse(time.RFC3339Nano, id); err == nil && t.After(q.since) {
+			q.since = t.Add(-resumeOverlap)
+		}
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	items := make(chan followed)
+	done := make(chan error, 1)
+	go func() {
+		done <- h.hist.Follow(ctx, q.prefix, q.since, func(rec history.Record, cu bool) bool {
+			select {
+			case items <- followed{rec, cu}:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }() // the follower is this handler's: it ends before the handler returns
+
+	// Nothing is written before the stream answers, so that a failure to
+	// follow it is a plain 503, not an empty event stream.
+	var first followed
+	select {
+	case first = <-items:
+	case err := <-done:
+		done <- err
+		h.log.Warn("timeline: follow history", "err", err)
+		http.Error(w, "history unavailable: "+errString(err), http.StatusServiceUnavailable)
+		return
+	case <-ctx.Done():
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	rc := http.NewResponseController(w)
+	send := func(event, id string, data any) bool {
+		b, err := json.Marshal(data) // one line: no newline can end the event early
+		if err != nil {
+			return false
+		}
+		var buf bytes.Buffer
+		buf.WriteString("event: " + event + "\n")
+		if id != "" {
+			buf.WriteString("id: " + id + "\n")
+		}
+		buf.WriteString("data: ")
+		buf.Write(b)
+		buf.WriteString("\n\n")
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	deliver := func(f followed) bool {
+		if f.caughtUp {
+			cu := caughtUp{Now: time.Now().UTC(), Since: q.since.UTC()}
+			if q.window > 0 {
+				cu.WindowMS = q.window.Milliseconds()
+			}
+			return send("caughtup", "", cu)
+		}
+		return send("record", f.r.Time.UTC().Format(time.RFC3339Nano), f.r)
+	}
+	if _, err := io.WriteString(w, "retry: 2000\n\n"); err != nil || !deliver(first) {
+		return
+	}
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
+	for {
+		select {
+		case f := <-items:
+			if !deliver(f) {
+				return
+			}
+		case <-ping.C:
+			if !send("ping", "", caughtUp{Now: time.Now().UTC()}) {
+				return
+			}
+		case err := <-done:
+			done <- err
+			if ctx.Err() == nil {
+				h.log.Warn("timeline: follow history", "err", err)
+			}
+			return // the page reconnects
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "the stream ended"
+	}
+	return err.Error()
+}

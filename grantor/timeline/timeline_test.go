@@ -1,0 +1,415 @@
+package timeline_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/grantor/timeline"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+const xss = `<img src=x onerror=alert(1)>`
+
+// openStream opens a history stream on a real JetStream server.
+func openStream(t *testing.T) *history.Stream {
+	t.Helper()
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	h, err := history.Open(t.Context(), js, "leases", history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func appendAll(t *testing.T, h *history.Stream, recs ...history.Record) {
+	t.Helper()
+	for _, r := range recs {
+		if _, err := h.Append(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// scenario is one tenure of each kind of end, one live tenure held by a
+// holder whose name is markup, and a lease outside the prefix "tl.".
+func scenario(base time.Time) []history.Record {
+	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
+	rev := uint64(0)
+	begin := func(name, holder string, token uint64, s int) history.Record {
+		rev++
+		return history.Record{Kind: history.KindGranted, Name: name, Holder: holder, Token: token, Revision: rev,
+			Time: at(s), GrantedAt: at(s), DurationMS: 3000, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"}
+	}
+	end := func(name, holder string, token uint64, s0, s int, by, reason string, renewals int) history.Record {
+		rev++
+		return history.Record{Kind: history.KindEnded, Name: name, Holder: holder, Token: token, Revision: rev,
+			Time: at(s), GrantedAt: at(s0), EndedBy: by, Reason: reason, Renewals: renewals}
+	}
+	return []history.Record{
+		begin("tl.alt", "alice", 1, 0), end("tl.alt", "alice", 1, 0, 3, history.EndReleased, "", 2),
+		begin("tl.alt", "bob", 5, 4), end("tl.alt", "bob", 5, 4, 6, history.EndRevoked, "maintenance", 1),
+		begin("tl.exp", "carol", 7, 1), end("tl.exp", "carol", 7, 1, 5, history.EndExpired, "", 0),
+		begin("tl.reg", "web-1", 9, 2), end("tl.reg", "web-1", 9, 2, 8, history.EndRemoved, history.GossipReasonPrefix+"node n2 dead", 3),
+		begin("tl.xss", xss, 11, 3),
+		begin("other", "dave", 12, 3),
+	}
+}
+
+func newServer(t *testing.T, h *history.Stream, opts ...timeline.Option) *httptest.Server {
+	t.Helper()
+	th, err := timeline.New(h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(th)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func get(t *testing.T, method, u string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// Every response says what the page may load and that its type is what
+// it says.
+func checkSafetyHeaders(t *testing.T, resp *http.Response) {
+	t.Helper()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "default-src 'self'") {
+		t.Errorf("%s: Content-Security-Policy %q", resp.Request.URL, csp)
+	}
+	if v := resp.Header.Get("X-Content-Type-Options"); v != "nosniff" {
+		t.Errorf("%s: X-Content-Type-Options %q", resp.Request.URL, v)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	s := newServer(t, openStream(t))
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"unparsable since", "/api/tenures?since=yesterday", `since "yesterday"`},
+		{"negative since", "/api/tenures?since=-1h", "negative"},
+		{"wildcard in prefix", "/api/tenures?prefix=tl.*", "prefix"},
+		{"subject wildcard in prefix", "/api/tenures?prefix=tl.>", "prefix"},
+		{"empty token in prefix", "/api/tenures?prefix=tl..x", "prefix"},
+		{"prefix starting with a dot", "/api/tenures?prefix=.tl", "prefix"},
+		{"markup in prefix", "/api/tenures?prefix=" + url.QueryEscape(xss), "prefix"},
+		{"unknown parameter", "/api/tenures?sinse=1h", `unknown query parameter "sinse"`},
+		{"repeated parameter", "/api/tenures?since=1h&since=2h", "2 times"},
+		{"bad query", "/api/tenures?since=%zz", "bad query"},
+		{"events: bad since", "/events?since=soon", `since "soon"`},
+		{"events: bad prefix", "/events?prefix=a%20b", "prefix"},
+		{"page: bad prefix", "/?prefix=a*", "prefix"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := get(t, http.MethodGet, s.URL+tc.path)
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, tc.want) {
+				t.Errorf("GET %s: %d %q, want 400 with %q", tc.path, resp.StatusCode, body, tc.want)
+			}
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+				t.Errorf("GET %s: Content-Type %q, want plain text", tc.path, ct)
+			}
+			checkSafetyHeaders(t, resp)
+		})
+	}
+	t.Run("not found", func(t *testing.T) {
+		if resp, body := get(t, http.MethodGet, s.URL+"/admin/revoke"); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /admin/revoke: %d %q", resp.StatusCode, body)
+		}
+	})
+}
+
+// The page and its data are read-only: anything but GET and HEAD is 405.
+func TestOnlyGetAndHead(t *testing.T) {
+	s := newServer(t, openStream(t))
+	for _, path := range []string{"/", "/api/tenures", "/events", "/app.js"} {
+		for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+			resp, body := get(t, m, s.URL+path)
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+				t.Errorf("%s %s: %d (Allow %q) %q, want 405", m, path, resp.StatusCode, resp.Header.Get("Allow"), body)
+			}
+		}
+		resp, body := get(t, http.MethodHead, s.URL+path)
+		if resp.StatusCode != http.StatusOK || body != "" {
+			t.Errorf("HEAD %s: %d %q", path, resp.StatusCode, body)
+		}
+		checkSafetyHeaders(t, resp)
+	}
+}
+
+func TestTenuresJSON(t *testing.T) {
+	h := openStream(t)
+	recs := scenario(time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC())
+	appendAll(t, h, recs...)
+	s := newServer(t, h)
+
+	resp, body := get(t, http.MethodGet, s.URL+"/api/tenures?prefix=tl.&since=1h")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/tenures: %d %s", resp.StatusCode, body)
+	}
+	checkSafetyHeaders(t, resp)
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("Content-Type %q", ct)
+	}
+	// The holder's markup is escaped in the JSON itself, so that no
+	// browser sniffing it as HTML could run it.
+	if strings.Contains(body, "<img") || !strings.Contains(body, `\u003cimg src=x onerror=alert(1)\u003e`) {
+		t.Errorf("the holder %q is not escaped in the JSON: %s", xss, body)
+	}
+	var got timeline.TenuresReply
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := history.Fold(recs[:len(recs)-1]) // all but the lease "other"
+	if !reflect.DeepEqual(got.Tenures, want) {
+		t.Errorf("tenures:\n got %+v\nwant %+v", got.Tenures, want)
+	}
+	if got.Prefix != "tl." || time.Since(got.Now) > time.Minute || got.Now.Sub(got.Since).Round(time.Second) != time.Hour {
+		t.Errorf("prefix %q, now %v, since %v", got.Prefix, got.Now, got.Since)
+	}
+	var ends []string
+	for _, tn := range got.Tenures {
+		ends = append(ends, tn.Name+":"+tn.Holder+":"+tn.EndedBy)
+	}
+	if w := []string{"tl.alt:alice:released", "tl.alt:bob:revoked", "tl.exp:carol:expired", "tl.reg:web-1:removed",
+		"tl.xss:" + xss + ":"}; !reflect.DeepEqual(ends, w) {
+		t.Errorf("tenures %q, want %q", ends, w)
+	}
+
+	// The JSON's shape, as scripts see it.
+	var raw struct {
+		Tenures []map[string]any `json:"tenures"`
+	}
+	if err := json.Unmarshal([]byte(body), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"name", "holder", "token", "from", "to", "duration_ms", "renewals", "ended_by", "trace_id"} {
+		if _, ok := raw.Tenures[0][k]; !ok {
+			t.Errorf("tenure JSON has no %q: %v", k, raw.Tenures[0])
+		}
+	}
+
+	// A window that begins after every record holds none: an empty list.
+	future := url.QueryEscape(time.Now().Add(time.Hour).Format(time.RFC3339))
+	if _, body := get(t, http.MethodGet, s.URL+"/api/tenures?since="+future); !strings.Contains(body, `"tenures":[]`) {
+		t.Errorf("since the future: %s", body)
+	}
+}
+
+// sse reads server-sent events.
+type sse struct {
+	r *bufio.Reader
+}
+
+type event struct{ name, id, data string }
+
+func (s sse) next() (event, error) {
+	var ev event
+	for {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			return ev, err
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			if ev.name != "" || ev.data != "" {
+				return ev, nil
+			}
+		case strings.HasPrefix(line, "event: "):
+			ev.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "id: "):
+			ev.id = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.data += strings.TrimPrefix(line, "data: ")
+		}
+	}
+}
+
+// openEvents opens /events; the stream ends with the test.
+func openEvents(t *testing.T, u string, header http.Header) sse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %d %s %s", u, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	checkSafetyHeaders(t, resp)
+	return sse{bufio.NewReader(resp.Body)}
+}
+
+// untilCaughtUp returns the records delivered before "caughtup".
+func untilCaughtUp(t *testing.T, s sse) ([]history.Record, event) {
+	t.Helper()
+	var recs []history.Record
+	for {
+		ev, err := s.next()
+		if err != nil {
+			t.Fatalf("events: %v (after %d records)", err, len(recs))
+		}
+		switch ev.name {
+		case "caughtup":
+			return recs, ev
+		case "record":
+			var r history.Record
+			if err := json.Unmarshal([]byte(ev.data), &r); err != nil {
+				t.Fatalf("record %q: %v", ev.data, err)
+			}
+			if strings.Contains(ev.data, "<") {
+				t.Errorf("record data not escaped: %s", ev.data)
+			}
+			if ev.id != r.Time.Format(time.RFC3339Nano) {
+				t.Errorf("record id %q, time %v", ev.id, r.Time)
+			}
+			recs = append(recs, r)
+		default:
+			t.Fatalf("unexpected event %+v", ev)
+		}
+	}
+}
+
+// /events delivers the stored records of the prefix, says when it has
+// caught up, then delivers a record appended afterwards.
+func TestEventsDeliverNewRecords(t *testing.T) {
+	h := openStream(t)
+	recs := scenario(time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC())
+	appendAll(t, h, recs...)
+	s := newServer(t, h)
+
+	ev := openEvents(t, s.URL+"/events?prefix=tl.&since=1h", nil)
+	got, cu := untilCaughtUp(t, ev)
+	if want := recs[:len(recs)-1]; !reflect.DeepEqual(got, want) {
+		t.Errorf("stored records:\n got %+v\nwant %+v", got, want)
+	}
+	var c struct {
+		Now      time.Time `json:"now"`
+		Since    time.Time `json:"since"`
+		WindowMS int64     `json:"window_ms"`
+	}
+	if err := json.Unmarshal([]byte(cu.data), &c); err != nil || c.WindowMS != time.Hour.Milliseconds() || c.Now.Sub(c.Since).Round(time.Second) != time.Hour {
+		t.Errorf("caughtup %s: %v", cu.data, err)
+	}
+
+	now := time.Now().Truncate(time.Millisecond).UTC()
+	fresh := history.Record{Kind: history.KindGranted, Name: "tl.new", Holder: "erin", Token: 20, Revision: 40, Time: now, GrantedAt: now}
+	appendAll(t, h, history.Record{Kind: history.KindGranted, Name: "elsewhere", Holder: "x", Token: 19, Revision: 39, Time: now}, fresh)
+	next, err := ev.next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r history.Record
+	if err := json.Unmarshal([]byte(next.data), &r); err != nil || next.name != "record" || !reflect.DeepEqual(r, fresh) {
+		t.Errorf("after caughtup: %+v (%v), want the record of tl.new", next, err)
+	}
+
+	// A browser reconnecting with the last id it saw gets only what is
+	// newer (less a small overlap): not the records long before.
+	again := openEvents(t, s.URL+"/events?prefix=tl.&since=1h", http.Header{"Last-Event-ID": {time.Now().Add(time.Minute).Format(time.RFC3339Nano)}})
+	if got, _ := untilCaughtUp(t, again); len(got) != 0 {
+		t.Errorf("resumed after the last record: got %d records again", len(got))
+	}
+}
+
+// The page is served from the binary, names the Jaeger UI only escaped,
+// and its script never hands data to the HTML parser.
+func TestPage(t *testing.T) {
+	h := openStream(t)
+	s := newServer(t, h, timeline.WithJaegerUI(`http://jaeger.example:16686/ui/"><script>alert(1)</script>/`))
+	resp, body := get(t, http.MethodGet, s.URL+"/")
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	checkSafetyHeaders(t, resp)
+	if strings.Contains(body, "<script>alert") || !strings.Contains(body, `data-jaeger="http://jaeger.example:16686/ui/%22%3E%3Cscript%3Ealert%281%29%3C/script%3E"`) {
+		t.Errorf("Jaeger UI not escaped in the page:\n%s", body)
+	}
+	for _, tc := range []struct{ path, ctype string }{
+		{"/app.js", "text/javascript"}, {"/app.css", "text/css"}, {"/favicon.svg", "image/svg+xml"},
+	} {
+		resp, body := get(t, http.MethodGet, s.URL+tc.path)
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), tc.ctype) || body == "" {
+			t.Errorf("GET %s: %d %q", tc.path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		checkSafetyHeaders(t, resp)
+		if tc.path == "/app.js" {
+			for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
+				if strings.Contains(body, sink) {
+					t.Errorf("app.js uses %s: data must reach the page as text only", sink)
+				}
+			}
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	h := openStream(t)
+	if _, err := timeline.New(nil); !errors.Is(err, timeline.ErrOption) {
+		t.Errorf("New(nil): %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		opt  timeline.Option
+	}{
+		{"nil option", nil},
+		{"nil logger", timeline.WithLogger(nil)},
+		{"javascript: URL", timeline.WithJaegerUI("javascript:alert(1)")},
+		{"relative URL", timeline.WithJaegerUI("/jaeger")},
+		{"no host", timeline.WithJaegerUI("http://")},
+		{"ftp", timeline.WithJaegerUI("ftp://jaeger:16686")},
+		{"query", timeline.WithJaegerUI("http://jaeger:16686/?x=1")},
+		{"fragment", timeline.WithJaegerUI("http://jaeger:16686/#x")},
+		{"user", timeline.WithJaegerUI("http://me:pw@jaeger:16686")},
+		{"unparsable", timeline.WithJaegerUI("http://[::1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := timeline.New(h, tc.opt); !errors.Is(err, timeline.ErrOption) {
+				t.Errorf("New: %v, want ErrOption", err)
+			}
+			if err := timeline.CheckOptions(tc.opt); !errors.Is(err, timeline.ErrOption) {
+				t.Errorf("CheckOptions: %v, want ErrOption", err)
+			}
+		})
+	}
+	if _, err := timeline.New(h, timeline.WithJaegerUI("https://jaeger.example/")); err != nil {
+		t.Errorf("a good Jaeger UI: %v", err)
+	}
+}
