@@ -58,7 +58,7 @@ type observer struct {
 	hist      *history.Stream
 	flaps     *telemetry.FlapDetector // of the tenures it reports
 	candidate string
-	instance  string // a unique id in the observer lease's attributes: two nodes may share a name
+	instance  string        // a unique id in the observer lease's attributes: two nodes may share a name
 	ready     chan struct{} // closed once an observer is known (this node or another)
 	readyOnce sync.Once
 
