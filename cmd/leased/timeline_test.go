@@ -379,6 +379,25 @@ func TestTimelineInBrowser(t *testing.T) {
 	}
 	t.Logf("screenshot: %s (%d bytes; set %s to keep it)", path, len(shot), envScreenshotDir)
 
+	// `leased history` prints the same tenures as the page draws.
+	r := leased(t, s.url, "history", "tl.", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("leased history: %+v", r)
+	}
+	byLane := map[string][]bar{}
+	for _, row := range tenureRows(t, r.stdout) {
+		byLane[row.Name] = append(byLane[row.Name], bar{row.Holder, cmp.Or(row.EndedBy, "live")})
+	}
+	for _, l := range lanes {
+		var drawn []bar
+		for _, b := range l.Bars {
+			drawn = append(drawn, bar{b.Holder, b.EndedBy})
+		}
+		if !reflect.DeepEqual(byLane[l.Name], drawn) {
+			t.Errorf("%s: leased history %q, the page %q", l.Name, byLane[l.Name], drawn)
+		}
+	}
+
 	// The prefix filter: one lane.
 	if err := chromedp.Do(ctx, chromedp.Navigate(listening.URL+"?prefix=tl.f&since=1h")); err != nil {
 		t.Fatal(err)
