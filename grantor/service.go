@@ -464,10 +464,14 @@ func (s *Service) reply(to, verb string, resp any, err error, counted func(code 
 			err = fmt.Errorf("%w: reply of %d bytes exceeds the server's max payload; narrow the prefix", api.ErrTooLarge, len(msg.Data))
 		}
 	}
+	msg.Header = nats.Header{}
+	msg.Header.Set(api.HeaderServerTime, time.Now().Format(time.RFC3339Nano))
+	if s.node != "" {
+		msg.Header.Set(api.HeaderNode, s.node)
+	}
 	if err != nil {
 		body := api.ErrorBodyOf(verb, err)
 		code = body.Code
-		msg.Header = nats.Header{}
 		msg.Header.Set(api.HeaderErrorCode, body.Code)
 		msg.Header.Set(api.HeaderError, body.Message)
 		msg.Data, _ = json.Marshal(body)

@@ -30,6 +30,12 @@ const (
 	// all: its caller has given up, and a grant made for it would keep the
 	// lease taken by nobody.
 	HeaderDeadline = "Leased-Deadline-Unix-Ms"
+	// HeaderServerTime and HeaderNode, on every reply (errors included),
+	// are the replying grantor node's wall clock (RFC 3339, nanoseconds)
+	// and name: a client measures the grantor's clock offset from any
+	// reply, so that its next request can carry a deadline.
+	HeaderServerTime = "Leased-Server-Time"
+	HeaderNode       = "Leased-Node"
 
 	// ReservedPrefix begins the names of the leases the grantor keeps for
 	// itself in its bucket; ObserverLease is the one whose holder observes

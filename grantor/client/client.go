@@ -119,7 +119,6 @@ func (c *Client) TracerProvider() trace.TracerProvider { return c.tp }
 func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
 	c.measureClock(ctx)
 	var out api.Lease
-	defer c.observe(time.Now(), &out)
 	err := c.call(ctx, api.SubjectGrant, api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
 		Attributes: req.Attributes, RequestID: req.RequestID, Secret: req.Secret}, &out)
 	var held *kvlease.HeldError
@@ -132,7 +131,6 @@ func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.R
 // Renew extends a tenure.
 func (c *Client) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
 	var out api.Lease
-	defer c.observe(time.Now(), &out)
 	wire := api.RenewRequest{Name: req.Name, Holder: req.Holder, Token: uint64(req.Token), Revision: req.Revision, Secret: req.Secret}
 	if req.Duration != 0 { // zero keeps the tenure's duration, as in kvlease.Store.Renew
 		wire.TTL = api.TTL(req.Duration)
@@ -183,8 +181,12 @@ func (c *Client) Revoke(ctx context.Context, name, reason string) (api.Lease, er
 }
 
 // observe feeds the clock estimate with a reply's server time.
-func (c *Client) observe(sent time.Time, l *api.Lease) {
-	c.clock.ObserveNode(l.Node, sent, time.Now(), l.ServerTime)
+func (c *Client) observe(sent time.Time, reply *nats.Msg) {
+	server, err := time.Parse(time.RFC3339Nano, reply.Header.Get(api.HeaderServerTime))
+	if err != nil {
+		return // a grantor older than the header
+	}
+	c.clock.ObserveNode(reply.Header.Get(api.HeaderNode), sent, time.Now(), server)
 	if offset, bound, _, _, ok := c.clock.Estimate(); ok || bound > 0 {
 		c.metrics.ClockOffset(context.Background(), "grantor", offset, bound)
 	}
@@ -203,10 +205,7 @@ func (c *Client) measureClock(ctx context.Context) {
 		// A quarter of the caller's time at most: the grant needs the rest.
 		pctx, cancel := context.WithTimeout(ctx, time.Until(dl)/4)
 		defer cancel()
-		sent := time.Now()
-		if l, err := c.Get(pctx, api.ObserverLease); err == nil {
-			c.observe(sent, &l)
-		}
+		_, _ = c.Get(pctx, api.ObserverLease) // any reply measures the clock
 	}
 }
 
@@ -244,10 +243,12 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 		// reconnect, maybe after the holder's deadline (docs/safety.md).
 		return fmt.Errorf("%w: %s: not connected to NATS (%v)", kvlease.ErrUnavailable, subject, c.nc.Status())
 	}
+	sent := time.Now()
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", kvlease.ErrUnavailable, subject, err)
 	}
+	c.observe(sent, reply)
 	if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
 		body := api.ErrorBody{Code: code, Message: reply.Header.Get(api.HeaderError)}
 		_ = json.Unmarshal(reply.Data, &body) // the body adds holder and token for "held"
