@@ -399,11 +399,6 @@ func (s *Service) worker(r request) {
 	}
 }
 
-// deadlineSlack is how late after its caller's deadline (api.HeaderDeadline)
-// a request is still carried out: for the differences between the clocks of
-// grantor nodes, which the caller's estimate of one of them does not cover.
-const deadlineSlack = 250 * time.Millisecond
-
 func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	start := time.Now()
 	verb := subject[strings.LastIndexByte(subject, '.')+1:]
@@ -420,7 +415,7 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	if ms, err := strconv.ParseInt(hdr.Get(api.HeaderDeadline), 10, 64); err == nil && ms > 0 {
 		// Past the caller's deadline (plus a slack for the clocks of
 		// grantor nodes, which differ a little): it has given up.
-		left := time.UnixMilli(ms).Add(deadlineSlack).Sub(start)
+		left := time.UnixMilli(ms).Add(api.DeadlineSlack).Sub(start)
 		timeout = min(timeout, max(left, 0))
 		late = -left
 	}

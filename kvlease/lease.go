@@ -230,21 +230,43 @@ func granted(d time.Duration, rec Record) time.Duration {
 	return d
 }
 
+// LateBounder is implemented by a [Grantor] that bounds how late an
+// unanswered request can still be carried out: not after LateWindow past
+// the end of the context it was sent with (ok false: no bound known, as for
+// a publish that may sit in a socket). The service client has one: its
+// requests carry their deadline, and the service carries out none that
+// arrives after it.
+type LateBounder interface {
+	LateWindow() (window time.Duration, ok bool)
+}
+
 // grant sends req until it is answered or ctx ends, every attempt with one
 // request ID and secret and bounded by attempt, and returns the record,
 // the send time of the first attempt (t0) and the number of attempts. A
 // request whose tenure has ended ([ErrRequestUsed]), or was recovered too
 // late to leave any validity, is replaced by a new one, from a new t0.
+//
+// A refusal (held) after unanswered attempts is not final at once: an
+// unanswered attempt may still be carried out, when the lease has become
+// free, granting it to a caller that has gone. Where the grantor bounds
+// how late that can be ([LateBounder]), grant waits until it cannot and
+// asks once more with the same request ID: then an attempt carried out
+// late is recovered rather than left orphaned.
 func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Duration) (Record, time.Time, int, error) {
 	var t0 time.Time
+	var lateUntil time.Time // no unanswered attempt of this request is carried out after it
+	lateKnown := true       // false once an unanswered attempt has no bound
+	lb, _ := l.g.(LateBounder)
 	renew := func() {
 		req.RequestID, req.Secret = NewRequestID()
-		t0 = l.now()
+		t0, lateUntil, lateKnown = l.now(), time.Time{}, true
 	}
 	renew()
+	recheck := false // the refusal waits for a last attempt
 	const firstWait, maxWait = 50 * time.Millisecond, time.Second
 	for n, wait := 1, firstWait; ; n, wait = n+1, min(2*wait, maxWait) {
 		actx, cancel := context.WithTimeout(ctx, attempt)
+		ends, _ := actx.Deadline()
 		rec, err := l.g.Grant(actx, req)
 		cancel()
 		switch {
@@ -258,7 +280,20 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			return rec, t0, n, nil
 		case errors.Is(err, ErrRequestUsed):
 			renew()
-		case !errors.Is(err, ErrUnavailable) || ctx.Err() != nil:
+		case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
+			w, ok := time.Duration(0), false
+			if lb != nil {
+				w, ok = lb.LateWindow()
+			}
+			lateKnown = lateKnown && ok
+			if ends.Add(w).After(lateUntil) {
+				lateUntil = ends.Add(w)
+			}
+		case errors.Is(err, ErrHeld) && !recheck && !lateUntil.IsZero() && lateKnown:
+			// Wait out the unanswered attempts, then ask once more.
+			recheck = true
+			wait = time.Until(lateUntil)
+		default:
 			return Record{}, t0, n, err
 		}
 		select {
@@ -267,7 +302,7 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			if err == nil {
 				err = translate("grant", ctx.Err())
 			}
-			return Record{}, t0, n, err
+			return Record{}, t0, n, err // a refusal waiting for its last attempt stays the refusal
 		}
 	}
 }

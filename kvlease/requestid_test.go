@@ -353,3 +353,54 @@ func TestGrantBadRequestID(t *testing.T) {
 		t.Errorf("a UUID: %v", err)
 	}
 }
+
+// lateGrantor is a FakeGrantor behind a link that loses the first grant
+// attempt: it answers nothing, and the attempt is carried out late, after
+// the holder of the lease at the time has released it, within the window
+// the grantor promises (LateWindow).
+type lateGrantor struct {
+	*kvleasetest.FakeGrantor
+	window time.Duration
+	other  kvlease.Record // the lease's holder when the attempt was sent
+	calls  int
+}
+
+func (g *lateGrantor) LateWindow() (time.Duration, bool) { return g.window, true }
+
+func (g *lateGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	g.calls++
+	if g.calls > 1 {
+		return g.FakeGrantor.Grant(ctx, req)
+	}
+	<-ctx.Done() // no answer
+	time.AfterFunc(g.window/2, func() { // carried out late: the lease is free by then
+		_ = g.FakeGrantor.Release(context.Background(), kvlease.ReleaseRequest{Name: g.other.Name, Holder: g.other.Holder,
+			Token: g.other.Token, Revision: g.other.Revision})
+		_, _ = g.FakeGrantor.Grant(context.Background(), req)
+	})
+	return kvlease.Record{}, fmt.Errorf("%w: grant: no reply", kvlease.ErrUnavailable)
+}
+
+// A retry refused "held" while an unanswered attempt can still be carried
+// out is not final: Acquire waits until the grantor's late window has
+// passed and asks once more with the same request ID, and so gets the
+// tenure the late attempt made, instead of leaving it to nobody.
+func TestAcquireWaitsOutLateAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 10 * time.Second
+		fake := kvleasetest.NewFakeGrantor()
+		other, err := fake.Grant(t.Context(), kvlease.GrantRequest{Name: "job", Holder: "other", Duration: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &lateGrantor{FakeGrantor: fake, window: 2 * time.Second, other: other}
+		l, err := kvlease.Acquire(t.Context(), g, "job", "h", d, kvlease.WithAttemptTimeout(time.Second))
+		if err != nil {
+			t.Fatalf("acquire: %v (the late attempt's tenure is left to nobody)", err)
+		}
+		cur, _ := fake.Lookup("job")
+		if l.Token() != cur.Token || cur.Holder != "h" || !l.Record().Recovered || g.calls < 3 {
+			t.Errorf("lease token %d (recovered %v, %d calls), grantor holds %+v", l.Token(), l.Record().Recovered, g.calls, cur)
+		}
+	})
+}

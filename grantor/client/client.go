@@ -192,6 +192,23 @@ func (c *Client) observe(sent time.Time, reply *nats.Msg) {
 	}
 }
 
+// LateWindow bounds how late after its context ended a request of this
+// client can still be carried out (kvlease.LateBounder): it carries its
+// deadline on the grantor's clock, erring late by the offset's bound, and
+// the service carries out none that arrives more than api.DeadlineSlack
+// after it; the offset itself may be off by the bound again. ok is false
+// while no offset is known (requests then carry no deadline).
+func (c *Client) LateWindow() (time.Duration, bool) {
+	_, bound, ok := c.clock.Offset()
+	return api.DeadlineSlack + 2*bound + lateMargin, ok
+}
+
+// lateMargin covers the millisecond rounding of the deadline header and
+// the time between a check of it and the write that follows.
+const lateMargin = 50 * time.Millisecond
+
+var _ kvlease.LateBounder = (*Client)(nil)
+
 // measureClock reads the observer lease once if the grantor's clock offset
 // is not known yet: its reply carries the server time, so that the request
 // that follows carries a deadline (api.HeaderDeadline) and, should it wait
