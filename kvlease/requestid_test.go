@@ -372,7 +372,7 @@ func (g *lateGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvle
 	if g.calls > 1 {
 		return g.FakeGrantor.Grant(ctx, req)
 	}
-	<-ctx.Done() // no answer
+	<-ctx.Done()                        // no answer
 	time.AfterFunc(g.window/2, func() { // carried out late: the lease is free by then
 		_ = g.FakeGrantor.Release(context.Background(), kvlease.ReleaseRequest{Name: g.other.Name, Holder: g.other.Holder,
 			Token: g.other.Token, Revision: g.other.Revision})
