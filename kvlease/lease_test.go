@@ -94,13 +94,9 @@ func TestTTLRoundedUpAndKeptOnRenewal(t *testing.T) {
 	if got, _ := st.Get(ctx, "round"); got.TTL != 2*time.Second {
 		t.Fatalf("stored TTL %v, want 2s", got.TTL)
 	}
-	// At 1.8 s the key must still be there (a truncated 1 s TTL would be gone).
-	time.Sleep(time.Until(sent.Add(1800 * time.Millisecond)))
-	if _, err := st.Get(ctx, "round"); err != nil {
-		t.Fatalf("1.8 s after the grant: %v, want the lease still stored", err)
-	}
 	// Renew a few times (each renewal restarts the TTL), then stop.
 	for range 3 {
+		sent = time.Now()
 		if rec, err = st.Renew(ctx, kvlease.RenewRequest{Name: "round", Holder: "h", Token: rec.Token,
 			Revision: rec.Revision, Duration: d}); err != nil {
 			t.Fatal(err)
@@ -110,6 +106,11 @@ func TestTTLRoundedUpAndKeptOnRenewal(t *testing.T) {
 		}
 	}
 	last := time.Now()
+	// At 1.8 s the key must still be there (a truncated 1 s TTL would be gone).
+	time.Sleep(time.Until(sent.Add(1800 * time.Millisecond)))
+	if _, err := st.Get(ctx, "round"); err != nil {
+		t.Fatalf("1.8 s after the last renewal: %v, want the lease still stored", err)
+	}
 	ev := kvleasetest.NextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
 	if ev.Type != kvlease.EventExpired {
 		t.Fatalf("end event %+v, want expiry (the renewed TTL must survive)", ev)

@@ -518,6 +518,15 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	if err != nil {
 		return Record{}, err
 	}
+	if left := s.cache.expiresBy(cur).Sub(time.Now()); left < renewGuard(cur.TTL) {
+		// DESIGN §2 item 8: a renewal that lands as the revision expires
+		// can be acknowledged and then rolled up by the expiry marker, an
+		// acknowledged renewal lost. A holder that keeps its deadline never
+		// renews this late; one that does (a zombie, a client that ignores
+		// its deadline) is told the lease is gone.
+		return Record{}, fmt.Errorf("%w: %q expires in %v, too late to renew; acquire a new tenure",
+			ErrNotFound, req.Name, left.Round(time.Millisecond))
+	}
 	if req.Duration == 0 {
 		req.Duration = cur.Duration
 	}
@@ -986,6 +995,26 @@ func (c *revCache) stale(name string, expect uint64, now time.Time) bool {
 }
 func (c *revCache) markGone(name string, rev uint64) {
 	c.set(name, cacheEntry{rec: Record{Revision: rev}, gone: true})
+}
+
+// renewGuard is how close to its expiry a revision can no longer be
+// renewed: a renewal that lands as the server's expiry timer fires is
+// rolled up by the marker, and the grantor's clock may differ a little
+// from the stream leader's. After the expiry (the server writes its
+// marker up to ~250 ms late) it is refused as well. A holder keeping its
+// deadline renews at least m_h + m_g before expiry (1.1 s by default).
+func renewGuard(ttl time.Duration) time.Duration { return min(100*time.Millisecond, ttl/4) }
+
+// expiresBy is the earliest time rec's revision may expire: from the
+// store's own write, the time before it was sent plus its TTL (the entry
+// is sure until then); from a read, the server's store time plus its TTL.
+func (c *revCache) expiresBy(rec Record) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[rec.Name]; ok && !e.gone && e.rec.Revision == rec.Revision && !e.sure.IsZero() {
+		return e.sure
+	}
+	return rec.StoredAt.Add(rec.TTL)
 }
 
 func (c *revCache) get(name string, rev uint64) (Record, bool) {

@@ -433,3 +433,26 @@ func TestWatcherCutOffStillSeesTenureBegin(t *testing.T) {
 		t.Fatalf("next event %+v, want renewed", ev)
 	}
 }
+
+// A renewal sent as its revision expires could be acknowledged and then
+// rolled up by the server's expiry marker (DESIGN §2 item 8): the store
+// refuses one that close to expiry, as a zombie's or a client's that
+// ignores its deadline would be (the fault suite found one acknowledged
+// and lost). A holder keeping its deadline renews far earlier.
+func TestRenewAtExpiryRefused(t *testing.T) {
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+	ctx := t.Context()
+	sent := time.Now()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "edge", Holder: "h", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(sent.Add(950 * time.Millisecond))) // the 1 s TTL is all but spent: the point of the test
+	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "edge", Holder: "h", Token: rec.Token, Revision: rec.Revision})
+	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "too late to renew") {
+		t.Fatalf("renewal 50 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
+	}
+	if cur, err := st.Get(ctx, "edge"); err == nil && cur.Revision != rec.Revision {
+		t.Fatalf("the refused renewal was written: %+v", cur)
+	}
+}
