@@ -254,3 +254,43 @@ func TestClientSendsDeadline(t *testing.T) {
 		t.Error("a fresh client's first grant carries no deadline")
 	}
 }
+
+// A too_late answer says the request waited past its deadline. The client
+// distrusts its clock offset only if the answer came quickly (then the
+// offset, not the request, was off); after a slow round trip the offset
+// stands, so that its retries still carry deadlines.
+func TestClientTooLateDistrustsOnlyAQuickAnswer(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	delay := make(chan time.Duration, 1)
+	sub, err := nc.Subscribe(api.SubjectGet, func(m *nats.Msg) { // a grantor behind a slow link
+		<-time.After(<-delay)
+		reply := nats.NewMsg(m.Reply)
+		reply.Header.Set(api.HeaderErrorCode, api.CodeTooLate)
+		reply.Header.Set(api.HeaderServerTime, time.Now().Format(time.RFC3339Nano))
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	cl := newClient(t, kvleasetest.Connect(t, srv.ClientURL()))
+	get := func(d time.Duration) {
+		t.Helper()
+		delay <- d
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		if _, err := cl.Get(ctx, "x"); !errors.Is(err, api.ErrTooLate) {
+			t.Fatalf("get: %v, want too_late", err)
+		}
+	}
+	get(0) // measures the offset (every reply carries the server time)
+	get(2 * api.DeadlineSlack)
+	if _, _, ok := cl.Clock().Offset(); !ok {
+		t.Error("a slow too_late made the client distrust its offset")
+	}
+	get(0)
+	if _, _, ok := cl.Clock().Offset(); ok {
+		t.Error("a quick too_late left the offset trusted")
+	}
+}

@@ -269,8 +269,13 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
 		body := api.ErrorBody{Code: code, Message: reply.Header.Get(api.HeaderError)}
 		_ = json.Unmarshal(reply.Data, &body) // the body adds holder and token for "held"
-		if code == api.CodeTooLate {
-			c.clock.DistrustOffset() // the next request goes without a deadline, and its reply measures anew
+		if code == api.CodeTooLate && time.Since(sent) < api.DeadlineSlack {
+			// Answered quickly, yet late by the grantor's clock: the
+			// offset is wrong (a clock stepped), not the request delayed.
+			// The next request goes without a deadline and measures anew.
+			// A slow round trip says the request really waited: the offset
+			// stands, and later requests keep their deadlines.
+			c.clock.DistrustOffset()
 		}
 		return body.Err()
 	}
