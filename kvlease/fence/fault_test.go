@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,29 +81,7 @@ func TestPausedHolderWriteRejectedByFence(t *testing.T) {
 
 	cmd, stdin, line := kvleasetest.StartChild(t, "paused-writer", srv.ClientURL())
 
-	var childToken kvlease.Token
-	if _, err := fmt.Sscanf(line(), "checked %d", &childToken); err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	// While the child is stopped its lease lapses on the server, with no
-	// message from the child.
-	ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("writer", kvlease.EventExpired))
-	if ev.Token != childToken {
-		t.Fatalf("expired token %d, want the child's %d", ev.Token, childToken)
-	}
-	next, err := kvlease.Acquire(t.Context(), st, "writer", "replacement", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next.Token() <= childToken {
-		t.Fatalf("replacement token %d, want > %d", next.Token(), childToken)
-	}
-	if err := next.Check(); err != nil {
-		t.Fatal(err)
-	}
+	childToken, next := pauseChildPastLease(t, cmd, line, w, st, "writer")
 	if err := fc.Write(t.Context(), "account-42", next.Token(), []byte("from the replacement")); err != nil {
 		t.Fatal(err)
 	}
@@ -127,4 +106,36 @@ func TestPausedHolderWriteRejectedByFence(t *testing.T) {
 	if fc.Rejected() != 0 {
 		t.Fatal("the parent's fence counted a rejection it did not make")
 	}
+}
+
+// pauseChildPastLease reads the child's "checked TOKEN" line, stops the
+// child with SIGSTOP, waits for its lease on name to lapse on the server,
+// and acquires the lease for a replacement, which must get a higher token.
+func pauseChildPastLease(t *testing.T, cmd *exec.Cmd, line func() string, w *kvlease.Watcher, st *kvlease.Store,
+	name string) (kvlease.Token, *kvlease.Lease) {
+	t.Helper()
+	var childToken kvlease.Token
+	if _, err := fmt.Sscanf(line(), "checked %d", &childToken); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// While the child is stopped its lease lapses on the server, with no
+	// message from the child.
+	ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType(name, kvlease.EventExpired))
+	if ev.Token != childToken {
+		t.Fatalf("expired token %d, want the child's %d", ev.Token, childToken)
+	}
+	next, err := kvlease.Acquire(t.Context(), st, name, "replacement", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() <= childToken {
+		t.Fatalf("replacement token %d, want > %d", next.Token(), childToken)
+	}
+	if err := next.Check(); err != nil {
+		t.Fatal(err)
+	}
+	return childToken, next
 }

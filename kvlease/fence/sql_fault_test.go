@@ -85,29 +85,7 @@ func TestPausedHolderWriteRefusedByPostgres(t *testing.T) {
 	f := createFence(t, db)
 
 	cmd, stdin, line := kvleasetest.StartChild(t, "pg-paused-writer", srv.ClientURL(), envPGDSN+"="+dsn)
-	var childToken kvlease.Token
-	if _, err := fmt.Sscanf(line(), "checked %d", &childToken); err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	// While the child is stopped its lease lapses on the server, with no
-	// message from the child.
-	ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("pg-writer", kvlease.EventExpired))
-	if ev.Token != childToken {
-		t.Fatalf("expired token %d, want the child's %d", ev.Token, childToken)
-	}
-	next, err := kvlease.Acquire(t.Context(), st, "pg-writer", "replacement", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next.Token() <= childToken {
-		t.Fatalf("replacement token %d, want > %d", next.Token(), childToken)
-	}
-	if err := next.Check(); err != nil {
-		t.Fatal(err)
-	}
+	childToken, next := pauseChildPastLease(t, cmd, line, w, st, "pg-writer")
 	if err := fencedWrite(t.Context(), db, f, nil, "account-42", next.Token(), "from the replacement"); err != nil {
 		t.Fatal(err)
 	}
