@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/telemetry"
+	"github.com/leased/leased/telemetry/telemetrytest"
 )
 
 // BenchmarkGrantRelease measures a grant and a release through the service
@@ -42,7 +45,20 @@ func BenchmarkGrantRelease(b *testing.B) {
 			srv := kvleasetest.NewServer(b, sync.opts...)
 			cfg := grantor.DefaultConfig()
 			cfg.MaxLeasesPerHolder = 0
-			st := kvleasetest.OpenStore(b, srv.ClientURL())
+			reader := sdkmetric.NewManualReader()
+			opts := []kvlease.Option{kvlease.WithStoreMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))}
+			if l, ok := kvleasetest.BenchBatchLimits(1); ok {
+				opts = append(opts, kvlease.WithBatchLimits(l))
+			}
+			st := kvleasetest.OpenStore(b, srv.ClientURL(), opts...)
+			// writes returns how many synced writes the store has sent
+			// so far, and how many messages they carried.
+			writes := func() (n uint64, msgs int64) {
+				for _, t := range telemetrytest.Histogram(b, reader, telemetry.MetricStoreWrites, telemetry.AttrWriteKind) {
+					n, msgs = n+t.Count, msgs+t.Sum
+				}
+				return n, msgs
+			}
 			svc, err := grantor.New(st, kvleasetest.Connect(b, srv.ClientURL()), cfg)
 			if err != nil {
 				b.Fatal(err)
@@ -71,8 +87,15 @@ func BenchmarkGrantRelease(b *testing.B) {
 			for _, c := range []int{1, 64} {
 				b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
 					raw := run(b, c, raw)
+					w0, m0 := writes()
 					direct := run(b, c, grantRelease(func(int) kvlease.Grantor { return st }))
+					w1, m1 := writes()
 					service := run(b, c, grantRelease(func(j int) kvlease.Grantor { return clients[j%len(clients)] }))
+					w2, m2 := writes()
+					// Messages per synced write: how well group commit
+					// merged the clients' writes.
+					b.ReportMetric(float64(m1-m0)/float64(w1-w0), "direct-msgs/write")
+					b.ReportMetric(float64(m2-m1)/float64(w2-w1), "service-msgs/write")
 					b.ReportMetric(float64(b.N)/raw.Seconds(), "raw-ops/s")
 					b.ReportMetric(float64(b.N)/direct.Seconds(), "direct-ops/s")
 					b.ReportMetric(float64(b.N)/service.Seconds(), "service-ops/s")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -64,6 +65,7 @@ type writeReq struct {
 	expect uint64    // the subject's last revision this write expects (0: none)
 	ttl    time.Duration
 	done   chan writeResult // buffered (1): the writer never blocks on it
+	seq    uint64           // when it queued (writer.arrivals), if it did
 }
 
 type writeResult struct {
@@ -86,7 +88,10 @@ type writer struct {
 	inflight int            // writes in flight (≤ limits.MaxInFlight)
 	keys     map[string]int // names with a write in flight
 	off      bool           // the stream refused atomic publish: single publishes only
-	wg       sync.WaitGroup
+	arrivals uint64         // requests queued so far
+	// lingering are the slots waiting in next for more requests to queue.
+	lingering []lingerer
+	wg        sync.WaitGroup
 
 	// onSend, if set (tests), is called as each write goes out, with
 	// whether it is a batch and the names it carries, before it is sent.
@@ -94,6 +99,9 @@ type writer struct {
 	// onQueue, if set (tests), is called after a request has queued, with
 	// the queue's length then.
 	onQueue func(queued int)
+	// onLinger, if set (tests), is called as a slot begins to linger, with
+	// the queue's length and the length it waits for.
+	onLinger func(queued, want int)
 }
 
 func newWriter(s *Store, l BatchLimits) *writer {
@@ -112,17 +120,20 @@ func (w *writer) submit(req *writeReq) (uint64, error) {
 		w.inflight++
 		w.keys[req.name]++
 		w.mu.Unlock()
-		if w.onSend != nil {
-			w.onSend(false, []string{req.name})
-		}
+		w.sent(false, req.name)
 		rev, err := w.s.publishOne(req)
-		if next := w.release([]*writeReq{req}); next != nil {
-			w.wg.Go(func() { w.run(next) })
+		if more, mark := w.release([]*writeReq{req}); more {
+			// Others queued meanwhile: the slot passes to them, on a
+			// goroutine of their own so that this answer is not delayed.
+			w.wg.Go(func() { w.run(1, mark) })
 		}
 		return rev, err
 	}
+	w.arrivals++
+	req.seq = w.arrivals
 	w.queue = append(w.queue, req)
 	queued := len(w.queue)
+	w.wakeLingerersLocked()
 	w.mu.Unlock()
 	if w.onQueue != nil {
 		w.onQueue(queued)
@@ -137,17 +148,29 @@ func (w *writer) submit(req *writeReq) (uint64, error) {
 	}
 }
 
-// run writes reqs, then whatever queued meanwhile, until the queue is empty.
-func (w *writer) run(reqs []*writeReq) {
-	for len(reqs) > 0 {
-		w.write(reqs)
-		reqs = w.release(reqs)
+// run holds a write slot: it writes what has queued, then what queued
+// meanwhile, until nothing is queued. answered is how many requests the
+// slot's previous write answered, and mark the arrivals count before it
+// answered them (see next).
+func (w *writer) run(answered int, mark uint64) {
+	for {
+		reqs := w.next(answered, mark)
+		if len(reqs) == 0 {
+			return
+		}
+		a := &answers{w: w}
+		a.write(reqs)
+		if more, _ := w.release(reqs); !more {
+			return
+		}
+		answered, mark = len(reqs), a.mark
 	}
 }
 
-// release ends the write of done: its keys are free again, and the slot
-// passes to the next write (returned) or, if nothing is queued, is freed.
-func (w *writer) release(done []*writeReq) []*writeReq {
+// release ends the write of done: its keys are free again. If requests
+// are queued, the caller keeps the slot for them (more); else the slot is
+// freed. mark is the arrivals count now.
+func (w *writer) release(done []*writeReq) (more bool, mark uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, r := range done {
@@ -155,11 +178,93 @@ func (w *writer) release(done []*writeReq) []*writeReq {
 			delete(w.keys, r.name)
 		}
 	}
+	if len(w.queue) == 0 {
+		w.inflight--
+		return false, w.arrivals
+	}
+	return true, w.arrivals
+}
+
+// answers answers the requests of one write, and marks the arrivals count
+// as its first answer goes out: requests that queued after it may be its
+// callers' next ones.
+type answers struct {
+	w    *writer
+	once sync.Once
+	mark uint64
+}
+
+func (a *answers) answer(r *writeReq, rev uint64, err error) {
+	a.once.Do(func() {
+		a.w.mu.Lock()
+		a.mark = a.w.arrivals
+		a.w.mu.Unlock()
+	})
+	r.answer(rev, err)
+}
+
+// next takes the slot's next write from the queue; if it takes nothing,
+// the slot is freed.
+//
+// It first lingers (at most limits.Linger) when waiting can turn what is
+// queued into a batch, or into a larger one: the callers the slot's
+// previous write answered typically send their next requests at once (a
+// closed loop: write, wait, write again), and without waiting for them
+// concurrent callers split into cohorts that alternate between writes and
+// never merge, each cohort paying the batch's fixed cost. It waits for the
+// requests that queued before its answers went out (mark) plus one per
+// answer, only when that reaches the break-even, and only while requests
+// have queued behind a write: a request that finds a slot free is never
+// delayed.
+func (w *writer) next(answered int, mark uint64) []*writeReq {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	before := 0
+	for _, r := range w.queue {
+		if r.seq <= mark {
+			before++
+		}
+	}
+	if want := min(before+answered, w.limits.MaxMessages); w.limits.Linger > 0 && !w.off &&
+		len(w.queue) < want && want >= w.limits.MinMessages {
+		l := lingerer{want: want, grown: make(chan struct{})}
+		w.lingering = append(w.lingering, l)
+		queued := len(w.queue)
+		w.mu.Unlock()
+		if w.onLinger != nil {
+			w.onLinger(queued, want)
+		}
+		t := time.NewTimer(w.limits.Linger)
+		select {
+		case <-l.grown:
+		case <-t.C:
+		}
+		t.Stop()
+		w.mu.Lock()
+		w.lingering = slices.DeleteFunc(w.lingering, func(o lingerer) bool { return o.grown == l.grown })
+	}
 	next := w.takeLocked()
 	if len(next) == 0 {
 		w.inflight--
 	}
 	return next
+}
+
+// lingerer is a slot waiting in next for the queue to hold want requests.
+type lingerer struct {
+	want  int
+	grown chan struct{} // closed when the queue holds want
+}
+
+// wakeLingerersLocked wakes the lingering slots whose wait is over.
+func (w *writer) wakeLingerersLocked() {
+	w.lingering = slices.DeleteFunc(w.lingering, func(l lingerer) bool {
+		if len(w.queue) < l.want {
+			return false
+		}
+		close(l.grown)
+		return true
+	})
 }
 
 // takeLocked takes the next write from the queue, in order: requests
@@ -191,11 +296,12 @@ func (w *writer) takeLocked() []*writeReq {
 // write sends reqs (distinct names) and answers each: as one atomic batch
 // if there are enough of them, else as single publishes sent together.
 // Requests whose context has ended by now are answered without being sent.
-func (w *writer) write(reqs []*writeReq) {
+func (a *answers) write(reqs []*writeReq) {
+	w := a.w
 	live := make([]*writeReq, 0, len(reqs))
 	for _, r := range reqs {
 		if err := r.ctx.Err(); err != nil {
-			r.answer(0, translate(r.op, err))
+			a.answer(r, 0, translate(r.op, err))
 			continue
 		}
 		live = append(live, r)
@@ -206,7 +312,7 @@ func (w *writer) write(reqs []*writeReq) {
 	if !w.s.nc.IsConnected() {
 		// See publishOne: nothing is buffered for a later reconnect.
 		for _, r := range live {
-			r.answer(0, fmt.Errorf("%w: %s: not connected to NATS (%v)", ErrUnavailable, r.op, w.s.nc.Status()))
+			a.answer(r, 0, fmt.Errorf("%w: %s: not connected to NATS (%v)", ErrUnavailable, r.op, w.s.nc.Status()))
 		}
 		return
 	}
@@ -214,30 +320,28 @@ func (w *writer) write(reqs []*writeReq) {
 	off := w.off
 	w.mu.Unlock()
 	if off || len(live) < w.limits.MinMessages {
-		w.singles(live)
+		a.singles(live)
 		return
 	}
-	if w.onSend != nil {
-		w.onSend(true, names(live))
-	}
+	w.sent(true, names(live)...)
 	revs, err := w.s.publishBatch(live, w.limits.Timeout)
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:
 		for i, r := range live {
-			r.answer(revs[i], nil)
+			a.answer(r, revs[i], nil)
 		}
 	case !errors.As(err, &apiErr):
 		// No answer: the batch may or may not have been committed.
 		for _, r := range live {
-			r.answer(0, translate(r.op, err))
+			a.answer(r, 0, translate(r.op, err))
 		}
 	case apiErr.ErrorCode == errCodeAtomicDisabled:
 		w.mu.Lock()
 		w.off = true
 		w.mu.Unlock()
 		w.s.log.Warn("lease bucket refuses atomic batches; writing single publishes", "bucket", w.s.o.bucket, "err", err)
-		w.singles(live)
+		a.singles(live)
 	case (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
 		apiErr.ErrorCode == errCodeBatchDuplicate) && len(live) >= 2*w.limits.MinMessages:
@@ -246,30 +350,41 @@ func (w *writer) write(reqs []*writeReq) {
 		// written. Each half is a batch of its own; a single publish of the
 		// duplicate gets its own answer (the revision stored before).
 		h := len(live) / 2
-		w.write(live[:h])
-		w.write(live[h:])
+		a.write(live[:h])
+		a.write(live[h:])
 	default:
 		// A refusal of the batch (a failed expectation in a small one, or
 		// a limit): nothing was written; each request gets its own answer.
-		w.singles(live)
+		a.singles(live)
 	}
 }
 
 // singles sends each request as its own publish, all at once, and waits
 // for their answers.
-func (w *writer) singles(reqs []*writeReq) {
+func (a *answers) singles(reqs []*writeReq) {
+	w := a.w
 	var wg sync.WaitGroup
 	for _, r := range reqs {
 		if err := r.ctx.Err(); err != nil {
-			r.answer(0, translate(r.op, err))
+			a.answer(r, 0, translate(r.op, err))
 			continue
 		}
-		if w.onSend != nil {
-			w.onSend(false, []string{r.name})
-		}
-		wg.Go(func() { r.answer(w.s.publishOne(r)) })
+		w.sent(false, r.name)
+		wg.Go(func() {
+			rev, err := w.s.publishOne(r)
+			a.answer(r, rev, err)
+		})
 	}
 	wg.Wait()
+}
+
+// sent records a write as it goes out: one publish (batch false, one
+// name) or an atomic batch.
+func (w *writer) sent(batch bool, names ...string) {
+	w.s.metrics.StoreWrite(context.Background(), batch, len(names))
+	if w.onSend != nil {
+		w.onSend(batch, names)
+	}
 }
 
 func names(reqs []*writeReq) []string {

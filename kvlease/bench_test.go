@@ -248,7 +248,7 @@ func gcTopologiesAt(b *testing.B, counts []int, fn func(b *testing.B, env gcEnv,
 				url, r := tp.start(b)
 				opts := []kvlease.Option{kvlease.WithGrantorMargin(0), kvlease.WithReplicas(r)}
 				bopts := opts
-				if l, ok := benchBatchLimits(r); ok {
+				if l, ok := kvleasetest.BenchBatchLimits(r); ok {
 					bopts = append(bopts, kvlease.WithBatchLimits(l))
 				}
 				batched := kvleasetest.OpenStore(b, url, bopts...)
@@ -408,18 +408,4 @@ func BenchmarkBatchBreakEven(b *testing.B) {
 		b.ReportMetric(float64(8*b.N*k)/singles.Seconds(), "singles-ops/s")
 		b.ReportMetric(0, "ns/op")
 	})
-}
-
-// benchBatchLimits reads LEASED_BENCH_BATCH ("min,inflight"), to measure
-// other limits than the defaults.
-func benchBatchLimits(replicas int) (kvlease.BatchLimits, bool) {
-	v := os.Getenv("LEASED_BENCH_BATCH")
-	if v == "" {
-		return kvlease.BatchLimits{}, false
-	}
-	l := kvlease.DefaultBatchLimits(replicas)
-	if _, err := fmt.Sscanf(v, "%d,%d", &l.MinMessages, &l.MaxInFlight); err != nil {
-		panic("LEASED_BENCH_BATCH: " + err.Error())
-	}
-	return l, true
 }

@@ -25,6 +25,14 @@ func SetQueueHook(st *Store, f func(queued int)) {
 	}
 }
 
+// SetLingerHook makes st call f as a write slot begins to linger, with the
+// queue's length and the length it waits for. Call it before st writes.
+func SetLingerHook(st *Store, f func(queued, want int)) {
+	if st.w != nil {
+		st.w.onLinger = f
+	}
+}
+
 // QueueLen returns how many requests wait in st's group commit.
 func QueueLen(st *Store) int {
 	if st.w == nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -21,6 +22,7 @@ type options struct {
 	markerTTL     time.Duration
 	create        bool
 	tp            trace.TracerProvider
+	mp            metric.MeterProvider
 	logger        *slog.Logger
 	batch         BatchLimits // Enabled false: every write is one publish
 	batchSet      bool        // WithBatchLimits was given (else defaults by replicas)
@@ -76,6 +78,14 @@ type BatchLimits struct {
 	// under the server's max_batch_inflight_per_stream (50 by default),
 	// which all Stores on the stream share.
 	MaxInFlight int
+	// Linger is how long a write slot that has just answered a write may
+	// wait for its callers' next requests before it takes what has queued,
+	// so that concurrent callers that write in a loop merge into one batch
+	// instead of splitting into cohorts that each pay the batch's fixed
+	// cost. It applies only to requests already queued behind another
+	// write, only when waiting can reach the break-even: a request that
+	// finds a slot free is never delayed. 0 turns it off.
+	Linger time.Duration
 	// Timeout bounds the wait for a batch's acknowledgement: past it, every
 	// request in the batch is answered [ErrUnavailable] (it may or may not
 	// have been committed). At most the server's max_batch_timeout (10 s by
@@ -92,6 +102,10 @@ const (
 	ServerMaxBatchTimeout  = 10 * time.Second
 )
 
+// maxLinger bounds [BatchLimits.Linger]: a wait longer than a batch takes
+// only delays.
+const maxLinger = time.Second
+
 // DefaultBatchLimits returns the limits a Store uses on a bucket of the
 // given replica count unless [WithBatchLimits] or [WithoutBatching] says
 // otherwise: batching on, the break-even measured for that replica count
@@ -106,7 +120,7 @@ const (
 // publishes instead.
 func DefaultBatchLimits(replicas int) BatchLimits {
 	l := BatchLimits{Enabled: true, MinMessages: 24, MaxMessages: ServerMaxBatchSize, MaxInFlight: 1,
-		Timeout: ServerMaxBatchTimeout}
+		Linger: time.Millisecond, Timeout: ServerMaxBatchTimeout}
 	if replicas > 1 {
 		l.MinMessages, l.MaxInFlight = 4, 8
 	}
@@ -125,6 +139,8 @@ func (l BatchLimits) Validate() error {
 		return fmt.Errorf("%w: batch size %d below its break-even %d", ErrInvalidOption, l.MaxMessages, l.MinMessages)
 	case l.MaxInFlight < 1:
 		return fmt.Errorf("%w: %d batches in flight, want at least 1", ErrInvalidOption, l.MaxInFlight)
+	case l.Linger < 0 || l.Linger > maxLinger:
+		return fmt.Errorf("%w: batch linger %v, want 0 to %v", ErrInvalidOption, l.Linger, maxLinger)
 	case l.Timeout <= 0:
 		return fmt.Errorf("%w: batch timeout %v, want above 0", ErrInvalidOption, l.Timeout)
 	}
@@ -233,6 +249,21 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
 		}
 		o.tp = tp
+		return nil
+	}
+}
+
+// WithStoreMeterProvider sets where the store's metrics go: messages per
+// write by kind (single publish or atomic batch; see
+// telemetry.MetricStoreWrites), which shows how well group commit merges
+// concurrent writes. Default: the global provider. A nil provider is an
+// error. For the holder's metrics see [WithMeterProvider].
+func WithStoreMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+		}
+		o.mp = mp
 		return nil
 	}
 }

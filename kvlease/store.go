@@ -55,8 +55,10 @@ type Store struct {
 	stream jetstream.Stream
 	o      options
 	tracer trace.Tracer
-	log    *slog.Logger
-	prefix string // "$KV.<bucket>."
+	// metrics records the store's writes (messages per write, by kind).
+	metrics *telemetry.Metrics
+	log     *slog.Logger
+	prefix  string // "$KV.<bucket>."
 
 	msgGetSubject string // the stream's STREAM.MSG.GET API subject
 	cache         revCache
@@ -148,7 +150,12 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 			o.logger.Warn("could not allow atomic batches on the new lease bucket", "bucket", o.bucket, "err", err)
 		}
 	}
+	metrics, err := telemetry.NewMetrics(o.mp) // nil: the global provider
+	if err != nil {
+		return nil, fmt.Errorf("%w: metrics: %w", ErrInvalidOption, err)
+	}
 	store := &Store{
+		metrics:       metrics,
 		js:            js,
 		nc:            js.Conn(),
 		msgGetSubject: apiPrefix(js) + "STREAM.MSG.GET." + stream.CachedInfo().Config.Name,

@@ -48,6 +48,9 @@ const (
 	// AttrEvent is a change the grantor saw on the bucket: granted,
 	// renewed, released, revoked or expired (the cause of a tenure's end).
 	AttrEvent = attribute.Key("lease.event")
+	// AttrWriteKind is how the store sent a write to the bucket: single
+	// (one publish) or batch (one atomic batch, committed with one sync).
+	AttrWriteKind = attribute.Key("write.kind")
 )
 
 // Metric names: the instruments [NewMetrics] creates. Prometheus exporters
@@ -65,4 +68,5 @@ const (
 	MetricRequests           = "leased.requests"
 	MetricRequestDuration    = "leased.request.duration"
 	MetricLeaseEvents        = "leased.lease.events"
+	MetricStoreWrites        = "leased.store.write.messages"
 )

@@ -33,6 +33,7 @@ type Metrics struct {
 	requests        metric.Int64Counter
 	requestDuration metric.Float64Histogram
 	leaseEvents     metric.Int64Counter
+	storeWrites     metric.Int64Histogram
 
 	namePrefixes []string
 
@@ -100,6 +101,10 @@ func WithLeaseNamePrefixes(prefixes ...string) MetricsOption {
 // from a local round trip to the point where a renewal eats the margin.
 var RenewalBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
 
+// WriteBuckets are the store-write histogram's bounds, in messages: up to
+// the server's largest atomic batch.
+var WriteBuckets = []float64{1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 512, 1000}
+
 // NewMetrics creates the instruments on mp (nil: the global provider).
 func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error) {
 	if mp == nil {
@@ -154,6 +159,10 @@ func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error
 	set(e)
 	x.leaseEvents, e = m.Int64Counter(MetricLeaseEvents,
 		metric.WithDescription("Changes the grantor saw on the lease bucket, whoever made them: granted, renewed, released, revoked, expired (lease.event)"))
+	set(e)
+	x.storeWrites, e = m.Int64Histogram(MetricStoreWrites, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages per write the lease store sent to the bucket, by write.kind (single or batch): the count is the writes (each synced on its own), the sum the messages"),
+		metric.WithExplicitBucketBoundaries(WriteBuckets...))
 	set(e)
 	if err != nil {
 		return nil, err
@@ -222,6 +231,23 @@ func (m *Metrics) Request(ctx context.Context, op, outcome string, d time.Durati
 		m.requestDuration.Record(ctx, d.Seconds(), attrs)
 	}
 }
+
+// StoreWrite records a write the lease store sent: one publish (batch
+// false, one message) or an atomic batch of n messages.
+func (m *Metrics) StoreWrite(ctx context.Context, batch bool, n int) {
+	if m != nil {
+		kind := writeSingle
+		if batch {
+			kind = writeBatch
+		}
+		m.storeWrites.Record(ctx, int64(n), kind)
+	}
+}
+
+var (
+	writeSingle = metric.WithAttributeSet(attribute.NewSet(AttrWriteKind.String("single")))
+	writeBatch  = metric.WithAttributeSet(attribute.NewSet(AttrWriteKind.String("batch")))
+)
 
 // LeaseEvent records a change the grantor saw on the bucket (granted,
 // renewed, released, revoked, expired).

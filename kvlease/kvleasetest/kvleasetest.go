@@ -2,6 +2,9 @@ package kvleasetest
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,4 +55,28 @@ func NewStore(tb testing.TB, opts ...kvlease.Option) (*Server, *kvlease.Store) {
 	tb.Helper()
 	s := NewServer(tb)
 	return s, OpenStore(tb, s.ClientURL(), opts...)
+}
+
+// BenchBatchLimits reads LEASED_BENCH_BATCH ("min,inflight[,linger]": the
+// break-even, writes in flight and linger), for benchmarks to measure other
+// group-commit limits than the defaults for the replica count. It reports
+// false if the variable is unset, and panics if it does not parse.
+func BenchBatchLimits(replicas int) (kvlease.BatchLimits, bool) {
+	v := os.Getenv("LEASED_BENCH_BATCH")
+	if v == "" {
+		return kvlease.BatchLimits{}, false
+	}
+	l := kvlease.DefaultBatchLimits(replicas)
+	f := strings.Split(v+",", ",")
+	var err error
+	if l.MinMessages, err = strconv.Atoi(f[0]); err == nil {
+		l.MaxInFlight, err = strconv.Atoi(f[1])
+	}
+	if err == nil && f[2] != "" {
+		l.Linger, err = time.ParseDuration(f[2])
+	}
+	if err != nil {
+		panic("LEASED_BENCH_BATCH: " + err.Error())
+	}
+	return l, true
 }

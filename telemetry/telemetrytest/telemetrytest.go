@@ -7,6 +7,7 @@ import (
 	"context"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -42,4 +43,31 @@ func Sum(tb testing.TB, r *sdkmetric.ManualReader, name string) int64 {
 		n += dp.Value
 	}
 	return n
+}
+
+// Histogram returns, for the int64 histogram called name, its count and
+// sum per value of the attribute key (over all data points with that
+// value; "" for points without it). It is empty if there is no such
+// histogram.
+func Histogram(tb testing.TB, r *sdkmetric.ManualReader, name string, key attribute.Key) map[string]HistogramTotal {
+	tb.Helper()
+	out := map[string]HistogramTotal{}
+	h, ok := Metric(tb, r, name).(metricdata.Histogram[int64])
+	if !ok {
+		return out
+	}
+	for _, dp := range h.DataPoints {
+		v, _ := dp.Attributes.Value(key)
+		t := out[v.Emit()]
+		t.Count += dp.Count
+		t.Sum += dp.Sum
+		out[v.Emit()] = t
+	}
+	return out
+}
+
+// HistogramTotal is a histogram's count and sum.
+type HistogramTotal struct {
+	Count uint64
+	Sum   int64
 }

@@ -228,7 +228,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			replicas = 3
 		}
 	}
-	opts := append(policyOpts, kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log))
+	opts := append(policyOpts, kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log),
+		kvlease.WithStoreMeterProvider(mp))
 	st, err := kvlease.Open(octx, js, opts...)
 	if err != nil {
 		return permissionCause(startCtx, err)

@@ -1,0 +1,208 @@
+package kvlease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/telemetry"
+	"github.com/leased/leased/telemetry/telemetrytest"
+)
+
+// lingering batches from 4 messages, one write in flight, and lingers up
+// to linger.
+func lingering(linger time.Duration) kvlease.Option {
+	return kvlease.WithBatchLimits(kvlease.BatchLimits{Enabled: true, MinMessages: 4, MaxMessages: 1000,
+		MaxInFlight: 1, Linger: linger, Timeout: 5 * time.Second})
+}
+
+func grantNamed(ctx context.Context, st *kvlease.Store, name string) error {
+	_, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "holder-" + name, Duration: 10 * time.Second})
+	return err
+}
+
+// A slot that has answered a write waits for that caller's next request
+// before it sends what queued meanwhile, so callers writing in a loop go
+// out as one batch instead of two cohorts that each pay a batch's fixed
+// cost. Without the linger, the queued batch goes out without it.
+func TestLingerMergesCohorts(t *testing.T) {
+	for _, linger := range []time.Duration{0, time.Second} {
+		t.Run(fmt.Sprintf("linger=%v", linger), func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(linger),
+				kvlease.WithStoreMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+			holding := make(chan struct{})
+			log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
+			batchSent := make(chan struct{})
+			var once sync.Once
+			kvlease.SetSendHook(st, func(batch bool, names []string) {
+				log.hook(batch, names)
+				if batch {
+					once.Do(func() { close(batchSent) })
+				}
+			})
+			ctx := t.Context()
+			var wg sync.WaitGroup
+			start := time.Now()
+			// a writes in a loop: its first grant goes out alone and is
+			// held until the others have queued behind it.
+			wg.Go(func() {
+				if err := grantNamed(ctx, st, "a.1"); err != nil {
+					t.Error(err)
+					return
+				}
+				if linger == 0 {
+					select {
+					case <-batchSent:
+					case <-time.After(10 * time.Second):
+						t.Error("the queued batch did not go out while a.2 was not written")
+					}
+				}
+				if err := grantNamed(ctx, st, "a.2"); err != nil {
+					t.Error(err)
+				}
+			})
+			<-holding
+			for i := range 5 {
+				wg.Go(func() {
+					if err := grantNamed(ctx, st, fmt.Sprintf("b.%d", i)); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			kvlease.WaitWrites(st)
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			if len(log.batches) != 1 {
+				t.Fatalf("batches %v, want one", log.batches)
+			}
+			got := slices.Sorted(slices.Values(log.batches[0]))
+			want := []string{"b.0", "b.1", "b.2", "b.3", "b.4"}
+			if linger > 0 {
+				want = append([]string{"a.2"}, want...)
+				// Woken by a.2's arrival, not by the linger's end.
+				if took := time.Since(start); took > linger/2 {
+					t.Errorf("took %v: the slot waited out its linger", took)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("batch %v, want %v", got, want)
+			}
+			// The store's write metric: a.1 alone, the batch, and a.2
+			// alone unless it joined the batch.
+			wantWrites := map[string]telemetrytest.HistogramTotal{"single": {Count: 2, Sum: 2}, "batch": {Count: 1, Sum: 5}}
+			if linger > 0 {
+				wantWrites = map[string]telemetrytest.HistogramTotal{"single": {Count: 1, Sum: 1}, "batch": {Count: 1, Sum: 6}}
+			}
+			if got := telemetrytest.Histogram(t, reader, telemetry.MetricStoreWrites, telemetry.AttrWriteKind); !maps.Equal(got, wantWrites) {
+				t.Errorf("%s: %v, want %v", telemetry.MetricStoreWrites, got, wantWrites)
+			}
+		})
+	}
+}
+
+// A linger ends at its bound when no one comes, and a request whose
+// context ends while the slot lingers is not sent.
+func TestLingerEndsAtItsBound(t *testing.T) {
+	const linger = 300 * time.Millisecond
+	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(linger))
+	holding := make(chan struct{})
+	log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
+	gone, cancel := context.WithCancel(t.Context())
+	var lingerAt atomic.Pointer[time.Time]
+	kvlease.SetLingerHook(st, func(queued, want int) {
+		now := time.Now()
+		lingerAt.Store(&now)
+		if queued != 5 || want != 6 {
+			t.Errorf("lingering with %d queued for %d, want 5 for 6", queued, want)
+		}
+		cancel()
+	})
+	var sentAt atomic.Pointer[time.Time]
+	kvlease.SetSendHook(st, func(batch bool, names []string) {
+		if batch {
+			now := time.Now()
+			sentAt.Store(&now)
+		}
+		log.hook(batch, names)
+	})
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := grantNamed(ctx, st, "a.1"); err != nil {
+			t.Error(err)
+		}
+	})
+	<-holding
+	for i := range 5 {
+		wg.Go(func() {
+			c := ctx
+			if i == 2 {
+				c = gone
+			}
+			err := grantNamed(c, st, fmt.Sprintf("b.%d", i))
+			switch {
+			case i == 2 && !errors.Is(err, context.Canceled):
+				t.Errorf("b.2, cancelled while the slot lingered: %v, want context.Canceled", err)
+			case i != 2 && err != nil:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	kvlease.WaitWrites(st)
+	if log.sent("b.2") {
+		t.Error("b.2 was sent after its context ended")
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.batches) != 1 || len(log.batches[0]) != 4 {
+		t.Fatalf("batches %v, want one of the 4 live requests", log.batches)
+	}
+	l, s := lingerAt.Load(), sentAt.Load()
+	if l == nil || s == nil {
+		t.Fatal("no linger or no batch seen")
+	}
+	if d := s.Sub(*l); d < linger {
+		t.Errorf("batch sent %v after the linger began, want at least %v", d, linger)
+	}
+}
+
+// A request that finds the slot free is never delayed, and a slot does not
+// linger when waiting cannot reach the break-even.
+func TestLingerNeverDelaysALoneRequest(t *testing.T) {
+	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(time.Second))
+	var lingers atomic.Int64
+	kvlease.SetLingerHook(st, func(int, int) { lingers.Add(1) })
+	ctx := t.Context()
+	// One caller in a loop, then two (2 < the break-even of 4): with a
+	// second's linger, any wait would show in the hook.
+	for c := range 2 {
+		var wg sync.WaitGroup
+		for j := range c + 1 {
+			wg.Go(func() {
+				for i := range 20 {
+					if err := grantNamed(ctx, st, fmt.Sprintf("c%d.%d.%d", c, j, i)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := lingers.Load(); n != 0 {
+		t.Errorf("%d lingers, want none", n)
+	}
+}
