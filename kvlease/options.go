@@ -115,14 +115,15 @@ const maxLinger = time.Second
 // pipelines proposals; measured on three servers in one process, which
 // is bound by CPU: at 16 clients 4 in flight made writes 0.68× raw single
 // publishes, 8 0.79×, 16 0.85–0.94×; at 64 clients 4 0.89×, 8 0.95×, 16
-// 0.68–0.77×), a 10 s timeout. Grantors on one stream share the server's
+// 0.68–0.77×), a linger of 1 ms on R1 (where a batch's fixed cost is
+// several ms) and none on R3 (where it is small), a 10 s timeout. Grantors on one stream share the server's
 // 50 batches in flight; a batch refused for that limit goes out as single
 // publishes instead.
 func DefaultBatchLimits(replicas int) BatchLimits {
 	l := BatchLimits{Enabled: true, MinMessages: 24, MaxMessages: ServerMaxBatchSize, MaxInFlight: 1,
 		Linger: time.Millisecond, Timeout: ServerMaxBatchTimeout}
 	if replicas > 1 {
-		l.MinMessages, l.MaxInFlight = 4, 8
+		l.MinMessages, l.MaxInFlight, l.Linger = 4, 8, 0
 	}
 	return l
 }

@@ -57,6 +57,9 @@ func TestOptionsRejectBadValues(t *testing.T) {
 			})),
 			"no batch in flight": kvlease.WithBatchLimits(batchLimits(func(l *kvlease.BatchLimits) { l.MaxInFlight = 0 })),
 			"no batch timeout":   kvlease.WithBatchLimits(batchLimits(func(l *kvlease.BatchLimits) { l.Timeout = 0 })),
+			"negative linger":    kvlease.WithBatchLimits(batchLimits(func(l *kvlease.BatchLimits) { l.Linger = -time.Millisecond })),
+			"linger over 1s":     kvlease.WithBatchLimits(batchLimits(func(l *kvlease.BatchLimits) { l.Linger = 2 * time.Second })),
+			"nil meter provider": kvlease.WithStoreMeterProvider(nil),
 		} {
 			t.Run(name, func(t *testing.T) {
 				// Options are checked before js is touched: a nil js is never used.
