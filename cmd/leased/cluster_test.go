@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sys/unix"
 
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor/client"
@@ -39,8 +40,10 @@ type testCluster struct {
 	// single: one node serving alone (`leased serve` without a cluster,
 	// an R1 bucket), not a one-node cluster.
 	single bool
-	js     map[int]jetstream.JetStream // streamInfo's connection to each node, made on first use
-	logDir string                      // if set, each node's log is also appended to <logDir>/<name>.log
+	// serveArgs are more flags for every node's serve.
+	serveArgs []string
+	js        map[int]jetstream.JetStream // streamInfo's connection to each node, made on first use
+	logDir    string                      // if set, each node's log is also appended to <logDir>/<name>.log
 }
 
 func freePorts(t *testing.T, n int) []int {
@@ -115,7 +118,7 @@ func (c *testCluster) spawn(i int) *server {
 		args = []string{"serve", "--name", n.Name, "--listen", net.JoinHostPort(n.Host, fmt.Sprint(n.Port)),
 			"--data", n.Data, "--log-format", "json"}
 	}
-	cmd := c.command(i, args...)
+	cmd := c.command(i, append(args, c.serveArgs...)...)
 	pipe, _ := cmd.StderrPipe()
 	stderr := io.Reader(pipe)
 	if c.logDir != "" {
@@ -818,4 +821,26 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 	}
 	t.Logf("%d wrong answers (not_holder or expired) among %d renewals by a live holder in %d leader pauses; "+
 		"the resumed node answered reads from its frozen state after %d of them", wrong, answers, rounds, staleRounds)
+}
+
+// stopProcess sends p SIGSTOP and returns once all its threads have
+// stopped (waitid WSTOPPED, without reaping it). kill returns before the
+// signal has stopped every thread: a thread still running can carry out a
+// request sent just after it, which a test that means the request to wait
+// in the stopped process must not allow.
+func stopProcess(t *testing.T, p *os.Process) {
+	t.Helper()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, p.Pid, &info, unix.WSTOPPED|unix.WNOWAIT, nil)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, unix.EINTR) {
+			t.Fatalf("waiting for pid %d to stop: %v", p.Pid, err)
+		}
+	}
 }

@@ -55,9 +55,7 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	// where it waits in the node's socket until the node resumes.
 	sendStuck := func() {
 		t.Helper()
-		if err := proc.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
+		stopProcess(t, proc)
 		t.Cleanup(func() { _ = proc.Signal(syscall.SIGCONT) })
 		if err := stuck.PublishRequest(api.SubjectGrant, replies.Subject, body); err != nil {
 			t.Fatal(err)
@@ -128,9 +126,7 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	rid2, secret2 := kvlease.NewRequestID()
 	body, _ = json.Marshal(api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
 		RequestID: rid2, Secret: secret2})
-	if err := proc.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopProcess(t, proc)
 	msg := nats.NewMsg(api.SubjectGrant)
 	msg.Reply, msg.Data = replies.Subject, body
 	// Its caller gave up a second ago (every node's clock is this machine's).

@@ -44,6 +44,12 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--no-such-flag"},
 		{"serve", "extra-arg"},
 		{"serve", "--nats-url", "nats://127.0.0.1:1", "--sync", "unsafe-interval"},
+		{"serve", "--batch-min", "1"},
+		{"serve", "--batch-max", "8", "--batch-min", "16"},
+		{"serve", "--batch-in-flight", "0"},
+		{"serve", "--batch-linger", "5s"},
+		{"serve", "--batch-timeout", "0s"},
+		{"serve", "--batching=false", "--batch-linger", "2ms"},
 	} {
 		if r := leased(t, "", append(args, "--data", t.TempDir())...); r.code != 2 {
 			t.Errorf("leased %v: exit %d (%s), want 2", args, r.code, r.stderr)
