@@ -291,9 +291,17 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		t := open[ev.Name]
 		delete(open, ev.Name)
 		renewals := 0
-		if t != nil && (ev.Token == 0 || t.token == ev.Token) {
+		switch {
+		case t != nil && (ev.Token == 0 || t.token == ev.Token):
 			renewals = t.renewals
 			ev.Token = t.token
+		case t != nil:
+			// The end of a later tenure than the open one: the watch lagged
+			// past the open one's end and the later one's begin.
+			if err := o.appendEnd(ctx, kvlease.Event{Name: ev.Name, Token: t.token, Revision: ev.Revision, Time: ev.Time},
+				t.renewals, "unknown"); err != nil {
+				return err
+			}
 		}
 		if ev.Token == 0 {
 			// An expiry marker of a tenure this watcher did not see live:

@@ -83,12 +83,18 @@ func TestObserverRecordsHistory(t *testing.T) {
 		t.Fatal("a lone service does not observe")
 	}
 	events := subscribeEvents(t, f.nc)
+	// Each change waits for the observer to report it: the bucket keeps
+	// one entry per lease, and a watch that lags past a change cannot see
+	// it (TestObserverAfterAGap).
+	var evs []api.ChangeEvent
+	reported := func() { t.Helper(); evs = append(evs, events.next(t, 1)...) }
 	grant := func(name, holder string, d time.Duration) kvlease.Record {
 		t.Helper()
 		rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: holder, Duration: d})
 		if err != nil {
 			t.Fatal(err)
 		}
+		reported()
 		return rec
 	}
 	a1 := grant("hist.a", "h1", 10*time.Second)
@@ -99,11 +105,14 @@ func TestObserverRecordsHistory(t *testing.T) {
 	if err := f.client.Release(ctx, kvlease.ReleaseRequest{Name: "hist.a", Holder: "h1", Token: a1.Token, Revision: cur.Revision, Secret: a1.Secret}); err != nil {
 		t.Fatal(err)
 	}
+	reported()
 	a2 := grant("hist.a", "h2", 10*time.Second)
 	if _, err := f.store.Revoke(ctx, "hist.a", "stuck"); err != nil {
 		t.Fatal(err)
 	}
+	reported()
 	b := grant("hist.b", "h3", time.Second) // lapses by its TTL
+	reported()
 
 	recs := waitRecords(t, f.svc.History(), "hist.", 6)
 	ts := history.Fold(recs)
@@ -130,7 +139,6 @@ func TestObserverRecordsHistory(t *testing.T) {
 	if ts[1].Reason != "stuck" {
 		t.Errorf("revocation reason %q", ts[1].Reason)
 	}
-	evs := events.next(t, 6)
 	counts := map[string]int{}
 	for _, ev := range evs {
 		counts[ev.Type]++

@@ -412,9 +412,6 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		}
 		return ev, true
 	}
-	if prev != nil {
-		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = prev, prev.Holder, prev.Token, prev.GrantedAt
-	}
 	ev.Type, ev.Reason = EventRevoked, h.Get(hdrReason)
 	switch h.Get(hdrOp) {
 	case "release":
@@ -423,10 +420,18 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 	default: // a plain KV delete or purge by some other client
 		ev.Reason = "kv " + strings.ToLower(h.Get(hdrKVOp))
 	}
-	if ev.Holder == "" {
-		ev.Holder = h.Get(hdrHolder)
-		ev.Token = Token(parseUint(h.Get(hdrToken)))
+	if tok := Token(parseUint(h.Get(hdrToken))); tok != 0 {
+		// Our tombstone names the tenure it ended, which after a gap in
+		// delivery (history is 1) may be a later one than this watcher saw
+		// last: the headers decide, the last record only if it is that
+		// tenure's.
+		ev.Holder, ev.Token = h.Get(hdrHolder), tok
 		ev.GrantedAt, _ = time.Parse(time.RFC3339Nano, h.Get(hdrGranted))
+		if prev != nil && prev.Token == tok {
+			ev.Record, ev.GrantedAt = prev, prev.GrantedAt
+		}
+	} else if prev != nil {
+		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = prev, prev.Holder, prev.Token, prev.GrantedAt
 	}
 	return ev, true
 }

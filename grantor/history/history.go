@@ -99,11 +99,18 @@ type Record struct {
 
 // msgID identifies the change a record reports: the same change appended
 // twice (by two observers) has the same ID, and the stream keeps it once.
+// A tenure begins once and ends once, so both are named by its token; an
+// end whose tenure is unknown (token 0), by the revision that ended it
+// (one change may end two tenures: the open one, whose end the watch
+// missed, and the later one it names).
 func (r Record) msgID() string {
-	if r.Kind == KindGranted {
+	switch {
+	case r.Kind == KindGranted:
 		return "g:" + r.Name + ":" + strconv.FormatUint(r.Token, 10)
+	case r.Token != 0:
+		return "e:" + r.Name + ":" + strconv.FormatUint(r.Token, 10)
 	}
-	return "e:" + r.Name + ":" + strconv.FormatUint(r.Revision, 10)
+	return "e:" + r.Name + ":r" + strconv.FormatUint(r.Revision, 10)
 }
 
 // Stream is a bucket's history stream.
