@@ -305,7 +305,9 @@ func TestClusterLeasesVisibleThroughEveryNode(t *testing.T) {
 		}
 	}
 	for i := range c.nodes {
-		r := leased(t, c.url(i), "ls", "everywhere.", "-o", "json")
+		// The default 5 s --timeout is a user's; race-built nodes beside
+		// other tests on two cores once took longer (CI).
+		r := leased(t, c.url(i), "ls", "everywhere.", "-o", "json", "--timeout", "30s")
 		if got := strings.Count(r.stdout, `"name":"everywhere.`); r.code != 0 || got != 3 {
 			t.Fatalf("ls via %s: %d leases, exit %d: %s%s", c.nodes[i].Name, got, r.code, r.stdout, r.stderr)
 		}

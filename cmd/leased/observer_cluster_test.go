@@ -257,7 +257,9 @@ func TestClusterOneObserver(t *testing.T) {
 	}
 
 	// The history, through the CLI.
-	cmd := exec.Command(leasedBin, "history", "obs.", "--url", c.url(via), "-o", "json")
+	// --timeout: race-built nodes just after a restart, beside other tests
+	// on two cores, once took more than the default 5 s (CI).
+	cmd := exec.Command(leasedBin, "history", "obs.", "--url", c.url(via), "-o", "json", "--timeout", "30s")
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
