@@ -7,11 +7,14 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,6 +50,11 @@ type nemesisConfig struct {
 	// plain runs the nodes without the race detector (timing closer to
 	// production; the short variant keeps it, to catch races under faults).
 	plain bool
+	// load is how many clients of a background `leased bench --op
+	// grant-release` (one node only) write other leases through the
+	// service all along, so that group commit batches the holders' writes
+	// with theirs: a few holders alone never queue behind each other.
+	load int
 }
 
 func TestNemesis(t *testing.T) {
@@ -59,9 +67,9 @@ func TestNemesis(t *testing.T) {
 			nemesisConfig{nodes: 3, leases: 16, holders: 10, loops: 4, rounds: 17, d: 3 * time.Second,
 				quiet: [2]time.Duration{2 * time.Second, 4 * time.Second}, minTenures: 1000, plain: true}},
 		{"single", nemesisConfig{nodes: 1, leases: 2, holders: 3, rounds: 1, d: 3 * time.Second,
-			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 4},
+			quiet: [2]time.Duration{1500 * time.Millisecond, 3 * time.Second}, minTenures: 4, load: 4},
 			nemesisConfig{nodes: 1, leases: 4, holders: 6, rounds: 8, d: 3 * time.Second,
-				quiet: [2]time.Duration{2 * time.Second, 4 * time.Second}, minTenures: 100, plain: true}},
+				quiet: [2]time.Duration{2 * time.Second, 4 * time.Second}, minTenures: 100, plain: true, load: 16}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.short
@@ -87,6 +95,12 @@ type nemesis struct {
 	faults   *faultcheck.Writer
 	stream   []faultcheck.Record // the faults, as written
 	onLeader map[faultcheck.FaultKind]int
+	metrics  string // the single node's /metrics URL (its port is the same across restarts)
+
+	loadMu       sync.Mutex
+	load         *exec.Cmd // the background load's current process
+	loadStopping bool
+	loadDone     chan struct{} // closed when the load has stopped
 }
 
 type nemesisHolder struct {
@@ -127,6 +141,7 @@ func runNemesis(t *testing.T, cfg nemesisConfig) {
 	for range cfg.holders {
 		n.startHolder()
 	}
+	n.startLoad()
 
 	from := monotonic()
 	for round := range cfg.rounds {
@@ -141,12 +156,19 @@ func runNemesis(t *testing.T, cfg nemesisConfig) {
 	n.sleep(2*cfg.d, 2*cfg.d)
 	to := monotonic()
 	n.stopHolders()
+	batches := n.stopLoad()
 
 	rep := n.check(from, to)
 	t.Logf("%d nodes, %d leases, %d holder processes of %d holders, D %v:\n%s", cfg.nodes, cfg.leases, cfg.holders,
 		max(cfg.loops, 1), cfg.d, rep.Summary())
 	if !n.c.single {
 		t.Logf("faults on the stream leader: %v", n.onLeader)
+	}
+	if cfg.load > 0 {
+		t.Logf("the node's writes since its last start: %s", batches)
+		if batches.batches == 0 {
+			t.Errorf("no atomic batch since the node's last start: group commit was not under test")
+		}
 	}
 	if err := rep.Err(); err != nil {
 		t.Fatal(err)
@@ -183,12 +205,15 @@ func (n *nemesis) startNodes() {
 		bin = timingBin(t)
 	}
 	if n.cfg.nodes == 1 {
-		port := freePorts(t, 1)[0]
-		// Batches from 2 writes (and the linger, 1 ms on R1): a few
-		// holders never queue the default break-even of 24, and group
-		// commit is to be tested under faults too.
-		n.c = &testCluster{t: t, bin: bin, single: true, logDir: n.dir, serveArgs: []string{"--batch-min", "2"},
-			nodes: []cli.ClusterNode{{Name: "n1", Host: "127.0.0.1", Port: port, Data: t.TempDir()}}}
+		// Batches from 2 writes (and the linger, 1 ms on R1), under the
+		// background load (startLoad), so that group commit is under the
+		// faults too; the metrics show that it batched.
+		ports := freePorts(t, 2)
+		port, mport := ports[0], ports[1]
+		n.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
+		n.c = &testCluster{t: t, bin: bin, single: true, logDir: n.dir,
+			serveArgs: []string{"--batch-min", "2", "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", mport)},
+			nodes:     []cli.ClusterNode{{Name: "n1", Host: "127.0.0.1", Port: port, Data: t.TempDir()}}}
 		n.c.start()
 	} else {
 		n.kinds = append(n.kinds, faultcheck.FaultKillAll)
@@ -204,6 +229,76 @@ func (n *nemesis) startNodes() {
 	for _, node := range n.c.nodes {
 		n.proxies = append(n.proxies, kvleasetest.NewProxy(t, net.JoinHostPort(node.Host, strconv.Itoa(node.Port))))
 	}
+}
+
+// startLoad starts the background load (cfg.load clients), and starts it
+// again whenever it exits on its own (a node killed under it may end it).
+func (n *nemesis) startLoad() {
+	if n.cfg.load == 0 {
+		return
+	}
+	n.loadDone = make(chan struct{})
+	go func() {
+		defer close(n.loadDone)
+		for {
+			cmd := exec.Command(n.c.bin, "bench", "--op", "grant-release", "--clients", strconv.Itoa(n.cfg.load),
+				"--duration", "2h", "--prefix", "load", "--ttl", "5s", "--url", n.c.url(0))
+			n.loadMu.Lock()
+			if n.loadStopping {
+				n.loadMu.Unlock()
+				return
+			}
+			err := cmd.Start()
+			n.load = cmd
+			n.loadMu.Unlock()
+			if err != nil {
+				n.t.Errorf("load: %v", err)
+				return
+			}
+			_ = cmd.Wait()
+		}
+	}()
+}
+
+// loadCount is what the node's write metric says.
+type loadCount struct{ singles, batches, batched int64 }
+
+func (c loadCount) String() string {
+	return fmt.Sprintf("%d single publishes, %d atomic batches of %d messages", c.singles, c.batches, c.batched)
+}
+
+// stopLoad reads the node's write metric, then stops the load.
+func (n *nemesis) stopLoad() loadCount {
+	var c loadCount
+	if n.cfg.load == 0 {
+		return c
+	}
+	if resp, err := http.Get(n.metrics); err != nil {
+		n.t.Errorf("node metrics: %v", err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		re := regexp.MustCompile(`(?m)^leased_store_write_messages_(count|sum)\{[^}]*write_kind="(single|batch)"[^}]*\} (\d+)`)
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			v, _ := strconv.ParseInt(m[3], 10, 64)
+			switch m[1] + " " + m[2] {
+			case "count single":
+				c.singles = v
+			case "count batch":
+				c.batches = v
+			case "sum batch":
+				c.batched = v
+			}
+		}
+	}
+	n.loadMu.Lock()
+	n.loadStopping = true
+	if n.load != nil && n.load.Process != nil {
+		_ = n.load.Process.Kill()
+	}
+	n.loadMu.Unlock()
+	<-n.loadDone
+	return c
 }
 
 // startHolder starts a new holder process, with a name of its own.
