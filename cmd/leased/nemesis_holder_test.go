@@ -191,6 +191,19 @@ type loggedGrantor struct {
 	secrets map[kvlease.Token]string // of the tenures granted, for zombies
 }
 
+// LateWindow is the inner grantor's (the service client's): without it
+// kvlease.Acquire, given this wrapper, would not know how late an
+// unanswered attempt can still be carried out, and would take a refusal
+// after one as final at once, as no real holder on the client does.
+func (g *loggedGrantor) LateWindow() (time.Duration, bool) {
+	if lb, ok := g.inner.(kvlease.LateBounder); ok {
+		return lb.LateWindow()
+	}
+	return 0, false
+}
+
+var _ kvlease.LateBounder = (*loggedGrantor)(nil)
+
 func (g *loggedGrantor) secret(tok kvlease.Token) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
