@@ -85,6 +85,20 @@ func holdUntilQueued(t *testing.T, st *kvlease.Store, n int, holding chan struct
 	}
 }
 
+// hookWithBatchSignal makes log record st's sends, and returns a channel
+// closed as the first atomic batch goes out.
+func hookWithBatchSignal(st *kvlease.Store, log *sendLog) <-chan struct{} {
+	batchSent := make(chan struct{})
+	var once sync.Once
+	kvlease.SetSendHook(st, func(batch bool, names []string) {
+		log.hook(batch, names)
+		if batch {
+			once.Do(func() { close(batchSent) })
+		}
+	})
+	return batchSent
+}
+
 // forcedBatching batches from 2 messages, one write in flight.
 func forcedBatching() kvlease.Option {
 	return kvlease.WithBatchLimits(kvlease.BatchLimits{Enabled: true, MinMessages: 2, MaxMessages: 1000,
@@ -299,14 +313,7 @@ func TestQueuedRenewalPastDeadlineIsNotSent(t *testing.T) {
 	log := &sendLog{}
 	holding := make(chan struct{})
 	log.hold = holdUntilQueued(t, st, n-1, holding)
-	batchSent := make(chan struct{})
-	var once sync.Once
-	kvlease.SetSendHook(st, func(batch bool, names []string) {
-		log.hook(batch, names)
-		if batch {
-			once.Do(func() { close(batchSent) })
-		}
-	})
+	batchSent := hookWithBatchSignal(st, log)
 	proxy.Cut()
 	// The first grant goes out alone into the cut and times out; the nine
 	// queued behind it go out as a batch, which hangs until its timeout.

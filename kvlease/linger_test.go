@@ -43,14 +43,7 @@ func TestLingerMergesCohorts(t *testing.T) {
 				kvlease.WithStoreMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 			holding := make(chan struct{})
 			log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
-			batchSent := make(chan struct{})
-			var once sync.Once
-			kvlease.SetSendHook(st, func(batch bool, names []string) {
-				log.hook(batch, names)
-				if batch {
-					once.Do(func() { close(batchSent) })
-				}
-			})
+			batchSent := hookWithBatchSignal(st, log)
 			ctx := t.Context()
 			var wg sync.WaitGroup
 			start := time.Now()
