@@ -44,11 +44,18 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := c.store(other)
 	rid, secret := kvlease.NewRequestID()
 	req := kvlease.GrantRequest{Name: "paused.job", Holder: "caller", Duration: 20 * time.Second, RequestID: rid, Secret: secret}
 	body, _ := json.Marshal(api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
 		RequestID: rid, Secret: secret})
+	// get reads the lease through the node that was never paused; a node
+	// resuming can leave JetStream briefly unavailable (503) there too.
+	check := c.store(other)
+	get := func() (kvlease.Record, error) {
+		return kvlease.RetryUnavailable(ctx, time.Second, nil, func() (kvlease.Record, error) {
+			return check.Get(ctx, req.Name)
+		})
+	}
 
 	proc := c.procs[paused].cmd.Process
 	// sendStuck pauses the node and sends the request on its connection,
@@ -97,7 +104,7 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	if code != "" || late.Token != uint64(rec.Token) || !late.Recovered {
 		t.Fatalf("late attempt while the tenure lives: %+v, %q; want token %d, recovered", late, code, rec.Token)
 	}
-	if cur, err := check.Get(ctx, req.Name); err != nil || cur.Token != rec.Token {
+	if cur, err := get(); err != nil || cur.Token != rec.Token {
 		t.Fatalf("lease after the late attempt: %+v, %v; want the retry's tenure %d", cur, err, rec.Token)
 	}
 
@@ -115,7 +122,7 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	if _, code := lateAnswer(); code != api.CodeRequestUsed {
 		t.Errorf("late attempt after the release: %q, want %s", code, api.CodeRequestUsed)
 	}
-	if cur, err := check.Get(ctx, req.Name); !errors.Is(err, kvlease.ErrNotFound) {
+	if cur, err := get(); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("lease after the late attempt: %s", fmt.Sprint(cur, err))
 	}
 
@@ -137,7 +144,7 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	if _, code := lateAnswer(); code != api.CodeTooLate {
 		t.Errorf("request past its deadline: %q, want %s", code, api.CodeTooLate)
 	}
-	if cur, err := check.Get(ctx, req.Name); !errors.Is(err, kvlease.ErrNotFound) {
+	if cur, err := get(); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("lease after the request past its deadline: %s", fmt.Sprint(cur, err))
 	}
 }
