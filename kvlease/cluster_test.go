@@ -2,11 +2,14 @@ package kvlease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -55,3 +58,64 @@ func TestOpenWhileClusterForms(t *testing.T) {
 }
 
 func longTests() bool { return os.Getenv("LEASED_LONG") == "1" }
+
+// A grant retried while its first attempt is still in process at the
+// stream's leader (proposed, not yet committed: here the leader has lost
+// its followers and keeps leading until it notices, about 10 s) is
+// refused by the server with 10158, "duplicate message id is in process".
+// That attempt may yet be stored, so the retry is ErrUnavailable, never a
+// refusal: it was ErrBucket ("lease bucket unusable"), which the service
+// answered as an internal error and a caller does not retry.
+func TestGrantRetryWhileFirstAttemptInProcess(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 3)
+	ctx := t.Context()
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
+	if _, err := kvlease.Open(ctx, js, kvlease.WithReplicas(3)); err != nil {
+		t.Fatal(err)
+	}
+	var lead *kvleasetest.Server
+	for lead == nil {
+		stream, err := js.Stream(ctx, "KV_leases")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range servers {
+			if info.Cluster != nil && s.Name() == info.Cluster.Leader {
+				lead = s
+			}
+		}
+	}
+	st := kvleasetest.OpenStore(t, lead.ClientURL(), kvlease.WithReplicas(3))
+	rid, secret := kvlease.NewRequestID()
+	req := kvlease.GrantRequest{Name: "job", Holder: "h", Duration: 5 * time.Second, RequestID: rid, Secret: secret}
+	if _, err := st.Grant(ctx, req); err != nil { // the stream works
+		t.Fatal(err)
+	}
+	req.Name = "job2"
+	for _, s := range servers {
+		if s != lead {
+			s.Shutdown()
+		}
+	}
+	attempt := func() error {
+		actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := st.Grant(actx, req)
+		return err
+	}
+	if err := attempt(); !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("first attempt without a quorum: %v, want ErrUnavailable", err)
+	}
+	err := attempt()
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10158 {
+		t.Fatalf("retry: %v, want the server's 10158 (in process) under it", err)
+	}
+	if !errors.Is(err, kvlease.ErrUnavailable) || errors.Is(err, kvlease.ErrBucket) {
+		t.Errorf("retry while the first attempt is in process: %v, want ErrUnavailable", err)
+	}
+}

@@ -249,9 +249,11 @@ type LateBounder interface {
 // A refusal (held) after unanswered attempts is not final at once: an
 // unanswered attempt may still be carried out, when the lease has become
 // free, granting it to a caller that has gone. Where the grantor bounds
-// how late that can be ([LateBounder]), grant waits until it cannot and
-// asks once more with the same request ID: then an attempt carried out
-// late is recovered rather than left orphaned.
+// how late that can be ([LateBounder]), a refusal to an attempt sent
+// before that bound is followed by one more attempt with the same request
+// ID, sent after it: then an attempt carried out late is recovered rather
+// than left orphaned. That holds for every unanswered attempt, the ones
+// after a first such wait included.
 func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Duration) (Record, time.Time, int, error) {
 	var t0 time.Time
 	var lateUntil time.Time // no unanswered attempt of this request is carried out after it
@@ -262,9 +264,9 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 		t0, lateUntil, lateKnown = l.now(), time.Time{}, true
 	}
 	renew()
-	recheck := false // the refusal waits for a last attempt
 	const firstWait, maxWait = 50 * time.Millisecond, time.Second
 	for n, wait := 1, firstWait; ; n, wait = n+1, min(2*wait, maxWait) {
+		sent := time.Now()
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		ends, _ := actx.Deadline()
 		rec, err := l.g.Grant(actx, req)
@@ -289,9 +291,9 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			if ends.Add(w).After(lateUntil) {
 				lateUntil = ends.Add(w)
 			}
-		case errors.Is(err, ErrHeld) && !recheck && !lateUntil.IsZero() && lateKnown:
-			// Wait out the unanswered attempts, then ask once more.
-			recheck = true
+		case errors.Is(err, ErrHeld) && lateKnown && sent.Before(lateUntil):
+			// An unanswered attempt may still be carried out after this
+			// one's read: wait it out, then ask once more.
 			wait = time.Until(lateUntil)
 		default:
 			return Record{}, t0, n, err

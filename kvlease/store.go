@@ -431,7 +431,12 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 		}
 		expect = cur.Revision
 	}
-	return Record{}, fmt.Errorf("%w: lease %q changed hands during the grant", ErrHeld, req.Name)
+	// Free at every read, yet every compare-and-set missed: the lease
+	// changed hands that often, or a stale node (a stream leader being
+	// replaced) answered while the new leader stored one of these
+	// attempts. Not a refusal: a retry, with this request ID, finds out.
+	return Record{}, fmt.Errorf("%w: lease %q changed under the grant three times; it may have been stored",
+		ErrUnavailable, req.Name)
 }
 
 // checkRequestID checks a grant's request ID and, with one, its secret.
@@ -889,6 +894,14 @@ var errMismatch = errors.New("kvlease: revision mismatch")
 // message with the same Nats-Msg-Id, whose revision comes with it.
 var errDuplicate = errors.New("kvlease: duplicate message id")
 
+// errCodeDuplicateInProcess: a replicated stream's leader has proposed a
+// message with this one's Nats-Msg-Id and not applied it yet (nats-server
+// checkMsgHeadersPreClusteredProposal). A grant retried while its first
+// attempt is still on its way through raft gets it; so does one whose
+// earlier attempt the leader proposed and lost, until the duplicate window
+// ends. Either way that attempt may yet be stored: no refusal.
+const errCodeDuplicateInProcess = 10158
+
 // translate maps NATS errors to kvlease's: compare-and-set conflicts to
 // errMismatch, everything that means "no answer" to ErrUnavailable.
 func translate(op string, err error) error {
@@ -897,6 +910,8 @@ func translate(op string, err error) error {
 	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
 		return errMismatch
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess:
+		return fmt.Errorf("%w: %s: an earlier attempt of this request is still in process: %w", ErrUnavailable, op, err)
 	case errors.As(err, &apiErr) && apiErr.Code >= 500:
 		// Cluster unavailable, no quorum, store failure: try again.
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)

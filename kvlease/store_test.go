@@ -456,3 +456,43 @@ func TestRenewAtExpiryRefused(t *testing.T) {
 		t.Fatalf("the refused renewal was written: %+v", cur)
 	}
 }
+
+// A grant that meets a changed revision three times, each time reading
+// the lease free, does not know how the lease stands: it answers
+// ErrUnavailable (the caller retries, with its request ID if it has one),
+// never "held" by nobody. Such an answer once lied: around a stream
+// leader change a stale node can answer a publish "wrong last sequence"
+// and a read "free" while the new leader stores the grant; the caller,
+// told held, went, and the tenure was left to nobody.
+func TestGrantThatKeepsMissingIsNotHeld(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	rival := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	rounds := 0
+	kvlease.SetSendHook(st, func(_ bool, names []string) {
+		if rounds == 3 {
+			return
+		}
+		rounds++
+		// Before each of st's publishes the lease is taken and given
+		// back: the revision st expects is gone, and its read shows the
+		// lease free.
+		rec, err := rival.Grant(ctx, kvlease.GrantRequest{Name: names[0], Holder: "rival", Duration: 5 * time.Second})
+		if err == nil {
+			err = rival.Release(ctx, kvlease.ReleaseRequest{Name: names[0], Holder: "rival", Token: rec.Token, Revision: rec.Revision})
+		}
+		if err != nil {
+			t.Errorf("rival: %v", err)
+		}
+	})
+	rid, secret := kvlease.NewRequestID()
+	req := kvlease.GrantRequest{Name: "churn", Holder: "h", Duration: 5 * time.Second, RequestID: rid, Secret: secret}
+	_, err := st.Grant(ctx, req)
+	if !errors.Is(err, kvlease.ErrUnavailable) || errors.Is(err, kvlease.ErrHeld) {
+		t.Fatalf("grant after %d changes under it: %v, want ErrUnavailable", rounds, err)
+	}
+	rec, err := st.Grant(ctx, req)
+	if err != nil || rec.Holder != "h" {
+		t.Fatalf("retry: %+v, %v", rec, err)
+	}
+}
