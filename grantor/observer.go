@@ -66,7 +66,29 @@ type observer struct {
 	state string // "observing", "standby", for Observing
 	stop  context.CancelFunc
 	done  chan struct{}
+
+	// pending are the records of the changes handled since the last
+	// flush, in order (the observing goroutine's own).
+	pending []pendingRecord
 }
+
+// pendingRecord is a history record waiting to be appended, and whether
+// its change is published once it is.
+type pendingRecord struct {
+	rec      history.Record
+	ev       kvlease.Event
+	publish  bool
+	n        int // the grant's flap count
+	flapping bool
+}
+
+// maxPending bounds the records one flush appends (as one batch), and
+// historyLinger how long a record waits for more: a change is in the
+// history, and announced, at most that much later than without it.
+const (
+	maxPending    = 256
+	historyLinger = 2 * time.Millisecond
+)
 
 func (o *observer) markReady() { o.readyOnce.Do(func() { close(o.ready) }) }
 
@@ -229,15 +251,53 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	defer w.Stop()
 	o.markReady()
 	open := map[string]*openTenure{}
-	for ev := range w.Events() {
-		if reserved(ev.Name) {
-			continue
+	o.pending = o.pending[:0] // a predecessor reports what a lost leadership left unwritten
+	// The records of changes that come close together go together: until
+	// the watch has been quiet for historyLinger, or maxPending records
+	// wait. Under load (a burst of grants, an observer catching up) that
+	// is one synced write for many changes, not one each.
+	linger := time.NewTimer(historyLinger)
+	defer linger.Stop()
+	var handled uint64 // the revision of the last change handled
+	events := w.Events()
+	for {
+		var ev kvlease.Event
+		ok := true
+		if len(o.pending) == 0 {
+			ev, ok = <-events
+		} else {
+			linger.Reset(historyLinger)
+			select {
+			case ev, ok = <-events:
+			case <-linger.C:
+				if err := o.flush(ctx); err != nil {
+					return err
+				}
+				if o.s.onObserved != nil {
+					o.s.onObserved(handled)
+				}
+				continue
+			}
 		}
-		if err := lead.Lease().Check(); err != nil {
-			return err // a paused observer that resumes reports nothing more
+		if !ok {
+			break
 		}
-		if err := o.report(ctx, ev, after, open); err != nil {
-			return err
+		if !reserved(ev.Name) {
+			if err := lead.Lease().Check(); err != nil {
+				return err // a paused observer that resumes reports nothing more
+			}
+			if err := o.report(ctx, ev, after, open); err != nil {
+				return err
+			}
+		}
+		handled = ev.Revision
+		if len(o.pending) >= maxPending {
+			if err := o.flush(ctx); err != nil {
+				return err
+			}
+		}
+		if o.s.onObserved != nil && len(o.pending) == 0 {
+			o.s.onObserved(handled)
 		}
 	}
 	if err := w.Err(); err != nil {
@@ -278,15 +338,14 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		if prev != nil && prev.token != ev.Token {
 			// The watch lagged past the end of the tenure before (history 1
 			// keeps one entry per lease): record that it ended, cause unknown.
-			if err := o.appendEnd(ctx, kvlease.Event{Name: ev.Name, Token: prev.token, Revision: ev.Revision, Time: ev.Time},
-				prev.renewals, "unknown"); err != nil {
-				return err
-			}
+			o.recordEnd(kvlease.Event{Name: ev.Name, Token: prev.token, Revision: ev.Revision, Time: ev.Time},
+				prev.renewals, "unknown")
 		}
 		if uint64(ev.Token) <= after {
 			return nil // began before: its predecessor reported it
 		}
-		return o.appendBegin(ctx, ev)
+		o.recordBegin(ev)
+		return nil
 	default: // an end
 		t := open[ev.Name]
 		delete(open, ev.Name)
@@ -298,14 +357,16 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		case t != nil:
 			// The end of a later tenure than the open one: the watch lagged
 			// past the open one's end and the later one's begin.
-			if err := o.appendEnd(ctx, kvlease.Event{Name: ev.Name, Token: t.token, Revision: ev.Revision, Time: ev.Time},
-				t.renewals, "unknown"); err != nil {
-				return err
-			}
+			o.recordEnd(kvlease.Event{Name: ev.Name, Token: t.token, Revision: ev.Revision, Time: ev.Time},
+				t.renewals, "unknown")
 		}
 		if ev.Token == 0 {
 			// An expiry marker of a tenure this watcher did not see live:
-			// the history knows it if a predecessor recorded its begin.
+			// the history knows it if a predecessor recorded its begin
+			// (or this observer did, in a record still pending).
+			if err := o.flush(ctx); err != nil {
+				return err
+			}
 			lctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 			r, ok, err := o.hist.LastFor(lctx, ev.Name)
 			cancel()
@@ -313,7 +374,8 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 				ev.Holder, ev.Token, ev.GrantedAt = r.Holder, kvlease.Token(r.Token), r.GrantedAt
 			}
 		}
-		return o.appendEnd(ctx, ev, renewals, endCause(ev))
+		o.recordEnd(ev, renewals, endCause(ev))
+		return nil
 	}
 }
 
@@ -330,7 +392,8 @@ func endCause(ev kvlease.Event) string {
 	return history.EndRevoked
 }
 
-func (o *observer) appendBegin(ctx context.Context, ev kvlease.Event) error {
+// recordBegin queues the record of a tenure's begin for the next flush.
+func (o *observer) recordBegin(ev kvlease.Event) {
 	n, flapping := o.flaps.Granted(ev.Name, ev.Time)
 	r := history.Record{Kind: history.KindGranted, Name: ev.Name, Token: uint64(ev.Token), Holder: ev.Holder,
 		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, Flapping: flapping, Observer: o.candidate}
@@ -340,40 +403,56 @@ func (o *observer) appendBegin(ctx context.Context, ev kvlease.Event) error {
 			r.TraceID = sc.TraceID().String()
 		}
 	}
-	fresh, err := o.append(ctx, r)
-	if err != nil || !fresh {
-		return err
-	}
-	o.s.metrics.LeaseEvent(ctx, ev.Type.String())
-	o.s.publishChange(ev, n, flapping)
-	return nil
+	o.pending = append(o.pending, pendingRecord{rec: r, ev: ev, publish: true, n: n, flapping: flapping})
 }
 
-func (o *observer) appendEnd(ctx context.Context, ev kvlease.Event, renewals int, cause string) error {
+// recordEnd queues the record of a tenure's end for the next flush; one
+// of cause "unknown" (an end the watch missed) is not published.
+func (o *observer) recordEnd(ev kvlease.Event, renewals int, cause string) {
 	r := history.Record{Kind: history.KindEnded, Name: ev.Name, Token: uint64(ev.Token), Holder: ev.Holder,
 		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, EndedBy: cause, Reason: ev.Reason,
 		Renewals: renewals, Observer: o.candidate}
-	fresh, err := o.append(ctx, r)
-	if err != nil || !fresh || cause == "unknown" {
-		return err
-	}
-	o.s.metrics.LeaseEvent(ctx, ev.Type.String())
-	o.s.publishChange(ev, 0, false)
-	return nil
+	o.pending = append(o.pending, pendingRecord{rec: r, ev: ev, publish: cause != "unknown"})
 }
 
-// append appends r, retrying while the stream is unavailable (a cluster
-// electing): a change is never skipped, only delayed.
-func (o *observer) append(ctx context.Context, r history.Record) (bool, error) {
-	fresh, err := kvlease.RetryUnavailable(ctx, time.Second, func(err error) {
-		o.s.log.Info("waiting to append history", "lease", r.Name, "err", err)
-	}, func() (bool, error) {
+// flush appends the pending records, retrying while the stream is
+// unavailable (a cluster electing): a change is never skipped, only
+// delayed. Each record appended fresh (not by a predecessor before) is
+// then published, in order: a change is announced only once it is in the
+// history.
+func (o *observer) flush(ctx context.Context) error {
+	wait := 50 * time.Millisecond
+	for len(o.pending) > 0 {
+		recs := make([]history.Record, len(o.pending))
+		for i, p := range o.pending {
+			recs[i] = p.rec
+		}
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		defer cancel()
-		return o.hist.Append(actx, r)
-	})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		o.s.log.Warn("history append failed", "lease", r.Name, "err", err)
+		fresh, err := o.hist.AppendAll(actx, recs)
+		cancel()
+		for i, f := range fresh {
+			if p := o.pending[i]; f && p.publish {
+				o.s.metrics.LeaseEvent(ctx, p.ev.Type.String())
+				o.s.publishChange(p.ev, p.n, p.flapping)
+			}
+		}
+		o.pending = o.pending[:copy(o.pending, o.pending[len(fresh):])]
+		switch {
+		case err == nil:
+		case !errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil:
+			if !errors.Is(err, context.Canceled) {
+				o.s.log.Warn("history append failed", "lease", o.pending[0].rec.Name, "err", err)
+			}
+			return err
+		default:
+			o.s.log.Info("waiting to append history", "lease", o.pending[0].rec.Name, "err", err)
+			select {
+			case <-time.After(wait):
+				wait = min(2*wait, time.Second)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 	}
-	return fresh, err
+	return nil
 }

@@ -1,11 +1,15 @@
 package grantor
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/atomicbatch"
 	"github.com/leased/leased/kvlease/kvleasetest"
 	"github.com/leased/leased/telemetry"
 )
@@ -50,6 +54,9 @@ func TestObserverEndOfAnUnseenTenure(t *testing.T) {
 	if err := o.report(ctx, end, 0, open); err != nil {
 		t.Fatal(err)
 	}
+	if err := o.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	recs, err := hist.Read(ctx, "gap.", now.Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -61,5 +68,74 @@ func TestObserverEndOfAnUnseenTenure(t *testing.T) {
 	}
 	if len(open) != 0 {
 		t.Errorf("open tenures left: %v", open)
+	}
+}
+
+// The records of a backlog go to the history as one atomic batch (one
+// synced write), in order, and each change is published once it is in.
+func TestObserverFlushesBacklogAsOneBatch(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	s, err := New(st, nc, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	hist, err := history.Open(ctx, st.JetStream(), st.Bucket(), history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := nc.SubscribeSync(api.SubjectEvents + "burst.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	o := &observer{s: s, hist: hist, candidate: "test", flaps: telemetry.NewFlapDetector(time.Minute, 3)}
+	open := map[string]*openTenure{}
+	now := time.Now()
+	const n = 20
+	for i := range n {
+		ev := kvlease.Event{Type: kvlease.EventGranted, Name: fmt.Sprintf("burst.%d", i), Revision: uint64(i + 1),
+			Token: kvlease.Token(i + 1), Holder: "h", Time: now, GrantedAt: now}
+		if err := o.report(ctx, ev, 0, open); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, err := sub.NextMsg(50 * time.Millisecond); err == nil {
+		t.Fatalf("change %s published before its record was written", m.Subject)
+	}
+	if err := o.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := st.JetStream().Stream(ctx, history.StreamName(st.Bucket()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := map[string]int{}
+	for seq := uint64(1); seq <= n; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r history.Record
+		if err := json.Unmarshal(m.Data, &r); err != nil || r.Token != seq {
+			t.Fatalf("record %d: %+v, %v; want token %d", seq, r, err, seq)
+		}
+		batches[m.Header.Get(atomicbatch.HeaderID)]++
+	}
+	if len(batches) != 1 || batches[""] != 0 {
+		t.Errorf("records by batch: %v, want all %d in one", batches, n)
+	}
+	for i := range n {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("change %d not published: %v", i, err)
+		}
+		if want := fmt.Sprintf("%sburst.%d", api.SubjectEvents, i); m.Subject != want {
+			t.Errorf("change %d published on %s, want %s", i, m.Subject, want)
+		}
 	}
 }

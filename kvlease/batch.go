@@ -2,7 +2,6 @@ package kvlease
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,7 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
+
+	"github.com/leased/leased/kvlease/atomicbatch"
 )
 
 // Group commit. With sync before ack, an R1 stream syncs once per message,
@@ -41,20 +41,6 @@ import (
 //     the stream's isolation lock, on R3 as one multi-entry proposal).
 //   - A request is answered only after its batch's ack, which the server
 //     sends after the sync: durability is that of a single publish.
-
-// Headers of an atomic batch (nats-server stream.go; nats.go 1.55 has no
-// batch API).
-const (
-	hdrBatchID     = "Nats-Batch-Id"
-	hdrBatchSeq    = "Nats-Batch-Sequence"
-	hdrBatchCommit = "Nats-Batch-Commit"
-)
-
-// Error codes of the atomic batch refusals the writer acts on.
-const (
-	errCodeAtomicDisabled = 10174 // the stream does not allow atomic publish
-	errCodeBatchDuplicate = 10201 // a message ID of the batch is a duplicate (of one stored, or in the batch)
-)
 
 // writeReq is one write waiting for its answer.
 type writeReq struct {
@@ -336,7 +322,7 @@ func (a *answers) write(reqs []*writeReq) {
 		for _, r := range live {
 			a.answer(r, 0, translate(r.op, err))
 		}
-	case apiErr.ErrorCode == errCodeAtomicDisabled:
+	case apiErr.ErrorCode == atomicbatch.ErrCodeDisabled:
 		w.mu.Lock()
 		w.off = true
 		w.mu.Unlock()
@@ -344,7 +330,7 @@ func (a *answers) write(reqs []*writeReq) {
 		a.singles(live)
 	case (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
-		apiErr.ErrorCode == errCodeBatchDuplicate) && len(live) >= 2*w.limits.MinMessages:
+		apiErr.ErrorCode == atomicbatch.ErrCodeDuplicate) && len(live) >= 2*w.limits.MinMessages:
 		// Some expectation failed, or a retried grant's message ID was
 		// stored before, and the server does not say whose: nothing was
 		// written. Each half is a batch of its own; a single publish of the
@@ -419,24 +405,13 @@ func (s *Store) publishOne(r *writeReq) (uint64, error) {
 	return ack.Sequence, nil
 }
 
-// batchAck is the server's answer to a batch's commit message.
-type batchAck struct {
-	Seq   uint64              `json:"seq"`
-	Batch string              `json:"batch"`
-	Count int                 `json:"count"`
-	Error *jetstream.APIError `json:"error"`
-}
-
-// publishBatch writes reqs (distinct subjects) as one atomic batch and
-// returns their revisions, in order. Messages 1..n−1 go without a reply
-// subject; the commit (message n) is a request whose answer is the
-// batch's one ack, sent after the batch is synced. An error that is a
-// *jetstream.APIError means the server refused the batch and nothing of it
-// was written; any other error means no answer (it may have been).
+// publishBatch writes reqs (distinct subjects) as one atomic batch, each
+// with its expectation and TTL, and returns their revisions, in order. An
+// error that is a *jetstream.APIError means the server refused the batch
+// and nothing of it was written; any other error means no answer (it may
+// have been).
 func (s *Store) publishBatch(reqs []*writeReq, timeout time.Duration) ([]uint64, error) {
-	id := nuid.Next()
-	n := len(reqs)
-	var commit *nats.Msg
+	msgs := make([]*nats.Msg, len(reqs))
 	for i, r := range reqs {
 		m := &nats.Msg{Subject: r.msg.Subject, Data: r.msg.Data, Header: maps.Clone(r.msg.Header)}
 		if m.Header == nil {
@@ -446,36 +421,9 @@ func (s *Store) publishBatch(reqs []*writeReq, timeout time.Duration) ([]uint64,
 		if r.ttl > 0 {
 			m.Header.Set(jetstream.MsgTTLHeader, r.ttl.String())
 		}
-		m.Header.Set(hdrBatchID, id)
-		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
-		if i == n-1 {
-			m.Header.Set(hdrBatchCommit, "1")
-			commit = m
-			break
-		}
-		if err := s.nc.PublishMsg(m); err != nil {
-			return nil, fmt.Errorf("batch message %d of %d: %w", i+1, n, err)
-		}
+		msgs[i] = m
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	reply, err := s.nc.RequestMsgWithContext(ctx, commit)
-	if err != nil {
-		return nil, fmt.Errorf("batch commit: %w", err)
-	}
-	var ack batchAck
-	if err := json.Unmarshal(reply.Data, &ack); err != nil {
-		return nil, fmt.Errorf("batch ack %q: %w", reply.Data, err)
-	}
-	switch {
-	case ack.Error != nil:
-		return nil, ack.Error
-	case ack.Batch != id || ack.Count != n || ack.Seq < uint64(n):
-		return nil, fmt.Errorf("batch ack for %q of %d at %d, sent %q of %d", ack.Batch, ack.Count, ack.Seq, id, n)
-	}
-	revs := make([]uint64, n)
-	for i := range revs {
-		revs[i] = ack.Seq - uint64(n) + uint64(i) + 1
-	}
-	return revs, nil
+	return atomicbatch.Publish(ctx, s.nc, msgs)
 }

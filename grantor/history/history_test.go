@@ -3,11 +3,14 @@ package history_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/atomicbatch"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
@@ -125,5 +128,66 @@ func TestStream(t *testing.T) {
 	}
 	if r, ok, err := h.LastFor(ctx, "job.a"); err != nil || !ok || r.Kind != history.KindEnded {
 		t.Fatalf("last for job.a: %+v %v %v", r, ok, err)
+	}
+}
+
+// AppendAll writes a backlog as one atomic batch, in order; a backlog that
+// repeats records appended before (an observer that took over from one
+// that was only paused) is refused as a batch and appended one by one, so
+// that each record is kept once and the fresh ones are told apart.
+func TestAppendAll(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	ctx := t.Context()
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	h, err := history.Open(ctx, js, "leases", history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	var recs []history.Record
+	for i := range 12 {
+		recs = append(recs, history.Record{Kind: history.KindGranted, Name: fmt.Sprintf("all.%d", i%3), Token: uint64(i + 1),
+			Holder: "h", Revision: uint64(i + 1), Time: t0, GrantedAt: t0})
+	}
+	stream, err := js.Stream(ctx, history.StreamName("leases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := h.AppendAll(ctx, recs[:10])
+	if err != nil || len(fresh) != 10 || slices.Contains(fresh, false) {
+		t.Fatalf("first append: %v, %v; want 10 fresh", fresh, err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 10 {
+		t.Fatalf("%d records stored, want 10", info.State.Msgs)
+	}
+	// Appended as one batch: the server keeps the batch headers.
+	m, err := stream.GetMsg(ctx, info.State.LastSeq)
+	if err != nil || m.Header.Get(atomicbatch.HeaderCommit) != "1" {
+		t.Errorf("last record's headers %v (%v): not the commit of an atomic batch", m.Header, err)
+	}
+
+	fresh, err = h.AppendAll(ctx, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(slices.Repeat([]bool{false}, 10), true, true)
+	if !slices.Equal(fresh, want) {
+		t.Errorf("second append: fresh %v, want %v", fresh, want)
+	}
+	got, err := h.Read(ctx, "all.", t0.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 12 {
+		t.Fatalf("%d records, want 12", len(got))
+	}
+	for i, r := range got {
+		if r.Token != uint64(i+1) {
+			t.Errorf("record %d: token %d, want %d (in order)", i, r.Token, i+1)
+		}
 	}
 }
