@@ -260,6 +260,14 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	defer linger.Stop()
 	var handled uint64 // the revision of the last change handled
 	events := w.Events()
+	// flush writes what is pending, only while this node still observes:
+	// one paused since it queued the records reports nothing more.
+	flush := func() error {
+		if err := lead.Lease().Check(); err != nil {
+			return err
+		}
+		return o.flush(ctx)
+	}
 	for {
 		var ev kvlease.Event
 		ok := true
@@ -270,7 +278,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 			select {
 			case ev, ok = <-events:
 			case <-linger.C:
-				if err := o.flush(ctx); err != nil {
+				if err := flush(); err != nil {
 					return err
 				}
 				if o.s.onObserved != nil {
@@ -292,7 +300,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 		}
 		handled = ev.Revision
 		if len(o.pending) >= maxPending {
-			if err := o.flush(ctx); err != nil {
+			if err := flush(); err != nil {
 				return err
 			}
 		}
