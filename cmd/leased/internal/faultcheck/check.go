@@ -182,10 +182,13 @@ type Figures struct {
 	// Each is put down to one grant request ([Report.Orphans]).
 	Orphans int
 	// RetriedOrphans are the Orphans whose request the caller sent again
-	// and got an answer for (any reply of the service but unavailable or
-	// internal): with idempotent grants its retry is answered with the
-	// tenure, which is then no orphan. The rest, Orphans − RetriedOrphans,
-	// are of callers that gave up before any answer. Attempts share a
+	// and stopped on an answer to (its last attempt got any reply of the
+	// service but unavailable or internal): with idempotent grants its
+	// retry is answered with the tenure, which is then no orphan, and a
+	// refusal while an attempt can still be carried out is waited out. The
+	// rest, Orphans − RetriedOrphans, are of callers that gave up without
+	// an answer to their last attempt (its time ran out while an attempt
+	// was unanswered, which may still be carried out). Attempts share a
 	// request by their request id ([Request].RequestID); one without is a
 	// request of its own, never retried. An orphan that a request of a
 	// caller that gave up could explain is put down to that one: these
@@ -890,8 +893,9 @@ func (c *checker) storedAfter() func(tok uint64) int64 {
 // counts as retried only if nothing else explains it; then the one with
 // the latest such attempt. Attempts that share a request id are one
 // request, so the attribution is exact where the history has request
-// ids: the orphan is the request's, and the request was retried if any
-// of its attempts was answered.
+// ids: the orphan is the request's, and the request counts as retried if
+// its last attempt was answered (the caller stopped on an answer, not on
+// the end of its time).
 func (c *checker) orphans(f *Figures) {
 	known := map[string]map[uint64]bool{}
 	for _, g := range c.grants {
@@ -916,7 +920,8 @@ func (c *checker) orphans(f *Figures) {
 			}
 		}
 		r.attempts = append(r.attempts, a)
-		if !unanswered(a) && r.answer == nil {
+		r.answer = nil // the last attempt decides
+		if !unanswered(a) {
 			r.answer = a
 		}
 	}

@@ -71,10 +71,11 @@ func TestRecoveredGrantWindow(t *testing.T) {
 }
 
 // Orphans are put down to grant requests: attempts that share a request
-// id are one request, and an orphan whose request was retried and
-// answered (anything but unavailable, internal or no reply) is a retried
-// orphan, which idempotent grants are meant to prevent, unless a request
-// of a caller that gave up explains it.
+// id are one request, and an orphan whose request was retried and whose
+// last attempt was answered (anything but unavailable, internal or no
+// reply) is a retried orphan, which idempotent grants and Acquire's wait
+// after a refusal are meant to prevent, unless a request of a caller that
+// gave up explains it.
 func TestOrphansRetried(t *testing.T) {
 	for _, tc := range []struct {
 		name                          string
@@ -105,6 +106,20 @@ func TestOrphansRetried(t *testing.T) {
 		h: newHist().attempt("h1", "L", "r1", 0, 1000, noReply, faultcheck.Reply{}).
 			attempt("h1", "L", "r1", 1050, 1060, held, heldBy("h1", 7)),
 		orphans: 1, retried: 1, answer: held, attempts: []uint64{1, 2},
+	}, {
+		// h1's retry was told held (by h2, whose tenure then ended), and
+		// the attempt it sent once that attempt's late window had passed
+		// got no answer either before h1's time ran out; one of them made
+		// token 7. h1 stopped on no answer: it gave up, it did not stop on
+		// the refusal.
+		name: "gave up after an answered retry",
+		h: newHist().attempt("h1", "L", "r1", 0, 1000, noReply, faultcheck.Reply{}).
+			grant("h2", "L", 500, 510, 5).
+			attempt("h1", "L", "r1", 1050, 1060, held, heldBy("h2", 5)).
+			release("h2", "L", 2000, 2010, 5, 5).
+			attempt("h1", "L", "r1", 2500, 3500, noReply, faultcheck.Reply{}).
+			attempt("h3", "L", "r3", 4000, 4010, held, heldBy("h1", 7)),
+		orphans: 1, attempts: []uint64{1, 2, 3},
 	}, {
 		// The retry recovered the tenure: no orphan.
 		name: "retried: recovered",
