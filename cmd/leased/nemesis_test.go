@@ -180,7 +180,7 @@ func runNemesis(t *testing.T, cfg nemesisConfig) {
 	// one request id): a tenure whose reply was lost is recovered by the
 	// retry, unless the caller gave up first.
 	if n := rep.Figures.RetriedOrphans; n != 0 { // the summary lists them
-		t.Errorf("%d orphan tenures of callers that retried and were answered (%d surely stored after the answer), want 0",
+		t.Errorf("%d orphan tenures of callers that retried and stopped on an answer (%d surely stored after it), want 0",
 			n, rep.Figures.LateOrphans)
 	}
 	if rep.Figures.Tenures < cfg.minTenures {

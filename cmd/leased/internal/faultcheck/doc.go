@@ -58,8 +58,9 @@
 // a crash, a pause or an abandoned tenure, renewals refused inside a live
 // window (false losses), and orphan tenures (granted, but the reply
 // reached no waiting caller), each put down to a grant request, and of
-// those the ones whose caller retried and got an answer (which
-// idempotent grants are meant to prevent; see [Figures.LateOrphans]).
+// those the ones whose caller retried and stopped on an answer to its
+// last attempt (which idempotent grants are meant to prevent; see
+// [Figures.RetriedOrphans], [Figures.LateOrphans]).
 //
 // # What it does not check
 //
