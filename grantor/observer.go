@@ -35,6 +35,13 @@ func reserved(name string) bool { return strings.HasPrefix(name, ReservedPrefix)
 // ObserverDuration is the observer lease's duration D.
 const ObserverDuration = 5 * time.Second
 
+// campaignFirstWait and campaignMaxWait bound the pause between failed
+// campaigns (see campaign).
+const (
+	campaignFirstWait = 50 * time.Millisecond
+	campaignMaxWait   = 2 * time.Second
+)
+
 // attemptTimeout bounds each JetStream request of the observer, which
 // retries while JetStream is unavailable.
 const attemptTimeout = 2 * time.Second
@@ -185,13 +192,27 @@ func (o *observer) halt() {
 
 func (o *observer) campaign(ctx context.Context, e *election.Election) {
 	defer close(o.done)
+	// A campaign or an observation that fails at once (JetStream answers
+	// "unavailable" while a cluster recovers) is tried again after a pause
+	// that doubles up to campaignMaxWait: without it this loop spun, and a
+	// fault run logged 100,000 failures a node while starving the nodes
+	// it shared two cores with.
+	wait := campaignFirstWait
+	pause := func() {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		wait = min(2*wait, campaignMaxWait)
+	}
 	for ctx.Err() == nil {
 		lead, err := e.Campaign(ctx, o.candidate, ObserverDuration,
 			kvlease.WithLease(kvlease.WithAttributes(map[string]string{instanceAttr: o.instance})))
 		if err != nil {
 			if ctx.Err() == nil {
-				o.s.log.Warn("observer campaign", "err", err)
+				o.s.log.Warn("observer campaign", "err", err, "retry_in", wait)
 			}
+			pause()
 			continue
 		}
 		o.setState("observing")
@@ -207,11 +228,14 @@ func (o *observer) campaign(ctx context.Context, e *election.Election) {
 		case lead.Context().Err() != nil:
 			o.s.log.Warn("lost the observer lease", "err", lead.Err())
 		default:
-			o.s.log.Warn("observer stopped", "err", err)
+			o.s.log.Warn("observer stopped", "err", err, "retry_in", wait)
 			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = lead.Resign(rctx)
 			cancel()
+			pause()
+			continue
 		}
+		wait = campaignFirstWait // it observed until it lost the lease: no failure in a row
 	}
 }
 

@@ -3,6 +3,7 @@ package grantor_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -202,5 +203,57 @@ func TestObserverTakeover(t *testing.T) {
 	all, err := b.svc.History().Read(ctx, "tk.", time.Now().Add(-time.Hour))
 	if err != nil || len(all) != 3 {
 		t.Errorf("history %+v, %v: want 3 records, each once", all, err)
+	}
+}
+
+// campaignLog is a slog.Handler that reports when the observer logs a
+// failed campaign.
+type campaignLog struct{ at chan time.Time }
+
+func (h campaignLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h campaignLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "observer campaign" || r.Message == "observer stopped" {
+		select {
+		case h.at <- time.Now():
+		default:
+		}
+	}
+	return nil
+}
+func (h campaignLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h campaignLog) WithGroup(string) slog.Handler      { return h }
+
+// While JetStream answers every request at once with a failure (here:
+// a cluster node whose two peers are gone, "JetStream system temporarily
+// unavailable"; in a fault run, a cluster recovering), the observer tries
+// its campaign again after pauses that grow: four failures take at least
+// 50 + 100 + 200 ms. It used to try again at once, and a fault run's nodes
+// logged 100,000 failed campaigns each, starving each other of CPU.
+func TestObserverCampaignBacksOff(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 3)
+	st := kvleasetest.OpenStore(t, servers[0].ClientURL(), kvlease.WithReplicas(3))
+	log := campaignLog{at: make(chan time.Time, 16)}
+	svc, err := grantor.New(st, kvleasetest.Connect(t, servers[0].ClientURL()), grantor.DefaultConfig(),
+		grantor.WithLogger(slog.New(log)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	servers[1].Shutdown()
+	servers[2].Shutdown()
+	var at []time.Time
+	for len(at) < 4 {
+		select {
+		case ts := <-log.at:
+			at = append(at, ts)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%d failed campaigns logged in 60 s without a quorum, want 4", len(at))
+		}
+	}
+	if d := at[3].Sub(at[0]); d < 350*time.Millisecond {
+		t.Errorf("4 failed campaigns within %v: no pause between them", d)
 	}
 }
