@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
@@ -35,18 +37,8 @@ func TestEndCause(t *testing.T) {
 // keeps one entry per lease) records the open one's end too, cause
 // unknown, and the later one's with its own holder and cause.
 func TestObserverEndOfAnUnseenTenure(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
-	st := kvleasetest.OpenStore(t, srv.ClientURL())
-	s, err := New(st, kvleasetest.Connect(t, srv.ClientURL()), DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	hist, err := history.Open(ctx, st.JetStream(), st.Bucket(), history.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &observer{s: s, hist: hist, candidate: "test", flaps: telemetry.NewFlapDetector(time.Minute, 3)}
+	o, _ := testObserver(t)
+	ctx, hist := t.Context(), o.hist
 	now := time.Now()
 	open := map[string]*openTenure{"gap.a": {token: 2, renewals: 1}}
 	end := kvlease.Event{Type: kvlease.EventRevoked, Name: "gap.a", Revision: 6, Time: now, Holder: "h2", Token: 5,
@@ -74,18 +66,8 @@ func TestObserverEndOfAnUnseenTenure(t *testing.T) {
 // The records of a backlog go to the history as one atomic batch (one
 // synced write), in order, and each change is published once it is in.
 func TestObserverFlushesBacklogAsOneBatch(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
-	st := kvleasetest.OpenStore(t, srv.ClientURL())
-	nc := kvleasetest.Connect(t, srv.ClientURL())
-	s, err := New(st, nc, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	hist, err := history.Open(ctx, st.JetStream(), st.Bucket(), history.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, nc := testObserver(t)
+	ctx, st := t.Context(), o.s.store
 	sub, err := nc.SubscribeSync(api.SubjectEvents + "burst.>")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +75,6 @@ func TestObserverFlushesBacklogAsOneBatch(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	o := &observer{s: s, hist: hist, candidate: "test", flaps: telemetry.NewFlapDetector(time.Minute, 3)}
 	open := map[string]*openTenure{}
 	now := time.Now()
 	const n = 20
@@ -138,4 +119,22 @@ func TestObserverFlushesBacklogAsOneBatch(t *testing.T) {
 			t.Errorf("change %d published on %s, want %s", i, m.Subject, want)
 		}
 	}
+}
+
+// testObserver returns an observer of a fresh server's bucket, not
+// campaigning (tests call report and flush), and the service's connection.
+func testObserver(t *testing.T) (*observer, *nats.Conn) {
+	t.Helper()
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	s, err := New(st, nc, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist, err := history.Open(t.Context(), st.JetStream(), st.Bucket(), history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &observer{s: s, hist: hist, candidate: "test", flaps: telemetry.NewFlapDetector(time.Minute, 3)}, nc
 }
