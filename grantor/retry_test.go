@@ -196,6 +196,61 @@ func TestRequestPastItsDeadlineNotCarriedOut(t *testing.T) {
 	}
 }
 
+// timeLeft is an extension whose one verb answers how long its request may
+// work (the time left on its context), in milliseconds.
+type timeLeft struct{}
+
+func (timeLeft) Endpoints(grantor.Leases) map[string]grantor.Handler {
+	return map[string]grantor.Handler{"test.v1.left": func(ctx context.Context, _ []byte) (any, error) {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			return nil, errors.New("no deadline")
+		}
+		return time.Until(dl).Milliseconds(), nil
+	}}
+}
+func (timeLeft) Start(context.Context) error { return nil }
+func (timeLeft) Stop()                       {}
+
+// A request works as long as its caller says it waits (Leased-Timeout-Ms),
+// up to grantor.MaxRequestTimeout; one that does not say works for the
+// service's request timeout. (A caller's 30 s was cut to the default 5 s:
+// "leased ls --timeout 30s" failed on a busy cluster after 5 s.)
+func TestRequestWorksAsLongAsItsCallerWaits(t *testing.T) {
+	f := start(t, grantor.DefaultConfig(), grantor.WithRequestTimeout(time.Second), grantor.WithExtension(timeLeft{}))
+	left := func(header string) time.Duration {
+		t.Helper()
+		msg := nats.NewMsg("test.v1.left")
+		msg.Data = []byte("{}")
+		if header != "" {
+			msg.Header.Set(api.HeaderTimeout, header)
+		}
+		reply, err := f.nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ms int64
+		if err := json.Unmarshal(reply.Data, &ms); err != nil {
+			t.Fatalf("reply %q %v: %v", reply.Data, reply.Header, err)
+		}
+		return time.Duration(ms) * time.Millisecond
+	}
+	for _, c := range []struct {
+		header   string
+		min, max time.Duration
+	}{
+		{"", 0, time.Second},
+		{"20000", 15 * time.Second, 20 * time.Second},
+		{"300", 0, 300 * time.Millisecond},
+		{"3600000", grantor.MaxRequestTimeout - 5*time.Second, grantor.MaxRequestTimeout},
+		{"nonsense", 0, time.Second},
+	} {
+		if got := left(c.header); got < c.min || got > c.max {
+			t.Errorf("timeout header %q: the request may work %v, want %v to %v", c.header, got, c.min, c.max)
+		}
+	}
+}
+
 // The Go client puts its deadline on every request, on the grantor's clock
 // as its replies show it (every reply, errors too), once it has had a
 // reply; after a too_late answer it sends the next request without one,

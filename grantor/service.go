@@ -103,7 +103,14 @@ func WithFlapping(window time.Duration, threshold int) Option {
 	}
 }
 
-// WithRequestTimeout bounds each request's work at the bucket. Default 5 s.
+// MaxRequestTimeout bounds the work of any one request, whatever its
+// caller says it waits: each holds one of [Config.MaxInFlight] slots.
+const MaxRequestTimeout = time.Minute
+
+// WithRequestTimeout bounds the work at the bucket of a request whose
+// caller does not say how long it waits (no Leased-Timeout-Ms header).
+// Default 5 s. A caller that says is given what it asked for, up to
+// [MaxRequestTimeout].
 func WithRequestTimeout(d time.Duration) Option {
 	return func(s *Service) error {
 		if d <= 0 {
@@ -408,11 +415,13 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	ctx := telemetry.Extract(context.Background(), hdr)
 	ctx, span := s.tracer.Start(ctx, subject, trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
-	// Work no longer than the caller waits: a renewal that lands after the
-	// holder gave up would only make its retry fail as a stale revision.
+	// Work as long as the caller waits, and no longer: a renewal that
+	// lands after the holder gave up would only make its retry fail as a
+	// stale revision, and a list cut short of the caller's own timeout
+	// fails for nothing.
 	timeout := s.timeout
 	if ms, err := strconv.Atoi(hdr.Get(api.HeaderTimeout)); err == nil && ms > 0 {
-		timeout = min(timeout, time.Duration(ms)*time.Millisecond)
+		timeout = min(time.Duration(ms)*time.Millisecond, MaxRequestTimeout)
 	}
 	late := time.Duration(0)
 	if ms, err := strconv.ParseInt(hdr.Get(api.HeaderDeadline), 10, 64); err == nil && ms > 0 {

@@ -306,8 +306,10 @@ func TestClusterLeasesVisibleThroughEveryNode(t *testing.T) {
 	}
 	for i := range c.nodes {
 		// The default 5 s --timeout is a user's; race-built nodes beside
-		// other tests on two cores once took longer (CI).
+		// other tests on two cores took longer (CI, twice).
+		began := time.Now()
 		r := leased(t, c.url(i), "ls", "everywhere.", "-o", "json", "--timeout", "30s")
+		t.Logf("ls via %s: %v", c.nodes[i].Name, time.Since(began).Round(time.Millisecond))
 		if got := strings.Count(r.stdout, `"name":"everywhere.`); r.code != 0 || got != 3 {
 			t.Fatalf("ls via %s: %d leases, exit %d: %s%s", c.nodes[i].Name, got, r.code, r.stdout, r.stderr)
 		}
