@@ -178,6 +178,16 @@ func TestCLIDetails(t *testing.T) {
 		}
 	})
 
+	t.Run("timeout must be positive", func(t *testing.T) {
+		// A negative --timeout reached the connect and was reported as an
+		// unavailable server (exit 1).
+		for _, d := range []string{"0s", "-1s"} {
+			if r := run(t, 2, "ls", "--timeout", d); !strings.Contains(r.stderr, "--timeout "+d+": want a positive duration") {
+				t.Errorf("--timeout %s: stderr %q", d, r.stderr)
+			}
+		}
+	})
+
 	t.Run("invalid name shows the character", func(t *testing.T) {
 		if r := run(t, 2, "acquire", "bé"); !strings.Contains(r.stderr, `'é' at byte 1`) {
 			t.Fatalf("stderr %q", r.stderr)

@@ -216,6 +216,9 @@ func (c *connFlags) check() error {
 	if c.output != "text" && c.output != "json" {
 		return usageError{fmt.Errorf("-o %q: want text or json", c.output)}
 	}
+	if c.timeout <= 0 {
+		return usageError{fmt.Errorf("--timeout %v: want a positive duration", c.timeout)}
+	}
 	return nil
 }
 
