@@ -902,6 +902,11 @@ var errDuplicate = errors.New("kvlease: duplicate message id")
 // ends. Either way that attempt may yet be stored: no refusal.
 const errCodeDuplicateInProcess = 10158
 
+// errCodeReplicasNotSupported: a server that is not in a cluster refuses a
+// stream of more than one replica (with a 500, which would otherwise read
+// as "try again"). It will not change its mind.
+const errCodeReplicasNotSupported = 10074
+
 // translate maps NATS errors to kvlease's: compare-and-set conflicts to
 // errMismatch, everything that means "no answer" to ErrUnavailable.
 func translate(op string, err error) error {
@@ -912,6 +917,8 @@ func translate(op string, err error) error {
 		return errMismatch
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess:
 		return fmt.Errorf("%w: %s: an earlier attempt of this request is still in process: %w", ErrUnavailable, op, err)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeReplicasNotSupported:
+		return fmt.Errorf("%w: %s: the NATS server is not in a cluster, so a bucket has one replica (WithReplicas(1)): %w", ErrBucket, op, err)
 	case errors.As(err, &apiErr) && apiErr.Code >= 500:
 		// Cluster unavailable, no quorum, store failure: try again.
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)

@@ -248,6 +248,20 @@ func TestOpenRefusesBucketWithoutTTLs(t *testing.T) {
 	}
 }
 
+// A server that is not in a cluster refuses a replicated bucket for good:
+// Open says so at once instead of retrying its "500" until ctx ends (it
+// waited out the caller's minute: "leased serve --replicas 3" on one node).
+func TestOpenReplicatedOnAServerAlone(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, err := kvlease.Open(ctx, js, kvlease.WithReplicas(3))
+	if !errors.Is(err, kvlease.ErrBucket) || !strings.Contains(err.Error(), "not in a cluster") || ctx.Err() != nil {
+		t.Fatalf("open R3 on a lone server: %v (ctx %v); want ErrBucket at once, saying it is not in a cluster", err, ctx.Err())
+	}
+}
+
 func TestListByPrefix(t *testing.T) {
 	_, st := kvleasetest.NewStore(t)
 	ctx := t.Context()

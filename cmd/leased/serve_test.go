@@ -50,6 +50,13 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--batch-linger", "5s"},
 		{"serve", "--batch-timeout", "0s"},
 		{"serve", "--batching=false", "--batch-linger", "2ms"},
+		// What the embedded server cannot serve: it is alone, and refuses
+		// batches past its limits (the nats-server defaults here).
+		{"serve", "--replicas", "3"},
+		{"serve", "--batch-max", "5000"},
+		{"serve", "--batch-in-flight", "51"},
+		{"serve", "--batch-timeout", "11s"},
+		{"serve", "--history-retention", "-1h"},
 	} {
 		if r := leased(t, "", append(args, "--data", t.TempDir())...); r.code != 2 {
 			t.Errorf("leased %v: exit %d (%s), want 2", args, r.code, r.stderr)

@@ -25,7 +25,7 @@ Clock().Estimate).`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if m.RenewRTT <= 0 {
-				return usageError{fmt.Errorf("--rtt-p99 is required")}
+				return usageError{fmt.Errorf("--rtt-p99 is required, a positive duration (got %v)", m.RenewRTT)}
 			}
 			if m.Work < 0 || m.Pause < 0 || m.ClockRate < 0 {
 				return usageError{fmt.Errorf("measurements cannot be negative")}

@@ -77,8 +77,10 @@ func (b *batchFlags) register(fl *pflag.FlagSet) {
 }
 
 // options returns the store option for the flags given (none if none),
-// with the defaults for replicas otherwise, or a usage error.
-func (b *batchFlags) options(replicas int) ([]kvlease.Option, error) {
+// with the defaults for replicas otherwise, or a usage error. srv is
+// the embedded server's JetStream limits (nil for a server of --nats-url,
+// whose limits are not known here).
+func (b *batchFlags) options(replicas int, srv *server.JSLimitOpts) ([]kvlease.Option, error) {
 	given := func(name string) bool { return b.changed != nil && b.changed(name) }
 	if !b.enabled {
 		for _, name := range []string{"batch-min", "batch-max", "batch-in-flight", "batch-linger", "batch-timeout"} {
@@ -108,7 +110,37 @@ func (b *batchFlags) options(replicas int) ([]kvlease.Option, error) {
 	if err := l.Validate(); err != nil {
 		return nil, usageError{fmt.Errorf("--batch-*: %w", err)}
 	}
+	if srv != nil {
+		if err := withinServer(l, *srv); err != nil {
+			return nil, usageError{err}
+		}
+	}
 	return []kvlease.Option{kvlease.WithBatchLimits(l)}, nil
+}
+
+// withinServer checks limits against those of the embedded server, which
+// would refuse every batch past them (each then goes out as single
+// publishes: no error, and no group commit).
+func withinServer(l kvlease.BatchLimits, srv server.JSLimitOpts) error {
+	size, inflight, timeout := srv.MaxBatchSize, srv.MaxBatchInflightPerStream, srv.MaxBatchTimeout
+	if size <= 0 {
+		size = kvlease.ServerMaxBatchSize
+	}
+	if inflight <= 0 {
+		inflight = kvlease.ServerMaxBatchInflight
+	}
+	if timeout <= 0 {
+		timeout = kvlease.ServerMaxBatchTimeout
+	}
+	switch {
+	case l.MaxMessages > size:
+		return fmt.Errorf("--batch-max %d: above the server's max_batch_size %d (set it in --config to go higher)", l.MaxMessages, size)
+	case l.MaxInFlight > inflight:
+		return fmt.Errorf("--batch-in-flight %d: above the server's max_batch_inflight_per_stream %d", l.MaxInFlight, inflight)
+	case l.Timeout > timeout:
+		return fmt.Errorf("--batch-timeout %v: above the server's max_batch_timeout %v", l.Timeout, timeout)
+	}
+	return nil
 }
 
 func newServe(stderr io.Writer) *cobra.Command {
@@ -239,7 +271,21 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			replicas = 3
 		}
 	}
-	batchOpts, err := f.batch.options(replicas)
+	if f.retention <= 0 {
+		return usageError{fmt.Errorf("--history-retention %v: want a positive duration", f.retention)}
+	}
+	if replicas > 1 && f.natsURL == "" && f.clusterName == "" {
+		return usageError{fmt.Errorf("--replicas %d: the embedded NATS server is alone, so the bucket has 1 replica; "+
+			"for more, run a cluster (--cluster-name, --cluster-listen, --routes) or use one (--nats-url)", replicas)}
+	}
+	var limits *server.JSLimitOpts
+	if f.natsURL == "" {
+		limits = &server.JSLimitOpts{}
+		if f.base != nil {
+			limits = &f.base.JetStreamLimits
+		}
+	}
+	batchOpts, err := f.batch.options(replicas, limits)
 	if err != nil {
 		return err
 	}
