@@ -369,7 +369,9 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		open[ev.Name] = &openTenure{token: ev.Token}
 		if prev != nil && prev.token != ev.Token {
 			// The watch lagged past the end of the tenure before (history 1
-			// keeps one entry per lease): record that it ended, cause unknown.
+			// keeps one entry per lease) and the grant did not carry its
+			// tombstone (kvlease.Store.Watch): record that it ended, cause
+			// unknown.
 			o.recordEnd(kvlease.Event{Name: ev.Name, Token: prev.token, Revision: ev.Revision, Time: ev.Time},
 				prev.renewals, "unknown")
 		}

@@ -34,12 +34,80 @@ const (
 	// span.
 	hdrGranted = "Leased-Granted"
 
+	// hdrPrev prefixes, on a grant that replaced a tombstone, that
+	// tombstone's headers (tombstoneHeaders), with its revision and store
+	// time: a watcher that lagged past the tombstone learns from the grant
+	// how the tenure before ended (see tombstone).
+	hdrPrev         = "Leased-Prev-"
+	hdrPrevRevision = hdrPrev + "Revision"
+	hdrPrevTime     = hdrPrev + "Time"
+
 	hdrKVOp     = "KV-Operation"
 	kvOpPurge   = "PURGE"
 	kvOpDel     = "DEL"
 	rollupSubj  = "sub"
 	markerMaxAg = "MaxAge"
 )
+
+// tombstoneHeaders are the headers of a tombstone or marker that say how a
+// tenure ended (see Store.endEvent).
+var tombstoneHeaders = [...]string{hdrOp, hdrHolder, hdrToken, hdrReason, hdrGranted, hdrKVOp, jetstream.MarkerReasonHeader}
+
+// tombstone is the message that ended a tenure, as a Store wrote or read
+// it: what the grant that replaces it carries, so that watchers that never
+// receive it (the grant removes it from the stream) still learn of the
+// end. Kept in the revision cache, so compact: the values of
+// tombstoneHeaders, in order.
+type tombstone struct {
+	rev  uint64
+	at   time.Time // stored then (the server's clock if read, the Store's if written)
+	vals [len(tombstoneHeaders)]string
+}
+
+// tombstoneOf is the tombstone stored at rev and at with headers h.
+func tombstoneOf(rev uint64, at time.Time, h nats.Header) *tombstone {
+	t := &tombstone{rev: rev, at: at}
+	for i, k := range tombstoneHeaders {
+		t.vals[i] = h.Get(k)
+	}
+	return t
+}
+
+// header is t's headers.
+func (t *tombstone) header() nats.Header {
+	h := nats.Header{}
+	for i, k := range tombstoneHeaders {
+		if t.vals[i] != "" {
+			h.Set(k, t.vals[i])
+		}
+	}
+	return h
+}
+
+// addTo writes t to the headers of the grant that replaces it.
+func (t *tombstone) addTo(h nats.Header) {
+	for i, k := range tombstoneHeaders {
+		if t.vals[i] != "" {
+			h.Set(hdrPrev+k, t.vals[i])
+		}
+	}
+	h.Set(hdrPrevRevision, strconv.FormatUint(t.rev, 10))
+	h.Set(hdrPrevTime, t.at.UTC().Format(time.RFC3339Nano))
+}
+
+// replacedTombstone reads the tombstone a grant's headers h carry.
+func replacedTombstone(h nats.Header) (*tombstone, bool) {
+	rev := parseUint(h.Get(hdrPrevRevision))
+	at, err := time.Parse(time.RFC3339Nano, h.Get(hdrPrevTime))
+	if rev == 0 || err != nil {
+		return nil, false
+	}
+	t := &tombstone{rev: rev, at: at}
+	for i, k := range tombstoneHeaders {
+		t.vals[i] = h.Get(hdrPrev + k)
+	}
+	return t, true
+}
 
 // Store is the grantor side of leases on one JetStream KV bucket: grant,
 // renew, release, revoke, get, list and watch. It is safe for concurrent use.
@@ -394,14 +462,17 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 	tp := traceparent(ctx)
 	data := value{Holder: req.Holder, DurationMS: req.Duration.Milliseconds(), Attributes: req.Attributes, SecretHash: sh,
 		Trace: tp, RequestID: req.RequestID}.encode()
-	var hdr nats.Header
-	if req.RequestID != "" {
-		hdr = nats.Header{jetstream.MsgIDHeader: []string{grantMsgID(req)}}
-	}
-	expect, _ := s.cache.lastGone(req.Name)
+	expect, ended := s.cache.lastGone(req.Name)
 	// Each retry follows a newer revision; three covers a lease that lapses
 	// or is released while we look.
 	for range 3 {
+		hdr := nats.Header{}
+		if req.RequestID != "" {
+			hdr.Set(jetstream.MsgIDHeader, grantMsgID(req))
+		}
+		if ended != nil && ended.rev == expect {
+			ended.addTo(hdr)
+		}
 		sent := time.Now()
 		rev, err := s.publish(ctx, req.Name, "grant", data, hdr, expect, ttl)
 		switch {
@@ -430,6 +501,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 			return Record{}, &HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
 		}
 		expect = cur.Revision
+		_, ended = s.cache.lastGone(req.Name) // the read's tombstone, if it showed one
 	}
 	// Free at every read, yet every compare-and-set missed: the lease
 	// changed hands that often, or a stale node (a stream leader being
@@ -813,7 +885,7 @@ func (s *Store) readLast(ctx context.Context, name string) (rec Record, live boo
 	case err != nil:
 		return Record{}, false, translate("read lease", err)
 	case gone(m.Header):
-		s.cache.markGone(name, m.Sequence)
+		s.cache.markGone(name, tombstoneOf(m.Sequence, m.Time, m.Header))
 		return Record{Name: name, Revision: m.Sequence}, false, nil
 	}
 	rec, err = s.decode(name, m)
@@ -882,7 +954,8 @@ func (s *Store) purge(ctx context.Context, name, op string, cur Record, reason s
 	sent := time.Now()
 	seq, err := s.publish(ctx, name, op, nil, hdr, rev, s.o.markerTTL)
 	if err == nil {
-		s.cache.set(name, cacheEntry{rec: Record{Revision: seq}, gone: true, sure: sureUntil(sent, s.o.markerTTL)})
+		s.cache.set(name, cacheEntry{rec: Record{Revision: seq}, gone: true, sure: sureUntil(sent, s.o.markerTTL),
+			ended: tombstoneOf(seq, time.Now(), hdr)})
 	}
 	return seq, err
 }
@@ -944,8 +1017,9 @@ type revCache struct {
 }
 
 type cacheEntry struct {
-	rec  Record // zero Holder: a tombstone at rec.Revision
-	gone bool
+	rec   Record // zero Holder: a tombstone at rec.Revision
+	gone  bool
+	ended *tombstone // if gone and known: the tombstone, for the next grant to carry
 	// sure: until then the subject certainly has a message at rec.Revision
 	// or later (zero: not known). It is set for the store's own writes, from
 	// the time before the write was sent plus its TTL: the server's clock
@@ -1022,8 +1096,8 @@ func (c *revCache) stale(name string, expect uint64, now time.Time) bool {
 		return now.Before(e.sure)
 	}
 }
-func (c *revCache) markGone(name string, rev uint64) {
-	c.set(name, cacheEntry{rec: Record{Revision: rev}, gone: true})
+func (c *revCache) markGone(name string, t *tombstone) {
+	c.set(name, cacheEntry{rec: Record{Revision: t.rev}, gone: true, ended: t})
 }
 
 // renewGuard is how close to its expiry a revision can no longer be
@@ -1064,13 +1138,14 @@ func (c *revCache) revision(name string) uint64 {
 	return c.m[name].rec.Revision
 }
 
-// lastGone returns the tombstone revision a grant should expect, if known.
-func (c *revCache) lastGone(name string) (uint64, bool) {
+// lastGone returns the tombstone revision a grant should expect, if known
+// (else 0), and the tombstone itself if known.
+func (c *revCache) lastGone(name string) (uint64, *tombstone) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[name]
 	if !ok || !e.gone {
-		return 0, false
+		return 0, nil
 	}
-	return e.rec.Revision, true
+	return e.rec.Revision, e.ended
 }

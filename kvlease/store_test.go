@@ -448,6 +448,79 @@ func TestWatcherCutOffStillSeesTenureBegin(t *testing.T) {
 	}
 }
 
+// With history 1 the next grant removes a tombstone from the stream: a
+// watcher cut off across a release and the next grant never receives the
+// release. The grant carries the tombstone it replaced, so the watcher
+// still reports the end, with its cause, holder, token, revision and time,
+// before the grant (it reported no end at all, and the history recorded
+// the tenure's end as "unknown", timed at the next grant). Whether the
+// granting store wrote the tombstone (then the time is the store's clock
+// after the release's ack, not the server's), read another store's, or
+// read the server's expiry marker.
+func TestWatcherCutOffSeesTheEndTheNextGrantReplaced(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	rival := kvleasetest.OpenStore(t, srv.ClientURL())
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	w := kvleasetest.Watch(t, kvleasetest.OpenStore(t, proxy.URL()), "gap.")
+	direct := kvleasetest.Watch(t, st, "gap.") // not cut off: to wait on
+	ctx := t.Context()
+	grant := func(g kvlease.Grantor, name, holder string, d time.Duration) kvlease.Record {
+		t.Helper()
+		rec, err := g.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: holder, Duration: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvleasetest.NextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == name && ev.Token == rec.Token })
+		return rec
+	}
+	for _, c := range []struct {
+		name string
+		end  func(t *testing.T, name string, rec kvlease.Record) kvlease.Event // ends rec, returns the direct watcher's end event
+		next kvlease.Grantor
+		want kvlease.EventType
+	}{
+		{"released by the granting store", func(t *testing.T, name string, rec kvlease.Record) kvlease.Event {
+			if err := st.Release(ctx, kvlease.ReleaseRequest{Name: name, Holder: rec.Holder, Token: rec.Token, Revision: rec.Revision}); err != nil {
+				t.Fatal(err)
+			}
+			return kvleasetest.NextEvent(t, direct, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == name && ev.Type.Ends() })
+		}, st, kvlease.EventReleased},
+		{"revoked through another store", func(t *testing.T, name string, rec kvlease.Record) kvlease.Event {
+			if _, err := rival.Revoke(ctx, name, "stuck"); err != nil {
+				t.Fatal(err)
+			}
+			return kvleasetest.NextEvent(t, direct, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == name && ev.Type.Ends() })
+		}, st, kvlease.EventRevoked},
+		{"expired", func(t *testing.T, name string, rec kvlease.Record) kvlease.Event {
+			return kvleasetest.NextEvent(t, direct, 10*time.Second, func(ev kvlease.Event) bool { return ev.Name == name && ev.Type.Ends() })
+		}, rival, kvlease.EventExpired},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := "gap." + strings.ReplaceAll(c.name, " ", "-")
+			first := grant(st, name, "first", time.Second)
+			proxy.Cut()
+			end := c.end(t, name, first)
+			next, err := c.next.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "next", Duration: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy.Heal()
+			ev := kvleasetest.NextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool { return ev.Name == name })
+			if ev.Type != c.want || ev.Token != first.Token || ev.Holder != "first" || ev.Revision != end.Revision ||
+				ev.Time.Sub(end.Time).Abs() > time.Second || ev.Replay {
+				t.Fatalf("first event after the cut %+v; want %v of token %d by first at revision %d, %v (as the direct watcher saw it: %+v)",
+					ev, c.want, first.Token, end.Revision, end.Time, end)
+			}
+			if c.want == kvlease.EventRevoked && ev.Reason != "stuck" {
+				t.Errorf("revocation reason %q, want stuck", ev.Reason)
+			}
+			if ev := kvleasetest.NextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == name }); ev.Type != kvlease.EventGranted || ev.Token != next.Token {
+				t.Fatalf("then %+v, want the grant of token %d", ev, next.Token)
+			}
+		})
+	}
+}
+
 // A renewal sent as its revision expires could be acknowledged and then
 // rolled up by the server's expiry marker (DESIGN §2 item 8): the store
 // refuses one that close to expiry, as a zombie's or a client's that

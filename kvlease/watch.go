@@ -199,9 +199,12 @@ func (w *Watcher) Err() error {
 //
 // The bucket keeps one message per lease (history 1), so a watcher that
 // falls behind reads only the latest change of each lease it has not read
-// yet: it may miss a renewal, or the end of a tenure that the next grant
-// replaced within milliseconds (it then sees that grant, and no end for the
-// tenure before). Events it does deliver are true and in order; decide on
+// yet: it may miss a renewal, or the tombstone of a tenure that the next
+// grant replaced within milliseconds. A grant by a Store that knew that
+// tombstone (it wrote it, or read it to grant: almost always) carries it,
+// and then a watcher that saw the tenure live reports its end from it,
+// just before the grant; otherwise it sees the grant and no end for the
+// tenure before. Events it does deliver are true and in order; decide on
 // the store's compare-and-set, not on having seen an end.
 func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (*Watcher, error) {
 	if err := ValidatePrefix(prefix); err != nil {
@@ -329,11 +332,16 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 		}
 		replay := !synced() && md.Sequence.Stream <= before
 		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) {
-			if ev, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
-				select {
-				case w.events <- ev:
-				case <-ctx.Done():
-					return
+			if ev, ended, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
+				for _, e := range []*Event{ended, &ev} {
+					if e == nil {
+						continue
+					}
+					select {
+					case w.events <- *e:
+					case <-ctx.Done():
+						return
+					}
 				}
 			}
 		}
@@ -371,24 +379,45 @@ func (w *Watcher) caughtUp(ctx context.Context, s *Store, filter string, deliver
 // knowsAll says that live holds every tenure live since the watch began (it
 // replayed the state first): then a renewal of a tenure not in live is a
 // tenure whose grant this watcher missed.
-func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live map[string]*Record, replay, knowsAll bool) (Event, bool) {
+//
+// A grant that replaced a tombstone this watcher did not see (the bucket
+// keeps one message per lease, so a watch that lags past a release sees
+// only the next grant) carries that tombstone's headers (see
+// [tombstone]): if this watcher saw the tenure live, it first reports the
+// tenure's end from them, as the tombstone would have (ended).
+func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live map[string]*Record, replay, knowsAll bool) (ev Event, ended *Event, ok bool) {
 	h := m.Headers()
-	ev := Event{Name: name, Revision: md.Sequence.Stream, Time: md.Timestamp, Replay: replay}
+	ev = Event{Name: name, Revision: md.Sequence.Stream, Time: md.Timestamp, Replay: replay}
 	if !gone(h) {
 		rec, err := decodeRecord(name, ev.Revision, ev.Time, parseTTL(h.Get(jetstream.MsgTTLHeader)), m.Data())
 		if err != nil {
 			s.log.Warn("skipping undecodable lease entry", "name", name, "revision", ev.Revision, "err", err)
-			return Event{}, false
+			return Event{}, nil, false
 		}
 		prev := live[name]
+		if t, ok := replacedTombstone(h); ok && !replay && prev != nil && prev.Token != rec.Token &&
+			t.rev > prev.Revision && t.rev < ev.Revision {
+			if e, ok := s.endEvent(Event{Name: name, Revision: t.rev, Time: t.at}, t.header(), live, false); ok {
+				ended = &e
+			}
+			prev = nil
+		}
 		ev.Type = EventRenewed
 		if uint64(rec.Token) == rec.Revision || knowsAll && !replay && (prev == nil || prev.Token != rec.Token) {
 			ev.Type = EventGranted // or the first sight of a tenure whose grant was replaced unseen
 		}
 		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = &rec, rec.Holder, rec.Token, rec.GrantedAt
 		live[name] = &rec
-		return ev, true
+		return ev, ended, true
 	}
+	ev, ok = s.endEvent(ev, h, live, replay)
+	return ev, nil, ok
+}
+
+// endEvent is the event of a tombstone or marker with headers h, stored
+// as ev says (name, revision, time), updating live.
+func (s *Store) endEvent(ev Event, h nats.Header, live map[string]*Record, replay bool) (Event, bool) {
+	name := ev.Name
 	prev := live[name]
 	delete(live, name)
 	if replay {

@@ -58,7 +58,7 @@ func TestTombstoneNamesItsTenure(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			live := map[string]*Record{"a": seen}
-			ev, ok := s.classify("a", md, c.msg, live, false, true)
+			ev, _, ok := s.classify("a", md, c.msg, live, false, true)
 			if !ok || ev.Type != EventRevoked || ev.Holder != c.wantHolder || ev.Token != c.wantToken ||
 				(ev.Record != nil) != c.wantRecord || ev.GrantedAt.IsZero() {
 				t.Fatalf("event %+v (ok %v), want revoked, holder %s, token %d, record %v", ev, ok, c.wantHolder, c.wantToken, c.wantRecord)
