@@ -59,7 +59,10 @@ func consecutiveFreePorts(t *testing.T, n int) int {
 // data in a temporary directory, and waits until every node is ready.
 func startDevCluster(t *testing.T, args ...string) *devClusterProc {
 	t.Helper()
-	port, cport, hport := consecutiveFreePorts(t, 3), consecutiveFreePorts(t, 3), consecutiveFreePorts(t, 3)
+	// One range for the three kinds of port: three ranges picked apart
+	// could overlap (a CI run gave n3's timeline page n1's client port).
+	port := consecutiveFreePorts(t, 9)
+	cport, hport := port+3, port+6
 	cmd := exec.Command(leasedBin, append([]string{"dev-cluster", "--data", t.TempDir(),
 		"--port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(cport), "--http-port", strconv.Itoa(hport)}, args...)...)
 	stdout, _ := cmd.StdoutPipe()
@@ -207,16 +210,23 @@ func TestDevClusterNodeKilled(t *testing.T) {
 		if r := leased(t, d.nodeURL(n), "acquire", "via."+n, "--ttl", "30s"); r.code != 0 {
 			t.Errorf("acquire via %s after %s died: exit %d: %s", n, dead, r.code, r.stderr)
 		}
-		// Each node serves the timeline page and its data.
+		// Each node serves the timeline page and its data: the history's
+		// stream may still be electing a leader (503 meanwhile).
 		for _, u := range []string{d.pageURL(n), d.pageURL(n) + "api/tenures?since=1h"} {
-			resp, err := http.Get(u)
-			if err != nil {
-				t.Errorf("%s after %s died: %v", u, dead, err)
-				continue
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Errorf("GET %s after %s died: %s", u, dead, resp.Status)
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+				resp, err := http.Get(u)
+				if err != nil {
+					t.Errorf("%s after %s died: %v", u, dead, err)
+					break
+				}
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+					continue // no event says the history's stream has a leader again
+				}
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("GET %s after %s died: %s", u, dead, resp.Status)
+				}
+				break
 			}
 		}
 	}
