@@ -262,7 +262,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	if err != nil {
 		return nil, translate("watch", err)
 	}
-	it, err := cons.Messages(jetstream.PullHeartbeat(WatchHeartbeat)) // creates the server-side consumer
+	it, err := cons.Messages() // creates the server-side consumer
 	if err != nil {
 		return nil, translate("watch", err)
 	}
@@ -284,15 +284,6 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	go w.run(ctx, s, it, prefix, filter, before)
 	return w, nil
 }
-
-// WatchHeartbeat is how often the server tells an idle watch's consumer
-// that it is alive. Two missed in a row and the consumer is made anew from
-// the last message delivered: a pull request lost while a cluster forms,
-// or a consumer lost with its server, stalls a watch for about 2 s, not the
-// 10 s of nats.go's default. (A list right after a cluster started took
-// over 5 s in CI twice; where it waited was not found, and a lost pull is
-// one way it could.)
-const WatchHeartbeat = time.Second
 
 // run delivers events. The replay ends when the consumer has caught up. It
 // cannot end at a fixed revision: with history 1 a replayed entry that is

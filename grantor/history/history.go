@@ -317,7 +317,7 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 	if caughtUp && !fn(Record{}, true) {
 		return nil
 	}
-	it, err := cons.Messages(jetstream.PullHeartbeat(kvlease.WatchHeartbeat))
+	it, err := cons.Messages()
 	if err != nil {
 		return kvlease.JetStreamError("follow history", err)
 	}
