@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,18 +198,25 @@ func TestRequestPastItsDeadlineNotCarriedOut(t *testing.T) {
 	}
 }
 
-// timeLeft is an extension whose one verb answers how long its request may
-// work (the time left on its context), in milliseconds.
+// timeLeft is an extension whose verb left answers how long its request
+// may work (the time left on its context), in milliseconds, and whose verb
+// wait works until then.
 type timeLeft struct{}
 
 func (timeLeft) Endpoints(grantor.Leases) map[string]grantor.Handler {
-	return map[string]grantor.Handler{"test.v1.left": func(ctx context.Context, _ []byte) (any, error) {
-		dl, ok := ctx.Deadline()
-		if !ok {
-			return nil, errors.New("no deadline")
-		}
-		return time.Until(dl).Milliseconds(), nil
-	}}
+	return map[string]grantor.Handler{
+		"test.v1.left": func(ctx context.Context, _ []byte) (any, error) {
+			dl, ok := ctx.Deadline()
+			if !ok {
+				return nil, errors.New("no deadline")
+			}
+			return time.Until(dl).Milliseconds(), nil
+		},
+		"test.v1.wait": func(ctx context.Context, _ []byte) (any, error) { // until the request's time is up
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+	}
 }
 func (timeLeft) Start(context.Context) error { return nil }
 func (timeLeft) Stop()                       {}
@@ -248,6 +257,57 @@ func TestRequestWorksAsLongAsItsCallerWaits(t *testing.T) {
 		if got := left(c.header); got < c.min || got > c.max {
 			t.Errorf("timeout header %q: the request may work %v, want %v to %v", c.header, got, c.min, c.max)
 		}
+	}
+}
+
+// lockedBuffer is a log destination safe for the service's workers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A request that takes over a second is logged, with its subject, code
+// and time (no body: it may hold a secret), before its reply goes out; a
+// quick one is not.
+func TestSlowRequestLogged(t *testing.T) {
+	var logs lockedBuffer
+	f := start(t, grantor.DefaultConfig(), grantor.WithExtension(timeLeft{}),
+		grantor.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	send := func(subject, timeoutMS string) {
+		t.Helper()
+		msg := nats.NewMsg(subject)
+		msg.Data = []byte(`{"secret":"s3cr3t"}`)
+		msg.Header.Set(api.HeaderTimeout, timeoutMS)
+		if _, err := f.nc.RequestMsg(msg, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("test.v1.left", "1500")
+	if strings.Contains(logs.String(), "slow request") {
+		t.Fatalf("a quick request was logged as slow:\n%s", logs.String())
+	}
+	send("test.v1.wait", "1200") // works until its 1.2 s are up
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"slow request"`) {
+			line = l
+		}
+	}
+	if !strings.Contains(line, `"subject":"test.v1.wait"`) || !strings.Contains(line, `"took":"1.2`) ||
+		!strings.Contains(line, `"code":"`) || strings.Contains(line, "s3cr3t") {
+		t.Fatalf("slow request line %q; want its subject, code and time, and no body (logs:\n%s)", line, logs.String())
 	}
 }
 

@@ -147,6 +147,7 @@ type Service struct {
 	mp           metric.MeterProvider
 	namePrefixes []string
 	stats        endpointStats
+	slow         slowLog
 
 	svc      micro.Service
 	sem      chan struct{}
@@ -383,6 +384,34 @@ type request struct {
 	data           []byte
 }
 
+// slowRequest is how long a request may take before the service logs it.
+const slowRequest = time.Second
+
+// slowLog logs slow requests, as etcd's "request took too long" does:
+// where the time went is in the request's span; this says that it went,
+// before the reply does. At most one line a second, counting the others,
+// so that an overloaded node does not add a line per request.
+type slowLog struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (l *slowLog) note(log *slog.Logger, subject, code string, took time.Duration) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last) < time.Second {
+		l.skipped++
+		l.mu.Unlock()
+		return
+	}
+	skipped := l.skipped
+	l.last, l.skipped = now, 0
+	l.mu.Unlock()
+	log.Warn("slow request", "subject", subject, "code", code, "took", took.Round(time.Millisecond).String(),
+		"others_not_logged", skipped)
+}
+
 // workerIdle is how long a worker waits for another request before it
 // exits.
 const workerIdle = 10 * time.Second
@@ -448,7 +477,13 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	default:
 		resp, err = fn(ctx, data)
 	}
-	code := s.reply(reply, verb, resp, err, func(code string) { s.count(ctx, subject, code, time.Since(start)) })
+	code := s.reply(reply, verb, resp, err, func(code string) {
+		took := time.Since(start)
+		s.count(ctx, subject, code, took)
+		if took > slowRequest {
+			s.slow.note(s.log, subject, code, took)
+		}
+	})
 	span.SetAttributes(telemetry.AttrOutcome.String(code))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())

@@ -182,7 +182,7 @@ func TestDevClusterNodeKilled(t *testing.T) {
 	d := startDevCluster(t)
 	st, r := leasedStatus(t, d.url)
 	if r.code != 0 || st.Leader == "" {
-		t.Fatalf("status: %+v, exit %d: %s", st, r.code, r.stderr)
+		t.Fatalf("status: %+v, exit %d: %s\nnode logs:\n%s", st, r.code, r.stderr, d.stderr.text())
 	}
 	dead := st.Leader
 	if err := syscall.Kill(d.pid(t, dead, 1), syscall.SIGKILL); err != nil {
@@ -243,7 +243,7 @@ func TestDevClusterRestartsNode(t *testing.T) {
 	d := startDevCluster(t, "--restart")
 	st, r := leasedStatus(t, d.url)
 	if r.code != 0 || len(st.Peers) != 2 {
-		t.Fatalf("status: %+v, exit %d: %s", st, r.code, r.stderr)
+		t.Fatalf("status: %+v, exit %d: %s\nnode logs:\n%s", st, r.code, r.stderr, d.stderr.text())
 	}
 	dead := st.Peers[0].Name // a follower
 	if r := leased(t, d.url, "acquire", "before.kill", "--ttl", "60s"); r.code != 0 {
