@@ -66,31 +66,38 @@ type tombstone struct {
 
 // tombstoneOf is the tombstone stored at rev and at with headers h.
 func tombstoneOf(rev uint64, at time.Time, h nats.Header) *tombstone {
+	return readTombstone(rev, at, h, "")
+}
+
+// readTombstone is the tombstone at rev and at whose headers h holds,
+// each name prefixed with prefix.
+func readTombstone(rev uint64, at time.Time, h nats.Header, prefix string) *tombstone {
 	t := &tombstone{rev: rev, at: at}
 	for i, k := range tombstoneHeaders {
-		t.vals[i] = h.Get(k)
+		t.vals[i] = h.Get(prefix + k)
 	}
 	return t
+}
+
+// writeTo sets t's headers in h, each name prefixed with prefix.
+func (t *tombstone) writeTo(h nats.Header, prefix string) {
+	for i, k := range tombstoneHeaders {
+		if t.vals[i] != "" {
+			h.Set(prefix+k, t.vals[i])
+		}
+	}
 }
 
 // header is t's headers.
 func (t *tombstone) header() nats.Header {
 	h := nats.Header{}
-	for i, k := range tombstoneHeaders {
-		if t.vals[i] != "" {
-			h.Set(k, t.vals[i])
-		}
-	}
+	t.writeTo(h, "")
 	return h
 }
 
 // addTo writes t to the headers of the grant that replaces it.
 func (t *tombstone) addTo(h nats.Header) {
-	for i, k := range tombstoneHeaders {
-		if t.vals[i] != "" {
-			h.Set(hdrPrev+k, t.vals[i])
-		}
-	}
+	t.writeTo(h, hdrPrev)
 	h.Set(hdrPrevRevision, strconv.FormatUint(t.rev, 10))
 	h.Set(hdrPrevTime, t.at.UTC().Format(time.RFC3339Nano))
 }
@@ -102,11 +109,7 @@ func replacedTombstone(h nats.Header) (*tombstone, bool) {
 	if rev == 0 || err != nil {
 		return nil, false
 	}
-	t := &tombstone{rev: rev, at: at}
-	for i, k := range tombstoneHeaders {
-		t.vals[i] = h.Get(hdrPrev + k)
-	}
-	return t, true
+	return readTombstone(rev, at, h, hdrPrev), true
 }
 
 // Store is the grantor side of leases on one JetStream KV bucket: grant,
