@@ -35,11 +35,12 @@ import (
 //	go test -run '^$' -bench GrantRelease -benchtime 2000x ./grantor/
 func BenchmarkGrantRelease(b *testing.B) {
 	for _, sync := range []struct {
-		name string
-		opts []kvleasetest.ServerOption
+		name     string
+		opts     []kvleasetest.ServerOption
+		batching bool // by default: as serve does (no batches where nothing syncs)
 	}{
-		{"sync=always", nil},
-		{"sync=unsafe", []kvleasetest.ServerOption{kvleasetest.WithUnsafeSync()}},
+		{"sync=always", nil, true},
+		{"sync=unsafe", []kvleasetest.ServerOption{kvleasetest.WithUnsafeSync()}, false},
 	} {
 		b.Run(sync.name, func(b *testing.B) {
 			srv := kvleasetest.NewServer(b, sync.opts...)
@@ -49,6 +50,8 @@ func BenchmarkGrantRelease(b *testing.B) {
 			opts := []kvlease.Option{kvlease.WithStoreMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))}
 			if l, ok := kvleasetest.BenchBatchLimits(1); ok {
 				opts = append(opts, kvlease.WithBatchLimits(l))
+			} else if !sync.batching {
+				opts = append(opts, kvlease.WithoutBatching())
 			}
 			st := kvleasetest.OpenStore(b, srv.ClientURL(), opts...)
 			// writes returns how many synced writes the store has sent

@@ -164,6 +164,9 @@ func BenchmarkRenew(b *testing.B) {
 //	go test -run '^$' -bench GroupCommit -benchtime 3x ./kvlease/
 //	go test -run '^$' -bench 'GroupCommit/renew/R1/c=64' -benchtime 3x ./kvlease/  (one row)
 //	LEASED_BENCH_R3=1 … also runs a three-node cluster (R3).
+//	LEASED_BENCH_UNSAFE_SYNC=1 … runs servers that acknowledge before they
+//	sync (serve --sync unsafe-interval, or a NATS server's default
+//	sync_interval).
 //
 // BenchmarkBatchBreakEven times k creates as one atomic batch against k
 // single publishes sent together, for the break-even of
@@ -236,10 +239,14 @@ func gcTopologiesAt(b *testing.B, counts []int, fn func(b *testing.B, env gcEnv,
 		name  string
 		start func(b *testing.B) (url string, replicas int)
 	}
-	topos := []topo{{"R1", func(b *testing.B) (string, int) { return kvleasetest.NewServer(b).ClientURL(), 1 }}}
+	var srvOpts []kvleasetest.ServerOption
+	if os.Getenv("LEASED_BENCH_UNSAFE_SYNC") == "1" {
+		srvOpts = append(srvOpts, kvleasetest.WithUnsafeSync())
+	}
+	topos := []topo{{"R1", func(b *testing.B) (string, int) { return kvleasetest.NewServer(b, srvOpts...).ClientURL(), 1 }}}
 	if os.Getenv("LEASED_BENCH_R3") == "1" {
 		topos = append(topos, topo{"R3", func(b *testing.B) (string, int) {
-			return kvleasetest.NewCluster(b, 3)[0].ClientURL(), 3
+			return kvleasetest.NewCluster(b, 3, srvOpts...)[0].ClientURL(), 3
 		}})
 	}
 	for _, tp := range topos {

@@ -935,6 +935,7 @@ func (s *Store) publish(ctx context.Context, name, op string, data []byte, hdr n
 	req := &writeReq{ctx: ctx, name: name, op: op, msg: &nats.Msg{Subject: s.prefix + name, Header: hdr, Data: data},
 		expect: expect, ttl: ttl, done: make(chan writeResult, 1)}
 	if s.w == nil {
+		s.metrics.StoreWrite(ctx, false, 1)
 		return s.publishOne(req)
 	}
 	return s.w.submit(req)

@@ -267,29 +267,42 @@ func (c loadCount) String() string {
 	return fmt.Sprintf("%d single publishes, %d atomic batches of %d messages", c.singles, c.batches, c.batched)
 }
 
+// storeWrites reads a serve's write metric (leased.store.write.messages)
+// from its /metrics URL.
+func storeWrites(url string) (loadCount, error) {
+	var c loadCount
+	resp, err := http.Get(url)
+	if err != nil {
+		return c, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return c, err
+	}
+	re := regexp.MustCompile(`(?m)^leased_store_write_messages_(count|sum)\{[^}]*write_kind="(single|batch)"[^}]*\} (\d+)`)
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		v, _ := strconv.ParseInt(m[3], 10, 64)
+		switch m[1] + " " + m[2] {
+		case "count single":
+			c.singles = v
+		case "count batch":
+			c.batches = v
+		case "sum batch":
+			c.batched = v
+		}
+	}
+	return c, nil
+}
+
 // stopLoad reads the node's write metric, then stops the load.
 func (n *nemesis) stopLoad() loadCount {
-	var c loadCount
 	if n.cfg.load == 0 {
-		return c
+		return loadCount{}
 	}
-	if resp, err := http.Get(n.metrics); err != nil {
+	c, err := storeWrites(n.metrics)
+	if err != nil {
 		n.t.Errorf("node metrics: %v", err)
-	} else {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		re := regexp.MustCompile(`(?m)^leased_store_write_messages_(count|sum)\{[^}]*write_kind="(single|batch)"[^}]*\} (\d+)`)
-		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-			v, _ := strconv.ParseInt(m[3], 10, 64)
-			switch m[1] + " " + m[2] {
-			case "count single":
-				c.singles = v
-			case "count batch":
-				c.batches = v
-			case "sum batch":
-				c.batched = v
-			}
-		}
 	}
 	n.loadMu.Lock()
 	n.loadStopping = true

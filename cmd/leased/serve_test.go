@@ -94,3 +94,43 @@ func TestServeMetrics(t *testing.T) {
 		}
 	}
 }
+
+// With --sync unsafe-interval on one node the server acknowledges writes
+// before it syncs them, so a batch has no sync to share and only costs:
+// serve then writes single publishes, unless a batching flag asks for
+// batches (README, "Group commit").
+func TestServeUnsyncedDoesNotBatch(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		batches bool
+	}{
+		{[]string{"--sync", "unsafe-interval"}, false},
+		{[]string{"--sync", "unsafe-interval", "--batch-min", "2"}, true},
+		{[]string{"--batch-min", "2"}, true}, // sync always
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			s := startServe(t, "", append(c.args, "--metrics-listen", "127.0.0.1:0")...)
+			line := s.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"metrics"`) })
+			var m struct{ URL string }
+			if err := json.Unmarshal([]byte(line), &m); err != nil || m.URL == "" {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			// 64 callers at once: writes queue behind one another.
+			if r := leased(t, s.url, "bench", "--op", "grant-release", "--clients", "64", "--ops", "1000"); r.code != 0 {
+				t.Fatalf("bench: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			// A write is counted as it is sent, before its answer: the
+			// bench's are all in.
+			w, err := storeWrites(m.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.singles+w.batched < 2000 {
+				t.Fatalf("%v: want the bench's 2,000 writes at least", w)
+			}
+			if got := w.batches > 0; got != c.batches {
+				t.Errorf("%v; want batches: %v", w, c.batches)
+			}
+		})
+	}
+}

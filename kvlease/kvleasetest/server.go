@@ -105,7 +105,7 @@ func Start(dataDir string, opts ...ServerOption) (*Server, error) {
 // NewCluster starts n servers on 127.0.0.1 routed into one JetStream
 // cluster (named n1…nn, each with its store in t.TempDir()), without
 // waiting for the cluster to elect its leaders. They shut down on cleanup.
-func NewCluster(tb testing.TB, n int) []*Server {
+func NewCluster(tb testing.TB, n int, opts ...ServerOption) []*Server {
 	tb.Helper()
 	var routes []string
 	var ports []int
@@ -120,8 +120,14 @@ func NewCluster(tb testing.TB, n int) []*Server {
 	}
 	var servers []*Server
 	for i := range n {
-		s, err := start(serverConfig{name: fmt.Sprintf("n%d", i+1), dataDir: tb.TempDir(),
-			clusterName: "kvleasetest", clusterPort: ports[i], routes: routes})
+		cfg := serverConfig{name: fmt.Sprintf("n%d", i+1), dataDir: tb.TempDir(),
+			clusterName: "kvleasetest", clusterPort: ports[i], routes: routes}
+		for _, o := range opts {
+			if err := o(&cfg); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		s, err := start(cfg)
 		if err != nil {
 			tb.Fatal(err)
 		}
