@@ -154,8 +154,12 @@ func (w *writer) run(answered int, mark uint64) {
 }
 
 // release ends the write of done: its keys are free again. If requests
-// are queued, the caller keeps the slot for them (more); else the slot is
-// freed. mark is the arrivals count now.
+// are queued, the caller keeps the slot for them (more); it also keeps it,
+// to linger in next, when done was batch-sized and nothing has queued yet:
+// its callers' next requests, still on their way, must queue for one
+// batch instead of the first going out alone and the rest after it (a
+// cohort split, as in next). Else the slot is freed. mark is the arrivals
+// count now.
 func (w *writer) release(done []*writeReq) (more bool, mark uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -164,11 +168,17 @@ func (w *writer) release(done []*writeReq) (more bool, mark uint64) {
 			delete(w.keys, r.name)
 		}
 	}
-	if len(w.queue) == 0 {
+	if len(w.queue) == 0 && !w.lingersFor(len(done)) {
 		w.inflight--
 		return false, w.arrivals
 	}
 	return true, w.arrivals
+}
+
+// lingersFor says whether a slot waits for want requests to queue: only
+// when they would make a batch.
+func (w *writer) lingersFor(want int) bool {
+	return w.limits.Linger > 0 && !w.off && want >= w.limits.MinMessages
 }
 
 // answers answers the requests of one write, and marks the arrivals count
@@ -199,9 +209,9 @@ func (a *answers) answer(r *writeReq, rev uint64, err error) {
 // concurrent callers split into cohorts that alternate between writes and
 // never merge, each cohort paying the batch's fixed cost. It waits for the
 // requests that queued before its answers went out (mark) plus one per
-// answer, only when that reaches the break-even, and only while requests
-// have queued behind a write: a request that finds a slot free is never
-// delayed.
+// answer, only when that reaches the break-even: after a write of one or
+// a few, or with linger off, the slot is freed as soon as nothing is
+// queued, and a request that finds a slot free is never delayed.
 func (w *writer) next(answered int, mark uint64) []*writeReq {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -211,8 +221,7 @@ func (w *writer) next(answered int, mark uint64) []*writeReq {
 			before++
 		}
 	}
-	if want := min(before+answered, w.limits.MaxMessages); w.limits.Linger > 0 && !w.off &&
-		len(w.queue) < want && want >= w.limits.MinMessages {
+	if want := min(before+answered, w.limits.MaxMessages); len(w.queue) < want && w.lingersFor(want) {
 		l := lingerer{want: want, grown: make(chan struct{})}
 		w.lingering = append(w.lingering, l)
 		queued := len(w.queue)

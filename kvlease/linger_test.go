@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,7 +75,8 @@ func TestLingerMergesCohorts(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			kvlease.WaitWrites(st)
+			took := time.Since(start)
+			kvlease.WaitWrites(st) // and the linger after the batch, for its callers' next requests
 			log.mu.Lock()
 			defer log.mu.Unlock()
 			if len(log.batches) != 1 {
@@ -85,7 +87,7 @@ func TestLingerMergesCohorts(t *testing.T) {
 			if linger > 0 {
 				want = append([]string{"a.2"}, want...)
 				// Woken by a.2's arrival, not by the linger's end.
-				if took := time.Since(start); took > linger/2 {
+				if took > linger/2 {
 					t.Errorf("took %v: the slot waited out its linger", took)
 				}
 			}
@@ -116,7 +118,9 @@ func TestLingerEndsAtItsBound(t *testing.T) {
 	var lingerAt atomic.Pointer[time.Time]
 	kvlease.SetLingerHook(st, func(queued, want int) {
 		now := time.Now()
-		lingerAt.Store(&now)
+		if !lingerAt.CompareAndSwap(nil, &now) {
+			return // the linger after the batch, for its callers' next requests
+		}
 		if queued != 5 || want != 6 {
 			t.Errorf("lingering with %d queued for %d, want 5 for 6", queued, want)
 		}
@@ -169,6 +173,59 @@ func TestLingerEndsAtItsBound(t *testing.T) {
 	}
 	if d := s.Sub(*l); d < linger {
 		t.Errorf("batch sent %v after the linger began, want at least %v", d, linger)
+	}
+}
+
+// A slot that has answered a batch keeps lingering when nothing has
+// queued behind it: its callers' next requests, on their way, go out as
+// one batch, not the first alone and the rest after it.
+func TestLingerAfterABatchWithNothingQueued(t *testing.T) {
+	const linger = time.Second
+	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(linger))
+	holding := make(chan struct{})
+	log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
+	kvlease.SetSendHook(st, log.hook)
+	ctx := t.Context()
+	var first, second sync.WaitGroup
+	first.Go(func() {
+		if err := grantNamed(ctx, st, "a"); err != nil {
+			t.Error(err)
+		}
+	})
+	<-holding
+	var start atomic.Pointer[time.Time]
+	for i := range 5 {
+		second.Go(func() {
+			if err := grantNamed(ctx, st, fmt.Sprintf("b.%d", i)); err != nil {
+				t.Error(err)
+				return
+			}
+			now := time.Now()
+			start.CompareAndSwap(nil, &now)
+			if err := grantNamed(ctx, st, fmt.Sprintf("c.%d", i)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	first.Wait()
+	second.Wait()
+	took := time.Since(*start.Load())
+	kvlease.WaitWrites(st)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.batches) != 2 || len(log.batches[0]) != 5 || len(log.batches[1]) != 5 {
+		t.Fatalf("batches %v, singles %v; want two of 5 (b.*, then c.*)", log.batches, log.singles)
+	}
+	for i, prefix := range []string{"b.", "c."} {
+		for _, name := range log.batches[i] {
+			if !strings.HasPrefix(name, prefix) {
+				t.Errorf("batch %d: %v, want only %s*", i+1, log.batches[i], prefix)
+			}
+		}
+	}
+	// Woken by the fifth c.* arriving, not by the linger's end.
+	if took > linger/2 {
+		t.Errorf("the c.* took %v: the slot waited out its linger", took)
 	}
 }
 
