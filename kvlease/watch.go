@@ -1,6 +1,7 @@
 package kvlease
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -52,7 +53,9 @@ type Event struct {
 	// Time is when the server stored the change (its wall clock).
 	Time time.Time
 	// Record is the tenure after a grant or renewal, or the tenure that
-	// ended if this watcher saw it live; nil otherwise.
+	// ended if this watcher saw it live; nil otherwise. It is shared with
+	// the watcher, which builds the next renewal's record from it: read
+	// it, do not modify it (copy it, and its Attributes, to change them).
 	Record *Record
 	// Holder and Token identify the tenure concerned, where known.
 	Holder string
@@ -305,7 +308,7 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 	defer close(w.done)
 	defer close(w.events)
 	defer w.stop()                   // ends the goroutine that stops the iterator
-	live := make(map[string]*Record) // tenures this watcher has seen begin and not end
+	live := newTenures()
 	synced := func() bool {
 		select {
 		case <-w.synced:
@@ -375,6 +378,52 @@ func (w *Watcher) caughtUp(ctx context.Context, s *Store, filter string, deliver
 	return err != nil || m.Sequence <= delivered
 }
 
+// tenures are the tenures a watcher has seen begin and not end: the last
+// record of each, and, if that record was a renewal's, the stored value it
+// was decoded from. A holder's renewals store the same value again and
+// again (what changes, the revision, time and TTL, is the message's), so a
+// renewal whose value is byte for byte the one before is not decoded
+// again: decoding every renewal was most of a watcher's CPU, and a node
+// runs two watchers of the whole bucket (BenchmarkClassifyRenewal).
+type tenures struct {
+	recs map[string]*Record
+	raws map[string][]byte // of the names whose record is a renewal's
+}
+
+func newTenures() *tenures {
+	return &tenures{recs: make(map[string]*Record), raws: make(map[string][]byte)}
+}
+
+// put records rec, decoded from raw (retained only for a renewal's).
+func (t *tenures) put(rec *Record, raw []byte) {
+	t.recs[rec.Name] = rec
+	if uint64(rec.Token) == rec.Revision {
+		delete(t.raws, rec.Name) // a grant's value names no token: no renewal stores it again
+	} else if old, ok := t.raws[rec.Name]; !ok || !bytes.Equal(old, raw) {
+		t.raws[rec.Name] = bytes.Clone(raw)
+	}
+}
+
+// end forgets name's tenure and returns its last record (nil if none).
+func (t *tenures) end(name string) *Record {
+	prev := t.recs[name]
+	delete(t.recs, name)
+	delete(t.raws, name)
+	return prev
+}
+
+// record returns the record of the put of name stored at rev (time
+// stored, TTL ttl) with value data: the tenure's last record with those
+// three changed if data is that record's value, else decoded.
+func (t *tenures) record(name string, rev uint64, stored time.Time, ttl time.Duration, data []byte) (Record, error) {
+	if raw, ok := t.raws[name]; ok && bytes.Equal(raw, data) {
+		rec := *t.recs[name] // its Attributes shared: see Event.Record
+		rec.Revision, rec.StoredAt, rec.TTL = rev, stored, ttl
+		return rec, nil
+	}
+	return decodeRecord(name, rev, stored, ttl, data)
+}
+
 // classify turns one stored message into an event, updating live.
 // During replay only live tenures are reported: how a lease ended before the
 // watch began is history, not state.
@@ -388,16 +437,16 @@ func (w *Watcher) caughtUp(ctx context.Context, s *Store, filter string, deliver
 // only the next grant) carries that tombstone's headers (see
 // [tombstone]): if this watcher saw the tenure live, it first reports the
 // tenure's end from them, as the tombstone would have (ended).
-func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live map[string]*Record, replay, knowsAll bool) (ev Event, ended *Event, ok bool) {
+func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live *tenures, replay, knowsAll bool) (ev Event, ended *Event, ok bool) {
 	h := m.Headers()
 	ev = Event{Name: name, Revision: md.Sequence.Stream, Time: md.Timestamp, Replay: replay}
 	if !gone(h) {
-		rec, err := decodeRecord(name, ev.Revision, ev.Time, parseTTL(h.Get(jetstream.MsgTTLHeader)), m.Data())
+		rec, err := live.record(name, ev.Revision, ev.Time, parseTTL(h.Get(jetstream.MsgTTLHeader)), m.Data())
 		if err != nil {
 			s.log.Warn("skipping undecodable lease entry", "name", name, "revision", ev.Revision, "err", err)
 			return Event{}, nil, false
 		}
-		prev := live[name]
+		prev := live.recs[name]
 		if t, ok := replacedTombstone(h); ok && !replay && prev != nil && prev.Token != rec.Token &&
 			t.rev > prev.Revision && t.rev < ev.Revision {
 			if e, ok := s.endEvent(Event{Name: name, Revision: t.rev, Time: t.at}, t.header(), live, false); ok {
@@ -410,7 +459,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 			ev.Type = EventGranted // or the first sight of a tenure whose grant was replaced unseen
 		}
 		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = &rec, rec.Holder, rec.Token, rec.GrantedAt
-		live[name] = &rec
+		live.put(&rec, m.Data())
 		return ev, ended, true
 	}
 	ev, ok = s.endEvent(ev, h, live, replay)
@@ -419,10 +468,8 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 
 // endEvent is the event of a tombstone or marker with headers h, stored
 // as ev says (name, revision, time), updating live.
-func (s *Store) endEvent(ev Event, h nats.Header, live map[string]*Record, replay bool) (Event, bool) {
-	name := ev.Name
-	prev := live[name]
-	delete(live, name)
+func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (Event, bool) {
+	prev := live.end(ev.Name)
 	if replay {
 		return Event{}, false
 	}

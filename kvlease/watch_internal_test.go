@@ -3,6 +3,7 @@ package kvlease
 import (
 	"io"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -57,14 +58,101 @@ func TestTombstoneNamesItsTenure(t *testing.T) {
 		{"a plain KV purge, naming none", tombstone(0, ""), "h1", 2, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			live := map[string]*Record{"a": seen}
+			live := newTenures()
+			live.put(seen, nil)
 			ev, _, ok := s.classify("a", md, c.msg, live, false, true)
 			if !ok || ev.Type != EventRevoked || ev.Holder != c.wantHolder || ev.Token != c.wantToken ||
 				(ev.Record != nil) != c.wantRecord || ev.GrantedAt.IsZero() {
 				t.Fatalf("event %+v (ok %v), want revoked, holder %s, token %d, record %v", ev, ok, c.wantHolder, c.wantToken, c.wantRecord)
 			}
-			if _, still := live["a"]; still {
+			if _, still := live.recs["a"]; still {
 				t.Error("the ended lease is still live")
+			}
+		})
+	}
+}
+
+// renewalMsg is a renewal of tenure (token) as the store writes it, with
+// duration d.
+func renewalMsg(token Token, granted time.Time, d time.Duration) storedMsg {
+	h := nats.Header{}
+	h.Set(hdrOp, "renew")
+	h.Set(jetstream.MsgTTLHeader, "12s")
+	data := value{Holder: "h1", Token: token, DurationMS: d.Milliseconds(), GrantedAt: &granted,
+		Attributes: map[string]string{"zone": "a"}, SecretHash: hashSecret("s3cret"), Trace: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		RequestID: "rid-1"}.encode()
+	return storedMsg{h: h, data: data}
+}
+
+// A renewal that stores the value of the renewal before it is not decoded
+// again, and its record is what decoding would have given: the same
+// fields, with the message's revision, time and TTL. One whose value
+// differs (here its duration) is decoded.
+func TestWatcherRecordOfARepeatedRenewal(t *testing.T) {
+	s := &Store{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	granted := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	live := newTenures()
+	at := func(rev uint64) *jetstream.MsgMetadata {
+		return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: rev}, Timestamp: granted.Add(time.Duration(rev) * time.Second)}
+	}
+	for i, c := range []struct {
+		rev    uint64
+		d      time.Duration
+		reused bool
+	}{{3, 10 * time.Second, false}, {4, 10 * time.Second, true}, {5, 10 * time.Second, true}, {6, 20 * time.Second, false}, {7, 20 * time.Second, true}} {
+		m := renewalMsg(2, granted, c.d)
+		_, reused := live.raws["a"]
+		reused = reused && string(live.raws["a"]) == string(m.data)
+		ev, _, ok := s.classify("a", at(c.rev), m, live, false, false)
+		if !ok || ev.Type != EventRenewed {
+			t.Fatalf("renewal %d: event %+v (ok %v), want renewed", i, ev, ok)
+		}
+		if reused != c.reused {
+			t.Errorf("renewal %d: reused %v, want %v", i, reused, c.reused)
+		}
+		want, err := decodeRecord("a", c.rev, at(c.rev).Timestamp, 12*time.Second, m.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(*ev.Record, want) {
+			t.Errorf("renewal %d: record %+v, want %+v", i, *ev.Record, want)
+		}
+	}
+	// A release ends the tenure: nothing of it is kept.
+	h := nats.Header{}
+	h.Set(hdrKVOp, kvOpPurge)
+	h.Set(hdrOp, "release")
+	if ev, _, ok := s.classify("a", at(8), storedMsg{h: h}, live, false, false); !ok || ev.Type != EventReleased {
+		t.Fatalf("release: %+v (ok %v)", ev, ok)
+	}
+	if len(live.recs)+len(live.raws) != 0 {
+		t.Errorf("after the release the watcher keeps %d records and %d values", len(live.recs), len(live.raws))
+	}
+}
+
+// BenchmarkClassifyRenewal: a watcher's cost per renewal when each stores
+// the value of the one before (as a holder's renewals do), against
+// decoding every one (values that alternate, so that none repeats).
+//
+//	go test -run '^$' -bench ClassifyRenewal -benchmem ./kvlease/
+func BenchmarkClassifyRenewal(b *testing.B) {
+	s := &Store{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	granted := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	msgs := []storedMsg{renewalMsg(2, granted, 10*time.Second), renewalMsg(2, granted, 11*time.Second)}
+	for _, c := range []struct {
+		name  string
+		every int // alternate between the values every this many renewals
+	}{{"decoded", 1}, {"repeated", 1 << 30}} {
+		b.Run(c.name, func(b *testing.B) {
+			live := newTenures()
+			rev := uint64(2)
+			b.ReportAllocs()
+			for i := range b.N {
+				rev++
+				md := &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: rev}, Timestamp: granted}
+				if _, _, ok := s.classify("a", md, msgs[(i/c.every)%2], live, false, false); !ok {
+					b.Fatal("not classified")
+				}
 			}
 		})
 	}
