@@ -117,6 +117,13 @@ func (s *Service) History() *history.Stream {
 	return s.obs.hist
 }
 
+// historyOptions are those of the bucket's history stream: created if
+// missing, with the store's replicas, and appended to in batches only if
+// the store batches its own writes.
+func (s *Service) historyOptions() history.Options {
+	return history.Options{Retention: s.retention, Replicas: s.store.Replicas(), Create: true, Singles: !s.store.Batching()}
+}
+
 // startObserver opens the history stream and starts the campaign; it
 // returns once this node observes or another node is known to.
 func (s *Service) startObserver(ctx context.Context) error {
@@ -127,8 +134,7 @@ func (s *Service) startObserver(ctx context.Context) error {
 		// still forming, nodes creating the stream at once) waits for ever.
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		defer cancel()
-		return history.Open(actx, s.store.JetStream(), s.store.Bucket(),
-			history.Options{Retention: s.retention, Replicas: s.store.Replicas(), Create: true})
+		return history.Open(actx, s.store.JetStream(), s.store.Bucket(), s.historyOptions())
 	})
 	if err != nil {
 		return err

@@ -64,9 +64,20 @@ func TestObserverEndOfAnUnseenTenure(t *testing.T) {
 }
 
 // The records of a backlog go to the history as one atomic batch (one
-// synced write), in order, and each change is published once it is in.
+// synced write), in order, and each change is published once it is in;
+// one by one if the store does not batch its own writes.
 func TestObserverFlushesBacklogAsOneBatch(t *testing.T) {
-	o, nc := testObserver(t)
+	for _, batching := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) { testObserverFlushesBacklog(t, batching) })
+	}
+}
+
+func testObserverFlushesBacklog(t *testing.T, batching bool) {
+	var opts []kvlease.Option
+	if !batching {
+		opts = append(opts, kvlease.WithoutBatching())
+	}
+	o, nc := testObserver(t, opts...)
 	ctx, st := t.Context(), o.s.store
 	sub, err := nc.SubscribeSync(api.SubjectEvents + "burst.>")
 	if err != nil {
@@ -107,8 +118,11 @@ func TestObserverFlushesBacklogAsOneBatch(t *testing.T) {
 		}
 		batches[m.Header.Get(atomicbatch.HeaderID)]++
 	}
-	if len(batches) != 1 || batches[""] != 0 {
+	switch {
+	case batching && (len(batches) != 1 || batches[""] != 0):
 		t.Errorf("records by batch: %v, want all %d in one", batches, n)
+	case !batching && batches[""] != n:
+		t.Errorf("records by batch: %v, want all %d alone", batches, n)
 	}
 	for i := range n {
 		m, err := sub.NextMsg(5 * time.Second)
@@ -123,16 +137,16 @@ func TestObserverFlushesBacklogAsOneBatch(t *testing.T) {
 
 // testObserver returns an observer of a fresh server's bucket, not
 // campaigning (tests call report and flush), and the service's connection.
-func testObserver(t *testing.T) (*observer, *nats.Conn) {
+func testObserver(t *testing.T, opts ...kvlease.Option) (*observer, *nats.Conn) {
 	t.Helper()
 	srv := kvleasetest.NewServer(t)
-	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	st := kvleasetest.OpenStore(t, srv.ClientURL(), opts...)
 	nc := kvleasetest.Connect(t, srv.ClientURL())
 	s, err := New(st, nc, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	hist, err := history.Open(t.Context(), st.JetStream(), st.Bucket(), history.Options{Create: true})
+	hist, err := history.Open(t.Context(), st.JetStream(), st.Bucket(), s.historyOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -318,6 +318,13 @@ func (s *Store) Bucket() string { return s.o.bucket }
 // Replicas returns the bucket stream's replica count, as Open found it.
 func (s *Store) Replicas() int { return s.stream.CachedInfo().Config.Replicas }
 
+// Batching reports whether the store commits concurrent writes together
+// as atomic batches (group commit; off with [WithoutBatching]). Streams
+// kept beside the bucket follow it: where batches do not pay for the
+// bucket (a server that acknowledges before it syncs), they do not for
+// its neighbours either.
+func (s *Store) Batching() bool { return s.w != nil }
+
 // JetStream returns the JetStream context the Store was opened on, for
 // streams kept beside the bucket (the grantor's history).
 func (s *Store) JetStream() jetstream.JetStream { return s.js }

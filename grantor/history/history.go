@@ -116,10 +116,11 @@ func (r Record) msgID() string {
 
 // Stream is a bucket's history stream.
 type Stream struct {
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	bucket string
-	prefix string // "leased.history.<bucket>."
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	bucket  string
+	prefix  string // "leased.history.<bucket>."
+	singles bool   // Options.Singles
 }
 
 // StreamName is the name of bucket's history stream.
@@ -135,6 +136,11 @@ type Options struct {
 	// Create, if set, creates the stream if missing (or updates its
 	// retention and replicas); otherwise Open only opens it.
 	Create bool
+	// Singles makes AppendAll append one record per publish, never an
+	// atomic batch: for a server that acknowledges before it syncs, where
+	// a batch (staged in a synced store of its own on R1) costs more than
+	// the publishes it replaces.
+	Singles bool
 }
 
 // Open opens (with Create, creates or updates) bucket's history stream.
@@ -154,7 +160,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 	if o.Replicas < 1 || o.Replicas > 5 {
 		return nil, fmt.Errorf("%w: history replicas %d outside 1..5", kvlease.ErrInvalidOption, o.Replicas)
 	}
-	h := &Stream{js: js, bucket: bucket, prefix: Subject(bucket, "")}
+	h := &Stream{js: js, bucket: bucket, prefix: Subject(bucket, ""), singles: o.Singles}
 	var err error
 	if o.Create {
 		h.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -202,14 +208,14 @@ func (h *Stream) Append(ctx context.Context, r Record) (fresh bool, err error) {
 const minBatch = 8
 
 // AppendAll stores rs in order, each unless the stream already has it, and
-// reports which were fresh, in order. Enough of them go as one atomic batch,
-// durable with one sync; if the server refuses it because one is a
-// duplicate (appended before, by a predecessor) or allows no batches, each
-// is appended on its own. After an error, fresh holds the records appended
+// reports which were fresh, in order. Enough of them go as one atomic
+// batch (unless Options.Singles), durable with one sync; if the server
+// refuses it because one is a duplicate (appended before, by a
+// predecessor) or allows no batches, each is appended on its own. After an error, fresh holds the records appended
 // so far; of the rest nothing is known: append them again (the stream
 // keeps each change once).
 func (h *Stream) AppendAll(ctx context.Context, rs []Record) (fresh []bool, err error) {
-	if len(rs) >= minBatch {
+	if len(rs) >= minBatch && !h.singles {
 		msgs := make([]*nats.Msg, len(rs))
 		for i, r := range rs {
 			b, err := json.Marshal(r)
