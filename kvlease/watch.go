@@ -307,7 +307,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContext, prefix, filter string, before uint64) {
 	defer close(w.done)
 	defer close(w.events)
-	defer w.stop()                   // ends the goroutine that stops the iterator
+	defer w.stop() // ends the goroutine that stops the iterator
 	live := newTenures()
 	synced := func() bool {
 		select {
