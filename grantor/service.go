@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -757,22 +758,50 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
+	if req.Limit < 0 {
+		return nil, fmt.Errorf("%w: limit %d (0 for no limit)", api.ErrInvalidRequest, req.Limit)
+	}
 	recs, err := s.store.List(ctx, req.Prefix)
 	if err != nil {
 		return nil, err
 	}
+	recs = slices.DeleteFunc(recs, func(r kvlease.Record) bool { return reserved(r.Name) })
+	out := listPage{Leases: []json.RawMessage{}, Count: len(recs)}
+	if req.CountOnly {
+		return out, nil
+	}
+	// In name order (Store.List sorts them): a page begins after After.
+	recs = recs[sort.Search(len(recs), func(i int) bool { return recs[i].Name > req.After }):]
+	budget := int(s.nc.MaxPayload()) - listOverhead
 	now := time.Now()
-	out := api.ListReply{Leases: make([]api.Lease, 0, len(recs))}
-	for _, r := range recs {
-		if reserved(r.Name) {
-			continue
-		}
+	for i, r := range recs {
 		l := toWire(r, now)
 		l.Flapping = s.flaps.Flapping(r.Name, now)
-		out.Leases = append(out.Leases, l)
+		b, err := json.Marshal(l)
+		if err != nil {
+			return nil, err
+		}
+		if req.Limit > 0 && (i == req.Limit || budget-len(b)-1 < 0 && i > 0) {
+			out.More = true
+			break
+		}
+		budget -= len(b) + 1
+		out.Leases = append(out.Leases, b)
 	}
 	return out, nil
 }
+
+// listPage is the wire form of api.ListReply with each lease encoded once,
+// as the list measured it against the reply's size.
+type listPage struct {
+	Leases []json.RawMessage `json:"leases"`
+	Count  int               `json:"count"`
+	More   bool              `json:"more,omitempty"`
+}
+
+// listOverhead is what a list reply carries besides its leases, and more:
+// the JSON around them and the reply's headers (server time, node name).
+const listOverhead = 1024
 
 func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	var req api.RevokeRequest

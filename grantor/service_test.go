@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -614,5 +615,81 @@ func TestServiceLostRenewalReplyRecovered(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A list longer than one message allows comes in pages: without a limit
+// it is refused too_large, as it always was; with one, each reply holds
+// what fits, in name order after the last name of the page before, and
+// says whether more follow; count_only counts. client.List pages through.
+func TestListPages(t *testing.T) {
+	srv := kvleasetest.NewServer(t, kvleasetest.WithMaxPayload(32*1024))
+	f := startOn(t, srv.ClientURL(), grantor.DefaultConfig())
+	ctx := t.Context()
+	const n = 300 // about 330 bytes each on the wire: some 100 KB in all
+	var wg sync.WaitGroup
+	for i := range n + 1 {
+		name := fmt.Sprintf("p.%03d", i)
+		if i == n {
+			name = "q.other" // under another prefix
+		}
+		wg.Go(func() {
+			if _, err := f.store.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "h", Duration: time.Minute,
+				Attributes: map[string]string{"zone": "eu-west-1"}}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	list := func(req api.ListRequest) (api.ListReply, error) {
+		body, _ := json.Marshal(req)
+		m, err := f.nc.Request(api.SubjectList, body, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := m.Header.Get(api.HeaderErrorCode); code != "" {
+			return api.ListReply{}, errors.New(code)
+		}
+		var out api.ListReply
+		if err := json.Unmarshal(m.Data, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out, nil
+	}
+	if _, err := list(api.ListRequest{Prefix: "p."}); err == nil || err.Error() != api.CodeTooLarge {
+		t.Errorf("whole list without a limit: %v, want %s", err, api.CodeTooLarge)
+	}
+	if _, err := list(api.ListRequest{Limit: -1}); err == nil || err.Error() != api.CodeInvalidArgument {
+		t.Errorf("limit -1: %v, want %s", err, api.CodeInvalidArgument)
+	}
+	if got, err := list(api.ListRequest{Prefix: "p.", CountOnly: true}); err != nil || got.Count != n || len(got.Leases) != 0 || got.More {
+		t.Errorf("count_only: %+v, %v; want count %d and no leases", got, err, n)
+	}
+	page, err := list(api.ListRequest{Prefix: "p.", Limit: 7, After: "p.100"})
+	if err != nil || len(page.Leases) != 7 || !page.More || page.Count != n ||
+		page.Leases[0].Name != "p.101" || page.Leases[6].Name != "p.107" {
+		t.Errorf("limit 7 after p.100: %d leases from %v, more %v, count %d, %v", len(page.Leases), page.Leases, page.More, page.Count, err)
+	}
+	big, err := list(api.ListRequest{Prefix: "p.", Limit: 1000})
+	if err != nil || !big.More || len(big.Leases) == 0 || len(big.Leases) >= n {
+		t.Errorf("limit 1000 at a 32 KiB max payload: %d leases, more %v, %v; want a page that fits", len(big.Leases), big.More, err)
+	}
+	if last, err := list(api.ListRequest{Prefix: "p.", Limit: 10, After: "p.299"}); err != nil || len(last.Leases) != 0 || last.More {
+		t.Errorf("after the last: %+v, %v; want nothing more", last, err)
+	}
+	all, err := f.client.List(ctx, "p.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != n {
+		t.Fatalf("client.List: %d leases, want %d", len(all), n)
+	}
+	for i, l := range all {
+		if want := fmt.Sprintf("p.%03d", i); l.Name != want || l.Attributes["zone"] != "eu-west-1" {
+			t.Fatalf("client.List lease %d: %+v, want %s", i, l, want)
+		}
+	}
+	if c, err := f.client.Count(ctx, ""); err != nil || c != n+1 {
+		t.Errorf("client.Count: %d, %v; want %d (the grantor's own leases not counted)", c, err, n+1)
 	}
 }

@@ -168,8 +168,20 @@ type GetRequest struct {
 }
 
 // ListRequest is the body of lease.v1.list.
+//
+// Without Limit the reply holds every live lease under Prefix, or is
+// refused too_large if that exceeds the NATS server's max payload. With
+// Limit it holds at most that many, in name order after After, fewer if
+// more would not fit in one message, and More says whether any were left
+// out: send again with After set to the last name returned. Each page is
+// a read of its own, so a lease granted or ended between pages shows as
+// it was when its page was read (one granted under a name before After is
+// not seen). CountOnly asks for Count alone.
 type ListRequest struct {
-	Prefix string `json:"prefix,omitempty"`
+	Prefix    string `json:"prefix,omitempty"`
+	After     string `json:"after,omitempty"`
+	Limit     int    `json:"limit,omitempty"`
+	CountOnly bool   `json:"count_only,omitempty"`
 }
 
 // RevokeRequest is the body of lease.admin.v1.revoke.
@@ -212,6 +224,11 @@ type Lease struct {
 // ListReply is the body of a lease.v1.list reply.
 type ListReply struct {
 	Leases []Lease `json:"leases"`
+	// Count is how many live leases are under the prefix, on every page
+	// alike (not only this page's, and regardless of After).
+	Count int `json:"count"`
+	// More says that leases after the last one returned were left out.
+	More bool `json:"more,omitempty"`
 }
 
 // LeaseOf is a lease record in its wire form (without the server's time).

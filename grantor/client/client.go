@@ -164,11 +164,44 @@ func (c *Client) Get(ctx context.Context, name string) (api.Lease, error) {
 	return out, err
 }
 
-// List returns the live leases whose names start with prefix.
+// List returns the live leases whose names start with prefix, in name
+// order. A long list takes several requests (pages of at most [ListPage]
+// leases, fewer where the NATS server's max payload allows fewer), each a
+// read of its own: a lease granted or ended meanwhile shows as its page
+// saw it.
 func (c *Client) List(ctx context.Context, prefix string) ([]api.Lease, error) {
-	var out api.ListReply
-	err := c.call(ctx, api.SubjectList, api.ListRequest{Prefix: prefix}, &out)
-	return out.Leases, err
+	var all []api.Lease
+	req := api.ListRequest{Prefix: prefix, Limit: ListPage}
+	for {
+		var out api.ListReply
+		if err := c.call(ctx, api.SubjectList, req, &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out.Leases...)
+		if !out.More || len(out.Leases) == 0 {
+			return all, nil
+		}
+		req.After = out.Leases[len(out.Leases)-1].Name
+	}
+}
+
+// ListPage is how many leases [Client.List] asks for per request; a
+// reply holds fewer if more would exceed the NATS server's max payload.
+const ListPage = 10000
+
+// Count returns how many live leases are under prefix, without them.
+func (c *Client) Count(ctx context.Context, prefix string) (int, error) {
+	var out struct {
+		Leases []json.RawMessage `json:"leases"`
+		Count  *int              `json:"count"`
+	}
+	if err := c.call(ctx, api.SubjectList, api.ListRequest{Prefix: prefix, CountOnly: true}, &out); err != nil {
+		return 0, err
+	}
+	if out.Count == nil {
+		return len(out.Leases), nil // a grantor older than count: it sent them all
+	}
+	return *out.Count, nil
 }
 
 // Revoke ends a lease regardless of its holder (an operator's request; NATS

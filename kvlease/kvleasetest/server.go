@@ -29,6 +29,7 @@ type serverConfig struct {
 	clusterName string
 	clusterPort int
 	routes      []string
+	maxPayload  int32
 }
 
 // ServerOption adjusts a test server's config. Options reject values they
@@ -42,6 +43,18 @@ var errNilOption = errors.New("kvleasetest: nil server option")
 // acknowledging it, as a lease store must.
 func WithUnsafeSync() ServerOption {
 	return func(c *serverConfig) error { c.unsafeSync = true; return nil }
+}
+
+// WithMaxPayload sets the server's max_payload (bytes): tests of replies
+// that must fit in one message use a small one.
+func WithMaxPayload(n int32) ServerOption {
+	return func(c *serverConfig) error {
+		if n < 1024 {
+			return fmt.Errorf("kvleasetest: max payload %d: want at least 1 KiB", n)
+		}
+		c.maxPayload = n
+		return nil
+	}
 }
 
 // WithDataDir reuses a data directory (to restart a server on its data).
@@ -143,6 +156,9 @@ func start(cfg serverConfig) (*Server, error) {
 		SyncAlways: !cfg.unsafeSync}
 	if cfg.port != 0 {
 		opts.Port = cfg.port
+	}
+	if cfg.maxPayload != 0 {
+		opts.MaxPayload = cfg.maxPayload
 	}
 	if cfg.clusterName != "" {
 		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = cfg.clusterName, "127.0.0.1", cfg.clusterPort

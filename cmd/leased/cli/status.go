@@ -112,11 +112,9 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 				Unreachable: peerUnreachable(p.Offline, p.Current, p.Active)})
 		}
 	}
-	leases, err := client.List(ctx, "")
-	if err != nil {
+	if s.Leases, err = client.Count(ctx, ""); err != nil {
 		return Status{}, err
 	}
-	s.Leases = len(leases)
 	s.Grantors, err = grantorNodes(nc, min(timeout, 500*time.Millisecond))
 	return s, err
 }
