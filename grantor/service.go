@@ -761,6 +761,22 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	if req.Limit < 0 {
 		return nil, fmt.Errorf("%w: limit %d (0 for no limit)", api.ErrInvalidRequest, req.Limit)
 	}
+	if req.CountOnly {
+		// From the service's own index of live leases, once it has
+		// applied everything the bucket held when the request came: no
+		// read of the whole bucket. If it does not get there in a while,
+		// the bucket is read as for a list.
+		last, err := s.store.LastRevision(ctx)
+		if err != nil {
+			return nil, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, countWait)
+		n, ok := s.holders.liveAt(wctx, last, req.Prefix)
+		cancel()
+		if ok {
+			return listPage{Leases: []json.RawMessage{}, Count: n}, nil
+		}
+	}
 	recs, err := s.store.List(ctx, req.Prefix)
 	if err != nil {
 		return nil, err
@@ -798,6 +814,10 @@ type listPage struct {
 	Count  int               `json:"count"`
 	More   bool              `json:"more,omitempty"`
 }
+
+// countWait bounds how long a count waits for the index to catch up
+// with the bucket before it reads the bucket instead.
+const countWait = 2 * time.Second
 
 // listOverhead is what a list reply carries besides its leases, and more:
 // the JSON around them and the reply's headers (server time, node name).
@@ -857,6 +877,7 @@ func newSecret() string {
 type holderIndex struct {
 	mu        sync.Mutex
 	watermark uint64          // last revision applied from the stream
+	advanced  chan struct{}   // closed (and replaced) as watermark advances
 	byName    map[string]held // live leases
 	ahead     map[string]uint64
 	count     map[string]int // holder → live leases
@@ -868,7 +889,7 @@ type held struct {
 }
 
 func newHolderIndex() holderIndex {
-	return holderIndex{byName: map[string]held{}, ahead: map[string]uint64{}, count: map[string]int{}}
+	return holderIndex{advanced: make(chan struct{}), byName: map[string]held{}, ahead: map[string]uint64{}, count: map[string]int{}}
 }
 
 // follow applies the watch's events, calls onChange for each change (not
@@ -876,6 +897,9 @@ func newHolderIndex() holderIndex {
 func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func(kvlease.Event), onLive func(n int)) {
 	for ev := range w.Events() {
 		if reserved(ev.Name) {
+			h.mu.Lock()
+			h.advanceLocked(ev.Revision)
+			h.mu.Unlock()
 			continue // the grantor's own leases count for no holder
 		}
 		if !ev.Replay {
@@ -886,7 +910,7 @@ func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func
 			holder = ""
 		}
 		h.mu.Lock()
-		h.watermark = max(h.watermark, ev.Revision)
+		h.advanceLocked(ev.Revision)
 		if ev.Revision >= h.ahead[ev.Name] {
 			delete(h.ahead, ev.Name)
 			h.setLocked(ev.Name, holder, ev.Revision)
@@ -898,6 +922,47 @@ func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func
 	if err := w.Err(); err != nil {
 		log.Error("per-holder lease counting stopped; limits are no longer enforced accurately", "err", err)
 	}
+}
+
+func (h *holderIndex) advanceLocked(rev uint64) {
+	if rev > h.watermark {
+		h.watermark = rev
+		close(h.advanced)
+		h.advanced = make(chan struct{})
+	}
+}
+
+// liveAt counts the live leases under prefix (the grantor's own not
+// among them) once the index has applied the stream up to revision rev:
+// a count as current as a read of the bucket made now (a read index, as
+// etcd serves linearizable reads from its applied state). It reports
+// false if the index has not got there when ctx ends: the stream held
+// something that made no event (an undecodable entry), or this node's
+// watch is behind.
+func (h *holderIndex) liveAt(ctx context.Context, rev uint64, prefix string) (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for h.watermark < rev {
+		advanced := h.advanced
+		h.mu.Unlock()
+		select {
+		case <-advanced:
+		case <-ctx.Done():
+			h.mu.Lock()
+			return 0, false
+		}
+		h.mu.Lock()
+	}
+	if prefix == "" {
+		return len(h.byName), true
+	}
+	n := 0
+	for name := range h.byName {
+		if strings.HasPrefix(name, prefix) {
+			n++
+		}
+	}
+	return n, true
 }
 
 // granted records this service's grant at revision rev.

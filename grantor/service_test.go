@@ -693,3 +693,46 @@ func TestListPages(t *testing.T) {
 		t.Errorf("client.Count: %d, %v; want %d (the grantor's own leases not counted)", c, err, n+1)
 	}
 }
+
+// A count comes from the service's own index of live leases once that has
+// applied everything the bucket held when the count was asked: changes
+// made just before, through another store, are in it (without that wait
+// the count would lag the grants). If the bucket's last entry is not a
+// lease, no event applies it: the count waits for the next change (here
+// the observer's renewal of its own lease) or, after a while, reads the
+// bucket; either way it counts what a read would.
+func TestCountIsCurrent(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	other := kvleasetest.OpenStore(t, f.url) // writes the service does not make
+	var recs []kvlease.Record
+	for i := range 5 {
+		r, err := other.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("c.%d", i), Holder: "h", Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+		if n, err := f.client.Count(ctx, "c."); err != nil || n != i+1 {
+			t.Fatalf("count after grant %d: %d, %v; want %d", i, n, err, i+1)
+		}
+	}
+	if err := other.Release(ctx, kvlease.ReleaseRequest{Name: recs[0].Name, Holder: "h", Token: recs[0].Token,
+		Revision: recs[0].Revision}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.client.Count(ctx, "c."); err != nil || n != 4 {
+		t.Fatalf("count after a release: %d, %v; want 4", n, err)
+	}
+	// Not a lease record: the watch skips it, and the index never reaches
+	// its revision.
+	kv, err := kvleasetest.JetStream(t, f.nc).KeyValue(ctx, kvlease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "c.garbage", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.client.Count(ctx, "c."); err != nil || n != 4 {
+		t.Fatalf("count with an undecodable entry last: %d, %v; want 4 (as a read of the bucket counts)", n, err)
+	}
+}
