@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -110,6 +111,10 @@ func TestServeUnsyncedDoesNotBatch(t *testing.T) {
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			s := startServe(t, "", append(c.args, "--metrics-listen", "127.0.0.1:0")...)
+			// The ready line says whether the store batches.
+			if want := fmt.Sprintf(`"group_commit":%v`, c.batches); !strings.Contains(s.logs.text(), want) {
+				t.Errorf("serve's log lacks %s:\n%s", want, s.logs.text())
+			}
 			line := s.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"metrics"`) })
 			var m struct{ URL string }
 			if err := json.Unmarshal([]byte(line), &m); err != nil || m.URL == "" {

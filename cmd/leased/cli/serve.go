@@ -408,7 +408,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			return err
 		}
 	}
-	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "")
+	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching())
 	<-ctx.Done()
 	log.Info("shutting down: answering requests in flight")
 	stopHTTP()
