@@ -761,28 +761,11 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	if req.Limit < 0 {
 		return nil, fmt.Errorf("%w: limit %d (0 for no limit)", api.ErrInvalidRequest, req.Limit)
 	}
-	if req.CountOnly {
-		// From the service's own index of live leases, once it has
-		// applied everything the bucket held when the request came: no
-		// read of the whole bucket. If it does not get there in a while,
-		// the bucket is read as for a list.
-		last, err := s.store.LastRevision(ctx)
-		if err != nil {
-			return nil, err
-		}
-		wctx, cancel := context.WithTimeout(ctx, countWait)
-		n, ok := s.holders.liveAt(wctx, last, req.Prefix)
-		cancel()
-		if ok {
-			return listPage{Leases: []json.RawMessage{}, Count: n}, nil
-		}
-	}
-	recs, err := s.store.List(ctx, req.Prefix)
+	recs, count, err := s.live(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	recs = slices.DeleteFunc(recs, func(r kvlease.Record) bool { return reserved(r.Name) })
-	out := listPage{Leases: []json.RawMessage{}, Count: len(recs)}
+	out := listPage{Leases: []json.RawMessage{}, Count: count}
 	if req.CountOnly {
 		return out, nil
 	}
@@ -807,6 +790,40 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	return out, nil
 }
 
+// live returns the live leases a list asks for, in name order (none for
+// a count), and how many there are. A count or a page (a list with a
+// limit) comes from the service's own index of live leases, once that has
+// applied everything the bucket held when the request came: no read of
+// the whole bucket per page. If the index does not get there in a while,
+// and for a whole list (limit 0, as clients older than pages ask), the
+// bucket is read.
+func (s *Service) live(ctx context.Context, req api.ListRequest) (recs []kvlease.Record, count int, err error) {
+	if req.CountOnly || req.Limit > 0 {
+		last, err := s.store.LastRevision(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, indexWait)
+		ok := s.holders.at(wctx, last, func() {
+			if req.CountOnly {
+				count = s.holders.countLocked(req.Prefix)
+			} else {
+				recs = s.holders.liveLocked(req.Prefix)
+				count = len(recs)
+			}
+		})
+		cancel()
+		if ok {
+			return recs, count, nil
+		}
+	}
+	if recs, err = s.store.List(ctx, req.Prefix); err != nil {
+		return nil, 0, err
+	}
+	recs = slices.DeleteFunc(recs, func(r kvlease.Record) bool { return reserved(r.Name) })
+	return recs, len(recs), nil
+}
+
 // listPage is the wire form of api.ListReply with each lease encoded once,
 // as the list measured it against the reply's size.
 type listPage struct {
@@ -815,9 +832,9 @@ type listPage struct {
 	More   bool              `json:"more,omitempty"`
 }
 
-// countWait bounds how long a count waits for the index to catch up
-// with the bucket before it reads the bucket instead.
-const countWait = 2 * time.Second
+// indexWait bounds how long a count or a page waits for the index to
+// catch up with the bucket before it reads the bucket instead.
+const indexWait = 2 * time.Second
 
 // listOverhead is what a list reply carries besides its leases, and more:
 // the JSON around them and the reply's headers (server time, node name).
@@ -886,6 +903,7 @@ type holderIndex struct {
 type held struct {
 	holder string
 	rev    uint64
+	rec    *kvlease.Record // the stream's last record of it (shared with the watch: read only); nil if not from the stream
 }
 
 func newHolderIndex() holderIndex {
@@ -913,7 +931,7 @@ func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func
 		h.advanceLocked(ev.Revision)
 		if ev.Revision >= h.ahead[ev.Name] {
 			delete(h.ahead, ev.Name)
-			h.setLocked(ev.Name, holder, ev.Revision)
+			h.setLocked(ev.Name, holder, ev.Revision, ev.Record)
 		}
 		n := len(h.byName)
 		h.mu.Unlock()
@@ -932,14 +950,14 @@ func (h *holderIndex) advanceLocked(rev uint64) {
 	}
 }
 
-// liveAt counts the live leases under prefix (the grantor's own not
-// among them) once the index has applied the stream up to revision rev:
-// a count as current as a read of the bucket made now (a read index, as
-// etcd serves linearizable reads from its applied state). It reports
-// false if the index has not got there when ctx ends: the stream held
-// something that made no event (an undecodable entry), or this node's
-// watch is behind.
-func (h *holderIndex) liveAt(ctx context.Context, rev uint64, prefix string) (int, bool) {
+// at waits until the index has applied the stream up to revision rev,
+// then calls fn with it locked: what fn reads is as current as a read of
+// the bucket made when rev was its last revision (a read index, as etcd
+// serves linearizable reads from its applied state). It reports false if
+// the index has not got there when ctx ends: the stream held something
+// that made no event (an undecodable entry), or this node's watch is
+// behind.
+func (h *holderIndex) at(ctx context.Context, rev uint64, fn func()) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for h.watermark < rev {
@@ -949,20 +967,38 @@ func (h *holderIndex) liveAt(ctx context.Context, rev uint64, prefix string) (in
 		case <-advanced:
 		case <-ctx.Done():
 			h.mu.Lock()
-			return 0, false
+			return false
 		}
 		h.mu.Lock()
 	}
-	if prefix == "" {
-		return len(h.byName), true
-	}
+	fn()
+	return true
+}
+
+// countLocked counts the leases liveLocked returns.
+func (h *holderIndex) countLocked(prefix string) int {
 	n := 0
-	for name := range h.byName {
-		if strings.HasPrefix(name, prefix) {
+	for name, l := range h.byName {
+		if l.rec != nil && strings.HasPrefix(name, prefix) {
 			n++
 		}
 	}
-	return n, true
+	return n
+}
+
+// liveLocked returns the records of the live leases under prefix, in
+// name order. An entry of this service's own grant that the stream has not
+// delivered yet has no record and is left out: a grant after the read's
+// revision, so not one the read must show.
+func (h *holderIndex) liveLocked(prefix string) []kvlease.Record {
+	var out []kvlease.Record
+	for name, l := range h.byName {
+		if l.rec != nil && strings.HasPrefix(name, prefix) {
+			out = append(out, *l.rec)
+		}
+	}
+	slices.SortFunc(out, func(a, b kvlease.Record) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // granted records this service's grant at revision rev.
@@ -973,7 +1009,7 @@ func (h *holderIndex) granted(name, holder string, rev uint64) {
 		return
 	}
 	h.ahead[name] = rev
-	h.setLocked(name, holder, rev)
+	h.setLocked(name, holder, rev, nil)
 }
 
 // released records this service's release of the tenure at revision rev;
@@ -985,10 +1021,10 @@ func (h *holderIndex) released(name string, rev uint64) {
 		return // a newer tenure
 	}
 	h.ahead[name] = max(h.ahead[name], rev+1)
-	h.setLocked(name, "", rev+1)
+	h.setLocked(name, "", rev+1, nil)
 }
 
-func (h *holderIndex) setLocked(name, holder string, rev uint64) {
+func (h *holderIndex) setLocked(name, holder string, rev uint64, rec *kvlease.Record) {
 	if old, ok := h.byName[name]; ok {
 		h.count[old.holder]--
 		if h.count[old.holder] == 0 {
@@ -997,7 +1033,7 @@ func (h *holderIndex) setLocked(name, holder string, rev uint64) {
 		delete(h.byName, name)
 	}
 	if holder != "" {
-		h.byName[name] = held{holder, rev}
+		h.byName[name] = held{holder, rev, rec}
 		h.count[holder]++
 	}
 }

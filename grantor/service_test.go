@@ -694,14 +694,14 @@ func TestListPages(t *testing.T) {
 	}
 }
 
-// A count comes from the service's own index of live leases once that has
+// A count or a page comes from the service's own index of live leases once that has
 // applied everything the bucket held when the count was asked: changes
 // made just before, through another store, are in it (without that wait
 // the count would lag the grants). If the bucket's last entry is not a
 // lease, no event applies it: the count waits for the next change (here
 // the observer's renewal of its own lease) or, after a while, reads the
 // bucket; either way it counts what a read would.
-func TestCountIsCurrent(t *testing.T) {
+func TestCountAndPagesAreCurrent(t *testing.T) {
 	f := start(t, grantor.DefaultConfig())
 	ctx := t.Context()
 	other := kvleasetest.OpenStore(t, f.url) // writes the service does not make
@@ -722,6 +722,17 @@ func TestCountIsCurrent(t *testing.T) {
 	}
 	if n, err := f.client.Count(ctx, "c."); err != nil || n != 4 {
 		t.Fatalf("count after a release: %d, %v; want 4", n, err)
+	}
+	// Pages come from the index too: a renewal just made shows.
+	renewed, err := other.Renew(ctx, kvlease.RenewRequest{Name: recs[1].Name, Holder: "h", Token: recs[1].Token,
+		Revision: recs[1].Revision, Duration: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := f.client.List(ctx, "c.")
+	if err != nil || len(ls) != 4 || ls[0].Name != recs[1].Name || ls[0].Revision != renewed.Revision ||
+		time.Duration(ls[0].TTL) != 2*time.Minute {
+		t.Fatalf("list after a renewal: %+v, %v; want c.1 to c.4, c.1 at revision %d for 2m", ls, err, renewed.Revision)
 	}
 	// Not a lease record: the watch skips it, and the index never reaches
 	// its revision.
