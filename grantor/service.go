@@ -774,7 +774,7 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	budget := int(s.nc.MaxPayload()) - listOverhead
 	now := time.Now()
 	for i, r := range recs {
-		l := toWire(r, now)
+		l := toWire(*r, now)
 		l.Flapping = s.flaps.Flapping(r.Name, now)
 		b, err := json.Marshal(l)
 		if err != nil {
@@ -797,7 +797,7 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 // the whole bucket per page. If the index does not get there in a while,
 // and for a whole list (limit 0, as clients older than pages ask), the
 // bucket is read.
-func (s *Service) live(ctx context.Context, req api.ListRequest) (recs []kvlease.Record, count int, err error) {
+func (s *Service) live(ctx context.Context, req api.ListRequest) (recs []*kvlease.Record, count int, err error) {
 	if req.CountOnly || req.Limit > 0 {
 		last, err := s.store.LastRevision(ctx)
 		if err != nil {
@@ -817,10 +817,15 @@ func (s *Service) live(ctx context.Context, req api.ListRequest) (recs []kvlease
 			return recs, count, nil
 		}
 	}
-	if recs, err = s.store.List(ctx, req.Prefix); err != nil {
+	all, err := s.store.List(ctx, req.Prefix)
+	if err != nil {
 		return nil, 0, err
 	}
-	recs = slices.DeleteFunc(recs, func(r kvlease.Record) bool { return reserved(r.Name) })
+	for i := range all {
+		if !reserved(all[i].Name) {
+			recs = append(recs, &all[i])
+		}
+	}
 	return recs, len(recs), nil
 }
 
@@ -987,17 +992,18 @@ func (h *holderIndex) countLocked(prefix string) int {
 }
 
 // liveLocked returns the records of the live leases under prefix, in
-// name order. An entry of this service's own grant that the stream has not
-// delivered yet has no record and is left out: a grant after the read's
-// revision, so not one the read must show.
-func (h *holderIndex) liveLocked(prefix string) []kvlease.Record {
-	var out []kvlease.Record
+// name order (shared with the watch: read only). An entry of this
+// service's own grant that the stream has not delivered yet has no record
+// and is left out: a grant after the read's revision, so not one the read
+// must show.
+func (h *holderIndex) liveLocked(prefix string) []*kvlease.Record {
+	var out []*kvlease.Record
 	for name, l := range h.byName {
 		if l.rec != nil && strings.HasPrefix(name, prefix) {
-			out = append(out, *l.rec)
+			out = append(out, l.rec)
 		}
 	}
-	slices.SortFunc(out, func(a, b kvlease.Record) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *kvlease.Record) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
