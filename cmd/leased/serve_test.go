@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -68,11 +67,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 // `leased serve --metrics-listen` serves the lease metrics to Prometheus.
 func TestServeMetrics(t *testing.T) {
 	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0", "--metric-name-prefixes", "metered")
-	line := s.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"metrics"`) })
-	var m struct{ URL string }
-	if err := json.Unmarshal([]byte(line), &m); err != nil || m.URL == "" {
-		t.Fatalf("metrics line %q: %v", line, err)
-	}
+	m := struct{ URL string }{metricsURL(t, s.logs)}
 	if r := leased(t, s.url, "acquire", "metered", "--ttl", "10s"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
@@ -115,11 +110,7 @@ func TestServeUnsyncedDoesNotBatch(t *testing.T) {
 			if want := fmt.Sprintf(`"group_commit":%v`, c.batches); !strings.Contains(s.logs.text(), want) {
 				t.Errorf("serve's log lacks %s:\n%s", want, s.logs.text())
 			}
-			line := s.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"metrics"`) })
-			var m struct{ URL string }
-			if err := json.Unmarshal([]byte(line), &m); err != nil || m.URL == "" {
-				t.Fatalf("metrics line %q: %v", line, err)
-			}
+			m := struct{ URL string }{metricsURL(t, s.logs)}
 			// 64 callers at once: writes queue behind one another.
 			if r := leased(t, s.url, "bench", "--op", "grant-release", "--clients", "64", "--ops", "1000"); r.code != 0 {
 				t.Fatalf("bench: exit %d\n%s%s", r.code, r.stdout, r.stderr)
