@@ -75,9 +75,9 @@
 // cannot reach the server after it. Callers that write in a loop would
 // split into cohorts that alternate between writes, each paying a batch's
 // fixed cost; so a store that has just answered a write may wait a little
-// (BatchLimits.Linger, 1 ms on R1) for those callers' next requests before
-// it sends what has queued behind it. A write that finds the store idle is
-// never delayed. The store's metric leased.store.write.messages
+// (BatchLimits.Linger, up to 5 ms on R1, and only while they keep coming)
+// for those callers' next requests before it sends what has queued behind
+// it. A write that finds the store idle is never delayed. The store's metric leased.store.write.messages
 // ([WithStoreMeterProvider]) shows how many messages each synced write
 // carried. [WithoutBatching] turns group commit off; [WithBatchLimits]
 // sets its limits, which must stay within the server's. Batches pay only

@@ -76,3 +76,12 @@ func CreateRaw(ctx context.Context, st *Store, names []string, data []byte, ttl 
 	}
 	return nil
 }
+
+// SetLingerGap sets how long st's lingering slots wait for the next
+// request once requests have begun to queue (lingerGap by default). Call
+// it before st writes.
+func SetLingerGap(st *Store, d time.Duration) {
+	if st.w != nil {
+		st.w.gap = d
+	}
+}

@@ -182,6 +182,7 @@ func TestLingerEndsAtItsBound(t *testing.T) {
 func TestLingerAfterABatchWithNothingQueued(t *testing.T) {
 	const linger = time.Second
 	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(linger))
+	kvlease.SetLingerGap(st, linger) // the c.* may come back far apart on a loaded machine
 	holding := make(chan struct{})
 	log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
 	kvlease.SetSendHook(st, log.hook)
@@ -231,6 +232,67 @@ func TestLingerAfterABatchWithNothingQueued(t *testing.T) {
 
 // A request that finds the slot free is never delayed, and a slot does not
 // linger when waiting cannot reach the break-even.
+// A slot lingering for its callers' next requests stops waiting once they
+// have begun to come back and then pause (lingerGap): two of five callers
+// write again, and their requests go out without waiting out the linger.
+func TestLingerEndsWhenArrivalsStop(t *testing.T) {
+	const linger = time.Second
+	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(linger))
+	holding := make(chan struct{})
+	log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
+	kvlease.SetSendHook(st, log.hook)
+	var wants []int
+	var mu sync.Mutex
+	kvlease.SetLingerHook(st, func(_, want int) {
+		mu.Lock()
+		defer mu.Unlock()
+		wants = append(wants, want)
+	})
+	ctx := t.Context()
+	var first, second sync.WaitGroup
+	first.Go(func() {
+		if err := grantNamed(ctx, st, "a"); err != nil {
+			t.Error(err)
+		}
+	})
+	<-holding
+	var start atomic.Pointer[time.Time]
+	for i := range 5 {
+		second.Go(func() {
+			if err := grantNamed(ctx, st, fmt.Sprintf("b.%d", i)); err != nil {
+				t.Error(err)
+				return
+			}
+			if i >= 2 {
+				return // these callers stop
+			}
+			now := time.Now()
+			start.CompareAndSwap(nil, &now)
+			if err := grantNamed(ctx, st, fmt.Sprintf("c.%d", i)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	first.Wait()
+	second.Wait()
+	took := time.Since(*start.Load())
+	kvlease.WaitWrites(st)
+	again := log.sent("c.0") && log.sent("c.1")
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.batches) != 1 || len(log.batches[0]) != 5 || !again {
+		t.Fatalf("batches %v, singles %v; want one of the 5 b.*, then c.0 and c.1", log.batches, log.singles)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(wants, 5) {
+		t.Fatalf("lingers waited for %v, want one for the 5 callers the batch answered", wants)
+	}
+	if took > linger/2 {
+		t.Errorf("c.0 and c.1 took %v: the slot waited out its linger for callers that had stopped", took)
+	}
+}
+
 func TestLingerNeverDelaysALoneRequest(t *testing.T) {
 	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(time.Second))
 	var lingers atomic.Int64

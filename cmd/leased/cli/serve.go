@@ -73,7 +73,7 @@ func (b *batchFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&b.min, "batch-min", 0, "fewest queued writes sent as one batch, the break-even (default: 24 on R1, 4 on R3)")
 	fl.IntVar(&b.max, "batch-max", 0, "most writes in one batch, at most the server's max_batch_size (default: 1000)")
 	fl.IntVar(&b.inFlight, "batch-in-flight", 0, "writes in flight at once, well under the server's max_batch_inflight_per_stream (default: 1 on R1, 8 on R3)")
-	fl.DurationVar(&b.linger, "batch-linger", 0, "longest wait for the writers a batch just answered, so that they join the next (default: 1ms on R1, none on R3; never for a write that finds the store idle)")
+	fl.DurationVar(&b.linger, "batch-linger", 0, "longest wait for the writers a batch just answered, so that they join the next (default: 5ms on R1, ended by a 1ms pause in their arrivals; none on R3; never for a write that finds the store idle)")
 	fl.DurationVar(&b.timeout, "batch-timeout", 0, "longest wait for a batch's acknowledgement, at most the server's max_batch_timeout (default: 10s)")
 }
 
