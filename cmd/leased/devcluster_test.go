@@ -3,6 +3,7 @@ package main_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -219,12 +220,13 @@ func TestDevClusterNodeKilled(t *testing.T) {
 					t.Errorf("%s after %s died: %v", u, dead, err)
 					break
 				}
+				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
 					continue // no event says the history's stream has a leader again
 				}
 				if resp.StatusCode != http.StatusOK {
-					t.Errorf("GET %s after %s died: %s", u, dead, resp.Status)
+					t.Errorf("GET %s after %s died: %s: %s\nnode logs:\n%s", u, dead, resp.Status, body, d.stderr.text())
 				}
 				break
 			}

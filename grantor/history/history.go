@@ -303,18 +303,30 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 	// Caught up once the newest record under the filter now is delivered
 	// (the consumer's own "nothing pending" can come early, as the lease
 	// watcher found).
-	var last uint64
-	switch m, err := h.stream.GetLastMsgForSubject(ctx, filter); {
-	case err == nil:
-		last = m.Sequence
-	case !errors.Is(err, jetstream.ErrMsgNotFound):
-		return kvlease.JetStreamError("follow history", err)
+	last, err := setup(ctx, func(ctx context.Context) (uint64, error) {
+		switch m, err := h.stream.GetLastMsgForSubject(ctx, filter); {
+		case err == nil:
+			return m.Sequence, nil
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return 0, nil
+		default:
+			return 0, kvlease.JetStreamError("follow history: last record", err)
+		}
+	})
+	if err != nil {
+		return err
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter},
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}
-	cons, err := h.js.OrderedConsumer(ctx, StreamName(h.bucket), cfg)
+	cons, err := setup(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		cons, err := h.js.OrderedConsumer(ctx, StreamName(h.bucket), cfg)
+		if err != nil {
+			return nil, kvlease.JetStreamError("follow history: consumer", err)
+		}
+		return cons, nil
+	})
 	if err != nil {
-		return kvlease.JetStreamError("follow history", err)
+		return err
 	}
 	caughtUp := last == 0
 	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
@@ -354,6 +366,24 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 			}
 		}
 	}
+}
+
+// setupAttempt bounds each request that sets up a follow. In a cluster a
+// request to a stream that is electing its leader (its leader's node has
+// died) goes unanswered; it must be asked again once the stream has a new
+// leader, a few seconds later, not waited on for the caller's whole
+// deadline (a timeline read waited 30 s and failed while the new leader
+// had been serving for 25 s).
+const setupAttempt = 5 * time.Second
+
+// setup calls attempt, each call bounded by setupAttempt, until it
+// succeeds, fails other than unavailable, or ctx ends.
+func setup[T any](ctx context.Context, attempt func(ctx context.Context) (T, error)) (T, error) {
+	return kvlease.RetryUnavailable(ctx, time.Second, nil, func() (T, error) {
+		actx, cancel := context.WithTimeout(ctx, setupAttempt)
+		defer cancel()
+		return attempt(actx)
+	})
 }
 
 // filterFor is the subject filter for names starting with prefix: on

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/atomicbatch"
@@ -189,5 +191,79 @@ func TestAppendAll(t *testing.T) {
 		if r.Token != uint64(i+1) {
 			t.Errorf("record %d: token %d, want %d (in order)", i, r.Token, i+1)
 		}
+	}
+}
+
+// A read sent while the stream has no leader (here two of three nodes are
+// down; in the dev cluster, the leader's node had been killed) is asked
+// again once a leader is back, not waited on for the caller's whole
+// deadline: a timeline read used to fail after 30 s while the new leader
+// had been serving for 25.
+func TestReadWhileTheStreamHasNoLeader(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 3)
+	nc := kvleasetest.Connect(t, servers[0].ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	ctx := t.Context()
+	h, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*history.Stream, error) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		h, err := history.Open(actx, js, "leases", history.Options{Create: true, Replicas: 3})
+		if err != nil {
+			return nil, err
+		}
+		_, err = h.Append(actx, history.Record{Kind: history.KindGranted, Name: "a", Token: 1, Revision: 1, Time: time.Now()})
+		return h, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sniff the requests the read sends to JetStream's API.
+	asked := make(chan string, 100)
+	sniff, err := nc.Subscribe("$JS.API.>", func(m *nats.Msg) {
+		select {
+		case asked <- m.Subject:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sniff.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	servers[1].Shutdown()
+	servers[2].Shutdown()
+	type result struct {
+		recs []history.Record
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		recs, err := h.Read(rctx, "", time.Now().Add(-time.Hour))
+		done <- result{recs, err}
+	}()
+	select {
+	case subj := <-asked:
+		t.Logf("read asked %s with no leader", subj)
+	case r := <-done:
+		t.Fatalf("read without a quorum answered at once: %v, %v", r.recs, r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read sent no request")
+	}
+	if err := servers[1].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	select {
+	case r := <-done:
+		if r.err != nil || len(r.recs) != 1 || r.recs[0].Name != "a" {
+			t.Fatalf("read: %+v, %v; want the one record", r.recs, r.err)
+		}
+		t.Logf("read answered %v after a quorum was back", time.Since(back).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the read still waits 30 s after a quorum was back")
 	}
 }

@@ -198,6 +198,18 @@ func (s *Server) DataDir() string { return s.cfg.dataDir }
 // NATS returns the underlying nats-server.
 func (s *Server) NATS() *server.Server { return s.ns }
 
+// Restart starts a server that has been shut down again, with the same
+// name, store and routes (and a new client port unless [WithPort] chose
+// one): a node coming back.
+func (s *Server) Restart() error {
+	n, err := start(s.cfg)
+	if err != nil {
+		return err
+	}
+	s.ns = n.ns
+	return nil
+}
+
 // Shutdown stops the server and waits until it has stopped. It may be
 // called more than once.
 func (s *Server) Shutdown() {
