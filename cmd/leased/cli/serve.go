@@ -225,7 +225,7 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "client listen address host:port of the embedded server (port 0 picks a free one)")
 	fl.StringVar(&f.data, "data", defaultDataDir(), "data directory of the embedded server")
-	fl.StringVar(&f.name, "name", "", "node name, unique in a cluster (default: the host name)")
+	fl.StringVar(&f.name, "name", "", "node name, unique in a cluster (default: the host name; gossip with --nats-url names this grantor HOST-PID)")
 	fl.StringVar(&f.clusterName, "cluster-name", "", "form or join the embedded JetStream cluster of this name")
 	fl.StringVar(&f.clusterListen, "cluster-listen", "127.0.0.1:6222", "route listen address host:port of a cluster member")
 	fl.StringSliceVar(&f.routes, "routes", nil, "route URLs of the cluster's members, nats-route://host:port (comma-separated; may include this node)")
@@ -370,7 +370,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	regOpts := []registry.Option{registry.WithLogger(log)}
 	if f.gossip.enabled() {
-		gn, err := f.gossip.start(nodeName(f), map[string]string{"role": "grantor", "nats_url": RedactURL(url)}, log)
+		gn, err := f.gossip.start(gossipName(f), map[string]string{"role": "grantor", "nats_url": RedactURL(url)}, log)
 		if err != nil {
 			return err
 		}
@@ -425,6 +425,19 @@ func nodeName(f serveFlags) string {
 	}
 	h, _ := os.Hostname()
 	return h
+}
+
+// gossipName is the grantor's gossip member name, which memberlist needs
+// unique among members: --name, or the node name where that is the
+// embedded server's (unique in its NATS cluster); with --nats-url, the
+// host name and the process ID, since grantors on one host share the host
+// name (memberlist refused the second of two under one name: "Conflicting
+// address").
+func gossipName(f serveFlags) string {
+	if f.name != "" || f.natsURL == "" {
+		return nodeName(f)
+	}
+	return fmt.Sprintf("%s-%d", nodeName(f), os.Getpid())
 }
 
 // loadConfig reads --config and layers it under the flags: a flag given

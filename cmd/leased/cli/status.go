@@ -166,7 +166,17 @@ func printStatus(p printer, s Status) {
 		fmt.Fprintf(p.w, "follower  %s %s\n", peer.Name, peerState(peer))
 	}
 	fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
+	named := map[string]int{}
 	for _, g := range s.Grantors {
+		named[g.Node]++
+	}
+	for _, g := range s.Grantors {
+		if named[g.Node] > 1 {
+			// Grantors that share a node name (serve --nats-url on one
+			// host: the host name) are told apart by their service ID.
+			fmt.Fprintf(p.w, "grantor   %s %s (id %s)\n", g.Node, g.NATSURL, g.ID)
+			continue
+		}
 		fmt.Fprintf(p.w, "grantor   %s %s\n", g.Node, g.NATSURL)
 	}
 }

@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,5 +38,44 @@ func TestPeerState(t *testing.T) {
 				t.Errorf("peerState(%+v) = %q, want %q", p, got, tc.want)
 			}
 		})
+	}
+}
+
+// Grantors that share a node name (serve --nats-url on one host) get their
+// service IDs in status; others keep the short line.
+func TestPrintStatusTellsGrantorsApart(t *testing.T) {
+	var b strings.Builder
+	printStatus(printer{w: &b}, Status{Bucket: "leases", Replicas: 1, Grantors: []GrantorNode{
+		{Node: "vm", ID: "a1", NATSURL: "nats://127.0.0.1:4222"},
+		{Node: "vm", ID: "b2", NATSURL: "nats://127.0.0.1:4222"},
+		{Node: "n3", ID: "c3", NATSURL: "nats://127.0.0.1:4224"},
+	}})
+	for _, want := range []string{
+		"grantor   vm nats://127.0.0.1:4222 (id a1)\n",
+		"grantor   vm nats://127.0.0.1:4222 (id b2)\n",
+		"grantor   n3 nats://127.0.0.1:4224\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// Gossip needs unique member names: grantors with --nats-url on one host
+// share the host name, so their gossip names carry the process ID.
+func TestGossipName(t *testing.T) {
+	host := nodeName(serveFlags{})
+	for _, tc := range []struct {
+		f    serveFlags
+		want string
+	}{
+		{serveFlags{}, host},
+		{serveFlags{name: "n1"}, "n1"},
+		{serveFlags{name: "n1", natsURL: "nats://a:4222"}, "n1"},
+		{serveFlags{natsURL: "nats://a:4222"}, fmt.Sprintf("%s-%d", host, os.Getpid())},
+	} {
+		if got := gossipName(tc.f); got != tc.want {
+			t.Errorf("gossipName(name %q, nats-url %q) = %q, want %q", tc.f.name, tc.f.natsURL, got, tc.want)
+		}
 	}
 }
