@@ -183,35 +183,7 @@ func TestLingerAfterABatchWithNothingQueued(t *testing.T) {
 	const linger = time.Second
 	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(linger))
 	kvlease.SetLingerGap(st, linger) // the c.* may come back far apart on a loaded machine
-	holding := make(chan struct{})
-	log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
-	kvlease.SetSendHook(st, log.hook)
-	ctx := t.Context()
-	var first, second sync.WaitGroup
-	first.Go(func() {
-		if err := grantNamed(ctx, st, "a"); err != nil {
-			t.Error(err)
-		}
-	})
-	<-holding
-	var start atomic.Pointer[time.Time]
-	for i := range 5 {
-		second.Go(func() {
-			if err := grantNamed(ctx, st, fmt.Sprintf("b.%d", i)); err != nil {
-				t.Error(err)
-				return
-			}
-			now := time.Now()
-			start.CompareAndSwap(nil, &now)
-			if err := grantNamed(ctx, st, fmt.Sprintf("c.%d", i)); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	first.Wait()
-	second.Wait()
-	took := time.Since(*start.Load())
-	kvlease.WaitWrites(st)
+	log, took := batchThenNext(t, st, func(int) bool { return true })
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	if len(log.batches) != 2 || len(log.batches[0]) != 5 || len(log.batches[1]) != 5 {
@@ -230,17 +202,12 @@ func TestLingerAfterABatchWithNothingQueued(t *testing.T) {
 	}
 }
 
-// A request that finds the slot free is never delayed, and a slot does not
-// linger when waiting cannot reach the break-even.
 // A slot lingering for its callers' next requests stops waiting once they
 // have begun to come back and then pause (lingerGap): two of five callers
 // write again, and their requests go out without waiting out the linger.
 func TestLingerEndsWhenArrivalsStop(t *testing.T) {
 	const linger = time.Second
 	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(linger))
-	holding := make(chan struct{})
-	log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
-	kvlease.SetSendHook(st, log.hook)
 	var wants []int
 	var mu sync.Mutex
 	kvlease.SetLingerHook(st, func(_, want int) {
@@ -248,35 +215,7 @@ func TestLingerEndsWhenArrivalsStop(t *testing.T) {
 		defer mu.Unlock()
 		wants = append(wants, want)
 	})
-	ctx := t.Context()
-	var first, second sync.WaitGroup
-	first.Go(func() {
-		if err := grantNamed(ctx, st, "a"); err != nil {
-			t.Error(err)
-		}
-	})
-	<-holding
-	var start atomic.Pointer[time.Time]
-	for i := range 5 {
-		second.Go(func() {
-			if err := grantNamed(ctx, st, fmt.Sprintf("b.%d", i)); err != nil {
-				t.Error(err)
-				return
-			}
-			if i >= 2 {
-				return // these callers stop
-			}
-			now := time.Now()
-			start.CompareAndSwap(nil, &now)
-			if err := grantNamed(ctx, st, fmt.Sprintf("c.%d", i)); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	first.Wait()
-	second.Wait()
-	took := time.Since(*start.Load())
-	kvlease.WaitWrites(st)
+	log, took := batchThenNext(t, st, func(i int) bool { return i < 2 })
 	again := log.sent("c.0") && log.sent("c.1")
 	log.mu.Lock()
 	defer log.mu.Unlock()
@@ -293,6 +232,49 @@ func TestLingerEndsWhenArrivalsStop(t *testing.T) {
 	}
 }
 
+// batchThenNext grants a, held as it goes out until b.0…b.4 have queued
+// behind it, so that the b.* go out as one batch; then each b.i caller
+// for which again(i) grants c.i. It returns the store's sends and the time
+// from the first b.* answer until the c.* were answered.
+func batchThenNext(t *testing.T, st *kvlease.Store, again func(i int) bool) (*sendLog, time.Duration) {
+	t.Helper()
+	holding := make(chan struct{})
+	log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
+	kvlease.SetSendHook(st, log.hook)
+	ctx := t.Context()
+	var first, second sync.WaitGroup
+	first.Go(func() {
+		if err := grantNamed(ctx, st, "a"); err != nil {
+			t.Error(err)
+		}
+	})
+	<-holding
+	var start atomic.Pointer[time.Time]
+	for i := range 5 {
+		second.Go(func() {
+			if err := grantNamed(ctx, st, fmt.Sprintf("b.%d", i)); err != nil {
+				t.Error(err)
+				return
+			}
+			now := time.Now()
+			start.CompareAndSwap(nil, &now)
+			if !again(i) {
+				return
+			}
+			if err := grantNamed(ctx, st, fmt.Sprintf("c.%d", i)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	first.Wait()
+	second.Wait()
+	took := time.Since(*start.Load())
+	kvlease.WaitWrites(st)
+	return log, took
+}
+
+// A request that finds the slot free is never delayed, and a slot does not
+// linger when waiting cannot reach the break-even.
 func TestLingerNeverDelaysALoneRequest(t *testing.T) {
 	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(time.Second))
 	var lingers atomic.Int64
