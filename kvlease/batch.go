@@ -261,8 +261,9 @@ func (w *writer) next(answered int, mark uint64) []*writeReq {
 
 // lingerGap is how long a lingering slot waits for the next of its
 // callers' requests once they have begun to come back. Through the
-// service, 64 callers' next requests arrived over 1 to 9 ms, mostly less
-// than 1 ms apart (BenchmarkGrantRelease, two shared cores); a longer
+// service, 64 callers' next requests arrived within 2 to 9 ms of the
+// answers, mostly less than 1 ms apart (BenchmarkGrantRelease, two shared
+// cores); a longer
 // pause means the rest are not coming soon (an open loop, or callers that
 // stopped), and waiting on would only delay those queued.
 const lingerGap = time.Millisecond

@@ -86,8 +86,9 @@ type BatchLimits struct {
 	// write, only when waiting can reach the break-even: a request that
 	// finds a slot free is never delayed. Once the callers' requests have
 	// begun to come back, the slot waits on only while the next comes
-	// within 1 ms, so a load that does not come back in a loop is held up
-	// by about 1 ms, not by Linger. 0 turns it off.
+	// within 1 ms, so requests that come further apart than that (callers
+	// that do not write in a loop) are not held for the whole Linger. 0
+	// turns it off.
 	Linger time.Duration
 	// Timeout bounds the wait for a batch's acknowledgement: past it, every
 	// request in the batch is answered [ErrUnavailable] (it may or may not
@@ -119,8 +120,8 @@ const maxLinger = time.Second
 // is bound by CPU: at 16 clients 4 in flight made writes 0.68× raw single
 // publishes, 8 0.79×, 16 0.85–0.94×; at 64 clients 4 0.89×, 8 0.95×, 16
 // 0.68–0.77×), a linger of 5 ms on R1 (where a batch's fixed cost is
-// several ms, and 64 callers' next requests through the service take 1 to
-// 9 ms to come back) and none on R3 (where it is small), a 10 s timeout. Grantors on one stream share the server's
+// several ms, and 64 callers' next requests through the service came back
+// within 2 to 9 ms) and none on R3 (where it is small), a 10 s timeout. Grantors on one stream share the server's
 // 50 batches in flight; a batch refused for that limit goes out as single
 // publishes instead.
 func DefaultBatchLimits(replicas int) BatchLimits {
