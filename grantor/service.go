@@ -497,12 +497,13 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 func (s *Service) reply(to, verb string, resp any, err error, counted func(code string)) string {
 	msg := &nats.Msg{Subject: to}
 	code := "ok"
-	if l, ok := resp.(api.Lease); ok {
-		l.Node = s.node // whose clock l.ServerTime is: clients estimate rates per node
-		resp = l
-	}
 	if err == nil {
-		msg.Data, _ = json.Marshal(resp)
+		if l, ok := resp.(api.Lease); ok {
+			l.Node = s.node // whose clock l.ServerTime is: clients estimate rates per node
+			msg.Data, _ = l.AppendJSON(make([]byte, 0, 512))
+		} else {
+			msg.Data, _ = json.Marshal(resp)
+		}
 		if len(msg.Data) > int(s.nc.MaxPayload()) {
 			err = fmt.Errorf("%w: reply of %d bytes exceeds the server's max payload; narrow the prefix", api.ErrTooLarge, len(msg.Data))
 		}

@@ -95,12 +95,12 @@ type Duration time.Duration
 // nothing JSON escapes (digits, '.', '-', letters and 'µ'), so it is quoted
 // as it is: json.Marshal of the string cost a quarter of a grantor's reply
 // encoding.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	s := time.Duration(d).String()
-	b := make([]byte, 0, len(s)+2)
+func (d Duration) MarshalJSON() ([]byte, error) { return d.appendJSON(make([]byte, 0, 16)), nil }
+
+func (d Duration) appendJSON(b []byte) []byte {
 	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"'), nil
+	b = append(b, time.Duration(d).String()...)
+	return append(b, '"')
 }
 
 // UnmarshalJSON reads a duration string.
