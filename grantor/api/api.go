@@ -284,6 +284,14 @@ func Decode(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		data = []byte("{}")
 	}
+	if f, ok := v.(fastDecoder); ok && f.decodeFast(data) {
+		return nil
+	}
+	return decodeStrict(data, v)
+}
+
+// decodeStrict is Decode by encoding/json.
+func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
