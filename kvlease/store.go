@@ -105,8 +105,11 @@ func (t *tombstone) addTo(h nats.Header) {
 // replacedTombstone reads the tombstone a grant's headers h carry.
 func replacedTombstone(h nats.Header) (*tombstone, bool) {
 	rev := parseUint(h.Get(hdrPrevRevision))
+	if rev == 0 {
+		return nil, false // most grants: a free name, or a tombstone the store did not know
+	}
 	at, err := time.Parse(time.RFC3339Nano, h.Get(hdrPrevTime))
-	if rev == 0 || err != nil {
+	if err != nil {
 		return nil, false
 	}
 	return readTombstone(rev, at, h, hdrPrev), true
@@ -493,7 +496,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 				Secret: req.Secret, secretHash: sh, GrantTrace: tp, RequestID: req.RequestID,
 			}
 			rec.GrantedAt = rec.StoredAt
-			s.cache.putSure(rec, sureUntil(sent, ttl))
+			s.cache.putSure(rec, sureUntil(sent, ttl), nil)
 			return rec, nil
 		case errors.Is(err, errDuplicate):
 			// An earlier attempt of this request was stored at rev.
@@ -626,12 +629,17 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	}
 	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
 	linkTo(span, cur.GrantTrace)
-	granted := cur.GrantedAt
-	data := value{
-		Holder: req.Holder, Token: req.Token, DurationMS: req.Duration.Milliseconds(),
-		GrantedAt: &granted, Attributes: cur.Attributes, SecretHash: cur.secretHash, Trace: cur.GrantTrace,
-		RequestID: cur.RequestID,
-	}.encode()
+	// The tenure's fields, which a renewal carries forward: as the last
+	// renewal of this Store's stored them, if it was for this duration.
+	data := s.cache.renewal(req.Name, req.Revision, req.Duration)
+	if data == nil {
+		granted := cur.GrantedAt
+		data = value{
+			Holder: req.Holder, Token: req.Token, DurationMS: req.Duration.Milliseconds(),
+			GrantedAt: &granted, Attributes: cur.Attributes, SecretHash: cur.secretHash, Trace: cur.GrantTrace,
+			RequestID: cur.RequestID,
+		}.encode()
+	}
 	sent := time.Now()
 	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
 	if err != nil {
@@ -639,7 +647,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	}
 	rec = cur
 	rec.Revision, rec.Duration, rec.TTL, rec.StoredAt = rev, req.Duration, ttl, time.Now()
-	s.cache.putSure(rec, sureUntil(sent, ttl))
+	s.cache.putSure(rec, sureUntil(sent, ttl), data)
 	return rec, nil
 }
 
@@ -1037,6 +1045,10 @@ type cacheEntry struct {
 	// for the entry starts later, and the subject keeps a marker after the
 	// entry expires.
 	sure time.Time
+	// renewal is the value this Store wrote at rec.Revision if that was a
+	// renewal: the next renewal of the tenure for the same duration
+	// stores the same bytes again, so it need not encode them.
+	renewal []byte
 }
 
 // sureUntil is the end of an entry's sure time: sent + ttl less a margin
@@ -1069,11 +1081,24 @@ func (c *revCache) set(name string, e cacheEntry) {
 	c.m[name] = e
 }
 
-func (c *revCache) put(rec Record) { c.putSure(rec, time.Time{}) }
+func (c *revCache) put(rec Record) { c.putSure(rec, time.Time{}, nil) }
 
-func (c *revCache) putSure(rec Record, sure time.Time) {
+// putSure remembers rec as written by this Store: surely there until sure,
+// with the value renewal if it was a renewal.
+func (c *revCache) putSure(rec Record, sure time.Time, renewal []byte) {
 	rec.Secret = "" // the hash is enough; keep no secrets in memory
-	c.set(rec.Name, cacheEntry{rec: rec, sure: sure})
+	c.set(rec.Name, cacheEntry{rec: rec, sure: sure, renewal: renewal})
+}
+
+// renewal returns the value this Store wrote renewing name to revision
+// rev for duration d, if it is the revision remembered (else nil).
+func (c *revCache) renewal(name string, rev uint64, d time.Duration) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[name]; ok && !e.gone && e.rec.Revision == rev && e.rec.Duration == d {
+		return e.renewal
+	}
+	return nil
 }
 
 // unsure forgets that name's subject surely has a message: a read found

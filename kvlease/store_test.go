@@ -586,3 +586,44 @@ func TestGrantThatKeepsMissingIsNotHeld(t *testing.T) {
 		t.Fatalf("retry: %+v, %v", rec, err)
 	}
 }
+
+// A renewal for the tenure's duration stores the value its last renewal
+// by this Store stored (it is not encoded again); one for a new duration
+// stores a new one. Each revision, read by another Store, is the tenure as
+// granted with the duration last asked for.
+func TestRenewalsStoreTheTenure(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	reader := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "jobs.a", Holder: "h1", Duration: 5 * time.Second,
+		Attributes: map[string]string{"role": "primary"}, RequestID: "req-1", Secret: "0123456789abcdef-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range []time.Duration{0, 5 * time.Second, 0, 7 * time.Second, 7 * time.Second, 0, 5 * time.Second} {
+		next, err := st.Renew(ctx, kvlease.RenewRequest{Name: rec.Name, Holder: rec.Holder, Token: rec.Token,
+			Revision: rec.Revision, Duration: d, Secret: "0123456789abcdef-secret", SecretRequired: true})
+		if err != nil {
+			t.Fatalf("renewal %d (%v): %v", i, d, err)
+		}
+		want := rec.Duration
+		if d != 0 {
+			want = d
+		}
+		got, err := reader.Get(ctx, rec.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Revision != next.Revision || got.Token != rec.Token || got.Holder != "h1" || got.Duration != want ||
+			got.Attributes["role"] != "primary" || got.RequestID != "req-1" || !got.GrantedAt.Equal(rec.GrantedAt) {
+			t.Fatalf("renewal %d (%v) stored %+v; want the tenure %+v for %v at revision %d", i, d, got, rec, want, next.Revision)
+		}
+		// The stored secret hash still proves the tenure: a wrong secret
+		// is refused, from a Store that only read the value.
+		if _, err := reader.Renew(ctx, kvlease.RenewRequest{Name: rec.Name, Holder: rec.Holder, Token: rec.Token,
+			Revision: got.Revision, Secret: "wrong-secret-0123456789", SecretRequired: true}); !errors.Is(err, kvlease.ErrNotHolder) {
+			t.Fatalf("renewal %d: a wrong secret against the stored value: %v, want ErrNotHolder", i, err)
+		}
+		rec = next
+	}
+}

@@ -15,8 +15,11 @@ import (
 const instrumentationName = "github.com/leased/leased/kvlease"
 
 func (s *Store) startSpan(ctx context.Context, op, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	attrs = append(attrs, telemetry.AttrName.String(name))
-	return s.tracer.Start(ctx, "lease."+op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx, span := s.tracer.Start(ctx, "lease."+op, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() { // else the attributes would be made for nothing, per renewal
+		span.SetAttributes(append(attrs, telemetry.AttrName.String(name))...)
+	}
+	return ctx, span
 }
 
 // traceparent returns the W3C traceparent of ctx's span ("" if none).

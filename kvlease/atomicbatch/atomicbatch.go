@@ -16,7 +16,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -47,7 +46,9 @@ type ack struct {
 
 // Publish sends msgs as one atomic batch and returns the stream sequence
 // each was stored at, in order. Each message keeps its subject, data and
-// headers; the batch headers go on copies. Messages 1..n−1 go without a
+// headers, and gets the batch headers too: msgs are the batch's own, not
+// to be sent again (callers build them for it; copying each one's headers
+// was 2% of what a loaded grantor allocated). Messages 1..n−1 go without a
 // reply subject; the commit (message n) is a request whose answer is the
 // batch's one ack. An error that is a *jetstream.APIError means the server
 // refused the batch and stored none of it; any other error means no
@@ -59,8 +60,7 @@ func Publish(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) ([]uint64, er
 	}
 	id := nuid.Next()
 	var commit *nats.Msg
-	for i, msg := range msgs {
-		m := &nats.Msg{Subject: msg.Subject, Data: msg.Data, Header: maps.Clone(msg.Header)}
+	for i, m := range msgs {
 		if m.Header == nil {
 			m.Header = nats.Header{}
 		}
