@@ -189,27 +189,7 @@ var benchSeq atomic.Int64
 func run(b *testing.B, c int, op func(ctx context.Context, j int, name string) error) time.Duration {
 	b.Helper()
 	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, c)
-	start := time.Now()
-	for j := range c {
-		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
-				if err := op(ctx, j, fmt.Sprintf("bench.%d", benchSeq.Add(1))); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	took := time.Since(start)
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	return took
+	return measure(b, c, func(j int) error { return op(ctx, j, fmt.Sprintf("bench.%d", benchSeq.Add(1))) }).wall
 }
 
 // BenchmarkServiceRenew measures what a renewal through the service costs

@@ -187,29 +187,14 @@ func (r *RenewRequest) decodeFast(data []byte) bool {
 	return true
 }
 
+// decodeFast decodes a release as a renewal without a TTL: the same
+// members but one.
 func (r *ReleaseRequest) decodeFast(data []byte) bool {
-	var v ReleaseRequest
-	p := flatObject{data: data}
-	if !p.members(func(k string) bool {
-		switch k {
-		case "name":
-			v.Name = p.str()
-		case "holder":
-			v.Holder = p.str()
-		case "token":
-			v.Token = p.uint()
-		case "revision":
-			v.Revision = p.uint()
-		case "secret":
-			v.Secret = p.str()
-		default:
-			return false
-		}
-		return true
-	}) {
-		return false
+	var v RenewRequest
+	if !v.decodeFast(data) || v.TTL != nil {
+		return false // "ttl" is not a member of a release: encoding/json's error
 	}
-	*r = v
+	*r = ReleaseRequest{Name: v.Name, Holder: v.Holder, Token: v.Token, Revision: v.Revision, Secret: v.Secret}
 	return true
 }
 
