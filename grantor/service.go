@@ -777,7 +777,7 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	for i, r := range recs {
 		l := toWire(*r, now)
 		l.Flapping = s.flaps.Flapping(r.Name, now)
-		b, err := json.Marshal(l)
+		b, err := l.AppendJSON(nil)
 		if err != nil {
 			return nil, err
 		}

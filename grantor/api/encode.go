@@ -17,20 +17,14 @@ import (
 // that the wire is byte for byte what encoding/json gives (FuzzLeaseJSON,
 // FuzzDecodeFast).
 
-// leaseJSON is Lease without its methods: encoding/json's own encoding of
-// it, which AppendJSON falls back to.
-type leaseJSON Lease
-
-// MarshalJSON encodes l as encoding/json encodes its fields.
-func (l Lease) MarshalJSON() ([]byte, error) { return l.AppendJSON(nil) }
-
-// AppendJSON appends l's JSON encoding (as MarshalJSON gives it) to b:
-// json.Marshal of l would also compact what MarshalJSON wrote, a copy.
+// AppendJSON appends l's JSON encoding, byte for byte json.Marshal's, to
+// b. (Lease has no MarshalJSON: a type embedding it, like the CLI's
+// -o json, would get it as its own and lose its fields.)
 func (l *Lease) AppendJSON(b []byte) ([]byte, error) {
 	if out, ok := l.appendPlain(b); ok {
 		return out, nil
 	}
-	enc, err := json.Marshal((*leaseJSON)(l))
+	enc, err := json.Marshal(l)
 	if err != nil {
 		return b, err
 	}
