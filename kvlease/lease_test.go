@@ -18,7 +18,8 @@ import (
 )
 
 // Renewals keep a lease alive for 3×D; once they stop, the server lapses the
-// key within D + grantor margin + 1.5 s and a watcher sees it expire. D is
+// key within its ServerTTL, an attempt in flight and 1.5 s, and a watcher
+// sees it expire. D is
 // 3 s: with D = 1 s (attempts of D/6) the keeper lost the lease in CI, where
 // the whole suite loads two cores and a renewal took over 160 ms.
 func TestRenewalsKeepLeaseAliveThenLapse(t *testing.T) {
@@ -69,18 +70,26 @@ func TestRenewalsKeepLeaseAliveThenLapse(t *testing.T) {
 
 	k.Orphan() // stop renewing, do not release
 	stopped := time.Now()
-	ev := kvleasetest.NextEvent(t, w, d+mg+3*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
+	ev := kvleasetest.NextEvent(t, w, kvlease.ServerTTL(d, mg)+d/6+3*time.Second, func(ev kvlease.Event) bool { return ev.Type.Ends() })
 	took := time.Since(stopped)
 	if ev.Type != kvlease.EventExpired || ev.Token != l.Token() || ev.Holder != "h1" {
 		t.Fatalf("end event %+v, want expiry of token %d", ev, l.Token())
 	}
-	if limit := d + mg + 1500*time.Millisecond; took > limit {
-		t.Fatalf("lapsed %v after renewals stopped, limit %v", took, limit)
-	}
+	// The server keeps the last renewal for ServerTTL (D + margin rounded
+	// up to whole seconds: 4 s here, not 3.2), and one sent as the keeper
+	// was orphaned may still land, up to an attempt (D/6) later; the
+	// marker then comes a little late. The limit used to be D + margin +
+	// 1.5 s, which left 0.7 s for the last two: CI took 4.8 s once.
 	late, _ := ev.Lateness()
 	t.Logf("lapsed %v after the last renewal stopped; marker %v after the server deadline", took, late)
 	if late < 0 {
 		t.Fatalf("server lapsed the lease %v early", -late)
+	}
+	if late > 1500*time.Millisecond {
+		t.Fatalf("expiry marker %v after the server deadline, limit 1.5s", late)
+	}
+	if limit := kvlease.ServerTTL(d, mg) + d/6 + 1500*time.Millisecond; took > limit {
+		t.Fatalf("lapsed %v after renewals stopped, limit %v", took, limit)
 	}
 }
 
