@@ -1057,8 +1057,9 @@ func sureUntil(sent time.Time, ttl time.Duration) time.Time {
 	return sent.Add(ttl - ttl/100)
 }
 
-// revCacheMax bounds the cache: 262,144 leases, about 100 MiB at most (an
-// entry is a few hundred bytes). It must exceed the live leases one Store
+// revCacheMax bounds the cache: 262,144 leases, about 130 MiB at most (an
+// entry is a few hundred bytes, and the value of a renewed tenure's last
+// renewal about 250 more). It must exceed the live leases one Store
 // renews, or a renewal of an evicted lease costs a read of its revision
 // (a JetStream message get and a JSON decode, about as much CPU as the
 // renewal itself): at 1<<16, a grantor renewing 100,000 live leases missed
