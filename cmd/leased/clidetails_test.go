@@ -169,6 +169,14 @@ func TestCLIDetails(t *testing.T) {
 		}
 	})
 
+	t.Run("discover refuses a negative --max-suspicion", func(t *testing.T) {
+		// It used to list every instance, as if no limit were given.
+		r := run(t, 2, "discover", "web", "--max-suspicion", "-1")
+		if !strings.Contains(r.stderr, "--max-suspicion") {
+			t.Fatalf("stderr %q", r.stderr)
+		}
+	})
+
 	t.Run("errors name no Go package", func(t *testing.T) {
 		for _, args := range [][]string{{"acquire", "x", "--ttl", "0s"}, {"acquire", "bé"}, {"renew", "nothing", "--holder", "h", "--token", "1", "--revision", "1", "--secret", "s"}} {
 			r := leased(t, url, args...)

@@ -231,6 +231,9 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 			if err := validateServiceName("SERVICE", args[0]); err != nil {
 				return err
 			}
+			if !(maxSuspicion >= 0) { // NaN too
+				return usageError{fmt.Errorf("--max-suspicion %v: want 0 (keep all) or a positive suspicion level", maxSuspicion)}
+			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				cl, err := c.client(nc)
 				if err != nil {
