@@ -57,6 +57,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--batch-in-flight", "51"},
 		{"serve", "--batch-timeout", "11s"},
 		{"serve", "--history-retention", "-1h"},
+		{"serve", "--pprof"}, // without --metrics-listen: nowhere to serve them
 	} {
 		if r := leased(t, "", append(args, "--data", t.TempDir())...); r.code != 2 {
 			t.Errorf("leased %v: exit %d (%s), want 2", args, r.code, r.stderr)
@@ -89,6 +90,39 @@ func TestServeMetrics(t *testing.T) {
 			t.Fatalf("metrics lack %s:\n%s", want, body)
 		}
 	}
+	// Profiles only when asked for (--pprof, TestServePprof).
+	if code := httpStatus(t, strings.TrimSuffix(m.URL, "/metrics")+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --pprof: status %d, want 404", code)
+	}
+}
+
+// `leased serve --metrics-listen A --pprof` serves Go's runtime profiles
+// beside the metrics (README, "Observability").
+func TestServePprof(t *testing.T) {
+	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0", "--pprof")
+	base := strings.TrimSuffix(metricsURL(t, s.logs), "/metrics")
+	resp, err := http.Get(base + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "heap profile:") {
+		t.Fatalf("heap profile: status %d\n%.300s", resp.StatusCode, b)
+	}
+	if !strings.Contains(s.logs.text(), "/debug/pprof/") {
+		t.Errorf("serve's log does not say where the profiles are:\n%s", s.logs.text())
+	}
+}
+
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // With --sync unsafe-interval on one node the server acknowledges writes

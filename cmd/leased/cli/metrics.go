@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -16,14 +18,17 @@ import (
 	"github.com/leased/leased/telemetry/otelsetup"
 )
 
-// metricsFlags is --metrics-listen, shared by serve and the holders we
-// ship (run, elect, register).
+// metricsFlags is --metrics-listen and --pprof, shared by serve and the
+// holders we ship (run, elect, register).
 type metricsFlags struct {
 	listen string
+	pprof  bool
 }
 
 func (m *metricsFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&m.listen, "metrics-listen", "", "serve Prometheus metrics on http://HOST:PORT/metrics (default: off)")
+	fs.BoolVar(&m.pprof, "pprof", false, "also serve Go's runtime profiles at /debug/pprof/ on --metrics-listen (default: off; "+
+		"they show the process's internals and a CPU profile costs it CPU: keep the address private)")
 }
 
 // start sets up OpenTelemetry for the process (OTLP from the standard
@@ -42,6 +47,10 @@ func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logg
 		_ = tel.Shutdown(sctx)
 	}
 	if m.listen == "" {
+		if m.pprof {
+			shutdown()
+			return nil, nil, usageError{errors.New("--pprof needs --metrics-listen: the profiles are served beside the metrics")}
+		}
 		return tel.Meter, shutdown, nil
 	}
 	ln, err := net.Listen("tcp", m.listen)
@@ -51,10 +60,22 @@ func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logg
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", tel.MetricsHandler())
+	if m.pprof {
+		// What net/http/pprof registers on http.DefaultServeMux, on this
+		// listener only.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan struct{})
 	go func() { defer close(served); _ = hs.Serve(ln) }()
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	if m.pprof {
+		log.Info("profiles", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
+	}
 	return tel.Meter, func() { _ = hs.Close(); <-served; shutdown() }, nil
 }
 
