@@ -81,6 +81,21 @@ func TestServeRefusesInsecureListen(t *testing.T) {
 	}
 }
 
+// serve connects to its own embedded server through a pipe; credentials
+// the server refuses are still reported as the server's refusal, at once
+// (through the pipe alone, nats.go said "read/write on closed pipe", 10 s
+// later: cli.connectOwn).
+func TestServeOwnCredentialsRefused(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "users.conf")
+	if err := os.WriteFile(conf, []byte(`authorization { users = [ { user: leased, password: right } ] }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := leased(t, "", "serve", "--data", t.TempDir(), "--config", conf, "--user", "leased", "--password", "wrong")
+	if r.code == 0 || !strings.Contains(r.stderr, "Authorization Violation") || strings.Contains(r.stderr, "wrong") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant a failure naming the server's Authorization Violation, without the password", r.code, r.stderr)
+	}
+}
+
 // A three-node cluster secured by a nats-server configuration file: TLS on
 // client and route ports, and exactly the users of docs/api.md. An
 // unauthenticated client is refused; the app user leases through the service

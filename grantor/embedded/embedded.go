@@ -361,6 +361,16 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nats.Connect(s.ClientURL(), opts...)
 }
 
+// InProcess is a connect option that makes nats.Connect reach this server
+// through an in-memory pipe, not a socket: for a client in the server's own
+// process (`leased serve`'s own connection), whose traffic otherwise pays
+// the kernel's loopback twice per message. The URL given to nats.Connect
+// still names the server (for logs and on reconnect, which takes a new
+// pipe). Authentication and permissions apply as on the client port; TLS
+// is optional on the pipe (nats-server accepts an in-process client with
+// or without it), so a client certificate still authenticates.
+func (s *Server) InProcess() nats.Option { return nats.InProcessServer(s.ns) }
+
 // Shutdown stops the server, waits until it has stopped, and releases the
 // data directory. It may be called more than once.
 func (s *Server) Shutdown() {

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/grantor/embedded"
 )
@@ -59,5 +62,44 @@ func TestStartRefusesUnauthenticatedExposure(t *testing.T) {
 				t.Fatalf("lock file after refusal: %v", err)
 			}
 		})
+	}
+}
+
+// InProcess reaches the server without a socket, and under the same
+// authentication as its client port: `leased serve`'s own connection.
+func TestInProcess(t *testing.T) {
+	// The refusal through a pipe ends at the server's write deadline
+	// (cli.connectOwn): a short one here.
+	base := &server.Options{Users: []*server.User{{Username: "u", Password: "p"}}, WriteDeadline: 100 * time.Millisecond}
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Base: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	if nc, err := nats.Connect(srv.ClientURL(), srv.InProcess()); err == nil {
+		nc.Close()
+		t.Fatal("an in-process client without credentials was let in")
+	}
+	nc, err := nats.Connect(srv.ClientURL(), srv.InProcess(), nats.UserInfo("u", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AccountInfo(t.Context()); err != nil {
+		t.Fatalf("JetStream through the pipe: %v", err)
+	}
+	if got := nc.ConnectedUrl(); got != srv.ClientURL() {
+		t.Errorf("ConnectedUrl %q, want the server's client URL %q", got, srv.ClientURL())
+	}
+	cz, err := srv.NATS().Connz(&server.ConnzOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cz.Conns) != 1 || cz.Conns[0].Port != 0 {
+		t.Fatalf("connections %+v, want one, without a TCP port", cz.Conns)
 	}
 }

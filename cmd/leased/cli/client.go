@@ -62,8 +62,8 @@ func (n *natsFlags) register(fs *pflag.FlagSet) {
 // onErr, if not nil, receives the connection's asynchronous errors (such as
 // the server's permissions violations) on nats.go's callback goroutine, in
 // order; it must not block.
-func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(error)) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.Timeout(timeout), nats.ReconnectBufSize(-1), nats.MaxReconnects(-1)}
+func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(error), extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{nats.Name(name), nats.Timeout(timeout), nats.ReconnectBufSize(-1), nats.MaxReconnects(-1)}, extra...)
 	if p := n.inboxPrefix; p != "" {
 		if strings.ContainsAny(p, "*> \t") || strings.HasSuffix(p, ".") || strings.HasPrefix(p, ".") {
 			return nil, usageError{fmt.Errorf("--inbox-prefix %q: want a subject without wildcards, spaces or a leading or trailing dot", p)}
