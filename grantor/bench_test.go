@@ -120,12 +120,7 @@ func newBenchService(b *testing.B, srvOpts []kvleasetest.ServerOption, batching 
 	// The store and the service share one connection to the server, in
 	// process, as in `leased serve`.
 	nc := kvleasetest.Connect(b, srv.ClientURL(), nats.InProcessServer(srv.NATS()))
-	octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := kvlease.Open(octx, kvleasetest.JetStream(b, nc), opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
+	st := kvleasetest.OpenStoreOn(b, nc, opts...)
 	writes := func() (n uint64, msgs int64) {
 		for _, t := range telemetrytest.Histogram(b, reader, telemetry.MetricStoreWrites, telemetry.AttrWriteKind) {
 			n, msgs = n+t.Count, msgs+t.Sum

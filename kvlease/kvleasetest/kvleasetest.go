@@ -41,9 +41,15 @@ func JetStream(tb testing.TB, nc *nats.Conn) jetstream.JetStream {
 // OpenStore opens the lease bucket through a new connection to url.
 func OpenStore(tb testing.TB, url string, opts ...kvlease.Option) *kvlease.Store {
 	tb.Helper()
+	return OpenStoreOn(tb, Connect(tb, url), opts...)
+}
+
+// OpenStoreOn opens the lease bucket through nc.
+func OpenStoreOn(tb testing.TB, nc *nats.Conn, opts ...kvlease.Option) *kvlease.Store {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := kvlease.Open(ctx, JetStream(tb, Connect(tb, url)), opts...)
+	st, err := kvlease.Open(ctx, JetStream(tb, nc), opts...)
 	if err != nil {
 		tb.Fatalf("kvleasetest: open store: %v", err)
 	}
