@@ -52,6 +52,11 @@ var ErrLocked = errors.New("embedded: data directory in use")
 // [Config.AllowInsecure] is not set.
 var ErrInsecure = errors.New("embedded: refusing to listen without authentication")
 
+// ErrStart is wrapped by the error [Start] returns when the server was
+// configured but did not come up: a port already in use, a store JetStream
+// cannot open. The error carries nats-server's own reason.
+var ErrStart = errors.New("embedded: server did not start")
+
 // LockedError says which directory is locked and, when the lock file
 // names one, by which process.
 type LockedError struct {
@@ -268,20 +273,44 @@ func Start(cfg Config) (*Server, error) {
 		unlock(lock)
 		return nil, fmt.Errorf("embedded: new server: %w", err)
 	}
-	if cfg.Logger != nil {
-		ns.SetLoggerV2(&logger{l: cfg.Logger}, cfg.Debug, false, false)
+	// Always a logger, even a silent one: nats-server reports why it cannot
+	// serve (a port in use, a store it cannot open) only through Fatalf, and
+	// then never becomes ready.
+	log := &logger{l: cfg.Logger, fatal: make(chan string, 1)}
+	if log.l == nil {
+		log.l = slog.New(slog.DiscardHandler)
 	}
+	ns.SetLoggerV2(log, cfg.Debug, false, false)
 	s := &Server{ns: ns, cfg: cfg, lock: lock}
 	ns.Start()
-	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
+	if err := waitReady(ns, log.fatal, cfg.ReadyTimeout); err != nil {
 		s.Shutdown()
-		return nil, fmt.Errorf("embedded: server not ready within %v", cfg.ReadyTimeout)
-	}
-	if !ns.JetStreamEnabled() {
-		s.Shutdown()
-		return nil, errors.New("embedded: JetStream failed to start (see the server log)")
+		return nil, err
 	}
 	return s, nil
+}
+
+// waitReady waits until ns accepts clients with JetStream on, and returns
+// at once, with nats-server's reason, if it reports that it cannot.
+func waitReady(ns *server.Server, fatal <-chan string, timeout time.Duration) error {
+	const poll = 50 * time.Millisecond // ReadyForConnections sleeps 25ms between its checks
+	for deadline := time.Now().Add(timeout); ; {
+		if ns.ReadyForConnections(min(poll, max(time.Until(deadline), time.Millisecond))) {
+			break
+		}
+		select {
+		case msg := <-fatal:
+			return fmt.Errorf("%w: %s", ErrStart, msg)
+		default:
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%w: not ready within %v", ErrStart, timeout)
+		}
+	}
+	if !ns.JetStreamEnabled() {
+		return fmt.Errorf("%w: JetStream failed to start (see the server log)", ErrStart)
+	}
+	return nil
 }
 
 // checkExposure returns an error wrapping [ErrInsecure] if opts listen for
@@ -379,12 +408,24 @@ func (s *Server) Shutdown() {
 	s.unlockOnce.Do(func() { unlock(s.lock) })
 }
 
-// logger bridges nats-server's logger to slog.
-type logger struct{ l *slog.Logger }
+// logger bridges nats-server's logger to slog, and passes on the first
+// fatal error, which nats-server logs but does not return.
+type logger struct {
+	l     *slog.Logger
+	fatal chan string // capacity 1
+}
 
 func (g *logger) Noticef(format string, v ...any) { g.l.Info(fmt.Sprintf(format, v...)) }
 func (g *logger) Warnf(format string, v ...any)   { g.l.Warn(fmt.Sprintf(format, v...)) }
-func (g *logger) Fatalf(format string, v ...any)  { g.l.Error(fmt.Sprintf(format, v...)) }
-func (g *logger) Errorf(format string, v ...any)  { g.l.Error(fmt.Sprintf(format, v...)) }
-func (g *logger) Debugf(format string, v ...any)  { g.l.Debug(fmt.Sprintf(format, v...)) }
-func (g *logger) Tracef(format string, v ...any)  { g.l.Debug(fmt.Sprintf(format, v...)) }
+func (g *logger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	g.l.Error(msg)
+	select {
+	case g.fatal <- msg:
+	default:
+	}
+}
+
+func (g *logger) Errorf(format string, v ...any) { g.l.Error(fmt.Sprintf(format, v...)) }
+func (g *logger) Debugf(format string, v ...any) { g.l.Debug(fmt.Sprintf(format, v...)) }
+func (g *logger) Tracef(format string, v ...any) { g.l.Debug(fmt.Sprintf(format, v...)) }

@@ -2,7 +2,10 @@ package embedded_test
 
 import (
 	"errors"
+	"net"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,4 +105,42 @@ func TestInProcess(t *testing.T) {
 	if len(cz.Conns) != 1 || cz.Conns[0].Port != 0 {
 		t.Fatalf("connections %+v, want one, without a TCP port", cz.Conns)
 	}
+}
+
+// A server that cannot bind its port says so at once, with the cause, and
+// leaves its data directory free. ReadyTimeout is long: before, Start
+// waited all of it and said only "not ready".
+func TestStartReportsPortInUse(t *testing.T) {
+	first, err := embedded.Start(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Shutdown()
+	_, port, _ := net.SplitHostPort(first.Addr())
+	p, _ := strconv.Atoi(port)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		cfg  embedded.Config
+	}{
+		{"client port", embedded.Config{Port: p}},
+		{"cluster port", embedded.Config{Name: "n1", ClusterName: "c", ClusterPort: p, Routes: []string{"nats-route://127.0.0.1:" + port}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir, tc.cfg.ReadyTimeout = dir, time.Hour
+			srv, err := embedded.Start(tc.cfg)
+			if err == nil {
+				srv.Shutdown()
+				t.Fatalf("second server on port %d started", p)
+			}
+			if !errors.Is(err, embedded.ErrStart) || !strings.Contains(err.Error(), "address already in use") {
+				t.Fatalf("Start: %v, want ErrConfig naming the port in use", err)
+			}
+		})
+	}
+	again, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		t.Fatalf("data directory after the failed starts: %v", err)
+	}
+	again.Shutdown()
 }
