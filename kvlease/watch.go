@@ -283,6 +283,14 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	go func() { // the iterator has no context: stop it when ours ends
 		<-ctx.Done()
 		it.Stop()
+		// The server would keep the consumer for 5 minutes after its last
+		// pull (nats.go's InactiveThreshold for ordered consumers), taking
+		// a signal for every message stored: delete it now.
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = s.js.DeleteConsumer(dctx, info.Stream, info.Name)
+			cancel()
+		}
 	}()
 	go w.run(ctx, s, it, prefix, filter, before)
 	return w, nil

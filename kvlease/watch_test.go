@@ -108,3 +108,38 @@ func TestWatcherCatchUp(t *testing.T) {
 		}
 	})
 }
+
+// A stopped watch deletes its consumer on the server, which would
+// otherwise keep it, signalled on every write, for nats.go's 5 minutes.
+func TestWatcherStopDeletesItsConsumer(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	st := kvleasetest.OpenStoreOn(t, nc)
+	deleted := kvleasetest.ConsumerDeletions(t, nc, "KV_"+st.Bucket())
+	w, err := st.Watch(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-w.Synced()
+	stream, err := st.JetStream().Stream(t.Context(), "KV_"+st.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := stream.ConsumerNames(t.Context())
+	var before []string
+	for n := range names.Name() {
+		before = append(before, n)
+	}
+	if len(before) != 1 {
+		t.Fatalf("consumers while watching: %v, want the watch's", before)
+	}
+	w.Stop()
+	select {
+	case name := <-deleted:
+		if name != before[0] {
+			t.Errorf("deleted consumer %s, want %s", name, before[0])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("consumer %s still there 10 s after Stop", before[0])
+	}
+}

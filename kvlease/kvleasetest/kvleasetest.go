@@ -86,3 +86,25 @@ func BenchBatchLimits(replicas int) (kvlease.BatchLimits, bool) {
 	}
 	return l, true
 }
+
+// ConsumerDeletions returns the names of the consumers of stream the
+// server deletes from now on, from its JetStream advisories, as they come.
+func ConsumerDeletions(tb testing.TB, nc *nats.Conn, stream string) <-chan string {
+	tb.Helper()
+	prefix := "$JS.EVENT.ADVISORY.CONSUMER.DELETED." + stream + "."
+	out := make(chan string, 1024)
+	sub, err := nc.Subscribe(prefix+"*", func(m *nats.Msg) {
+		select {
+		case out <- strings.TrimPrefix(m.Subject, prefix):
+		default:
+		}
+	})
+	if err != nil {
+		tb.Fatalf("kvleasetest: subscribe to consumer advisories: %v", err)
+	}
+	tb.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		tb.Fatalf("kvleasetest: subscribe to consumer advisories: %v", err)
+	}
+	return out
+}
