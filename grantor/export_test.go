@@ -4,3 +4,13 @@ package grantor
 // change of the bucket it has handled (reported, or skipped as its own).
 // Call it before Start.
 func SetObservedHook(s *Service, f func(rev uint64)) { s.onObserved = f }
+
+// WithFeedHook makes s's observer call f(true) when it moves to the
+// service's own watch and f(false) when the feed cuts it off; buffer, if
+// above 0, is the feed's buffer instead of feedBuffer.
+func WithFeedHook(buffer int, f func(on bool)) Option {
+	return func(s *Service) error {
+		s.feed.size, s.onFeed = buffer, f
+		return nil
+	}
+}

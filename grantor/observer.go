@@ -278,8 +278,19 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
 	o.markReady()
+	// The changes come from w until it has caught up with the service's
+	// own watch, then from that watch (see feed).
+	events, errc := make(chan kvlease.Event, 64), make(chan error, 1)
+	go func() {
+		errc <- o.changes(ctx, w, after, events)
+		close(events)
+	}()
+	defer func() {
+		cancel()
+		for range events { // wait for changes to end
+		}
+	}()
 	open := map[string]*openTenure{}
 	o.pending = o.pending[:0] // a predecessor reports what a lost leadership left unwritten
 	// The records of changes that come close together go together: until
@@ -289,7 +300,6 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	linger := time.NewTimer(historyLinger)
 	defer linger.Stop()
 	var handled uint64 // the revision of the last change handled
-	events := w.Events()
 	// flush writes what is pending, only while this node still observes:
 	// one paused since it queued the records reports nothing more.
 	flush := func() error {
@@ -338,10 +348,147 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 			o.s.onObserved(handled)
 		}
 	}
-	if err := w.Err(); err != nil {
+	if err := <-errc; err != nil && ctx.Err() == nil {
 		return err
 	}
 	return ctx.Err()
+}
+
+// switchIdle is how long the observer's own watch, caught up, may deliver
+// nothing before the observer moves to the service's watch without having
+// seen that watch's last revision: what is left below it made no event
+// (an undecodable entry).
+const switchIdle = time.Second
+
+// changes passes to out, in order, the bucket's changes after revision
+// from, beginning with w, a watch of its own from there
+// (kvlease.ChangesAfter(from)). Once w has caught up with the service's
+// own watch, it stops w and passes that watch's events instead (through
+// the service's feed), skipping those w passed already; when the feed cuts
+// it off, it catches up on a new watch of its own from the last revision
+// it passed, and so on. It returns when ctx ends (ctx's error) or a watch
+// of its own fails.
+func (o *observer) changes(ctx context.Context, w *kvlease.Watcher, from uint64, out chan<- kvlease.Event) error {
+	last := from // the revision of the last event passed (a carried end can be older: max)
+	pass := func(ev kvlease.Event) error {
+		select {
+		case out <- ev:
+			last = max(last, ev.Revision)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for {
+		sub, err := o.catchUp(ctx, w, pass, &last)
+		w.Stop()
+		if err != nil || sub == nil {
+			return err
+		}
+		o.s.feedHook(true)
+		err = o.fromFeed(ctx, sub, last, pass)
+		o.s.feed.unsubscribe(sub)
+		if err != nil {
+			return err
+		}
+		o.s.feedHook(false)
+		w, err = kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Watcher, error) {
+			return o.s.store.Watch(ctx, "", kvlease.ChangesAfter(last))
+		})
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// catchUp passes w's events until w has caught up with the bucket and with
+// the service's watch: it has passed the last revision that watch had
+// passed on when the subscription began. It returns the subscription to
+// go on with, or nil after passing all of w if the service's watch has
+// ended.
+func (o *observer) catchUp(ctx context.Context, w *kvlease.Watcher, pass func(kvlease.Event) error, last *uint64) (*feedSub, error) {
+	if err := w.CatchUp(ctx, pass); err != nil {
+		return nil, err
+	}
+	ended := func() error {
+		if err := w.Err(); err != nil {
+			return err
+		}
+		return ctx.Err()
+	}
+	for {
+		sub := o.s.feed.subscribe()
+		if sub == nil { // this watch is all there is
+			for ev := range w.Events() {
+				if err := pass(ev); err != nil {
+					return nil, err
+				}
+			}
+			return nil, ended()
+		}
+		idle := time.NewTimer(switchIdle)
+		for target := sub.from - 1; *last < target; {
+			select {
+			case ev, ok := <-w.Events():
+				if !ok {
+					o.s.feed.unsubscribe(sub)
+					return nil, ended()
+				}
+				if err := pass(ev); err != nil {
+					o.s.feed.unsubscribe(sub)
+					return nil, err
+				}
+				idle.Reset(switchIdle)
+			case <-idle.C:
+				target = 0
+			case <-sub.lost:
+				target = 0
+				sub = nil
+			case <-ctx.Done():
+				o.s.feed.unsubscribe(sub)
+				return nil, ctx.Err()
+			}
+		}
+		idle.Stop()
+		if sub != nil {
+			return sub, nil
+		}
+		// Cut off while still catching up: subscribe again.
+	}
+}
+
+// fromFeed passes sub's events after revision last, until the feed cuts
+// sub off (nil: the caller catches up on a watch of its own) or ctx ends.
+func (o *observer) fromFeed(ctx context.Context, sub *feedSub, last uint64, pass func(kvlease.Event) error) error {
+	skipping := true // the events w passed already
+	take := func(ev kvlease.Event) error {
+		if skipping && ev.Revision <= last {
+			return nil
+		}
+		skipping = false
+		return pass(ev)
+	}
+	for {
+		select {
+		case ev := <-sub.events:
+			if err := take(ev); err != nil {
+				return err
+			}
+		case <-sub.lost:
+			for { // what it holds came before the cut: a prefix, in order
+				select {
+				case ev := <-sub.events:
+					if err := take(ev); err != nil {
+						return err
+					}
+				default:
+					return nil
+				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // startRevision is the revision after which changes are this observer's to
@@ -360,7 +507,8 @@ func (o *observer) startRevision(ctx context.Context) (uint64, error) {
 func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, open map[string]*openTenure) error {
 	switch {
 	case ev.Replay:
-		if ev.Record != nil {
+		// A tenure it knows (replayed again after a cut-off) keeps its count.
+		if t := open[ev.Name]; ev.Record != nil && (t == nil || t.token != ev.Token) {
 			open[ev.Name] = &openTenure{token: ev.Token}
 		}
 		return nil
@@ -372,6 +520,9 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		return nil
 	case ev.Type == kvlease.EventGranted:
 		prev := open[ev.Name]
+		if prev != nil && prev.token == ev.Token {
+			return nil // a tenure it knows, first seen by a new watch (after a cut-off)
+		}
 		open[ev.Name] = &openTenure{token: ev.Token}
 		if prev != nil && prev.token != ev.Token {
 			// The watch lagged past the end of the tenure before (history 1

@@ -144,6 +144,9 @@ type Service struct {
 	// onObserved, if set (tests), is called by the observer with the
 	// revision of each change of the bucket its watch has handled.
 	onObserved func(rev uint64)
+	// onFeed, if set (tests), is called when the observer moves to the
+	// service's watch (true) and when the feed cuts it off (false).
+	onFeed func(on bool)
 
 	mp           metric.MeterProvider
 	namePrefixes []string
@@ -158,6 +161,7 @@ type Service struct {
 	inflight sync.WaitGroup
 	holders  holderIndex
 	watcher  *kvlease.Watcher
+	feed     feed // watcher's events, to the observer
 	handlers map[string]Handler
 	apis     []string // the API prefixes the catch-alls answer: lease.v1, …
 }
@@ -244,8 +248,11 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go s.holders.follow(w, s.log, s.observe,
-		func(n int) { s.metrics.LiveLeases(context.Background(), int64(n)) })
+	go func() {
+		s.holders.follow(w, s.log, s.observe,
+			func(n int) { s.metrics.LiveLeases(context.Background(), int64(n)) }, s.feed.pass)
+		s.feed.close()
+	}()
 	select {
 	case <-w.Synced():
 	case <-ctx.Done():
@@ -593,6 +600,12 @@ func (s *Service) observe(ev kvlease.Event) {
 	}
 }
 
+func (s *Service) feedHook(on bool) {
+	if s.onFeed != nil {
+		s.onFeed(on)
+	}
+}
+
 // publishChange reports a change the observer has recorded: a span, the
 // ownership metric and an event for non-Go clients, e.g. a new leader:
 // `nats sub 'lease.events.v1.leader.>'`. Only the cluster's observer
@@ -917,35 +930,42 @@ func newHolderIndex() holderIndex {
 }
 
 // follow applies the watch's events, calls onChange for each change (not
-// the replay) and onLive with the number of live leases after each event.
-func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func(kvlease.Event), onLive func(n int)) {
+// the replay), onLive with the number of live leases after each event,
+// and then passes each event on.
+func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func(kvlease.Event), onLive func(n int),
+	then func(kvlease.Event)) {
 	for ev := range w.Events() {
-		if reserved(ev.Name) {
-			h.mu.Lock()
-			h.advanceLocked(ev.Revision)
-			h.mu.Unlock()
-			continue // the grantor's own leases count for no holder
-		}
-		if !ev.Replay {
-			onChange(ev)
-		}
-		holder := ev.Holder
-		if ev.Type.Ends() {
-			holder = ""
-		}
-		h.mu.Lock()
-		h.advanceLocked(ev.Revision)
-		if ev.Revision >= h.ahead[ev.Name] {
-			delete(h.ahead, ev.Name)
-			h.setLocked(ev.Name, holder, ev.Revision, ev.Record)
-		}
-		n := len(h.byName)
-		h.mu.Unlock()
-		onLive(n)
+		h.apply(ev, onChange, onLive)
+		then(ev)
 	}
 	if err := w.Err(); err != nil {
 		log.Error("per-holder lease counting stopped; limits are no longer enforced accurately", "err", err)
 	}
+}
+
+func (h *holderIndex) apply(ev kvlease.Event, onChange func(kvlease.Event), onLive func(n int)) {
+	if reserved(ev.Name) {
+		h.mu.Lock()
+		h.advanceLocked(ev.Revision)
+		h.mu.Unlock()
+		return // the grantor's own leases count for no holder
+	}
+	if !ev.Replay {
+		onChange(ev)
+	}
+	holder := ev.Holder
+	if ev.Type.Ends() {
+		holder = ""
+	}
+	h.mu.Lock()
+	h.advanceLocked(ev.Revision)
+	if ev.Revision >= h.ahead[ev.Name] {
+		delete(h.ahead, ev.Name)
+		h.setLocked(ev.Name, holder, ev.Revision, ev.Record)
+	}
+	n := len(h.byName)
+	h.mu.Unlock()
+	onLive(n)
 }
 
 func (h *holderIndex) advanceLocked(rev uint64) {
