@@ -391,8 +391,8 @@ func (w *Watcher) caughtUp(ctx context.Context, s *Store, filter string, deliver
 // was decoded from. A holder's renewals store the same value again and
 // again (what changes, the revision, time and TTL, is the message's), so a
 // renewal whose value is byte for byte the one before is not decoded
-// again: decoding every renewal was most of a watcher's CPU, and a node
-// runs two watchers of the whole bucket (BenchmarkClassifyRenewal).
+// again: decoding every renewal was most of a watcher's CPU
+// (BenchmarkClassifyRenewal).
 type tenures struct {
 	recs map[string]*Record
 	raws map[string][]byte // of the names whose record is a renewal's
