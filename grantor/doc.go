@@ -28,7 +28,9 @@
 // ownership-change spans and change metrics, flags flapping leases, and
 // writes the history of tenures ([github.com/leased/leased/grantor/history],
 // [WithHistoryRetention]), each change once. A new observer reports the
-// changes after the last one its predecessor recorded, once.
+// changes after the last one its predecessor recorded, once. It catches up
+// on a watch of its own, then follows the service's own watch of the
+// bucket: a node watches the bucket once.
 //
 // The durations a lease may have and the grantor margin are the store's,
 // set once where it is opened ([kvlease.WithDurationRange],
