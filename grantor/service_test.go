@@ -747,3 +747,28 @@ func TestCountAndPagesAreCurrent(t *testing.T) {
 		t.Fatalf("count with an undecodable entry last: %d, %v; want 4 (as a read of the bucket counts)", n, err)
 	}
 }
+
+// Replies reuse their messages: an error reply's headers must not stay on
+// the next one (a client reads Leased-Error-Code as the call's failure).
+func TestReplyAfterAnErrorReplyIsClean(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "clean.a", Holder: "h", Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		_, err := f.client.Renew(ctx, kvlease.RenewRequest{Name: rec.Name, Holder: rec.Holder, Token: rec.Token,
+			Revision: rec.Revision, Secret: "wrong"})
+		if err == nil {
+			t.Fatal("renewal with a wrong secret succeeded")
+		}
+		next, err := f.client.Renew(ctx, kvlease.RenewRequest{Name: rec.Name, Holder: rec.Holder, Token: rec.Token,
+			Revision: rec.Revision, Secret: rec.Secret})
+		if err != nil {
+			t.Fatalf("renewal %d after a refused one: %v", i, err)
+		}
+		next.Secret = rec.Secret
+		rec = next
+	}
+}

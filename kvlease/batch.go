@@ -448,17 +448,25 @@ func (s *Store) publishOne(r *writeReq) (uint64, error) {
 // and nothing of it was written; any other error means no answer (it may
 // have been).
 func (s *Store) publishBatch(reqs []*writeReq, timeout time.Duration) ([]uint64, error) {
-	msgs := make([]*nats.Msg, len(reqs))
+	// One allocation per batch for the messages and one for the header
+	// values, not one per message and per header: at 100k live leases
+	// serve's GC was about a quarter of its CPU.
+	msgs, ms := make([]*nats.Msg, len(reqs)), make([]nats.Msg, len(reqs))
+	vals := make([]string, 2*len(reqs))
 	for i, r := range reqs {
-		m := &nats.Msg{Subject: r.msg.Subject, Data: r.msg.Data, Header: maps.Clone(r.msg.Header)}
-		if m.Header == nil {
-			m.Header = nats.Header{}
-		}
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.expect, 10))
+		// The request's own header stays as it was: a rejected batch is
+		// sent again as single publishes, without batch headers.
+		h := make(nats.Header, len(r.msg.Header)+2+atomicbatch.Headers)
+		maps.Copy(h, r.msg.Header) // values shared, never changed: a header is set by replacing its slice
+		v := vals[2*i : 2*i+2 : 2*i+2]
+		v[0] = strconv.FormatUint(r.expect, 10)
+		h[jetstream.ExpectedLastSubjSeqHeader] = v[0:1:1]
 		if r.ttl > 0 {
-			m.Header.Set(jetstream.MsgTTLHeader, r.ttl.String())
+			v[1] = r.ttl.String()
+			h[jetstream.MsgTTLHeader] = v[1:2:2]
 		}
-		msgs[i] = m
+		ms[i] = nats.Msg{Subject: r.msg.Subject, Data: r.msg.Data, Header: h}
+		msgs[i] = &ms[i]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -30,6 +30,10 @@ const (
 	HeaderCommit = "Nats-Batch-Commit"
 )
 
+// Headers is how many headers Publish adds to a message, at most: room
+// to leave in a header map made for a batch.
+const Headers = 3
+
 // Error codes of the refusals callers act on.
 const (
 	ErrCodeDisabled  = 10174 // the stream does not allow atomic publish
@@ -60,14 +64,18 @@ func Publish(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) ([]uint64, er
 	}
 	id := nuid.Next()
 	var commit *nats.Msg
+	// The header values in one allocation for the batch, not one each.
+	vals := make([]string, 2*n+1)
 	for i, m := range msgs {
 		if m.Header == nil {
-			m.Header = nats.Header{}
+			m.Header = make(nats.Header, Headers)
 		}
-		m.Header.Set(HeaderID, id)
-		m.Header.Set(HeaderSeq, strconv.Itoa(i+1))
+		v := vals[2*i : 2*i+2 : 2*i+2]
+		v[0], v[1] = id, strconv.Itoa(i+1)
+		m.Header[HeaderID], m.Header[HeaderSeq] = v[0:1:1], v[1:2:2]
 		if i == n-1 {
-			m.Header.Set(HeaderCommit, "1")
+			vals[2*n] = "1"
+			m.Header[HeaderCommit] = vals[2*n:]
 			commit = m
 			break
 		}
