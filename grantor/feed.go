@@ -85,6 +85,13 @@ func (f *feed) close() {
 	f.cutLocked()
 }
 
+// ended reports whether the service's watch has ended.
+func (f *feed) ended() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closed
+}
+
 func (f *feed) cutLocked() {
 	if f.sub != nil {
 		close(f.sub.lost)

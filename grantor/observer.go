@@ -386,12 +386,18 @@ func (o *observer) changes(ctx context.Context, w *kvlease.Watcher, from uint64,
 			return err
 		}
 		o.s.feedHook(true)
+		o.s.log.Debug("observer caught up; following the service's watch", "revision", last)
 		err = o.fromFeed(ctx, sub, last, pass)
 		o.s.feed.unsubscribe(sub)
 		if err != nil {
 			return err
 		}
 		o.s.feedHook(false)
+		if o.s.feed.ended() {
+			o.s.log.Warn("the service's watch ended; the observer goes on with a watch of its own", "revision", last)
+		} else {
+			o.s.log.Warn("observer fell behind the service's watch; catching up on a watch of its own", "revision", last)
+		}
 		w, err = kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Watcher, error) {
 			return o.s.store.Watch(ctx, "", kvlease.ChangesAfter(last))
 		})
