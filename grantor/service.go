@@ -541,8 +541,8 @@ func (s *Service) reply(to, verb string, resp any, err error, counted func(code 
 
 // replyMsg is a reply's message and lease buffer, reused: nats.go has
 // copied both into its write buffer once PublishMsg returns. Allocating
-// them for every reply was about a tenth of what serve allocated per
-// renewal.
+// them for every reply was about 6% of the bytes a renewal allocated
+// (BenchmarkServiceRenew).
 type replyMsg struct {
 	msg  nats.Msg
 	data []byte // a lease's JSON
