@@ -32,6 +32,7 @@ type Client struct {
 	timeout time.Duration
 	clock   ClockEstimator
 	metrics *telemetry.Metrics
+	seen    seenTokens
 }
 
 var _ kvlease.Grantor = (*Client)(nil)
@@ -122,8 +123,18 @@ func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.R
 	err := c.call(ctx, api.SubjectGrant, api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
 		Attributes: req.Attributes, RequestID: req.RequestID, Secret: req.Secret}, &out)
 	var held *kvlease.HeldError
-	if errors.As(err, &held) {
+	switch {
+	case err == nil:
+		c.seen.note(req.Name, kvlease.Token(out.Token), time.Now())
+	case errors.As(err, &held):
 		held.Name = req.Name
+		if newer, ok := c.seen.newer(req.Name, held.Token, time.Now()); ok {
+			// Not an answer: a retry of a request whose earlier attempt was
+			// carried out must not stop on it (its tenure would be an orphan).
+			return kvlease.Record{}, fmt.Errorf("%w: grant %q: the answering node says token %d holds it, but this client has seen token %d: that node's view is behind",
+				kvlease.ErrUnavailable, req.Name, held.Token, newer)
+		}
+		c.seen.note(req.Name, held.Token, time.Now())
 	}
 	return out.Record(), err
 }
@@ -137,6 +148,9 @@ func (c *Client) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.R
 	}
 	err := c.call(ctx, api.SubjectRenew, wire, &out)
 	nameStale(err, req.Name)
+	if err == nil {
+		c.seen.note(req.Name, kvlease.Token(out.Token), time.Now())
+	}
 	return out.Record(), err
 }
 
