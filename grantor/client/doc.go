@@ -13,7 +13,10 @@
 // carries the wire code: test them with [errors.Is] as for a
 // [kvlease.Store]. A request while the connection is down fails at once
 // with kvlease.ErrUnavailable instead of being buffered past the holder's
-// deadline.
+// deadline. So does a grant answered "held" by an older tenure than one
+// this client has seen for that lease in the last minute: a node whose
+// view is behind (a stream leader cut off from its peers) said it, and
+// kvlease.Acquire asks again rather than stopping on it.
 //
 // # Clocks
 //
