@@ -14,10 +14,16 @@ import (
 // from its frozen state), and is not an answer. ZooKeeper's clients refuse
 // a server behind the last zxid they saw for the same reason. The window
 // bounds what a bucket deleted and created again (its tokens start over)
-// can cost: refusals for that long. Memory is bounded by seenMax leases.
+// can cost: refusals for that long.
+//
+// Memory is bounded by seenMax leases in two generations: notes go into
+// cur, and when cur has seenMax/2 leases it becomes old and the previous
+// old is dropped, so the seenMax/2 leases noted last are always
+// remembered and a note costs O(1) however many leases the client holds
+// (a holder of 100,000 leases renews each through here).
 type seenTokens struct {
-	mu sync.Mutex
-	m  map[string]seenToken
+	mu       sync.Mutex
+	cur, old map[string]seenToken
 }
 
 type seenToken struct {
@@ -30,6 +36,15 @@ const (
 	seenMax    = 4096
 )
 
+// lookupLocked returns the latest entry of name, in either generation.
+func (s *seenTokens) lookupLocked(name string) (seenToken, bool) {
+	if e, ok := s.cur[name]; ok {
+		return e, true
+	}
+	e, ok := s.old[name]
+	return e, ok
+}
+
 // note records that a reply showed tenure tok of name at now.
 func (s *seenTokens) note(name string, tok kvlease.Token, now time.Time) {
 	if tok == 0 {
@@ -37,40 +52,26 @@ func (s *seenTokens) note(name string, tok kvlease.Token, now time.Time) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = make(map[string]seenToken)
-	}
-	if cur, ok := s.m[name]; ok && cur.token > tok && now.Sub(cur.at) < seenWindow {
+	if cur, ok := s.lookupLocked(name); ok && cur.token > tok && now.Sub(cur.at) < seenWindow {
 		return
 	}
-	if _, ok := s.m[name]; !ok && len(s.m) >= seenMax {
-		s.evictLocked(now)
+	if _, ok := s.cur[name]; !ok && len(s.cur) >= seenMax/2 {
+		s.old, s.cur = s.cur, s.old
+		clear(s.cur) // keeps its buckets: no allocation per generation
 	}
-	s.m[name] = seenToken{tok, now}
+	if s.cur == nil {
+		s.cur = make(map[string]seenToken, seenMax/2)
+	}
+	s.cur[name] = seenToken{tok, now}
 }
 
 // newer returns a token of name above tok seen within the window.
 func (s *seenTokens) newer(name string, tok kvlease.Token, now time.Time) (kvlease.Token, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, ok := s.m[name]
+	cur, ok := s.lookupLocked(name)
 	if !ok || cur.token <= tok || now.Sub(cur.at) >= seenWindow {
 		return 0, false
 	}
 	return cur.token, true
-}
-
-// evictLocked makes room: the entries past the window, else any one.
-func (s *seenTokens) evictLocked(now time.Time) {
-	for name, e := range s.m {
-		if now.Sub(e.at) >= seenWindow {
-			delete(s.m, name)
-		}
-	}
-	for name := range s.m {
-		if len(s.m) < seenMax {
-			return
-		}
-		delete(s.m, name)
-	}
 }
