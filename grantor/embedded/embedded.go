@@ -52,7 +52,7 @@ var ErrLocked = errors.New("embedded: data directory in use")
 // [Config.AllowInsecure] is not set.
 var ErrInsecure = errors.New("embedded: refusing to listen without authentication")
 
-// ErrStart is wrapped by the error [Start] returns when the server was
+// ErrStart is wrapped by the error [Start] and [Run] return when the server was
 // configured but did not come up: a port already in use, a store JetStream
 // cannot open. The error carries nats-server's own reason.
 var ErrStart = errors.New("embedded: server did not start")
@@ -273,21 +273,29 @@ func Start(cfg Config) (*Server, error) {
 		unlock(lock)
 		return nil, fmt.Errorf("embedded: new server: %w", err)
 	}
-	// Always a logger, even a silent one: nats-server reports why it cannot
-	// serve (a port in use, a store it cannot open) only through Fatalf, and
-	// then never becomes ready.
-	log := &logger{l: cfg.Logger, fatal: make(chan string, 1)}
-	if log.l == nil {
-		log.l = slog.New(slog.DiscardHandler)
-	}
-	ns.SetLoggerV2(log, cfg.Debug, false, false)
 	s := &Server{ns: ns, cfg: cfg, lock: lock}
-	ns.Start()
-	if err := waitReady(ns, log.fatal, cfg.ReadyTimeout); err != nil {
+	if err := Run(ns, cfg.Logger, cfg.Debug, cfg.ReadyTimeout); err != nil {
 		s.Shutdown()
 		return nil, err
 	}
 	return s, nil
+}
+
+// Run starts ns and waits, at most timeout, until it accepts clients with
+// JetStream on. nats-server reports why it cannot serve (a port in use, a
+// store it cannot open) only through its logger's Fatalf, and then never
+// becomes ready: Run always installs a logger, passing the server's log
+// to l (nil: none), and returns at once with that reason, wrapping
+// [ErrStart]. On an error the caller shuts ns down. Start uses it, and so
+// do tests that configure a nats-server of their own.
+func Run(ns *server.Server, l *slog.Logger, debug bool, timeout time.Duration) error {
+	log := &logger{l: l, fatal: make(chan string, 1)}
+	if log.l == nil {
+		log.l = slog.New(slog.DiscardHandler)
+	}
+	ns.SetLoggerV2(log, debug, false, false)
+	ns.Start()
+	return waitReady(ns, log.fatal, timeout)
 }
 
 // waitReady waits until ns accepts clients with JetStream on, and returns

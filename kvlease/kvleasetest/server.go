@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/leased/leased/grantor/embedded"
 )
 
 // Server is a nats-server with JetStream running in the test's process,
@@ -169,14 +171,9 @@ func start(cfg serverConfig) (*Server, error) {
 		return nil, fmt.Errorf("kvleasetest: start server: %w", err)
 	}
 	s := &Server{ns: ns, cfg: cfg}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
+	if err := embedded.Run(ns, nil, false, 10*time.Second); err != nil {
 		s.Shutdown()
-		return nil, errors.New("kvleasetest: start server: not ready within 10s")
-	}
-	if !ns.JetStreamEnabled() {
-		s.Shutdown()
-		return nil, errors.New("kvleasetest: start server: JetStream failed to start")
+		return nil, fmt.Errorf("kvleasetest: start server: %w", err)
 	}
 	return s, nil
 }

@@ -1,8 +1,13 @@
 package kvleasetest_test
 
 import (
+	"errors"
+	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
@@ -21,5 +26,27 @@ func TestServerOptionsRefuseBadValues(t *testing.T) {
 			}
 			t.Errorf("%s: Start = (%v, %v), want an error", name, s, err)
 		}
+	}
+}
+
+// A server that cannot listen fails at once with nats-server's reason
+// (it waited 10 s and said only "not ready").
+func TestStartReportsPortInUse(t *testing.T) {
+	first := kvleasetest.NewServer(t)
+	u, err := url.Parse(first.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := kvleasetest.Start(t.TempDir(), kvleasetest.WithPort(port))
+	if err == nil {
+		s.Shutdown()
+		t.Fatalf("a second server on port %d started", port)
+	}
+	if !errors.Is(err, embedded.ErrStart) || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Start on a port in use: %v, want embedded.ErrStart with the reason", err)
 	}
 }
