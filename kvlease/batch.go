@@ -28,7 +28,10 @@ import (
 //     slot takes what has queued (up to MaxMessages, never two writes to
 //     one key, never a key with a write in flight) as its next write: an
 //     atomic batch if at least MinMessages (the break-even), else single
-//     publishes sent together.
+//     publishes sent together, whose answers the slot does not wait for:
+//     each frees its key when it is answered, and the slot goes on to what
+//     has queued (below the break-even the writer keeps the server as busy
+//     as callers without batching would).
 //   - A queued request whose context has ended is never sent: a renewal
 //     capped at its holder's deadline must not reach the server after it.
 //   - One failed expectation rejects a whole batch (err 10071 or 10164,
@@ -148,6 +151,20 @@ func (w *writer) run(answered int, mark uint64) {
 			return
 		}
 		a := &answers{w: w}
+		if w.singlesPay(len(reqs)) {
+			// Below the break-even: single publishes, on their own. The
+			// slot does not wait for their answers (each frees its key as
+			// it is answered): a group of singles that held the slot until
+			// its last answer left the server idle between groups, and
+			// writes slower than without batching (0.87-0.90 of raw at 16
+			// callers against 0.94-0.96).
+			a.onTheirOwn(reqs)
+			if !w.keepSlot() {
+				return
+			}
+			answered, mark = 0, 0
+			continue
+		}
 		a.write(reqs)
 		if more, _ := w.release(reqs); !more {
 			return
@@ -176,6 +193,42 @@ func (w *writer) release(done []*writeReq) (more bool, mark uint64) {
 		return false, w.arrivals
 	}
 	return true, w.arrivals
+}
+
+// keepSlot keeps the slot if requests are queued, else frees it.
+func (w *writer) keepSlot() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.queue) == 0 {
+		w.inflight--
+		return false
+	}
+	return true
+}
+
+// singlesPay says whether n requests go as single publishes: fewer than
+// the break-even, or the stream refuses atomic batches.
+func (w *writer) singlesPay(n int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.off || n < w.limits.MinMessages
+}
+
+// released frees the key of r, a single publish on its own that has been
+// answered, and takes a free slot for what queued behind that key.
+func (w *writer) released(r *writeReq) {
+	w.mu.Lock()
+	if w.keys[r.name]--; w.keys[r.name] <= 0 {
+		delete(w.keys, r.name)
+	}
+	start := len(w.queue) > 0 && w.inflight < w.limits.MaxInFlight
+	if start {
+		w.inflight++
+	}
+	w.mu.Unlock()
+	if start {
+		w.wg.Go(func() { w.run(0, 0) })
+	}
 }
 
 // lingersFor says whether a slot waits for want requests to queue: only
@@ -399,6 +452,26 @@ func (a *answers) singles(reqs []*writeReq) {
 		})
 	}
 	wg.Wait()
+}
+
+// onTheirOwn sends each request as its own publish, all at once, and
+// returns without waiting: each is answered, and its key freed, when its
+// ack comes. A request whose context has ended is answered unsent.
+func (a *answers) onTheirOwn(reqs []*writeReq) {
+	w := a.w
+	for _, r := range reqs {
+		if err := r.ctx.Err(); err != nil {
+			a.answer(r, 0, translate(r.op, err))
+			w.released(r)
+			continue
+		}
+		w.wg.Go(func() {
+			w.sent(false, r.name)
+			rev, err := w.s.publishOne(r)
+			a.answer(r, rev, err)
+			w.released(r)
+		})
+	}
 }
 
 // sent records a write as it goes out: one publish (batch false, one
