@@ -94,6 +94,9 @@ type writer struct {
 	// onLinger, if set (tests), is called as a slot begins to linger, with
 	// the queue's length and the length it waits for.
 	onLinger func(queued, want int)
+	// onWritten, if set (tests), is called by a slot after a write it
+	// took from the queue has been answered, before it looks for the next.
+	onWritten func()
 }
 
 func newWriter(s *Store, l BatchLimits) *writer {
@@ -166,6 +169,9 @@ func (w *writer) run(answered int, mark uint64) {
 			continue
 		}
 		a.write(reqs)
+		if w.onWritten != nil {
+			w.onWritten()
+		}
 		if more, _ := w.release(reqs); !more {
 			return
 		}
@@ -287,7 +293,14 @@ func (w *writer) next(answered int, mark uint64) []*writeReq {
 			w.onLinger(queued, want)
 		}
 		deadline := time.Now().Add(w.limits.Linger)
-		t := time.NewTimer(w.limits.Linger)
+		wait := w.limits.Linger
+		if queued > before {
+			// Some came back before the slot began to linger: the
+			// arrivals have begun, and their wake-up came before there
+			// was anyone to wake.
+			wait = min(w.gap, wait)
+		}
+		t := time.NewTimer(wait)
 	wait:
 		for {
 			select {

@@ -33,6 +33,15 @@ func SetLingerHook(st *Store, f func(queued, want int)) {
 	}
 }
 
+// SetWrittenHook makes st call f each time a write slot has had a write
+// it took from the queue answered, before it takes the next. Call it
+// before st writes.
+func SetWrittenHook(st *Store, f func()) {
+	if st.w != nil {
+		st.w.onWritten = f
+	}
+}
+
 // QueueLen returns how many requests wait in st's group commit.
 func QueueLen(st *Store) int {
 	if st.w == nil {

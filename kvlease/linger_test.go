@@ -232,6 +232,76 @@ func TestLingerEndsWhenArrivalsStop(t *testing.T) {
 	}
 }
 
+// The same when the callers' next requests queue before the slot has
+// begun to linger: their arrival woke no one, so the slot waited out the
+// whole linger (seen under load in TestLingerEndsWhenArrivalsStop). Here
+// the slot is held after the batch's answers until c.0 and c.1 have
+// queued.
+func TestLingerEndsWhenArrivalsCameFirst(t *testing.T) {
+	const linger = time.Second
+	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(), lingering(linger))
+	var batchOut atomic.Bool
+	aSent, fiveQueued, twoBack := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once5, once2 sync.Once
+	kvlease.SetQueueHook(st, func(queued int) {
+		switch {
+		case !batchOut.Load() && queued >= 5:
+			once5.Do(func() { close(fiveQueued) })
+		case batchOut.Load() && queued >= 2:
+			once2.Do(func() { close(twoBack) })
+		}
+	})
+	kvlease.SetSendHook(st, func(batch bool, names []string) {
+		switch {
+		case batch:
+			batchOut.Store(true)
+		case names[0] == "a":
+			close(aSent)
+			<-fiveQueued // so that the b.* go out as one batch
+		}
+	})
+	var once sync.Once
+	kvlease.SetWrittenHook(st, func() {
+		once.Do(func() {
+			select {
+			case <-twoBack:
+			case <-time.After(10 * time.Second):
+				t.Error("c.0 and c.1 did not queue")
+			}
+		})
+	})
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := grantNamed(ctx, st, "a"); err != nil {
+			t.Error(err)
+		}
+	})
+	<-aSent
+	var start atomic.Pointer[time.Time]
+	for i := range 5 {
+		wg.Go(func() {
+			if err := grantNamed(ctx, st, fmt.Sprintf("b.%d", i)); err != nil {
+				t.Error(err)
+				return
+			}
+			now := time.Now()
+			start.CompareAndSwap(nil, &now)
+			if i < 2 {
+				if err := grantNamed(ctx, st, fmt.Sprintf("c.%d", i)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(*start.Load())
+	kvlease.WaitWrites(st)
+	if took > linger/2 {
+		t.Errorf("c.0 and c.1 took %v: the slot waited out its linger for callers that had come back before it", took)
+	}
+}
+
 // batchThenNext grants a, held as it goes out until b.0…b.4 have queued
 // behind it, so that the b.* go out as one batch; then each b.i caller
 // for which again(i) grants c.i. It returns the store's sends and the time

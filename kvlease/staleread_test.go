@@ -210,3 +210,52 @@ func TestStaleLeaderReadIsNotARefusal(t *testing.T) {
 		})
 	}
 }
+
+// A grant refused by the stream leader ("wrong last sequence: N") and then
+// explained by a read a deposed leader answers from its frozen state: the
+// read shows an older tenure (below N) as the holder. A grantor that had
+// seen neither tenure used to answer "held by" that older tenure, which a
+// retrying caller takes for the truth (the nemesis counted such stale
+// reads). The refusal names the subject's last revision, so the read below
+// it is stale: re-read, and unavailable if it stays so.
+func TestStaleLeaderReadAfterARefusedGrant(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	ctx := t.Context()
+	for _, c := range []struct {
+		name  string
+		stale int // message gets answered from the frozen state
+	}{
+		{"woken for a moment", 2},
+		{"still answering", -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := "stale-grant." + strings.ReplaceAll(c.name, " ", "-")
+			real := kvleasetest.OpenStore(t, srv.ClientURL())
+			deposed := newDeposedLeader(t, srv.ClientURL())
+			st := deposed.store(t, srv.ClientURL()) // a grantor that has seen neither tenure
+			if _, err := real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w10", Duration: 30 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			deposed.freeze(t, name)
+			if _, err := real.Revoke(ctx, name, "ended during the pause"); err != nil {
+				t.Fatal(err)
+			}
+			cur, err := real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w20", Duration: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deposed.answerStale(c.stale)
+			_, err = st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w30", Duration: 5 * time.Second})
+			var held *kvlease.HeldError
+			switch {
+			case c.stale > 0 && errors.As(err, &held):
+				if held.Holder != "w20" || held.Token != cur.Token {
+					t.Fatalf("grant answered %v, want held by w20 with token %d", err, cur.Token)
+				}
+			case c.stale < 0 && errors.Is(err, kvlease.ErrUnavailable) && !errors.As(err, &held):
+			default:
+				t.Fatalf("grant of %s, held by w20 (token %d), with stale reads: %v", name, cur.Token, err)
+			}
+		})
+	}
+}

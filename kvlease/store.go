@@ -504,7 +504,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 		case !errors.Is(err, errMismatch):
 			return Record{}, err
 		}
-		cur, live, err := s.last(ctx, req.Name)
+		cur, live, err := s.lastAtLeast(ctx, req.Name, mismatchFloor(err), 0)
 		switch {
 		case err != nil:
 			return Record{}, err
@@ -829,7 +829,7 @@ func (s *Store) explainMismatch(ctx context.Context, c tenureClaim, err error) e
 	if !errors.Is(err, errMismatch) {
 		return err
 	}
-	cur, live, lerr := s.lastAtLeast(ctx, c.name, c.rev, c.token)
+	cur, live, lerr := s.lastAtLeast(ctx, c.name, max(c.rev, mismatchFloor(err)), c.token)
 	switch {
 	case lerr != nil:
 		return lerr
@@ -982,6 +982,32 @@ func (s *Store) purge(ctx context.Context, name, op string, cur Record, reason s
 // errMismatch is a failed compare-and-set, before it is explained.
 var errMismatch = errors.New("kvlease: revision mismatch")
 
+// mismatchError is errMismatch with the subject's last revision as the
+// refusing server gave it ("wrong last sequence: N"): a floor for the read
+// that explains the refusal. A read below it is stale (a deposed stream
+// leader answering from its frozen state), not the lease's state.
+type mismatchError struct{ last uint64 }
+
+func (e *mismatchError) Error() string {
+	return fmt.Sprintf("%v: the lease's last revision is %d", errMismatch, e.last)
+}
+
+func (e *mismatchError) Is(target error) bool { return target == errMismatch }
+
+// mismatchFloor returns the last revision a refused compare-and-set
+// named (0: none).
+func mismatchFloor(err error) uint64 {
+	var m *mismatchError
+	if errors.As(err, &m) {
+		return m.last
+	}
+	return 0
+}
+
+// wrongLastPrefix is how nats-server's JSStreamWrongLastSequenceErrF
+// ("wrong last sequence: {seq}") begins.
+const wrongLastPrefix = "wrong last sequence: "
+
 // errDuplicate is a publish the stream dropped as a duplicate of the
 // message with the same Nats-Msg-Id, whose revision comes with it.
 var errDuplicate = errors.New("kvlease: duplicate message id")
@@ -1004,8 +1030,16 @@ const errCodeReplicasNotSupported = 10074
 func translate(op string, err error) error {
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		// Only a single publish's refusal reaches here (a refused batch's
+		// names some message of the batch, and is written again).
+		if n, ok := strings.CutPrefix(apiErr.Description, wrongLastPrefix); ok {
+			if last, perr := strconv.ParseUint(n, 10, 64); perr == nil {
+				return &mismatchError{last: last}
+			}
+		}
+		return errMismatch
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 		return errMismatch
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess:
 		return fmt.Errorf("%w: %s: an earlier attempt of this request is still in process: %w", ErrUnavailable, op, err)
