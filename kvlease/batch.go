@@ -158,9 +158,7 @@ func (w *writer) run(answered int, mark uint64) {
 			// Below the break-even: single publishes, on their own. The
 			// slot does not wait for their answers (each frees its key as
 			// it is answered): a group of singles that held the slot until
-			// its last answer left the server idle between groups, and
-			// writes slower than without batching (0.87-0.90 of raw at 16
-			// callers against 0.94-0.96).
+			// its last answer left the server idle between groups.
 			a.onTheirOwn(reqs)
 			if !w.keepSlot() {
 				return
