@@ -403,11 +403,22 @@ func newTenures() *tenures {
 }
 
 // put records rec, decoded from raw (retained only for a renewal's).
-func (t *tenures) put(rec *Record, raw []byte) {
+// own, if not nil, is the Store's own copy of the value it wrote at that
+// revision (revCache.renewal): retained instead of a copy of raw when the
+// two are equal, so that a node renewing and watching the same leases
+// keeps each renewal's value once.
+func (t *tenures) put(rec *Record, raw, own []byte) {
 	t.recs[rec.Name] = rec
 	if uint64(rec.Token) == rec.Revision {
 		delete(t.raws, rec.Name) // a grant's value names no token: no renewal stores it again
-	} else if old, ok := t.raws[rec.Name]; !ok || !bytes.Equal(old, raw) {
+		return
+	}
+	switch old, ok := t.raws[rec.Name]; {
+	case own != nil && bytes.Equal(own, raw):
+		// Also in place of a copy kept when the watch saw the first
+		// renewal before the Store had its answer.
+		t.raws[rec.Name] = own
+	case !ok || !bytes.Equal(old, raw):
 		t.raws[rec.Name] = bytes.Clone(raw)
 	}
 }
@@ -467,7 +478,11 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 			ev.Type = EventGranted // or the first sight of a tenure whose grant was replaced unseen
 		}
 		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = &rec, rec.Holder, rec.Token, rec.GrantedAt
-		live.put(&rec, m.Data())
+		var own []byte
+		if ev.Type == EventRenewed {
+			own = s.cache.renewal(name, ev.Revision, rec.Duration)
+		}
+		live.put(&rec, m.Data(), own)
 		return ev, ended, true
 	}
 	ev, ok = s.endEvent(ev, h, live, replay)
