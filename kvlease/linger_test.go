@@ -270,34 +270,7 @@ func TestLingerEndsWhenArrivalsCameFirst(t *testing.T) {
 			}
 		})
 	})
-	ctx := t.Context()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := grantNamed(ctx, st, "a"); err != nil {
-			t.Error(err)
-		}
-	})
-	<-aSent
-	var start atomic.Pointer[time.Time]
-	for i := range 5 {
-		wg.Go(func() {
-			if err := grantNamed(ctx, st, fmt.Sprintf("b.%d", i)); err != nil {
-				t.Error(err)
-				return
-			}
-			now := time.Now()
-			start.CompareAndSwap(nil, &now)
-			if i < 2 {
-				if err := grantNamed(ctx, st, fmt.Sprintf("c.%d", i)); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	took := time.Since(*start.Load())
-	kvlease.WaitWrites(st)
-	if took > linger/2 {
+	if took := grantsThenNext(t, st, aSent, func(i int) bool { return i < 2 }); took > linger/2 {
 		t.Errorf("c.0 and c.1 took %v: the slot waited out its linger for callers that had come back before it", took)
 	}
 }
@@ -311,6 +284,15 @@ func batchThenNext(t *testing.T, st *kvlease.Store, again func(i int) bool) (*se
 	holding := make(chan struct{})
 	log := &sendLog{hold: holdUntilQueued(t, st, 5, holding)}
 	kvlease.SetSendHook(st, log.hook)
+	return log, grantsThenNext(t, st, holding, again)
+}
+
+// grantsThenNext grants a, then, once a is held going out (holding
+// closed: the caller's send hook holds it), b.0…b.4, and each b.i caller
+// for which again(i) grants c.i. It returns the time from the first b.*
+// answer until the c.* were answered, and waits for st's writes to end.
+func grantsThenNext(t *testing.T, st *kvlease.Store, holding <-chan struct{}, again func(i int) bool) time.Duration {
+	t.Helper()
 	ctx := t.Context()
 	var first, second sync.WaitGroup
 	first.Go(func() {
@@ -340,7 +322,7 @@ func batchThenNext(t *testing.T, st *kvlease.Store, again func(i int) bool) (*se
 	second.Wait()
 	took := time.Since(*start.Load())
 	kvlease.WaitWrites(st)
-	return log, took
+	return took
 }
 
 // A request that finds the slot free is never delayed, and a slot does not

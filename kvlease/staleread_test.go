@@ -126,6 +126,41 @@ func (d *deposedLeader) staleReply(m *nats.Msg) ([]byte, bool) {
 	return reply, true
 }
 
+// staleCases: a deposed leader that answers a few reads from its frozen
+// state and then what is current, and one that goes on answering so.
+var staleCases = []struct {
+	name  string
+	stale int // message gets answered from the frozen state
+}{
+	{"woken for a moment", 2},
+	{"still answering", -1},
+}
+
+// handoverDuringPause gives lease name a tenure of w10 (old), freezes the
+// deposed leader's view there, then, through the real leader, revokes it
+// and grants the lease to w20 (cur), with secrets s10 and s20. st is a
+// grantor that reads through the deposed leader and has seen neither.
+func handoverDuringPause(t *testing.T, url, name string) (st *kvlease.Store, deposed *deposedLeader, old, cur kvlease.Record) {
+	t.Helper()
+	ctx := t.Context()
+	real := kvleasetest.OpenStore(t, url)
+	deposed = newDeposedLeader(t, url)
+	st = deposed.store(t, url)
+	old, err := real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w10", Duration: 30 * time.Second, Secret: "s10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deposed.freeze(t, name) // the stream leader is paused here
+	if _, err := real.Revoke(ctx, name, "ended during the pause"); err != nil {
+		t.Fatal(err)
+	}
+	cur, err = real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w20", Duration: 30 * time.Second, Secret: "s20"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, deposed, old, cur
+}
+
 // Issue 10 item 3, decided deterministically: a renewal by the live holder
 // (token T, revision R) reaches a grantor whose reads a deposed stream
 // leader answers from before T's grant. The read shows the older tenure of
@@ -134,30 +169,10 @@ func (d *deposedLeader) staleReply(m *nats.Msg) ([]byte, bool) {
 func TestStaleLeaderReadIsNotARefusal(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	ctx := t.Context()
-	for _, c := range []struct {
-		name  string
-		stale int // message gets answered from the frozen state
-	}{
-		{"woken for a moment", 2},
-		{"still answering", -1},
-	} {
+	for _, c := range staleCases {
 		t.Run(c.name, func(t *testing.T) {
 			name := "stale." + strings.ReplaceAll(c.name, " ", "-")
-			real := kvleasetest.OpenStore(t, srv.ClientURL())
-			deposed := newDeposedLeader(t, srv.ClientURL())
-			st := deposed.store(t, srv.ClientURL()) // another grantor: it has not seen w20's tenure
-			old, err := real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w10", Duration: 30 * time.Second, Secret: "s10"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			deposed.freeze(t, name) // the stream leader is paused here
-			if _, err := real.Revoke(ctx, name, "ended during the pause"); err != nil {
-				t.Fatal(err)
-			}
-			cur, err := real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w20", Duration: 30 * time.Second, Secret: "s20"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			st, deposed, old, cur := handoverDuringPause(t, srv.ClientURL(), name)
 			deposed.answerStale(c.stale) // and resumes
 			renew := kvlease.RenewRequest{Name: name, Holder: "w20", Token: cur.Token, Revision: cur.Revision,
 				Secret: "s20", Duration: 30 * time.Second}
@@ -221,31 +236,12 @@ func TestStaleLeaderReadIsNotARefusal(t *testing.T) {
 func TestStaleLeaderReadAfterARefusedGrant(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	ctx := t.Context()
-	for _, c := range []struct {
-		name  string
-		stale int // message gets answered from the frozen state
-	}{
-		{"woken for a moment", 2},
-		{"still answering", -1},
-	} {
+	for _, c := range staleCases {
 		t.Run(c.name, func(t *testing.T) {
 			name := "stale-grant." + strings.ReplaceAll(c.name, " ", "-")
-			real := kvleasetest.OpenStore(t, srv.ClientURL())
-			deposed := newDeposedLeader(t, srv.ClientURL())
-			st := deposed.store(t, srv.ClientURL()) // a grantor that has seen neither tenure
-			if _, err := real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w10", Duration: 30 * time.Second}); err != nil {
-				t.Fatal(err)
-			}
-			deposed.freeze(t, name)
-			if _, err := real.Revoke(ctx, name, "ended during the pause"); err != nil {
-				t.Fatal(err)
-			}
-			cur, err := real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w20", Duration: 30 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
+			st, deposed, _, cur := handoverDuringPause(t, srv.ClientURL(), name)
 			deposed.answerStale(c.stale)
-			_, err = st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w30", Duration: 5 * time.Second})
+			_, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w30", Duration: 5 * time.Second})
 			var held *kvlease.HeldError
 			switch {
 			case c.stale > 0 && errors.As(err, &held):
