@@ -44,10 +44,15 @@ func OpenStore(tb testing.TB, url string, opts ...kvlease.Option) *kvlease.Store
 	return OpenStoreOn(tb, Connect(tb, url), opts...)
 }
 
-// OpenStoreOn opens the lease bucket through nc.
+// OpenStoreOn opens the lease bucket through nc. On a cluster that
+// [NewCluster] has just started, Open waits for it to elect its leaders
+// (about 2 s here: its first request goes unanswered), and under CI's load
+// that took more than 10 s (TestObserverCampaignBacksOff failed so); the
+// bound is that of TestOpenWhileClusterForms, and Open returns as soon as
+// the bucket answers.
 func OpenStoreOn(tb testing.TB, nc *nats.Conn, opts ...kvlease.Option) *kvlease.Store {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), openStoreTimeout)
 	defer cancel()
 	st, err := kvlease.Open(ctx, JetStream(tb, nc), opts...)
 	if err != nil {
@@ -55,6 +60,8 @@ func OpenStoreOn(tb testing.TB, nc *nats.Conn, opts ...kvlease.Option) *kvlease.
 	}
 	return st
 }
+
+const openStoreTimeout = 45 * time.Second
 
 // NewStore starts a server and opens a lease store on it.
 func NewStore(tb testing.TB, opts ...kvlease.Option) (*Server, *kvlease.Store) {
