@@ -45,26 +45,30 @@ func (l benchLatency) check(t *testing.T, what string) {
 // per-holder limit is low: the bench's holder names must keep under it.
 func TestBenchOps(t *testing.T) {
 	s := startServe(t, "", "--max-leases-per-holder", "150")
+	flags := map[string][]string{"service": nil, "direct": {"--direct"},
+		"direct-unbatched": {"--direct", "--batching=false"}, "raw": {"--direct", "--raw"}}
 	for _, c := range []struct {
-		op     string
-		direct bool
-		args   []string
+		op   string
+		via  string
+		args []string
 	}{
-		{op: "grant", args: []string{"--ops", "400", "--clients", "2"}}, // 400 leases left live: 200 per caller
-		{op: "renew", args: []string{"--ops", "200"}},
-		{op: "release", args: []string{"--ops", "200"}},
-		{op: "grant-release", args: []string{"--ops", "200"}},
-		{op: "grant", direct: true, args: []string{"--ops", "200"}},
-		{op: "renew", direct: true, args: []string{"--duration", "500ms"}},
-		{op: "release", direct: true, args: []string{"--duration", "500ms"}},
-		{op: "grant-release", direct: true, args: []string{"--ops", "200"}},
+		{op: "grant", via: "service", args: []string{"--ops", "400", "--clients", "2"}}, // 400 leases left live: 200 per caller
+		{op: "renew", via: "service", args: []string{"--ops", "200"}},
+		{op: "release", via: "service", args: []string{"--ops", "200"}},
+		{op: "grant-release", via: "service", args: []string{"--ops", "200"}},
+		{op: "grant", via: "direct", args: []string{"--ops", "200"}},
+		{op: "renew", via: "direct", args: []string{"--duration", "500ms"}},
+		{op: "release", via: "direct", args: []string{"--duration", "500ms"}},
+		{op: "grant-release", via: "direct", args: []string{"--ops", "200"}},
+		{op: "grant-release", via: "direct-unbatched", args: []string{"--ops", "200"}},
+		// The baseline: single KV writes, whose records the service reads as leases.
+		{op: "grant", via: "raw", args: []string{"--ops", "200", "--prefix", "rawbench"}},
+		{op: "renew", via: "raw", args: []string{"--duration", "500ms"}},
+		{op: "release", via: "raw", args: []string{"--duration", "500ms"}},
+		{op: "grant-release", via: "raw", args: []string{"--ops", "200"}},
 	} {
-		via := "service"
-		args := append([]string{"bench", "--op", c.op, "--clients", "4", "-o", "json"}, c.args...)
-		if c.direct {
-			via = "direct"
-			args = append(args, "--direct")
-		}
+		via := c.via
+		args := append(append([]string{"bench", "--op", c.op, "--clients", "4", "-o", "json"}, c.args...), flags[via]...)
 		t.Run(c.op+"/"+via, func(t *testing.T) {
 			r := leased(t, s.url, args...)
 			var got benchOps
@@ -86,6 +90,12 @@ func TestBenchOps(t *testing.T) {
 			case "release":
 				if got.Setup == nil || got.Setup.Granted < 1 || got.Setup.Errors != 0 || got.Ops != got.Setup.Granted {
 					t.Errorf("release: %d ops after setup %+v: want every granted lease released", got.Ops, got.Setup)
+				}
+			}
+			if c.via == "raw" && c.op == "grant" {
+				r := leased(t, s.url, "ls", "rawbench.", "-o", "json")
+				if n := strings.Count(r.stdout, `"holder":`); r.code != 0 || n != 200 {
+					t.Errorf("leased ls rawbench.: exit %d, %d leases; want the 200 raw grants, read as leases\n%s", r.code, n, r.stderr)
 				}
 			}
 		})

@@ -66,6 +66,8 @@ type benchFlags struct {
 	ops      int
 	ttl      time.Duration
 	direct   bool
+	batching bool // with --direct
+	raw      bool
 	bucket   string
 	prefix   string
 
@@ -86,6 +88,14 @@ func (f *benchFlags) check(changed func(string) bool) error {
 	}
 	if err := kvlease.ValidateName(f.prefix); err != nil {
 		return bad("--prefix: %w", err)
+	}
+	switch {
+	case f.raw && !f.direct:
+		return bad("--raw writes the bucket directly: give --direct too")
+	case f.raw && changed("batching"):
+		return bad("--batching is the lease store's: --raw sends every write on its own")
+	case changed("batching") && !f.direct:
+		return bad("--batching goes with --direct (the service batches as its serve was told)")
 	}
 	if !changed("ttl") && f.op == benchRelease && !changed("live") {
 		// The pool is granted first, then released: it must outlive both.
@@ -149,7 +159,7 @@ func (f *benchFlags) check(changed func(string) bool) error {
 
 func defaultBenchFlags() benchFlags {
 	return benchFlags{op: benchGrant, clients: benchDefaultClients, duration: benchDefaultDuration, ttl: benchDefaultTTL,
-		bucket: kvlease.DefaultBucket, prefix: "bench"}
+		batching: true, bucket: kvlease.DefaultBucket, prefix: "bench"}
 }
 
 func (f *benchFlags) register(fl *pflag.FlagSet) {
@@ -159,6 +169,8 @@ func (f *benchFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.ops, "ops", 0, "run this many operations instead of for --duration")
 	fl.DurationVar(&f.ttl, "ttl", f.ttl, "lease duration D (--op release: default 1m, or 2×--duration+10s if longer)")
 	fl.BoolVar(&f.direct, "direct", false, "write the lease bucket directly (kvlease.Store) instead of through the service")
+	fl.BoolVar(&f.batching, "batching", f.batching, "with --direct: commit concurrent writes together (group commit); false sends each on its own")
+	fl.BoolVar(&f.raw, "raw", false, "with --direct: the baseline, each operation the single-message KV write it comes down to (see above)")
 	fl.StringVar(&f.bucket, "bucket", f.bucket, "lease bucket name, with --direct")
 	fl.StringVar(&f.prefix, "prefix", f.prefix, "first token(s) of the lease names")
 	fl.IntVar(&f.live, "live", 0, "grant this many leases and keep them renewed every TTL/3 for --for")
@@ -195,6 +207,14 @@ the errors by kind. Names are PREFIX.RUN.…, RUN a random id of this run;
 holders are HOLDER-bN, one per 100 leases, far under the service's
 --max-leases-per-holder.
 
+With --direct the lease store commits concurrent writes together (group
+commit), as serve does; --batching=false sends each on its own. --direct --raw
+is the baseline both are measured against: each operation is the one
+single-message KV write it comes down to (a create with the TTL, a publish
+expecting the last revision, a purge expecting it), with none of the store's
+work around it. Run them in turns on one deployment and compare the ops/s:
+that ratio is what group commit buys there.
+
 --live N grants N leases (PREFIX.RUN.live.I, with --clients callers) and keeps
 every one renewed every TTL/3 (kvlease.Lease.Renew, which refuses to send
 past the holder's deadline), until --for (default three renewal periods)
@@ -228,13 +248,27 @@ reached or no operation succeeded.`,
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				b := &bench{f: &f, timeout: c.timeout, holder: c.holder, url: RedactURL(c.url), via: "service"}
-				if f.direct {
-					st, err := c.openStore(ctx, nc, f.bucket)
+				switch {
+				case f.raw:
+					octx, cancel := context.WithTimeout(ctx, c.timeout)
+					g, err := newRawGrantor(octx, nc, f.bucket)
+					cancel()
 					if err != nil {
 						return err
 					}
-					b.g, b.via = st, "direct"
-				} else {
+					b.g, b.via = g, "raw"
+				case f.direct:
+					var opts []kvlease.Option
+					b.via = "direct"
+					if !f.batching {
+						opts, b.via = append(opts, kvlease.WithoutBatching()), "direct-unbatched"
+					}
+					st, err := c.openStore(ctx, nc, f.bucket, opts...)
+					if err != nil {
+						return err
+					}
+					b.g = st
+				default:
 					cl, err := c.client(nc)
 					if err != nil {
 						return err

@@ -177,6 +177,19 @@ func TestBenchFlags(t *testing.T) {
 				t.Errorf("ttl %v", f.ttl)
 			}
 		}},
+		{name: "raw", args: []string{"--direct", "--raw"}, check: func(t *testing.T, f benchFlags) {
+			if !f.raw || !f.direct {
+				t.Errorf("flags %+v: want raw and direct", f)
+			}
+		}},
+		{name: "unbatched", args: []string{"--direct", "--batching=false"}, check: func(t *testing.T, f benchFlags) {
+			if f.batching {
+				t.Error("batching still on")
+			}
+		}},
+		{name: "raw without direct", args: []string{"--raw"}, wantErr: "give --direct too"},
+		{name: "raw with batching", args: []string{"--direct", "--raw", "--batching=false"}, wantErr: "--raw sends every write on its own"},
+		{name: "batching through the service", args: []string{"--batching=false"}, wantErr: "--batching goes with --direct"},
 		{name: "clients", args: []string{"--clients", "0"}, wantErr: "--clients 0"},
 		{name: "live zero", args: []string{"--live", "0"}, wantErr: "--live 0"},
 		{name: "live with ops", args: []string{"--live", "5", "--ops", "5"}, wantErr: "--ops does not go with --live"},

@@ -224,14 +224,14 @@ func (c *connFlags) check() error {
 
 // openStore opens an existing lease bucket directly, for the commands that
 // read its stream (watch, elect).
-func (c *connFlags) openStore(ctx context.Context, nc *nats.Conn, bucket string) (*kvlease.Store, error) {
+func (c *connFlags) openStore(ctx context.Context, nc *nats.Conn, bucket string, opts ...kvlease.Option) (*kvlease.Store, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	return kvlease.Open(ctx, js, kvlease.WithBucket(bucket), kvlease.WithoutCreate())
+	return kvlease.Open(ctx, js, append([]kvlease.Option{kvlease.WithBucket(bucket), kvlease.WithoutCreate()}, opts...)...)
 }
 
 // client returns a client of the service on nc; an error is a bad flag.
