@@ -66,7 +66,7 @@ type BatchLimits struct {
 	// MinMessages is the break-even: fewer queued writes than this go out
 	// as single publishes, pipelined, because an atomic batch has a fixed
 	// cost (about four fsyncs on R1) that a small batch does not repay.
-	// Measured here: about 24 on R1, 2–4 on R3 (README, Performance). At
+	// Measured here: about 24 on R1, 2–4 on R3 (docs/performance.md). At
 	// least 2.
 	MinMessages int
 	// MaxMessages caps one batch. At most the server's max_batch_size

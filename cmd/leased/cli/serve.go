@@ -91,7 +91,7 @@ var batchLimitFlags = []string{"batch-min", "batch-max", "batch-in-flight", "bat
 // there is no sync for a batch to share, while the server still stages
 // each R1 batch in a synced store of its own (DESIGN §2, 16), so batches
 // only cost (measured: 0.20× raw single writes at 64 clients and 0.38× at
-// 256, against 0.78× and 0.92× unbatched; README, "Group commit").
+// 256, against 0.78× and 0.92× unbatched; docs/performance.md, "Group commit").
 func (b *batchFlags) options(replicas int, unsynced bool, srv *server.JSLimitOpts) ([]kvlease.Option, error) {
 	given := func(name string) bool { return b.changed != nil && b.changed(name) }
 	if !b.enabled {
@@ -490,7 +490,7 @@ func (f *serveFlags) loadConfig(changed func(string) bool) error {
 
 // connectOwn connects serve to the NATS server at url; to srv, its own
 // embedded server, if not nil, through a pipe, not the kernel's loopback
-// (5–8% less CPU per renewal: README, "Performance"). It connects over TCP
+// (5–8% less CPU per renewal: docs/performance.md). It connects over TCP
 // first, and closes that connection: a refusal (a wrong password, say)
 // then reads as the server's error at once. Through a pipe, both sides
 // write as the server refuses, and nats.go reports "read/write on closed
