@@ -101,6 +101,41 @@ func TestBenchOps(t *testing.T) {
 		})
 	}
 
+	t.Run("compare", func(t *testing.T) {
+		// Grants, left held: every run must name leases of its own.
+		args := []string{"bench", "--direct", "--compare", "2", "--op", "grant", "--clients", "4", "--ops", "100", "-o", "json"}
+		r := leased(t, s.url, args...)
+		var got struct {
+			Rounds []map[string]benchOps `json:"rounds"`
+			Median map[string]struct {
+				OpsPerSec float64 `json:"ops_per_sec"`
+				OfRaw     float64 `json:"of_raw"`
+				Errors    int     `json:"errors"`
+			} `json:"median"`
+		}
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil {
+			t.Fatalf("leased %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+		if len(got.Rounds) != 2 {
+			t.Fatalf("%d rounds, want 2:\n%s", len(got.Rounds), r.stdout)
+		}
+		for i, round := range got.Rounds {
+			for _, v := range []string{"raw", "unbatched", "batched"} {
+				if run := round[v]; run.Via != v || run.Ops != 100 || run.Errors != 0 {
+					t.Errorf("round %d, %s: %+v; want 100 ops via %s, no errors", i+1, v, run, v)
+				}
+			}
+		}
+		for _, v := range []string{"raw", "unbatched", "batched"} {
+			if m := got.Median[v]; m.OpsPerSec <= 0 || m.OfRaw <= 0 || m.Errors != 0 {
+				t.Errorf("median of %s: %+v", v, m)
+			}
+		}
+		if got.Median["raw"].OfRaw != 1 {
+			t.Errorf("raw of raw %v, want 1", got.Median["raw"].OfRaw)
+		}
+	})
+
 	t.Run("text", func(t *testing.T) {
 		r := leased(t, s.url, "bench", "--op", "grant-release", "--clients", "2", "--duration", "300ms")
 		if r.code != 0 {

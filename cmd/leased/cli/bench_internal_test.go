@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +136,25 @@ func TestBenchScheduler(t *testing.T) {
 	}
 }
 
+func TestBenchMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		in := slices.Clone(c.in)
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+		if !slices.Equal(in, c.in) {
+			t.Errorf("median reordered its input: %v", c.in)
+		}
+	}
+}
+
 func TestBenchFlags(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -190,6 +210,15 @@ func TestBenchFlags(t *testing.T) {
 		{name: "raw without direct", args: []string{"--raw"}, wantErr: "give --direct too"},
 		{name: "raw with batching", args: []string{"--direct", "--raw", "--batching=false"}, wantErr: "--raw sends every write on its own"},
 		{name: "batching through the service", args: []string{"--batching=false"}, wantErr: "--batching goes with --direct"},
+		{name: "compare", args: []string{"--direct", "--compare", "3"}, check: func(t *testing.T, f benchFlags) {
+			if f.compare != 3 {
+				t.Errorf("compare %d, want 3 rounds", f.compare)
+			}
+		}},
+		{name: "compare without direct", args: []string{"--compare", "3"}, wantErr: "give --direct too"},
+		{name: "compare zero", args: []string{"--direct", "--compare", "0"}, wantErr: "--compare 0"},
+		{name: "compare with raw", args: []string{"--direct", "--raw", "--compare", "2"}, wantErr: "runs --raw, --batching=false and --batching=true itself"},
+		{name: "compare with live", args: []string{"--direct", "--compare", "2", "--live", "5"}, wantErr: "--compare does not go with --live"},
 		{name: "clients", args: []string{"--clients", "0"}, wantErr: "--clients 0"},
 		{name: "live zero", args: []string{"--live", "0"}, wantErr: "--live 0"},
 		{name: "live with ops", args: []string{"--live", "5", "--ops", "5"}, wantErr: "--ops does not go with --live"},

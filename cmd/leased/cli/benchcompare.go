@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/kvlease"
+)
+
+// The variants of --compare, in the order each round runs them.
+var compareVariants = []string{"raw", "unbatched", "batched"}
+
+// CompareResult is what --compare prints: every run, and per variant the
+// medians over the rounds, with its ops/s as a ratio to raw's.
+type CompareResult struct {
+	Op      string `json:"op"`
+	URL     string `json:"url"`
+	Clients int    `json:"clients"`
+	TTL     string `json:"ttl"`
+	// Rounds holds each round's runs, by variant.
+	Rounds []map[string]OpsResult `json:"rounds"`
+	// Median is per variant.
+	Median map[string]CompareMedian `json:"median"`
+}
+
+// CompareMedian is one variant's medians over the rounds. OfRaw is the
+// median of the per-round ratios of its ops/s to raw's in the same round.
+type CompareMedian struct {
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50       float64 `json:"p50_ms"`
+	P99       float64 `json:"p99_ms"`
+	OfRaw     float64 `json:"of_raw"`
+	Errors    int     `json:"errors"`
+}
+
+// runCompare runs the --op benchmark --compare times on each variant in
+// turn: the raw baseline, the lease store without batching, and with it
+// (as serve runs it). Each round starts with the next variant, so that
+// none always runs first, or always right after the others (whose leases
+// lapse, and load the server, during later runs).
+func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (CompareResult, error) {
+	octx, cancel := context.WithTimeout(ctx, c.timeout)
+	raw, err := newRawGrantor(octx, nc, b.f.bucket)
+	cancel()
+	if err != nil {
+		return CompareResult{}, err
+	}
+	unbatched, err := c.openStore(ctx, nc, b.f.bucket, kvlease.WithoutBatching())
+	if err != nil {
+		return CompareResult{}, err
+	}
+	batched, err := c.openStore(ctx, nc, b.f.bucket)
+	if err != nil {
+		return CompareResult{}, err
+	}
+	grantors := map[string]kvlease.Grantor{"raw": raw, "unbatched": unbatched, "batched": batched}
+	res := CompareResult{Op: b.f.op, URL: b.url, Clients: b.f.clients, TTL: b.f.ttl.String()}
+	for n := range b.f.compare {
+		round := map[string]OpsResult{}
+		for x := range compareVariants {
+			v := compareVariants[(n+x)%len(compareVariants)]
+			// A run of its own: new names, none held by an earlier run.
+			b.g, b.via, b.run = grantors[v], v, newRunID()
+			r, err := b.runOps(ctx)
+			if err != nil {
+				return CompareResult{}, err
+			}
+			if r.Ops == 0 {
+				return CompareResult{}, fmt.Errorf("%w: no %s succeeded (%s)", ErrBenchFailed, b.f.op, v)
+			}
+			round[v] = r
+		}
+		res.Rounds = append(res.Rounds, round)
+	}
+	res.Median = map[string]CompareMedian{}
+	for _, v := range compareVariants {
+		var ops, p50, p99, ratio []float64
+		m := CompareMedian{}
+		for _, round := range res.Rounds {
+			r := round[v]
+			ops, p50, p99 = append(ops, r.OpsPerSec), append(p50, r.Latency.P50), append(p99, r.Latency.P99)
+			ratio = append(ratio, r.OpsPerSec/round["raw"].OpsPerSec)
+			m.Errors += r.Errors
+		}
+		m.OpsPerSec, m.P50, m.P99 = median(ops), median(p50), median(p99)
+		m.OfRaw = math.Round(median(ratio)*100) / 100
+		res.Median[v] = m
+	}
+	return res, nil
+}
+
+// median of xs (not empty), the mean of the middle two for an even count.
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func (r CompareResult) print(p printer) {
+	if p.json {
+		p.obj(r)
+		return
+	}
+	p.line("bench compare op=%s url=%s clients=%d ttl=%s rounds=%d", r.Op, r.URL, r.Clients, r.TTL, len(r.Rounds))
+	for i, round := range r.Rounds {
+		line := fmt.Sprintf("round %d:", i+1)
+		for _, v := range compareVariants {
+			line += fmt.Sprintf(" %s=%.1f", v, round[v].OpsPerSec)
+		}
+		p.line("%s ops/s", line)
+	}
+	for _, v := range compareVariants {
+		m := r.Median[v]
+		p.line("median %-9s ops_per_sec=%.1f of_raw=%.2f p50=%.3fms p99=%.3fms errors=%d", v, m.OpsPerSec, m.OfRaw, m.P50, m.P99, m.Errors)
+	}
+}
