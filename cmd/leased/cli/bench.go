@@ -258,12 +258,20 @@ reached or no operation succeeded.`,
 				}
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				b := &bench{f: &f, timeout: c.timeout, holder: c.holder, url: RedactURL(c.url), via: "service"}
+				b := &bench{f: &f, timeout: c.timeout, holder: c.holder, url: RedactURL(c.url), via: "service",
+					run: newRunID()}
+				p := c.printer(stdout)
+				if f.compare > 0 { // opens what it compares
+					r, err := b.runCompare(ctx, &c, nc)
+					if err != nil {
+						return err
+					}
+					r.print(p)
+					return nil
+				}
 				switch {
 				case f.raw:
-					octx, cancel := context.WithTimeout(ctx, c.timeout)
-					g, err := newRawGrantor(octx, nc, f.bucket)
-					cancel()
+					g, err := c.openRaw(ctx, nc, f.bucket)
 					if err != nil {
 						return err
 					}
@@ -285,16 +293,6 @@ reached or no operation succeeded.`,
 						return err
 					}
 					b.g = cl
-				}
-				b.run = newRunID()
-				p := c.printer(stdout)
-				if f.compare > 0 {
-					r, err := b.runCompare(ctx, &c, nc)
-					if err != nil {
-						return err
-					}
-					r.print(p)
-					return nil
 				}
 				if f.live > 0 {
 					r, err := b.runLive(ctx, pid, stderr)

@@ -43,9 +43,7 @@ type CompareMedian struct {
 // none always runs first, or always right after the others (whose leases
 // lapse, and load the server, during later runs).
 func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (CompareResult, error) {
-	octx, cancel := context.WithTimeout(ctx, c.timeout)
-	raw, err := newRawGrantor(octx, nc, b.f.bucket)
-	cancel()
+	raw, err := c.openRaw(ctx, nc, b.f.bucket)
 	if err != nil {
 		return CompareResult{}, err
 	}

@@ -29,7 +29,11 @@ type rawGrantor struct {
 	prefix string // $KV.<bucket>.
 }
 
-func newRawGrantor(ctx context.Context, nc *nats.Conn, bucket string) (*rawGrantor, error) {
+// openRaw opens the baseline on an existing lease bucket, as openStore
+// opens the lease store.
+func (c *connFlags) openRaw(ctx context.Context, nc *nats.Conn, bucket string) (*rawGrantor, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
