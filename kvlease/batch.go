@@ -32,6 +32,14 @@ import (
 //     each frees its key when it is answered, and the slot goes on to what
 //     has queued (below the break-even the writer keeps the server as busy
 //     as callers without batching would).
+//   - Where batches do not form (the writes taken from the queue stayed
+//     below the break-even passThroughAfter times in a row: a few
+//     concurrent callers), queueing only costs: each queued request
+//     waited for the write ahead of it, and the server sat idle for a
+//     round trip. The writer then passes requests through, as single
+//     publishes at once, like a store without batching, until
+//     MinMessages − 1 of them are in flight together (then there are
+//     callers enough for a batch, and it queues again).
 //   - A queued request whose context has ended is never sent: a renewal
 //     capped at its holder's deadline must not reach the server after it.
 //   - One failed expectation rejects a whole batch (err 10071 or 10164,
@@ -78,6 +86,14 @@ type writer struct {
 	keys     map[string]int // names with a write in flight
 	off      bool           // the stream refused atomic publish: single publishes only
 	arrivals uint64         // requests queued so far
+	// passThrough: batches have not been forming (lowTakes writes in a
+	// row were taken from the queue below the break-even), so a request
+	// that finds every slot busy goes out at once as a single publish
+	// instead of queueing, while fewer than MinMessages − 1 (passing)
+	// are in flight so.
+	passThrough bool
+	lowTakes    int
+	passing     int
 	// lingering are the slots waiting in next for more requests to queue.
 	lingering []lingerer
 	// gap ends a linger early: once requests have begun to queue, a slot
@@ -124,6 +140,13 @@ func (w *writer) submit(req *writeReq) (uint64, error) {
 		}
 		return rev, err
 	}
+	if w.passThrough && len(w.queue) == 0 && w.keys[req.name] == 0 {
+		if w.passing < w.limits.MinMessages-1 {
+			return w.passOne(req) // unlocks
+		}
+		// Callers enough for a batch: queue again.
+		w.passThrough, w.lowTakes = false, 0
+	}
 	w.arrivals++
 	req.seq = w.arrivals
 	w.queue = append(w.queue, req)
@@ -142,6 +165,43 @@ func (w *writer) submit(req *writeReq) (uint64, error) {
 		return 0, translate(req.op, req.ctx.Err())
 	}
 }
+
+// passOne sends req at once as a single publish, beside the writes in
+// flight, holding no slot (see passThrough). Called with w.mu held; it
+// unlocks it.
+func (w *writer) passOne(req *writeReq) (uint64, error) {
+	if w.s.cache.stale(req.name, req.expect, time.Now()) {
+		w.mu.Unlock()
+		return 0, errMismatch
+	}
+	w.passing++
+	w.keys[req.name]++
+	w.mu.Unlock()
+	w.sent(false, req.name)
+	rev, err := w.s.publishOne(req)
+	w.mu.Lock()
+	w.passing--
+	w.mu.Unlock()
+	w.released(req)
+	return rev, err
+}
+
+// tookLocked notes how many requests a slot took from the queue for its
+// next write: batches form where that reaches the break-even; where it
+// stays below passThroughAfter times in a row, requests pass through.
+func (w *writer) tookLocked(n int) {
+	if n >= w.limits.MinMessages {
+		w.passThrough, w.lowTakes = false, 0
+		return
+	}
+	if w.lowTakes++; w.lowTakes >= passThroughAfter {
+		w.passThrough = true
+	}
+}
+
+// passThroughAfter is how many writes in a row taken from the queue below
+// the break-even turn queueing off (passThrough).
+const passThroughAfter = 8
 
 // run holds a write slot: it writes what has queued, then what queued
 // meanwhile, until nothing is queued. answered is how many requests the
@@ -319,6 +379,8 @@ func (w *writer) next(answered int, mark uint64) []*writeReq {
 	next := w.takeLocked()
 	if len(next) == 0 {
 		w.inflight--
+	} else {
+		w.tookLocked(len(next))
 	}
 	return next
 }

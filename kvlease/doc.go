@@ -77,7 +77,11 @@
 // fixed cost; so a store that has just answered a write may wait a little
 // (BatchLimits.Linger, up to 5 ms on R1, and only while they keep coming)
 // for those callers' next requests before it sends what has queued behind
-// it. A write that finds the store idle is never delayed. The store's metric leased.store.write.messages
+// it. A write that finds the store idle is never delayed. Where batches
+// do not form (a few callers, so that what queues stays below the
+// break-even write after write), queueing would only make each request
+// wait for the one ahead of it; the store then sends requests at once, as
+// without batching, until there are callers enough for a batch again. The store's metric leased.store.write.messages
 // ([WithStoreMeterProvider]) shows how many messages each synced write
 // carried. [WithoutBatching] turns group commit off; [WithBatchLimits]
 // sets its limits, which must stay within the server's. Batches pay only

@@ -94,3 +94,6 @@ func SetLingerGap(st *Store, d time.Duration) {
 		st.w.gap = d
 	}
 }
+
+// PassThroughAfter is passThroughAfter, for tests.
+const PassThroughAfter = passThroughAfter
