@@ -29,6 +29,8 @@ type rawGrantor struct {
 	prefix string // $KV.<bucket>.
 }
 
+var _ kvlease.Grantor = (*rawGrantor)(nil)
+
 // openRaw opens the baseline on an existing lease bucket, as openStore
 // opens the lease store.
 func (c *connFlags) openRaw(ctx context.Context, nc *nats.Conn, bucket string) (*rawGrantor, error) {
