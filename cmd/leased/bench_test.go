@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,40 +102,50 @@ func TestBenchOps(t *testing.T) {
 		})
 	}
 
-	t.Run("compare", func(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		args     []string
+		variants []string
+	}{
 		// Grants, left held: every run must name leases of its own.
-		args := []string{"bench", "--direct", "--compare", "2", "--op", "grant", "--clients", "4", "--ops", "100", "-o", "json"}
-		r := leased(t, s.url, args...)
-		var got struct {
-			Rounds []map[string]benchOps `json:"rounds"`
-			Median map[string]struct {
-				OpsPerSec float64 `json:"ops_per_sec"`
-				OfRaw     float64 `json:"of_raw"`
-				Errors    int     `json:"errors"`
-			} `json:"median"`
-		}
-		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil {
-			t.Fatalf("leased %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
-		}
-		if len(got.Rounds) != 2 {
-			t.Fatalf("%d rounds, want 2:\n%s", len(got.Rounds), r.stdout)
-		}
-		for i, round := range got.Rounds {
-			for _, v := range []string{"raw", "unbatched", "batched"} {
-				if run := round[v]; run.Via != v || run.Ops != 100 || run.Errors != 0 {
-					t.Errorf("round %d, %s: %+v; want 100 ops via %s, no errors", i+1, v, run, v)
+		{"compare/direct", []string{"--direct", "--op", "grant"}, []string{"raw", "unbatched", "batched"}},
+		{"compare/service", []string{"--op", "grant-release"}, []string{"raw", "service"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"bench", "--compare", "2", "--clients", "4", "--ops", "100", "-o", "json"}, c.args...)
+			r := leased(t, s.url, args...)
+			var got struct {
+				Variants []string              `json:"variants"`
+				Rounds   []map[string]benchOps `json:"rounds"`
+				Median   map[string]struct {
+					OpsPerSec float64 `json:"ops_per_sec"`
+					OfRaw     float64 `json:"of_raw"`
+					Errors    int     `json:"errors"`
+				} `json:"median"`
+			}
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil {
+				t.Fatalf("leased %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+			}
+			if !slices.Equal(got.Variants, c.variants) || len(got.Rounds) != 2 {
+				t.Fatalf("variants %v, %d rounds; want %v, 2 rounds:\n%s", got.Variants, len(got.Rounds), c.variants, r.stdout)
+			}
+			for i, round := range got.Rounds {
+				for _, v := range c.variants {
+					if run := round[v]; run.Via != v || run.Ops != 100 || run.Errors != 0 {
+						t.Errorf("round %d, %s: %+v; want 100 ops via %s, no errors", i+1, v, run, v)
+					}
 				}
 			}
-		}
-		for _, v := range []string{"raw", "unbatched", "batched"} {
-			if m := got.Median[v]; m.OpsPerSec <= 0 || m.OfRaw <= 0 || m.Errors != 0 {
-				t.Errorf("median of %s: %+v", v, m)
+			for _, v := range c.variants {
+				if m := got.Median[v]; m.OpsPerSec <= 0 || m.OfRaw <= 0 || m.Errors != 0 {
+					t.Errorf("median of %s: %+v", v, m)
+				}
 			}
-		}
-		if got.Median["raw"].OfRaw != 1 {
-			t.Errorf("raw of raw %v, want 1", got.Median["raw"].OfRaw)
-		}
-	})
+			if got.Median["raw"].OfRaw != 1 {
+				t.Errorf("raw of raw %v, want 1", got.Median["raw"].OfRaw)
+			}
+		})
+	}
 
 	t.Run("text", func(t *testing.T) {
 		r := leased(t, s.url, "bench", "--op", "grant-release", "--clients", "2", "--duration", "300ms")

@@ -215,7 +215,11 @@ func TestBenchFlags(t *testing.T) {
 				t.Errorf("compare %d, want 3 rounds", f.compare)
 			}
 		}},
-		{name: "compare without direct", args: []string{"--compare", "3"}, wantErr: "give --direct too"},
+		{name: "compare the service", args: []string{"--compare", "3"}, check: func(t *testing.T, f benchFlags) {
+			if f.compare != 3 || f.direct {
+				t.Errorf("flags %+v: want 3 rounds through the service", f)
+			}
+		}},
 		{name: "compare zero", args: []string{"--direct", "--compare", "0"}, wantErr: "--compare 0"},
 		{name: "compare with raw", args: []string{"--direct", "--raw", "--compare", "2"}, wantErr: "runs --raw, --batching=false and --batching=true itself"},
 		{name: "compare with live", args: []string{"--direct", "--compare", "2", "--live", "5"}, wantErr: "--compare does not go with --live"},

@@ -11,16 +11,22 @@ import (
 	"github.com/leased/leased/kvlease"
 )
 
-// The variants of --compare, in the order each round runs them.
-var compareVariants = []string{"raw", "unbatched", "batched"}
+// The variants of --compare, in the order the first round runs them:
+// with --direct the ways of writing the bucket, else the service against
+// the raw writes under it.
+var (
+	compareDirect  = []string{"raw", "unbatched", "batched"}
+	compareService = []string{"raw", "service"}
+)
 
 // CompareResult is what --compare prints: every run, and per variant the
 // medians over the rounds, with its ops/s as a ratio to raw's.
 type CompareResult struct {
-	Op      string `json:"op"`
-	URL     string `json:"url"`
-	Clients int    `json:"clients"`
-	TTL     string `json:"ttl"`
+	Op       string   `json:"op"`
+	Variants []string `json:"variants"`
+	URL      string   `json:"url"`
+	Clients  int      `json:"clients"`
+	TTL      string   `json:"ttl"`
 	// Rounds holds each round's runs, by variant.
 	Rounds []map[string]OpsResult `json:"rounds"`
 	// Median is per variant.
@@ -38,29 +44,33 @@ type CompareMedian struct {
 }
 
 // runCompare runs the --op benchmark --compare times on each variant in
-// turn: the raw baseline, the lease store without batching, and with it
-// (as serve runs it). Each round starts with the next variant, so that
-// none always runs first, or always right after the others (whose leases
-// lapse, and load the server, during later runs).
+// turn: the raw baseline, and with --direct the lease store without
+// batching and with it (as serve runs it), else the service. Each round
+// starts with the next variant, so that none always runs first, or always
+// right after the others (whose leases lapse, and load the server, during
+// later runs).
 func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (CompareResult, error) {
 	raw, err := c.openRaw(ctx, nc, b.f.bucket)
 	if err != nil {
 		return CompareResult{}, err
 	}
-	unbatched, err := c.openStore(ctx, nc, b.f.bucket, kvlease.WithoutBatching())
-	if err != nil {
+	variants, grantors := compareService, map[string]kvlease.Grantor{"raw": raw}
+	if b.f.direct {
+		variants = compareDirect
+		if grantors["unbatched"], err = c.openStore(ctx, nc, b.f.bucket, kvlease.WithoutBatching()); err != nil {
+			return CompareResult{}, err
+		}
+		if grantors["batched"], err = c.openStore(ctx, nc, b.f.bucket); err != nil {
+			return CompareResult{}, err
+		}
+	} else if grantors["service"], err = c.client(nc); err != nil {
 		return CompareResult{}, err
 	}
-	batched, err := c.openStore(ctx, nc, b.f.bucket)
-	if err != nil {
-		return CompareResult{}, err
-	}
-	grantors := map[string]kvlease.Grantor{"raw": raw, "unbatched": unbatched, "batched": batched}
-	res := CompareResult{Op: b.f.op, URL: b.url, Clients: b.f.clients, TTL: b.f.ttl.String()}
+	res := CompareResult{Op: b.f.op, Variants: variants, URL: b.url, Clients: b.f.clients, TTL: b.f.ttl.String()}
 	for n := range b.f.compare {
 		round := map[string]OpsResult{}
-		for x := range compareVariants {
-			v := compareVariants[(n+x)%len(compareVariants)]
+		for x := range variants {
+			v := variants[(n+x)%len(variants)]
 			// A run of its own: new names, none held by an earlier run.
 			b.g, b.via, b.run = grantors[v], v, newRunID()
 			r, err := b.runOps(ctx)
@@ -75,7 +85,7 @@ func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (Co
 		res.Rounds = append(res.Rounds, round)
 	}
 	res.Median = map[string]CompareMedian{}
-	for _, v := range compareVariants {
+	for _, v := range variants {
 		var ops, p50, p99, ratio []float64
 		m := CompareMedian{}
 		for _, round := range res.Rounds {
@@ -109,12 +119,12 @@ func (r CompareResult) print(p printer) {
 	p.line("bench compare op=%s url=%s clients=%d ttl=%s rounds=%d", r.Op, r.URL, r.Clients, r.TTL, len(r.Rounds))
 	for i, round := range r.Rounds {
 		line := fmt.Sprintf("round %d:", i+1)
-		for _, v := range compareVariants {
+		for _, v := range r.Variants {
 			line += fmt.Sprintf(" %s=%.1f", v, round[v].OpsPerSec)
 		}
 		p.line("%s ops/s", line)
 	}
-	for _, v := range compareVariants {
+	for _, v := range r.Variants {
 		m := r.Median[v]
 		p.line("median %-9s ops_per_sec=%.1f of_raw=%.2f p50=%.3fms p99=%.3fms errors=%d", v, m.OpsPerSec, m.OfRaw, m.P50, m.P99, m.Errors)
 	}
