@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leased/leased/grantor/embedded"
 )
 
 // The README sections whose every sh block must run as written.
@@ -341,4 +343,52 @@ func (r *readmeRunner) stopAll() {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	r.started = nil
+}
+
+// The `leased bench` commands of README's "Benchmarking your deployment"
+// load a deployment for seconds to minutes, so the tests do not run them
+// to the end; they run each as written up to where it would connect: its
+// flags must pass (exit 1, the server unreachable, never 2, a usage
+// error). Only what names a machine changes: the URL is a closed port
+// on 127.0.0.1, and --data a directory whose lock names this process.
+func TestReadmeBenchCommandsAreValid(t *testing.T) {
+	data := t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, embedded.LockFile), fmt.Appendf(nil, "%d\n", os.Getpid()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const closed = "nats://127.0.0.1:1"
+	n := 0
+	for _, b := range readmeBlocks(t) {
+		if b.section != "Benchmarking your deployment" {
+			continue
+		}
+		for i, line := range strings.Split(b.script, "\n") {
+			line, _, _ = strings.Cut(line, " #")
+			_, cmd, ok := strings.Cut(line, "leased bench ")
+			if !ok {
+				continue
+			}
+			args := append([]string{"bench"}, strings.Fields(cmd)...)
+			for j := 1; j < len(args)-1; j++ {
+				switch args[j] {
+				case "--url":
+					args[j+1] = closed
+				case "--data":
+					args[j+1] = data
+				}
+			}
+			args = append(args, "--timeout", "200ms")
+			n++
+			t.Run(fmt.Sprintf("README.md:%d", b.line+1+i), func(t *testing.T) {
+				r := leased(t, closed, args...)
+				if r.code != 1 || !strings.Contains(r.stderr, "unavailable") {
+					t.Errorf("leased %s: exit %d, %q; want exit 1, the server unavailable (the flags accepted)",
+						strings.Join(args, " "), r.code, r.stderr)
+				}
+			})
+		}
+	}
+	if n < 5 {
+		t.Fatalf("%d leased bench commands in README's Benchmarking your deployment, want at least 5", n)
+	}
 }
