@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -162,5 +164,31 @@ func TestServeUnsyncedDoesNotBatch(t *testing.T) {
 				t.Errorf("%v; want batches: %v", w, c.batches)
 			}
 		})
+	}
+}
+
+// serve --nats-url started before its NATS server listens (a compose file
+// starting both at once) waits for it, as it then waits for JetStream:
+// it used to exit at once with "no servers available for connection".
+func TestServeWaitsForItsNATS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	cmd := exec.Command(leasedBin, "serve", "--nats-url", url, "--http-listen", "127.0.0.1:0", "--log-format", "json")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	logs := readLines(stderr)
+	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"waiting for NATS"`) })
+	kvleasetest.NewServer(t, kvleasetest.WithPort(port))
+	logs.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	if r := leased(t, url, "acquire", "late.nats", "--ttl", "10s"); r.code != 0 {
+		t.Fatalf("acquire through the serve that waited: exit %d: %s", r.code, r.stderr)
 	}
 }

@@ -351,7 +351,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			startCancel(pe)
 		}
 	}
-	if nc, err = f.connectOwn(url, srv, onErr); err != nil {
+	if nc, err = f.connectWaiting(startCtx, url, srv, onErr, log); err != nil {
 		return err
 	}
 	defer nc.Close()
@@ -359,7 +359,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	octx, cancel := context.WithTimeout(startCtx, time.Minute)
+	octx, cancel := context.WithTimeout(startCtx, natsWaitLimit)
 	defer cancel()
 	opts := append(policyOpts, kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log),
 		kvlease.WithStoreMeterProvider(mp))
@@ -508,6 +508,31 @@ func (f serveFlags) connectOwn(url string, srv *embedded.Server, onErr func(erro
 	probe.Close()
 	return f.natsFlags.connect(url, name, timeout, onErr, srv.InProcess())
 }
+
+// connectWaiting is connectOwn that, for a NATS server of --nats-url,
+// waits while no server of url listens yet (started beside this one, as
+// in a compose file), up to natsWaitLimit, as [kvlease.Open] then waits for
+// JetStream; a refusal (a wrong password, TLS) ends it at once.
+func (f serveFlags) connectWaiting(ctx context.Context, url string, srv *embedded.Server, onErr func(error), log *slog.Logger) (*nats.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, natsWaitLimit)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		nc, err := f.connectOwn(url, srv, onErr)
+		if err == nil || srv != nil || !errors.Is(err, nats.ErrNoServers) {
+			return nc, err
+		}
+		log.Info("waiting for NATS", "url", RedactURL(url), "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+// natsWaitLimit is how long serve waits for a NATS server of --nats-url
+// to listen, and then for its JetStream to answer.
+const natsWaitLimit = time.Minute
 
 func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	host, portStr, err := net.SplitHostPort(f.listen)
