@@ -124,15 +124,10 @@ func newWriter(s *Store, l BatchLimits) *writer {
 func (w *writer) submit(req *writeReq) (uint64, error) {
 	w.mu.Lock()
 	if w.inflight < w.limits.MaxInFlight && w.keys[req.name] == 0 {
-		if w.s.cache.stale(req.name, req.expect, time.Now()) {
-			w.mu.Unlock()
-			return 0, errMismatch
+		rev, sent, err := w.publishNowLocked(req, &w.inflight)
+		if !sent {
+			return rev, err
 		}
-		w.inflight++
-		w.keys[req.name]++
-		w.mu.Unlock()
-		w.sent(false, req.name)
-		rev, err := w.s.publishOne(req)
 		if more, mark := w.release([]*writeReq{req}); more {
 			// Others queued meanwhile: the slot passes to them, on a
 			// goroutine of their own so that this answer is not delayed.
@@ -170,20 +165,32 @@ func (w *writer) submit(req *writeReq) (uint64, error) {
 // flight, holding no slot (see passThrough). Called with w.mu held; it
 // unlocks it.
 func (w *writer) passOne(req *writeReq) (uint64, error) {
+	rev, sent, err := w.publishNowLocked(req, &w.passing)
+	if sent {
+		w.mu.Lock()
+		w.passing--
+		w.mu.Unlock()
+		w.released(req)
+	}
+	return rev, err
+}
+
+// publishNowLocked sends req at once as a single publish, counted in *n
+// (w.inflight for a slot, w.passing without one) and its key marked in
+// flight, unless the cache shows it stale (errMismatch, sent false).
+// Called with w.mu held; it unlocks it. If sent, the caller frees the key
+// and *n.
+func (w *writer) publishNowLocked(req *writeReq, n *int) (rev uint64, sent bool, err error) {
 	if w.s.cache.stale(req.name, req.expect, time.Now()) {
 		w.mu.Unlock()
-		return 0, errMismatch
+		return 0, false, errMismatch
 	}
-	w.passing++
+	*n++
 	w.keys[req.name]++
 	w.mu.Unlock()
 	w.sent(false, req.name)
-	rev, err := w.s.publishOne(req)
-	w.mu.Lock()
-	w.passing--
-	w.mu.Unlock()
-	w.released(req)
-	return rev, err
+	rev, err = w.s.publishOne(req)
+	return rev, true, err
 }
 
 // tookLocked notes how many requests a slot took from the queue for its
