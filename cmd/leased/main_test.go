@@ -103,6 +103,19 @@ func startServeWith(t *testing.T, bin, dir string, args ...string) *server {
 	return s
 }
 
+// serveOn starts `leased serve --nats-url url` (its page on a free port,
+// JSON logs), killed on cleanup, and returns its log lines as they come.
+func serveOn(t *testing.T, url string) *lines {
+	t.Helper()
+	cmd := exec.Command(leasedBin, "serve", "--nats-url", url, "--http-listen", "127.0.0.1:0", "--log-format", "json")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return readLines(stderr)
+}
+
 // stop sends SIGTERM and waits for a clean exit.
 func (s *server) stop(t *testing.T) {
 	t.Helper()

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -178,13 +177,7 @@ func TestServeWaitsForItsNATS(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	cmd := exec.Command(leasedBin, "serve", "--nats-url", url, "--http-listen", "127.0.0.1:0", "--log-format", "json")
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	logs := readLines(stderr)
+	logs := serveOn(t, url)
 	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"waiting for NATS"`) })
 	kvleasetest.NewServer(t, kvleasetest.WithPort(port))
 	logs.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })

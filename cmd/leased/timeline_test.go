@@ -471,13 +471,7 @@ func TestServeTimelineFlags(t *testing.T) {
 func TestServeTimelineFromAnyNode(t *testing.T) {
 	first := startServe(t, "")
 	first.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "observing the lease bucket") })
-	cmd := exec.Command(leasedBin, "serve", "--nats-url", first.url, "--http-listen", "127.0.0.1:0", "--log-format", "json")
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	logs := readLines(stderr)
+	logs := serveOn(t, first.url)
 	logs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
 	var listening struct{ URL string }
 	line := logs.wait(t, time.Second, func(l string) bool { return strings.Contains(l, `"msg":"http listening"`) })
