@@ -640,10 +640,15 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 			RequestID: cur.RequestID,
 		}.encode()
 	}
-	sent := time.Now()
-	rev, err := s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
+	var sent time.Time
+	var rev uint64
+	err = s.compareAndSet(ctx, claim, func() (err error) {
+		sent = time.Now()
+		rev, err = s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
+		return err
+	})
 	if err != nil {
-		return Record{}, s.explainMismatch(ctx, claim, err)
+		return Record{}, err
 	}
 	rec = cur
 	rec.Revision, rec.Duration, rec.TTL, rec.StoredAt = rev, req.Duration, ttl, time.Now()
@@ -666,8 +671,10 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 		required: req.SecretRequired}
 	var cur Record
 	if cur, err = s.verify(ctx, claim); err == nil {
-		_, err = s.purge(ctx, req.Name, "release", cur, "", req.Revision)
-		err = s.explainMismatch(ctx, claim, err)
+		err = s.compareAndSet(ctx, claim, func() error {
+			_, err := s.purge(ctx, req.Name, "release", cur, "", req.Revision)
+			return err
+		})
 	}
 	if errors.Is(err, ErrNotFound) && s.releasedBy(ctx, req.Name, req.Holder, req.Token) {
 		return nil // a retry of a release whose reply was lost
@@ -815,6 +822,41 @@ func (s *Store) verify(ctx context.Context, c tenureClaim) (Record, error) {
 	cur.Secret = ""
 	return cur, nil
 }
+
+// compareAndSet runs cas, a write that expects claim's revision, and
+// explains a refusal (explainMismatch). A refusal of a revision that the
+// read after it shows current is tried again, while ctx allows, up to
+// len(refusedCurrentBackoff) times: on R3 the stream leader refuses a
+// compare-and-set on a subject while another write that checks it is in
+// process (10164), and nats-server 2.15.2 still does so for a moment after
+// it has acknowledged that write, so a holder renewing right after its own
+// write was refused (TestRenewRefusedWhileSubjectInProcess). Trying again
+// is always safe: the write takes effect only if the revision is still the
+// expected one, and a context capped at the holder's deadline sends
+// nothing after it.
+func (s *Store) compareAndSet(ctx context.Context, claim tenureClaim, cas func() error) error {
+	for i := 0; ; i++ {
+		err := s.explainMismatch(ctx, claim, cas())
+		var stale *StaleReadError
+		if !errors.As(err, &stale) || stale.Seen != stale.Floor || i == len(refusedCurrentBackoff) {
+			return err
+		}
+		select {
+		case <-time.After(refusedCurrentBackoff[i]):
+		case <-ctx.Done():
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// refusedCurrentBackoff spaces the retries of a compare-and-set refused
+// though its revision is current: the other write in process is applied
+// within a raft commit, milliseconds.
+var refusedCurrentBackoff = []time.Duration{2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	20 * time.Millisecond, 40 * time.Millisecond}
 
 // explainMismatch turns a failed compare-and-set into the error a holder
 // needs: the lease is gone, or someone else's, or only its revision is old.
