@@ -132,13 +132,15 @@ func streamLeader(t *testing.T, js jetstream.JetStream, servers []*kvleasetest.S
 // applied) with 10164, though the expected revision is current. nats-server
 // 2.15.2 does so even after it has acknowledged that other write, and a
 // renewal from the holder that wrote it was then answered ErrUnavailable
-// (1 in about 10,000 renewals under load, docs/performance.md). The store
-// reads the lease after a refusal; a refusal of a revision the read shows
-// current is tried again. Here the other write is made to check the
-// lease's subject (Nats-Expected-Last-Subject-Sequence-Subject) and is
-// sent just before the renewal on the same connection, so that it is in
-// process when the renewal arrives.
-func TestRenewRefusedWhileSubjectInProcess(t *testing.T) {
+// (1 in about 10,000 renewals under load, docs/performance.md), and a
+// grant, after three such refusals in a row, said the lease had changed
+// under it. The store reads the lease after a refusal; a refusal of a
+// revision the read shows current is tried again. Here the other write is
+// made to check the lease's subject
+// (Nats-Expected-Last-Subject-Sequence-Subject) and is sent just before
+// the renewal or grant on the same connection, so that it is in process
+// when that arrives.
+func TestWritesRefusedWhileSubjectInProcess(t *testing.T) {
 	servers := kvleasetest.NewCluster(t, 3)
 	ctx := t.Context()
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
@@ -178,5 +180,30 @@ func TestRenewRefusedWhileSubjectInProcess(t *testing.T) {
 			t.Fatalf("renewal %d while the subject is in process: %v", i+1, err)
 		}
 		rec = next
+	}
+	// And a grant of a lease whose subject is in process, refused though
+	// the read shows it free at the revision the grant expected.
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "job", Holder: "h", Token: rec.Token, Revision: rec.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		gone, err := raw.Stream(ctx, "KV_leases")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := gone.GetLastMsgForSubject(ctx, "$KV.leases.job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.PublishMsg(checking(last.Sequence)); err != nil {
+			t.Fatal(err)
+		}
+		g, err := st.Grant(ctx, kvlease.GrantRequest{Name: "job", Holder: "h", Duration: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("grant %d while the subject is in process: %v", i+1, err)
+		}
+		if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "job", Holder: "h", Token: g.Token, Revision: g.Revision}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -476,9 +476,11 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 	data := value{Holder: req.Holder, DurationMS: req.Duration.Milliseconds(), Attributes: req.Attributes, SecretHash: sh,
 		Trace: tp, RequestID: req.RequestID}.encode()
 	expect, ended := s.cache.lastGone(req.Name)
-	// Each retry follows a newer revision; three covers a lease that lapses
-	// or is released while we look.
-	for range 3 {
+	// Each retry follows a newer revision; three cover a lease that lapses
+	// or is released while we look. A refusal of the revision the read then
+	// shows is not a change: it is tried again after a wait (see
+	// compareAndSet), up to len(refusedCurrentBackoff) times.
+	for changed, waited := 0, 0; changed < 3; {
 		hdr := nats.Header{}
 		if req.RequestID != "" {
 			hdr.Set(jetstream.MsgIDHeader, grantMsgID(req))
@@ -512,7 +514,16 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 			return s.recovered(req, cur)
 		case live:
 			return Record{}, &HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
+		case cur.Revision == expect && waited < len(refusedCurrentBackoff):
+			select {
+			case <-time.After(refusedCurrentBackoff[waited]):
+			case <-ctx.Done():
+				return Record{}, translate("grant", ctx.Err())
+			}
+			waited++
+			continue
 		}
+		changed++
 		expect = cur.Revision
 		_, ended = s.cache.lastGone(req.Name) // the read's tombstone, if it showed one
 	}
@@ -830,7 +841,7 @@ func (s *Store) verify(ctx context.Context, c tenureClaim) (Record, error) {
 // compare-and-set on a subject while another write that checks it is in
 // process (10164), and nats-server 2.15.2 still does so for a moment after
 // it has acknowledged that write, so a holder renewing right after its own
-// write was refused (TestRenewRefusedWhileSubjectInProcess). Trying again
+// write was refused (TestWritesRefusedWhileSubjectInProcess). Trying again
 // is always safe: the write takes effect only if the revision is still the
 // expected one, and a context capped at the holder's deadline sends
 // nothing after it.
