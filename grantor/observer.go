@@ -32,8 +32,16 @@ const ReservedPrefix = api.ReservedPrefix
 
 func reserved(name string) bool { return strings.HasPrefix(name, ReservedPrefix) }
 
-// ObserverDuration is the observer lease's duration D.
+// ObserverDuration is the observer lease's duration D, within the store's
+// range of durations (serve's --min-ttl and --max-ttl).
 const ObserverDuration = 5 * time.Second
+
+// observerDuration is ObserverDuration within [minD, maxD]: a store that
+// grants nothing as long refused the observer's campaign, forever, and the
+// service never became ready.
+func observerDuration(minD, maxD time.Duration) time.Duration {
+	return min(max(ObserverDuration, minD), maxD)
+}
 
 // campaignFirstWait and campaignMaxWait bound the pause between failed
 // campaigns (see campaign).
@@ -212,7 +220,7 @@ func (o *observer) campaign(ctx context.Context, e *election.Election) {
 		wait = min(2*wait, campaignMaxWait)
 	}
 	for ctx.Err() == nil {
-		lead, err := e.Campaign(ctx, o.candidate, ObserverDuration,
+		lead, err := e.Campaign(ctx, o.candidate, observerDuration(o.s.store.DurationRange()),
 			kvlease.WithLease(kvlease.WithAttributes(map[string]string{instanceAttr: o.instance})))
 		if err != nil {
 			if ctx.Err() == nil {

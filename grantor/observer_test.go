@@ -257,3 +257,19 @@ func TestObserverCampaignBacksOff(t *testing.T) {
 		t.Errorf("4 failed campaigns within %v: no pause between them", d)
 	}
 }
+
+// On a store whose longest duration is below ObserverDuration the
+// observer's lease is that longest: its campaign was refused, forever, and
+// the service never became ready (serve --max-ttl 3s answered no request).
+func TestObserverWithinTheStoresRange(t *testing.T) {
+	cfg := grantor.DefaultConfig()
+	cfg.DefaultDuration = 2 * time.Second
+	f := startStore(t, []kvlease.Option{kvlease.WithDurationRange(time.Second, 3*time.Second)}, cfg)
+	if !f.svc.Observing() {
+		t.Fatal("the service started but does not observe")
+	}
+	rec, err := f.store.Get(t.Context(), grantor.ObserverLease)
+	if err != nil || rec.Duration != 3*time.Second {
+		t.Fatalf("observer lease %+v, %v; want one of 3s, the store's longest", rec, err)
+	}
+}

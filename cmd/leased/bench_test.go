@@ -1,14 +1,21 @@
 package main_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // benchOps is what `leased bench -o json` prints for --op.
@@ -211,14 +218,14 @@ func TestBenchLive(t *testing.T) {
 	if g := num(`^grant granted=(\d+) errors=0 `); g[0] != 300*1000 {
 		t.Errorf("granted %d/1000, want 300", g[0])
 	}
-	keep := num(`^keep elapsed=[0-9.]+s renewals=(\d+) renewals_per_sec=[0-9.]+ failures=\d+ lapses=(\d+) refused=(\d+) live_at_end=(\d+)$`)
+	keep := num(`^run renewals=(\d+) renewals_per_sec=[0-9.]+ failures=\d+ lapses=(\d+) refused=(\d+) live_at_end=(\d+) \(grant phase included\)$`)
 	// 7 s of renewals every second, after the grants: about 7 per lease.
 	if renewals, lapses, refused, live := keep[0]/1000, keep[1], keep[2], keep[3]/1000; renewals < 300*5 || lapses != 0 || refused != 0 || live != 300 {
 		t.Errorf("renewals %d, lapses %d, refused %d, live at end %d: want >= 1500 renewals, no lapse or refusal, 300 live",
 			renewals, lapses/1000, refused/1000, live)
 	}
 	// The keep phase alone: 7 s of renewals every second for 300 leases.
-	if kr := num(`^keep phase alone renewals=(\d+) renewals_per_sec=([0-9.]+) `); kr[0]/1000 < 300*5 || kr[0]/1000 > keep[0]/1000 {
+	if kr := num(`^keep elapsed=[0-9.]+s renewals=(\d+) renewals_per_sec=([0-9.]+) \(the keep phase alone\)$`); kr[0]/1000 < 300*5 || kr[0]/1000 > keep[0]/1000 {
 		t.Errorf("keep phase renewals %d, of %d in all: want at least 1500 and at most all", kr[0]/1000, keep[0]/1000)
 	}
 	num(`^renew latency p50=([0-9.]+)ms p99=([0-9.]+)ms p999=([0-9.]+)ms max=([0-9.]+)ms$`)
@@ -263,8 +270,14 @@ func TestBenchBadInput(t *testing.T) {
 	max, _ := strconv.Atoi(strings.TrimSpace(string(pidMax)))
 	noProcess := strconv.Itoa(max + 1) // above every pid the kernel gives
 	emptyData := t.TempDir()
-	badLock := t.TempDir()
+	badLock, staleLock := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(badLock, "leased.lock"), []byte("not a pid\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A serve's lock file stays after it exits; the pid in it may be
+	// another process's by then (here this test's).
+	self := strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(filepath.Join(staleLock, "leased.lock"), []byte(self+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -284,7 +297,11 @@ func TestBenchBadInput(t *testing.T) {
 		{"for without live", []string{"--for", "5s"}, "--for goes with --live"},
 		{"serve-pid of no process", []string{"--live", "10", "--serve-pid", noProcess}, "no such process"},
 		{"data without serve", []string{"--live", "10", "--data", emptyData}, "leased.lock"},
-		{"data with a bad lock file", []string{"--live", "10", "--data", badLock}, "holds no process id"},
+		{"data with a bad lock file", []string{"--live", "10", "--data", badLock}, "no process holds"},
+		{"data of a serve that has exited", []string{"--live", "10", "--data", staleLock}, "no process holds"},
+		{"serve-pid of another process", []string{"--live", "10", "--serve-pid", self}, "not a leased serve"},
+		{"bucket through the service", []string{"--bucket", "other"}, "--bucket goes with --direct or --compare"},
+		{"empty url", []string{"--url", ""}, "--url is empty"},
 		{"serve-pid and data", []string{"--live", "10", "--serve-pid", "1", "--data", emptyData}, "give one"},
 		{"bad prefix", []string{"--prefix", "a..b"}, "--prefix"},
 		{"argument", []string{"grant"}, "unknown command"},
@@ -302,5 +319,86 @@ func TestBenchBadInput(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("help lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+// A --live run that measured nothing fails (exit 1): against a NATS server
+// with no lease service every grant fails, and the run ends when they have,
+// not after --for; and a serve that exits during the run leaves no figures,
+// which the run says instead of reporting zeros.
+func TestBenchLiveFailures(t *testing.T) {
+	t.Run("no lease granted", func(t *testing.T) {
+		url := kvleasetest.NewServer(t).ClientURL()
+		start := time.Now()
+		r := leased(t, url, "bench", "--live", "20", "--ttl", "3s", "--for", "30s", "--timeout", "300ms")
+		if r.code != 1 || !strings.Contains(r.stderr, "no lease granted") || !strings.Contains(r.stdout, "0 of 20 granted, 20 failed") {
+			t.Fatalf("exit %d\n%s%s\nwant exit 1, no lease granted, 0 of 20 granted, 20 failed", r.code, r.stdout, r.stderr)
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("took %v: the run waited out --for with nothing to keep", took)
+		}
+	})
+	t.Run("serve exits", func(t *testing.T) {
+		dir := t.TempDir()
+		s := startServe(t, dir)
+		cmd := exec.Command(leasedBin, "bench", "--url", s.url, "--live", "30", "--ttl", "3s", "--for", "4s",
+			"--prefix", "gone", "--data", dir)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Once all 30 are held, the serve goes.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			r := leased(t, s.url, "ls", "gone.", "-o", "json")
+			if r.code == 0 && strings.Count(r.stdout, `"name"`) == 30 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the bench's 30 leases not held: ls exit %d %s %s", r.code, r.stdout, r.stderr)
+			}
+		}
+		if err := s.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		err := waitExit(cmd, 30*time.Second)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errOut.String(), "exited during the run") ||
+			!strings.Contains(out.String(), fmt.Sprintf("serve pid=%d exited during the run", s.cmd.Process.Pid)) {
+			t.Fatalf("bench after its serve was killed: %v\n%s%s\nwant exit 1 and the serve said to have exited", err, out.String(), errOut.String())
+		}
+	})
+}
+
+// Interrupted (SIGINT), a run stops, prints what it measured, and does not
+// count the requests the interrupt cut off as the server's errors.
+func TestBenchInterrupted(t *testing.T) {
+	s := startServe(t, "")
+	cmd := exec.Command(leasedBin, "bench", "--url", s.url, "--op", "grant", "--clients", "16", "--duration", "1m",
+		"--ttl", "2s", "--prefix", "intr")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Interrupted once leases are being granted.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if r := leased(t, s.url, "ls", "intr.", "-o", "json"); r.code == 0 && strings.Contains(r.stdout, `"name"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no grant of the bench seen")
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(cmd, 30*time.Second); err != nil {
+		t.Fatalf("bench after SIGINT: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "stopped early (interrupted)") || !regexp.MustCompile(`(?m)^ops=[1-9]\d* errors=0 `).MatchString(out.String()) {
+		t.Fatalf("output after SIGINT:\n%s%s\nwant some ops, no errors, and the run said interrupted", out.String(), errOut.String())
 	}
 }

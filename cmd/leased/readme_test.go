@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/leased/leased/grantor/embedded"
 )
 
 // The README sections whose every sh block must run as written.
@@ -350,12 +348,11 @@ func (r *readmeRunner) stopAll() {
 // to the end; they run each as written up to where it would connect: its
 // flags must pass (exit 1, the server unreachable, never 2, a usage
 // error). Only what names a machine changes: the URL is a closed port
-// on 127.0.0.1, and --data a directory whose lock names this process.
+// on 127.0.0.1, and --data the data directory of a serve of its own (bench
+// checks that a serve holds its lock).
 func TestReadmeBenchCommandsAreValid(t *testing.T) {
 	data := t.TempDir()
-	if err := os.WriteFile(filepath.Join(data, embedded.LockFile), fmt.Appendf(nil, "%d\n", os.Getpid()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	startServe(t, data)
 	const closed = "nats://127.0.0.1:1"
 	n := 0
 	for _, b := range readmeBlocks(t) {

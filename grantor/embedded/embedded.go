@@ -47,6 +47,10 @@ var ErrConfig = errors.New("embedded: invalid config")
 // holds the data directory's lock. A [*LockedError] carries the details.
 var ErrLocked = errors.New("embedded: data directory in use")
 
+// ErrNotLocked is returned by [LockHolder] when no running server holds a
+// data directory's lock.
+var ErrNotLocked = errors.New("embedded: no server holds the data directory")
+
 // ErrInsecure is wrapped by the error [Start] returns when the server would
 // listen on a non-loopback address without authentication and
 // [Config.AllowInsecure] is not set.

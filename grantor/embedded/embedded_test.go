@@ -20,9 +20,16 @@ import (
 // directory is free again after Shutdown.
 func TestStartLocksDataDir(t *testing.T) {
 	dir := t.TempDir()
+	if pid, err := embedded.LockHolder(dir); !errors.Is(err, embedded.ErrNotLocked) {
+		t.Fatalf("LockHolder before any server: %d, %v; want ErrNotLocked", pid, err)
+	}
 	first, err := embedded.Start(embedded.Config{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if pid, err := embedded.LockHolder(dir); err != nil || pid != os.Getpid() {
+		first.Shutdown()
+		t.Fatalf("LockHolder while the server runs: %d, %v; want pid %d", pid, err, os.Getpid())
 	}
 	_, err = embedded.Start(embedded.Config{DataDir: dir})
 	var le *embedded.LockedError
@@ -32,6 +39,10 @@ func TestStartLocksDataDir(t *testing.T) {
 	}
 	first.Shutdown()
 	first.Shutdown() // idempotent
+	// The lock file stays, naming this process, but no one holds it.
+	if pid, err := embedded.LockHolder(dir); !errors.Is(err, embedded.ErrNotLocked) {
+		t.Fatalf("LockHolder after Shutdown: %d, %v; want ErrNotLocked", pid, err)
+	}
 	again, err := embedded.Start(embedded.Config{DataDir: dir})
 	if err != nil {
 		t.Fatalf("after Shutdown: %v", err)

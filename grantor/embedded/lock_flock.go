@@ -50,3 +50,40 @@ func lockDir(dir string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// LockHolder returns the id of the process that holds dir's lock: a
+// running server on dir. Errors: [ErrNotLocked] if no process holds it
+// (none has used dir, or the one whose id the file still names has
+// exited).
+func LockHolder(dir string) (int, error) {
+	f, err := os.Open(lockPath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("%w: no %s in %s", ErrNotLocked, LockFile, dir)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("embedded: lock file: %w", err)
+	}
+	defer f.Close()
+	// A shared lock taken for a moment: granted only if no server holds
+	// the exclusive one.
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return 0, fmt.Errorf("%w: no process holds %s", ErrNotLocked, lockPath(dir))
+	}
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return 0, fmt.Errorf("embedded: lock %s: %w", lockPath(dir), err)
+	}
+	b := make([]byte, 32)
+	n, _ := f.ReadAt(b, 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil || pid < 1 {
+		return 0, fmt.Errorf("embedded: %s is locked but names no process id", lockPath(dir))
+	}
+	return pid, nil
+}

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,6 +102,8 @@ func (f *benchFlags) check(changed func(string) bool) error {
 		return bad("--compare runs --raw, --batching=false and --batching=true itself")
 	case changed("compare") && changed("live"):
 		return bad("--compare does not go with --live")
+	case changed("bucket") && !f.direct && !changed("compare"):
+		return bad("--bucket goes with --direct or --compare (through the service, the bucket is its serve's)")
 	}
 	if !changed("ttl") && f.op == benchRelease && !changed("live") {
 		// The pool is granted first, then released: it must outlive both.
@@ -174,12 +175,12 @@ func (f *benchFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.clients, "clients", f.clients, "concurrent callers (with --live: workers renewing and granting)")
 	fl.DurationVar(&f.duration, "duration", f.duration, "how long to run (not with --ops)")
 	fl.IntVar(&f.ops, "ops", 0, "run this many operations instead of for --duration")
-	fl.DurationVar(&f.ttl, "ttl", f.ttl, "lease duration D (--op release: default 1m, or 2×--duration+10s if longer)")
+	fl.DurationVar(&f.ttl, "ttl", f.ttl, "lease duration D (--op release: default 1m, or 2×--duration+10s if longer, at most 1h)")
 	fl.BoolVar(&f.direct, "direct", false, "write the lease bucket directly (kvlease.Store) instead of through the service")
 	fl.BoolVar(&f.batching, "batching", f.batching, "with --direct: commit concurrent writes together (group commit); false sends each on its own")
 	fl.BoolVar(&f.raw, "raw", false, "with --direct: the baseline, each operation the single-message KV write it comes down to (see above)")
 	fl.IntVar(&f.compare, "compare", 0, "run --op this many rounds, each the raw baseline and the service (with --direct: the store without batching and with it) in turn, and print their medians and ratios to raw")
-	fl.StringVar(&f.bucket, "bucket", f.bucket, "lease bucket name, with --direct")
+	fl.StringVar(&f.bucket, "bucket", f.bucket, "lease bucket name, with --direct or --compare")
 	fl.StringVar(&f.prefix, "prefix", f.prefix, "first token(s) of the lease names")
 	fl.IntVar(&f.live, "live", 0, "grant this many leases and keep them renewed every TTL/3 for --for")
 	fl.DurationVar(&f.keepFor, "for", 0, "with --live: how long to keep the leases renewed after the last grant (default 3 renewal periods, = --ttl)")
@@ -212,8 +213,10 @@ All callers share one NATS connection.
 It runs for --duration (default 10s) or --ops operations, then prints ops/s,
 the latency percentiles p50, p99, p999 and max of the timed operations, and
 the errors by kind. Names are PREFIX.RUN.…, RUN a random id of this run;
-holders are HOLDER-bN, one per 100 leases, far under the service's
---max-leases-per-holder.
+holders are HOLDER-cC-bN (caller C), one per 100 leases, far under the
+service's --max-leases-per-holder. Interrupted (SIGINT), it stops and
+prints what it measured; the requests the interrupt cut off are not
+counted.
 
 With --direct the lease store commits concurrent writes together (group
 commit), as serve does; --batching=false sends each on its own. --direct --raw
@@ -244,7 +247,8 @@ its peak VmHWM). It prints progress to stderr every 10s. At the end the
 leases are left to lapse by their TTL, or released with --release.
 
 Exit status 2 for bad flags (nothing is sent), 1 if the server cannot be
-reached or no operation succeeded.`,
+reached or no operation succeeded (with --live: no lease was granted, none
+was live at the end, or the serve process named exited during the run).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(cmd.Flags().Changed); err != nil {
@@ -300,7 +304,7 @@ reached or no operation succeeded.`,
 						return err
 					}
 					r.print(p)
-					return nil
+					return r.failure()
 				}
 				r, err := b.runOps(ctx)
 				if err != nil {
@@ -329,13 +333,11 @@ var ErrBenchFailed = errors.New("bench failed")
 func (f *benchFlags) serveProcess() (int, error) {
 	pid := f.servePID
 	if f.data != "" {
-		path := filepath.Join(f.data, embedded.LockFile)
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return 0, usageError{fmt.Errorf("--data: %w (is a leased serve using %s?)", err, f.data)}
-		}
-		if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil || pid < 1 {
-			return 0, usageError{fmt.Errorf("--data: %s holds no process id", path)}
+		// The lock, not only the pid in its file: the file stays after
+		// its serve has exited.
+		var err error
+		if pid, err = embedded.LockHolder(f.data); err != nil {
+			return 0, usageError{fmt.Errorf("--data %s: %w (is a leased serve running on it?)", f.data, err)}
 		}
 	}
 	if pid == 0 {
@@ -344,7 +346,24 @@ func (f *benchFlags) serveProcess() (int, error) {
 	if _, err := readProcCPU(pid); err != nil {
 		return 0, usageError{fmt.Errorf("serve process %d: %w", pid, err)}
 	}
+	if err := checkServeCommand(pid); err != nil {
+		return 0, usageError{err}
+	}
 	return pid, nil
+}
+
+// checkServeCommand checks that process pid runs `leased serve`: a
+// "serve" among its arguments.
+func checkServeCommand(pid int) error {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return fmt.Errorf("serve process %d: %w", pid, err)
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if len(args) < 2 || !slices.Contains(args[1:], "serve") {
+		return fmt.Errorf("process %d is not a leased serve (its command: %q)", pid, strings.Join(args, " "))
+	}
+	return nil
 }
 
 // bench is one run against a grantor.
@@ -505,6 +524,8 @@ type OpsResult struct {
 	Latency   Latency        `json:"latency"`
 	// Setup is the untimed phase of --op renew and release.
 	Setup *SetupResult `json:"setup,omitempty"`
+	// StoppedEarly: interrupted before --duration or --ops.
+	StoppedEarly bool `json:"stopped_early,omitempty"`
 }
 
 // SetupResult is an untimed phase: the leases granted before the clock starts.
@@ -527,6 +548,9 @@ func (r OpsResult) print(p printer) {
 	p.line("ops=%d errors=%d elapsed=%.3fs ops_per_sec=%.1f", r.Ops, r.Errors, r.Elapsed, r.OpsPerSec)
 	p.line("latency %s", r.Latency)
 	p.line("errors_by_kind: %s", kinds(r.ErrorKind))
+	if r.StoppedEarly {
+		p.line("stopped early (interrupted)")
+	}
 }
 
 // runOps runs the --op benchmark.
@@ -602,6 +626,9 @@ func (b *bench) runOps(ctx context.Context) (OpsResult, error) {
 				err := op(octx)
 				d := time.Since(t)
 				ocancel()
+				if err != nil && ctx.Err() != nil {
+					return // cut off by an interrupt: not the server's
+				}
 				if err != nil {
 					s.fail(err)
 					if fatalBenchError(err) {
@@ -668,7 +695,8 @@ func (b *bench) runOps(ctx context.Context) (OpsResult, error) {
 	lat, errs := mergeStats(stats)
 	return OpsResult{Op: f.op, Via: b.via, URL: b.url, Clients: f.clients, TTL: f.ttl.String(),
 		Ops: len(lat), Errors: total(errs), ErrorKind: errs, Elapsed: round3(elapsed.Seconds()),
-		OpsPerSec: math.Round(float64(len(lat))/elapsed.Seconds()*10) / 10, Latency: summarize(lat), Setup: setup}, nil
+		OpsPerSec: math.Round(float64(len(lat))/elapsed.Seconds()*10) / 10, Latency: summarize(lat), Setup: setup,
+		StoppedEarly: ctx.Err() != nil}, nil
 }
 
 // setup runs fn on every caller, untimed: --op release's pool (claim says
@@ -859,6 +887,8 @@ type ServeFigures struct {
 	CPUCores float64 `json:"cpu_cores"` // CPU time over the keep phase / its wall time
 	RSS      int64   `json:"rss_bytes"` // VmRSS at the end
 	HWM      int64   `json:"hwm_bytes"` // VmHWM: the peak RSS since the process started
+	// Exited: the process was gone at the end of the run (no figures).
+	Exited bool `json:"exited,omitempty"`
 }
 
 func (r LiveResult) print(p printer) {
@@ -869,20 +899,28 @@ func (r LiveResult) print(p printer) {
 	p.line("bench live=%d via=%s url=%s clients=%d ttl=%s renew_every=%s for=%s", r.Leases, r.Via, r.URL, r.Clients, r.TTL, r.Every, r.For)
 	p.line("grant granted=%d errors=%d elapsed=%.3fs grants_per_sec=%.1f errors_by_kind: %s", r.Granted, total(r.GrantErrors),
 		r.GrantElapsed, r.GrantPerSec, kinds(r.GrantErrors))
-	if r.Granted < r.Leases && !r.StoppedEarly {
+	switch failed := total(r.GrantErrors); {
+	case r.Granted == r.Leases || r.StoppedEarly:
+	case r.Granted+failed >= r.Leases:
+		p.line("grant incomplete: %d of %d granted, %d failed (errors_by_kind above)", r.Granted, r.Leases, failed)
+	default:
 		p.line("grant incomplete: %d of %d granted when the grant phase ended (--for after the start; renewals go first, so a node that cannot also renew more stops granting)",
 			r.Granted, r.Leases)
 	}
 	p.line("grant latency %s", r.GrantLatency)
-	p.line("keep elapsed=%.3fs renewals=%d renewals_per_sec=%.1f failures=%d lapses=%d refused=%d live_at_end=%d",
-		r.KeepElapsed, r.Renewals, r.RenewPerSec, r.Failures, r.Lapses, r.Refused, r.LiveAtEnd)
-	p.line("keep phase alone renewals=%d renewals_per_sec=%.1f (renewals= and renewals_per_sec= above span the whole run)",
-		r.KeepRenewals, r.KeepRenewPerSec)
+	p.line("keep elapsed=%.3fs renewals=%d renewals_per_sec=%.1f (the keep phase alone)",
+		r.KeepElapsed, r.KeepRenewals, r.KeepRenewPerSec)
+	p.line("run renewals=%d renewals_per_sec=%.1f failures=%d lapses=%d refused=%d live_at_end=%d (grant phase included)",
+		r.Renewals, r.RenewPerSec, r.Failures, r.Lapses, r.Refused, r.LiveAtEnd)
 	p.line("renew failures_by_kind: %s", kinds(r.FailureKind))
 	p.line("renew latency %s", r.RenewLatency)
 	p.line("renew lateness %s (sent after due)", r.Lateness)
 	p.line("bench cpu=%.3f cores", r.BenchCPU)
-	if s := r.Serve; s != nil {
+	switch s := r.Serve; {
+	case s == nil:
+	case s.Exited:
+		p.line("serve pid=%d exited during the run: no CPU or RSS figures", s.PID)
+	default:
 		p.line("serve pid=%d cpu=%.3f cores (over the keep phase)", s.PID, s.CPUCores)
 		p.line("serve rss=%.1fMiB peak=%.1fMiB", float64(s.RSS)/(1<<20), float64(s.HWM)/(1<<20))
 	}
@@ -890,6 +928,20 @@ func (r LiveResult) print(p printer) {
 		p.line("stopped early (interrupted)")
 	}
 	p.line("end %s released=%d release_errors_by_kind: %s", r.Ending, r.Released, kinds(r.ReleaseErrors))
+}
+
+// failure is the error a --live run exits with, if it failed: no lease
+// granted, none live at the end, or the serve process it measured gone.
+func (r LiveResult) failure() error {
+	switch {
+	case r.Granted == 0:
+		return fmt.Errorf("%w: no lease granted", ErrBenchFailed)
+	case r.Serve != nil && r.Serve.Exited:
+		return fmt.Errorf("%w: serve process %d exited during the run", ErrBenchFailed, r.Serve.PID)
+	case r.LiveAtEnd == 0 && !r.StoppedEarly:
+		return fmt.Errorf("%w: no lease was live at the end (%d lapsed, %d refused)", ErrBenchFailed, r.Lapses, r.Refused)
+	}
+	return nil
 }
 
 // liveWorker is one worker's figures.
@@ -1047,7 +1099,7 @@ wait:
 	self0 := selfCPU()
 	keep := time.NewTimer(f.keepFor)
 	defer keep.Stop()
-	if !stoppedEarly {
+	if !stoppedEarly && granted.Load() > 0 { // nothing to keep if every grant failed
 	keeping:
 		for {
 			select {
@@ -1067,16 +1119,18 @@ wait:
 	wg.Wait()
 	keepEnd := time.Now()
 	keepWall := keepEnd.Sub(keepStart)
-	cpu1, _ := readProcCPU(pid)
+	cpu1, cpuErr := readProcCPU(pid)
 	self1 := selfCPU()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return LiveResult{}, fmt.Errorf("bench --live: %w", err)
 	}
 
-	r := LiveResult{Via: b.via, URL: b.url, Leases: f.live, Clients: f.clients, TTL: f.ttl.String(), Every: interval.String(),
+	r := LiveResult{Via: b.via, URL: b.url, Leases: f.live, Clients: f.clients, TTL: f.ttl.String(), Every: interval.Round(time.Millisecond).String(),
 		For: f.keepFor.String(), Granted: int(granted.Load()), GrantElapsed: round3(grantEnd.Sub(start).Seconds()),
-		KeepElapsed: round3(keepWall.Seconds()), StoppedEarly: stoppedEarly,
-		BenchCPU: round3((self1 - self0).Seconds() / keepWall.Seconds())}
+		KeepElapsed: round3(keepWall.Seconds()), StoppedEarly: stoppedEarly}
+	if keepWall >= 10*time.Millisecond { // else there was no keep phase to measure
+		r.BenchCPU = round3((self1 - self0).Seconds() / keepWall.Seconds())
+	}
 	r.GrantPerSec = math.Round(float64(r.Granted)/grantEnd.Sub(start).Seconds()*10) / 10
 	var grantLat, renewLat, late []time.Duration
 	r.GrantErrors, r.FailureKind = map[string]int{}, map[string]int{}
@@ -1112,10 +1166,12 @@ wait:
 	r.Lapses, r.Refused, r.LiveAtEnd = int(lapses.Load()), int(refused.Load()), len(live)
 	if pid != 0 {
 		s := &ServeFigures{PID: pid}
-		if cpu1 >= cpu0 && keepWall > 0 {
+		var err error
+		if s.RSS, s.HWM, err = readProcMemory(pid); err != nil || cpuErr != nil {
+			s.Exited, s.RSS, s.HWM = true, 0, 0
+		} else if cpu1 >= cpu0 && keepWall >= 10*time.Millisecond {
 			s.CPUCores = round3((cpu1 - cpu0).Seconds() / keepWall.Seconds())
 		}
-		s.RSS, s.HWM, _ = readProcMemory(pid)
 		r.Serve = s
 	}
 	r.Ending = fmt.Sprintf("leases left to lapse by their TTL (%v + the grantor margin)", f.ttl)
@@ -1204,9 +1260,11 @@ func readProcMemory(pid int) (rss, hwm int64, err error) {
 }
 
 // parseProcStatus reads VmRSS and VmHWM ("VmRSS:   1234 kB") from a
-// /proc/PID/status file.
+// /proc/PID/status file. A process that has exited but not been reaped (a
+// zombie) has neither: an error.
 func parseProcStatus(r io.Reader) (rss, hwm int64, err error) {
 	sc := bufio.NewScanner(r)
+	seen := false
 	for sc.Scan() {
 		key, rest, ok := strings.Cut(sc.Text(), ":")
 		if !ok || (key != "VmRSS" && key != "VmHWM") {
@@ -1217,12 +1275,18 @@ func parseProcStatus(r io.Reader) (rss, hwm int64, err error) {
 			return 0, 0, fmt.Errorf("unreadable /proc status line %q", sc.Text())
 		}
 		if key == "VmRSS" {
-			rss = kb << 10
+			rss, seen = kb<<10, true
 		} else {
 			hwm = kb << 10
 		}
 	}
-	return rss, hwm, sc.Err()
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	if !seen {
+		return 0, 0, errors.New("no VmRSS in /proc status: the process has exited")
+	}
+	return rss, hwm, nil
 }
 
 // selfCPU returns the CPU time this process has used.

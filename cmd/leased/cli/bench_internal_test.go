@@ -90,6 +90,10 @@ func TestBenchProcFiles(t *testing.T) {
 	if _, _, err := parseProcStatus(strings.NewReader("VmRSS:\tlots\n")); err == nil {
 		t.Error("parseProcStatus of a bad line: no error")
 	}
+	// A zombie's status has no memory lines: it has exited.
+	if _, _, err := parseProcStatus(strings.NewReader("Name:\tleased\nState:\tZ (zombie)\nThreads:\t1\n")); err == nil {
+		t.Error("parseProcStatus of an exited process: no error")
+	}
 	// This process's own files parse.
 	if _, err := readProcCPU(os.Getpid()); err != nil {
 		t.Fatal(err)

@@ -118,11 +118,14 @@ func (r CompareResult) print(p printer) {
 	}
 	p.line("bench compare op=%s url=%s clients=%d ttl=%s rounds=%d", r.Op, r.URL, r.Clients, r.TTL, len(r.Rounds))
 	for i, round := range r.Rounds {
-		line := fmt.Sprintf("round %d:", i+1)
+		line, ratios := fmt.Sprintf("round %d:", i+1), ""
 		for _, v := range r.Variants {
 			line += fmt.Sprintf(" %s=%.1f", v, round[v].OpsPerSec)
+			if v != "raw" {
+				ratios += fmt.Sprintf(" %s=%.2f", v, round[v].OpsPerSec/round["raw"].OpsPerSec)
+			}
 		}
-		p.line("%s ops/s", line)
+		p.line("%s ops/s, of raw:%s", line, ratios)
 	}
 	for _, v := range r.Variants {
 		m := r.Median[v]

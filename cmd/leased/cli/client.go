@@ -213,6 +213,10 @@ func defaultHolder() string {
 }
 
 func (c *connFlags) check() error {
+	if strings.Trim(c.url, " \t,") == "" {
+		// nats.go would take it for its default, nats://127.0.0.1:4222.
+		return usageError{errors.New("--url is empty: give the NATS server URL(s)")}
+	}
 	if c.output != "text" && c.output != "json" {
 		return usageError{fmt.Errorf("-o %q: want text or json", c.output)}
 	}
