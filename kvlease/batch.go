@@ -63,6 +63,7 @@ type writeReq struct {
 	ttl    time.Duration
 	done   chan writeResult // buffered (1): the writer never blocks on it
 	seq    uint64           // when it queued (writer.arrivals), if it did
+	wrote  uint64           // the revision it was written at, once answered so (see screenLocked)
 }
 
 type writeResult struct {
@@ -70,7 +71,12 @@ type writeResult struct {
 	err error
 }
 
-func (r *writeReq) answer(rev uint64, err error) { r.done <- writeResult{rev, err} }
+func (r *writeReq) answer(rev uint64, err error) {
+	if err == nil {
+		r.wrote = rev
+	}
+	r.done <- writeResult{rev, err}
+}
 
 // writer is a Store's group commit. Its goroutines live only while writes
 // are queued or in flight, and each write is bounded by the batch timeout
@@ -128,6 +134,9 @@ func (w *writer) submit(req *writeReq) (uint64, error) {
 		if !sent {
 			return rev, err
 		}
+		if err == nil {
+			req.wrote = rev
+		}
 		if more, mark := w.release([]*writeReq{req}); more {
 			// Others queued meanwhile: the slot passes to them, on a
 			// goroutine of their own so that this answer is not delayed.
@@ -155,6 +164,11 @@ func (w *writer) submit(req *writeReq) (uint64, error) {
 	case r := <-req.done:
 		return r.rev, r.err
 	case <-req.ctx.Done():
+		select {
+		case r := <-req.done: // answered as the context ended: the answer is true
+			return r.rev, r.err
+		default:
+		}
 		// Still queued, it will be dropped unsent; if its write has gone
 		// out, it may or may not take effect.
 		return 0, translate(req.op, req.ctx.Err())
@@ -167,6 +181,9 @@ func (w *writer) submit(req *writeReq) (uint64, error) {
 func (w *writer) passOne(req *writeReq) (uint64, error) {
 	rev, sent, err := w.publishNowLocked(req, &w.passing)
 	if sent {
+		if err == nil {
+			req.wrote = rev
+		}
 		w.mu.Lock()
 		w.passing--
 		w.mu.Unlock()
@@ -259,6 +276,7 @@ func (w *writer) release(done []*writeReq) (more bool, mark uint64) {
 			delete(w.keys, r.name)
 		}
 	}
+	w.screenLocked(done)
 	if len(w.queue) == 0 && !w.lingersFor(len(done)) {
 		w.inflight--
 		return false, w.arrivals
@@ -292,6 +310,7 @@ func (w *writer) released(r *writeReq) {
 	if w.keys[r.name]--; w.keys[r.name] <= 0 {
 		delete(w.keys, r.name)
 	}
+	w.screenLocked([]*writeReq{r})
 	start := len(w.queue) > 0 && w.inflight < w.limits.MaxInFlight
 	if start {
 		w.inflight++
@@ -300,6 +319,39 @@ func (w *writer) released(r *writeReq) {
 	if start {
 		w.wg.Go(func() { w.run(0, 0) })
 	}
+}
+
+// screenLocked answers errMismatch to the queued requests that the writes
+// of done, just answered, made stale: their key now has a revision past
+// the one they expect. The cache learns of a write only when its caller
+// has its answer, after the key is free, so takeLocked would send them,
+// and one in a batch has the whole batch refused (and bisected).
+func (w *writer) screenLocked(done []*writeReq) {
+	if len(w.queue) == 0 {
+		return
+	}
+	var written map[string]uint64
+	for _, r := range done {
+		if r.wrote != 0 {
+			if written == nil {
+				written = make(map[string]uint64, len(done))
+			}
+			written[r.name] = r.wrote
+		}
+	}
+	if written == nil {
+		return
+	}
+	rest := w.queue[:0]
+	for _, q := range w.queue {
+		if rev, ok := written[q.name]; ok && q.expect < rev {
+			q.answer(0, errMismatch)
+			continue
+		}
+		rest = append(rest, q)
+	}
+	clear(w.queue[len(rest):])
+	w.queue = rest
 }
 
 // lingersFor says whether a slot waits for want requests to queue: only
@@ -476,6 +528,19 @@ func (a *answers) write(reqs []*writeReq) {
 	off := w.off
 	w.mu.Unlock()
 	if off || len(live) < w.limits.MinMessages {
+		a.singles(live)
+		return
+	}
+	// Once more, as close to sending as can be: a request whose context
+	// ended meanwhile (a renewal past its holder's deadline) stays unsent.
+	live = slices.DeleteFunc(live, func(r *writeReq) bool {
+		if err := r.ctx.Err(); err != nil {
+			a.answer(r, 0, translate(r.op, err))
+			return true
+		}
+		return false
+	})
+	if len(live) < w.limits.MinMessages {
 		a.singles(live)
 		return
 	}

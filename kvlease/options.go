@@ -72,11 +72,14 @@ type BatchLimits struct {
 	// MaxMessages caps one batch. At most the server's max_batch_size
 	// (1,000 by default), at least MinMessages.
 	MaxMessages int
-	// MaxInFlight is how many writes (batches or groups of single
-	// publishes) this Store has in flight at once; a request that arrives
-	// while all are busy queues for the next. At least 1; keep it well
-	// under the server's max_batch_inflight_per_stream (50 by default),
-	// which all Stores on the stream share.
+	// MaxInFlight is how many write slots this Store has: a request that
+	// finds one free goes out at once, alone; one that arrives while all
+	// are busy queues for the next write a slot takes (a batch, or below
+	// MinMessages single publishes, which are then on their own and hold
+	// no slot, as do requests passed through where batches do not form).
+	// So it bounds the batches in flight, not the publishes. At least 1;
+	// keep it well under the server's max_batch_inflight_per_stream (50 by
+	// default), which all Stores on the stream share.
 	MaxInFlight int
 	// Linger is how long a write slot that has just answered a write may
 	// wait for its callers' next requests before it takes what has queued,
