@@ -626,14 +626,20 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	if err != nil {
 		return Record{}, err
 	}
-	if left := s.cache.expiresBy(cur).Sub(time.Now()); left < renewGuard(cur.TTL) {
-		// DESIGN §2 item 8: a renewal that lands as the revision expires
-		// can be acknowledged and then rolled up by the expiry marker, an
-		// acknowledged renewal lost. A holder that keeps its deadline never
-		// renews this late; one that does (a zombie, a client that ignores
-		// its deadline) is told the lease is gone.
-		return Record{}, fmt.Errorf("%w: %q expires in %v, too late to renew; acquire a new tenure",
-			ErrNotFound, req.Name, left.Round(time.Millisecond))
+	tooLate := func() error {
+		if left := s.cache.expiresBy(cur).Sub(time.Now()); left < renewGuard(cur.TTL) {
+			// DESIGN §2 item 8: a renewal that lands as the revision expires
+			// can be acknowledged and then rolled up by the expiry marker, an
+			// acknowledged renewal lost. A holder that keeps its deadline never
+			// renews this late; one that does (a zombie, a client that ignores
+			// its deadline) is told the lease is gone.
+			return fmt.Errorf("%w: %q expires in %v, too late to renew; acquire a new tenure",
+				ErrNotFound, req.Name, left.Round(time.Millisecond))
+		}
+		return nil
+	}
+	if err := tooLate(); err != nil {
+		return Record{}, err
 	}
 	if req.Duration == 0 {
 		req.Duration = cur.Duration
@@ -654,6 +660,9 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	var sent time.Time
 	var rev uint64
 	err = s.compareAndSet(ctx, claim, func() (err error) {
+		if err := tooLate(); err != nil { // again on a retry
+			return err
+		}
 		sent = time.Now()
 		rev, err = s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
 		return err

@@ -90,7 +90,8 @@ func TestServeOwnCredentialsRefused(t *testing.T) {
 	if err := os.WriteFile(conf, []byte(`authorization { users = [ { user: leased, password: right } ] }`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := leased(t, "", "serve", "--data", t.TempDir(), "--config", conf, "--user", "leased", "--password", "wrong")
+	r := leased(t, "", "serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--config", conf, "--user", "leased",
+		"--password", "wrong")
 	if r.code == 0 || !strings.Contains(r.stderr, "Authorization Violation") || strings.Contains(r.stderr, "wrong") {
 		t.Fatalf("exit %d, stderr:\n%s\nwant a failure naming the server's Authorization Violation, without the password", r.code, r.stderr)
 	}
