@@ -487,6 +487,9 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
 
 func (l Latency) String() string {
+	if l == (Latency{}) {
+		return "none (no operation to time)"
+	}
 	return fmt.Sprintf("p50=%.3fms p99=%.3fms p999=%.3fms max=%.3fms", l.P50, l.P99, l.P999, l.Max)
 }
 

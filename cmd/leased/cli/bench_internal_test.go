@@ -46,6 +46,10 @@ func TestBenchPercentile(t *testing.T) {
 			}
 		})
 	}
+	// Nothing timed prints as such, not as latencies of zero.
+	if got := summarize(nil).String(); strings.Contains(got, "0.000ms") {
+		t.Errorf("no latencies print %q", got)
+	}
 }
 
 func TestBenchErrorKind(t *testing.T) {
