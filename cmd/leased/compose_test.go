@@ -37,6 +37,11 @@ func TestComposeMatchesDevCluster(t *testing.T) {
 			t.Errorf("%s command in docker-compose.yml:\n got %q\nwant %q", n.Name, got, want)
 		}
 	}
+	// leased exports traces over OTLP/HTTP (otlptracehttp), which Jaeger
+	// takes on 4318; 4317 is its gRPC port, where they never arrived.
+	if m := regexp.MustCompile(`OTEL_EXPORTER_OTLP_ENDPOINT: (\S+)`).FindSubmatch(data); m == nil || !regexp.MustCompile(`:4318$`).Match(m[1]) {
+		t.Errorf("docker-compose.yml's OTEL_EXPORTER_OTLP_ENDPOINT %q: want Jaeger's OTLP/HTTP port 4318", m)
+	}
 	// dev-cluster's flags name the same things.
 	local := cli.LocalCluster(3, "127.0.0.1", 4222, 6222, "/tmp/x")
 	for i := range local {

@@ -209,6 +209,9 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 		if len(names) == 0 {
 			return "no node is running"
 		}
+		if len(names) == 1 {
+			return names[0] + " keeps running"
+		}
 		return strings.Join(names, ", ") + " keep running"
 	}
 	// run runs node i once, until it exits or ctx is cancelled, and says
