@@ -35,3 +35,23 @@ func TestRestartBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A node of an embedded cluster waits for its JetStream as long as its
+// peers take to come up; a single node, or one on a NATS of --nats-url,
+// gives up after natsWaitLimit.
+func TestJetStreamWaitLimit(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		f        serveFlags
+		embedded bool
+		want     time.Duration
+	}{
+		{"one node", serveFlags{}, true, natsWaitLimit},
+		{"a node of a cluster", serveFlags{clusterName: "leased"}, true, 0},
+		{"on a NATS of --nats-url", serveFlags{natsURL: "nats://a:4222"}, false, natsWaitLimit},
+	} {
+		if got := c.f.jetStreamWaitLimit(c.embedded); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -359,8 +359,15 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	octx, cancel := context.WithTimeout(startCtx, natsWaitLimit)
+	octx, cancel := context.WithCancel(startCtx)
 	defer cancel()
+	if limit := f.jetStreamWaitLimit(srv != nil); limit > 0 {
+		octx, cancel = context.WithTimeout(startCtx, limit)
+		defer cancel()
+	} else {
+		log.Info("opening the lease bucket; a node of a cluster waits for a quorum of the nodes of --routes, however long they take",
+			"cluster", f.clusterName)
+	}
 	opts := append(policyOpts, kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log),
 		kvlease.WithStoreMeterProvider(mp))
 	opts = append(opts, batchOpts...)
@@ -533,6 +540,19 @@ func (f serveFlags) connectWaiting(ctx context.Context, url string, srv *embedde
 // natsWaitLimit is how long serve waits for a NATS server of --nats-url
 // to listen, and then for its JetStream to answer.
 const natsWaitLimit = time.Minute
+
+// jetStreamWaitLimit is how long serve waits for JetStream to answer before
+// it gives up (0: no limit). A node of an embedded cluster waits as long as
+// its peers take: its JetStream answers only once a quorum of them is up,
+// and the machines of a cluster come up in their own time (one that gave
+// up after a minute left its peers short of a quorum when the last came
+// later). Otherwise natsWaitLimit.
+func (f serveFlags) jetStreamWaitLimit(embedded bool) time.Duration {
+	if embedded && f.clusterName != "" {
+		return 0
+	}
+	return natsWaitLimit
+}
 
 func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	host, portStr, err := net.SplitHostPort(f.listen)
