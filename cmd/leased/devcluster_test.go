@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -277,4 +278,48 @@ func TestDevClusterRestartsNode(t *testing.T) {
 	if r := leased(t, d.nodeURL(dead), "get", "before.kill"); r.code != 0 {
 		t.Fatalf("get via restarted %s: exit %d: %s", dead, r.code, r.stderr)
 	}
+}
+
+// dev-cluster SIGKILLed, with no chance to stop its nodes, takes them with
+// it: they kept running, holding their ports, and the next dev-cluster
+// could not start.
+func TestDevClusterKilledTakesItsNodes(t *testing.T) {
+	d := startDevCluster(t)
+	var pids []int
+	for i := range 3 {
+		line := d.stderr.wait(t, 10*time.Second, func(l string) bool {
+			return strings.HasPrefix(l, fmt.Sprintf("dev-cluster: n%d started (pid ", i+1))
+		})
+		pid, err := strconv.Atoi(strings.Split(strings.SplitN(line, "(pid ", 2)[1], ")")[0])
+		if err != nil {
+			t.Fatalf("no pid in %q", line)
+		}
+		pids = append(pids, pid)
+	}
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				for _, p := range pids {
+					_ = syscall.Kill(p, syscall.SIGKILL)
+				}
+				t.Fatalf("node pid %d still running 30 s after dev-cluster was killed", pid)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the process table: no event tells another process's exit
+		}
+	}
+}
+
+// alive reports whether process pid runs (a zombie has exited).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }

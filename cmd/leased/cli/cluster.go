@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -221,6 +222,13 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 		p := exec.CommandContext(ctx, exe, ClusterServeArgs(nodes, i)...)
 		p.Cancel = func() error { return p.Process.Signal(syscall.SIGTERM) }
 		p.WaitDelay = 15 * time.Second
+		// The node is sent SIGTERM if dev-cluster dies, even by SIGKILL
+		// (which leaves it no chance to stop its nodes: they kept running,
+		// holding their ports). Pdeathsig follows the thread that started
+		// the node: keep that thread until the node has exited.
+		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		out, err := p.StderrPipe()
 		if err == nil {
 			err = p.Start()
