@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -101,7 +102,7 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 	}
 	stream, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
-		return Status{}, fmt.Errorf("%w: lease bucket %q: %w", kvlease.ErrUnavailable, bucket, err)
+		return Status{}, fmt.Errorf("%w: lease bucket %q: %w%s", kvlease.ErrUnavailable, bucket, err, quorumHint(err))
 	}
 	info := stream.CachedInfo()
 	s := Status{Bucket: bucket, Replicas: info.Config.Replicas}
@@ -117,6 +118,17 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 	}
 	s.Grantors, err = grantorNodes(nc, min(timeout, 500*time.Millisecond))
 	return s, err
+}
+
+// quorumHint is what a user can check when JetStream does not answer (a
+// 503, or no answer at all): in a cluster it answers only while a majority
+// of its nodes is up and connected, which is the usual cause.
+func quorumHint(err error) string {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 || errors.Is(err, context.DeadlineExceeded) {
+		return " (in a cluster, JetStream answers only while a majority of its nodes, 2 of 3, is up and connected: check the others)"
+	}
+	return ""
 }
 
 // grantorNodes asks every running lease service for its info and collects

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A follower the stream leader has not heard from is unreachable, whatever
@@ -76,6 +79,24 @@ func TestGossipName(t *testing.T) {
 	} {
 		if got := gossipName(tc.f); got != tc.want {
 			t.Errorf("gossipName(name %q, nats-url %q) = %q, want %q", tc.f.name, tc.f.natsURL, got, tc.want)
+		}
+	}
+}
+
+// A JetStream that does not answer (503, or nothing within --timeout) is
+// usually a cluster without a majority: status says what to check.
+func TestQuorumHint(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		hint bool
+	}{
+		{"503", fmt.Errorf("stream info: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), true},
+		{"no answer", fmt.Errorf("stream info: %w", context.DeadlineExceeded), true},
+		{"not found", &jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"}, false},
+	} {
+		if got := quorumHint(c.err) != ""; got != c.hint {
+			t.Errorf("%s: hint %t, want %t", c.name, got, c.hint)
 		}
 	}
 }
