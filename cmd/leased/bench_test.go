@@ -341,24 +341,9 @@ func TestBenchLiveFailures(t *testing.T) {
 	t.Run("serve exits", func(t *testing.T) {
 		dir := t.TempDir()
 		s := startServe(t, dir)
-		cmd := exec.Command(leasedBin, "bench", "--url", s.url, "--live", "30", "--ttl", "3s", "--for", "4s",
-			"--prefix", "gone", "--data", dir)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		// Once all 30 are held, the serve goes.
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			r := leased(t, s.url, "ls", "gone.", "-o", "json")
-			if r.code == 0 && strings.Count(r.stdout, `"name"`) == 30 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the bench's 30 leases not held: ls exit %d %s %s", r.code, r.stdout, r.stderr)
-			}
-		}
+		cmd, out, errOut := startBenchHolding(t, s.url, "gone", 30,
+			"--live", "30", "--ttl", "3s", "--for", "4s", "--data", dir)
 		if err := s.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
@@ -375,23 +360,9 @@ func TestBenchLiveFailures(t *testing.T) {
 // count the requests the interrupt cut off as the server's errors.
 func TestBenchInterrupted(t *testing.T) {
 	s := startServe(t, "")
-	cmd := exec.Command(leasedBin, "bench", "--url", s.url, "--op", "grant", "--clients", "16", "--duration", "1m",
-		"--ttl", "2s", "--prefix", "intr")
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	// Interrupted once leases are being granted.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if r := leased(t, s.url, "ls", "intr.", "-o", "json"); r.code == 0 && strings.Contains(r.stdout, `"name"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no grant of the bench seen")
-		}
-	}
+	cmd, out, errOut := startBenchHolding(t, s.url, "intr", 1,
+		"--op", "grant", "--clients", "16", "--duration", "1m", "--ttl", "2s")
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -400,5 +371,29 @@ func TestBenchInterrupted(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "stopped early (interrupted)") || !regexp.MustCompile(`(?m)^ops=[1-9]\d* errors=0 `).MatchString(out.String()) {
 		t.Fatalf("output after SIGINT:\n%s%s\nwant some ops, no errors, and the run said interrupted", out.String(), errOut.String())
+	}
+}
+
+// startBenchHolding starts `leased bench --url url --prefix prefix args`
+// and returns once at least n of its leases are live; its output is
+// complete once it has exited.
+func startBenchHolding(t *testing.T, url, prefix string, n int, args ...string) (cmd *exec.Cmd, stdout, stderr *bytes.Buffer) {
+	t.Helper()
+	cmd = exec.Command(leasedBin, append([]string{"bench", "--url", url, "--prefix", prefix}, args...)...)
+	stdout, stderr = &bytes.Buffer{}, &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := leased(t, url, "ls", prefix+".", "-o", "json")
+		if r.code == 0 && strings.Count(r.stdout, `"name"`) >= n {
+			return cmd, stdout, stderr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bench %v: %d of its leases not live after 20 s: ls exit %d %s %s", args, n, r.code, r.stdout, r.stderr)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/leased/leased/cmd/leased/cli"
+	"github.com/leased/leased/grantor/embedded"
 )
 
 // devClusterProc is a running `leased dev-cluster`.
@@ -286,6 +288,7 @@ func TestDevClusterRestartsNode(t *testing.T) {
 func TestDevClusterKilledTakesItsNodes(t *testing.T) {
 	d := startDevCluster(t)
 	var pids []int
+	var gone []<-chan struct{}
 	for i := range 3 {
 		line := d.stderr.wait(t, 10*time.Second, func(l string) bool {
 			return strings.HasPrefix(l, fmt.Sprintf("dev-cluster: n%d started (pid ", i+1))
@@ -294,32 +297,43 @@ func TestDevClusterKilledTakesItsNodes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no pid in %q", line)
 		}
-		pids = append(pids, pid)
+		_, data, ok := strings.Cut(line, ", data ")
+		if !ok {
+			t.Fatalf("no data directory in %q", line)
+		}
+		pids, gone = append(pids, pid), append(gone, lockReleased(t, data))
 	}
 	if err := d.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, pid := range pids {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				for _, p := range pids {
-					_ = syscall.Kill(p, syscall.SIGKILL)
-				}
-				t.Fatalf("node pid %d still running 30 s after dev-cluster was killed", pid)
+	timeout := time.After(30 * time.Second)
+	for i, g := range gone {
+		select {
+		case <-g:
+		case <-timeout:
+			for _, p := range pids {
+				_ = syscall.Kill(p, syscall.SIGKILL)
 			}
-			time.Sleep(50 * time.Millisecond) // polling the process table: no event tells another process's exit
+			t.Fatalf("node n%d (pid %d) still running 30 s after dev-cluster was killed", i+1, pids[i])
 		}
 	}
 }
 
-// alive reports whether process pid runs (a zombie has exited).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+// lockReleased is closed when no process holds the lock of data directory
+// dir any more: its serve has exited (the kernel drops a flock when its
+// holder exits, however it ends).
+func lockReleased(t *testing.T, dir string) <-chan struct{} {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, embedded.LockFile))
 	if err != nil {
-		return false
+		t.Fatal(err)
 	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
+	t.Cleanup(func() { f.Close() })
+	done := make(chan struct{})
+	go func() {
+		for syscall.Flock(int(f.Fd()), syscall.LOCK_SH) == syscall.EINTR {
+		}
+		close(done)
+	}()
+	return done
 }
