@@ -36,9 +36,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 
+	"github.com/leased/leased/examples/internal/demo"
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/client"
-	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/election"
 	"github.com/leased/leased/telemetry/otelsetup"
@@ -60,32 +60,13 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = withServer(*natsURL, func(url string) error { return run(ctx, os.Stdout, url, *changes) })
+	err = demo.WithServer(*natsURL, func(url string) error { return run(ctx, os.Stdout, url, *changes) })
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_ = tel.Shutdown(sctx) // flush the spans
 	cancel()
 	if err != nil {
 		log.Fatal(err)
 	}
-}
-
-// withServer calls fn with natsURL or, if that is empty, with the URL of an
-// embedded JetStream server in a temporary directory.
-func withServer(natsURL string, fn func(natsURL string) error) error {
-	if natsURL != "" {
-		return fn(natsURL)
-	}
-	dir, err := os.MkdirTemp("", "leased-example-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Config{DataDir: dir})
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown()
-	return fn(srv.ClientURL())
 }
 
 // run starts a grantor service and two pausing holders, and returns once

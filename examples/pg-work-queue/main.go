@@ -62,7 +62,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/examples/internal/demo"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/fence/pgtest"
@@ -103,31 +103,12 @@ func main() {
 		}
 		return
 	}
-	err := withNATS(*natsURL, func(natsURL string) error {
+	err := demo.WithServer(*natsURL, func(natsURL string) error {
 		return withPostgres(*dsn, func(dsn string) error { return run(ctx, os.Stdout, natsURL, dsn) })
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-}
-
-// withNATS calls fn with natsURL or, if that is empty, with the URL of an
-// embedded JetStream server in a temporary directory.
-func withNATS(natsURL string, fn func(natsURL string) error) error {
-	if natsURL != "" {
-		return fn(natsURL)
-	}
-	dir, err := os.MkdirTemp("", "leased-example-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Config{DataDir: dir})
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown()
-	return fn(srv.ClientURL())
 }
 
 // withPostgres calls fn with dsn or, if that is empty, with the URL of a

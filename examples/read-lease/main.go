@@ -30,7 +30,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/examples/internal/demo"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/election"
 	"github.com/leased/leased/kvlease/fence"
@@ -47,28 +47,9 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := withServer(*natsURL, func(url string) error { return run(ctx, os.Stdout, url) }); err != nil {
+	if err := demo.WithServer(*natsURL, func(url string) error { return run(ctx, os.Stdout, url) }); err != nil {
 		log.Fatal(err)
 	}
-}
-
-// withServer calls fn with natsURL or, if that is empty, with the URL of an
-// embedded JetStream server in a temporary directory.
-func withServer(natsURL string, fn func(natsURL string) error) error {
-	if natsURL != "" {
-		return fn(natsURL)
-	}
-	dir, err := os.MkdirTemp("", "leased-example-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Config{DataDir: dir})
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown()
-	return fn(srv.ClientURL())
 }
 
 // leader is one candidate with its connection, election and cached state.
