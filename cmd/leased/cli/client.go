@@ -400,3 +400,15 @@ func permissionCause(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// withClient is withConn for a command that needs only the service's
+// client on the connection.
+func withClient(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, cl *client.Client) error) error {
+	return withConn(cmd, c, func(ctx context.Context, nc *nats.Conn) error {
+		cl, err := c.client(nc)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, cl)
+	})
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -38,14 +39,10 @@ then releases it; if the lease is lost first it exits with code 5.`,
 			if err != nil {
 				return err
 			}
-			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				client, err := c.client(nc)
-				if err != nil {
-					return err
-				}
+			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				p := c.printer(stdout)
 				gctx, cancel := c.grantContext(ctx)
-				l, err := kvlease.Acquire(gctx, client, args[0], c.holder, ttl, kvlease.WithAttributes(a))
+				l, err := kvlease.Acquire(gctx, cl, args[0], c.holder, ttl, kvlease.WithAttributes(a))
 				cancel()
 				if err != nil {
 					return err
@@ -97,11 +94,7 @@ func newRenew(stdout io.Writer) *cobra.Command {
 			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
 				return err
 			}
-			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				cl, err := c.client(nc)
-				if err != nil {
-					return err
-				}
+			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				rec, err := cl.Renew(ctx, kvlease.RenewRequest{Name: args[0], Holder: c.holder,
 					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret, Duration: ttl})
 				if err != nil {
@@ -134,12 +127,8 @@ func newRelease(stdout io.Writer) *cobra.Command {
 			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
 				return err
 			}
-			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				cl, err := c.client(nc)
-				if err != nil {
-					return err
-				}
-				err = cl.Release(ctx, kvlease.ReleaseRequest{Name: args[0], Holder: c.holder,
+			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
+				err := cl.Release(ctx, kvlease.ReleaseRequest{Name: args[0], Holder: c.holder,
 					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret})
 				if err != nil {
 					return err
@@ -243,11 +232,7 @@ func newRevoke(stdout io.Writer) *cobra.Command {
 		Short: "Revoke a lease regardless of its holder (operators)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				cl, err := c.client(nc)
-				if err != nil {
-					return err
-				}
+			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				l, err := cl.Revoke(ctx, args[0], reason)
 				if err != nil {
 					return err
@@ -272,11 +257,7 @@ func newGet(stdout io.Writer) *cobra.Command {
 		Short: "Show a live lease (exit code 4 if there is none)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				cl, err := c.client(nc)
-				if err != nil {
-					return err
-				}
+			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				l, err := cl.Get(ctx, args[0])
 				if err != nil {
 					return err
@@ -302,11 +283,7 @@ func newList(stdout io.Writer) *cobra.Command {
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				cl, err := c.client(nc)
-				if err != nil {
-					return err
-				}
+			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				ls, err := cl.List(ctx, prefix)
 				if err != nil {
 					return err

@@ -14,7 +14,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -138,11 +137,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				return err
 			}
 			defer stopMetrics()
-			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				cl, err := c.client(nc)
-				if err != nil {
-					return err
-				}
+			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				gctx, cancel := c.grantContext(ctx)
 				k, err := client.Register(gctx, cl, reg, c.holder, ttl, c.keeperOptions()...)
 				cancel()
@@ -234,11 +229,7 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 			if !(maxSuspicion >= 0) { // NaN too
 				return usageError{fmt.Errorf("--max-suspicion %v: want 0 (keep all) or a positive suspicion level", maxSuspicion)}
 			}
-			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				cl, err := c.client(nc)
-				if err != nil {
-					return err
-				}
+			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				rep, err := cl.Discover(ctx, args[0], maxSuspicion)
 				if err != nil {
 					return err
