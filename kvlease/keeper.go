@@ -31,6 +31,7 @@ type Keeper struct {
 	onLost   func(error)
 	onRenew  []func(Record, time.Time)
 	metrics  *telemetry.Metrics
+	renewNow <-chan struct{} // nil: renew on the interval only
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -93,6 +94,24 @@ func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
 			return fmt.Errorf("%w: nil OnRenew callback", ErrInvalidOption)
 		}
 		k.onRenew = append(k.onRenew, fn)
+		return nil
+	}
+}
+
+// WithRenewNow makes the keeper renew at once whenever ch receives, as
+// well as every interval. Send on it when a watch of the lease sees the
+// tenure end (revoked, released, lapsed) or the lease granted to another:
+// the renewal is refused, and the lease is lost at once instead of at the
+// next interval (up to D/3 later). A receive is only a hint: a lease still
+// held is renewed early, nothing more. The leased CLI's run and elect feed
+// it from the service's change events and from a watch of the bucket. A
+// nil channel is an error.
+func WithRenewNow(ch <-chan struct{}) KeeperOption {
+	return func(k *Keeper) error {
+		if ch == nil {
+			return fmt.Errorf("%w: nil renew-now channel", ErrInvalidOption)
+		}
+		k.renewNow = ch
 		return nil
 	}
 }
@@ -269,6 +288,8 @@ func (k *Keeper) run(parent context.Context) {
 		expiry := time.NewTimer(time.Until(deadline))
 		select {
 		case <-timer.C:
+			expiry.Stop()
+		case <-k.renewNow:
 			expiry.Stop()
 		case <-expiry.C:
 			reason = k.l.expired()

@@ -266,6 +266,46 @@ func TestKeeperRefusedLosesAtOnce(t *testing.T) {
 	})
 }
 
+// A tenure ended elsewhere (revoked) is lost at the renewal a hint on the
+// renew-now channel starts, not at the next interval; a hint while the
+// lease is held only renews it early.
+func TestKeeperRenewNowFindsTheEndAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 30 * time.Second
+		g := kvleasetest.NewFakeGrantor()
+		start := time.Now()
+		l := mustAcquire(t, g, "svc/web", d)
+		now := make(chan struct{}, 1)
+		k, err := kvlease.Keep(t.Context(), l, kvlease.WithRenewNow(now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		now <- struct{}{} // held: renewed early
+		synctest.Wait()
+		if n := len(g.Renewals()); n != 1 || isClosed(k.Done()) {
+			t.Fatalf("after a hint while held: %d renewals, lost %v; want 1, held", n, isClosed(k.Done()))
+		}
+		if got, want := l.Deadline().Sub(start), time.Second+kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d)); got != want {
+			t.Fatalf("deadline %v after the early renewal, want %v", got, want)
+		}
+		time.Sleep(time.Second)
+		rec := l.Record()
+		if err := g.Release(t.Context(), kvlease.ReleaseRequest{Name: rec.Name, Holder: rec.Holder, Token: rec.Token, Revision: rec.Revision}); err != nil {
+			t.Fatal(err) // ended elsewhere (a revocation)
+		}
+		ended := time.Since(start)
+		now <- struct{}{}
+		<-k.Done()
+		if got := time.Since(start); got != ended {
+			t.Errorf("lost at %v, want at once when told, %v (the next interval was %v)", got, ended, time.Second+kvlease.DefaultRenewInterval(d))
+		}
+		if err := k.Err(); !errors.Is(err, kvlease.ErrNotFound) {
+			t.Errorf("Err() = %v, want ErrNotFound", err)
+		}
+	})
+}
+
 func TestKeeperSpuriousLoss(t *testing.T) {
 	// A renewal that succeeded at the grantor but whose reply was lost leaves
 	// the holder naming an old revision: the next renewal is refused with

@@ -124,6 +124,7 @@ func TestOptionsRejectBadValues(t *testing.T) {
 			"nil OnLost":              {opt: kvlease.WithOnLost(nil)},
 			"nil OnRenew":             {opt: kvlease.WithOnRenew(nil)},
 			"nil meter provider":      {opt: kvlease.WithMeterProvider(nil)},
+			"nil renew-now channel":   {opt: kvlease.WithRenewNow(nil)},
 		} {
 			t.Run(name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {

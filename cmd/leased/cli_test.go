@@ -242,13 +242,20 @@ func TestRunStopsCommandOnRevoke(t *testing.T) {
 	s := startServe(t, "")
 	// The command starts a process of its own, which must be stopped too.
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	p := startRun(t, s.url, "--lease", "revoked", "--ttl", "3s", "--", "sh", "-c", "sleep 60 & echo $! > "+pidFile+"; wait")
+	// A 30 s lease is renewed every 10 s: the revocation, just after the
+	// grant, must stop the command at once (the service announces it), not
+	// at the first renewal.
+	p := startRun(t, s.url, "--lease", "revoked", "--ttl", "30s", "--", "sh", "-c", "sleep 60 & echo $! > "+pidFile+"; wait")
 	if r := leased(t, s.url, "revoke", "revoked"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
+	revoked := time.Now()
 	// Every renewal is logged before the loss is: then the last deadline
 	// logged is the one in force.
 	p.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "lease lost") })
+	if took := time.Since(revoked); took > 3*time.Second {
+		t.Fatalf("lease lost %v after the revocation, want at once (the first renewal was due 10 s after the grant)", took)
+	}
 	deadline := p.deadline(t)
 	err := waitExit(p.cmd, 10*time.Second)
 	exited := time.Now()

@@ -494,8 +494,15 @@ func TestClusterStreamLeaderPaused(t *testing.T) {
 	deadline = time.Now().Add(30 * time.Second)
 	tryContend(back, "the resumed node")
 	refused(back, "the resumed node", "granted-during-pause", "other")
+	// The other nodes closed their routes to the paused one (it answered
+	// no pings): resumed, it joins again, and may answer "temporarily
+	// unavailable" meanwhile.
+	settle, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	for _, k := range keepers {
-		got, err := back.Get(ctx, k.Lease().Name())
+		got, err := kvlease.RetryUnavailable(settle, time.Second, nil, func() (kvlease.Record, error) {
+			return back.Get(settle, k.Lease().Name())
+		})
 		if err != nil || got.Token != k.Lease().Token() {
 			t.Fatalf("%s via the resumed node: %+v, %v; want token %d", k.Lease().Name(), got, err, k.Lease().Token())
 		}
@@ -503,6 +510,83 @@ func TestClusterStreamLeaderPaused(t *testing.T) {
 		case <-k.Done():
 			t.Fatalf("holder of %s lost its lease: %v", k.Lease().Name(), k.Err())
 		default:
+		}
+	}
+}
+
+// SIGSTOP a node that does not lead the lease stream, for longer than a
+// lease, while holders renew through the lease service (as `leased run`
+// does): those connected to the other nodes keep their leases, and so does
+// one connected to the paused node, which leaves it for another; reads
+// through the other nodes answer. The paused node's service stays in the
+// service's queue group, and its server answers JetStream's direct reads,
+// until the other members close their routes to it: with nats-server's
+// route pings (every 30 s, 2 unanswered) that took 60–90 s and a third of
+// the requests waited there until their callers gave up; a holder on the
+// paused node kept waiting on it for minutes (nats.go's pings).
+func TestClusterPausedNodeServiceHolders(t *testing.T) {
+	c := startCluster(t)
+	ctx := t.Context()
+	lead := c.leader(0)
+	paused := (lead + 1) % 3
+	others := []int{lead, (lead + 2) % 3}
+	t.Logf("stream leader %s, pausing %s", c.nodes[lead].Name, c.nodes[paused].Name)
+	const d = 20 * time.Second
+	svc := func(url string, opts ...nats.Option) *client.Client {
+		cl, err := client.New(kvleasetest.Connect(t, url, append(kvlease.ConnOptions(), opts...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	renewed := make(chan kvlease.Record, 1024)
+	onRenew := kvlease.WithOnRenew(func(rec kvlease.Record, _ time.Time) {
+		select {
+		case renewed <- rec:
+		default:
+		}
+	})
+	var keepers []*kvlease.Keeper
+	hold := func(g kvlease.Grantor, name string) {
+		l, err := kvlease.Acquire(ctx, g, name, "holder", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := kvlease.Keep(ctx, l, onRenew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(k.Orphan)
+		keepers = append(keepers, k)
+	}
+	readers := make([]*client.Client, len(others))
+	for i, n := range others {
+		readers[i] = svc(c.url(n), nats.IgnoreDiscoveredServers())
+		for h := range 2 {
+			hold(svc(c.url(n), nats.IgnoreDiscoveredServers()), fmt.Sprintf("svc.%s.%d", c.nodes[n].Name, h))
+		}
+	}
+	// Connected to the node that pauses first, knowing the others.
+	all := cli.ClientURLs([]cli.ClusterNode{c.nodes[paused], c.nodes[others[0]], c.nodes[others[1]]})
+	hold(svc(all, nats.DontRandomize()), "svc.roaming")
+
+	p := c.procs[paused].cmd.Process
+	stopProcess(t, p)
+	t.Cleanup(func() { _ = p.Signal(syscall.SIGCONT) })
+	pausedAt := time.Now()
+	// Every holder renews after a lease's duration of the pause: had none
+	// of its renewals got through since the pause began, it would have
+	// lost its lease by then.
+	waitRenewedSince(t, keepers, renewed, pausedAt.Add(d))
+	t.Logf("every holder renewed %v into the pause", time.Since(pausedAt).Round(time.Millisecond))
+	for i, cl := range readers {
+		for range 10 {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err := cl.Get(rctx, "svc.roaming")
+			cancel()
+			if err != nil {
+				t.Fatalf("get through %s while %s is paused: %v", c.nodes[others[i]].Name, c.nodes[paused].Name, err)
+			}
 		}
 	}
 }

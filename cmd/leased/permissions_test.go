@@ -112,9 +112,19 @@ func TestDocumentedPermissions(t *testing.T) {
 			t.Logf("%s: %v: %s", c.name, took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
 		})
 	}
+	// The app user's `leased run` hears the operator's revocation on the
+	// service's change events, which the documented permissions let it
+	// subscribe to: stopped at once, without a warning.
+	run := startRun(t, as("app"), "--lease", "perm.run", "--ttl", "30s", "--", "sleep", "60")
 	t.Setenv("LEASED_INBOX_PREFIX", "")
 	if r := leased(t, as("operator"), "revoke", "perm.a"); r.code != 0 {
 		t.Fatalf("revoke as operator (the lease must have survived the app's attempt): exit %d %s", r.code, r.stderr)
+	}
+	if r := leased(t, as("operator"), "revoke", "perm.run"); r.code != 0 {
+		t.Fatalf("revoke perm.run as operator: exit %d %s", r.code, r.stderr)
+	}
+	if err, ok := waitExit(run.cmd, 5*time.Second).(*exec.ExitError); !ok || err.ExitCode() != 128+15 || strings.Contains(run.logs.text(), "warning") {
+		t.Fatalf("app's run after the revocation: %v (want stopped within 5 s, its renewal due 10 s after the grant), stderr %q", err, run.logs.text())
 	}
 
 	// Nothing the service printed carries a password, and the server

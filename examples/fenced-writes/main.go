@@ -70,7 +70,7 @@ type holder struct {
 }
 
 func connect(ctx context.Context, name, natsURL string) (*holder, error) {
-	nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
+	nc, err := nats.Connect(natsURL, append(kvlease.ConnOptions(), nats.Name(name))...)
 	if err != nil {
 		return nil, err
 	}

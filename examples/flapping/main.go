@@ -75,7 +75,7 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	open := func(name string) (*nats.Conn, *kvlease.Store, error) {
-		nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
+		nc, err := nats.Connect(natsURL, append(kvlease.ConnOptions(), nats.Name(name))...)
 		if err != nil {
 			return nil, nil, err
 		}

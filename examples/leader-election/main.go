@@ -70,7 +70,7 @@ func main() {
 // connect opens who's own connection and lease store, as if it were its
 // own process.
 func connect(ctx context.Context, who, natsURL string) (*nats.Conn, *kvlease.Store, error) {
-	nc, err := nats.Connect(natsURL, nats.Name(who), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
+	nc, err := nats.Connect(natsURL, append(kvlease.ConnOptions(), nats.Name(who))...)
 	if err != nil {
 		return nil, nil, err
 	}

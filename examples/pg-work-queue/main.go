@@ -127,7 +127,7 @@ func withPostgres(dsn string, fn func(dsn string) error) error {
 
 // connect opens who's NATS connection, lease store and queue.
 func connect(ctx context.Context, who, natsURL string) (*nats.Conn, jetstream.JetStream, *kvlease.Store, error) {
-	nc, err := nats.Connect(natsURL, nats.Name(who), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
+	nc, err := nats.Connect(natsURL, append(kvlease.ConnOptions(), nats.Name(who))...)
 	if err != nil {
 		return nil, nil, nil, err
 	}

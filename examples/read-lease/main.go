@@ -71,7 +71,7 @@ func (l *leader) read(ctx context.Context) (string, readlease.ServedFrom, error)
 
 func run(ctx context.Context, w io.Writer, natsURL string) error {
 	join := func(name string) (_ *leader, done func(), err error) {
-		nc, err := nats.Connect(natsURL, nats.Name(name), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
+		nc, err := nats.Connect(natsURL, append(kvlease.ConnOptions(), nats.Name(name))...)
 		if err != nil {
 			return nil, nil, err
 		}

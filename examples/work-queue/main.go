@@ -86,7 +86,7 @@ func (c *conn) close() {
 }
 
 func connect(who, natsURL string) (*conn, error) {
-	nc, err := nats.Connect(natsURL, nats.Name(who), nats.ReconnectBufSize(-1)) // buffer nothing across a reconnect
+	nc, err := nats.Connect(natsURL, append(kvlease.ConnOptions(), nats.Name(who))...)
 	if err != nil {
 		return nil, err
 	}

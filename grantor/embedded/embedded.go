@@ -207,6 +207,21 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// RoutePingInterval and RouteMaxPingsOut are how a member of an embedded
+// cluster finds a peer that has stopped answering (a paused or cut-off
+// process): it pings each route every RoutePingInterval and closes one
+// that leaves RouteMaxPingsOut pings unanswered, within about 4 s. Until
+// the route closes, the other members still send the peer its share of
+// the lease service's requests and of JetStream's direct reads, where they
+// wait unanswered; with nats-server's defaults (every 30 s, 2 pings) that
+// lasted 60–90 s, longer than a lease, and holders renewing through the
+// healthy members lost their leases. A configuration file (Config.Base)
+// that sets cluster ping_interval or ping_max keeps its own.
+const (
+	RoutePingInterval = time.Second
+	RouteMaxPingsOut  = 3
+)
+
 // Server is a running embedded nats-server with JetStream.
 type Server struct {
 	ns         *server.Server
@@ -251,6 +266,9 @@ func Start(cfg Config) (*Server, error) {
 		}
 		// Only these fields: the Base's cluster TLS and authorization stay.
 		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = cfg.ClusterName, host, port
+		if opts.Cluster.PingInterval == 0 && opts.Cluster.MaxPingsOut == 0 { // unless the Base sets them
+			opts.Cluster.PingInterval, opts.Cluster.MaxPingsOut = RoutePingInterval, RouteMaxPingsOut
+		}
 		opts.Routes = nil
 		for _, r := range cfg.Routes {
 			u, _ := url.Parse(r) // checked by Validate

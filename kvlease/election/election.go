@@ -50,7 +50,10 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
 // keeper that renews it (WithOnLost, …).
 //
 // ctx bounds the campaign only: once won, leadership lasts until Resign,
-// Orphan or its loss, whatever becomes of ctx.
+// Orphan or its loss, whatever becomes of ctx. A leader keeps watching the
+// lease on the bucket's stream: the end of its tenure (a revocation) or a
+// newer tenure makes its keeper renew at once, and the refusal ends
+// leadership then, not at the next renewal ([kvlease.WithRenewNow]).
 //
 // Errors: ctx's; [kvlease.ErrInvalidOption]; validation errors;
 // [kvlease.ErrUnavailable] only if it persists (a candidate retries
@@ -60,11 +63,18 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	if err != nil {
 		return nil, err
 	}
-	w, err := e.store.Watch(ctx, e.name)
+	// The watch outlives ctx when the campaign is won: it then tells the
+	// keeper of the leadership's end (see watchEnd).
+	w, err := e.store.Watch(context.WithoutCancel(ctx), e.name)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Stop()
+	won := false
+	defer func() {
+		if !won {
+			w.Stop()
+		}
+	}()
 	for {
 		// While the server does not answer, try again shortly.
 		l, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Lease, error) {
@@ -72,11 +82,14 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 		})
 		switch {
 		case err == nil:
-			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.Keeper...)
+			now := make(chan struct{}, 1)
+			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, append(o.Keeper, kvlease.WithRenewNow(now))...)
 			if err != nil {
 				_ = l.Release(context.WithoutCancel(ctx))
 				return nil, err
 			}
+			won = true
+			go e.watchEnd(w, k, now)
 			return &Leadership{k}, nil
 		case errors.Is(err, kvlease.ErrHeld):
 			if err := e.waitVacant(ctx, w); err != nil {
@@ -86,6 +99,31 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 			return nil, ctx.Err() // ctx ended while the server did not answer
 		default:
 			return nil, err
+		}
+	}
+}
+
+// watchEnd hints k to renew at once (now) when w shows the end of k's
+// tenure, or a newer tenure: a revoked leader learns of it at once instead
+// of at its next renewal, and its Context ends then. It stops w when k is
+// done.
+func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- struct{}) {
+	defer w.Stop()
+	token := k.Lease().Token()
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				return // the watch failed: the loss is found at the next renewal
+			}
+			if ev.Name == e.name && (ev.Type.Ends() && ev.Token == token || ev.Type == kvlease.EventGranted && ev.Token > token) {
+				select {
+				case now <- struct{}{}:
+				default:
+				}
+			}
+		case <-k.Done():
+			return
 		}
 	}
 }

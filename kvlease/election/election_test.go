@@ -122,6 +122,31 @@ func TestElectionFailoverOnExpiry(t *testing.T) {
 	t.Logf("failover %v after the leader stopped renewing", took)
 }
 
+// A revoked leader's Context ends at once, as the bucket's stream shows
+// the revocation, not at its next renewal (D/3 later).
+func TestElectionRevokedLeaderLosesAtOnce(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	e, _ := election.New(st, "leader.revoked")
+	r := <-campaign(ctx, e, "leader", 30*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if _, err := st.Revoke(ctx, e.Name(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	select {
+	case <-r.l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("revoked leader still leads 5 s later (its first renewal is due 10 s after the grant)")
+	}
+	if !errors.Is(r.l.Err(), kvlease.ErrNotFound) && !errors.Is(r.l.Err(), kvlease.ErrNotHolder) {
+		t.Fatalf("revoked leader's loss: %v", r.l.Err())
+	}
+	t.Logf("leadership lost %v after the revocation", time.Since(revoked))
+}
+
 func TestCampaignEndsWithContext(t *testing.T) {
 	_, st := kvleasetest.NewStore(t)
 	e, _ := election.New(st, "leader.x")

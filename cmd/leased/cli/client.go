@@ -56,14 +56,16 @@ func (n *natsFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&n.password, "password", "", "NATS password, with --user (env LEASED_PASSWORD, which unlike the flag other users cannot read in ps)")
 }
 
-// connect dials url. Publishes are not buffered while reconnecting
-// (ReconnectBufSize -1): a renewal held in a buffer could be flushed after
-// the holder's deadline; failing it at once lets the keeper retry instead.
+// connect dials url with kvlease.ConnOptions: publishes are not buffered
+// while reconnecting (a renewal held in a buffer could be flushed after
+// the holder's deadline; failing it at once lets the keeper retry
+// instead), and a server that stops answering is left for another within
+// seconds.
 // onErr, if not nil, receives the connection's asynchronous errors (such as
 // the server's permissions violations) on nats.go's callback goroutine, in
 // order; it must not block.
 func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(error), extra ...nats.Option) (*nats.Conn, error) {
-	opts := append([]nats.Option{nats.Name(name), nats.Timeout(timeout), nats.ReconnectBufSize(-1), nats.MaxReconnects(-1)}, extra...)
+	opts := append(append(kvlease.ConnOptions(), nats.Name(name), nats.Timeout(timeout)), extra...)
 	if p := n.inboxPrefix; p != "" {
 		if strings.ContainsAny(p, "*> \t") || strings.HasSuffix(p, ".") || strings.HasPrefix(p, ".") {
 			return nil, usageError{fmt.Errorf("--inbox-prefix %q: want a subject without wildcards, spaces or a leading or trailing dot", p)}
@@ -374,8 +376,19 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	}
 	ctx, cancel := context.WithCancelCause(cmd.Context())
 	defer cancel(nil)
+	warned := false
 	nc, err := c.natsFlags.connect(c.url, "leased-cli", c.timeout, func(err error) {
-		if pe := permissionError(err); pe != nil {
+		pe := permissionError(err)
+		switch {
+		case pe == nil:
+		case pe.Op == "subscribe" && strings.HasPrefix(pe.Subject, api.SubjectEvents):
+			// The change events only hasten finding a loss (client.Ends):
+			// without them it is found at the next renewal.
+			if !warned {
+				warned = true
+				fmt.Fprintf(cmd.ErrOrStderr(), "leased: warning: the NATS server does not let this user subscribe to %q: a revocation is noticed at the next renewal\n", pe.Subject)
+			}
+		default:
 			cancel(pe)
 		}
 	})

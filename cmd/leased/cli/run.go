@@ -106,6 +106,11 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 						rate, bound, kvlease.DefaultClockRate)
 				}
 			}))
+			// A revocation announced by the service is a loss at once, not
+			// at the next renewal (D/3 later).
+			if ends, err := client.Ends(ctx, name, l.Token()); err == nil {
+				opts = append(opts, kvlease.WithRenewNow(ends))
+			}
 			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
 			if err != nil {
 				_ = l.Release(context.Background())

@@ -1,0 +1,66 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/kvlease"
+)
+
+// Ends returns a channel that receives when the service announces, on
+// lease.events.v1.<name>, that the tenure of token has ended (released,
+// revoked, expired) or that a newer tenure of name has begun. Pass it to
+// [kvlease.WithRenewNow]: the keeper renews at once, is refused, and the
+// lease is lost then instead of at its next renewal, up to D/3 later. An
+// announcement is only a hint (anyone allowed to publish there can send
+// one); the refused renewal is what ends the lease. The subscription
+// lasts until ctx ends.
+//
+// A user the server does not let subscribe to the subject gets a
+// permissions error on the connection's error handler (nats.go reports it
+// asynchronously); the lease is then found lost at its next renewal, as
+// without Ends.
+func (c *Client) Ends(ctx context.Context, name string, token kvlease.Token) (<-chan struct{}, error) {
+	if err := kvlease.ValidateName(name); err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	sub, err := c.nc.Subscribe(api.SubjectEvents+name, func(m *nats.Msg) {
+		var ev api.ChangeEvent
+		if json.Unmarshal(m.Data, &ev) != nil || ev.Name != name {
+			return
+		}
+		if endsOrSupersedes(ev, token) {
+			select {
+			case ch <- struct{}{}:
+			default: // one pending hint is enough
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: subscribe to %s: %w", kvlease.ErrUnavailable, api.SubjectEvents+name, err)
+	}
+	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
+	// Once the server has the subscription, an end announced after Ends
+	// returns is heard.
+	fctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	_ = c.nc.FlushWithContext(fctx)
+	return ch, nil
+}
+
+// endsOrSupersedes says whether ev ends the tenure of token or begins a
+// newer one (tokens grow with every tenure).
+func endsOrSupersedes(ev api.ChangeEvent, token kvlease.Token) bool {
+	switch ev.Type {
+	case kvlease.EventGranted.String():
+		return ev.Token > uint64(token)
+	case kvlease.EventReleased.String(), kvlease.EventRevoked.String(), kvlease.EventExpired.String():
+		return ev.Token == uint64(token)
+	}
+	return false
+}
