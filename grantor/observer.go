@@ -55,11 +55,12 @@ const (
 const attemptTimeout = 2 * time.Second
 
 // WithHistoryRetention sets how long the history stream keeps records
-// (default [history.DefaultRetention]); a duration ≤ 0 is an error.
+// (default [history.DefaultRetention]); a duration under
+// [history.MinRetention] is an error.
 func WithHistoryRetention(d time.Duration) Option {
 	return func(s *Service) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: history retention %v", ErrConfig, d)
+		if d < history.MinRetention {
+			return fmt.Errorf("%w: history retention %v, want at least %v", ErrConfig, d, history.MinRetention)
 		}
 		s.retention = d
 		return nil

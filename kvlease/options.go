@@ -180,12 +180,27 @@ func WithoutBatching() Option {
 // name is an error.
 func WithBucket(name string) Option {
 	return func(o *options) error {
-		if name == "" {
-			return fmt.Errorf("%w: empty bucket name", ErrInvalidOption)
+		if err := ValidateBucket(name); err != nil {
+			return err
 		}
 		o.bucket = name
 		return nil
 	}
+}
+
+// ValidateBucket checks a bucket name as JetStream's key-value buckets
+// want it (letters, digits, '_' and '-'), with [ErrInvalidOption]: a name
+// the server can never accept is refused before anything is sent.
+func ValidateBucket(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty bucket name", ErrInvalidOption)
+	}
+	for i := range len(name) {
+		if c := name[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: bucket name %q has %q at byte %d (want ASCII letters, digits, '_' and '-')", ErrInvalidOption, name, c, i)
+		}
+	}
+	return nil
 }
 
 // WithReplicas sets the bucket's replica count when Open creates it: 1 on a

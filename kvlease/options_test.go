@@ -43,6 +43,8 @@ func TestOptionsRejectBadValues(t *testing.T) {
 		for name, opt := range map[string]kvlease.Option{
 			"nil option":              nil,
 			"empty bucket":            kvlease.WithBucket(""),
+			"bucket with a dot":       kvlease.WithBucket("a.b"),
+			"bucket with a space":     kvlease.WithBucket("a b"),
 			"no replicas":             kvlease.WithReplicas(0),
 			"six replicas":            kvlease.WithReplicas(6),
 			"negative grantor margin": kvlease.WithGrantorMargin(-time.Millisecond),

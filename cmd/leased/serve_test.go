@@ -58,6 +58,10 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--batch-in-flight", "51"},
 		{"serve", "--batch-timeout", "11s"},
 		{"serve", "--history-retention", "-1h"},
+		// What JetStream would refuse for ever (serve waited on it):
+		{"serve", "--history-retention", "1s"}, // under the duplicates window
+		{"serve", "--bucket", "bad.name"},
+		{"serve", "--bucket", ""},
 		{"serve", "--pprof"}, // without --metrics-listen: nowhere to serve them
 	} {
 		if r := leased(t, "", append(args, "--data", t.TempDir())...); r.code != 2 {

@@ -46,6 +46,15 @@ import (
 // DefaultRetention is how long records are kept.
 const DefaultRetention = 24 * time.Hour
 
+// MinRetention is the shortest retention: JetStream refuses a stream that
+// keeps messages for less than its duplicates window, which must cover an
+// observer's takeover (see Open).
+const MinRetention = time.Minute
+
+// duplicates is the history stream's duplicates window: an observer that
+// takes over appends again what its predecessor may have appended.
+const duplicates = time.Minute
+
 // Kinds of record.
 const (
 	KindGranted = "granted"
@@ -149,8 +158,8 @@ type Options struct {
 // for a missing stream without Create; [kvlease.ErrUnavailable].
 func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options) (*Stream, error) {
 	switch {
-	case o.Retention < 0:
-		return nil, fmt.Errorf("%w: history retention %v", kvlease.ErrInvalidOption, o.Retention)
+	case o.Retention < 0 || o.Retention > 0 && o.Retention < MinRetention:
+		return nil, fmt.Errorf("%w: history retention %v, want at least %v", kvlease.ErrInvalidOption, o.Retention, MinRetention)
 	case o.Retention == 0:
 		o.Retention = DefaultRetention
 	}
@@ -171,7 +180,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 			Replicas:    o.Replicas,
 			MaxAge:      o.Retention,
 			Discard:     jetstream.DiscardOld,
-			Duplicates:  2 * time.Minute,
+			Duplicates:  duplicates,
 			// The observer appends a backlog as one batch: one sync.
 			AllowAtomicPublish: true,
 		})

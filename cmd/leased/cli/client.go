@@ -260,6 +260,7 @@ func exitCode(err error) int {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &ue), errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder),
+		errors.Is(err, kvlease.ErrInvalidOption),
 		errors.Is(err, kvlease.ErrDurationOutOfRange), errors.Is(err, kvlease.ErrInvalidTiming),
 		errors.Is(err, api.ErrInvalidRequest):
 		return ExitUsage

@@ -290,8 +290,11 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			replicas = 3
 		}
 	}
-	if f.retention <= 0 {
-		return usageError{fmt.Errorf("--history-retention %v: want a positive duration", f.retention)}
+	if f.retention < history.MinRetention {
+		return usageError{fmt.Errorf("--history-retention %v: want at least %v", f.retention, history.MinRetention)}
+	}
+	if err := kvlease.ValidateBucket(f.bucket); err != nil {
+		return usageError{fmt.Errorf("--bucket: %w", err)}
 	}
 	if replicas > 1 && f.natsURL == "" && f.clusterName == "" {
 		return usageError{fmt.Errorf("--replicas %d: the embedded NATS server is alone, so the bucket has 1 replica; "+
