@@ -812,6 +812,11 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	if req.Limit < 0 {
 		return nil, fmt.Errorf("%w: limit %d (0 for no limit)", api.ErrInvalidRequest, req.Limit)
 	}
+	// Checked here, not only where the bucket is read: a page or a count
+	// comes from the index, which matches any prefix (nothing, for a bad one).
+	if err := kvlease.ValidatePrefix(req.Prefix); err != nil {
+		return nil, err
+	}
 	recs, count, err := s.live(ctx, req)
 	if err != nil {
 		return nil, err

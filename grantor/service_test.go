@@ -656,6 +656,13 @@ func TestListPages(t *testing.T) {
 		}
 		return out, nil
 	}
+	// A prefix no lease name can begin with is refused however it is asked
+	// for (pages and counts come from the index, which found nothing).
+	for _, req := range []api.ListRequest{{Prefix: "a b"}, {Prefix: "*", Limit: 10}, {Prefix: ">", CountOnly: true}} {
+		if _, err := list(req); err == nil || err.Error() != api.CodeInvalidArgument {
+			t.Errorf("list %+v: %v, want %s", req, err, api.CodeInvalidArgument)
+		}
+	}
 	if _, err := list(api.ListRequest{Prefix: "p."}); err == nil || err.Error() != api.CodeTooLarge {
 		t.Errorf("whole list without a limit: %v, want %s", err, api.CodeTooLarge)
 	}
