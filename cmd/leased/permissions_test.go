@@ -112,6 +112,13 @@ func TestDocumentedPermissions(t *testing.T) {
 			t.Logf("%s: %v: %s", c.name, took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
 		})
 	}
+	// Credentials the server refuses: denied, not "unavailable".
+	bad := "nats://app:not-" + password("app") + "@" + hostPort
+	if r := leased(t, bad, "ls", "--inbox-prefix", "_INBOX_app"); r.code != 7 || !strings.Contains(r.stderr, "refused this user's credentials") ||
+		strings.Contains(r.stderr, password("app")) {
+		t.Fatalf("ls with a wrong password: exit %d, stderr %q; want 7, the credentials refused, no password", r.code, r.stderr)
+	}
+
 	// The app user's `leased run` hears the operator's revocation on the
 	// service's change events, which the documented permissions let it
 	// subscribe to: stopped at once, without a warning.

@@ -34,7 +34,7 @@ const (
 	ExitNotFound = 4 // the lease is not live (get, renew, release, revoke)
 	ExitLost     = 5 // acquire --hold: the lease was lost while held
 	ExitRefused  = 6 // renew/release: not the holder, or a stale revision
-	ExitDenied   = 7 // the NATS server's permissions refused a publish or subscription
+	ExitDenied   = 7 // the NATS server refused the credentials, or its permissions a publish or subscription
 )
 
 // natsFlags say how to reach NATS, as NATS clients usually take them.
@@ -93,7 +93,13 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 		opts = append(opts, nats.ClientCert(n.tlsCert, n.tlsKey))
 	}
 	nc, err := nats.Connect(url, opts...)
-	if err != nil {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
+		errors.Is(err, nats.ErrAccountAuthExpired):
+		// Not "unavailable": waiting or retrying will not help.
+		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused this user's credentials (check --user and LEASED_PASSWORD, --creds, or the URL's user): %w",
+			ErrPermissionDenied, RedactURL(url), err)
+	case err != nil:
 		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, RedactURL(url), err)
 	}
 	return nc, nil
