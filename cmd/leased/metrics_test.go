@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -196,4 +197,25 @@ func TestMicroStatsCountErrors(t *testing.T) {
 		return
 	}
 	t.Fatalf("no %s endpoint in %s", api.SubjectGrant, m.Data)
+}
+
+// OpenTelemetry's own errors (here: an OTLP endpoint that refuses
+// connections) go through serve's logger: with --log-format json every line
+// serve writes stays JSON. They went to Go's standard logger, as plain text.
+func TestServeTelemetryErrorsAreLogged(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+refused)
+	t.Setenv("OTEL_METRIC_EXPORT_INTERVAL", "100") // ms: the first export fails at once
+	s := startServe(t, "")
+	s.logs.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"telemetry"`) })
+	for l := range strings.Lines(s.logs.text()) {
+		if !json.Valid([]byte(l)) {
+			t.Fatalf("serve --log-format json wrote a line that is not JSON: %q", l)
+		}
+	}
 }

@@ -59,7 +59,7 @@ func TestFlappingVisibleInJaeger(t *testing.T) {
 
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
 	t.Setenv("OTEL_METRICS_EXPORTER", "none") // Jaeger takes traces only
-	tel, err := otelsetup.Setup(t.Context(), "leased-flapping")
+	tel, err := otelsetup.Setup(t.Context(), "leased-flapping", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

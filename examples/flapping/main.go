@@ -56,7 +56,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tel, err := otelsetup.Setup(ctx, "leased-flapping") // exporters from OTEL_* variables
+	tel, err := otelsetup.Setup(ctx, "leased-flapping", nil) // exporters from OTEL_* variables
 	if err != nil {
 		log.Fatal(err)
 	}

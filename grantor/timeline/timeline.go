@@ -61,14 +61,19 @@ type Option func(*Handler) error
 // query or fragment; the error wraps [ErrOption].
 func WithJaegerUI(base string) Option {
 	return func(h *Handler) error {
+		// Messages show the URL without its password (url.Error's text
+		// would carry it whole).
 		u, err := url.Parse(base)
+		var ue *url.Error
 		switch {
+		case errors.As(err, &ue):
+			return fmt.Errorf("%w: Jaeger UI: %v", ErrOption, ue.Err)
 		case err != nil:
-			return fmt.Errorf("%w: Jaeger UI %q: %v", ErrOption, base, err)
+			return fmt.Errorf("%w: Jaeger UI: %v", ErrOption, err)
 		case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
-			return fmt.Errorf("%w: Jaeger UI %q: want an http:// or https:// URL with a host", ErrOption, base)
+			return fmt.Errorf("%w: Jaeger UI %q: want an http:// or https:// URL with a host", ErrOption, u.Redacted())
 		case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
-			return fmt.Errorf("%w: Jaeger UI %q: want a base URL without query, fragment or user", ErrOption, base)
+			return fmt.Errorf("%w: Jaeger UI %q: want a base URL without query, fragment or user", ErrOption, u.Redacted())
 		}
 		h.jaeger = strings.TrimRight(u.String(), "/")
 		return nil

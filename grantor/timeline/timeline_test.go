@@ -397,12 +397,16 @@ func TestOptions(t *testing.T) {
 		{"ftp", timeline.WithJaegerUI("ftp://jaeger:16686")},
 		{"query", timeline.WithJaegerUI("http://jaeger:16686/?x=1")},
 		{"fragment", timeline.WithJaegerUI("http://jaeger:16686/#x")},
-		{"user", timeline.WithJaegerUI("http://me:pw@jaeger:16686")},
-		{"unparsable", timeline.WithJaegerUI("http://[::1")},
+		{"user", timeline.WithJaegerUI("http://me:s3cret-pw@jaeger:16686")},
+		{"unparsable", timeline.WithJaegerUI("http://me:s3cret-pw@[::1")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := timeline.New(h, tc.opt); !errors.Is(err, timeline.ErrOption) {
+			_, err := timeline.New(h, tc.opt)
+			if !errors.Is(err, timeline.ErrOption) {
 				t.Errorf("New: %v, want ErrOption", err)
+			}
+			if strings.Contains(err.Error(), "s3cret-pw") {
+				t.Errorf("New: %v shows the URL's password", err)
 			}
 			if err := timeline.CheckOptions(tc.opt); !errors.Is(err, timeline.ErrOption) {
 				t.Errorf("CheckOptions: %v, want ErrOption", err)

@@ -3,6 +3,7 @@ package otelsetup
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 
@@ -46,7 +47,16 @@ type Providers struct {
 //     (default service name: the given one).
 //
 // Metrics are also kept for a Prometheus scrape: see MetricsHandler.
-func Setup(ctx context.Context, serviceName string) (*Providers, error) {
+// OpenTelemetry's own errors (an exporter that cannot reach its endpoint)
+// go to log as warnings (nil: slog's default logger), not to the standard
+// logger, whose lines would break a JSON log.
+func Setup(ctx context.Context, serviceName string, log *slog.Logger) (*Providers, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("telemetry", "err", err)
+	}))
 	res, err := resource.Merge(resource.Default(),
 		resource.NewSchemaless(semconv.ServiceName(serviceName)))
 	if err != nil {

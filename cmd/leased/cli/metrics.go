@@ -37,7 +37,7 @@ func (m *metricsFlags) register(fs *pflag.FlagSet) {
 // It returns the meter provider to record on and a stop function that
 // closes the listener and flushes the exporters.
 func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logger) (metric.MeterProvider, func(), error) {
-	tel, err := otelsetup.Setup(ctx, service)
+	tel, err := otelsetup.Setup(ctx, service, log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("telemetry: %w", err)
 	}
