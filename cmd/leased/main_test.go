@@ -103,11 +103,12 @@ func startServeWith(t *testing.T, bin, dir string, args ...string) *server {
 	return s
 }
 
-// serveOn starts `leased serve --nats-url url` (its page on a free port,
-// JSON logs), killed on cleanup, and returns its log lines as they come.
-func serveOn(t *testing.T, url string) *lines {
+// serveOn starts `leased serve --nats-url url` with args (its page on a
+// free port, JSON logs), killed on cleanup, and returns its log lines as
+// they come.
+func serveOn(t *testing.T, url string, args ...string) *lines {
 	t.Helper()
-	cmd := exec.Command(leasedBin, "serve", "--nats-url", url, "--http-listen", "127.0.0.1:0", "--log-format", "json")
+	cmd := exec.Command(leasedBin, append([]string{"serve", "--nats-url", url, "--http-listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

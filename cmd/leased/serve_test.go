@@ -189,3 +189,13 @@ func TestServeWaitsForItsNATS(t *testing.T) {
 		t.Fatalf("acquire through the serve that waited: exit %d: %s", r.code, r.stderr)
 	}
 }
+
+// --name names the grantor on a NATS server of one's own too, as README
+// says (serve refused it as a flag of the embedded server).
+func TestServeNamedOnItsNATS(t *testing.T) {
+	url := kvleasetest.NewServer(t).ClientURL()
+	serveOn(t, url, "--name", "grantor-7").wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	if r := leased(t, url, "status"); r.code != 0 || !strings.Contains(r.stdout, "grantor-7") {
+		t.Fatalf("status: exit %d, stdout %q, stderr %q; want the grantor named grantor-7", r.code, r.stdout, r.stderr)
+	}
+}

@@ -209,8 +209,13 @@ func (c *connFlags) registerHolder(fs *pflag.FlagSet) {
 }
 
 // defaultTTL is the lease duration acquire, run and elect ask for by
-// default: the grantor's own default for a request that names none.
+// default: the value of serve's --default-ttl default. A holder must know
+// its D before it asks (its deadline counts from the request), so the
+// command cannot take whatever a server was started with.
 var defaultTTL = grantor.DefaultConfig().DefaultDuration
+
+// ttlUsage is the help of their --ttl.
+const ttlUsage = "lease duration D (the command's own, not the server's --default-ttl; in a cluster use 20s or more)"
 
 func defaultHolder() string {
 	host, err := os.Hostname()

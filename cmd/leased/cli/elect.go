@@ -68,7 +68,7 @@ needs JetStream access to the lease bucket. The exit code is the command's.`,
 	c.register(cmd.Flags())
 	mf.register(cmd.Flags())
 	c.registerHolder(cmd.Flags())
-	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, "leadership lease duration D, the same default as serve --default-ttl")
+	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, "leadership "+ttlUsage)
 	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL, ending before the holder's deadline (default: TTL/10, at most 2s)")
 	cmd.Flags().StringVar(&bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every renewal with the new deadline")

@@ -57,7 +57,7 @@ then releases it; if the lease is lost first it exits with code 5.`,
 	}
 	c.register(cmd.Flags())
 	c.registerHolder(cmd.Flags())
-	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, "lease duration D, the same default as serve --default-ttl")
+	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, ttlUsage)
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the lease renewed until interrupted, then release it")
 	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "attribute key=value (repeatable)")
 	return cmd

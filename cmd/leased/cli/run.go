@@ -76,7 +76,7 @@ never started. On SIGINT or SIGTERM, run stops the command the same way
 	mf.register(cmd.Flags())
 	c.registerHolder(cmd.Flags())
 	cmd.Flags().StringVar(&lease, "lease", "", "lease to hold while the command runs (required)")
-	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, "lease duration D, the same default as serve --default-ttl")
+	cmd.Flags().DurationVar(&ttl, "ttl", defaultTTL, ttlUsage)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every renewal with the new deadline")
 	cmd.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL, ending before the holder's deadline (default: TTL/10, at most 2s)")
 	return cmd

@@ -206,7 +206,7 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.natsURL != "" {
-				for _, name := range []string{"listen", "data", "sync", "cluster-name", "cluster-listen", "routes", "name", "config", "allow-insecure"} {
+				for _, name := range []string{"listen", "data", "sync", "cluster-name", "cluster-listen", "routes", "config", "allow-insecure"} {
 					if cmd.Flags().Changed(name) {
 						return usageError{fmt.Errorf("--%s configures the embedded server; with --nats-url, configure the NATS servers "+
 							"themselves (for durability: jetstream { sync_interval: always })", name)}
@@ -225,7 +225,7 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:4222", "client listen address host:port of the embedded server (port 0 picks a free one)")
 	fl.StringVar(&f.data, "data", defaultDataDir(), "data directory of the embedded server")
-	fl.StringVar(&f.name, "name", "", "node name, unique in a cluster (default: the host name; gossip with --nats-url names this grantor HOST-PID)")
+	fl.StringVar(&f.name, "name", "", "node name: the grantor's and its embedded server's, unique in a cluster (default: the host name; gossip with --nats-url names this grantor HOST-PID)")
 	fl.StringVar(&f.clusterName, "cluster-name", "", "form or join the embedded JetStream cluster of this name")
 	fl.StringVar(&f.clusterListen, "cluster-listen", "127.0.0.1:6222", "route listen address host:port of a cluster member")
 	fl.StringSliceVar(&f.routes, "routes", nil, "route URLs of the cluster's members, nats-route://host:port (comma-separated; may include this node)")
