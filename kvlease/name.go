@@ -38,7 +38,7 @@ func ValidateName(name string) error {
 	}
 	for i, r := range name { // runes, so that the error shows the character typed
 		if r >= utf8.RuneSelf || !keyByte(byte(r)) {
-			return fmt.Errorf("%w: %q has %q at byte %d (allowed: letters, digits, - / _ = .)",
+			return fmt.Errorf("%w: %q has %q at byte %d (allowed: ASCII letters and digits, - / _ = .)",
 				ErrInvalidName, name, r, i)
 		}
 	}
@@ -92,7 +92,7 @@ func ValidateRequestID(id string) error {
 	for i := range len(id) {
 		if c := id[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 			c == '-' || c == '_' || c == '.' || c == ':') {
-			return fmt.Errorf("%w: request id has %q at byte %d (allowed: letters, digits, - _ . :)", ErrInvalidRequestID, c, i)
+			return fmt.Errorf("%w: request id has %q at byte %d (allowed: ASCII letters and digits, - _ . :)", ErrInvalidRequestID, c, i)
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
 )
 
@@ -158,6 +159,11 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("acquire --hold after SIGTERM: %v", err)
 	}
 	event("released", "jobs.e")
+	// The grantor's own leases (its observer's, renewed every 1.7 s) are
+	// left out, as ls leaves them out.
+	if strings.Contains(events.text(), grantor.ReservedPrefix) {
+		t.Fatalf("watch printed the grantor's own leases:\n%s", events.text())
+	}
 }
 
 // dropFirst removes the first line containing all of subs.
@@ -357,5 +363,30 @@ func TestAdvise(t *testing.T) {
 	}
 	if r := leased(t, "", "advise", "--work-p99", "1s"); r.code != 2 {
 		t.Fatalf("advise without --rtt-p99: exit %d", r.code)
+	}
+}
+
+// Bad input to client commands is exit 2 with a message that names it,
+// before anything is sent (the URL here leads nowhere) and without a
+// password from the URL.
+func TestClientBadInputNeedsNoServer(t *testing.T) {
+	const nowhere = "nats://127.0.0.1:1"
+	for _, c := range []struct {
+		url  string
+		args []string
+		want string
+	}{
+		{"nats://me:s3cret@::bad::url", []string{"ls"}, "NATS URL nats://me:xxxxx@::bad::url"},
+		{nowhere, []string{"ls", "a b"}, "invalid lease name"},
+		{nowhere, []string{"ls", "*"}, "invalid lease name"},
+		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--gossip-seeds", "nonsense"}, "want host:port"},
+		{nowhere, []string{"bench", "--prefix", "_leased", "--ops", "1"}, "the grantor's own"},
+		{"", []string{"dev-cluster", "--port", "-5", "--data", t.TempDir()}, "--port -5"},
+		{"", []string{"dev-cluster", "--cluster-port", "70000", "--data", t.TempDir()}, "--cluster-port 70000"},
+	} {
+		r := leased(t, c.url, c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "s3cret") {
+			t.Errorf("leased %v (url %q): exit %d, stderr %q; want 2 and %q, no password", c.args, c.url, r.code, r.stderr, c.want)
+		}
 	}
 }

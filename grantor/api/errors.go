@@ -69,14 +69,18 @@ func ErrorBodyOf(verb string, err error) ErrorBody {
 // goPackagePrefix matches the names of this module's Go packages that begin
 // its error texts ("kvlease: ", "fence: "), at the start or after a
 // wrapping ": ".
-var goPackagePrefix = regexp.MustCompile(`(^|: )(?:kvlease|fence|election|workqueue|readlease|grantor|client|registry|membership): `)
+var goPackagePrefix = regexp.MustCompile(`(?m)(^|: )(?:kvlease|fence|election|workqueue|readlease|grantor|client|registry|membership): `)
 
 // Message is err's text for people and for callers in any language: without
 // the Go package names, which mean nothing outside this module. The wire's
 // error messages and the CLI's are written with it.
 func Message(err error) string { return wireMessage(err.Error()) }
 
-func wireMessage(s string) string { return goPackagePrefix.ReplaceAllString(s, "$1") }
+// wireMessage also puts the lines of joined errors (errors.Join) on one
+// line, as a header value must be.
+func wireMessage(s string) string {
+	return strings.ReplaceAll(goPackagePrefix.ReplaceAllString(s, "$1"), "\n", "; ")
+}
 
 // Err turns an error reply back into the kvlease error it stands for, so
 // that Go clients test errors exactly as callers of kvlease.Store.

@@ -21,3 +21,17 @@ func TestStaleReadIsUnavailableOnTheWire(t *testing.T) {
 		}
 	}
 }
+
+// Joined errors (a bad name and a bad holder) read as one line for people,
+// each part without its Go package name, and still come back into Go as
+// the name error.
+func TestJoinedErrorsOnOneLine(t *testing.T) {
+	err := errors.Join(kvlease.ValidateName(""), kvlease.ValidateHolder(""))
+	msg := api.Message(err)
+	if want := "invalid lease name: empty; invalid holder: empty"; msg != want {
+		t.Fatalf("Message = %q, want %q", msg, want)
+	}
+	if back := api.ErrorBodyOf("grant", err).Err(); !errors.Is(back, kvlease.ErrInvalidName) {
+		t.Fatalf("back in Go: %v, want ErrInvalidName", back)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	neturl "net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -93,7 +94,11 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 		opts = append(opts, nats.ClientCert(n.tlsCert, n.tlsKey))
 	}
 	nc, err := nats.Connect(url, opts...)
+	var badURL *neturl.Error
 	switch {
+	case errors.As(err, &badURL):
+		// Its text would carry the URL whole, password and all.
+		return nil, usageError{fmt.Errorf("NATS URL %s: %v", RedactURL(url), badURL.Err)}
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		errors.Is(err, nats.ErrAccountAuthExpired):
 		// Not "unavailable": waiting or retrying will not help.
@@ -345,8 +350,11 @@ func (p printer) leases(ls []api.Lease) {
 		if l.Flapping {
 			flag = "FLAPPING"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\t%s\n", l.Name, l.Holder, l.Token, time.Duration(l.TTL),
-			l.ExpiresAt.Sub(now).Round(100*time.Millisecond), flag)
+		var in any = l.ExpiresAt.Sub(now).Round(100 * time.Millisecond)
+		if in.(time.Duration) <= 0 {
+			in = "lapsing" // due, and the server has not removed it yet (it does so late, never early)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\t%s\n", l.Name, l.Holder, l.Token, time.Duration(l.TTL), in, flag)
 	}
 	tw.Flush()
 }

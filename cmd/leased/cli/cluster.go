@@ -135,6 +135,11 @@ secured cluster.`,
 			if httpPort < 0 || httpPort+n-1 > 65535 {
 				return usageError{fmt.Errorf("--http-port %d: want 1..%d for %d nodes, or 0 for no page", httpPort, 65536-n, n)}
 			}
+			for flag, p := range map[string]int{"--port": port, "--cluster-port": clusterPort} {
+				if p < 1 || p+n-1 > 65535 {
+					return usageError{fmt.Errorf("%s %d: want 1..%d for %d nodes", flag, p, 65536-n, n)}
+				}
+			}
 			exe, err := os.Executable()
 			if err != nil {
 				return err

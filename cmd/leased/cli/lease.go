@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
@@ -283,6 +285,9 @@ func newList(stdout io.Writer) *cobra.Command {
 			if len(args) == 1 {
 				prefix = args[0]
 			}
+			if err := kvlease.ValidatePrefix(prefix); err != nil {
+				return err
+			}
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				ls, err := cl.List(ctx, prefix)
 				if err != nil {
@@ -329,6 +334,9 @@ JetStream access to the bucket), so it sees expiries by TTL as they happen.`,
 				defer w.Stop()
 				p := c.printer(stdout)
 				for ev := range w.Events() {
+					if strings.HasPrefix(ev.Name, grantor.ReservedPrefix) {
+						continue // the grantor's own (its observer), which ls leaves out too
+					}
 					printEvent(p, ev)
 				}
 				if ctx.Err() != nil {

@@ -54,6 +54,13 @@ func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logge
 	default:
 		return nil, usageError{fmt.Errorf("--gossip-profile %q: want lan, fast or test", g.profile)}
 	}
+	for _, seed := range g.seeds {
+		if _, port, err := net.SplitHostPort(seed); err != nil {
+			return nil, usageError{fmt.Errorf("--gossip-seeds %q: want host:port (%v)", seed, err)}
+		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return nil, usageError{fmt.Errorf("--gossip-seeds %q: bad port", seed)}
+		}
+	}
 	if g.listen != "" {
 		host, port, err := net.SplitHostPort(g.listen)
 		if err != nil {
@@ -189,7 +196,7 @@ func validateServiceName(what, v string) error {
 				break
 			}
 		}
-		return usageError{fmt.Errorf("%s %q%s (allowed: letters, digits, - / _ =; no wildcards)", what, v, detail)}
+		return usageError{fmt.Errorf("%s %q%s (allowed: ASCII letters and digits, - / _ =; no wildcards)", what, v, detail)}
 	}
 	return nil
 }
