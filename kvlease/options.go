@@ -26,6 +26,9 @@ type options struct {
 	logger        *slog.Logger
 	batch         BatchLimits // Enabled false: every write is one publish
 	batchSet      bool        // WithBatchLimits was given (else defaults by replicas)
+	marginSet     bool        // WithGrantorMargin was given (else the bucket's policy, if any)
+	rangeSet      bool        // WithDurationRange was given (else the bucket's policy, if any)
+	setPolicy     bool        // WithBucketPolicy: record margin and range on the bucket
 }
 
 // DefaultBucket is the lease bucket's name unless [WithBucket] says otherwise.
@@ -224,7 +227,7 @@ func WithGrantorMargin(d time.Duration) Option {
 		if d < 0 {
 			return fmt.Errorf("%w: negative grantor margin %v", ErrInvalidOption, d)
 		}
-		o.grantorMargin = d
+		o.grantorMargin, o.marginSet = d, true
 		return nil
 	}
 }
@@ -240,7 +243,22 @@ func WithDurationRange(minD, maxD time.Duration) Option {
 		case maxD < minD:
 			return fmt.Errorf("%w: maximum duration %v is below the minimum %v", ErrInvalidOption, maxD, minD)
 		}
-		o.minDuration, o.maxDuration = minD, maxD
+		o.minDuration, o.maxDuration, o.rangeSet = minD, maxD, true
+		return nil
+	}
+}
+
+// WithBucketPolicy makes Open record the Store's grantor margin and
+// duration range on the bucket (its stream's metadata) as the bucket's
+// policy. A Store opened without [WithGrantorMargin] or
+// [WithDurationRange] follows the bucket's policy for what it was not
+// given, so that holders and candidates that write the bucket directly
+// (`leased elect`, `leased bench --direct`, a Go program) grant as the
+// service does: `leased serve` opens its Store with it. A server that
+// refuses the update (permissions) is logged, and Open goes on.
+func WithBucketPolicy() Option {
+	return func(o *options) error {
+		o.setPolicy = true
 		return nil
 	}
 }

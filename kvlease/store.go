@@ -209,6 +209,9 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 	if err := checkBucket(st); err != nil {
 		return nil, err
 	}
+	if stream, err = bucketPolicy(ctx, js, stream, &o); err != nil {
+		return nil, err
+	}
 	if have := stream.CachedInfo().Config.Replicas; have != o.replicas {
 		o.logger.Warn("lease bucket replicas differ from configuration",
 			"bucket", o.bucket, "have", have, "configured", o.replicas)
@@ -268,6 +271,66 @@ func allowAtomicPublish(ctx context.Context, js jetstream.JetStream, stream jets
 			"open the store with WithoutBatching", ErrBucket, o.bucket, cfg.Name)
 	}
 	o.logger.Info("allowed atomic batch publishes on the lease bucket", "bucket", o.bucket)
+	return updated, nil
+}
+
+// The bucket's policy: its stream's metadata keys (see WithBucketPolicy).
+const (
+	policyMargin = "leased.grantor_margin"
+	policyMinD   = "leased.min_duration"
+	policyMaxD   = "leased.max_duration"
+)
+
+// bucketPolicy records o's margin and range on the bucket (setPolicy), or
+// takes from the bucket's policy what o was not given.
+func bucketPolicy(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, o *options) (jetstream.Stream, error) {
+	cfg := stream.CachedInfo().Config
+	have := cfg.Metadata
+	if !o.setPolicy {
+		d := func(key string) (time.Duration, bool) {
+			v, err := time.ParseDuration(have[key])
+			return v, err == nil
+		}
+		if m, ok := d(policyMargin); ok && !o.marginSet && m >= 0 {
+			o.grantorMargin = m
+		}
+		minD, okMin := d(policyMinD)
+		maxD, okMax := d(policyMaxD)
+		if okMin && okMax && !o.rangeSet && minD >= MinDuration && maxD >= minD {
+			o.minDuration, o.maxDuration = minD, maxD
+		}
+		return stream, nil
+	}
+	want := map[string]string{policyMargin: o.grantorMargin.String(), policyMinD: o.minDuration.String(), policyMaxD: o.maxDuration.String()}
+	same := true
+	for k, v := range want {
+		same = same && have[k] == v
+	}
+	if same {
+		return stream, nil
+	}
+	cfg.Metadata = maps.Clone(have)
+	if cfg.Metadata == nil {
+		cfg.Metadata = map[string]string{}
+	}
+	maps.Copy(cfg.Metadata, want)
+	updated, err := js.UpdateStream(ctx, cfg)
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.Code < 500:
+		o.logger.Warn("could not record the grantor policy on the lease bucket: Stores that open it directly use their own",
+			"bucket", o.bucket, "err", err)
+		return stream, nil
+	case err != nil:
+		return nil, translate("record bucket policy", err)
+	}
+	log := o.logger.Info
+	if have[policyMargin] != "" {
+		log = o.logger.Warn // another grantor recorded another policy: grantors of a bucket should agree
+	}
+	log("recorded the grantor policy on the lease bucket", "bucket", o.bucket, "grantor_margin", want[policyMargin],
+		"min_duration", want[policyMinD], "max_duration", want[policyMaxD],
+		"replaced", strings.TrimSpace(have[policyMargin]+" "+have[policyMinD]+" "+have[policyMaxD]))
 	return updated, nil
 }
 

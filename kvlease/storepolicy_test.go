@@ -49,3 +49,35 @@ func TestCheckOptions(t *testing.T) {
 		t.Fatalf("good options: %v", err)
 	}
 }
+
+// The policy a grantor records on the bucket (WithBucketPolicy, as `leased
+// serve` does) is what a Store opened without its own follows; one given
+// its own keeps it. A grant through the follower gets the policy's margin
+// in its server TTL and is held to its range (`leased elect` granted what
+// the service refused, with the default margin).
+func TestStoreFollowsTheBucketPolicy(t *testing.T) {
+	srv, _ := kvleasetest.NewStore(t, kvlease.WithBucketPolicy(), kvlease.WithGrantorMargin(5*time.Second),
+		kvlease.WithDurationRange(20*time.Second, 2*time.Hour))
+	follower := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate())
+	if mg := follower.GrantorMargin(); mg != 5*time.Second {
+		t.Errorf("follower's GrantorMargin = %v, want the bucket's 5s", mg)
+	}
+	if minD, maxD := follower.DurationRange(); minD != 20*time.Second || maxD != 2*time.Hour {
+		t.Errorf("follower's DurationRange = %v, %v; want the bucket's 20s, 2h", minD, maxD)
+	}
+	ctx := t.Context()
+	if _, err := follower.Grant(ctx, kvlease.GrantRequest{Name: "short", Holder: "h", Duration: 2 * time.Second}); !errors.Is(err, kvlease.ErrDurationOutOfRange) {
+		t.Errorf("a 2 s grant through the follower: %v, want ErrDurationOutOfRange", err)
+	}
+	rec, err := follower.Grant(ctx, kvlease.GrantRequest{Name: "ok", Holder: "h", Duration: 20 * time.Second})
+	if err != nil || rec.TTL != 25*time.Second {
+		t.Errorf("a 20 s grant through the follower: TTL %v, %v; want 25s (the bucket's 5 s margin)", rec.TTL, err)
+	}
+	own := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate(), kvlease.WithGrantorMargin(time.Second))
+	if mg := own.GrantorMargin(); mg != time.Second {
+		t.Errorf("a Store given its own margin: %v, want 1s", mg)
+	}
+	if minD, _ := own.DurationRange(); minD != 20*time.Second {
+		t.Errorf("a Store given only a margin takes the bucket's range: min %v, want 20s", minD)
+	}
+}

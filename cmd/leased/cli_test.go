@@ -390,3 +390,20 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		}
 	}
 }
+
+// `leased elect` writes the bucket directly, yet grants as the service
+// does: serve records its --grantor-margin and --min-ttl/--max-ttl on the
+// bucket, and elect's store follows them (it used its own defaults: a
+// shorter margin, and durations the service refuses).
+func TestElectFollowsTheServersPolicy(t *testing.T) {
+	s := startServe(t, "", "--grantor-margin", "5s", "--min-ttl", "20s", "--default-ttl", "20s")
+	if r := leased(t, s.url, "elect", "policy.e", "--ttl", "2s", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "out of range") {
+		t.Fatalf("elect --ttl 2s under --min-ttl 20s: exit %d, stderr %q; want 2, out of range", r.code, r.stderr)
+	}
+	// The command prints the leadership's lease as the grantor stored it.
+	r := leased(t, s.url, "elect", "policy.e", "--ttl", "20s", "--", leasedBin, "get", "policy.e", "--url", s.url, "-o", "json")
+	var l api.Lease
+	if err := json.Unmarshal([]byte(r.stdout), &l); r.code != 0 || err != nil || time.Duration(l.ServerTTL) != 25*time.Second {
+		t.Fatalf("elect --ttl 20s: exit %d, stdout %q (%v), stderr %q; want server_ttl 25s (20 s and serve's 5 s margin)", r.code, r.stdout, err, r.stderr)
+	}
+}

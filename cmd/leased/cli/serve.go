@@ -371,7 +371,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		log.Info("opening the lease bucket; a node of a cluster waits for a quorum of the nodes of --routes, however long they take",
 			"cluster", f.clusterName)
 	}
-	opts := append(policyOpts, kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log),
+	opts := append(policyOpts, kvlease.WithBucketPolicy(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log),
 		kvlease.WithStoreMeterProvider(mp))
 	opts = append(opts, batchOpts...)
 	st, err := kvlease.Open(octx, js, opts...)
