@@ -3,6 +3,7 @@ package main_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -405,5 +406,29 @@ func TestElectFollowsTheServersPolicy(t *testing.T) {
 	var l api.Lease
 	if err := json.Unmarshal([]byte(r.stdout), &l); r.code != 0 || err != nil || time.Duration(l.ServerTTL) != 25*time.Second {
 		t.Fatalf("elect --ttl 20s: exit %d, stdout %q (%v), stderr %q; want server_ttl 25s (20 s and serve's 5 s margin)", r.code, r.stdout, err, r.stderr)
+	}
+}
+
+// --timeout bounds the whole wait, connecting included: servers that
+// accept connections and never answer (as a paused one does) use it up
+// together, not each its own --timeout before the request's.
+func TestTimeoutBoundsConnecting(t *testing.T) {
+	stuck := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0") // the kernel accepts; nothing ever answers
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		return "nats://" + ln.Addr().String()
+	}
+	start := time.Now()
+	r := leased(t, stuck()+","+stuck(), "ls", "--timeout", "3s")
+	if took := time.Since(start); r.code != 1 || took > 4*time.Second {
+		t.Fatalf("ls against two silent servers: exit %d after %v (stderr %q); want 1 within about 3 s", r.code, took, r.stderr)
+	}
+	s := startServe(t, "")
+	start = time.Now()
+	if r := leased(t, stuck()+","+s.url, "ls", "--timeout", "3s"); r.code != 0 || time.Since(start) > 4*time.Second {
+		t.Fatalf("ls with a silent server and a live one: exit %d after %v (stderr %q); want 0 within about 3 s", r.code, time.Since(start), r.stderr)
 	}
 }

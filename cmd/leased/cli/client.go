@@ -196,7 +196,7 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.url, "url", url, "NATS server URL(s), comma-separated (env LEASED_URL)")
 	c.natsFlags.register(fs)
 	fs.StringVarP(&c.output, "output", "o", "text", "output format: text or json")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server (for a grant: all its attempts)")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server, connecting included (for a grant: all its attempts)")
 }
 
 // grantContext bounds a command's grant by --timeout: kvlease.Acquire
@@ -385,6 +385,11 @@ func parseAttrs(kvs []string) (map[string]string, error) {
 	return m, nil
 }
 
+// connectAttempt bounds the connection attempt to each server of --url
+// (nats.go's default): a paused server accepts the connection and never
+// answers, and the next server gets its turn after this.
+const connectAttempt = 2 * time.Second
+
 // withConn runs fn with a connection and the command's context. A
 // permissions violation the server reports for the connection cancels that
 // context at once and is the command's error: a request the server refused
@@ -397,7 +402,9 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	ctx, cancel := context.WithCancelCause(cmd.Context())
 	defer cancel(nil)
 	warned := false
-	nc, err := c.natsFlags.connect(c.url, "leased-cli", c.timeout, func(err error) {
+	start := time.Now()
+	servers := max(1, strings.Count(c.url, ",")+1) // tried one after another: together within --timeout
+	nc, err := c.natsFlags.connect(c.url, "leased-cli", min(c.timeout/time.Duration(servers), connectAttempt), func(err error) {
 		pe := permissionError(err)
 		switch {
 		case pe == nil:
@@ -416,6 +423,10 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 		return err
 	}
 	defer nc.Close()
+	// --timeout bounds the whole wait for the server: what connecting
+	// took (a server that accepts and never answers costs an attempt)
+	// comes out of what the command's requests may wait.
+	c.timeout = max(c.timeout-time.Since(start), time.Millisecond)
 	if c.holder == "" {
 		c.holder = defaultHolder()
 	}
