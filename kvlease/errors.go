@@ -167,7 +167,8 @@ func (e *StaleReadError) Error() string {
 		return fmt.Sprintf("kvlease: grantor unavailable: the bucket refused revision %d of %q, which a read shows current: one answer came from a node that is behind",
 			e.Seen, e.Name)
 	}
-	return fmt.Sprintf("kvlease: grantor unavailable: a read of %q shows revision %d, behind revision %d already issued (a stream leader that lost its leadership?)",
+	return fmt.Sprintf("kvlease: grantor unavailable: a read of %q shows revision %d, behind revision %d, issued or named by the request "+
+		"(a stream leader that lost its leadership answers from the past; or the revision given was never issued)",
 		e.Name, e.Seen, e.Floor)
 }
 
