@@ -173,10 +173,22 @@ func (k *Keeper) Context() context.Context { return k.ctx }
 func (k *Keeper) Done() <-chan struct{} { return k.done }
 
 // Err returns why the keeper stopped: the loss reason, [ErrClosed] after
-// Close or Orphan, the context's error if ctx ended; nil while it runs.
+// Close or Orphan, the context's error if ctx ended; nil while it runs. It
+// is set before Context is cancelled, and is then what context.Cause
+// gives.
 func (k *Keeper) Err() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	return k.err
+}
+
+// setErr records the first reason the keeper stops for, and returns it.
+func (k *Keeper) setErr(err error) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.err == nil {
+		k.err = err
+	}
 	return k.err
 }
 
@@ -249,9 +261,7 @@ func (k *Keeper) run(parent context.Context) {
 	var reason error
 	release := false // the parent context ended: release after cancelling
 	defer func() {
-		k.mu.Lock()
-		k.err = reason
-		k.mu.Unlock()
+		reason = k.setErr(reason) // the deadline's, if watchDeadline came first
 		k.cancel(reason)
 		if release {
 			k.releaseAfterCancel()
@@ -365,7 +375,9 @@ func (k *Keeper) watchDeadline() {
 		case <-t.C:
 		}
 		if k.l.Remaining() <= 0 {
-			k.cancel(k.l.expired())
+			err := k.l.expired()
+			k.setErr(err) // before Context ends: Err is never nil once it has
+			k.cancel(err)
 			return
 		}
 	}

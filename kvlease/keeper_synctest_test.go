@@ -902,6 +902,9 @@ func TestKeeperContextEndsAtDeadlineDuringSlowCallback(t *testing.T) {
 		if err := context.Cause(k.Context()); !errors.As(err, &expired) {
 			t.Fatalf("at the deadline, while the callback runs: context cause %v, want a LeaseExpiredError", err)
 		}
+		if err := k.Err(); !errors.As(err, &expired) { // it was nil until the loop ended
+			t.Fatalf("at the deadline, while the callback runs: Err() = %v, want the LeaseExpiredError too", err)
+		}
 		close(release)
 		<-k.Done()
 	})
