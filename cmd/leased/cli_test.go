@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
 )
@@ -430,5 +431,25 @@ func TestTimeoutBoundsConnecting(t *testing.T) {
 	start = time.Now()
 	if r := leased(t, stuck()+","+s.url, "ls", "--timeout", "3s"); r.code != 0 || time.Since(start) > 4*time.Second {
 		t.Fatalf("ls with a silent server and a live one: exit %d after %v (stderr %q); want 0 within about 3 s", r.code, time.Since(start), r.stderr)
+	}
+}
+
+// acquire --hold hears a revocation at once too (the service's change
+// events), not at its next renewal 10 s after the grant of a 30 s lease.
+func TestAcquireHoldLosesOnRevokeAtOnce(t *testing.T) {
+	s := startServe(t, "")
+	hold := exec.Command(leasedBin, "acquire", "held.r", "--hold", "--ttl", "30s", "--url", s.url)
+	out, _ := hold.StdoutPipe()
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hold.Process.Kill(); _ = hold.Wait() })
+	readLines(out).wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "held.r") })
+	if r := leased(t, s.url, "revoke", "held.r"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	err := waitExit(hold, 3*time.Second)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != cli.ExitLost {
+		t.Fatalf("acquire --hold after a revocation: %v; want exit %d within 3 s", err, cli.ExitLost)
 	}
 }

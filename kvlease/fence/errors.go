@@ -27,7 +27,7 @@ func (e *StaleTokenError) Error() string {
 // Is makes errors.Is(err, ErrStaleToken) true.
 func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
 
-// ErrInvalidToken: [SQL.Check] was given a token no tenure has: 0 (never a
+// ErrInvalidToken: a fence was given a token no tenure has: 0 (never a
 // KV revision), or one above the largest bigint. Nothing was sent.
 var ErrInvalidToken = errors.New("fence: invalid fencing token")
 

@@ -49,6 +49,9 @@ func (f *Mem) resource(name string) *fencedResource {
 //
 // Errors: [*StaleTokenError]; effect's error.
 func (f *Mem) Do(resource string, token kvlease.Token, effect func() error) error {
+	if token == 0 {
+		return zeroToken()
+	}
 	r := f.resource(resource)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -131,6 +134,9 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 			return nil, err
 		}
 	}
+	if err := kvlease.ValidateBucket(bucket); err != nil {
+		return nil, err // a name the server refuses, not an outage
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "leased: fenced resources (value + last accepted token)",
@@ -152,6 +158,9 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, data []byte) error {
 	if err := kvlease.ValidateName(resource); err != nil {
 		return err
+	}
+	if token == 0 {
+		return zeroToken()
 	}
 	return f.doc.Update(ctx, resource, func(cur Value) (Value, error) {
 		if token < cur.Token {
@@ -179,3 +188,8 @@ func (f *KV) Read(ctx context.Context, resource string) (Value, error) {
 
 // Rejected counts refused tokens.
 func (f *KV) Rejected() int64 { return f.rejected.Load() }
+
+// zeroToken is the error for token 0, which no tenure has (revisions
+// begin at 1): a caller that passes it has no lease. fence.SQL refuses it
+// the same way.
+func zeroToken() error { return fmt.Errorf("%w: 0, no tenure has it", ErrInvalidToken) }

@@ -35,11 +35,15 @@ func TestMemFenceTokens(t *testing.T) {
 		{"higher token", 7, false, 7},
 		{"lower token", 6, true, 7},
 		{"much lower token", 1, true, 7},
-		{"zero token", 0, true, 7},
 		{"equal again", 7, false, 7},
 		{"jump", 1 << 40, false, 1 << 40},
 	}
 	rejected := int64(0)
+	// Token 0 is no tenure's (revisions begin at 1): invalid, not stale,
+	// and nothing runs, as fence.SQL and fence.KV answer it.
+	if err := f.Do(res, 0, effect); !errors.Is(err, fence.ErrInvalidToken) || ran != 0 {
+		t.Fatalf("Do(0) = %v (effect ran %d times), want ErrInvalidToken, nothing run", err, ran)
+	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
 			before := ran
@@ -80,17 +84,17 @@ func TestMemFencePerResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A high token on one resource says nothing about another.
-	if err := f.Do("b", 1, nil); err != nil {
-		t.Fatalf("Do(b, 1) after Do(a, 10) = %v", err)
+	if err := f.Do("b", 2, nil); err != nil {
+		t.Fatalf("Do(b, 2) after Do(a, 10) = %v", err)
 	}
-	if err := f.Do("b", 0, nil); !errors.Is(err, fence.ErrStaleToken) {
-		t.Fatalf("Do(b, 0) after Do(b, 1) = %v, want ErrStaleToken", err)
+	if err := f.Do("b", 1, nil); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("Do(b, 1) after Do(b, 2) = %v, want ErrStaleToken", err)
 	}
 	if h := f.Highest("a"); h != 10 {
 		t.Errorf("Highest(a) = %d, want 10", h)
 	}
-	if h := f.Highest("b"); h != 1 {
-		t.Errorf("Highest(b) = %d, want 1", h)
+	if h := f.Highest("b"); h != 2 {
+		t.Errorf("Highest(b) = %d, want 2", h)
 	}
 	if h := f.Highest("c"); h != 0 {
 		t.Errorf("Highest(c) = %d, want 0", h)
@@ -430,4 +434,26 @@ func TestKVFenceRace(t *testing.T) {
 	}
 	t.Logf("%d writes: %d accepted, %d stale; watcher saw %d revisions; final token %d",
 		len(results), accepted, stale, seen, final.Token)
+}
+
+// fence.KV answers bad input as the other fences do, before anything is
+// sent: a bucket name the server refuses is an invalid option (it was
+// "unavailable", which callers retry), token 0 an invalid token (it was
+// accepted).
+func TestKVFenceRefusesBadInput(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	for _, b := range []string{"", "a.b", "a b"} {
+		if _, err := fence.OpenKV(ctx, js, b); !errors.Is(err, kvlease.ErrInvalidOption) || errors.Is(err, kvlease.ErrUnavailable) {
+			t.Errorf("OpenKV(%q): %v, want ErrInvalidOption", b, err)
+		}
+	}
+	f, err := fence.OpenKV(ctx, js, "fences")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Write(ctx, "r1", 0, []byte("x")); !errors.Is(err, fence.ErrInvalidToken) {
+		t.Errorf("Write with token 0: %v, want ErrInvalidToken", err)
+	}
 }

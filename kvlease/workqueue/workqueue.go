@@ -54,6 +54,7 @@ type Queue struct {
 	itemsW  jetstream.KeyWatcher
 	claimsW *kvlease.Watcher
 	stop    context.CancelFunc
+	closed  context.Context // ends when Close is called
 	wg      sync.WaitGroup
 }
 
@@ -74,8 +75,8 @@ type doneRecord struct {
 // Errors: [kvlease.ErrInvalidName]; [kvlease.ErrInvalidOption] (nothing
 // sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket].
 func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, name string, opts ...OpenOption) (*Queue, error) {
-	if err := kvlease.ValidateName(name); err != nil || strings.Contains(name, ".") {
-		return nil, fmt.Errorf("%w: queue name %q (no dots)", kvlease.ErrInvalidName, name)
+	if err := validQueueName(name); err != nil {
+		return nil, err
 	}
 	oo, err := newOpenOptions(opts)
 	if err != nil {
@@ -100,7 +101,7 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	}
 	q.done = kvcas.Doc[doneRecord]{KV: done, ReadOp: "read sink", WriteOp: "write sink", Corrupt: "workqueue: sink record"}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	q.stop = cancel
+	q.stop, q.closed = cancel, wctx
 	if q.itemsW, err = q.items.WatchAll(wctx, jetstream.MetaOnly()); err != nil {
 		cancel()
 		return nil, kvlease.JetStreamError("watch items", err)
@@ -117,7 +118,41 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 
 func (q *Queue) claimPrefix() string { return "claim." + q.name + "." }
 
-// Close stops following the queue.
+// maxQueueName bounds a queue's name: its buckets' streams are
+// KV_<name>-items and KV_<name>-done, and JetStream refuses longer ones.
+const maxQueueName = 200
+
+// validQueueName refuses, with [kvlease.ErrInvalidName], a name its buckets
+// could not be made with: only ASCII letters, digits, '-' and '_' (no dots).
+func validQueueName(name string) error {
+	if len(name) > maxQueueName {
+		return fmt.Errorf("%w: queue name of %d bytes, at most %d", kvlease.ErrInvalidName, len(name), maxQueueName)
+	}
+	if err := kvlease.ValidateBucket(name); err != nil {
+		return fmt.Errorf("%w: queue name %q: ASCII letters and digits, '-' and '_' only", kvlease.ErrInvalidName, name)
+	}
+	return nil
+}
+
+// validID refuses an item id that is no lease name, or whose claim's
+// lease name would be too long: such an item could be added but never
+// claimed, and every Claim that tried it failed.
+func (q *Queue) validID(id string) error {
+	if err := kvlease.ValidateName(id); err != nil {
+		return err
+	}
+	if err := kvlease.ValidateName(q.claimPrefix() + id); err != nil {
+		return fmt.Errorf("%w: item id %q: its claim, %q, is no lease name", kvlease.ErrInvalidName, id, q.claimPrefix()+id)
+	}
+	return nil
+}
+
+// errClosed is what a closed Queue answers.
+func errClosed() error { return fmt.Errorf("%w: workqueue closed", kvlease.ErrClosed) }
+
+// Close stops following the queue; Add and Claim then return
+// [kvlease.ErrClosed] (a Claim waiting returns at once). Claims already
+// made are kept until completed, released or lost; Result still reads.
 func (q *Queue) Close() {
 	q.stop()
 	_ = q.itemsW.Stop()
@@ -167,7 +202,10 @@ func (q *Queue) followClaims() {
 // item of that id is pending; [ErrDone] if it was completed (ids are not
 // reused: the sink keeps each item's result).
 func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
-	if err := kvlease.ValidateName(id); err != nil {
+	if q.closed.Err() != nil {
+		return errClosed()
+	}
+	if err := q.validID(id); err != nil {
 		return err
 	}
 	if done, _, _, _, err := q.Result(ctx, id); err != nil {
@@ -208,6 +246,9 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 		return nil, err
 	}
 	for {
+		if q.closed.Err() != nil {
+			return nil, errClosed()
+		}
 		q.mu.Lock()
 		var candidates []string
 		for id, p := range q.pending {
@@ -223,12 +264,16 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 			if err == nil {
 				return c, nil
 			}
-			if !errors.Is(err, kvlease.ErrHeld) && !errors.Is(err, ErrDone) && !errors.Is(err, kvlease.ErrNotFound) && !errors.Is(err, fence.ErrStaleToken) {
+			switch {
+			case errors.Is(err, kvlease.ErrInvalidName):
+				continue // an item no claim can name (added before Add checked): another's turn
+			case !errors.Is(err, kvlease.ErrHeld) && !errors.Is(err, ErrDone) && !errors.Is(err, kvlease.ErrNotFound) && !errors.Is(err, fence.ErrStaleToken):
 				return nil, err
 			}
 		}
 		select {
 		case <-changed:
+		case <-q.closed.Done():
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -320,6 +365,9 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 // Result returns an item's sink record: whether it is done, by which
 // worker, with which token, and its result.
 func (q *Queue) Result(ctx context.Context, id string) (done bool, worker string, token kvlease.Token, result []byte, err error) {
+	if err := kvlease.ValidateName(id); err != nil {
+		return false, "", 0, nil, err
+	}
 	r, _, err := q.done.Get(ctx, id)
 	if err != nil {
 		return false, "", 0, nil, err

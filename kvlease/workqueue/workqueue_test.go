@@ -226,3 +226,46 @@ func TestWorkQueueStateShrinks(t *testing.T) {
 		t.Fatalf("after %d items came and went the queue still tracks %d pending and %d claimed entries", items, p, c)
 	}
 }
+
+// Bad input is refused before anything is sent, as an invalid name or id,
+// not as an outage: queue names its buckets cannot have, an item id whose
+// claim would be no lease name (it could be added, never claimed, and
+// failed every Claim that tried it). A closed queue refuses Add and Claim,
+// and a Claim waiting on it returns.
+func TestWorkQueueRefusesBadInputAndClosed(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	for _, name := range []string{"", "a.b", "a/b", "a=b", strings.Repeat("q", 250)} {
+		if _, err := workqueue.Open(ctx, js, st, name); !errors.Is(err, kvlease.ErrInvalidName) {
+			t.Errorf("Open(%.20q…): %v, want ErrInvalidName", name, err)
+		}
+	}
+	q, err := workqueue.Open(ctx, js, st, "badinput")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Add(ctx, strings.Repeat("i", 246), nil); !errors.Is(err, kvlease.ErrInvalidName) {
+		t.Errorf("Add of an id whose claim name is 260 bytes: %v, want ErrInvalidName", err)
+	}
+	if _, _, _, _, err := q.Result(ctx, "a b"); !errors.Is(err, kvlease.ErrInvalidName) {
+		t.Errorf("Result of an invalid id: %v, want ErrInvalidName", err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := q.Claim(ctx, "w", 5*time.Second) // nothing to claim: waits
+		waiting <- err
+	}()
+	q.Close()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, kvlease.ErrClosed) {
+			t.Errorf("Claim waiting when the queue closed: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Claim waiting on a closed queue did not return")
+	}
+	if err := q.Add(ctx, "late", nil); !errors.Is(err, kvlease.ErrClosed) {
+		t.Errorf("Add after Close: %v, want ErrClosed", err)
+	}
+}

@@ -53,7 +53,11 @@ then releases it; if the lease is lost first it exits with code 5.`,
 				if !hold {
 					return nil
 				}
-				return holdLease(ctx, l, stderr)
+				var opts []kvlease.KeeperOption
+				if ends, err := cl.Ends(ctx, args[0], l.Token()); err == nil {
+					opts = append(opts, kvlease.WithRenewNow(ends)) // a revocation is a loss at once, as for run
+				}
+				return holdLease(ctx, l, stderr, opts...)
 			})
 		},
 	}
@@ -65,8 +69,8 @@ then releases it; if the lease is lost first it exits with code 5.`,
 	return cmd
 }
 
-func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer) error {
-	k, err := kvlease.Keep(context.WithoutCancel(ctx), l)
+func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...kvlease.KeeperOption) error {
+	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
 	if err != nil {
 		return err
 	}
