@@ -114,7 +114,7 @@ func TestDocumentedPermissions(t *testing.T) {
 	}
 	// Credentials the server refuses: denied, not "unavailable".
 	bad := "nats://app:not-" + password("app") + "@" + hostPort
-	if r := leased(t, bad, "ls", "--inbox-prefix", "_INBOX_app"); r.code != 7 || !strings.Contains(r.stderr, "refused this user's credentials") ||
+	if r := leased(t, bad, "ls", "--inbox-prefix", "_INBOX_app"); r.code != 7 || !strings.Contains(r.stderr, "refused the credentials") ||
 		strings.Contains(r.stderr, password("app")) {
 		t.Fatalf("ls with a wrong password: exit %d, stderr %q; want 7, the credentials refused, no password", r.code, r.stderr)
 	}

@@ -62,6 +62,8 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--history-retention", "1s"}, // under the duplicates window
 		{"serve", "--bucket", "bad.name"},
 		{"serve", "--bucket", ""},
+		{"serve", "--gossip-seeds", "node1"}, // refused before the embedded server starts
+		{"serve", "--gossip-listen", "127.0.0.1:99999"},
 		{"serve", "--pprof"}, // without --metrics-listen: nowhere to serve them
 	} {
 		if r := leased(t, "", append(args, "--data", t.TempDir())...); r.code != 2 {

@@ -93,6 +93,9 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 	if n.tlsCert != "" {
 		opts = append(opts, nats.ClientCert(n.tlsCert, n.tlsKey))
 	}
+	if err := checkURLs(url); err != nil {
+		return nil, err
+	}
 	nc, err := nats.Connect(url, opts...)
 	var badURL *neturl.Error
 	switch {
@@ -102,12 +105,32 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		errors.Is(err, nats.ErrAccountAuthExpired):
 		// Not "unavailable": waiting or retrying will not help.
-		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused this user's credentials (check --user and LEASED_PASSWORD, --creds, or the URL's user): %w",
+		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused the credentials (wrong or missing: --user and LEASED_PASSWORD, --creds, or a user in the URL): %w",
 			ErrPermissionDenied, RedactURL(url), err)
 	case err != nil:
 		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, RedactURL(url), err)
 	}
 	return nc, nil
+}
+
+// checkURLs refuses, as a usage error, a NATS URL list with a port no
+// server can listen on (nats.go tried to dial it, and that failed as
+// "unavailable"). Other malformations are left to nats.go's parser.
+func checkURLs(urls string) error {
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u // as nats.go reads a URL without a scheme
+		}
+		p, err := neturl.Parse(u)
+		if err != nil || p.Port() == "" {
+			continue
+		}
+		if n, err := strconv.Atoi(p.Port()); err != nil || n < 1 || n > 65535 {
+			return usageError{fmt.Errorf("NATS URL %s: port %s out of range 1..65535", RedactURL(u), p.Port())}
+		}
+	}
+	return nil
 }
 
 // ErrPermissionDenied: the NATS server's permissions refused a publish or a

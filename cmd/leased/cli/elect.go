@@ -32,7 +32,7 @@ needs JetStream access to the lease bucket. The exit code is the command's.`,
 			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
 				return usageError{errors.New("want NAME -- COMMAND [ARGS...]")}
 			}
-			return nil
+			return kvlease.ValidateName(args[0])
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			grace, margin, err := graceTiming(ttl, grace)

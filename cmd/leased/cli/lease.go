@@ -35,7 +35,7 @@ tenure ("recovered") rather than being told the lease is held.
 
 With --hold it keeps the lease renewed (every TTL/3) until SIGINT or SIGTERM,
 then releases it; if the lease is lost first it exits with code 5.`,
-		Args: exactArgs(1),
+		Args: nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := parseAttrs(attrs)
 			if err != nil {
@@ -95,7 +95,7 @@ func newRenew(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "renew NAME (--lease-file F | --holder H --token N --revision R --secret S)",
 		Short: "Renew a lease once (prints the new revision)",
-		Args:  exactArgs(1),
+		Args:  nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
 				return err
@@ -128,7 +128,7 @@ func newRelease(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "release NAME (--lease-file F | --holder H --token N --revision R --secret S)",
 		Short: "Release a lease",
-		Args:  exactArgs(1),
+		Args:  nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
 				return err
@@ -236,7 +236,7 @@ func newRevoke(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "revoke NAME",
 		Short: "Revoke a lease regardless of its holder (operators)",
-		Args:  exactArgs(1),
+		Args:  nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				l, err := cl.Revoke(ctx, args[0], reason)
@@ -261,7 +261,7 @@ func newGet(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show a live lease (exit code 4 if there is none)",
-		Args:  exactArgs(1),
+		Args:  nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				l, err := cl.Get(ctx, args[0])
@@ -390,6 +390,15 @@ func exactArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// nameArg is exactArgs(1) for a command whose argument is a lease name:
+// one no lease can have is a usage error before anything is sent.
+func nameArg(cmd *cobra.Command, args []string) error {
+	if err := exactArgs(1)(cmd, args); err != nil {
+		return err
+	}
+	return kvlease.ValidateName(args[0])
 }
 
 func noArgs(cmd *cobra.Command, args []string) error {

@@ -38,6 +38,28 @@ func (g *gossipFlags) register(fs *pflag.FlagSet, listenHelp string) {
 
 func (g *gossipFlags) enabled() bool { return g.listen != "" || len(g.seeds) > 0 }
 
+// check refuses addresses that are no host:port, before anything starts
+// (memberlist would look a bare word up in DNS).
+func (g *gossipFlags) check() error {
+	for _, seed := range g.seeds {
+		if _, port, err := net.SplitHostPort(seed); err != nil {
+			return usageError{fmt.Errorf("--gossip-seeds %q: want host:port (%v)", seed, err)}
+		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return usageError{fmt.Errorf("--gossip-seeds %q: bad port", seed)}
+		}
+	}
+	if g.listen != "" {
+		_, port, err := net.SplitHostPort(g.listen)
+		if err != nil {
+			return usageError{fmt.Errorf("--gossip-listen %q: %v", g.listen, err)}
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			return usageError{fmt.Errorf("--gossip-listen %q: bad port", g.listen)}
+		}
+	}
+	return nil
+}
+
 // start joins gossip as name with meta; it returns nil if gossip is off.
 func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logger) (*membership.Node, error) {
 	if !g.enabled() {
@@ -54,21 +76,12 @@ func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logge
 	default:
 		return nil, usageError{fmt.Errorf("--gossip-profile %q: want lan, fast or test", g.profile)}
 	}
-	for _, seed := range g.seeds {
-		if _, port, err := net.SplitHostPort(seed); err != nil {
-			return nil, usageError{fmt.Errorf("--gossip-seeds %q: want host:port (%v)", seed, err)}
-		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-			return nil, usageError{fmt.Errorf("--gossip-seeds %q: bad port", seed)}
-		}
+	if err := g.check(); err != nil {
+		return nil, err
 	}
 	if g.listen != "" {
-		host, port, err := net.SplitHostPort(g.listen)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("--gossip-listen %q: %v", g.listen, err)}
-		}
-		if cfg.BindPort, err = strconv.Atoi(port); err != nil {
-			return nil, usageError{fmt.Errorf("--gossip-listen %q: bad port", g.listen)}
-		}
+		host, port, _ := net.SplitHostPort(g.listen) // checked
+		cfg.BindPort, _ = strconv.Atoi(port)
 		cfg.BindAddr = host
 	}
 	cfg.Meta, cfg.Logger = meta, log.With("component", "gossip")

@@ -55,7 +55,7 @@ never started. On SIGINT or SIGTERM, run stops the command the same way
 			if lease == "" {
 				return usageError{errors.New("--lease is required")}
 			}
-			return nil
+			return kvlease.ValidateName(lease)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			grace, margin, err := graceTiming(ttl, grace)
