@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,8 +319,10 @@ func TestSlowRequestLogged(t *testing.T) {
 func TestClientSendsDeadline(t *testing.T) {
 	f := start(t, grantor.DefaultConfig())
 	ctx := t.Context()
+	// A revocation (of nothing: not_found), which is sent once within the
+	// caller's deadline; a read is sent in shorter attempts (Client.read).
 	seen := make(chan nats.Header, 8)
-	sub, err := f.nc.Subscribe(api.SubjectGet, func(m *nats.Msg) {
+	sub, err := f.nc.Subscribe(api.SubjectRevoke, func(m *nats.Msg) {
 		if strings.Contains(string(m.Data), "dl.none") { // not the client's own clock reading
 			seen <- m.Header
 		}
@@ -332,7 +335,7 @@ func TestClientSendsDeadline(t *testing.T) {
 		t.Helper()
 		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		_, _ = f.client.Get(gctx, "dl.none")
+		_, _ = f.client.Revoke(gctx, "dl.none", "")
 		return <-seen
 	}
 	if h := get(); h.Get(api.HeaderDeadline) != "" {
@@ -378,7 +381,7 @@ func TestClientTooLateDistrustsOnlyAQuickAnswer(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	nc := kvleasetest.Connect(t, srv.ClientURL())
 	delay := make(chan time.Duration, 1)
-	sub, err := nc.Subscribe(api.SubjectGet, func(m *nats.Msg) { // a grantor behind a slow link
+	sub, err := nc.Subscribe(api.SubjectRevoke, func(m *nats.Msg) { // a grantor behind a slow link (a write: sent once)
 		<-time.After(<-delay)
 		reply := nats.NewMsg(m.Reply)
 		reply.Header.Set(api.HeaderErrorCode, api.CodeTooLate)
@@ -395,8 +398,8 @@ func TestClientTooLateDistrustsOnlyAQuickAnswer(t *testing.T) {
 		delay <- d
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
-		if _, err := cl.Get(ctx, "x"); !errors.Is(err, api.ErrTooLate) {
-			t.Fatalf("get: %v, want too_late", err)
+		if _, err := cl.Revoke(ctx, "x", ""); !errors.Is(err, api.ErrTooLate) {
+			t.Fatalf("revoke: %v, want too_late", err)
 		}
 	}
 	get(0) // measures the offset (every reply carries the server time)
@@ -407,5 +410,33 @@ func TestClientTooLateDistrustsOnlyAQuickAnswer(t *testing.T) {
 	get(0)
 	if _, _, ok := cl.Clock().Offset(); ok {
 		t.Error("a quick too_late left the offset trusted")
+	}
+}
+
+// A read (get, list, count, discover) that goes unanswered is sent again
+// within the caller's deadline: the service's queue group may hand it to a
+// grantor node that is paused, which holds it until its peers drop it,
+// and the next attempt goes to a node that answers. Here the one
+// responder drops the first request and answers the second.
+func TestClientReadsAgainWhenUnanswered(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	var n atomic.Int32
+	sub, err := nc.Subscribe(api.SubjectGet, func(m *nats.Msg) {
+		if n.Add(1) == 1 {
+			return // held by a paused node
+		}
+		_ = m.Respond([]byte(`{"name":"x","holder":"h","token":7,"revision":7}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	cl := newClient(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	l, err := cl.Get(ctx, "x")
+	if err != nil || l.Token != 7 || n.Load() != 2 {
+		t.Fatalf("get with its first attempt unanswered: %+v, %v after %d attempts; want token 7 from the second", l, err, n.Load())
 	}
 }

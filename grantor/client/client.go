@@ -174,7 +174,7 @@ func nameStale(err error, name string) {
 // Get returns a live lease.
 func (c *Client) Get(ctx context.Context, name string) (api.Lease, error) {
 	var out api.Lease
-	err := c.call(ctx, api.SubjectGet, api.GetRequest{Name: name}, &out)
+	err := c.read(ctx, api.SubjectGet, api.GetRequest{Name: name}, &out)
 	return out, err
 }
 
@@ -188,7 +188,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]api.Lease, error) {
 	req := api.ListRequest{Prefix: prefix, Limit: ListPage}
 	for {
 		var out api.ListReply
-		if err := c.call(ctx, api.SubjectList, req, &out); err != nil {
+		if err := c.read(ctx, api.SubjectList, req, &out); err != nil {
 			return nil, err
 		}
 		all = append(all, out.Leases...)
@@ -209,7 +209,7 @@ func (c *Client) Count(ctx context.Context, prefix string) (int, error) {
 		Leases []json.RawMessage `json:"leases"`
 		Count  *int              `json:"count"`
 	}
-	if err := c.call(ctx, api.SubjectList, api.ListRequest{Prefix: prefix, CountOnly: true}, &out); err != nil {
+	if err := c.read(ctx, api.SubjectList, api.ListRequest{Prefix: prefix, CountOnly: true}, &out); err != nil {
 		return 0, err
 	}
 	if out.Count == nil {
@@ -274,6 +274,43 @@ func (c *Client) measureClock(ctx context.Context) {
 }
 
 // call sends one request and decodes the reply or the error.
+// read is call for a request that changes nothing (get, list, count,
+// discover), which may be sent again: each attempt gets a third of the
+// time left (at least readAttemptMin), and one that goes unanswered, or is
+// answered "unavailable", is sent again while time remains. The service's
+// queue group hands each attempt to any grantor node: one that is paused
+// holds what it is handed, unanswered, until the others drop their routes
+// to it (seconds), and a retry most likely goes to another. "No
+// responders" (no grantor at all) is not retried.
+func (c *Client) read(ctx context.Context, subject string, req, resp any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	dl, _ := ctx.Deadline()
+	for {
+		actx, cancel := context.WithTimeout(ctx, max(time.Until(dl)/3, readAttemptMin))
+		start := time.Now()
+		err := c.call(actx, subject, req, resp)
+		cancel()
+		if err == nil || !errors.Is(err, kvlease.ErrUnavailable) || errors.Is(err, nats.ErrNoResponders) ||
+			ctx.Err() != nil || time.Until(dl) < readAttemptMin {
+			return err
+		}
+		if took := time.Since(start); took < readAttemptMin/5 { // answered "unavailable": not at once again
+			select {
+			case <-time.After(readAttemptMin/5 - took):
+			case <-ctx.Done():
+				return err
+			}
+		}
+	}
+}
+
+// readAttemptMin is the shortest attempt of read.
+const readAttemptMin = 500 * time.Millisecond
+
 func (c *Client) call(ctx context.Context, subject string, req, resp any) (err error) {
 	ctx, span := c.tracer.Start(ctx, subject, trace.WithSpanKind(trace.SpanKindClient))
 	defer func() {

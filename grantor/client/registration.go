@@ -12,7 +12,7 @@ import (
 // leaves out instances whose node's suspicion is at or above it.
 func (c *Client) Discover(ctx context.Context, service string, maxSuspicion float64) (api.DiscoverReply, error) {
 	var out api.DiscoverReply
-	err := c.call(ctx, api.SubjectDiscover, api.DiscoverRequest{Service: service, MaxSuspicion: maxSuspicion}, &out)
+	err := c.read(ctx, api.SubjectDiscover, api.DiscoverRequest{Service: service, MaxSuspicion: maxSuspicion}, &out)
 	return out, err
 }
 
