@@ -1,6 +1,9 @@
 package kvlease
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // HoldOption configures a recipe that acquires a lease and keeps it
 // renewed, such as election.Campaign and workqueue.Claim: the options of
@@ -27,6 +30,19 @@ func NewHold(opts ...HoldOption) (Hold, error) {
 		}
 	}
 	return h, nil
+}
+
+// Check refuses options that [Acquire] or [Keep] would refuse for a lease
+// of duration d, before anything is sent: a recipe that waits (a campaign
+// while another leads, a claim while all items are taken) would otherwise
+// find them wrong only after it had been granted the lease.
+func (h Hold) Check(d time.Duration) error {
+	o, err := newLeaseOptions(d, h.Lease)
+	if err != nil {
+		return err
+	}
+	var k Keeper
+	return k.apply(d, o.margin, o.rho, h.Keeper)
 }
 
 // WithLease passes options to the recipe's [Acquire]: a holder margin, a

@@ -140,17 +140,11 @@ func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
 // Errors: [ErrInvalidOption] for an option that refuses its value;
 // [ErrInvalidTiming] if the interval does not fit the lease.
 func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) {
-	k := &Keeper{l: l, interval: DefaultRenewInterval(l.d), stop: make(chan struct{}), abort: make(chan struct{}),
-		done: make(chan struct{})}
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: nil keeper option", ErrInvalidOption)
-		}
-		if err := opt(k); err != nil {
-			return nil, err
-		}
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil lease", ErrInvalidOption)
 	}
-	if err := ValidateTiming(l.d, l.margin, k.interval, l.rho); err != nil {
+	k := &Keeper{l: l, stop: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{})}
+	if err := k.apply(l.d, l.margin, l.rho, opts); err != nil {
 		return nil, err
 	}
 	if k.metrics != nil {
@@ -160,6 +154,21 @@ func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) 
 	k.ctx, k.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	go k.run(ctx)
 	return k, nil
+}
+
+// apply sets k's options for a lease of duration d, margin and rho, and
+// checks the timing they leave: what Keep refuses before it starts.
+func (k *Keeper) apply(d, margin time.Duration, rho float64, opts []KeeperOption) error {
+	k.interval = DefaultRenewInterval(d)
+	for _, opt := range opts {
+		if opt == nil {
+			return fmt.Errorf("%w: nil keeper option", ErrInvalidOption)
+		}
+		if err := opt(k); err != nil {
+			return err
+		}
+	}
+	return ValidateTiming(d, margin, k.interval, rho)
 }
 
 // Lease returns the lease being kept.

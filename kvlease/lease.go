@@ -179,23 +179,33 @@ func WithAttributes(attrs map[string]string) LeaseOption {
 // [ErrInvalidTiming] if the margins leave no validity (nothing sent either
 // way); otherwise those of [Store.Grant], including [HeldError], and the
 // last [ErrUnavailable] once ctx has ended.
-func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duration, opts ...LeaseOption) (*Lease, error) {
+// newLeaseOptions applies opts for a lease of duration d and checks the
+// window they leave: what Acquire refuses before it sends anything.
+func newLeaseOptions(d time.Duration, opts []LeaseOption) (leaseOptions, error) {
 	o := leaseOptions{rho: DefaultClockRate, now: time.Now, attempt: DefaultAttemptTimeout}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: nil lease option", ErrInvalidOption)
+			return o, fmt.Errorf("%w: nil lease option", ErrInvalidOption)
 		}
 		if err := opt(&o); err != nil {
-			return nil, err
+			return o, err
 		}
 	}
 	if d < MinDuration {
-		return nil, fmt.Errorf("%w: %v is below %v", ErrDurationOutOfRange, d, MinDuration)
+		return o, fmt.Errorf("%w: %v is below %v", ErrDurationOutOfRange, d, MinDuration)
 	}
 	if !o.marginSet {
 		o.margin = DefaultHolderMargin(d)
 	}
-	if err := ValidateWindow(d, o.margin, o.rho); err != nil {
+	return o, ValidateWindow(d, o.margin, o.rho)
+}
+
+func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duration, opts ...LeaseOption) (*Lease, error) {
+	if g == nil {
+		return nil, fmt.Errorf("%w: nil grantor", ErrInvalidOption)
+	}
+	o, err := newLeaseOptions(d, opts)
+	if err != nil {
 		return nil, err
 	}
 	if o.tp == nil {

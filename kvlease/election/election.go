@@ -63,6 +63,9 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	if err != nil {
 		return nil, err
 	}
+	if err := o.Check(d); err != nil { // not after waiting for, and winning, the lease
+		return nil, err
+	}
 	// The watch outlives ctx when the campaign is won: it then tells the
 	// keeper of the leadership's end (see watchEnd).
 	w, err := e.store.Watch(context.WithoutCancel(ctx), e.name)

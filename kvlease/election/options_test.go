@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -27,4 +28,22 @@ func TestCampaignOptions(t *testing.T) {
 		t.Cleanup(func() { _ = c.Resign(context.Background()) })
 		return c.Lease(), nil
 	})
+}
+
+// Options a candidate's lease or keeper cannot take are refused at once,
+// while another leads: not after the campaign has waited for, and won,
+// the lease (it was granted, then refused, and observers saw a leader).
+func TestCampaignRefusesBadOptionsBeforeWaiting(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	e, _ := election.New(st, "leader.badopts")
+	lead, err := e.Campaign(t.Context(), "leader", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Orphan()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	if _, err := e.Campaign(ctx, "bad", 10*time.Second, kvlease.WithKeeper(kvlease.WithOnLost(nil))); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Fatalf("campaign with a nil OnLost while another leads: %v, want ErrInvalidOption at once", err)
+	}
 }

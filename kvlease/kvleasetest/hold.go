@@ -21,9 +21,18 @@ func CheckHoldOptions(t *testing.T, hold func(d time.Duration, opts ...kvlease.H
 		"nil option":        {nil},
 		"nil lease option":  {kvlease.WithLease(nil)},
 		"nil keeper option": {kvlease.WithKeeper(nil)},
+		"nil OnLost":        {kvlease.WithKeeper(kvlease.WithOnLost(nil))},
 	} {
 		if _, err := hold(10*time.Second, opts...); !errors.Is(err, kvlease.ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
+		}
+	}
+	for name, opts := range map[string][]kvlease.HoldOption{
+		"renewal interval past the window": {kvlease.WithKeeper(kvlease.WithRenewInterval(time.Hour))},
+		"holder margin as long as D":       {kvlease.WithLease(kvlease.WithHolderMargin(10 * time.Second))},
+	} {
+		if _, err := hold(10*time.Second, opts...); !errors.Is(err, kvlease.ErrInvalidTiming) {
+			t.Errorf("%s: %v, want ErrInvalidTiming", name, err)
 		}
 	}
 

@@ -35,6 +35,24 @@ func TestClaimOptions(t *testing.T) {
 	})
 }
 
+// Options a claim's lease or keeper cannot take are refused at once, on an
+// empty queue too: not after Claim has waited for an item and been
+// granted its claim (which it then released).
+func TestClaimRefusesBadOptionsBeforeWaiting(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	q, err := workqueue.Open(t.Context(), js, st, "empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	if _, err := q.Claim(ctx, "w", 10*time.Second, kvlease.WithKeeper(kvlease.WithRenewInterval(time.Hour))); !errors.Is(err, kvlease.ErrInvalidTiming) {
+		t.Fatalf("claim with an hour's renewal interval on an empty queue: %v, want ErrInvalidTiming at once", err)
+	}
+}
+
 // Open refuses options it cannot use before it touches JetStream (a nil js
 // and store are never used).
 func TestOpenOptions(t *testing.T) {

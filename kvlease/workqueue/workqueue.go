@@ -245,6 +245,9 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 	if err != nil {
 		return nil, err
 	}
+	if err := o.Check(d); err != nil { // not after a claim has been granted
+		return nil, err
+	}
 	for {
 		if q.closed.Err() != nil {
 			return nil, errClosed()
