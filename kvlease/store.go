@@ -158,6 +158,9 @@ var _ Grantor = (*Store)(nil)
 // is missing under [WithoutCreate], or unfit for leases) return at once,
 // as does [ErrInvalidOption] for an option that refuses its value.
 func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: nil JetStream", ErrInvalidOption)
+	}
 	o, err := applyOptions(opts)
 	if err != nil {
 		return nil, err

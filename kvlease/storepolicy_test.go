@@ -81,3 +81,17 @@ func TestStoreFollowsTheBucketPolicy(t *testing.T) {
 		t.Errorf("a Store given only a margin takes the bucket's range: min %v, want 20s", minD)
 	}
 }
+
+// Nil where a value is needed is an invalid option, not a panic.
+func TestNilArgumentsAreInvalidOptions(t *testing.T) {
+	ctx := t.Context()
+	if _, err := kvlease.Open(ctx, nil); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("Open(nil JetStream): %v", err)
+	}
+	if _, err := kvlease.Acquire(ctx, nil, "a", "h", 10*time.Second); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("Acquire(nil grantor): %v", err)
+	}
+	if _, err := kvlease.Keep(ctx, nil); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("Keep(nil lease): %v", err)
+	}
+}

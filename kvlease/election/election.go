@@ -21,6 +21,9 @@ type Election struct {
 
 // New returns the election named name (a lease name) on store.
 func New(store *kvlease.Store, name string) (*Election, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", kvlease.ErrInvalidOption)
+	}
 	if err := kvlease.ValidateName(name); err != nil {
 		return nil, err
 	}

@@ -134,6 +134,9 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 			return nil, err
 		}
 	}
+	if js == nil {
+		return nil, fmt.Errorf("%w: nil JetStream", kvlease.ErrInvalidOption)
+	}
 	if err := kvlease.ValidateBucket(bucket); err != nil {
 		return nil, err // a name the server refuses, not an outage
 	}

@@ -2,6 +2,7 @@ package readlease
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/leased/leased/kvlease"
@@ -32,6 +33,10 @@ const (
 // accept a read that old must read authoritatively.
 func Read[T any](ctx context.Context, l *kvlease.Lease, margin time.Duration,
 	local func() (T, error), authoritative func(context.Context) (T, error)) (T, ServedFrom, error) {
+	if l == nil || local == nil || authoritative == nil {
+		var zero T
+		return zero, "", fmt.Errorf("%w: readlease.Read needs a lease and both reads", kvlease.ErrInvalidOption)
+	}
 	if l.CheckFor(margin) == nil {
 		v, err := local()
 		if err == nil && l.CheckFor(margin) == nil {

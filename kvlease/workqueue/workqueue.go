@@ -75,6 +75,9 @@ type doneRecord struct {
 // Errors: [kvlease.ErrInvalidName]; [kvlease.ErrInvalidOption] (nothing
 // sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket].
 func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, name string, opts ...OpenOption) (*Queue, error) {
+	if js == nil || store == nil {
+		return nil, fmt.Errorf("%w: workqueue.Open needs a JetStream and a store", kvlease.ErrInvalidOption)
+	}
 	if err := validQueueName(name); err != nil {
 		return nil, err
 	}
