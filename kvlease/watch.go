@@ -196,6 +196,11 @@ func (w *Watcher) Err() error {
 	return w.err
 }
 
+// WatchHeartbeat is the idle heartbeat of a watch's consumer (and of the
+// grantor's history follows): a consumer whose heartbeats stop for two of
+// them is made anew, from where the watch was.
+const WatchHeartbeat = time.Second
+
 // Watch delivers events for leases whose names start with prefix ("" for
 // all): first the current state (Replay events, then Synced closes), then
 // every grant, renewal, release, revocation and expiry as the server stores
@@ -265,7 +270,11 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	if err != nil {
 		return nil, translate("watch", err)
 	}
-	it, err := cons.Messages() // creates the server-side consumer
+	// creates the server-side consumer; with heartbeats every
+	// WatchHeartbeat, one whose first pull went unanswered (seen now and
+	// then in a cluster) is made anew after two of them, not after
+	// nats.go's default 30 s
+	it, err := cons.Messages(jetstream.PullHeartbeat(WatchHeartbeat))
 	if err != nil {
 		return nil, translate("watch", err)
 	}
