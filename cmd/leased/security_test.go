@@ -91,8 +91,8 @@ func TestServeOwnCredentialsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := leased(t, "", "serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--config", conf, "--user", "leased",
-		"--password", "wrong")
-	if r.code == 0 || !strings.Contains(r.stderr, "Authorization Violation") || strings.Contains(r.stderr, "wrong") {
+		"--password", "s3cret-guess")
+	if r.code == 0 || !strings.Contains(r.stderr, "Authorization Violation") || strings.Contains(r.stderr, "s3cret") {
 		t.Fatalf("exit %d, stderr:\n%s\nwant a failure naming the server's Authorization Violation, without the password", r.code, r.stderr)
 	}
 }
