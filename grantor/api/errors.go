@@ -132,7 +132,15 @@ type ServiceError struct {
 	sentinel error
 }
 
-func (e *ServiceError) Error() string { return e.Code + ": " + e.Message }
+func (e *ServiceError) Error() string {
+	if e.Code == CodeExpired {
+		// The message says how it ended (lapsed, released or revoked):
+		// "expired" in front of it read as "lapsed" to holders that had
+		// been revoked.
+		return "tenure ended: " + e.Message
+	}
+	return e.Code + ": " + e.Message
+}
 
 // Unwrap returns the kvlease sentinel the code stands for.
 func (e *ServiceError) Unwrap() error { return e.sentinel }

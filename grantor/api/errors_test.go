@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/leased/leased/grantor/api"
@@ -33,5 +35,15 @@ func TestJoinedErrorsOnOneLine(t *testing.T) {
 	}
 	if back := api.ErrorBodyOf("grant", err).Err(); !errors.Is(back, kvlease.ErrInvalidName) {
 		t.Fatalf("back in Go: %v, want ErrInvalidName", back)
+	}
+}
+
+// A renewal of a tenure that has ended reads as ended, not "expired": the
+// holder may have been revoked (a holder's "lease lost" line said
+// "expired: lease not found … or revoked").
+func TestEndedTenureReadsAsEnded(t *testing.T) {
+	err := api.ErrorBodyOf("renew", fmt.Errorf("%w: %q lapsed or was released or revoked", kvlease.ErrNotFound, "k1")).Err()
+	if !errors.Is(err, kvlease.ErrNotFound) || strings.HasPrefix(err.Error(), "expired") || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("renew of an ended tenure: %q; want it to say the tenure ended, lapsed or was released or revoked", err)
 	}
 }
