@@ -132,9 +132,11 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	log, _ := newLogger(stderr, "text", level)
 	log = log.With("lease", name)
 	k, err := take(ctx, append(c.keeperOptions(), kvlease.WithOnRenew(func(_ kvlease.Record, deadline time.Time) {
-		// The deadline the command must be gone by (the keeper's own
-		// deadline is earlier by the grace).
-		log.Debug("renewed", "deadline", deadline.Add(grace).Format(time.RFC3339Nano))
+		// The deadline the command must be gone by, and when it is sent
+		// SIGTERM if no renewal comes (the keeper's own deadline, earlier by
+		// the grace: a loss is logged then, "expired" against it).
+		log.Debug("renewed", "deadline", deadline.Add(grace).Format(time.RFC3339Nano),
+			"sigterm_at", deadline.Format(time.RFC3339Nano))
 	}))...)
 	if err != nil {
 		return err
