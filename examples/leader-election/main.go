@@ -324,7 +324,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 			case c.Cause == 0:
 				s.say("observer: no leader")
 			default:
-				s.say("observer: vacant (%s)", c.Cause)
+				s.say("observer: %v", c)
 				observed = len(leaders) == len(candidates)
 			}
 		case err := <-errs:

@@ -234,6 +234,9 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 // String describes a change for logs.
 func (c LeaderChange) String() string {
 	if c.Leader == nil {
+		if c.Cause != 0 {
+			return fmt.Sprintf("vacant (%s)", c.Cause) // how the last tenure ended
+		}
 		return "vacant"
 	}
 	return fmt.Sprintf("%s (token %d)", c.Leader.Holder, c.Leader.Token)
