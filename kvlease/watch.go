@@ -44,6 +44,23 @@ func (t EventType) String() string {
 // Ends reports whether the event ends a tenure.
 func (t EventType) Ends() bool { return t >= EventReleased }
 
+// EventTypeOf is the type String names ("granted", …), 0 if none.
+func EventTypeOf(name string) EventType {
+	for i, n := range eventNames {
+		if i > 0 && n == name {
+			return EventType(i)
+		}
+	}
+	return 0
+}
+
+// EndsTenure reports whether an event of type t for a tenure with token
+// evToken ends the tenure of token, or begins a newer one (tokens grow
+// with every tenure): what a holder's [WithRenewNow] hint is sent for.
+func (t EventType) EndsTenure(evToken, token Token) bool {
+	return t.Ends() && evToken == token || t == EventGranted && evToken > token
+}
+
 // Event is one change to a lease, read from the bucket's stream.
 type Event struct {
 	Type EventType

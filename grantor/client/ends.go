@@ -34,7 +34,7 @@ func (c *Client) Ends(ctx context.Context, name string, token kvlease.Token) (<-
 		if json.Unmarshal(m.Data, &ev) != nil || ev.Name != name {
 			return
 		}
-		if endsOrSupersedes(ev, token) {
+		if kvlease.EventTypeOf(ev.Type).EndsTenure(kvlease.Token(ev.Token), token) {
 			select {
 			case ch <- struct{}{}:
 			default: // one pending hint is enough
@@ -51,16 +51,4 @@ func (c *Client) Ends(ctx context.Context, name string, token kvlease.Token) (<-
 	defer cancel()
 	_ = c.nc.FlushWithContext(fctx)
 	return ch, nil
-}
-
-// endsOrSupersedes says whether ev ends the tenure of token or begins a
-// newer one (tokens grow with every tenure).
-func endsOrSupersedes(ev api.ChangeEvent, token kvlease.Token) bool {
-	switch ev.Type {
-	case kvlease.EventGranted.String():
-		return ev.Token > uint64(token)
-	case kvlease.EventReleased.String(), kvlease.EventRevoked.String(), kvlease.EventExpired.String():
-		return ev.Token == uint64(token)
-	}
-	return false
 }

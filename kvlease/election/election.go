@@ -122,7 +122,7 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 			if !ok {
 				return // the watch failed: the loss is found at the next renewal
 			}
-			if ev.Name == e.name && (ev.Type.Ends() && ev.Token == token || ev.Type == kvlease.EventGranted && ev.Token > token) {
+			if ev.Name == e.name && ev.Type.EndsTenure(ev.Token, token) {
 				select {
 				case now <- struct{}{}:
 				default:

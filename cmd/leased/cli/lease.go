@@ -53,11 +53,7 @@ then releases it; if the lease is lost first it exits with code 5.`,
 				if !hold {
 					return nil
 				}
-				var opts []kvlease.KeeperOption
-				if ends, err := cl.Ends(ctx, args[0], l.Token()); err == nil {
-					opts = append(opts, kvlease.WithRenewNow(ends)) // a revocation is a loss at once, as for run
-				}
-				return holdLease(ctx, l, stderr, opts...)
+				return holdLease(ctx, l, stderr, renewOnEnd(ctx, cl, l)...)
 			})
 		},
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -106,11 +107,7 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 						rate, bound, kvlease.DefaultClockRate)
 				}
 			}))
-			// A revocation announced by the service is a loss at once, not
-			// at the next renewal (D/3 later).
-			if ends, err := client.Ends(ctx, name, l.Token()); err == nil {
-				opts = append(opts, kvlease.WithRenewNow(ends))
-			}
+			opts = append(opts, renewOnEnd(ctx, client, l)...)
 			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
 			if err != nil {
 				_ = l.Release(context.Background())
@@ -248,4 +245,15 @@ func childStatus(err error) error {
 		return exitStatus(128 + int(ws.Signal()))
 	}
 	return exitStatus(ee.ExitCode())
+}
+
+// renewOnEnd is the keeper option that makes a revocation the service
+// announces a loss at once, not at the next renewal (D/3 later); none if
+// the subscription cannot be made (the loss is then found at the renewal).
+func renewOnEnd(ctx context.Context, cl *client.Client, l *kvlease.Lease) []kvlease.KeeperOption {
+	ends, err := cl.Ends(ctx, l.Name(), l.Token())
+	if err != nil {
+		return nil
+	}
+	return []kvlease.KeeperOption{kvlease.WithRenewNow(ends)}
 }
