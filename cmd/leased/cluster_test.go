@@ -755,7 +755,16 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := fmt.Sprintf("stale.%d", round)
-		old, err := liveStore.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w10", Duration: 30 * time.Second, Secret: "s10"})
+		// The node resumed in the round before rejoins with an election
+		// (the others had dropped their routes to it): the bucket may answer
+		// "unavailable" for a few seconds.
+		settle, cancelSettle := context.WithTimeout(ctx, 30*time.Second)
+		old, err := kvlease.RetryUnavailable(settle, time.Second, nil, func() (kvlease.Record, error) {
+			gctx, cancel := context.WithTimeout(settle, 5*time.Second)
+			defer cancel()
+			return liveStore.Grant(gctx, kvlease.GrantRequest{Name: name, Holder: "w10", Duration: 30 * time.Second, Secret: "s10"})
+		})
+		cancelSettle()
 		if err != nil {
 			t.Fatal(err)
 		}
