@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease/follow"
 )
 
 // EventType says what happened to a lease.
@@ -253,15 +255,13 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {
 		filter = s.prefix + prefix[:i+1] + ">"
 	}
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	}
+	cfg := follow.Config{Stream: s.stream.CachedInfo().Config.Name, Filter: filter,
+		Deliver: jetstream.DeliverLastPerSubjectPolicy, Heartbeat: WatchHeartbeat}
 	if o.updatesOnly {
 		if o.after {
 			return nil, fmt.Errorf("%w: ChangesAfter with UpdatesOnly", ErrInvalidOption)
 		}
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+		cfg.Deliver = jetstream.DeliverNewPolicy
 	}
 	// What was stored before the watch began is state; anything after it
 	// is a change, reported as one (an end included) even while the
@@ -283,15 +283,10 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 			before = min(before, o.changesAfter)
 		}
 	}
-	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, cfg)
-	if err != nil {
-		return nil, translate("watch", err)
-	}
-	// creates the server-side consumer; with heartbeats every
-	// WatchHeartbeat, one whose first pull went unanswered (seen now and
-	// then in a cluster) is made anew after two of them, not after
-	// nats.go's default 30 s
-	it, err := cons.Messages(jetstream.PullHeartbeat(WatchHeartbeat))
+	// A consumer that misses two heartbeats (its node died, or its first
+	// pull went unanswered, as happens now and then in a cluster) is made
+	// anew, placed afresh.
+	fl, err := follow.Start(ctx, s.js, cfg)
 	if err != nil {
 		return nil, translate("watch", err)
 	}
@@ -303,22 +298,11 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
-	if info := cons.CachedInfo(); o.updatesOnly || info == nil || info.NumPending == 0 {
+	if o.updatesOnly || fl.Info().NumPending == 0 {
 		close(w.synced)
 	}
-	go func() { // the iterator has no context: stop it when ours ends
-		<-ctx.Done()
-		it.Stop()
-		// The server would keep the consumer for 5 minutes after its last
-		// pull (nats.go's InactiveThreshold for ordered consumers), taking
-		// a signal for every message stored: delete it now.
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = s.js.DeleteConsumer(dctx, info.Stream, info.Name)
-			cancel()
-		}
-	}()
-	go w.run(ctx, s, it, prefix, filter, before)
+	context.AfterFunc(ctx, fl.Stop) // the follower has no context: stop it when ours ends
+	go w.run(ctx, s, fl, prefix, filter, before)
 	return w, nil
 }
 
@@ -338,10 +322,10 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 // Only messages stored before the watch began (at or below before) are
 // replayed state; a change stored after it is reported as a change, its
 // end included, whether or not the replay has been confirmed yet.
-func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContext, prefix, filter string, before uint64) {
+func (w *Watcher) run(ctx context.Context, s *Store, fl *follow.Follower, prefix, filter string, before uint64) {
 	defer close(w.done)
 	defer close(w.events)
-	defer w.stop() // ends the goroutine that stops the iterator
+	defer w.stop() // stops the follower
 	live := newTenures()
 	synced := func() bool {
 		select {
@@ -353,18 +337,14 @@ func (w *Watcher) run(ctx context.Context, s *Store, it jetstream.MessagesContex
 	}
 	confirmations := 0
 	for {
-		m, err := it.Next()
+		m, err := fl.Next()
 		if err != nil {
-			if ctx.Err() != nil {
-				return // stopped by its owner
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed) {
+			if ctx.Err() == nil {
 				w.mu.Lock()
 				w.err = translate("watch", err)
 				w.mu.Unlock()
-				return
 			}
-			continue // the ordered consumer recreates itself after gaps and reconnects
+			return
 		}
 		md, err := m.Metadata()
 		if err != nil {

@@ -941,3 +941,69 @@ func stopProcess(t *testing.T, p *os.Process) {
 		}
 	}
 }
+
+// SIGKILL a node that serves the consumers of lease watches (not the
+// stream's leader): every watch goes on delivering the changes stored
+// after it. The server takes a killed node for offline only minutes later
+// and meanwhile may place a watch's new consumer on it again; a watch must
+// not wait there for the node to come back.
+func TestClusterWatchConsumerNodeKilled(t *testing.T) {
+	c := startCluster(t)
+	ctx := t.Context()
+	lead := c.leader(0)
+	victim, via := (lead+1)%3, (lead+2)%3
+	store := c.store(via)
+	c.streamInfo(via) // opens c.js[via]
+	stream, err := c.js[via].Stream(ctx, "KV_"+kvlease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Watches, each on its own prefix, until 8 have their consumer on the
+	// victim (the server places each at random among the stream's peers).
+	var onVictim []*kvlease.Watcher
+	var prefixes []string
+	for i := 0; len(onVictim) < 8; i++ {
+		if i == 100 {
+			t.Fatalf("only %d of 100 watch consumers placed on %s", len(onVictim), c.nodes[victim].Name)
+		}
+		prefix := fmt.Sprintf("w%d.", i)
+		w, err := store.Watch(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-w.Synced()
+		host := ""
+		for ci := range stream.ListConsumers(ctx).Info() {
+			// one filter comes back as FilterSubject
+			if ci.Config.FilterSubject == "$KV."+kvlease.DefaultBucket+"."+prefix+">" && ci.Cluster != nil {
+				host = ci.Cluster.Leader
+			}
+		}
+		if host != c.nodes[victim].Name {
+			w.Stop()
+			continue
+		}
+		onVictim = append(onVictim, w)
+		prefixes = append(prefixes, prefix)
+	}
+	c.kill(victim)
+	killed := time.Now()
+	for i, w := range onVictim {
+		if _, err := store.Grant(ctx, kvlease.GrantRequest{Name: prefixes[i] + "after", Holder: "h", Duration: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		timeout := time.After(20 * time.Second)
+	wait:
+		for {
+			select {
+			case ev := <-w.Events():
+				if ev.Type == kvlease.EventGranted && ev.Name == prefixes[i]+"after" {
+					t.Logf("watch %s: grant seen %v after the kill", prefixes[i], time.Since(killed).Round(time.Millisecond))
+					break wait
+				}
+			case <-timeout:
+				t.Fatalf("watch %s saw no grant 20 s after its consumer's node was killed (err %v)", prefixes[i], w.Err())
+			}
+		}
+	}
+}

@@ -41,6 +41,7 @@ import (
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/atomicbatch"
+	"github.com/leased/leased/kvlease/follow"
 )
 
 // DefaultRetention is how long records are kept.
@@ -325,46 +326,36 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 	if err != nil {
 		return err
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter},
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}
-	cons, err := setup(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
-		cons, err := h.js.OrderedConsumer(ctx, StreamName(h.bucket), cfg)
-		if err != nil {
-			return nil, kvlease.JetStreamError("follow history: consumer", err)
-		}
-		return cons, nil
-	})
-	if err != nil {
-		return err
-	}
-	caughtUp := last == 0
-	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
-		caughtUp = true // nothing since the start time
-	}
-	if caughtUp && !fn(Record{}, true) {
-		return nil
-	}
 	// Heartbeats as a lease watch has them: in a cluster a new consumer's
 	// first pull now and then goes unanswered, and with nats.go's default
 	// `leased history` waited out its whole timeout (3 in 300 calls on a
 	// healthy three-node cluster, none with them; 7 took 1-2 s instead).
-	it, err := cons.Messages(jetstream.PullHeartbeat(kvlease.WatchHeartbeat))
+	cfg := follow.Config{Stream: StreamName(h.bucket), Filter: filter,
+		Deliver: jetstream.DeliverByStartTimePolicy, StartTime: &since, Heartbeat: kvlease.WatchHeartbeat}
+	fl, err := setup(ctx, func(ctx context.Context) (*follow.Follower, error) {
+		fl, err := follow.Start(ctx, h.js, cfg)
+		if err != nil {
+			return nil, kvlease.JetStreamError("follow history: consumer", err)
+		}
+		return fl, nil
+	})
 	if err != nil {
-		return kvlease.JetStreamError("follow history", err)
+		return err
 	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
+	defer fl.Stop()
+	stop := context.AfterFunc(ctx, fl.Stop)
 	defer stop()
+	caughtUp := last == 0 || fl.Info().NumPending == 0 // nothing since the start time
+	if caughtUp && !fn(Record{}, true) {
+		return nil
+	}
 	for {
-		m, err := it.Next()
+		m, err := fl.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return kvlease.JetStreamError("follow history", ctx.Err())
 			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, nats.ErrConnectionClosed) {
-				return kvlease.JetStreamError("follow history", err)
-			}
-			continue // the ordered consumer recreates itself
+			return kvlease.JetStreamError("follow history", err)
 		}
 		var r Record
 		if err := json.Unmarshal(m.Data(), &r); err == nil && strings.HasPrefix(r.Name, prefix) {

@@ -1,0 +1,165 @@
+package follow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease/follow"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+func newStream(t *testing.T) (jetstream.JetStream, *kvleasetest.Server) {
+	t.Helper()
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	return js, srv
+}
+
+func publish(t *testing.T, js jetstream.JetStream, from, to int) {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		if _, err := js.Publish(t.Context(), "s.x", fmt.Appendf(nil, "%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// next reads messages from f until want, failing on any other first.
+func next(t *testing.T, f *follow.Follower, want ...int) {
+	t.Helper()
+	for _, w := range want {
+		got := make(chan string, 1)
+		go func() {
+			m, err := f.Next()
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			got <- string(m.Data())
+		}()
+		select {
+		case g := <-got:
+			if g != fmt.Sprint(w) {
+				t.Fatalf("next message %q, want %d", g, w)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no message %d within 15 s", w)
+		}
+	}
+}
+
+// currentConsumer returns the name of the stream's only consumer.
+func currentConsumer(t *testing.T, js jetstream.JetStream) string {
+	t.Helper()
+	stream, err := js.Stream(t.Context(), "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := stream.ConsumerNames(t.Context())
+	var all []string
+	for n := range names.Name() {
+		all = append(all, n)
+	}
+	if names.Err() != nil || len(all) != 1 {
+		t.Fatalf("consumers of S: %v (%v), want one", all, names.Err())
+	}
+	return all[0]
+}
+
+// A consumer deleted under a Follower is made anew from after the last
+// message returned: nothing is lost, nothing comes twice.
+func TestFollowerResumesAfterItsConsumerIsDeleted(t *testing.T) {
+	js, srv := newStream(t)
+	publish(t, js, 1, 5)
+	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
+		Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	if got := f.Info().NumPending; got != 5 {
+		t.Fatalf("pending at creation %d, want 5", got)
+	}
+	next(t, f, 1, 2, 3)
+	deleted := kvleasetest.ConsumerDeletions(t, kvleasetest.Connect(t, srv.ClientURL()), "S")
+	first := currentConsumer(t, js)
+	if err := js.DeleteConsumer(t.Context(), "S", first); err != nil {
+		t.Fatal(err)
+	}
+	<-deleted
+	publish(t, js, 6, 7)
+	next(t, f, 4, 5, 6, 7)
+	if now := currentConsumer(t, js); now == first {
+		t.Fatalf("still reading through the deleted consumer %s", now)
+	}
+}
+
+// A Follower that delivers only new messages and loses its consumer before
+// any came resumes after what was there at its creation, not after what is
+// there when it notices.
+func TestFollowerOfNewMessagesLosesNoneToAReplacement(t *testing.T) {
+	js, srv := newStream(t)
+	publish(t, js, 1, 2)
+	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
+		Deliver: jetstream.DeliverNewPolicy, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	deleted := kvleasetest.ConsumerDeletions(t, kvleasetest.Connect(t, srv.ClientURL()), "S")
+	if err := js.DeleteConsumer(t.Context(), "S", currentConsumer(t, js)); err != nil {
+		t.Fatal(err)
+	}
+	<-deleted
+	publish(t, js, 3, 4) // before the Follower can have made its next consumer
+	next(t, f, 3, 4)
+}
+
+// Stop ends Next and deletes the consumer.
+func TestFollowerStopDeletesItsConsumer(t *testing.T) {
+	js, srv := newStream(t)
+	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
+		Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := currentConsumer(t, js)
+	deleted := kvleasetest.ConsumerDeletions(t, kvleasetest.Connect(t, srv.ClientURL()), "S")
+	ended := make(chan error, 1)
+	go func() {
+		_, err := f.Next()
+		ended <- err
+	}()
+	f.Stop()
+	if err := <-ended; !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		t.Fatalf("Next after Stop: %v, want ErrMsgIteratorClosed", err)
+	}
+	select {
+	case got := <-deleted:
+		if got != name {
+			t.Fatalf("deleted %s, want %s", got, name)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("consumer not deleted 10 s after Stop")
+	}
+}
+
+// A stream that does not exist is an error at once, not a retry.
+func TestStartOnAMissingStream(t *testing.T) {
+	js, _ := newStream(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := follow.Start(ctx, js, follow.Config{Stream: "nope", Filter: "s.>",
+		Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("Start on a missing stream: %v, want ErrStreamNotFound", err)
+	}
+}
