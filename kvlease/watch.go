@@ -325,7 +325,8 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 func (w *Watcher) run(ctx context.Context, s *Store, fl *follow.Follower, prefix, filter string, before uint64) {
 	defer close(w.done)
 	defer close(w.events)
-	defer w.stop() // stops the follower
+	defer w.stop()
+	defer fl.Stop() // deletes its consumer before Stop returns
 	live := newTenures()
 	synced := func() bool {
 		select {

@@ -18,7 +18,6 @@ package follow
 import (
 	"context"
 	"errors"
-	"net/http"
 	"sync"
 	"time"
 
@@ -61,10 +60,15 @@ type Follower struct {
 	cancel context.CancelFunc
 	info   *jetstream.ConsumerInfo
 
-	// Next's own: the stream sequence to resume from (0: where cfg says)
-	// and the consumer sequence of the last message of the current one.
+	// Next's own: the stream sequence to resume from (0: where cfg says),
+	// the consumer sequence of the last message of the current consumer,
+	// when that consumer was made, and the wait before the next creation
+	// (grown while consumers fail without delivering, so that one that
+	// fails at once is not made again and again at full speed).
 	resume    uint64
 	delivered uint64
+	opened    time.Time
+	wait      time.Duration
 
 	mu   sync.Mutex // guards what Stop and reconnects touch
 	cons jetstream.Consumer
@@ -84,18 +88,19 @@ func Start(ctx context.Context, js jetstream.JetStream, cfg Config) (*Follower, 
 	connected := js.Conn().StatusChanged(nats.CONNECTED)
 	actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
 	defer cancel()
-	if err := f.open(actx); err != nil {
+	cons, err := f.open(actx)
+	if err != nil {
 		f.cancel()
 		js.Conn().RemoveStatusListener(connected)
 		return nil, err
 	}
-	go f.dropOnReconnect(connected)
-	f.info = f.cons.CachedInfo()
+	f.info = cons.CachedInfo()
 	if f.cfg.Deliver == jetstream.DeliverNewPolicy {
 		// Resume after what was there at creation, not after what is
 		// there when the first consumer is replaced.
 		f.resume = f.info.Delivered.Stream + 1
 	}
+	go f.dropOnReconnect(connected)
 	return f, nil
 }
 
@@ -104,10 +109,10 @@ func Start(ctx context.Context, js jetstream.JetStream, cfg Config) (*Follower, 
 func (f *Follower) Info() *jetstream.ConsumerInfo { return f.info }
 
 // Next returns the next message. It returns an error only once the
-// Follower is stopped (jetstream.ErrMsgIteratorClosed) or its connection
-// closed (nats.ErrConnectionClosed); anything else a consumer meets
-// (missed heartbeats, deletion, a gap) makes a new one, starting after
-// the last message returned.
+// Follower is stopped (jetstream.ErrMsgIteratorClosed), its connection
+// closed (nats.ErrConnectionClosed) or its stream is gone; anything else
+// a consumer meets (missed heartbeats, deletion, a gap, a reconnect)
+// makes a new one, starting after the last message returned.
 func (f *Follower) Next() (jetstream.Msg, error) {
 	for {
 		f.mu.Lock()
@@ -123,27 +128,36 @@ func (f *Follower) Next() (jetstream.Msg, error) {
 		switch {
 		case f.ctx.Err() != nil:
 			return nil, jetstream.ErrMsgIteratorClosed
-		case errors.Is(err, nats.ErrConnectionClosed):
-			return nil, err
+		case err != nil && f.closed(err):
+			return nil, nats.ErrConnectionClosed
 		case err != nil:
-			f.drop()
+			f.drop(false)
 			continue
 		}
 		md, err := m.Metadata()
 		if err != nil || md.Sequence.Consumer != f.delivered+1 {
-			f.drop() // a gap: read again from after the last message returned
+			f.drop(false) // a gap: read again from after the last message returned
 			continue
 		}
-		f.delivered, f.resume = md.Sequence.Consumer, md.Sequence.Stream+1
+		f.delivered, f.resume, f.wait = md.Sequence.Consumer, md.Sequence.Stream+1, 0
 		return m, nil
 	}
 }
 
-// Stop ends the Follower and deletes its consumer. Next returns
-// jetstream.ErrMsgIteratorClosed.
+// closed reports whether the connection is closed for good (not
+// reconnecting): nats.go says so with errors of two packages.
+func (f *Follower) closed(err error) bool {
+	return errors.Is(err, jetstream.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionClosed) ||
+		f.js.Conn().IsClosed()
+}
+
+// Stop ends the Follower and deletes its consumer, waiting up to a second
+// for the server's answer (after that, or if the connection is down, the
+// server removes the consumer itself after inactiveThreshold). Next
+// returns jetstream.ErrMsgIteratorClosed.
 func (f *Follower) Stop() {
 	f.cancel()
-	f.drop()
+	f.drop(true)
 }
 
 // dropOnReconnect drops the consumer whenever the connection comes back:
@@ -159,17 +173,17 @@ func (f *Follower) dropOnReconnect(connected chan nats.Status) {
 			f.mu.Lock()
 			f.reconnects++
 			f.mu.Unlock()
-			f.drop()
+			f.drop(false)
 		case <-f.ctx.Done():
 			return
 		}
 	}
 }
 
-// drop stops the current consumer and deletes it in the background: the
-// server would otherwise keep it for inactiveThreshold, taking a signal
-// for every message stored.
-func (f *Follower) drop() {
+// drop stops the current consumer and deletes it, in the background unless
+// wait: the server would otherwise keep it for inactiveThreshold, taking a
+// signal for every message stored.
+func (f *Follower) drop(wait bool) {
 	f.mu.Lock()
 	it, cons := f.it, f.cons
 	f.it, f.cons = nil, nil
@@ -177,44 +191,73 @@ func (f *Follower) drop() {
 	if it != nil {
 		it.Stop()
 	}
-	if cons != nil {
-		f.discard(cons.CachedInfo().Name)
+	if cons == nil {
+		return
 	}
+	if wait {
+		f.delete(cons.CachedInfo().Name, time.Second)
+		return
+	}
+	go f.delete(cons.CachedInfo().Name, 10*time.Second)
 }
 
-func (f *Follower) discard(name string) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = f.js.DeleteConsumer(ctx, f.cfg.Stream, name)
-	}()
+func (f *Follower) delete(name string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = f.js.DeleteConsumer(ctx, f.cfg.Stream, name)
 }
 
 // reopen makes a new consumer, attempt after attempt, until one answers,
-// an attempt fails for good, or the Follower is stopped.
+// the stream is gone, the connection is closed, or the Follower is
+// stopped. The first attempt waits only if the consumer before failed
+// without delivering anything within a few seconds of its creation.
 func (f *Follower) reopen() error {
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	if time.Since(f.opened) > 5*time.Second {
+		f.wait = 0
+	}
+	missing := 0
+	for {
+		if f.wait > 0 {
+			select {
+			case <-time.After(f.wait):
+			case <-f.ctx.Done():
+			}
+		}
+		f.wait = min(max(2*f.wait, 50*time.Millisecond), time.Second)
+		switch {
+		case f.ctx.Err() != nil:
+			return jetstream.ErrMsgIteratorClosed
+		case f.js.Conn().IsClosed():
+			return nats.ErrConnectionClosed
+		}
 		actx, cancel := context.WithTimeout(f.ctx, AttemptTimeout)
-		err := f.open(actx)
+		_, err := f.open(actx)
 		cancel()
 		switch {
 		case f.ctx.Err() != nil:
-			f.drop()
+			f.drop(false) // made as Stop ran
 			return jetstream.ErrMsgIteratorClosed
 		case err == nil:
 			return nil
-		case permanent(err):
-			return err
-		}
-		select {
-		case <-time.After(wait):
-		case <-f.ctx.Done():
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			// A node that has not yet got its copy of the stream says
+			// so too: only a stream missing for several attempts is gone.
+			if missing++; missing == streamMissingAttempts {
+				return err
+			}
+		default:
+			missing = 0
 		}
 	}
 }
 
+// streamMissingAttempts is how many creations in a row, about 3 s apart
+// at least (50+100+…+1000 ms), must find the stream missing before a
+// Follower takes it for gone.
+const streamMissingAttempts = 8
+
 // open makes one consumer, named afresh, and starts pulling from it.
-func (f *Follower) open(ctx context.Context) error {
+func (f *Follower) open(ctx context.Context) (jetstream.Consumer, error) {
 	f.mu.Lock()
 	reconnects := f.reconnects
 	f.mu.Unlock()
@@ -232,34 +275,29 @@ func (f *Follower) open(ctx context.Context) error {
 	if f.resume > 0 {
 		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = jetstream.DeliverByStartSequencePolicy, f.resume, nil
 	}
+	f.opened = time.Now()
 	cons, err := f.js.CreateConsumer(ctx, f.cfg.Stream, cc)
 	if err != nil {
-		// It may yet be made, on a node that comes back.
-		f.discard(cc.Name)
-		return err
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			// It may yet be made, on a node that comes back.
+			go f.delete(cc.Name, 10*time.Second)
+		}
+		return nil, err
 	}
 	it, err := cons.Messages(jetstream.PullHeartbeat(f.cfg.Heartbeat), jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
-		f.discard(cc.Name)
-		return err
+		go f.delete(cc.Name, 10*time.Second)
+		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.reconnects != reconnects {
 		it.Stop()
-		f.discard(cc.Name)
-		return errReconnected
+		go f.delete(cc.Name, 10*time.Second)
+		return nil, errReconnected
 	}
 	f.cons, f.it, f.delivered = cons, it, 0
-	return nil
+	return cons, nil
 }
 
 var errReconnected = errors.New("reconnected while the consumer was made")
-
-// permanent reports whether a creation failed for a reason another
-// attempt will not change: the stream is gone, or the request is wrong.
-func permanent(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrStreamNotFound) ||
-		errors.As(err, &apiErr) && (apiErr.Code == http.StatusNotFound || apiErr.Code == http.StatusBadRequest)
-}

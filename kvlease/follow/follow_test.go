@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease/follow"
@@ -123,16 +124,15 @@ func TestFollowerOfNewMessagesLosesNoneToAReplacement(t *testing.T) {
 	next(t, f, 3, 4)
 }
 
-// Stop ends Next and deletes the consumer.
+// Stop ends Next and deletes the consumer before it returns.
 func TestFollowerStopDeletesItsConsumer(t *testing.T) {
-	js, srv := newStream(t)
+	js, _ := newStream(t)
 	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
 		Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := currentConsumer(t, js)
-	deleted := kvleasetest.ConsumerDeletions(t, kvleasetest.Connect(t, srv.ClientURL()), "S")
+	currentConsumer(t, js)
 	ended := make(chan error, 1)
 	go func() {
 		_, err := f.Next()
@@ -142,13 +142,80 @@ func TestFollowerStopDeletesItsConsumer(t *testing.T) {
 	if err := <-ended; !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 		t.Fatalf("Next after Stop: %v, want ErrMsgIteratorClosed", err)
 	}
+	if info, err := js.Stream(t.Context(), "S"); err != nil || info.CachedInfo().State.Consumers != 0 {
+		t.Fatalf("after Stop: %v, %+v consumers, want none", err, info.CachedInfo().State.Consumers)
+	}
+	if _, err := f.Next(); !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		t.Fatalf("Next after Stop: %v, want ErrMsgIteratorClosed", err)
+	}
+}
+
+// A closed connection ends Next with nats.ErrConnectionClosed (it made
+// consumers anew for ever, and a watch on it never ended).
+func TestFollowerReportsAClosedConnection(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
+		Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	ended := make(chan error, 1)
+	go func() {
+		_, err := f.Next()
+		ended <- err
+	}()
+	nc.Close()
 	select {
-	case got := <-deleted:
-		if got != name {
-			t.Fatalf("deleted %s, want %s", got, name)
+	case err := <-ended:
+		if !errors.Is(err, nats.ErrConnectionClosed) {
+			t.Fatalf("Next on a closed connection: %v, want nats.ErrConnectionClosed", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("consumer not deleted 10 s after Stop")
+		t.Fatal("Next did not return 10 s after the connection closed")
+	}
+}
+
+// Reconnects racing Start and Stop (a data race between Start and the
+// Follower's reconnect handling, found with -race).
+func TestFollowerStartAmidReconnects(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(time.Millisecond))
+	js := kvleasetest.JetStream(t, nc)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(3 * time.Millisecond): // the reconnects' pace: nothing to wait on
+				_ = nc.ForceReconnect()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	started := 0
+	for range 300 {
+		f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
+			Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
+		if err != nil {
+			continue // made while reconnecting: the caller's to retry
+		}
+		started++
+		f.Stop()
+	}
+	if started == 0 {
+		t.Fatal("no Start succeeded amid the reconnects")
 	}
 }
 
