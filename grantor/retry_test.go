@@ -331,6 +331,9 @@ func TestClientSendsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	if err := f.nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
+		t.Fatal(err)
+	}
 	get := func() nats.Header {
 		t.Helper()
 		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -363,6 +366,9 @@ func TestClientSendsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gsub.Unsubscribe()
+	if err := f.nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
+		t.Fatal(err)
+	}
 	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if _, err := fresh.Grant(gctx, kvlease.GrantRequest{Name: "dl.b", Holder: "h", Duration: 10 * time.Second}); err != nil {
@@ -392,6 +398,9 @@ func TestClientTooLateDistrustsOnlyAQuickAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
+		t.Fatal(err)
+	}
 	cl := newClient(t, kvleasetest.Connect(t, srv.ClientURL()))
 	get := func(d time.Duration) {
 		t.Helper()
@@ -432,6 +441,9 @@ func TestClientReadsAgainWhenUnanswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
+		t.Fatal(err)
+	}
 	cl := newClient(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()

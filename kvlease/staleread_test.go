@@ -51,6 +51,9 @@ func newDeposedLeader(t *testing.T, url string) *deposedLeader {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := d.nc.Flush(); err != nil { // the SUB reaches the server before the Store's requests, sent on another connection
+		t.Fatal(err)
+	}
 	return d
 }
 

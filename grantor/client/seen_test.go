@@ -31,6 +31,9 @@ func TestHeldByAnOlderTenureIsNotAnAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
+		t.Fatal(err)
+	}
 	granted := func(tok uint64) func(m *nats.Msg) {
 		return func(m *nats.Msg) {
 			l := api.Lease{Name: "stale.a", Holder: "h2", Token: tok, Revision: tok}
