@@ -286,9 +286,9 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	// A consumer that misses two heartbeats (its node died, or its first
 	// pull went unanswered, as happens now and then in a cluster) is made
 	// anew, placed afresh.
-	fl, err := follow.Start(ctx, s.js, cfg)
+	fl, err := StartFollow(ctx, "watch", s.js, cfg)
 	if err != nil {
-		return nil, translate("watch", err)
+		return nil, err
 	}
 	w := &Watcher{
 		updatesOnly: o.updatesOnly,
@@ -304,6 +304,24 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	context.AfterFunc(ctx, fl.Stop) // the follower has no context: stop it when ours ends
 	go w.run(ctx, s, fl, prefix, filter, before)
 	return w, nil
+}
+
+// StartFollow starts a [follow.Follower] on a stream of the bucket's (the
+// lease stream, or the grantor's history beside it), with its errors as
+// [JetStreamError] has them, but for one: a stream that is not found is
+// [ErrUnavailable]. A consumer is made on a node the server picks, and a
+// node that has just rejoined its cluster says its stream is not found
+// until its copy is there; the caller, who has opened the stream, asks
+// again.
+func StartFollow(ctx context.Context, op string, js jetstream.JetStream, cfg follow.Config) (*follow.Follower, error) {
+	fl, err := follow.Start(ctx, js, cfg)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("%w: %s: %w (a node without its copy of the stream yet?)", ErrUnavailable, op, err)
+	case err != nil:
+		return nil, JetStreamError(op, err)
+	}
+	return fl, nil
 }
 
 // run delivers events. The replay ends when the consumer has caught up. It

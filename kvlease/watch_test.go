@@ -143,3 +143,19 @@ func TestWatcherStopDeletesItsConsumer(t *testing.T) {
 		t.Fatalf("consumer %s still there 10 s after Stop", before[0])
 	}
 }
+
+// A watch whose consumer the server refuses with "stream not found" is
+// unavailable, for its caller to ask again: a node that has just rejoined
+// its cluster says so until its copy of the stream is there (the service's
+// start, which retries only unavailability, gave up on it). Here the
+// stream is deleted under an open Store, which the server answers alike.
+func TestWatchOnAMissingStreamIsUnavailable(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	if err := st.JetStream().DeleteStream(t.Context(), "KV_"+st.Bucket()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := st.Watch(t.Context(), "", kvlease.UpdatesOnly())
+	if !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("watch on a stream not found: %v, want ErrUnavailable", err)
+	}
+}

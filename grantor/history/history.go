@@ -333,11 +333,7 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 	cfg := follow.Config{Stream: StreamName(h.bucket), Filter: filter,
 		Deliver: jetstream.DeliverByStartTimePolicy, StartTime: &since, Heartbeat: kvlease.WatchHeartbeat}
 	fl, err := setup(ctx, func(ctx context.Context) (*follow.Follower, error) {
-		fl, err := follow.Start(ctx, h.js, cfg)
-		if err != nil {
-			return nil, kvlease.JetStreamError("follow history: consumer", err)
-		}
-		return fl, nil
+		return kvlease.StartFollow(ctx, "follow history: consumer", h.js, cfg)
 	})
 	if err != nil {
 		return err
