@@ -24,19 +24,12 @@ type eventLog struct {
 func subscribeEvents(t *testing.T, nc *nats.Conn) *eventLog {
 	t.Helper()
 	l := &eventLog{ch: make(chan api.ChangeEvent, 256)}
-	sub, err := nc.Subscribe(api.SubjectEvents+">", func(m *nats.Msg) {
+	kvleasetest.Subscribe(t, nc, api.SubjectEvents+">", func(m *nats.Msg) {
 		var ev api.ChangeEvent
 		if json.Unmarshal(m.Data, &ev) == nil {
 			l.ch <- ev
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	return l
 }
 

@@ -322,18 +322,11 @@ func TestClientSendsDeadline(t *testing.T) {
 	// A revocation (of nothing: not_found), which is sent once within the
 	// caller's deadline; a read is sent in shorter attempts (Client.read).
 	seen := make(chan nats.Header, 8)
-	sub, err := f.nc.Subscribe(api.SubjectRevoke, func(m *nats.Msg) {
+	kvleasetest.Subscribe(t, f.nc, api.SubjectRevoke, func(m *nats.Msg) {
 		if strings.Contains(string(m.Data), "dl.none") { // not the client's own clock reading
 			seen <- m.Header
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := f.nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
-		t.Fatal(err)
-	}
 	get := func() nats.Header {
 		t.Helper()
 		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -361,14 +354,7 @@ func TestClientSendsDeadline(t *testing.T) {
 	// that even that carries a deadline.
 	fresh := newClient(t, kvleasetest.Connect(t, f.url))
 	grants := make(chan nats.Header, 1)
-	gsub, err := f.nc.Subscribe(api.SubjectGrant, func(m *nats.Msg) { grants <- m.Header })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gsub.Unsubscribe()
-	if err := f.nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
-		t.Fatal(err)
-	}
+	kvleasetest.Subscribe(t, f.nc, api.SubjectGrant, func(m *nats.Msg) { grants <- m.Header })
 	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if _, err := fresh.Grant(gctx, kvlease.GrantRequest{Name: "dl.b", Holder: "h", Duration: 10 * time.Second}); err != nil {
@@ -387,20 +373,13 @@ func TestClientTooLateDistrustsOnlyAQuickAnswer(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	nc := kvleasetest.Connect(t, srv.ClientURL())
 	delay := make(chan time.Duration, 1)
-	sub, err := nc.Subscribe(api.SubjectRevoke, func(m *nats.Msg) { // a grantor behind a slow link (a write: sent once)
+	kvleasetest.Subscribe(t, nc, api.SubjectRevoke, func(m *nats.Msg) { // a grantor behind a slow link (a write: sent once)
 		<-time.After(<-delay)
 		reply := nats.NewMsg(m.Reply)
 		reply.Header.Set(api.HeaderErrorCode, api.CodeTooLate)
 		reply.Header.Set(api.HeaderServerTime, time.Now().Format(time.RFC3339Nano))
 		_ = m.RespondMsg(reply)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
-		t.Fatal(err)
-	}
 	cl := newClient(t, kvleasetest.Connect(t, srv.ClientURL()))
 	get := func(d time.Duration) {
 		t.Helper()
@@ -431,19 +410,12 @@ func TestClientReadsAgainWhenUnanswered(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	nc := kvleasetest.Connect(t, srv.ClientURL())
 	var n atomic.Int32
-	sub, err := nc.Subscribe(api.SubjectGet, func(m *nats.Msg) {
+	kvleasetest.Subscribe(t, nc, api.SubjectGet, func(m *nats.Msg) {
 		if n.Add(1) == 1 {
 			return // held by a paused node
 		}
 		_ = m.Respond([]byte(`{"name":"x","holder":"h","token":7,"revision":7}`))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
-		t.Fatal(err)
-	}
 	cl := newClient(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()

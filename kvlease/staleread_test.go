@@ -35,7 +35,7 @@ type deposedLeader struct {
 func newDeposedLeader(t *testing.T, url string) *deposedLeader {
 	t.Helper()
 	d := &deposedLeader{nc: kvleasetest.Connect(t, url)}
-	sub, err := d.nc.Subscribe("deposed.API.>", func(m *nats.Msg) {
+	kvleasetest.Subscribe(t, d.nc, "deposed.API.>", func(m *nats.Msg) {
 		if reply, ok := d.staleReply(m); ok {
 			_ = m.Respond(reply)
 			return
@@ -47,13 +47,6 @@ func newDeposedLeader(t *testing.T, url string) *deposedLeader {
 		}
 		_ = m.RespondMsg(&nats.Msg{Header: r.Header, Data: r.Data})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := d.nc.Flush(); err != nil { // the SUB reaches the server before the Store's requests, sent on another connection
-		t.Fatal(err)
-	}
 	return d
 }
 

@@ -26,14 +26,7 @@ func TestHeldByAnOlderTenureIsNotAnAnswer(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	nc := kvleasetest.Connect(t, srv.ClientURL())
 	answers := make(chan func(m *nats.Msg), 4)
-	sub, err := nc.Subscribe(api.SubjectGrant, func(m *nats.Msg) { (<-answers)(m) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil { // the SUB reaches the server before the request, sent on another connection
-		t.Fatal(err)
-	}
+	kvleasetest.Subscribe(t, nc, api.SubjectGrant, func(m *nats.Msg) { (<-answers)(m) })
 	granted := func(tok uint64) func(m *nats.Msg) {
 		return func(m *nats.Msg) {
 			l := api.Lease{Name: "stale.a", Holder: "h2", Token: tok, Revision: tok}

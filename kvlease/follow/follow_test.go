@@ -14,14 +14,25 @@ import (
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
-func newStream(t *testing.T) (jetstream.JetStream, *kvleasetest.Server) {
+func newStream(t *testing.T, opts ...nats.Option) (jetstream.JetStream, *kvleasetest.Server) {
 	t.Helper()
 	srv := kvleasetest.NewServer(t)
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL(), opts...))
 	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
 	}
 	return js, srv
+}
+
+// start follows stream S from where deliver says.
+func start(t *testing.T, js jetstream.JetStream, deliver jetstream.DeliverPolicy) *follow.Follower {
+	t.Helper()
+	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>", Deliver: deliver, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	return f
 }
 
 func publish(t *testing.T, js jetstream.JetStream, from, to int) {
@@ -57,6 +68,16 @@ func next(t *testing.T, f *follow.Follower, want ...int) {
 	}
 }
 
+// nextErr calls f.Next and sends its error (nil for a message).
+func nextErr(f *follow.Follower) <-chan error {
+	ended := make(chan error, 1)
+	go func() {
+		_, err := f.Next()
+		ended <- err
+	}()
+	return ended
+}
+
 // currentConsumer returns the name of the stream's only consumer.
 func currentConsumer(t *testing.T, js jetstream.JetStream) string {
 	t.Helper()
@@ -80,12 +101,7 @@ func currentConsumer(t *testing.T, js jetstream.JetStream) string {
 func TestFollowerResumesAfterItsConsumerIsDeleted(t *testing.T) {
 	js, srv := newStream(t)
 	publish(t, js, 1, 5)
-	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
-		Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Stop()
+	f := start(t, js, jetstream.DeliverAllPolicy)
 	if got := f.Info().NumPending; got != 5 {
 		t.Fatalf("pending at creation %d, want 5", got)
 	}
@@ -109,12 +125,7 @@ func TestFollowerResumesAfterItsConsumerIsDeleted(t *testing.T) {
 func TestFollowerOfNewMessagesLosesNoneToAReplacement(t *testing.T) {
 	js, srv := newStream(t)
 	publish(t, js, 1, 2)
-	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
-		Deliver: jetstream.DeliverNewPolicy, Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Stop()
+	f := start(t, js, jetstream.DeliverNewPolicy)
 	deleted := kvleasetest.ConsumerDeletions(t, kvleasetest.Connect(t, srv.ClientURL()), "S")
 	if err := js.DeleteConsumer(t.Context(), "S", currentConsumer(t, js)); err != nil {
 		t.Fatal(err)
@@ -127,17 +138,9 @@ func TestFollowerOfNewMessagesLosesNoneToAReplacement(t *testing.T) {
 // Stop ends Next and deletes the consumer before it returns.
 func TestFollowerStopDeletesItsConsumer(t *testing.T) {
 	js, _ := newStream(t)
-	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
-		Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := start(t, js, jetstream.DeliverAllPolicy)
 	currentConsumer(t, js)
-	ended := make(chan error, 1)
-	go func() {
-		_, err := f.Next()
-		ended <- err
-	}()
+	ended := nextErr(f)
 	f.Stop()
 	if err := <-ended; !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 		t.Fatalf("Next after Stop: %v, want ErrMsgIteratorClosed", err)
@@ -153,24 +156,10 @@ func TestFollowerStopDeletesItsConsumer(t *testing.T) {
 // A closed connection ends Next with nats.ErrConnectionClosed (it made
 // consumers anew for ever, and a watch on it never ended).
 func TestFollowerReportsAClosedConnection(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
-	nc := kvleasetest.Connect(t, srv.ClientURL())
-	js := kvleasetest.JetStream(t, nc)
-	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
-		Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Stop()
-	ended := make(chan error, 1)
-	go func() {
-		_, err := f.Next()
-		ended <- err
-	}()
-	nc.Close()
+	js, _ := newStream(t)
+	f := start(t, js, jetstream.DeliverAllPolicy)
+	ended := nextErr(f)
+	js.Conn().Close()
 	select {
 	case err := <-ended:
 		if !errors.Is(err, nats.ErrConnectionClosed) {
@@ -184,12 +173,8 @@ func TestFollowerReportsAClosedConnection(t *testing.T) {
 // Reconnects racing Start and Stop (a data race between Start and the
 // Follower's reconnect handling, found with -race).
 func TestFollowerStartAmidReconnects(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
-	nc := kvleasetest.Connect(t, srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(time.Millisecond))
-	js := kvleasetest.JetStream(t, nc)
-	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
-		t.Fatal(err)
-	}
+	js, _ := newStream(t, nats.ReconnectWait(time.Millisecond))
+	nc := js.Conn()
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {

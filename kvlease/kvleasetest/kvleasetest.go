@@ -28,6 +28,22 @@ func Connect(tb testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	return nc
 }
 
+// Subscribe subscribes handler to subject on nc until the test ends, and
+// flushes, so that the server has the subscription before anything the
+// test then sends on another connection (without it a request can find
+// no responders).
+func Subscribe(tb testing.TB, nc *nats.Conn, subject string, handler nats.MsgHandler) {
+	tb.Helper()
+	sub, err := nc.Subscribe(subject, handler)
+	if err != nil {
+		tb.Fatalf("kvleasetest: subscribe %s: %v", subject, err)
+	}
+	tb.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		tb.Fatalf("kvleasetest: subscribe %s: %v", subject, err)
+	}
+}
+
 // JetStream returns a JetStream context on nc.
 func JetStream(tb testing.TB, nc *nats.Conn) jetstream.JetStream {
 	tb.Helper()
