@@ -306,22 +306,42 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	return w, nil
 }
 
-// StartFollow starts a [follow.Follower] on a stream of the bucket's (the
-// lease stream, or the grantor's history beside it), with its errors as
-// [JetStreamError] has them, but for one: a stream that is not found is
-// [ErrUnavailable]. A consumer is made on a node the server picks, and a
-// node that has just rejoined its cluster says its stream is not found
-// until its copy is there; the caller, who has opened the stream, asks
-// again.
-func StartFollow(ctx context.Context, op string, js jetstream.JetStream, cfg follow.Config) (*follow.Follower, error) {
+// Follow is a [follow.Follower] on a stream of the bucket's (the lease
+// stream, or the grantor's history beside it) whose errors are this
+// package's, as [JetStreamError] has them, but for one: a stream that is
+// not found is [ErrUnavailable]. A consumer is made on a node the server
+// picks, and a node that has just rejoined its cluster says its stream is
+// not found until its copy is there; a bucket deleted under its users
+// looks the same from a client, as it does to a write (no stream answers
+// it). Made with [StartFollow].
+type Follow struct {
+	*follow.Follower
+	op string
+}
+
+// StartFollow starts a [Follow] for op (named in its errors).
+func StartFollow(ctx context.Context, op string, js jetstream.JetStream, cfg follow.Config) (Follow, error) {
 	fl, err := follow.Start(ctx, js, cfg)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, fmt.Errorf("%w: %s: %w (a node without its copy of the stream yet?)", ErrUnavailable, op, err)
-	case err != nil:
-		return nil, JetStreamError(op, err)
+	if err != nil {
+		return Follow{}, followError(op, err)
 	}
-	return fl, nil
+	return Follow{Follower: fl, op: op}, nil
+}
+
+// Next is [follow.Follower.Next] with its errors translated.
+func (f Follow) Next() (jetstream.Msg, error) {
+	m, err := f.Follower.Next()
+	if err != nil {
+		return nil, followError(f.op, err)
+	}
+	return m, nil
+}
+
+func followError(op string, err error) error {
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w: %s: %w (a node without its copy of the stream yet, or the bucket deleted?)", ErrUnavailable, op, err)
+	}
+	return JetStreamError(op, err)
 }
 
 // run delivers events. The replay ends when the consumer has caught up. It
@@ -340,7 +360,7 @@ func StartFollow(ctx context.Context, op string, js jetstream.JetStream, cfg fol
 // Only messages stored before the watch began (at or below before) are
 // replayed state; a change stored after it is reported as a change, its
 // end included, whether or not the replay has been confirmed yet.
-func (w *Watcher) run(ctx context.Context, s *Store, fl *follow.Follower, prefix, filter string, before uint64) {
+func (w *Watcher) run(ctx context.Context, s *Store, fl Follow, prefix, filter string, before uint64) {
 	defer close(w.done)
 	defer close(w.events)
 	defer w.stop()
@@ -360,7 +380,7 @@ func (w *Watcher) run(ctx context.Context, s *Store, fl *follow.Follower, prefix
 		if err != nil {
 			if ctx.Err() == nil {
 				w.mu.Lock()
-				w.err = translate("watch", err)
+				w.err = err
 				w.mu.Unlock()
 			}
 			return

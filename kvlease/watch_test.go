@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -121,26 +123,24 @@ func TestWatcherStopDeletesItsConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-w.Synced()
-	stream, err := st.JetStream().Stream(t.Context(), "KV_"+st.Bucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := stream.ConsumerNames(t.Context())
-	var before []string
-	for n := range names.Name() {
-		before = append(before, n)
-	}
+	before := kvleasetest.ConsumerNames(t, st.JetStream(), "KV_"+st.Bucket())
 	if len(before) != 1 {
 		t.Fatalf("consumers while watching: %v, want the watch's", before)
 	}
 	w.Stop()
+	// Deleted before Stop returned (it returned with the deletion still
+	// on its way: the follower's own Stop, run when the watch's context
+	// ended, had it, and the watch's second Stop did not wait for it).
+	if left := kvleasetest.ConsumerNames(t, st.JetStream(), "KV_"+st.Bucket()); len(left) != 0 {
+		t.Fatalf("consumers right after Stop: %v, want none", left)
+	}
 	select {
 	case name := <-deleted:
 		if name != before[0] {
 			t.Errorf("deleted consumer %s, want %s", name, before[0])
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("consumer %s still there 10 s after Stop", before[0])
+		t.Fatalf("no advisory of consumer %s's deletion 10 s after Stop", before[0])
 	}
 }
 
@@ -157,5 +157,31 @@ func TestWatchOnAMissingStreamIsUnavailable(t *testing.T) {
 	_, err := st.Watch(t.Context(), "", kvlease.UpdatesOnly())
 	if !errors.Is(err, kvlease.ErrUnavailable) {
 		t.Fatalf("watch on a stream not found: %v, want ErrUnavailable", err)
+	}
+}
+
+// The same once the watch has begun: the follower gives up on a stream
+// not found several times in a row, and the watch ends unavailable, as it
+// would have begun (it ended ErrBucket, "refused").
+func TestWatchWhoseStreamGoesIsUnavailable(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	w, err := st.Watch(t.Context(), "", kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := st.JetStream().DeleteStream(t.Context(), "KV_"+st.Bucket()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev, ok := <-w.Events():
+		if ok {
+			t.Fatalf("event %+v from a deleted stream", ev)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("watch still open 30 s after its stream was deleted")
+	}
+	if err := w.Err(); !errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("watch ended with %v, want ErrUnavailable wrapping jetstream.ErrStreamNotFound", err)
 	}
 }

@@ -145,7 +145,7 @@ func TestClusterOneObserver(t *testing.T) {
 	var mu sync.Mutex
 	events := map[change]int{}
 	got := make(chan struct{}, 64)
-	sub, err := nc.Subscribe(api.SubjectEvents+"obs.>", func(m *nats.Msg) {
+	kvleasetest.Subscribe(t, nc, api.SubjectEvents+"obs.>", func(m *nats.Msg) {
 		var ev api.ChangeEvent
 		if json.Unmarshal(m.Data, &ev) == nil {
 			mu.Lock()
@@ -154,13 +154,6 @@ func TestClusterOneObserver(t *testing.T) {
 			got <- struct{}{}
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	// waitEvent waits until the change has been published.
 	waitEvent := func(typ string, r kvlease.Record) {
 		t.Helper()

@@ -332,8 +332,8 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 	// healthy three-node cluster, none with them; 7 took 1-2 s instead).
 	cfg := follow.Config{Stream: StreamName(h.bucket), Filter: filter,
 		Deliver: jetstream.DeliverByStartTimePolicy, StartTime: &since, Heartbeat: kvlease.WatchHeartbeat}
-	fl, err := setup(ctx, func(ctx context.Context) (*follow.Follower, error) {
-		return kvlease.StartFollow(ctx, "follow history: consumer", h.js, cfg)
+	fl, err := setup(ctx, func(ctx context.Context) (kvlease.Follow, error) {
+		return kvlease.StartFollow(ctx, "follow history", h.js, cfg)
 	})
 	if err != nil {
 		return err
@@ -351,7 +351,7 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 			if ctx.Err() != nil {
 				return kvlease.JetStreamError("follow history", ctx.Err())
 			}
-			return kvlease.JetStreamError("follow history", err)
+			return err
 		}
 		var r Record
 		if err := json.Unmarshal(m.Data(), &r); err == nil && strings.HasPrefix(r.Name, prefix) {

@@ -219,19 +219,12 @@ func TestReadWhileTheStreamHasNoLeader(t *testing.T) {
 	}
 	// Sniff the requests the read sends to JetStream's API.
 	asked := make(chan string, 100)
-	sniff, err := nc.Subscribe("$JS.API.>", func(m *nats.Msg) {
+	kvleasetest.Subscribe(t, nc, "$JS.API.>", func(m *nats.Msg) {
 		select {
 		case asked <- m.Subject:
 		default:
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sniff.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	servers[1].Shutdown()
 	servers[2].Shutdown()
 	type result struct {

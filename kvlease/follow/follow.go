@@ -47,28 +47,37 @@ type Config struct {
 	StartTime *time.Time
 	StartSeq  uint64
 	// Heartbeat is the consumer's idle heartbeat: one that misses two is
-	// replaced.
+	// replaced. Zero is DefaultHeartbeat (without heartbeats a consumer
+	// on a node that died would never be replaced).
 	Heartbeat time.Duration
 }
 
+// DefaultHeartbeat is a Config's Heartbeat when it gives none.
+const DefaultHeartbeat = time.Second
+
 // Follower delivers a stream's messages in order, each once. Next is for
-// one goroutine; Stop may be called from any.
+// one goroutine; Stop may be called from any, and must be called once the
+// Follower is no longer read: until then it keeps a consumer on the server
+// and a listener on the connection.
 type Follower struct {
-	js     jetstream.JetStream
-	cfg    Config
-	ctx    context.Context
-	cancel context.CancelFunc
-	info   *jetstream.ConsumerInfo
+	js       jetstream.JetStream
+	cfg      Config
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopOnce sync.Once
+	info     *jetstream.ConsumerInfo
 
 	// Next's own: the stream sequence to resume from (0: where cfg says),
 	// the consumer sequence of the last message of the current consumer,
-	// when that consumer was made, and the wait before the next creation
+	// when that consumer was made, the wait before the next creation
 	// (grown while consumers fail without delivering, so that one that
-	// fails at once is not made again and again at full speed).
+	// fails at once is not made again and again at full speed), and the
+	// creations refused in a row.
 	resume    uint64
 	delivered uint64
 	opened    time.Time
 	wait      time.Duration
+	refused   int
 
 	mu   sync.Mutex // guards what Stop and reconnects touch
 	cons jetstream.Consumer
@@ -83,6 +92,9 @@ type Follower struct {
 // again). The Follower's later consumers are made until one answers or it
 // is stopped.
 func Start(ctx context.Context, js jetstream.JetStream, cfg Config) (*Follower, error) {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
 	f := &Follower{js: js, cfg: cfg}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	connected := js.Conn().StatusChanged(nats.CONNECTED)
@@ -110,9 +122,12 @@ func (f *Follower) Info() *jetstream.ConsumerInfo { return f.info }
 
 // Next returns the next message. It returns an error only once the
 // Follower is stopped (jetstream.ErrMsgIteratorClosed), its connection
-// closed (nats.ErrConnectionClosed) or its stream is gone; anything else
-// a consumer meets (missed heartbeats, deletion, a gap, a reconnect)
-// makes a new one, starting after the last message returned.
+// closed (nats.ErrConnectionClosed), or the server refused
+// refusalsFinal creations of consumers in a row (its
+// *jetstream.APIError: the stream not found, a limit on consumers);
+// anything else a consumer meets (missed heartbeats, deletion, a gap, a
+// reconnect, a creation unanswered) makes a new one, starting after the
+// last message returned.
 func (f *Follower) Next() (jetstream.Msg, error) {
 	for {
 		f.mu.Lock()
@@ -153,11 +168,14 @@ func (f *Follower) closed(err error) bool {
 
 // Stop ends the Follower and deletes its consumer, waiting up to a second
 // for the server's answer (after that, or if the connection is down, the
-// server removes the consumer itself after inactiveThreshold). Next
-// returns jetstream.ErrMsgIteratorClosed.
+// server removes the consumer itself after inactiveThreshold); a second
+// call waits for the first. A consumer whose creation Next had under way
+// is deleted by Next before it returns jetstream.ErrMsgIteratorClosed.
 func (f *Follower) Stop() {
-	f.cancel()
-	f.drop(true)
+	f.stopOnce.Do(func() {
+		f.cancel()
+		f.drop(true)
+	})
 }
 
 // dropOnReconnect drops the consumer whenever the connection comes back:
@@ -169,7 +187,10 @@ func (f *Follower) dropOnReconnect(connected chan nats.Status) {
 	defer f.js.Conn().RemoveStatusListener(connected)
 	for {
 		select {
-		case <-connected:
+		case _, ok := <-connected:
+			if !ok {
+				return // the listener was removed
+			}
 			f.mu.Lock()
 			f.reconnects++
 			f.mu.Unlock()
@@ -208,14 +229,14 @@ func (f *Follower) delete(name string, timeout time.Duration) {
 }
 
 // reopen makes a new consumer, attempt after attempt, until one answers,
-// the stream is gone, the connection is closed, or the Follower is
-// stopped. The first attempt waits only if the consumer before failed
-// without delivering anything within a few seconds of its creation.
+// the server has refused refusalsFinal creations in a row, the connection
+// is closed, or the Follower is stopped. The first attempt waits only if
+// the consumer before failed without delivering anything within a few
+// seconds of its creation.
 func (f *Follower) reopen() error {
 	if time.Since(f.opened) > 5*time.Second {
 		f.wait = 0
 	}
-	missing := 0
 	for {
 		if f.wait > 0 {
 			select {
@@ -233,28 +254,30 @@ func (f *Follower) reopen() error {
 		actx, cancel := context.WithTimeout(f.ctx, AttemptTimeout)
 		_, err := f.open(actx)
 		cancel()
+		var apiErr *jetstream.APIError
 		switch {
 		case f.ctx.Err() != nil:
-			f.drop(false) // made as Stop ran
 			return jetstream.ErrMsgIteratorClosed
 		case err == nil:
+			f.refused = 0
 			return nil
-		case errors.Is(err, jetstream.ErrStreamNotFound):
-			// A node that has not yet got its copy of the stream says
-			// so too: only a stream missing for several attempts is gone.
-			if missing++; missing == streamMissingAttempts {
+		case errors.As(err, &apiErr) && apiErr.Code < 500:
+			// A refusal may pass: a node that has not yet got its copy of
+			// the stream says it is not found, a limit on consumers frees
+			// up. Only one that lasts several attempts is the answer.
+			if f.refused++; f.refused >= refusalsFinal {
 				return err
 			}
 		default:
-			missing = 0
+			f.refused = 0 // unanswered, or the server unavailable: try again
 		}
 	}
 }
 
-// streamMissingAttempts is how many creations in a row, about 3 s apart
-// at least (50+100+…+1000 ms), must find the stream missing before a
-// Follower takes it for gone.
-const streamMissingAttempts = 8
+// refusalsFinal is how many creations in a row, about 3 s apart at least
+// (50+100+…+1000 ms), the server must refuse before a Follower takes the
+// refusal for its answer.
+const refusalsFinal = 8
 
 // open makes one consumer, named afresh, and starts pulling from it.
 func (f *Follower) open(ctx context.Context) (jetstream.Consumer, error) {
@@ -290,13 +313,22 @@ func (f *Follower) open(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, err
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.reconnects != reconnects {
+	stopped, reconnected := f.ctx.Err() != nil, f.reconnects != reconnects
+	if !stopped && !reconnected {
+		f.cons, f.it, f.delivered = cons, it, 0
+	}
+	f.mu.Unlock()
+	switch {
+	case stopped:
+		// Made as Stop ran, which found no consumer to delete.
+		it.Stop()
+		f.delete(cc.Name, time.Second)
+		return nil, jetstream.ErrMsgIteratorClosed
+	case reconnected:
 		it.Stop()
 		go f.delete(cc.Name, 10*time.Second)
 		return nil, errReconnected
 	}
-	f.cons, f.it, f.delivered = cons, it, 0
 	return cons, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,17 +82,9 @@ func nextErr(f *follow.Follower) <-chan error {
 // currentConsumer returns the name of the stream's only consumer.
 func currentConsumer(t *testing.T, js jetstream.JetStream) string {
 	t.Helper()
-	stream, err := js.Stream(t.Context(), "S")
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := stream.ConsumerNames(t.Context())
-	var all []string
-	for n := range names.Name() {
-		all = append(all, n)
-	}
-	if names.Err() != nil || len(all) != 1 {
-		t.Fatalf("consumers of S: %v (%v), want one", all, names.Err())
+	all := kvleasetest.ConsumerNames(t, js, "S")
+	if len(all) != 1 {
+		t.Fatalf("consumers of S: %v, want one", all)
 	}
 	return all[0]
 }
@@ -145,11 +138,51 @@ func TestFollowerStopDeletesItsConsumer(t *testing.T) {
 	if err := <-ended; !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 		t.Fatalf("Next after Stop: %v, want ErrMsgIteratorClosed", err)
 	}
-	if info, err := js.Stream(t.Context(), "S"); err != nil || info.CachedInfo().State.Consumers != 0 {
-		t.Fatalf("after Stop: %v, %+v consumers, want none", err, info.CachedInfo().State.Consumers)
+	if left := kvleasetest.ConsumerNames(t, js, "S"); len(left) != 0 {
+		t.Fatalf("consumers after Stop: %v, want none", left)
 	}
 	if _, err := f.Next(); !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 		t.Fatalf("Next after Stop: %v, want ErrMsgIteratorClosed", err)
+	}
+}
+
+// slowDeletes is a JetStream whose consumer deletions wait until released.
+type slowDeletes struct {
+	jetstream.JetStream
+	entered  chan struct{}
+	released chan struct{}
+}
+
+func (s slowDeletes) DeleteConsumer(ctx context.Context, stream, consumer string) error {
+	s.entered <- struct{}{}
+	<-s.released
+	return s.JetStream.DeleteConsumer(ctx, stream, consumer)
+}
+
+// A second Stop, such as a watch's own after its context's, returns only
+// once the first has deleted the consumer (it returned at once, with the
+// deletion still under way).
+func TestStopWaitsForTheFirstStop(t *testing.T) {
+	js, _ := newStream(t)
+	slow := slowDeletes{JetStream: js, entered: make(chan struct{}, 1), released: make(chan struct{})}
+	f, err := follow.Start(t.Context(), slow, follow.Config{Stream: "S", Filter: "s.>", Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go f.Stop()
+	<-slow.entered
+	var released atomic.Bool
+	go func() {
+		time.Sleep(100 * time.Millisecond) // the window in which a second Stop that does not wait returns
+		released.Store(true)
+		close(slow.released)
+	}()
+	f.Stop()
+	if !released.Load() {
+		t.Fatal("the second Stop returned while the first was deleting the consumer")
+	}
+	if left := kvleasetest.ConsumerNames(t, js, "S"); len(left) != 0 {
+		t.Fatalf("consumers after Stop: %v, want none", left)
 	}
 }
 
@@ -190,7 +223,8 @@ func TestFollowerStartAmidReconnects(t *testing.T) {
 	}()
 	defer func() { close(stop); <-done }()
 	started := 0
-	for range 300 {
+	deadline := time.Now().Add(20 * time.Second) // each try may take AttemptTimeout
+	for i := 0; i < 300 && time.Now().Before(deadline); i++ {
 		f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>",
 			Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
 		if err != nil {
@@ -213,5 +247,81 @@ func TestStartOnAMissingStream(t *testing.T) {
 		Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("Start on a missing stream: %v, want ErrStreamNotFound", err)
+	}
+}
+
+// A zero Heartbeat is DefaultHeartbeat (Start refused it: nats.go takes
+// heartbeats of 500 ms to 30 s only).
+func TestStartWithoutAHeartbeat(t *testing.T) {
+	js, _ := newStream(t)
+	publish(t, js, 1, 1)
+	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>", Deliver: jetstream.DeliverAllPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	next(t, f, 1)
+}
+
+// waitErr waits up to 30 s for Next's error.
+func waitErr(t *testing.T, ended <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-ended:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("Next still making consumers 30 s on")
+		return nil
+	}
+}
+
+// A stream deleted under a Follower ends Next once consumers have been
+// refused for it several times in a row.
+func TestNextEndsWhenTheStreamIsGone(t *testing.T) {
+	js, _ := newStream(t)
+	f := start(t, js, jetstream.DeliverAllPolicy)
+	ended := nextErr(f)
+	if err := js.DeleteStream(t.Context(), "S"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitErr(t, ended); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("Next on a deleted stream: %v, want ErrStreamNotFound", err)
+	}
+}
+
+// Any refusal that lasts ends Next with the server's error, here its limit
+// on the stream's consumers, taken by another (Next made consumers for
+// ever, and a watch on it just went quiet).
+func TestNextEndsOnARefusalThatLasts(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, MaxConsumers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	f := start(t, js, jetstream.DeliverAllPolicy)
+	ended := nextErr(f)
+	deleted := kvleasetest.ConsumerDeletions(t, kvleasetest.Connect(t, srv.ClientURL()), "S")
+	if err := js.DeleteConsumer(t.Context(), "S", currentConsumer(t, js)); err != nil {
+		t.Fatal(err)
+	}
+	<-deleted
+	// Race the Follower for the one place; retry while it holds it.
+	for {
+		_, err := js.CreateConsumer(t.Context(), "S", jetstream.ConsumerConfig{Name: "other", AckPolicy: jetstream.AckNonePolicy})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+			t.Fatal(err)
+		}
+		if c := kvleasetest.ConsumerNames(t, js, "S"); len(c) == 1 {
+			if err := js.DeleteConsumer(t.Context(), "S", c[0]); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				t.Fatal(err)
+			}
+		}
+	}
+	var apiErr *jetstream.APIError
+	if err := waitErr(t, ended); !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeMaximumConsumersLimit {
+		t.Fatalf("Next with no consumer allowed: %v, want the server's limit", err)
 	}
 }

@@ -116,18 +116,29 @@ func ConsumerDeletions(tb testing.TB, nc *nats.Conn, stream string) <-chan strin
 	tb.Helper()
 	prefix := "$JS.EVENT.ADVISORY.CONSUMER.DELETED." + stream + "."
 	out := make(chan string, 1024)
-	sub, err := nc.Subscribe(prefix+"*", func(m *nats.Msg) {
+	Subscribe(tb, nc, prefix+"*", func(m *nats.Msg) {
 		select {
 		case out <- strings.TrimPrefix(m.Subject, prefix):
 		default:
 		}
 	})
-	if err != nil {
-		tb.Fatalf("kvleasetest: subscribe to consumer advisories: %v", err)
-	}
-	tb.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		tb.Fatalf("kvleasetest: subscribe to consumer advisories: %v", err)
-	}
 	return out
+}
+
+// ConsumerNames returns the names of stream's consumers now.
+func ConsumerNames(tb testing.TB, js jetstream.JetStream, stream string) []string {
+	tb.Helper()
+	st, err := js.Stream(tb.Context(), stream)
+	if err != nil {
+		tb.Fatalf("kvleasetest: stream %s: %v", stream, err)
+	}
+	lister := st.ConsumerNames(tb.Context())
+	var names []string
+	for n := range lister.Name() {
+		names = append(names, n)
+	}
+	if err := lister.Err(); err != nil {
+		tb.Fatalf("kvleasetest: consumers of %s: %v", stream, err)
+	}
+	return names
 }
