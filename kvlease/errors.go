@@ -37,7 +37,7 @@ var (
 	// ErrInvalidRequestID: a grant's request ID or secret is malformed
 	// (see [ValidateRequestID], [ValidateSecret]), or a request ID came
 	// without the secret that proves a retry is its caller's.
-	ErrInvalidRequestID = errors.New("kvlease: invalid request id")
+	ErrInvalidRequestID = errors.New("kvlease: invalid request id or secret")
 	// ErrRequestMismatch: a grant retried with the request ID and secret of
 	// an earlier grant asked for something else (another holder, duration
 	// or attributes). Nothing was written; a new request needs a new ID.

@@ -245,6 +245,23 @@ func TestRunPassesTokenAndExitCode(t *testing.T) {
 	}
 }
 
+// The command is not given run's secrets (it was: LEASED_PASSWORD, the
+// way the README recommends to give the NATS password, reached it).
+func TestRunKeepsItsSecretsFromTheCommand(t *testing.T) {
+	s := startServe(t, "")
+	t.Setenv("LEASED_PASSWORD", "nats-password-1")
+	t.Setenv("LEASED_SECRET", "lease-secret-0123456789")
+	r := leased(t, s.url, "run", "--lease", "env", "--ttl", "3s", "--", "env")
+	if r.code != 0 || !strings.Contains(r.stdout, "LEASED_TOKEN=") {
+		t.Fatalf("run env: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, secret := range []string{"LEASED_PASSWORD", "nats-password-1", "LEASED_SECRET", "lease-secret-0123456789"} {
+		if strings.Contains(r.stdout, secret) {
+			t.Errorf("the command's environment has %s", secret)
+		}
+	}
+}
+
 // Revoked: the command is stopped before the holder's deadline.
 func TestRunStopsCommandOnRevoke(t *testing.T) {
 	s := startServe(t, "")

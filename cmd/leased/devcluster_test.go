@@ -1,7 +1,9 @@
 package main_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -317,6 +319,31 @@ func TestDevClusterKilledTakesItsNodes(t *testing.T) {
 			t.Fatalf("node n%d (pid %d) still running 30 s after dev-cluster was killed", i+1, pids[i])
 		}
 	}
+}
+
+// A second dev-cluster on the data of a running one, whose n2 was killed,
+// fails at once and stops its nodes (its n1 and n3 exited, locked out,
+// and its n2 waited for a quorum for ever), leaving the running one alone.
+func TestDevClusterOnDataInUseFails(t *testing.T) {
+	d := startDevCluster(t)
+	line := d.stderr.wait(t, time.Second, func(l string) bool { return strings.HasPrefix(l, "dev-cluster: n1 started (pid ") })
+	_, n1data, _ := strings.Cut(line, ", data ")
+	if err := syscall.Kill(d.pid(t, "n2", 1), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.stderr.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "dev-cluster: n2 exited") })
+	port := consecutiveFreePorts(t, 9)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	second := exec.CommandContext(ctx, leasedBin, "dev-cluster", "--data", filepath.Dir(n1data),
+		"--port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(port+3), "--http-port", strconv.Itoa(port+6))
+	out, err := second.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "before it was ever ready: stopping the cluster") ||
+		!strings.Contains(string(out), "is locked by") {
+		t.Fatalf("second dev-cluster on the same data: %v\n%s", err, out)
+	}
+	acquireWithin(t, d.url, "still-serving", 10*time.Second)
 }
 
 // lockReleased is closed when no process holds the lock of data directory

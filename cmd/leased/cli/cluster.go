@@ -115,8 +115,10 @@ restart finds it again.
 
 It says on stderr when each node starts (with its pid), is ready and exits,
 and when all are ready.
-A node that dies leaves the others running, so a failover can be tried by
-killing one; with --restart it is started again on its data after 1 s,
+A node that exits before it was ever ready (a port or data directory in
+use) stops them all, and dev-cluster exits 1: that set-up cannot work.
+A node that dies later leaves the others running, so a failover can be
+tried by killing one; with --restart it is started again on its data after 1 s,
 doubling up to 30 s while it keeps dying within a minute, and given up
 after 5 such deaths in a row.
 
@@ -194,7 +196,14 @@ func nextFails(fails int, ran time.Duration) int {
 // and none is to be restarted.
 var errClusterGone = errors.New("every node exited")
 
+// errNeverReady is what dev-cluster returns when a node exited before it
+// was ever ready: a set-up that cannot work (a port or data directory in
+// use, say), for which the others are stopped too.
+var errNeverReady = errors.New("a node exited before it was ready")
+
 func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bool, stdout, stderr io.Writer) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var mu sync.Mutex // serializes lines on stderr
 	say := func(format string, args ...any) {
 		mu.Lock()
@@ -275,6 +284,11 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 				if ctx.Err() != nil {
 					return
 				}
+				if _, ok := readied.Load(n.Name); !ok {
+					say("%s %s before it was ever ready: stopping the cluster (the node's log above says why)", n.Name, how)
+					cancel(fmt.Errorf("%w: %s %s", errNeverReady, n.Name, how))
+					return
+				}
 				say("%s %s; %s", n.Name, how, others(n.Name))
 				if !restart {
 					return
@@ -294,6 +308,9 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 		}()
 	}
 	live.Wait()
+	if err := context.Cause(ctx); errors.Is(err, errNeverReady) {
+		return err
+	}
 	if ctx.Err() != nil {
 		return nil
 	}

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,6 +46,10 @@ holder's deadline, so that the command is gone by the deadline.
 
 The command runs in a process group of its own: stopping it stops everything
 it started. If run itself is killed, the command is killed too.
+
+The command does not get run's own secrets: LEASED_PASSWORD and
+LEASED_SECRET are taken out of its environment (a NATS password given in
+the URL instead stays in LEASED_URL).
 
 The exit code is the command's (128+signal if it was stopped, 127 if it could
 not be started), or 3 if the lease was held by someone else and the command
@@ -147,7 +153,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	child.Env = append(os.Environ(),
+	child.Env = append(commandEnv(os.Environ()),
 		"LEASED_LEASE="+name,
 		"LEASED_TOKEN="+strconv.FormatUint(uint64(l.Token()), 10),
 		"LEASED_HOLDER="+c.holder)
@@ -256,4 +262,18 @@ func renewOnEnd(ctx context.Context, cl *client.Client, l *kvlease.Lease) []kvle
 		return nil
 	}
 	return []kvlease.KeeperOption{kvlease.WithRenewNow(ends)}
+}
+
+// secretEnv are the variables of leased's own secrets (the NATS password,
+// a lease's secret), which a command run under a lease does not get: it
+// is given the lease's token to fence its writes with, not the means to
+// renew, release or connect as run does.
+var secretEnv = []string{"LEASED_PASSWORD", "LEASED_SECRET"}
+
+// commandEnv is env without secretEnv.
+func commandEnv(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(secretEnv, name)
+	})
 }
