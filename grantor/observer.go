@@ -602,13 +602,11 @@ func endCause(ev kvlease.Event) string {
 func (o *observer) recordBegin(ev kvlease.Event) {
 	n, flapping := o.flaps.Granted(ev.Name, ev.Time)
 	r := history.Record{Kind: history.KindGranted, Name: ev.Name, Token: uint64(ev.Token), Holder: ev.Holder,
-		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, Flapping: flapping, Observer: o.candidate}
+		GrantedAt: ev.GrantedAt}
 	if ev.Record != nil {
-		r.DurationMS = ev.Record.Duration.Milliseconds()
-		if sc := kvlease.SpanContextOfGrant(*ev.Record); sc.IsValid() {
-			r.TraceID = sc.TraceID().String()
-		}
+		r = history.Granted(*ev.Record)
 	}
+	r.Revision, r.Time, r.Flapping, r.Observer = ev.Revision, ev.Time, flapping, o.candidate
 	o.pending = append(o.pending, pendingRecord{rec: r, ev: ev, publish: true, n: n, flapping: flapping})
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/leased/leased/grantor/history"
 )
@@ -84,5 +85,23 @@ func TestHistoryCommand(t *testing.T) {
 		if r := leased(t, s.url, args...); r.code != 2 {
 			t.Errorf("%v: exit %d (%s), want 2", args, r.code, r.stderr)
 		}
+	}
+}
+
+// A lease granted before the window and live through it is a row of
+// `leased history --since`: it has no record in the window, and was
+// missing (a leader that had held for more than an hour was not on the
+// default hour's view). --since takes an RFC 3339 time, as the timeline
+// does.
+func TestHistoryShowsALeaseHeldSinceBeforeTheWindow(t *testing.T) {
+	s := startServe(t, "")
+	if r := leased(t, s.url, "acquire", "long.held", "--holder", "old-timer", "--ttl", "30s"); r.code != 0 {
+		t.Fatalf("acquire: %+v", r)
+	}
+	since := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano) // after the grant, by any clock here
+	r := leased(t, s.url, "history", "long.", "--since", since, "-o", "json")
+	rows := tenureRows(t, r.stdout)
+	if r.code != 0 || len(rows) != 1 || rows[0].Holder != "old-timer" || !rows[0].Live() || rows[0].From.IsZero() {
+		t.Fatalf("history since after the grant: %+v (%+v)", rows, r)
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/atomicbatch"
 	"github.com/leased/leased/kvlease/follow"
@@ -393,6 +394,52 @@ func filterFor(subjectPrefix, prefix string) string {
 		return subjectPrefix + prefix[:i+1] + ">"
 	}
 	return subjectPrefix + ">"
+}
+
+// ParseSince reads the start of a window of history: a duration ≥ 0
+// back from now, or an RFC 3339 time. It returns the time and, for a
+// duration, the duration.
+func ParseSince(s string, now time.Time) (time.Time, time.Duration, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, 0, fmt.Errorf("since %q: negative (give how far back, e.g. 1h)", s)
+		}
+		return now.Add(-d), d, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, 0, nil
+	}
+	return time.Time{}, 0, fmt.Errorf("since %q: want a duration back from now (30m, 1h, 24h) or an RFC 3339 time", s)
+}
+
+// Live returns a grant record of each of leases, the live leases as the
+// bucket has them now, for [Fold] beside the records of a window ([Stream.Read]
+// since a time): a tenure granted before the window and live through it
+// has no record in the window, and without these it was missing from "who
+// held this lease over the last hour" for the lease held longest. A tenure
+// whose grant is among the records folds into the same row. The grantor's
+// own leases (names beginning [api.ReservedPrefix]) are left out, as the
+// history leaves them out.
+func Live(leases []kvlease.Record) []Record {
+	out := make([]Record, 0, len(leases))
+	for _, l := range leases {
+		if !strings.HasPrefix(l.Name, api.ReservedPrefix) {
+			out = append(out, Granted(l))
+		}
+	}
+	return out
+}
+
+// Granted is the record of the grant that began l's tenure, as far as l
+// tells it (the observer that saw the grant adds who wrote it and whether
+// the lease was flapping).
+func Granted(l kvlease.Record) Record {
+	r := Record{Kind: KindGranted, Name: l.Name, Token: uint64(l.Token), Holder: l.Holder,
+		Revision: uint64(l.Token), Time: l.GrantedAt, GrantedAt: l.GrantedAt, DurationMS: l.Duration.Milliseconds()}
+	if sc := kvlease.SpanContextOfGrant(l); sc.IsValid() {
+		r.TraceID = sc.TraceID().String()
+	}
+	return r
 }
 
 // Tenure is one tenure of a lease, folded from its records.

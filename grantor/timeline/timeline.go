@@ -47,6 +47,7 @@ const (
 // documentation). It is safe for concurrent use.
 type Handler struct {
 	hist      *history.Stream
+	live      func(ctx context.Context, prefix string) ([]kvlease.Record, error)
 	jaeger    string
 	log       *slog.Logger
 	page      []byte        // rendered once: it depends only on the options
@@ -55,6 +56,33 @@ type Handler struct {
 
 // Option configures a [Handler].
 type Option func(*Handler) error
+
+// WithLive gives the page the leases live now (list, such as
+// [kvlease.Store.List]): each view adds them to the window's history
+// ([history.Live]), so that a lease held since before the window shows.
+// Without it, such a tenure shows only once it ends.
+func WithLive(list func(ctx context.Context, prefix string) ([]kvlease.Record, error)) Option {
+	return func(h *Handler) error {
+		if list == nil {
+			return fmt.Errorf("%w: nil live leases", ErrOption)
+		}
+		h.live = list
+		return nil
+	}
+}
+
+// liveRecords is [history.Live] of the leases live now under prefix (none
+// without [WithLive]).
+func (h *Handler) liveRecords(ctx context.Context, prefix string) ([]history.Record, error) {
+	if h.live == nil {
+		return nil, nil
+	}
+	leases, err := h.live(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return history.Live(leases), nil
+}
 
 // WithJaegerUI links each tenure's details to its grant's trace at
 // base/trace/<trace id>. base must be an absolute http or https URL without
@@ -236,23 +264,12 @@ func validatePrefix(prefix string) error {
 	return nil
 }
 
-// parseSince reads since: "" (DefaultSince), a duration ≥ 0 back from now,
-// or an RFC 3339 time. It returns the time and, for a duration, the
-// duration.
+// parseSince is [history.ParseSince], "" being DefaultSince.
 func parseSince(s string, now time.Time) (time.Time, time.Duration, error) {
 	if s == "" {
 		return now.Add(-DefaultSince), DefaultSince, nil
 	}
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return time.Time{}, 0, fmt.Errorf("since %q: negative (give how far back, e.g. 1h)", s)
-		}
-		return now.Add(-d), d, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, 0, nil
-	}
-	return time.Time{}, 0, fmt.Errorf("since %q: want a duration back from now (30m, 1h, 24h) or an RFC 3339 time", s)
+	return history.ParseSince(s, now)
 }
 
 // TenuresReply is the body of /api/tenures.
@@ -273,6 +290,13 @@ func (h *Handler) tenures(w http.ResponseWriter, r *http.Request, q query) {
 		http.Error(w, "history unavailable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	live, err := h.liveRecords(ctx, q.prefix)
+	if err != nil {
+		h.log.Warn("timeline: list live leases", "err", err)
+		http.Error(w, "live leases unavailable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	recs = append(recs, live...)
 	reply := TenuresReply{Prefix: q.prefix, Since: q.since.UTC(), Now: now.UTC(), Tenures: history.Fold(recs)}
 	if reply.Tenures == nil {
 		reply.Tenures = []history.Tenure{}
@@ -316,6 +340,16 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
 		if t, err := time.Parse(time.RFC3339Nano, id); err == nil && t.After(q.since) {
 			q.since = t.Add(-resumeOverlap)
 		}
+	}
+	// The leases live now, listed before the follow begins: a change
+	// after the listing comes through the follow.
+	lctx, lcancel := context.WithTimeout(r.Context(), readTimeout)
+	live, err := h.liveRecords(lctx, q.prefix)
+	lcancel()
+	if err != nil {
+		h.log.Warn("timeline: list live leases", "err", err)
+		http.Error(w, "live leases unavailable: "+err.Error(), http.StatusServiceUnavailable)
+		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	items := make(chan followed)
@@ -378,7 +412,17 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
 		}
 		return send("record", f.r.Time.UTC().Format(time.RFC3339Nano), f.r)
 	}
-	if _, err := io.WriteString(w, "retry: 2000\n\n"); err != nil || !deliver(first) {
+	if _, err := io.WriteString(w, "retry: 2000\n\n"); err != nil {
+		return
+	}
+	for _, r := range live {
+		// No id: a page that reconnects resumes after the last record of
+		// the history, and is given the live leases again.
+		if !send("record", "", r) {
+			return
+		}
+	}
+	if !deliver(first) {
 		return
 	}
 	ping := time.NewTicker(pingEvery)

@@ -10,12 +10,15 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/timeline"
+	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
@@ -415,5 +418,66 @@ func TestOptions(t *testing.T) {
 	}
 	if _, err := timeline.New(h, timeline.WithJaegerUI("https://jaeger.example/")); err != nil {
 		t.Errorf("a good Jaeger UI: %v", err)
+	}
+}
+
+// A lease granted before the window and live now is a tenure of the
+// window, from /api/tenures and first thing from /events (it had no
+// record in the window, and a leader that had held longer than the view
+// did not show); a failed listing is a 503, like a failed read.
+func TestLeasesLiveSinceBeforeTheWindow(t *testing.T) {
+	h := openStream(t)
+	recs := scenario(time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC())
+	appendAll(t, h, recs...)
+	granted := time.Now().Add(-2 * time.Hour).Truncate(time.Millisecond).UTC()
+	leases := []kvlease.Record{
+		{Name: "tl.old", Holder: "leader-1", Token: 3, Revision: 900, Duration: 10 * time.Second, GrantedAt: granted},
+		{Name: "other.old", Holder: "x", Token: 4, Revision: 901, Duration: time.Second, GrantedAt: granted},
+	}
+	var failing atomic.Bool
+	list := func(_ context.Context, prefix string) ([]kvlease.Record, error) {
+		if failing.Load() {
+			return nil, kvlease.ErrUnavailable
+		}
+		var out []kvlease.Record
+		for _, l := range leases {
+			if strings.HasPrefix(l.Name, prefix) {
+				out = append(out, l)
+			}
+		}
+		return out, nil
+	}
+	s := newServer(t, h, timeline.WithLive(list))
+
+	_, body := get(t, http.MethodGet, s.URL+"/api/tenures?prefix=tl.&since=1h")
+	var got timeline.TenuresReply
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := history.Tenure{Name: "tl.old", Holder: "leader-1", Token: 3, From: granted, DurationMS: 10000}
+	if i := slices.IndexFunc(got.Tenures, func(tn history.Tenure) bool { return tn.Name == "tl.old" }); i < 0 ||
+		!reflect.DeepEqual(got.Tenures[i], want) || len(got.Tenures) != len(history.Fold(recs[:len(recs)-1]))+1 {
+		t.Errorf("tenures %+v, want the window's and %+v", got.Tenures, want)
+	}
+
+	ev := openEvents(t, s.URL+"/events?prefix=tl.&since=1h", nil)
+	first, err := ev.next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r history.Record
+	if err := json.Unmarshal([]byte(first.data), &r); err != nil || first.name != "record" || first.id != "" ||
+		r.Name != "tl.old" || r.Kind != history.KindGranted || !r.GrantedAt.Equal(granted) {
+		t.Errorf("first event %+v (%v), want the live lease's grant, without an id", first, err)
+	}
+	if rest, _ := untilCaughtUp(t, ev); !reflect.DeepEqual(rest, recs[:len(recs)-1]) {
+		t.Errorf("after the live lease: %+v", rest)
+	}
+
+	failing.Store(true)
+	for _, u := range []string{"/api/tenures?since=1h", "/events?since=1h"} {
+		if resp, body := get(t, http.MethodGet, s.URL+u); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("GET %s with the listing failing: %d %s", u, resp.StatusCode, body)
+		}
 	}
 }

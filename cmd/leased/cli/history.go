@@ -18,16 +18,18 @@ import (
 func newHistory(stdout io.Writer) *cobra.Command {
 	var c connFlags
 	var bucket string
-	var since time.Duration
+	var since string
 	cmd := &cobra.Command{
 		Use:   "history [PREFIX]",
 		Short: "Who held which lease when: one row per tenure, from the grantor's history",
 		Long: `history prints the tenures of the leases whose names start with PREFIX (all
-if none) that the grantor's history holds since --since ago: one row per tenure,
+if none) that the grantor's history holds since --since (ago, or a time): one row per tenure,
 with its holder, token, start and end, how long it was held, the renewals its
-observer saw, how it ended (released, revoked, expired, removed by gossip; live
-if it has not) and whether the lease was flapping. It reads the history stream
-(LEASED_HISTORY_<bucket>) directly, so it needs JetStream access to it; the
+observer saw (counted when the tenure ends), how it ended (released, revoked, expired, removed by gossip; live
+if it has not) and whether the lease was flapping; a lease granted before
+--since ago and live now is listed too. It reads the history stream
+(LEASED_HISTORY_<bucket>) and the lease bucket directly, so it needs
+JetStream access to both; the
 cluster's observer node writes it (serve --history-retention, default 24h).`,
 		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -35,8 +37,9 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			if since <= 0 {
-				return usageError{fmt.Errorf("--since %v: want a positive duration", since)}
+			from, _, err := history.ParseSince(since, time.Now())
+			if err != nil {
+				return usageError{fmt.Errorf("--%w", err)}
 			}
 			if err := kvlease.ValidatePrefix(prefix); err != nil {
 				return usageError{err}
@@ -52,10 +55,21 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 				if err != nil {
 					return err
 				}
-				recs, err := h.Read(octx, prefix, time.Now().Add(-since))
+				recs, err := h.Read(octx, prefix, from)
 				if err != nil {
 					return err
 				}
+				// Tenures granted before the window and live through it
+				// have no record in it: the bucket has them.
+				st, err := c.openStore(ctx, nc, bucket)
+				if err != nil {
+					return err
+				}
+				live, err := st.List(octx, prefix)
+				if err != nil {
+					return err
+				}
+				recs = append(recs, history.Live(live)...)
 				printTenures(c.printer(stdout), history.Fold(recs), time.Now())
 				return nil
 			})
@@ -63,7 +77,7 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 	}
 	c.register(cmd.Flags())
 	cmd.Flags().StringVar(&bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
-	cmd.Flags().DurationVar(&since, "since", time.Hour, "how far back to look")
+	cmd.Flags().StringVar(&since, "since", "1h", "how far back to look: a duration (30m, 24h) or an RFC 3339 time")
 	return cmd
 }
 

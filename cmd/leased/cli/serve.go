@@ -416,7 +416,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	stopHTTP := func() {}
 	if httpLn != nil {
-		if stopHTTP, err = f.http.serve(httpLn, svc.History(), log); err != nil {
+		if stopHTTP, err = f.http.serve(httpLn, svc.History(), st, log); err != nil {
 			svc.Stop()
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/timeline"
+	"github.com/leased/leased/kvlease"
 )
 
 // httpFlags are serve's flags for the timeline page.
@@ -82,11 +83,11 @@ func (h *httpFlags) open(log *slog.Logger) (net.Listener, error) {
 	return ln, nil
 }
 
-// serve serves the timeline of hist on ln and logs "http listening" with
+// serve serves the timeline of hist, with the live leases of st, on ln and logs "http listening" with
 // the address bound. The returned stop ends the page's event streams and
 // closes the server.
-func (h *httpFlags) serve(ln net.Listener, hist *history.Stream, log *slog.Logger) (stop func(), err error) {
-	th, err := timeline.New(hist, h.options(log)...)
+func (h *httpFlags) serve(ln net.Listener, hist *history.Stream, st *kvlease.Store, log *slog.Logger) (stop func(), err error) {
+	th, err := timeline.New(hist, append(h.options(log), timeline.WithLive(st.List))...)
 	if err != nil {
 		return nil, usageError{err}
 	}
