@@ -262,6 +262,35 @@ func TestRunKeepsItsSecretsFromTheCommand(t *testing.T) {
 	}
 }
 
+// watch says on stderr when the server goes away and when it is back (it
+// said nothing, and a user could not tell a quiet bucket from a dead
+// server), and goes on with the changes made meanwhile.
+func TestWatchSaysWhenTheServerIsAway(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, dir)
+	cmd := exec.Command(leasedBin, "watch", "away.")
+	cmd.Env = append(os.Environ(), "LEASED_URL="+s.url)
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out, errs := readLines(stdout), readLines(stderr)
+	if r := leased(t, s.url, "acquire", "away.before", "--ttl", "30s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "away.before") })
+	s.stop(t)
+	errs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "connection to the server lost") })
+	s = startServe(t, dir, "--listen", strings.TrimPrefix(s.url, "nats://"))
+	errs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "reconnected to") })
+	if r := leased(t, s.url, "acquire", "away.after", "--ttl", "30s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	out.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "away.after") })
+}
+
 // Revoked: the command is stopped before the holder's deadline.
 func TestRunStopsCommandOnRevoke(t *testing.T) {
 	s := startServe(t, "")

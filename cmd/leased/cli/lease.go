@@ -311,7 +311,9 @@ func newWatch(stdout io.Writer) *cobra.Command {
 		Short: "Stream lease events (granted, renewed, released, revoked, expired) as they happen",
 		Long: `watch prints the current leases, then every change as the server stores it,
 until interrupted. It reads the lease bucket's stream directly (it needs
-JetStream access to the bucket), so it sees expiries by TTL as they happen.`,
+JetStream access to the bucket), so it sees expiries by TTL as they happen.
+When the connection drops it says so on stderr and reconnects, and goes on
+after the last change it printed.`,
 		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
@@ -323,6 +325,15 @@ JetStream access to the bucket), so it sees expiries by TTL as they happen.`,
 				if err != nil {
 					return err
 				}
+				// Say why nothing comes while the server is away (the
+				// watch goes on once it is back: nothing is lost).
+				stderr := cmd.ErrOrStderr()
+				nc.SetDisconnectErrHandler(func(*nats.Conn, error) {
+					fmt.Fprintln(stderr, "leased: watch: connection to the server lost; reconnecting (the changes made meanwhile follow once it is back)")
+				})
+				nc.SetReconnectHandler(func(nc *nats.Conn) {
+					fmt.Fprintf(stderr, "leased: watch: reconnected to %s\n", RedactURL(nc.ConnectedUrl()))
+				})
 				var opts []kvlease.WatchOption
 				if updatesOnly {
 					opts = append(opts, kvlease.UpdatesOnly())
