@@ -2,11 +2,13 @@ package membership
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,9 +119,24 @@ func (n *Node) Join(seeds []string) (int, error) {
 	}
 	k, err := n.ml.Load().Join(seeds)
 	if err != nil {
-		return k, fmt.Errorf("%w: %v", ErrJoin, err)
+		return k, fmt.Errorf("%w: %s", ErrJoin, oneLine(err))
 	}
 	return k, nil
+}
+
+// oneLine is err's message on one line: memberlist joins the error of
+// each seed in a list of its own ("1 error occurred:\n\t* …\n\n"), which
+// printed in a log line as "1 error occurred:; \t* …; ; ".
+func oneLine(err error) string {
+	var list interface{ WrappedErrors() []error }
+	if errors.As(err, &list) {
+		var msgs []string
+		for _, e := range list.WrappedErrors() {
+			msgs = append(msgs, oneLine(e))
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
 // Name returns the local node's name.

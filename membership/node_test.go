@@ -317,8 +317,13 @@ func TestJoinErrors(t *testing.T) {
 	}
 	closed := l.Addr().String()
 	l.Close()
-	if k, err := n.Join([]string{closed}); !errors.Is(err, membership.ErrJoin) || k != 0 {
+	k, err := n.Join([]string{closed})
+	if !errors.Is(err, membership.ErrJoin) || k != 0 {
 		t.Errorf("Join(%s) = %d, %v", closed, k, err)
+	}
+	// On one line, naming the seed (it read "1 error occurred:\n\t* …").
+	if msg := err.Error(); strings.ContainsAny(msg, "\n\t") || strings.Contains(msg, "error occurred") || !strings.Contains(msg, closed) {
+		t.Errorf("Join error %q: want one line naming %s", msg, closed)
 	}
 }
 
