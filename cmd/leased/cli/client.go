@@ -366,7 +366,7 @@ func (p printer) leases(ls []api.Lease) {
 		return
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES IN\t")
+	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES IN\tFLAGS")
 	now := time.Now()
 	for _, l := range ls {
 		flag := ""

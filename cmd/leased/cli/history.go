@@ -95,7 +95,7 @@ func printTenures(p printer, ts []history.Tenure, now time.Time) {
 		return t.Local().Format("15:04:05.000")
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tFROM\tTO\tHELD\tRENEWALS\tENDED BY\t")
+	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tFROM\tTO\tHELD\tRENEWALS\tENDED BY\tFLAGS")
 	for _, t := range ts {
 		to, ended, held := stamp(t.To), t.EndedBy, "?"
 		if t.Live() {
