@@ -156,6 +156,10 @@ type holderFlags struct {
 
 func (h *holderFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	if f := fs.Lookup("holder"); f != nil {
+		// The tenure's holder, not a default of this process's.
+		f.Usage = "holder of the tenure, as the grant named it (required without --lease-file)"
+	}
 	fs.StringVar(&h.leaseFile, "lease-file", "", `file holding what "leased acquire -o json" (or "leased renew -o json") printed, - for stdin: supplies holder, token, revision and secret; --revision overrides its revision`)
 	fs.Uint64Var(&h.token, "token", 0, "fencing token from the grant")
 	fs.Uint64Var(&h.revision, "revision", 0, "current revision (from the grant or the last renewal)")
