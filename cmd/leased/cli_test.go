@@ -330,6 +330,21 @@ func TestRunStopsCommandOnRevoke(t *testing.T) {
 	t.Logf("command stopped %v before the holder's deadline", deadline.Sub(exited))
 }
 
+// A command that catches the SIGTERM and exits 0 when the lease is lost
+// makes run exit 5, lost the lease (it exited 0, and a caller took the cut
+// short work for done).
+func TestRunLostLeaseIsNotSuccess(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "trapped", "--ttl", "30s", "--", "sh", "-c", `trap "exit 0" TERM; sleep 60 & wait`)
+	if r := leased(t, s.url, "revoke", "trapped"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	err := waitExit(p.cmd, 10*time.Second)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 {
+		t.Fatalf("run exit: %v, want 5 (lost the lease)\n%s", err, p.logs.text())
+	}
+}
+
 // Server stopped: renewals get no answer; the command is stopped before the
 // holder's deadline.
 func TestRunStopsCommandWhenServerStops(t *testing.T) {

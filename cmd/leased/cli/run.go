@@ -52,8 +52,9 @@ LEASED_SECRET are taken out of its environment (a NATS password given in
 the URL instead stays in LEASED_URL).
 
 The exit code is the command's (128+signal if it was stopped, 127 if it could
-not be started), or 3 if the lease was held by someone else and the command
-never started. On SIGINT or SIGTERM, run stops the command the same way
+not be started; 5 if it was stopped because the lease was lost and exited 0
+all the same, having caught the SIGTERM), or 3 if the lease was held by
+someone else and the command never started. On SIGINT or SIGTERM, run stops the command the same way
 (SIGTERM, then SIGKILL after --grace) and releases the lease.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
@@ -176,7 +177,12 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	case <-k.Done():
 		log.Warn("lease lost; stopping the command", "reason", k.Err(),
 			"kill_at", time.Now().Add(grace).Format(time.RFC3339Nano))
-		waitErr = stop(child, exited, grace)
+		if waitErr = stop(child, exited, grace); waitErr == nil {
+			// It caught the SIGTERM and exited 0: stopped all the same,
+			// its work cut short, which a caller must not take for success.
+			log.Warn("the command exited 0 after the lease was lost; exiting 5 (lost the lease)")
+			waitErr = exitStatus(ExitLost)
+		}
 	case <-ctx.Done():
 		waitErr = stop(child, exited, grace)
 	}
