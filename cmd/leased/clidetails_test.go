@@ -76,8 +76,14 @@ func TestCLIDetails(t *testing.T) {
 		if l := flagLine(t, "renew", "lease-file"); !strings.Contains(l, "--lease-file string") {
 			t.Errorf("renew --help: %q", l)
 		}
-		for _, cmd := range []string{"acquire", "renew", "release", "run", "elect", "register"} {
+		for _, cmd := range []string{"acquire", "run", "elect", "register"} {
 			if l := flagLine(t, cmd, "holder"); !strings.Contains(l, "HOST-PID") || strings.Contains(l, `(default "`) {
+				t.Errorf("%s --help: holder %q", cmd, l)
+			}
+		}
+		// renew and release name a tenure's holder: no default of theirs.
+		for _, cmd := range []string{"renew", "release"} {
+			if l := flagLine(t, cmd, "holder"); !strings.Contains(l, "required without --lease-file") || strings.Contains(l, "HOST-PID") {
 				t.Errorf("%s --help: holder %q", cmd, l)
 			}
 		}
@@ -199,6 +205,20 @@ func TestCLIDetails(t *testing.T) {
 	t.Run("invalid name shows the character", func(t *testing.T) {
 		if r := run(t, 2, "acquire", "bé"); !strings.Contains(r.stderr, `'é' at byte 1`) {
 			t.Fatalf("stderr %q", r.stderr)
+		}
+	})
+
+	t.Run("a usage error says how to use the command", func(t *testing.T) {
+		// It said "accepts 1 arg(s), received 0" and no more.
+		for args, want := range map[string]string{
+			"get":                 `usage: leased get NAME [flags] ("leased get --help" says more)`,
+			"acquire x --ttl abc": `usage: leased acquire NAME [flags]`,
+			"history --since=-1s": `usage: leased history [PREFIX] [flags]`,
+			"frobnicate":          `"leased --help" lists the commands`,
+		} {
+			if r := run(t, 2, strings.Fields(args)...); !strings.Contains(r.stderr, want) {
+				t.Errorf("leased %s: stderr %q, want %q", args, r.stderr, want)
+			}
 		}
 	})
 

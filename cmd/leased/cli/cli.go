@@ -36,6 +36,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return int(status)
 	}
 	fmt.Fprintf(stderr, "leased: %s\n", api.Message(err)) // no Go package names
+	if errors.As(err, new(usageError)) {
+		if cmd == root {
+			fmt.Fprintln(stderr, `"leased --help" lists the commands`)
+		} else {
+			fmt.Fprintf(stderr, "usage: %s (%q says more)\n", cmd.UseLine(), cmd.CommandPath()+" --help")
+		}
+	}
 	return exitCode(err)
 }
 
