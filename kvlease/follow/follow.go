@@ -72,12 +72,12 @@ type Follower struct {
 	// when that consumer was made, the wait before the next creation
 	// (grown while consumers fail without delivering, so that one that
 	// fails at once is not made again and again at full speed), and the
-	// creations refused in a row.
+	// creations in a row that found no stream.
 	resume    uint64
 	delivered uint64
 	opened    time.Time
 	wait      time.Duration
-	refused   int
+	missing   int
 
 	mu   sync.Mutex // guards what Stop and reconnects touch
 	cons jetstream.Consumer
@@ -122,12 +122,15 @@ func (f *Follower) Info() *jetstream.ConsumerInfo { return f.info }
 
 // Next returns the next message. It returns an error only once the
 // Follower is stopped (jetstream.ErrMsgIteratorClosed), its connection
-// closed (nats.ErrConnectionClosed), or the server refused
-// refusalsFinal creations of consumers in a row (its
-// *jetstream.APIError: the stream not found, a limit on consumers);
-// anything else a consumer meets (missed heartbeats, deletion, a gap, a
-// reconnect, a creation unanswered) makes a new one, starting after the
-// last message returned.
+// closed (nats.ErrConnectionClosed), or its stream is gone (not found by
+// streamMissingAttempts creations in a row); anything else a consumer
+// meets (missed heartbeats, deletion, a gap, a reconnect, a creation
+// unanswered or refused, as for a limit on consumers) makes a new one,
+// at most a second after the last attempt, starting after the last
+// message returned. A refusal that passes, such as a limit that frees
+// up, costs nothing but the wait; one that lasts leaves Next waiting, as
+// a reader that ends on it would leave its caller (the grantor's own
+// watches among them) without the stream for good.
 func (f *Follower) Next() (jetstream.Msg, error) {
 	for {
 		f.mu.Lock()
@@ -229,8 +232,8 @@ func (f *Follower) delete(name string, timeout time.Duration) {
 }
 
 // reopen makes a new consumer, attempt after attempt, until one answers,
-// the server has refused refusalsFinal creations in a row, the connection
-// is closed, or the Follower is stopped. The first attempt waits only if
+// the stream is gone, the connection is closed, or the Follower is
+// stopped. The first attempt waits only if
 // the consumer before failed without delivering anything within a few
 // seconds of its creation.
 func (f *Follower) reopen() error {
@@ -254,30 +257,28 @@ func (f *Follower) reopen() error {
 		actx, cancel := context.WithTimeout(f.ctx, AttemptTimeout)
 		_, err := f.open(actx)
 		cancel()
-		var apiErr *jetstream.APIError
 		switch {
 		case f.ctx.Err() != nil:
 			return jetstream.ErrMsgIteratorClosed
 		case err == nil:
-			f.refused = 0
+			f.missing = 0
 			return nil
-		case errors.As(err, &apiErr) && apiErr.Code < 500:
-			// A refusal may pass: a node that has not yet got its copy of
-			// the stream says it is not found, a limit on consumers frees
-			// up. Only one that lasts several attempts is the answer.
-			if f.refused++; f.refused >= refusalsFinal {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			// A node that has not yet got its copy of the stream says so
+			// too: only a stream missing for several attempts is gone.
+			if f.missing++; f.missing >= streamMissingAttempts {
 				return err
 			}
 		default:
-			f.refused = 0 // unanswered, or the server unavailable: try again
+			f.missing = 0
 		}
 	}
 }
 
-// refusalsFinal is how many creations in a row, about 3 s apart at least
-// (50+100+…+1000 ms), the server must refuse before a Follower takes the
-// refusal for its answer.
-const refusalsFinal = 8
+// streamMissingAttempts is how many creations in a row, about 3 s apart
+// at least (50+100+…+1000 ms), must find the stream missing before a
+// Follower takes it for gone.
+const streamMissingAttempts = 8
 
 // open makes one consumer, named afresh, and starts pulling from it.
 func (f *Follower) open(ctx context.Context) (jetstream.Consumer, error) {

@@ -289,39 +289,55 @@ func TestNextEndsWhenTheStreamIsGone(t *testing.T) {
 	}
 }
 
-// Any refusal that lasts ends Next with the server's error, here its limit
-// on the stream's consumers, taken by another (Next made consumers for
-// ever, and a watch on it just went quiet).
-func TestNextEndsOnARefusalThatLasts(t *testing.T) {
+// A refusal that passes, here the stream's limit on consumers taken by
+// another for a while, leaves Next waiting, and it goes on once the place
+// is free: a watch must not end for good on a limit that frees up.
+func TestNextWaitsOutARefusal(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, MaxConsumers: 1}); err != nil {
 		t.Fatal(err)
 	}
+	publish(t, js, 1, 1)
 	f := start(t, js, jetstream.DeliverAllPolicy)
-	ended := nextErr(f)
+	next(t, f, 1)
 	deleted := kvleasetest.ConsumerDeletions(t, kvleasetest.Connect(t, srv.ClientURL()), "S")
 	if err := js.DeleteConsumer(t.Context(), "S", currentConsumer(t, js)); err != nil {
 		t.Fatal(err)
 	}
 	<-deleted
-	// Race the Follower for the one place; retry while it holds it.
+	// Race the Follower for the one place; take it back while it holds it.
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := js.CreateConsumer(t.Context(), "S", jetstream.ConsumerConfig{Name: "other", AckPolicy: jetstream.AckNonePolicy})
+		_, err := js.CreateConsumer(t.Context(), "S", jetstream.ConsumerConfig{Durable: "other", AckPolicy: jetstream.AckNonePolicy})
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+		if !errors.Is(err, jetstream.ErrMaximumConsumersLimit) || time.Now().After(deadline) {
 			t.Fatal(err)
 		}
-		if c := kvleasetest.ConsumerNames(t, js, "S"); len(c) == 1 {
+		if c := kvleasetest.ConsumerNames(t, js, "S"); len(c) == 1 && c[0] != "other" {
 			if err := js.DeleteConsumer(t.Context(), "S", c[0]); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				t.Fatal(err)
 			}
 		}
 	}
-	var apiErr *jetstream.APIError
-	if err := waitErr(t, ended); !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeMaximumConsumersLimit {
-		t.Fatalf("Next with no consumer allowed: %v, want the server's limit", err)
+	ended := nextErr(f)
+	publish(t, js, 2, 2)
+	select {
+	case err := <-ended:
+		t.Fatalf("Next ended while the limit was taken: %v", err)
+	case <-time.After(8 * time.Second): // past the 8 attempts (4.6 s of waits) after which a missing stream ends it
+	}
+	if err := js.DeleteConsumer(t.Context(), "S", "other"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("Next once the place was free: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no message 15 s after the place was freed")
 	}
 }
