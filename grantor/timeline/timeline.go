@@ -72,12 +72,16 @@ func WithLive(list func(ctx context.Context, prefix string) ([]kvlease.Record, e
 }
 
 // liveRecords is [history.Live] of the leases live now under prefix (none
-// without [WithLive]).
+// without [WithLive]), asked again while unavailable (a node that has just
+// rejoined, a failover: when pages reconnect) until ctx ends, as the
+// history's reads are.
 func (h *Handler) liveRecords(ctx context.Context, prefix string) ([]history.Record, error) {
 	if h.live == nil {
 		return nil, nil
 	}
-	leases, err := h.live(ctx, prefix)
+	leases, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() ([]kvlease.Record, error) {
+		return h.live(ctx, prefix)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 )
@@ -60,14 +61,12 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 					return err
 				}
 				// Tenures granted before the window and live through it
-				// have no record in it: the bucket has them.
-				st, err := c.openStore(ctx, nc, bucket)
+				// have no record in it: the bucket has them. Without it
+				// (a user allowed the history only), the window's rows.
+				live, err := liveLeases(ctx, &c, nc, bucket, prefix)
 				if err != nil {
-					return err
-				}
-				live, err := st.List(octx, prefix)
-				if err != nil {
-					return err
+					fmt.Fprintf(cmd.ErrOrStderr(), "leased: warning: the live leases were not read (%s): a lease granted before --since and still live is not listed\n",
+						api.Message(err))
 				}
 				recs = append(recs, history.Live(live)...)
 				printTenures(c.printer(stdout), history.Fold(recs), time.Now())
@@ -119,4 +118,18 @@ func printTenures(p printer, ts []history.Tenure, now time.Time) {
 			t.Renewals, ended, flag)
 	}
 	tw.Flush()
+}
+
+// liveLeases lists the bucket's live leases under prefix, within --timeout
+// of its own. The store is opened without batching: it only reads, and
+// with batching Open would update a bucket that does not allow atomic
+// publish.
+func liveLeases(ctx context.Context, c *connFlags, nc *nats.Conn, bucket, prefix string) ([]kvlease.Record, error) {
+	st, err := c.openStore(ctx, nc, bucket, kvlease.WithoutBatching())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return st.List(ctx, prefix)
 }

@@ -325,14 +325,19 @@ after the last change it printed.`,
 				prefix = args[0]
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				st, err := c.openStore(ctx, nc, bucket)
+				// It only reads: no batching, for which Open would update a
+				// bucket that does not allow atomic publish.
+				st, err := c.openStore(ctx, nc, bucket, kvlease.WithoutBatching())
 				if err != nil {
 					return err
 				}
 				// Say why nothing comes while the server is away (the
 				// watch goes on once it is back: nothing is lost).
 				stderr := cmd.ErrOrStderr()
-				nc.SetDisconnectErrHandler(func(*nats.Conn, error) {
+				nc.SetDisconnectErrHandler(func(nc *nats.Conn, err error) {
+					if err == nil || nc.IsClosed() {
+						return // our own Close, at the end
+					}
 					fmt.Fprintln(stderr, "leased: watch: connection to the server lost; reconnecting (the changes made meanwhile follow once it is back)")
 				})
 				nc.SetReconnectHandler(func(nc *nats.Conn) {
