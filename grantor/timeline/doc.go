@@ -2,7 +2,9 @@
 // one lane per lease, a bar per tenure coloured by its holder, each end
 // marked by its cause (released, revoked, expired, removed by gossip, or
 // still live), flapping leases highlighted. It reads a bucket's
-// [history.Stream] and nothing else; `leased serve --http-listen` mounts it.
+// [history.Stream] and, with [WithLive], the leases live now (a lease
+// granted before the window and live through it has no record in the
+// window); `leased serve --http-listen` mounts it.
 //
 // # Endpoints
 //
@@ -17,7 +19,10 @@
 // default). A bad parameter, or one the endpoint does not know, is answered
 // 400 with a plain-text message.
 //
-// /events sends each stored record as an event "record" whose data is the
+// /events sends first the grant record of each lease live now
+// ([history.Live], with [WithLive]) as an event "record" without an id
+// (sent again on each reconnect, folded into the same tenure), then each
+// stored record as an event "record" whose data is the
 // [history.Record] in JSON and whose id is its time; then one "caughtup"
 // event ({"now", "since", "window_ms"}: the server's clock, the start of
 // the window, and its length when since was a duration); then each new
@@ -40,8 +45,8 @@
 // # What it does not do
 //
 // It cannot change anything: there is no revoke or release from the
-// browser. It keeps nothing: /api/tenures reads the stream on every
-// request, and each open page holds one ordered consumer on the stream
+// browser. It keeps nothing: /api/tenures reads the stream (and lists the
+// live leases) on every request, and each open page holds one ordered consumer on the stream
 // (at most [MaxFollowers] at once; more are refused 503). The records it
 // shows are the observer's (package grantor): renewals are counted only at
 // a tenure's end, and a tenure that began and lapsed while no observer ran

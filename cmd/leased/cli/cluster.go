@@ -115,8 +115,9 @@ restart finds it again.
 
 It says on stderr when each node starts (with its pid), is ready and exits,
 and when all are ready.
-A node that exits before it was ever ready (a port or data directory in
-use) stops them all, and dev-cluster exits 1: that set-up cannot work.
+A node that fails (exits non-zero on its own) before it was ever ready, as
+on a port or data directory in use, stops them all, and dev-cluster exits
+1: that set-up cannot work.
 A node that dies later leaves the others running, so a failover can be
 tried by killing one; with --restart it is started again on its data after 1 s,
 doubling up to 30 s while it keeps dying within a minute, and given up
@@ -230,8 +231,9 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 		return strings.Join(names, ", ") + " keep running"
 	}
 	// run runs node i once, until it exits or ctx is cancelled, and says
-	// how long it ran and how it ended.
-	run := func(i int) (time.Duration, string) {
+	// how long it ran, how it ended, and whether it failed on its own (an
+	// exit status other than 0, not a signal).
+	run := func(i int) (time.Duration, string, bool) {
 		n := nodes[i]
 		p := exec.CommandContext(ctx, exe, ClusterServeArgs(nodes, i)...)
 		p.Cancel = func() error { return p.Process.Signal(syscall.SIGTERM) }
@@ -248,7 +250,7 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 			err = p.Start()
 		}
 		if err != nil {
-			return 0, "could not start: " + err.Error()
+			return 0, "could not start: " + err.Error(), true
 		}
 		started := time.Now()
 		running.Store(n.Name, struct{}{})
@@ -272,7 +274,8 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 		}
 		_ = p.Wait()
 		running.Delete(n.Name)
-		return time.Since(started), "exited (" + p.ProcessState.String() + ")"
+		ps := p.ProcessState
+		return time.Since(started), "exited (" + ps.String() + ")", ps.Exited() && ps.ExitCode() != 0
 	}
 	fmt.Fprintf(stdout, "LEASED_URL=%s\n", ClientURLs(nodes))
 	for i, n := range nodes {
@@ -280,11 +283,13 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 		go func() {
 			defer live.Done()
 			for fails := 0; ; {
-				ran, how := run(i)
+				ran, how, failed := run(i)
 				if ctx.Err() != nil {
 					return
 				}
-				if _, ok := readied.Load(n.Name); !ok {
+				if _, ok := readied.Load(n.Name); !ok && failed {
+					// Not one killed while starting (a signal), which a
+					// failover demo may do, nor one stopped by Ctrl-C.
 					say("%s %s before it was ever ready: stopping the cluster (the node's log above says why)", n.Name, how)
 					cancel(fmt.Errorf("%w: %s %s", errNeverReady, n.Name, how))
 					return

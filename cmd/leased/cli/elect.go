@@ -27,7 +27,9 @@ COMMAND as "leased run" does: LEASED_TOKEN in its environment, renewed while
 it runs, stopped (SIGTERM, then SIGKILL after --grace, before the holder's
 deadline) the moment leadership is lost. While another candidate leads it
 waits on the bucket's stream for the end of that leadership: no polling. It
-needs JetStream access to the lease bucket. The exit code is the command's.`,
+needs JetStream access to the lease bucket. The exit code is the command's,
+as for "leased run" (5 if leadership was lost and the command, catching the
+SIGTERM, exited 0).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
 				return usageError{errors.New("want NAME -- COMMAND [ARGS...]")}

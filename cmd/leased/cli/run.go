@@ -175,6 +175,16 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		// lease, which is released next.
 		reapGroup(child.Process.Pid, grace)
 	case <-k.Done():
+		ended := false
+		select {
+		case waitErr = <-exited:
+			ended = true // on its own, as the lease was lost: its own status
+			reapGroup(child.Process.Pid, grace)
+		default:
+		}
+		if ended {
+			break
+		}
 		log.Warn("lease lost; stopping the command", "reason", k.Err(),
 			"kill_at", time.Now().Add(grace).Format(time.RFC3339Nano))
 		if waitErr = stop(child, exited, grace); waitErr == nil {
