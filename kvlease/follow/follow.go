@@ -69,15 +69,13 @@ type Follower struct {
 
 	// Next's own: the stream sequence to resume from (0: where cfg says),
 	// the consumer sequence of the last message of the current consumer,
-	// when that consumer was made, the wait before the next creation
+	// when that consumer was made, and the wait before the next creation
 	// (grown while consumers fail without delivering, so that one that
-	// fails at once is not made again and again at full speed), and the
-	// creations in a row that found no stream.
+	// fails at once is not made again and again at full speed).
 	resume    uint64
 	delivered uint64
 	opened    time.Time
 	wait      time.Duration
-	missing   int
 
 	mu   sync.Mutex // guards what Stop and reconnects touch
 	cons jetstream.Consumer
@@ -233,13 +231,13 @@ func (f *Follower) delete(name string, timeout time.Duration) {
 
 // reopen makes a new consumer, attempt after attempt, until one answers,
 // the stream is gone, the connection is closed, or the Follower is
-// stopped. The first attempt waits only if
-// the consumer before failed without delivering anything within a few
-// seconds of its creation.
+// stopped. The first attempt waits only if the consumer before failed
+// without delivering anything within a few seconds of its creation.
 func (f *Follower) reopen() error {
 	if time.Since(f.opened) > 5*time.Second {
 		f.wait = 0
 	}
+	missing := 0
 	for {
 		if f.wait > 0 {
 			select {
@@ -261,16 +259,15 @@ func (f *Follower) reopen() error {
 		case f.ctx.Err() != nil:
 			return jetstream.ErrMsgIteratorClosed
 		case err == nil:
-			f.missing = 0
 			return nil
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			// A node that has not yet got its copy of the stream says so
 			// too: only a stream missing for several attempts is gone.
-			if f.missing++; f.missing >= streamMissingAttempts {
+			if missing++; missing == streamMissingAttempts {
 				return err
 			}
 		default:
-			f.missing = 0
+			missing = 0
 		}
 	}
 }
