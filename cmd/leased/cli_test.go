@@ -251,11 +251,14 @@ func TestRunKeepsItsSecretsFromTheCommand(t *testing.T) {
 	s := startServe(t, "")
 	t.Setenv("LEASED_PASSWORD", "nats-password-1")
 	t.Setenv("LEASED_SECRET", "lease-secret-0123456789")
-	r := leased(t, s.url, "run", "--lease", "env", "--ttl", "3s", "--", "env")
-	if r.code != 0 || !strings.Contains(r.stdout, "LEASED_TOKEN=") {
-		t.Fatalf("run env: exit %d, stderr %q", r.code, r.stderr)
+	// A token in the URL (the server takes no authentication: it is
+	// ignored) must not reach the command either.
+	url := strings.Replace(s.url, "nats://", "nats://url-token-42@", 1)
+	r := leased(t, url, "run", "--lease", "env", "--ttl", "3s", "--", "env")
+	if r.code != 0 || !strings.Contains(r.stdout, "LEASED_TOKEN=") || !strings.Contains(r.stdout, "LEASED_URL="+s.url+"\n") {
+		t.Fatalf("run env: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	for _, secret := range []string{"LEASED_PASSWORD", "nats-password-1", "LEASED_SECRET", "lease-secret-0123456789"} {
+	for _, secret := range []string{"LEASED_PASSWORD", "nats-password-1", "LEASED_SECRET", "lease-secret-0123456789", "url-token-42"} {
 		if strings.Contains(r.stdout, secret) {
 			t.Errorf("the command's environment has %s", secret)
 		}

@@ -182,6 +182,22 @@ func (e *PermissionError) Unwrap() []error { return []error{ErrPermissionDenied,
 // token, nats://TOKEN@host) replaced whole. Every URL the command prints
 // goes through it.
 func RedactURL(urls string) string {
+	return replaceUserinfo(urls, func(userinfo string) string {
+		if user, _, ok := strings.Cut(userinfo, ":"); ok {
+			return user + ":xxxxx@"
+		}
+		return "xxxxx@"
+	})
+}
+
+// withoutCredentials is urls with no user, password or token in any.
+func withoutCredentials(urls string) string {
+	return replaceUserinfo(urls, func(string) string { return "" })
+}
+
+// replaceUserinfo replaces the userinfo and its "@" of each of the
+// comma-separated urls that has one with what by returns for it.
+func replaceUserinfo(urls string, by func(userinfo string) string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
 		at := strings.LastIndexByte(p, '@')
@@ -192,11 +208,7 @@ func RedactURL(urls string) string {
 		if j := strings.Index(p, "://"); j >= 0 && j < at {
 			start = j + len("://")
 		}
-		red := "xxxxx"
-		if user, _, ok := strings.Cut(p[start:at], ":"); ok {
-			red = user + ":xxxxx"
-		}
-		parts[i] = p[:start] + red + p[at:]
+		parts[i] = p[:start] + by(p[start:at]) + p[at+1:]
 	}
 	return strings.Join(parts, ",")
 }

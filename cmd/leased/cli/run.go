@@ -48,8 +48,8 @@ The command runs in a process group of its own: stopping it stops everything
 it started. If run itself is killed, the command is killed too.
 
 The command does not get run's own secrets: LEASED_PASSWORD and
-LEASED_SECRET are taken out of its environment (a NATS password given in
-the URL instead stays in LEASED_URL).
+LEASED_SECRET are taken out of its environment, and any user, password or
+token out of the URLs in LEASED_URL.
 
 The exit code is the command's (128+signal if it was stopped, 127 if it could
 not be started; 5 if it was stopped because the lease was lost and exited 0
@@ -286,10 +286,17 @@ func renewOnEnd(ctx context.Context, cl *client.Client, l *kvlease.Lease) []kvle
 // renew, release or connect as run does.
 var secretEnv = []string{"LEASED_PASSWORD", "LEASED_SECRET"}
 
-// commandEnv is env without secretEnv.
+// commandEnv is env without secretEnv, and with no credentials in
+// LEASED_URL.
 func commandEnv(env []string) []string {
-	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+	env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
 		return slices.Contains(secretEnv, name)
 	})
+	for i, kv := range env {
+		if url, ok := strings.CutPrefix(kv, "LEASED_URL="); ok {
+			env[i] = "LEASED_URL=" + withoutCredentials(url)
+		}
+	}
+	return env
 }
