@@ -215,6 +215,7 @@ func TestCLIDetails(t *testing.T) {
 			"acquire x --ttl abc": `usage: leased acquire NAME [flags]`,
 			"history --since=-1s": `usage: leased history [PREFIX] [flags]`,
 			"frobnicate":          `"leased --help" lists the commands`,
+			"aquire":              `unknown command "aquire" for "leased" (did you mean acquire?)`,
 		} {
 			if r := run(t, 2, strings.Fields(args)...); !strings.Contains(r.stderr, want) {
 				t.Errorf("leased %s: stderr %q, want %q", args, r.stderr, want)

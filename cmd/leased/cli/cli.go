@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -26,7 +27,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err != nil && cmd == root { // root runs nothing: its only error is an unknown command
-		err = usageError{err}
+		err = usageError{unknownCommand(err)}
 	}
 	var status exitStatus
 	switch {
@@ -47,6 +48,26 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type usageError struct{ error }
+
+// unknownCommand is cobra's unknown-command error on one line: its
+// suggestions come on lines of their own ("…\n\nDid you mean this?\n\tacquire\n"),
+// which printed as "…; ; Did you mean this?; \tacquire; ".
+func unknownCommand(err error) error {
+	first, rest, ok := strings.Cut(err.Error(), "\n")
+	if !ok {
+		return err
+	}
+	var suggestions []string
+	for _, l := range strings.Split(rest, "\n") {
+		if l = strings.TrimSpace(l); l != "" && l != "Did you mean this?" {
+			suggestions = append(suggestions, l)
+		}
+	}
+	if len(suggestions) == 0 {
+		return errors.New(first)
+	}
+	return fmt.Errorf("%s (did you mean %s?)", first, strings.Join(suggestions, " or "))
+}
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
