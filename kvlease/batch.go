@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,7 +42,11 @@ import (
 //     MinMessages − 1 of them are in flight together (then there are
 //     callers enough for a batch, and it queues again).
 //   - A queued request whose context has ended is never sent: a renewal
-//     capped at its holder's deadline must not reach the server after it.
+//     capped at its holder's deadline must not reach the server after it;
+//     nor is a renewal that has queued into Renew's guard before the
+//     revision's expiry, whatever its context.
+//   - A request too large for the server (its max_payload) is refused
+//     before it queues: in a batch it would sink the others.
 //   - One failed expectation rejects a whole batch (err 10071 or 10164,
 //     naming no message). The writer first screens out what the store
 //     already knows to be stale (revCache.stale), and on a rejected batch
@@ -51,7 +56,10 @@ import (
 //     seq − n + i (the server commits a batch contiguously: on R1 under
 //     the stream's isolation lock, on R3 as one multi-entry proposal).
 //   - A request is answered only after its batch's ack, which the server
-//     sends after the sync: durability is that of a single publish.
+//     sends after the sync: durability is that of a single publish. A
+//     batch whose ack cannot come (the connection was lost) or that no
+//     caller waits for any more frees its slot at once (ackWait), its
+//     outcome unknown.
 
 // writeReq is one write waiting for its answer.
 type writeReq struct {
@@ -64,6 +72,23 @@ type writeReq struct {
 	done   chan writeResult // buffered (1): the writer never blocks on it
 	seq    uint64           // when it queued (writer.arrivals), if it did
 	wrote  uint64           // the revision it was written at, once answered so (see screenLocked)
+	// tooLate, if set (renewals), says why the write must no longer be
+	// sent (Store.Renew's guard): checked again as it goes out, as its
+	// context is, however long it queued.
+	tooLate func() error
+}
+
+// unsendable is why r must not be sent now, if it must not: its context
+// has ended, or (a renewal) it would reach the server too close to the
+// expiry of the revision it renews.
+func (r *writeReq) unsendable() error {
+	if err := r.ctx.Err(); err != nil {
+		return translate(r.op, err)
+	}
+	if r.tooLate != nil {
+		return r.tooLate()
+	}
+	return nil
 }
 
 type writeResult struct {
@@ -476,7 +501,7 @@ func (w *writer) wakeLingerersLocked() {
 }
 
 // takeLocked takes the next write from the queue, in order: requests
-// whose context has ended are dropped, those the cache shows stale are
+// that must no longer be sent (writeReq.unsendable) are answered unsent, those the cache shows stale are
 // answered errMismatch, and a request for a name already in this write
 // or in another write in flight stays queued for a later one.
 func (w *writer) takeLocked() []*writeReq {
@@ -487,8 +512,8 @@ func (w *writer) takeLocked() []*writeReq {
 		switch {
 		case len(take) >= w.limits.MaxMessages || w.keys[r.name] > 0:
 			rest = append(rest, r)
-		case r.ctx.Err() != nil:
-			r.answer(0, translate(r.op, r.ctx.Err()))
+		case r.unsendable() != nil:
+			r.answer(0, r.unsendable())
 		case w.s.cache.stale(r.name, r.expect, now):
 			r.answer(0, errMismatch)
 		default:
@@ -508,8 +533,8 @@ func (a *answers) write(reqs []*writeReq) {
 	w := a.w
 	live := make([]*writeReq, 0, len(reqs))
 	for _, r := range reqs {
-		if err := r.ctx.Err(); err != nil {
-			a.answer(r, 0, translate(r.op, err))
+		if err := r.unsendable(); err != nil {
+			a.answer(r, 0, err)
 			continue
 		}
 		live = append(live, r)
@@ -534,8 +559,8 @@ func (a *answers) write(reqs []*writeReq) {
 	// Once more, as close to sending as can be: a request whose context
 	// ended meanwhile (a renewal past its holder's deadline) stays unsent.
 	live = slices.DeleteFunc(live, func(r *writeReq) bool {
-		if err := r.ctx.Err(); err != nil {
-			a.answer(r, 0, translate(r.op, err))
+		if err := r.unsendable(); err != nil {
+			a.answer(r, 0, err)
 			return true
 		}
 		return false
@@ -545,7 +570,9 @@ func (a *answers) write(reqs []*writeReq) {
 		return
 	}
 	w.sent(true, names(live)...)
-	revs, err := w.s.publishBatch(live, w.limits.Timeout)
+	ctx, done := w.ackWait(live)
+	revs, err := w.s.publishBatch(ctx, live)
+	done()
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:
@@ -586,8 +613,8 @@ func (a *answers) singles(reqs []*writeReq) {
 	w := a.w
 	var wg sync.WaitGroup
 	for _, r := range reqs {
-		if err := r.ctx.Err(); err != nil {
-			a.answer(r, 0, translate(r.op, err))
+		if err := r.unsendable(); err != nil {
+			a.answer(r, 0, err)
 			continue
 		}
 		w.sent(false, r.name)
@@ -605,8 +632,8 @@ func (a *answers) singles(reqs []*writeReq) {
 func (a *answers) onTheirOwn(reqs []*writeReq) {
 	w := a.w
 	for _, r := range reqs {
-		if err := r.ctx.Err(); err != nil {
-			a.answer(r, 0, translate(r.op, err))
+		if err := r.unsendable(); err != nil {
+			a.answer(r, 0, err)
 			w.released(r)
 			continue
 		}
@@ -660,12 +687,63 @@ func (s *Store) publishOne(r *writeReq) (uint64, error) {
 	return ack.Sequence, nil
 }
 
+// ackWait is how long a batch of reqs may wait for its ack, which holds
+// a write slot (on R1 the only one) and its keys: until the batch timeout,
+// until the connection is lost (an ack the server sent meanwhile is lost
+// with it: core NATS does not resend), or until every request's context
+// has ended (nobody waits for the answer). Once it ends, the batch's
+// outcome is unknown: its requests are answered ErrUnavailable and the
+// slot goes to the next write. done releases it.
+func (w *writer) ackWait(reqs []*writeReq) (ctx context.Context, done func()) {
+	base, cancel := context.WithCancelCause(context.Background())
+	ctx, cancelT := context.WithTimeoutCause(base, w.limits.Timeout,
+		fmt.Errorf("no acknowledgement of the batch within %v; it may or may not have been stored", w.limits.Timeout))
+	var left atomic.Int64
+	left.Store(int64(len(reqs)))
+	stops := make([]func() bool, len(reqs))
+	for i, r := range reqs {
+		stops[i] = context.AfterFunc(r.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel(errCallersGone)
+			}
+		})
+	}
+	// Registered before the connection's state is read, so that a loss
+	// between the two is seen.
+	status := w.s.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	if !w.s.nc.IsConnected() {
+		cancel(errAckLost)
+	}
+	w.wg.Go(func() {
+		select {
+		case _, ok := <-status:
+			if ok {
+				cancel(errAckLost)
+			}
+		case <-ctx.Done():
+		}
+	})
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		w.s.nc.RemoveStatusListener(status)
+		cancelT()
+		cancel(nil)
+	}
+}
+
+var (
+	errAckLost     = errors.New("connection to NATS lost before the batch's acknowledgement came; it may or may not have been stored")
+	errCallersGone = errors.New("every request of the batch gave up before its acknowledgement came; it may or may not have been stored")
+)
+
 // publishBatch writes reqs (distinct subjects) as one atomic batch, each
-// with its expectation and TTL, and returns their revisions, in order. An
-// error that is a *jetstream.APIError means the server refused the batch
-// and nothing of it was written; any other error means no answer (it may
-// have been).
-func (s *Store) publishBatch(reqs []*writeReq, timeout time.Duration) ([]uint64, error) {
+// with its expectation and TTL, and returns their revisions, in order,
+// waiting for the ack while ctx lasts. An error that is a
+// *jetstream.APIError means the server refused the batch and nothing of
+// it was written; any other error means no answer (it may have been).
+func (s *Store) publishBatch(ctx context.Context, reqs []*writeReq) ([]uint64, error) {
 	// One allocation per batch for the messages and one for the header
 	// values, not one per message and per header: at 100k live leases
 	// serve's GC was about a quarter of its CPU.
@@ -686,7 +764,9 @@ func (s *Store) publishBatch(reqs []*writeReq, timeout time.Duration) ([]uint64,
 		ms[i] = nats.Msg{Subject: r.msg.Subject, Data: r.msg.Data, Header: h}
 		msgs[i] = &ms[i]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return atomicbatch.Publish(ctx, s.nc, msgs)
+	revs, err := atomicbatch.Publish(ctx, s.nc, msgs)
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	return revs, err
 }

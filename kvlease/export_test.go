@@ -69,7 +69,9 @@ func CreateRaw(ctx context.Context, st *Store, names []string, data []byte, ttl 
 			msg: &nats.Msg{Subject: st.prefix + n, Header: nats.Header{hdrOp: []string{"grant"}}, Data: data}}
 	}
 	if batch {
-		_, err := st.publishBatch(reqs, 10*time.Second)
+		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := st.publishBatch(bctx, reqs)
 		return err
 	}
 	var wg sync.WaitGroup

@@ -98,9 +98,12 @@ type BatchLimits struct {
 	Linger time.Duration
 	// Timeout bounds the wait for a batch's acknowledgement: past it, every
 	// request in the batch is answered [ErrUnavailable] (it may or may not
-	// have been committed). At most the server's max_batch_timeout (10 s by
-	// default), which bounds the time from a batch's first message to its
-	// commit on the server; above 0.
+	// have been committed). The wait, which holds a write slot, also ends
+	// as soon as the connection is lost (the ack is lost with it) or every
+	// request's context has ended (nobody waits for the answer). At most
+	// the server's max_batch_timeout (10 s by default), which bounds the
+	// time from a batch's first message to its commit on the server; above
+	// 0.
 	Timeout time.Duration
 }
 

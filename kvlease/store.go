@@ -730,7 +730,9 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 			return err
 		}
 		sent = time.Now()
-		rev, err = s.publish(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
+		w := s.newWrite(ctx, req.Name, "renew", data, nil, req.Revision, ttl)
+		w.tooLate = tooLate // again as it goes out, if it queues
+		rev, err = s.write(w)
 		return err
 	})
 	if err != nil {
@@ -1071,18 +1073,52 @@ func parseTTL(v string) time.Duration {
 // the subject's last revision (0: no message), with a TTL if ttl > 0:
 // through the group commit if batching is on, else as one publish.
 func (s *Store) publish(ctx context.Context, name, op string, data []byte, hdr nats.Header, expect uint64, ttl time.Duration) (uint64, error) {
+	return s.write(s.newWrite(ctx, name, op, data, hdr, expect, ttl))
+}
+
+// newWrite is the write publish sends.
+func (s *Store) newWrite(ctx context.Context, name, op string, data []byte, hdr nats.Header, expect uint64, ttl time.Duration) *writeReq {
 	if hdr == nil {
 		hdr = nats.Header{}
 	}
 	hdr.Set(hdrOp, op)
-	req := &writeReq{ctx: ctx, name: name, op: op, msg: &nats.Msg{Subject: s.prefix + name, Header: hdr, Data: data},
+	return &writeReq{ctx: ctx, name: name, op: op, msg: &nats.Msg{Subject: s.prefix + name, Header: hdr, Data: data},
 		expect: expect, ttl: ttl, done: make(chan writeResult, 1)}
+}
+
+// write sends req, through the group commit if the Store has one. A
+// message the server would refuse for its size is refused here, before it
+// can share a batch (whose other messages it would sink).
+func (s *Store) write(req *writeReq) (uint64, error) {
+	if size, limit := msgSize(req.msg), s.nc.MaxPayload(); limit > 0 && int64(size) > limit {
+		return 0, fmt.Errorf("%w: %s of %q: its message takes about %d bytes, over the NATS server's max_payload of %d "+
+			"(smaller attributes, or a larger max_payload)", ErrTooLarge, req.op, req.name, size, limit)
+	}
 	if s.w == nil {
-		s.metrics.StoreWrite(ctx, false, 1)
+		s.metrics.StoreWrite(req.ctx, false, 1)
 		return s.publishOne(req)
 	}
 	return s.w.submit(req)
 }
+
+// msgSize bounds the size nats.go gives a write's message as it checks
+// it against the server's max_payload: its data and headers as encoded,
+// with the headers the write adds (expectation, TTL, batch) at their
+// longest.
+func msgSize(m *nats.Msg) int {
+	n := len(m.Data) + len("NATS/1.0\r\n\r\n") + addedHeaderBytes
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(": \r\n") + len(v)
+		}
+	}
+	return n
+}
+
+// addedHeaderBytes bounds the headers a write's message gets as it goes
+// out: Nats-Expected-Last-Subject-Sequence (20 digits), Nats-TTL (a
+// duration's longest text) and the three atomic batch headers.
+const addedHeaderBytes = 256
 
 // purge writes a tombstone that rolls up the subject, if rev is current,
 // ending the tenure cur.

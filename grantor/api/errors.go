@@ -35,7 +35,7 @@ func ErrorBodyOf(verb string, err error) ErrorBody {
 		b.Code, b.Revision = CodeConflict, stale.Revision
 	case errors.Is(err, kvlease.ErrHeld):
 		b.Code = CodeHeld
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, ErrTooLarge), errors.Is(err, kvlease.ErrTooLarge):
 		b.Code = CodeTooLarge
 	case errors.Is(err, ErrLimitExceeded):
 		b.Code = CodeLimitExceeded

@@ -62,6 +62,9 @@ func Publish(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) ([]uint64, er
 	if n == 0 {
 		return nil, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("batch not sent: %w", err) // nothing of it sent
+	}
 	id := nuid.Next()
 	var commit *nats.Msg
 	// The header values in one allocation for the batch, not one each.
