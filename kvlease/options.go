@@ -29,6 +29,7 @@ type options struct {
 	marginSet     bool        // WithGrantorMargin was given (else the bucket's policy, if any)
 	rangeSet      bool        // WithDurationRange was given (else the bucket's policy, if any)
 	setPolicy     bool        // WithBucketPolicy: record margin and range on the bucket
+	overdueGrace  time.Duration
 }
 
 // DefaultBucket is the lease bucket's name unless [WithBucket] says otherwise.
@@ -50,6 +51,7 @@ func defaultOptions() options {
 		create:        true,
 		logger:        slog.New(slog.DiscardHandler),
 		batch:         DefaultBatchLimits(1),
+		overdueGrace:  OverdueGrace,
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 // Headers on the messages kvlease writes. A watcher reads them from the
 // bucket's stream to tell a release from a revocation (both are purges).
 const (
-	hdrOp     = "Leased-Op"     // grant | renew | release | revoke
+	hdrOp     = "Leased-Op"     // grant | renew | release | revoke | expire (EndOverdue)
 	hdrHolder = "Leased-Holder" // on release and revoke: the holder whose tenure ended
 	hdrToken  = "Leased-Token"  // on release and revoke: that tenure's token
 	hdrReason = "Leased-Reason" // on revoke: the operator's reason
@@ -852,6 +852,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Record, error) {
 		return nil, err
 	}
 	out := slices.Collect(maps.Values(state))
+	// Records the server kept past their TTL are not live (OverdueGrace).
+	out = slices.DeleteFunc(out, func(r Record) bool { return s.overdue(ctx, r) })
 	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
@@ -1036,8 +1038,102 @@ func (s *Store) readLast(ctx context.Context, name string) (rec Record, live boo
 		s.cache.markGone(name, tombstoneOf(m.Sequence, m.Time, m.Header))
 		return Record{Name: name, Revision: m.Sequence}, false, nil
 	}
-	rec, err = s.decode(name, m)
-	return rec, err == nil, err
+	if rec, err = s.decode(name, m); err != nil {
+		return rec, false, err
+	}
+	if s.overdue(ctx, rec) {
+		s.log.Warn("lease record outlived its TTL on the NATS server; taken as lapsed", "lease", name,
+			"holder", rec.Holder, "token", rec.Token, "expired_at", rec.ExpiresAt())
+		s.cache.markGone(name, overdueTombstone(rec))
+		return Record{Name: name, Revision: rec.Revision}, false, nil
+	}
+	return rec, true, nil
+}
+
+// OverdueGrace is how far past its expiry (StoredAt + TTL), by the NATS
+// server's clock, a lease's record must be for a Store to take it as
+// lapsed although the server still holds it. nats-server v2.15.2 can lose
+// a TTL expiry: it writes no tombstone for a message it removes by TTL, so
+// rebuilding its index after an unclean stop (SIGKILL, power loss) brings
+// such messages back, and those below where it rescans its TTL state
+// never lapse again (nats-server issue 8505): a lease held for good by a
+// holder long gone. Reads answer such a record as lapsed (a grant takes
+// the lease over it, with a compare-and-set on its revision), and
+// [Store.EndOverdue] writes its end. Both clocks must agree, this
+// machine's and then the server's (the time of a stream info request), so
+// that a step of either alone never ends a live tenure; the grace covers
+// the server's own lateness in lapsing a key and the offset between the
+// clocks of a cluster's nodes.
+const OverdueGrace = 10 * time.Second
+
+// overdueReason is the reason an overdue record's end gives.
+const overdueReason = "the NATS server kept the lease past its TTL (an expiry lost over an unclean restart); leased ended it"
+
+// overdue reports whether rec, a live record as stored, is past its
+// expiry by OverdueGrace on this machine's clock and on the server's.
+func (s *Store) overdue(ctx context.Context, rec Record) bool {
+	if rec.TTL <= 0 || !time.Now().After(rec.ExpiresAt().Add(s.o.overdueGrace)) {
+		return false
+	}
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		s.log.Info("cannot read the NATS server's time to confirm an overdue lease", "lease", rec.Name, "err", err)
+		return false
+	}
+	return info.TimeStamp.After(rec.ExpiresAt().Add(s.o.overdueGrace))
+}
+
+// overdueTombstone is the end of rec, which the server kept past its TTL,
+// as the grant that replaces it carries it (and EndOverdue writes it).
+func overdueTombstone(rec Record) *tombstone {
+	h := nats.Header{}
+	h.Set(hdrOp, opExpire)
+	h.Set(hdrHolder, rec.Holder)
+	h.Set(hdrToken, strconv.FormatUint(uint64(rec.Token), 10))
+	h.Set(hdrReason, overdueReason)
+	if !rec.GrantedAt.IsZero() {
+		h.Set(hdrGranted, rec.GrantedAt.UTC().Format(time.RFC3339Nano))
+	}
+	return tombstoneOf(rec.Revision, rec.ExpiresAt(), h)
+}
+
+// opExpire is the Leased-Op of the end EndOverdue writes: an expiry, as
+// the server's marker would have been.
+const opExpire = "expire"
+
+// EndOverdue ends the tenure of name if the server has kept its record
+// past the record's expiry (see [OverdueGrace]): it writes the end, an
+// expiry, with a compare-and-set on the record's revision, and reports
+// whether it did. Nothing else is touched: a record that is live, gone, or
+// changed meanwhile is left as it is. A grantor's observer calls it for
+// the tenures it sees outlive their TTL, so that watchers and the history
+// see them end.
+func (s *Store) EndOverdue(ctx context.Context, name string) (bool, error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
+	switch {
+	case errors.Is(err, errNoMessage):
+		return false, nil
+	case err != nil:
+		return false, translate("read lease", err)
+	case gone(m.Header):
+		return false, nil
+	}
+	rec, err := s.decode(name, m)
+	if err != nil || !s.overdue(ctx, rec) {
+		return false, err
+	}
+	switch _, err := s.purge(ctx, name, opExpire, rec, overdueReason, rec.Revision); {
+	case errors.Is(err, errMismatch):
+		return false, nil // changed meanwhile
+	case err != nil:
+		return false, err
+	}
+	s.log.Warn("ended a lease the NATS server kept past its TTL", "lease", name, "holder", rec.Holder,
+		"token", rec.Token, "expired_at", rec.ExpiresAt())
+	return true, nil
 }
 
 func (s *Store) decode(name string, m *jetstream.RawStreamMsg) (Record, error) {

@@ -563,6 +563,8 @@ func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (E
 	switch h.Get(hdrOp) {
 	case "release":
 		ev.Type = EventReleased
+	case opExpire: // EndOverdue: the expiry the server lost
+		ev.Type = EventExpired
 	case "revoke":
 	default: // a plain KV delete or purge by some other client
 		ev.Reason = "kv " + strings.ToLower(h.Get(hdrKVOp))
