@@ -1,5 +1,7 @@
 package grantor
 
+import "time"
+
 // SetObservedHook makes s's observer call f with the revision of each
 // change of the bucket it has handled (reported, or skipped as its own).
 // Call it before Start.
@@ -11,6 +13,15 @@ func SetObservedHook(s *Service, f func(rev uint64)) { s.onObserved = f }
 func WithFeedHook(buffer int, f func(on bool)) Option {
 	return func(s *Service) error {
 		s.feed.size, s.onFeed = buffer, f
+		return nil
+	}
+}
+
+// WithOverdueSweep makes s's observer look for tenures the server kept
+// past their TTL every d instead of every 5 s.
+func WithOverdueSweep(d time.Duration) Option {
+	return func(s *Service) error {
+		s.overdueSweep = d
 		return nil
 	}
 }

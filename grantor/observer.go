@@ -1,6 +1,7 @@
 package grantor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -264,6 +265,16 @@ func (o *observer) setState(st string) {
 type openTenure struct {
 	token    kvlease.Token
 	renewals int
+	// expires is when the server should lapse the tenure's last revision
+	// seen (zero if unknown): see endOverdue.
+	expires time.Time
+}
+
+// seen notes rec, the tenure's latest revision, if known.
+func (t *openTenure) seen(rec *kvlease.Record) {
+	if rec != nil && rec.TTL > 0 {
+		t.expires = rec.ExpiresAt()
+	}
 }
 
 // observe reports the bucket's changes while lead lasts. It reports what
@@ -308,6 +319,8 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	// is one synced write for many changes, not one each.
 	linger := time.NewTimer(historyLinger)
 	defer linger.Stop()
+	sweep := time.NewTicker(cmp.Or(o.s.overdueSweep, overdueSweep))
+	defer sweep.Stop()
 	var handled uint64 // the revision of the last change handled
 	// flush writes what is pending, only while this node still observes:
 	// one paused since it queued the records reports nothing more.
@@ -320,21 +333,27 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	for {
 		var ev kvlease.Event
 		ok := true
-		if len(o.pending) == 0 {
-			ev, ok = <-events
-		} else {
+		var lingered <-chan time.Time // only while records wait
+		if len(o.pending) > 0 {
 			linger.Reset(historyLinger)
-			select {
-			case ev, ok = <-events:
-			case <-linger.C:
-				if err := flush(); err != nil {
-					return err
-				}
-				if o.s.onObserved != nil {
-					o.s.onObserved(handled)
-				}
-				continue
+			lingered = linger.C
+		}
+		select {
+		case ev, ok = <-events:
+		case <-lingered:
+			if err := flush(); err != nil {
+				return err
 			}
+			if o.s.onObserved != nil {
+				o.s.onObserved(handled)
+			}
+			continue
+		case <-sweep.C:
+			if err := lead.Lease().Check(); err != nil {
+				return err
+			}
+			o.endOverdue(ctx, open)
+			continue
 		}
 		if !ok {
 			break
@@ -361,6 +380,43 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 		return err
 	}
 	return ctx.Err()
+}
+
+// overdueSweep is how often the observer looks for tenures the server
+// has kept past their TTL (endOverdue).
+const overdueSweep = 5 * time.Second
+
+// maxOverdueEnds bounds the ends one sweep writes: a server that lost many
+// expiries at once is caught up over several sweeps.
+const maxOverdueEnds = 1000
+
+// endOverdue ends the open tenures the server has kept past their TTL by
+// the store's grace (nats-server loses an expiry over an unclean restart:
+// see kvlease.OverdueGrace), so that watchers and the history see
+// them end, as expired. The store confirms each against the server's
+// clock; their ends come back through the watch, which closes them here.
+func (o *observer) endOverdue(ctx context.Context, open map[string]*openTenure) {
+	due := time.Now().Add(-o.s.store.OverdueGrace())
+	tried := 0
+	for name, t := range open {
+		if t.expires.IsZero() || !t.expires.Before(due) {
+			continue
+		}
+		if tried++; tried > maxOverdueEnds {
+			return
+		}
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		ended, err := o.s.store.EndOverdue(actx, name)
+		cancel()
+		switch {
+		case err != nil:
+			o.s.log.Warn("cannot end a lease the server kept past its TTL", "lease", name, "err", err)
+		case !ended:
+			// Renewed meanwhile (its renewal is on the way), gone, or not
+			// overdue by the server's clock yet: look again next time.
+			t.expires = t.expires.Add(cmp.Or(o.s.overdueSweep, overdueSweep))
+		}
+	}
 }
 
 // switchIdle is how long the observer's own watch, caught up, may deliver
@@ -523,14 +579,20 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 	switch {
 	case ev.Replay:
 		// A tenure it knows (replayed again after a cut-off) keeps its count.
-		if t := open[ev.Name]; ev.Record != nil && (t == nil || t.token != ev.Token) {
-			open[ev.Name] = &openTenure{token: ev.Token}
+		t := open[ev.Name]
+		if ev.Record != nil && (t == nil || t.token != ev.Token) {
+			t = &openTenure{token: ev.Token}
+			open[ev.Name] = t
+		}
+		if t != nil && t.token == ev.Token {
+			t.seen(ev.Record)
 		}
 		return nil
 	case ev.Type == kvlease.EventRenewed:
 		o.s.metrics.LeaseEvent(ctx, ev.Type.String())
 		if t := open[ev.Name]; t != nil && t.token == ev.Token {
 			t.renewals++
+			t.seen(ev.Record)
 		}
 		return nil
 	case ev.Type == kvlease.EventGranted:
@@ -539,6 +601,7 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 			return nil // a tenure it knows, first seen by a new watch (after a cut-off)
 		}
 		open[ev.Name] = &openTenure{token: ev.Token}
+		open[ev.Name].seen(ev.Record)
 		if prev != nil && prev.token != ev.Token {
 			// The watch lagged past the end of the tenure before (history 1
 			// keeps one entry per lease) and the grant did not carry its

@@ -144,6 +144,9 @@ type Service struct {
 	// onObserved, if set (tests), is called by the observer with the
 	// revision of each change of the bucket its watch has handled.
 	onObserved func(rev uint64)
+	// overdueSweep is how often the observer looks for tenures the server
+	// kept past their TTL (tests shorten it).
+	overdueSweep time.Duration
 	// onFeed, if set (tests), is called when the observer moves to the
 	// service's watch (true) and when the feed cuts it off (false).
 	onFeed func(on bool)

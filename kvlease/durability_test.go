@@ -1,62 +1,22 @@
 package kvlease_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // kvleasetest's servers run inside the test process, which a test cannot
-// SIGKILL and survive; the durability test runs nats-server in a child (the
-// test binary in the role "nats-server", see kvleasetest.Main).
+// SIGKILL and survive; the durability tests run nats-server in a child (the
+// test binary in kvleasetest.RoleServer).
 func TestMain(m *testing.M) {
-	kvleasetest.Main(m, map[string]func(string) error{"nats-server": natsServerChild})
-}
-
-const (
-	envServerDir  = "KVLEASE_SERVER_DIR"
-	envServerPort = "KVLEASE_SERVER_PORT"
-)
-
-// natsServerChild serves JetStream (sync always) on the port and data
-// directory its environment names, says "ready", and runs until its
-// stdin closes or it is killed.
-func natsServerChild(string) error {
-	port, err := strconv.Atoi(os.Getenv(envServerPort))
-	if err != nil {
-		return err
-	}
-	srv, err := kvleasetest.Start(os.Getenv(envServerDir), kvleasetest.WithPort(port))
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown()
-	fmt.Println("ready")
-	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-	return nil
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	kvleasetest.Main(m, map[string]func(string) error{kvleasetest.RoleServer: kvleasetest.ServeChild})
 }
 
 // acked is a write the store acknowledged.
@@ -72,13 +32,8 @@ type acked struct {
 // restart gets a token above every one acknowledged before, so no token
 // is handed out twice.
 func TestBatchedWritesSurviveSIGKILL(t *testing.T) {
-	dir, port := t.TempDir(), freePort(t)
-	env := []string{envServerDir + "=" + dir, envServerPort + "=" + strconv.Itoa(port)}
-	child, _, next := kvleasetest.StartChild(t, "nats-server", "", env...)
-	if l := next(); l != "ready" {
-		t.Fatalf("server child said %q", l)
-	}
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	srv := kvleasetest.StartChildServer(t)
+	url := srv.URL
 	st := kvleasetest.OpenStore(t, url)
 	log := &sendLog{}
 	kvlease.SetSendHook(st, log.hook)
@@ -127,18 +82,12 @@ func TestBatchedWritesSurviveSIGKILL(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("load did not reach its acknowledgements")
 	}
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	srv.Kill()
 	wg.Wait() // every client has failed its next write
 	if log.batchCount() == 0 {
 		t.Fatal("no batch was sent: the load was not batched")
 	}
-
-	_, _, next = kvleasetest.StartChild(t, "nats-server", "", env...)
-	if l := next(); l != "ready" {
-		t.Fatalf("restarted server child said %q", l)
-	}
+	srv.Restart()
 	after := kvleasetest.OpenStore(t, url, kvlease.WithoutCreate())
 	mu.Lock()
 	defer mu.Unlock()
@@ -167,21 +116,14 @@ func TestBatchedWritesSurviveSIGKILL(t *testing.T) {
 }
 
 // A lease that lapsed, and whose expiry marker has lapsed too, stays gone
-// when the server is SIGKILLed and restarted on its data. nats-server
-// v2.15.2 writes no tombstone for a message it removes by TTL, so a
-// rebuild of its block index after an unclean stop brings the message back
-// (nats-server issue 8505), below the sequence its TTL state is scanned
-// from: the lease read as held by its old holder, for good. The store
-// takes such a record as lapsed (reads, lists, grants over it), and
-// EndOverdue writes the expiry the server lost.
+// when the server loses its expiry over a SIGKILL and restart
+// (kvleasetest.ChildServer.LoseExpiries, nats-server issue 8505): the
+// server holds it again, for good, as its old holder's. The store takes
+// such a record as lapsed (reads, lists, grants over it), and EndOverdue
+// writes the expiry the server lost.
 func TestLapsedLeaseStaysLapsedAfterSIGKILL(t *testing.T) {
-	dir, port := t.TempDir(), freePort(t)
-	env := []string{envServerDir + "=" + dir, envServerPort + "=" + strconv.Itoa(port)}
-	child, _, next := kvleasetest.StartChild(t, "nats-server", "", env...)
-	if l := next(); l != "ready" {
-		t.Fatalf("server child said %q", l)
-	}
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	srv := kvleasetest.StartChildServer(t)
+	url := srv.URL
 	st := kvleasetest.OpenStore(t, url, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
 	ctx := t.Context()
 	lapsed := map[string]kvlease.Record{}
@@ -197,44 +139,17 @@ func TestLapsedLeaseStaysLapsedAfterSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, url))
-	stream, err := js.Stream(ctx, "KV_"+kvlease.DefaultBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The leases lapse (1 s), then their markers (1 s): their subjects are empty.
-	deadline := time.Now().Add(15 * time.Second)
-	for name := range lapsed {
-		for {
-			_, err := stream.GetLastMsgForSubject(ctx, "$KV."+kvlease.DefaultBucket+"."+name)
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still has a message after 15 s: %v", name, err)
-			}
-			time.Sleep(100 * time.Millisecond) // bounded poll: the server removes a marker with no event
-		}
-	}
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = child.Wait()
-	_, _, next = kvleasetest.StartChild(t, "nats-server", "", env...)
-	if l := next(); l != "ready" {
-		t.Fatalf("restarted server child said %q", l)
-	}
+	srv.LoseExpiries(st, "gone.granted", "gone.ended")
 	open := func() *kvlease.Store {
-		st := kvleasetest.OpenStore(t, url, kvlease.WithoutCreate())
-		kvlease.SetOverdueGrace(st, 0) // not OverdueGrace's 10 s: the leases lapsed seconds ago
-		return st
+		// Grace 0, not OverdueGrace's 10 s: the leases lapsed seconds ago.
+		return kvleasetest.OpenStore(t, url, kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0))
 	}
 	after := open()
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	all, err := kvlease.RetryUnavailable(rctx, time.Second, nil, func() ([]kvlease.Record, error) { return after.List(rctx, "") })
-	if err != nil || len(all) != 20 {
-		t.Errorf("list after the restart: %d leases (%v), want the 20 live ones", len(all), err)
+	if err != nil || len(all) != 25 {
+		t.Errorf("list after the restart: %d leases (%v), want the 25 live ones", len(all), err)
 	}
 	for name := range lapsed {
 		if got, err := after.Get(rctx, name); !errors.Is(err, kvlease.ErrNotFound) {

@@ -99,7 +99,3 @@ func SetLingerGap(st *Store, d time.Duration) {
 
 // PassThroughAfter is passThroughAfter, for tests.
 const PassThroughAfter = passThroughAfter
-
-// SetOverdueGrace sets how far past its expiry a record must be for st to
-// take it as lapsed (OverdueGrace by default).
-func SetOverdueGrace(st *Store, d time.Duration) { st.o.overdueGrace = d }

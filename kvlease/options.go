@@ -281,6 +281,20 @@ func WithMarkerTTL(d time.Duration) Option {
 	}
 }
 
+// WithOverdueGrace sets how far past its expiry, by this machine's clock
+// and the NATS server's, a record the server still holds must be for the
+// Store to take it as lapsed. Default [OverdueGrace]; 0 trusts the two
+// clocks to agree exactly (one machine). Negative is an error.
+func WithOverdueGrace(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("%w: overdue grace %v is negative", ErrInvalidOption, d)
+		}
+		o.overdueGrace = d
+		return nil
+	}
+}
+
 // WithoutCreate makes Open fail with [ErrBucket] instead of creating a
 // missing bucket.
 func WithoutCreate() Option {

@@ -1066,6 +1066,10 @@ func (s *Store) readLast(ctx context.Context, name string) (rec Record, live boo
 // clocks of a cluster's nodes.
 const OverdueGrace = 10 * time.Second
 
+// OverdueGrace returns the store's grace for records the server kept
+// past their TTL ([WithOverdueGrace]).
+func (s *Store) OverdueGrace() time.Duration { return s.o.overdueGrace }
+
 // overdueReason is the reason an overdue record's end gives.
 const overdueReason = "the NATS server kept the lease past its TTL (an expiry lost over an unclean restart); leased ended it"
 

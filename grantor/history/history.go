@@ -501,8 +501,13 @@ func Fold(records []Record) []Tenure {
 		}
 		t.DurationMS = cmp.Or(t.DurationMS, r.DurationMS)
 		t.Flapping = t.Flapping || r.Flapping
-		if r.Kind == KindEnded {
+		if r.Kind == KindEnded && t.Live() {
+			// The first end stands: a tenure ends once. A second comes only
+			// from a server that brought the tenure back after an unclean
+			// restart (kvlease.OverdueGrace), whose end leased wrote again.
 			t.To, t.EndedBy, t.Reason = r.Time, r.EndedBy, r.Reason
+		}
+		if r.Kind == KindEnded {
 			t.Renewals = max(t.Renewals, r.Renewals)
 		}
 	}

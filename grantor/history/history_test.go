@@ -25,6 +25,10 @@ func TestFold(t *testing.T) {
 		{Kind: history.KindEnded, Name: "b", Token: 5, Holder: "h1", Revision: 9, Time: at(4), EndedBy: history.EndReleased, Renewals: 2},
 		// appended twice (two observers, beyond the duplicate window): folded once
 		{Kind: history.KindEnded, Name: "b", Token: 5, Holder: "h1", Revision: 9, Time: at(4), EndedBy: history.EndReleased, Renewals: 1},
+		// ended again, later: the server brought the tenure back after an
+		// unclean restart and leased ended it anew; the first end stands
+		{Kind: history.KindEnded, Name: "b", Token: 5, Holder: "h1", Revision: 12, Time: at(40), EndedBy: history.EndExpired,
+			Reason: "the NATS server kept the lease past its TTL"},
 		// the end of a tenure whose begin is older than what was read
 		{Kind: history.KindEnded, Name: "a", Token: 2, Holder: "h0", Revision: 7, Time: at(2), GrantedAt: t0.Add(-time.Minute), EndedBy: history.EndExpired},
 		// an expiry no observer saw begin

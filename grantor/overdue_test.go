@@ -1,0 +1,67 @@
+package grantor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// Tests that SIGKILL a NATS server run it as a child: the test binary in
+// kvleasetest.RoleServer.
+func TestMain(m *testing.M) {
+	kvleasetest.Main(m, map[string]func(string) error{kvleasetest.RoleServer: kvleasetest.ServeChild})
+}
+
+// A lease whose expiry the server lost over a SIGKILL and restart
+// (kvleasetest.ChildServer.LoseExpiries, nats-server issue 8505) is held
+// again for good; the observer ends it, as an expiry, so that watchers and
+// the history see it go.
+func TestObserverEndsLeasesTheServerKeptPastTheirTTL(t *testing.T) {
+	srv := kvleasetest.StartChildServer(t)
+	ctx := t.Context()
+	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
+	stuck, err := st.Grant(ctx, kvlease.GrantRequest{Name: "stuck", Holder: "old", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("other.%d", i), Holder: "h", Duration: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.LoseExpiries(st, "stuck")
+
+	w, err := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate()).Watch(ctx, "stuck", kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// Grace 0 (not 10 s): the lease lapsed seconds ago.
+	f := startOnStore(t, srv.URL, []kvlease.Option{kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0)},
+		grantor.DefaultConfig(), grantor.WithOverdueSweep(100*time.Millisecond))
+	select {
+	case ev := <-w.Events():
+		if ev.Type != kvlease.EventExpired || ev.Token != stuck.Token || ev.Holder != "old" {
+			t.Errorf("the change after the restart: %+v; want the expiry of old's tenure %d", ev, stuck.Token)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("nothing ended the lease the server kept (%v)", w.Err())
+	}
+	end := waitRecords(t, f.svc.History(), "stuck", 1)[0]
+	if end.Kind != history.KindEnded || end.EndedBy != history.EndExpired || end.Token != uint64(stuck.Token) ||
+		end.Holder != "old" || end.Reason == "" {
+		t.Errorf("the history's record of the end: %+v", end)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if got, err := f.store.Get(rctx, "stuck"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Errorf("the lease after the observer ended it: %+v, %v", got, err)
+	}
+}

@@ -1,0 +1,157 @@
+package kvleasetest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease"
+)
+
+// RoleServer is the child role (see [Main]) of [StartChildServer]: add it,
+// with [ServeChild], to the roles a package's TestMain gives Main.
+const RoleServer = "nats-server"
+
+const (
+	envServerDir  = "KVLEASE_SERVER_DIR"
+	envServerPort = "KVLEASE_SERVER_PORT"
+)
+
+// ServeChild is [RoleServer]'s function: it serves JetStream (sync
+// always) on the port and data directory its environment names, says
+// "ready", and runs until its stdin closes or it is killed.
+func ServeChild(string) error {
+	port, err := strconv.Atoi(os.Getenv(envServerPort))
+	if err != nil {
+		return err
+	}
+	srv, err := Start(os.Getenv(envServerDir), WithPort(port))
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	return nil
+}
+
+// ChildServer is a nats-server in a child process (the test binary in
+// [RoleServer]), whose data directory outlives it: a test can SIGKILL it,
+// which it cannot do to a server in its own process, and start it again
+// on its data, on the same port.
+type ChildServer struct {
+	URL   string
+	Dir   string
+	tb    testing.TB
+	env   []string
+	proc  *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// StartChildServer starts a child server on a free port with a new data
+// directory, waits until it is ready, and kills it on cleanup.
+func StartChildServer(tb testing.TB) *ChildServer {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	c := &ChildServer{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), Dir: tb.TempDir(), tb: tb}
+	c.env = []string{envServerDir + "=" + c.Dir, envServerPort + "=" + strconv.Itoa(port)}
+	c.Restart()
+	return c
+}
+
+// Restart starts the server again on its data and port and waits until it
+// is ready.
+func (c *ChildServer) Restart() {
+	c.tb.Helper()
+	cmd, stdin, next := StartChild(c.tb, RoleServer, "", c.env...)
+	if l := next(); l != "ready" {
+		c.tb.Fatalf("kvleasetest: server child said %q", l)
+	}
+	c.proc, c.stdin = cmd, stdin
+}
+
+// Stop shuts the server down cleanly (it writes its index and TTL state)
+// and waits for it to exit.
+func (c *ChildServer) Stop() {
+	c.tb.Helper()
+	c.stdin.Close()
+	if err := c.proc.Wait(); err != nil {
+		c.tb.Fatalf("kvleasetest: server child stopping: %v", err)
+	}
+}
+
+// Kill SIGKILLs the server and waits for it to exit: its data is as an
+// unclean stop (a crash, a power loss) leaves it.
+func (c *ChildServer) Kill() {
+	c.tb.Helper()
+	if err := c.proc.Process.Signal(syscall.SIGKILL); err != nil {
+		c.tb.Fatal(err)
+	}
+	_ = c.proc.Wait()
+}
+
+// LoseExpiries makes srv bring back the leases names, which st granted
+// for 1 s on a bucket whose markers last 1 s, with their expiries lost, as
+// nats-server v2.15.2 does after an unclean stop (issue 8505: it writes no
+// tombstone for a message it removes by TTL). It waits until the leases
+// and their markers have lapsed, restarts srv cleanly (which writes its
+// index and TTL state, without them), writes through st so that the block
+// they are in changes, and SIGKILLs and restarts srv: it rebuilds that
+// block from its file, where their messages still are, and rescans TTLs
+// only from its state's sequence on, so it never lapses them again.
+func (c *ChildServer) LoseExpiries(st *kvlease.Store, names ...string) {
+	c.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(c.URL)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(ctx, "KV_"+kvlease.DefaultBucket)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	for _, name := range names {
+		for {
+			_, err := stream.GetLastMsgForSubject(ctx, "$KV."+kvlease.DefaultBucket+"."+name)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if ctx.Err() != nil {
+				c.tb.Fatalf("kvleasetest: %s still has a message: %v", name, err)
+			}
+			time.Sleep(100 * time.Millisecond) // bounded poll: the server removes a marker with no event
+		}
+	}
+	c.Stop()
+	c.Restart()
+	for i := range 5 {
+		_, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (kvlease.Record, error) { // reconnecting
+			return st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("kvleasetest.later.%d", i), Holder: "h", Duration: time.Hour})
+		})
+		if err != nil {
+			c.tb.Fatal(err)
+		}
+	}
+	c.Kill()
+	c.Restart()
+}
