@@ -99,3 +99,6 @@ func SetLingerGap(st *Store, d time.Duration) {
 
 // PassThroughAfter is passThroughAfter, for tests.
 const PassThroughAfter = passThroughAfter
+
+// SetNow replaces l's clock, before l is kept (tests).
+func SetNow(l *Lease, f func() time.Time) { l.now = f }

@@ -322,6 +322,16 @@ func (k *Keeper) run(parent context.Context) {
 			reason, release = context.Cause(parent), true
 			return
 		}
+		// A clock guard that trips ends the tenure as Check does, and one
+		// that a deadline already ended (watchDeadline) stays ended.
+		if err := k.l.clockRateError(); err != nil {
+			reason = err
+			return
+		}
+		if k.ctx.Err() != nil {
+			reason = context.Cause(k.ctx)
+			return
+		}
 		// Each attempt gets half an interval (and never past the deadline,
 		// which Renew enforces): a reply lost in a reconnect costs a retry,
 		// not the lease.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -958,6 +959,43 @@ func TestLeaseReleaseAfterLostReplySendsNoRenewal(t *testing.T) {
 		_, live := g.Lookup("svc/web")
 		if live {
 			t.Fatal("the lease is still live at the grantor after Release")
+		}
+	})
+}
+
+// A clock guard that trips ends a kept tenure, as it fails Check: the
+// keeper stops renewing and ends its Context (and `leased run`, which
+// waits on Done, stops its command). It kept renewing, Context live, for
+// as long as the grantor answered.
+func TestKeeperEndsWhenTheClockGuardTrips(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := kvleasetest.NewFakeGrantor()
+		var drifting atomic.Bool
+		const d = 3 * time.Second
+		l := mustAcquire(t, g, "clock", d, kvlease.WithClockGuard(func(float64) bool { return drifting.Load() }))
+		k, lost := keepRecording(t, l)
+		defer k.Close(context.Background())
+		time.Sleep(d / 2)
+		drifting.Store(true)
+		tripped := time.Now()
+		if err := l.Check(); !errors.Is(err, kvlease.ErrClockRate) {
+			t.Fatalf("Check with the guard tripped: %v, want ErrClockRate", err)
+		}
+		time.Sleep(d / 3) // the keeper's interval
+		synctest.Wait()
+		if !isClosed(k.Done()) {
+			t.Fatalf("the keeper still runs %v after the clock guard tripped", time.Since(tripped))
+		}
+		renewals := len(g.Renewals())
+		if calls := lost.get(); len(calls) != 1 || !errors.Is(calls[0].err, kvlease.ErrClockRate) {
+			t.Errorf("OnLost: %v, want one call with ErrClockRate", calls)
+		}
+		if err := context.Cause(k.Context()); !errors.Is(err, kvlease.ErrClockRate) {
+			t.Errorf("the keeper's Context ended with %v, want ErrClockRate", err)
+		}
+		time.Sleep(3 * d)
+		if n := len(g.Renewals()); n != renewals {
+			t.Errorf("%d renewals sent after the keeper ended", n-renewals)
 		}
 	})
 }

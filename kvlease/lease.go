@@ -379,11 +379,7 @@ func (l *Lease) CheckFor(need time.Duration) error {
 	rem, released, refused, token := l.deadline.Sub(l.now()), l.released, l.refused, l.rec.Token
 	l.mu.Unlock()
 	if rem > need { // never after a refusal, which moved the deadline to then
-		if l.guard != nil && l.guard(l.rho) {
-			return fmt.Errorf("%w: %w: lease %q (token %d): the deadline assumes clock rates within %g",
-				ErrExpired, ErrClockRate, l.name, token, l.rho)
-		}
-		return nil
+		return l.clockRateError()
 	}
 	if rem <= 0 && !released {
 		l.lateEffects.Add(1)
@@ -391,6 +387,19 @@ func (l *Lease) CheckFor(need time.Duration) error {
 	}
 	return &LeaseExpiredError{Name: l.name, Token: token, Remaining: rem, Need: need, Margin: l.margin,
 		Released: released, Refused: refused}
+}
+
+// clockRateError is the error of a lease whose clock guard says the
+// clocks' rates differ by more than ρ, or nil.
+func (l *Lease) clockRateError() error {
+	if l.guard == nil || !l.guard(l.rho) {
+		return nil
+	}
+	l.mu.Lock()
+	token := l.rec.Token
+	l.mu.Unlock()
+	return fmt.Errorf("%w: %w: lease %q (token %d): the deadline assumes clock rates within %g",
+		ErrExpired, ErrClockRate, l.name, token, l.rho)
 }
 
 // expired describes the lease as lost to its deadline (or its release) now.
@@ -511,17 +520,19 @@ func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (
 	if err != nil {
 		return Record{}, err
 	}
-	// A grantor that answers after our deadline (ignoring ctx) may have
-	// stored the renewal just as the old revision lapsed: not a renewal.
-	if now := l.now(); !now.Before(deadline) {
-		return Record{}, &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(now), Margin: l.margin}
-	}
 	d := l.d
 	if next.Duration > 0 {
 		d = min(d, next.Duration) // trust what was granted, if less
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// A grantor that answers after our deadline (ignoring ctx) may have
+	// stored the renewal just as the old revision lapsed: not a renewal.
+	// Read under the lock that moves the deadline: once the deadline has
+	// passed (and a keeper has ended the tenure), no answer moves it again.
+	if now := l.now(); !now.Before(deadline) {
+		return Record{}, &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(now), Margin: l.margin}
+	}
 	if next.Revision > l.rec.Revision {
 		l.rec = next // even after Release: a release must name the newest revision
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -398,5 +399,79 @@ func TestRefusedRenewalEndsLeaseAtOnce(t *testing.T) {
 				t.Fatalf("a second renew after the refusal: %v, want expired without sending", err)
 			}
 		})
+	}
+}
+
+// stallingGrantor answers renewals, and arms its lease's clock to stall
+// once, right after the answer, at the next read of the clock: the
+// renewing goroutine descheduled as it looks at the time.
+type stallingGrantor struct {
+	*kvleasetest.FakeGrantor
+	arm *atomic.Bool
+}
+
+func (g stallingGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	rec, err := g.FakeGrantor.Renew(ctx, req)
+	if err == nil {
+		g.arm.Store(true)
+	}
+	return rec, err
+}
+
+// A renewal whose answer was read just before the deadline, and whose
+// goroutine then stalled while the deadline passed, either counts (Check
+// waited for it) or does not; once Check has said the lease expired, it
+// never passes again. The answer used to move the deadline on after Check
+// (and a keeper's deadline watch) had reported the tenure lost: authority
+// back after its loss was announced.
+func TestLeaseLostAtItsDeadlineStaysLost(t *testing.T) {
+	g := kvleasetest.NewFakeGrantor()
+	var arm atomic.Bool
+	var mu sync.Mutex
+	clock := time.Unix(1_000_000, 0)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	set := func(t time.Time) { mu.Lock(); defer mu.Unlock(); clock = t }
+	read, resume := make(chan struct{}), make(chan struct{})
+	l, err := kvlease.Acquire(t.Context(), stallingGrantor{g, &arm}, "stall", "h", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set(time.Now()) // the lease's t0 came from the real clock
+	kvlease.SetNow(l, func() time.Time {
+		n := now()
+		if arm.CompareAndSwap(true, false) {
+			close(read)
+			<-resume // descheduled after reading the clock
+		}
+		return n
+	})
+	deadline := l.Deadline()
+	set(deadline.Add(-time.Millisecond))
+	renewed := make(chan error, 1)
+	go func() { renewed <- l.Renew(t.Context()) }()
+	<-read
+	set(deadline.Add(time.Millisecond)) // the deadline passes while the renewal stalls
+	checked := make(chan error, 1)
+	go func() { checked <- l.Check() }()
+	var before error
+	select {
+	case before = <-checked: // it did not wait for the renewal
+		if before == nil {
+			t.Fatal("Check passed after the deadline, with the renewal still unanswered to the lease")
+		}
+	case <-time.After(50 * time.Millisecond): // it waits for the renewal: fine
+	}
+	close(resume)
+	rerr := <-renewed
+	if before == nil {
+		before = <-checked
+	}
+	after := l.Check()
+	t.Logf("renewal: %v; Check during it: %v; after it: %v", rerr, before, after)
+	if before != nil && after == nil {
+		t.Errorf("Check said the lease expired (%v), then passed again", before)
+	}
+	if (rerr == nil) != (after == nil) {
+		t.Errorf("the renewal answered %v, yet Check then says %v", rerr, after)
 	}
 }
