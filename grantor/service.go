@@ -465,9 +465,14 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	}
 	late := time.Duration(0)
 	if ms, err := strconv.ParseInt(hdr.Get(api.HeaderDeadline), 10, 64); err == nil && ms > 0 {
-		// Past the caller's deadline (plus a slack for the clocks of
-		// grantor nodes, which differ a little): it has given up.
-		left := time.UnixMilli(ms).Add(api.DeadlineSlack).Sub(start)
+		// Past the caller's deadline (plus, but for a renewal, a slack for
+		// the clocks of grantor nodes, which differ a little): it has given
+		// up.
+		slack := api.DeadlineSlack
+		if subject == api.SubjectRenew {
+			slack = 0
+		}
+		left := time.UnixMilli(ms).Add(slack).Sub(start)
 		timeout = min(timeout, max(left, 0))
 		late = -left
 	}

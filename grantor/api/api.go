@@ -30,9 +30,11 @@ const (
 	// all: its caller has given up, and a grant made for it would keep the
 	// lease taken by nobody.
 	HeaderDeadline = "Leased-Deadline-Unix-Ms"
-	// DeadlineSlack is how long after its HeaderDeadline a request is still
-	// carried out: for the differences between the clocks of grantor nodes,
-	// which a caller's estimate of one of them does not cover.
+	// DeadlineSlack is how long after its HeaderDeadline a request other
+	// than a renewal is still carried out: for the differences between the
+	// clocks of grantor nodes, which a caller's estimate of one of them does
+	// not cover. A renewal gets none: carried out after its holder's
+	// deadline, it would extend a lease the holder has given up.
 	DeadlineSlack = 250 * time.Millisecond
 	// HeaderServerTime and HeaderNode, on every reply (errors included),
 	// are the replying grantor node's wall clock (RFC 3339, nanoseconds)

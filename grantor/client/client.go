@@ -332,10 +332,17 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	msg := &nats.Msg{Subject: subject, Data: data, Header: telemetry.Inject(ctx, nil)}
 	if dl, ok := ctx.Deadline(); ok {
 		msg.Header.Set(api.HeaderTimeout, strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10))
-		// The deadline on the grantor's clock, erring late by the
-		// estimate's bound: a request that arrives after it is not carried
-		// out. Without an estimate yet (no reply so far), none is sent.
+		// The deadline on the grantor's clock: a request that arrives after
+		// it is not carried out. Without an estimate yet (no reply so far),
+		// none is sent. A renewal's errs early by the estimate's bound (the
+		// grantor gives it no slack either): one carried out after the
+		// holder's deadline would extend a lease its holder has given up.
+		// Other requests' err late: a grant made for a caller that has just
+		// given up only keeps the lease taken for a while.
 		if offset, bound, ok := c.clock.Offset(); ok {
+			if subject == api.SubjectRenew {
+				bound = -bound
+			}
 			msg.Header.Set(api.HeaderDeadline, strconv.FormatInt(dl.Add(offset+bound).UnixMilli(), 10))
 		}
 	}

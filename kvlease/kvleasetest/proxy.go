@@ -1,11 +1,13 @@
 package kvleasetest
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy forwards TCP connections to a target and can cut them: a partition
@@ -17,8 +19,9 @@ type Proxy struct {
 	target string
 
 	mu      sync.Mutex
-	cut     bool // both directions
-	replies bool // server to client only
+	cut     bool          // both directions
+	replies bool          // server to client only
+	delay   time.Duration // of what the server sends (DelayReplies)
 	conns   []net.Conn
 	wg      sync.WaitGroup
 }
@@ -55,6 +58,15 @@ func (p *Proxy) DropReplies() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.replies = true
+}
+
+// DelayReplies delays what the server sends by d from now on (0: no
+// longer): a slow link, on which requests to a subscriber of the
+// server, and answers to requests, arrive d late.
+func (p *Proxy) DelayReplies(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = d
 }
 
 // Heal ends the partition (or the dropping of replies). Connections that lost bytes while cut are
@@ -97,15 +109,46 @@ func (p *Proxy) accept() {
 	}
 }
 
-// pipe copies src to dst; reply is the server-to-client direction.
+// pipe copies src to dst; reply is the server-to-client direction, which
+// a writer of its own delays (DelayReplies).
 func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 	defer p.wg.Done()
 	defer dst.Close()
+	write := func(b []byte) error { _, err := dst.Write(b); return err }
+	if reply {
+		type chunk struct {
+			due time.Time
+			b   []byte
+		}
+		q := make(chan chunk, 1024)
+		failed := make(chan struct{})
+		defer close(q)
+		go func() {
+			defer close(failed)
+			for c := range q {
+				time.Sleep(time.Until(c.due))
+				if _, err := dst.Write(c.b); err != nil {
+					return
+				}
+			}
+		}()
+		write = func(b []byte) error {
+			p.mu.Lock()
+			d := p.delay
+			p.mu.Unlock()
+			select {
+			case q <- chunk{time.Now().Add(d), bytes.Clone(b)}:
+				return nil
+			case <-failed:
+				return net.ErrClosed
+			}
+		}
+	}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && !p.dropping(reply) {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if werr := write(buf[:n]); werr != nil {
 				return
 			}
 		}
