@@ -144,7 +144,9 @@ func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) 
 		return nil, fmt.Errorf("%w: nil lease", ErrInvalidOption)
 	}
 	k := &Keeper{l: l, stop: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{})}
-	if err := k.apply(l.d, l.margin, l.rho, opts); err != nil {
+	// The interval and the timing check go by what was granted, which a
+	// grantor may make shorter than what was asked.
+	if err := k.apply(granted(l.d, l.Record()), l.margin, l.rho, opts); err != nil {
 		return nil, err
 	}
 	if k.metrics != nil {

@@ -999,3 +999,51 @@ func TestKeeperEndsWhenTheClockGuardTrips(t *testing.T) {
 		}
 	})
 }
+
+// shortGrantor grants a third of what is asked.
+type shortGrantor struct{ *kvleasetest.FakeGrantor }
+
+func (g shortGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	req.Duration /= 3
+	return g.FakeGrantor.Grant(ctx, req)
+}
+
+func (g shortGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	req.Duration /= 3
+	return g.FakeGrantor.Renew(ctx, req)
+}
+
+// A grantor that grants less than asked is trusted (the deadline counts
+// what was granted), and so is the keeper's interval: it renews every
+// third of the granted duration. It renewed every third of the duration
+// asked, and the lease lapsed at the holder before its first renewal.
+func TestKeeperRenewsWhatWasGranted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := shortGrantor{kvleasetest.NewFakeGrantor()}
+		const d = 9 * time.Second
+		l := mustAcquire(t, g, "short", d)
+		k, lost := keepRecording(t, l)
+		defer k.Close(context.Background())
+		time.Sleep(3 * d)
+		synctest.Wait()
+		if calls := lost.get(); len(calls) > 0 {
+			t.Fatalf("lost with the grantor answering every request: %v (renewals: %d)", calls[0].err, len(g.Renewals()))
+		}
+		if n := len(g.Renewals()); n < 24 { // 27 s at one renewal a second (D/3 of the 3 s granted)
+			t.Errorf("%d renewals in 27 s of a lease granted for 3 s, want about 27", n)
+		}
+	})
+}
+
+// A grant too short for the holder's margin is given back, and Acquire
+// says so: it returned a lease that had already expired, and no error.
+func TestAcquireRefusesAGrantTooShortToHold(t *testing.T) {
+	g := shortGrantor{kvleasetest.NewFakeGrantor()}
+	_, err := kvlease.Acquire(t.Context(), g, "tiny", "h", 3*time.Second, kvlease.WithHolderMargin(1500*time.Millisecond))
+	if !errors.Is(err, kvlease.ErrInvalidTiming) {
+		t.Errorf("Acquire granted 1 s with a 1.5 s margin: %v, want ErrInvalidTiming", err)
+	}
+	if _, ok := g.Lookup("tiny"); ok {
+		t.Error("the grant too short to hold was not released")
+	}
+}

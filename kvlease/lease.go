@@ -224,6 +224,14 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 		return nil, err
 	}
 	l.rec, l.secret, l.t0, l.deadline = rec, rec.Secret, t0, t0.Add(HolderValidity(granted(d, rec), o.rho, o.margin))
+	if g := granted(d, rec); g < d && HolderValidity(g, o.rho, o.margin) <= 0 {
+		// Granted too little to hold at all with this margin: give it back.
+		err := fmt.Errorf("%w: %q was granted for %v (asked %v), which the holder margin %v leaves no time of",
+			ErrInvalidTiming, name, g, d, o.margin)
+		_ = l.Release(ctx)
+		endSpan(span, &rec, err)
+		return nil, err
+	}
 	span.SetAttributes(telemetry.AttrRemainingAfter.Int64(l.deadline.Sub(l.now()).Milliseconds()),
 		telemetry.AttrRecovered.Bool(rec.Recovered))
 	endSpan(span, &rec, nil)
