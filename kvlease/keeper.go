@@ -323,6 +323,10 @@ func (k *Keeper) run(parent context.Context) {
 			expiry.Stop()
 			reason, release = context.Cause(parent), true
 			return
+		case <-k.ctx.Done(): // watchDeadline ended it (a Release, a refusal)
+			expiry.Stop()
+			reason = context.Cause(k.ctx)
+			return
 		}
 		// A clock guard that trips ends the tenure as Check does, and one
 		// that a deadline already ended (watchDeadline) stays ended.
@@ -386,6 +390,9 @@ func (k *Keeper) run(parent context.Context) {
 // is doing: a renewal in flight to a grantor that ignores its context, or a
 // slow OnRenew callback, must not keep work running past it. It follows the
 // deadline as renewals move it, and ends with the context.
+//
+// A Release of the lease itself (not through the keeper) ends the
+// deadline at once, and so Context, as Close would ([ErrClosed]).
 func (k *Keeper) watchDeadline() {
 	for {
 		t := time.NewTimer(max(k.l.Remaining(), 0))
@@ -394,9 +401,15 @@ func (k *Keeper) watchDeadline() {
 			t.Stop()
 			return
 		case <-t.C:
+		case <-k.l.cut:
+			t.Stop()
 		}
 		if k.l.Remaining() <= 0 {
-			err := k.l.expired()
+			exp := k.l.expired()
+			var err error = exp
+			if exp.Released {
+				err = fmt.Errorf("%w: lease %q was released", ErrClosed, k.l.name)
+			}
 			k.setErr(err) // before Context ends: Err is never nil once it has
 			k.cancel(err)
 			return

@@ -1047,3 +1047,30 @@ func TestAcquireRefusesAGrantTooShortToHold(t *testing.T) {
 		t.Error("the grant too short to hold was not released")
 	}
 }
+
+// A kept lease released directly (not through Keeper.Close) ends the
+// keeper at once, as Close would: Context and Done end, no renewal is
+// sent, and OnLost is not called (nothing was lost). Context ended only at
+// the next renewal attempt, which reported a loss.
+func TestKeeperEndsWhenItsLeaseIsReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := kvleasetest.NewFakeGrantor()
+		l := mustAcquire(t, g, "rel", 3*time.Second)
+		k, lost := keepRecording(t, l)
+		defer k.Close(context.Background())
+		time.Sleep(100 * time.Millisecond)
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // no time passes
+		if !isClosed(k.Done()) || !errors.Is(context.Cause(k.Context()), kvlease.ErrClosed) {
+			t.Fatalf("right after Release: Done closed %v, Context's cause %v", isClosed(k.Done()), context.Cause(k.Context()))
+		}
+		if calls := lost.get(); len(calls) > 0 {
+			t.Errorf("OnLost after the holder released: %v", calls)
+		}
+		if n := len(g.Renewals()); n > 0 {
+			t.Errorf("%d renewals sent", n)
+		}
+	})
+}

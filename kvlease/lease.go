@@ -40,6 +40,7 @@ type Lease struct {
 	tracer trace.Tracer
 
 	renewing chan struct{} // one renewal at a time (a second would only find its revision stale); a channel, so a waiter respects ctx
+	cut      chan struct{} // closed by Release, which moves the deadline to now
 
 	mu       sync.Mutex
 	rec      Record
@@ -215,7 +216,7 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 		}
 	}
 	l := &Lease{g: g, name: name, holder: holder, d: d, margin: o.margin, rho: o.rho, now: o.now, guard: o.guard,
-		tracer: o.tp.Tracer(instrumentationName), renewing: make(chan struct{}, 1)}
+		tracer: o.tp.Tracer(instrumentationName), renewing: make(chan struct{}, 1), cut: make(chan struct{})}
 	ctx, span := l.startSpan(ctx, "acquire")
 	rec, t0, attempts, err := l.grant(ctx, GrantRequest{Name: name, Holder: holder, Duration: d, Attributes: o.attrs}, o.attempt)
 	span.SetAttributes(telemetry.AttrAttempts.Int(attempts))
@@ -575,6 +576,7 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	remaining := l.deadline.Sub(now)
 	if !l.released {
 		l.released, l.deadline = true, now
+		close(l.cut) // a keeper ends at once
 	}
 	l.mu.Unlock()
 	if freed {
