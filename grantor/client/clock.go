@@ -67,6 +67,13 @@ func readingOf(t time.Time) clockReading {
 const (
 	maxSamples = 64 // per node
 	maxNodes   = 16 // the least recently heard node is forgotten first
+	// sampleSpacing: the samples a node keeps are at least this far apart
+	// (but the newest, which replaces the one before it until it is), so
+	// that its rate is measured over a span of about maxSamples of them
+	// however busy the client: 64 samples of one Client renewing a
+	// process's many leases were milliseconds apart, and their round trips
+	// swamped any rate error.
+	sampleSpacing = time.Second
 )
 
 // Observe adds one request's timing: sent and received are local readings
@@ -104,9 +111,13 @@ func (c *ClockEstimator) observe(node string, sent, received clockReading, serve
 	}
 	c.n++
 	nc.seen = c.n
-	nc.samples = append(nc.samples, s)
-	if len(nc.samples) > maxSamples {
-		nc.samples = nc.samples[1:]
+	if n := len(nc.samples); n >= 2 && s.mono-nc.samples[n-2].mono < sampleSpacing {
+		nc.samples[n-1] = s
+	} else {
+		nc.samples = append(nc.samples, s)
+		if len(nc.samples) > maxSamples {
+			nc.samples = nc.samples[1:]
+		}
 	}
 	c.last = s
 	c.distrust = false

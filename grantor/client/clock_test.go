@@ -173,3 +173,25 @@ func TestClockEstimatorForgetsOldNodes(t *testing.T) {
 		t.Fatal("the latest node was forgotten")
 	}
 }
+
+// A busy client (one Client renews all of a process's leases) measures a
+// node's rate over the same span as a quiet one: a grantor clock 5× past
+// ρ is caught at 1,000 requests a second as at 10. It kept the last 64
+// samples, milliseconds apart at that rate, whose round trips swamped the
+// rate error.
+func TestClockEstimatorBusyClient(t *testing.T) {
+	const rate, rtt, rho = 5e-3, time.Millisecond, 1e-3
+	for _, perSec := range []int{10, 100, 1000} {
+		var c ClockEstimator
+		base := time.Unix(1_700_000_000, 0)
+		step := time.Second / time.Duration(perSec)
+		for i := range 10 * perSec { // ten seconds of requests
+			sent := base.Add(time.Duration(i) * step)
+			mid := time.Duration(i)*step + rtt/2
+			c.Observe(sent, sent.Add(rtt), base.Add(mid+time.Duration(float64(mid)*rate)))
+		}
+		if _, _, r, b, _ := c.Estimate(); !c.Exceeds(rho) {
+			t.Errorf("%d requests/s: a rate error of %g (measured %.2g ± %.2g) does not exceed ρ = %g", perSec, rate, r, b, rho)
+		}
+	}
+}
