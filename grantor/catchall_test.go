@@ -2,6 +2,7 @@ package grantor_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -48,5 +49,36 @@ func TestEveryRequestArrivesOnce(t *testing.T) {
 	}
 	if total != grants+unknown {
 		t.Fatalf("the service's endpoints received %d requests (%v), %d were sent", total, by, grants+unknown)
+	}
+}
+
+// A renewal or release that names token or revision 0 (or leaves them
+// out) is a bad request, answered invalid_argument, and a Go client sees
+// kvlease.ErrInvalidTenure. It was answered internal ("lease bucket
+// unusable": the server refused a read of revision 0), found by an
+// outside client.
+func TestRenewalWithoutARevisionIsABadRequest(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "zero", Holder: "h", Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ subject, body string }{
+		{api.SubjectRenew, fmt.Sprintf(`{"name":"zero","holder":"h","token":%d,"revision":0,"secret":%q}`, rec.Token, rec.Secret)},
+		{api.SubjectRelease, fmt.Sprintf(`{"name":"zero","holder":"h","token":%d,"secret":%q}`, rec.Token, rec.Secret)},
+		{api.SubjectRenew, fmt.Sprintf(`{"name":"zero","holder":"h","revision":%d,"secret":%q}`, rec.Revision, rec.Secret)},
+	} {
+		m, err := f.nc.Request(r.subject, []byte(r.body), 5*time.Second)
+		if err != nil || m.Header.Get(micro.ErrorCodeHeader) != api.CodeInvalidArgument {
+			t.Errorf("%s %s: %v %v", r.subject, r.body, m.Header, err)
+		}
+	}
+	_, err = f.client.Renew(ctx, kvlease.RenewRequest{Name: "zero", Holder: "h", Token: rec.Token, Secret: rec.Secret})
+	if !errors.Is(err, kvlease.ErrInvalidTenure) {
+		t.Errorf("the Go client's renewal without a revision: %v, want ErrInvalidTenure", err)
+	}
+	if _, err := f.store.Get(ctx, "zero"); err != nil {
+		t.Errorf("the lease after the bad requests: %v", err)
 	}
 }

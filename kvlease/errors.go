@@ -34,6 +34,9 @@ var (
 	ErrInvalidTiming = errors.New("kvlease: invalid timing")
 	// ErrInvalidOption: an option was given a value it cannot take.
 	ErrInvalidOption = errors.New("kvlease: invalid option")
+	// ErrInvalidTenure: a renewal or release named token or revision 0
+	// (or left them out): no tenure has them.
+	ErrInvalidTenure = errors.New("kvlease: invalid token or revision")
 	// ErrInvalidRequestID: a grant's request ID or secret is malformed
 	// (see [ValidateRequestID], [ValidateSecret]), or a request ID came
 	// without the secret that proves a retry is its caller's.

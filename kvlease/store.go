@@ -601,6 +601,16 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 		ErrUnavailable, req.Name)
 }
 
+// validateTenure checks the token and revision a renewal or release
+// names: revisions start at 1, so 0 (or a missing field) names nothing.
+func validateTenure(token Token, rev uint64) error {
+	if token == 0 || rev == 0 {
+		return fmt.Errorf("%w: token %d, revision %d: a renewal or release names the tenure's token and its current revision, both above 0",
+			ErrInvalidTenure, token, rev)
+	}
+	return nil
+}
+
 // checkRequestID checks a grant's request ID and, with one, its secret.
 func checkRequestID(req GrantRequest) error {
 	if req.RequestID == "" {
@@ -683,7 +693,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 			return Record{}, err
 		}
 	}
-	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
+	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), validateTenure(req.Token, req.Revision)); err != nil {
 		return Record{}, err
 	}
 	claim := tenureClaim{name: req.Name, holder: req.Holder, token: req.Token, rev: req.Revision, secret: req.Secret,
@@ -752,7 +762,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 	ctx, span := s.startSpan(ctx, "release", req.Name, telemetry.AttrHolder.String(req.Holder), telemetry.AttrToken.Int64(int64(req.Token)))
 	defer func() { endSpan(span, nil, err) }()
-	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder)); err != nil {
+	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), validateTenure(req.Token, req.Revision)); err != nil {
 		return err
 	}
 	claim := tenureClaim{name: req.Name, holder: req.Holder, token: req.Token, rev: req.Revision, secret: req.Secret,

@@ -48,7 +48,7 @@ func ErrorBodyOf(verb string, err error) ErrorBody {
 	case errors.Is(err, kvlease.ErrDurationOutOfRange):
 		b.Code = CodeTTLOutOfRange
 	case errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder), errors.Is(err, ErrInvalidRequest),
-		errors.Is(err, kvlease.ErrInvalidRequestID):
+		errors.Is(err, kvlease.ErrInvalidRequestID), errors.Is(err, kvlease.ErrInvalidTenure):
 		b.Code = CodeInvalidArgument
 	case errors.Is(err, kvlease.ErrStaleRevision):
 		b.Code = CodeConflict
@@ -98,6 +98,8 @@ func (b ErrorBody) Err() error {
 			sentinel = kvlease.ErrInvalidHolder
 		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidRequestID.Error())):
 			sentinel = kvlease.ErrInvalidRequestID
+		case strings.Contains(b.Message, wireMessage(kvlease.ErrInvalidTenure.Error())):
+			sentinel = kvlease.ErrInvalidTenure
 		}
 	case CodeTTLOutOfRange:
 		sentinel = kvlease.ErrDurationOutOfRange
