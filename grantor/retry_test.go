@@ -253,6 +253,9 @@ func TestRequestWorksAsLongAsItsCallerWaits(t *testing.T) {
 		{"20000", 15 * time.Second, 20 * time.Second},
 		{"300", 0, 300 * time.Millisecond},
 		{"3600000", grantor.MaxRequestTimeout - 5*time.Second, grantor.MaxRequestTimeout},
+		// huge: capped, not wrapped around to a few µs or below 0 (found by an outside client)
+		{"9223372036855", grantor.MaxRequestTimeout - 5*time.Second, grantor.MaxRequestTimeout},
+		{"18446744073709552", grantor.MaxRequestTimeout - 5*time.Second, grantor.MaxRequestTimeout},
 		{"nonsense", 0, time.Second},
 	} {
 		if got := left(c.header); got < c.min || got > c.max {

@@ -460,8 +460,9 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	// stale revision, and a list cut short of the caller's own timeout
 	// fails for nothing.
 	timeout := s.timeout
-	if ms, err := strconv.Atoi(hdr.Get(api.HeaderTimeout)); err == nil && ms > 0 {
-		timeout = min(time.Duration(ms)*time.Millisecond, MaxRequestTimeout)
+	if ms, err := strconv.ParseInt(hdr.Get(api.HeaderTimeout), 10, 64); err == nil && ms > 0 {
+		// Compared in milliseconds: a huge value must not wrap around.
+		timeout = time.Duration(min(ms, MaxRequestTimeout.Milliseconds())) * time.Millisecond
 	}
 	late := time.Duration(0)
 	if ms, err := strconv.ParseInt(hdr.Get(api.HeaderDeadline), 10, 64); err == nil && ms > 0 {
