@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"math"
@@ -861,9 +862,11 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := slices.Collect(maps.Values(state))
 	// Records the server kept past their TTL are not live (OverdueGrace).
-	out = slices.DeleteFunc(out, func(r Record) bool { return s.overdue(ctx, r) })
+	for _, r := range s.overdueOf(ctx, maps.Values(state)) {
+		delete(state, r.Name)
+	}
+	out := slices.Collect(maps.Values(state))
 	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
@@ -1084,17 +1087,34 @@ func (s *Store) OverdueGrace() time.Duration { return s.o.overdueGrace }
 const overdueReason = "the NATS server kept the lease past its TTL (an expiry lost over an unclean restart); leased ended it"
 
 // overdue reports whether rec, a live record as stored, is past its
-// expiry by OverdueGrace on this machine's clock and on the server's.
+// expiry by the grace on this machine's clock and on the server's.
 func (s *Store) overdue(ctx context.Context, rec Record) bool {
-	if rec.TTL <= 0 || !time.Now().After(rec.ExpiresAt().Add(s.o.overdueGrace)) {
-		return false
+	return len(s.overdueOf(ctx, slices.Values([]Record{rec}))) == 1
+}
+
+// overdueOf returns the records of recs (live, as stored) that are past
+// their expiry by the grace on this machine's clock and then on the
+// server's, which one stream info request reads for all of them.
+func (s *Store) overdueOf(ctx context.Context, recs iter.Seq[Record]) []Record {
+	past := func(rec Record, now time.Time) bool {
+		return rec.TTL > 0 && now.After(rec.ExpiresAt().Add(s.o.overdueGrace))
+	}
+	now := time.Now()
+	var due []Record
+	for rec := range recs {
+		if past(rec, now) {
+			due = append(due, rec)
+		}
+	}
+	if len(due) == 0 {
+		return nil
 	}
 	info, err := s.stream.Info(ctx)
 	if err != nil {
-		s.log.Info("cannot read the NATS server's time to confirm an overdue lease", "lease", rec.Name, "err", err)
-		return false
+		s.log.Info("cannot read the NATS server's time to confirm overdue leases", "leases", len(due), "err", err)
+		return nil
 	}
-	return info.TimeStamp.After(rec.ExpiresAt().Add(s.o.overdueGrace))
+	return slices.DeleteFunc(due, func(rec Record) bool { return !past(rec, info.TimeStamp) })
 }
 
 // overdueTombstone is the end of rec, which the server kept past its TTL,
