@@ -396,14 +396,33 @@ const maxOverdueEnds = 1000
 // them end, as expired. The store confirms each against the server's
 // clock; their ends come back through the watch, which closes them here.
 func (o *observer) endOverdue(ctx context.Context, open map[string]*openTenure) {
-	due := time.Now().Add(-o.s.store.OverdueGrace())
-	tried := 0
+	grace := o.s.store.OverdueGrace()
+	overdue := func(t *openTenure, now time.Time) bool {
+		return !t.expires.IsZero() && now.After(t.expires.Add(grace))
+	}
+	now := time.Now()
+	var names []string
 	for name, t := range open {
-		if t.expires.IsZero() || !t.expires.Before(due) {
-			continue
+		if overdue(t, now) && len(names) < maxOverdueEnds {
+			names = append(names, name)
 		}
-		if tried++; tried > maxOverdueEnds {
-			return
+	}
+	if len(names) == 0 {
+		return
+	}
+	// Once by the server's clock for all (a clock here far ahead of the
+	// server's would otherwise make every sweep try every lease).
+	sctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	serverNow, err := o.s.store.ServerTime(sctx)
+	cancel()
+	if err != nil {
+		o.s.log.Info("cannot read the NATS server's time for overdue leases", "leases", len(names), "err", err)
+		return
+	}
+	for _, name := range names {
+		t := open[name]
+		if !overdue(t, serverNow) {
+			continue
 		}
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		ended, err := o.s.store.EndOverdue(actx, name)

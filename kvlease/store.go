@@ -1109,12 +1109,23 @@ func (s *Store) overdueOf(ctx context.Context, recs iter.Seq[Record]) []Record {
 	if len(due) == 0 {
 		return nil
 	}
-	info, err := s.stream.Info(ctx)
+	serverNow, err := s.ServerTime(ctx)
 	if err != nil {
 		s.log.Info("cannot read the NATS server's time to confirm overdue leases", "leases", len(due), "err", err)
 		return nil
 	}
-	return slices.DeleteFunc(due, func(rec Record) bool { return !past(rec, info.TimeStamp) })
+	return slices.DeleteFunc(due, func(rec Record) bool { return !past(rec, serverNow) })
+}
+
+// ServerTime reads the wall clock of the NATS server that leads the
+// bucket's stream (the time of a stream info reply), by whose clock the
+// server lapses leases. Zero from a server that does not tell it.
+func (s *Store) ServerTime(ctx context.Context) (time.Time, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return time.Time{}, JetStreamError("read the server's time", err)
+	}
+	return info.TimeStamp, nil
 }
 
 // overdueTombstone is the end of rec, which the server kept past its TTL,
