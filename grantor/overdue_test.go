@@ -65,3 +65,38 @@ func TestObserverEndsLeasesTheServerKeptPastTheirTTL(t *testing.T) {
 		t.Errorf("the lease after the observer ended it: %+v, %v", got, err)
 	}
 }
+
+// Until the observer ends them, the leases the server kept past their TTL
+// are left out of the service's pages and counts, which come from its own
+// index, and do not count against their holder's limit (an outside client
+// found them listed, counted and limiting for the 10 s before the
+// observer's ends landed).
+func TestServiceLeavesOutLeasesTheServerKeptPastTheirTTL(t *testing.T) {
+	srv := kvleasetest.StartChildServer(t)
+	ctx := t.Context()
+	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
+	for _, name := range []string{"stuck.1", "stuck.2"} {
+		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "old", Duration: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.LoseExpiries(st, "stuck.1", "stuck.2")
+	cfg := grantor.DefaultConfig()
+	cfg.MaxLeasesPerHolder = 2
+	// An observer that does not sweep in this test's time: the service's
+	// own views must leave the leases out without its ends.
+	f := startOnStore(t, srv.URL, []kvlease.Option{kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0)},
+		cfg, grantor.WithOverdueSweep(time.Hour))
+	if got, err := f.client.List(ctx, "stuck."); err != nil || len(got) != 0 {
+		t.Errorf("a page of stuck.*: %+v, %v; want none", got, err)
+	}
+	if n, err := f.client.Count(ctx, "stuck."); err != nil || n != 0 {
+		t.Errorf("the count of stuck.*: %d, %v; want 0", n, err)
+	}
+	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "fresh", Holder: "old", Duration: 10 * time.Second}); err != nil {
+		t.Errorf("a grant to the holder of the two leases the server kept, limit 2: %v", err)
+	}
+	if n, err := f.client.Count(ctx, ""); err != nil || n != 11 {
+		t.Errorf("the count of all leases: %d, %v; want 11 (fresh and LoseExpiries' ten)", n, err)
+	}
+}

@@ -726,7 +726,10 @@ func (s *Service) grantLease(ctx context.Context, req api.GrantRequest) (api.Lea
 		return api.Lease{}, err
 	}
 	if n := s.holders.leases(req.Holder, req.Name); s.cfg.MaxLeasesPerHolder > 0 && n >= s.cfg.MaxLeasesPerHolder {
-		return api.Lease{}, fmt.Errorf("%w: holder %q has %d leases, limit %d", api.ErrLimitExceeded, req.Holder, n, s.cfg.MaxLeasesPerHolder)
+		// Leases the server kept past their TTL do not count.
+		if n -= len(s.overdue(ctx, "", req.Holder)); n >= s.cfg.MaxLeasesPerHolder {
+			return api.Lease{}, fmt.Errorf("%w: holder %q has %d leases, limit %d", api.ErrLimitExceeded, req.Holder, n, s.cfg.MaxLeasesPerHolder)
+		}
 	}
 	secret := req.Secret
 	switch {
@@ -879,6 +882,16 @@ func (s *Service) live(ctx context.Context, req api.ListRequest) (recs []*kvleas
 		})
 		cancel()
 		if ok {
+			// Records the server kept past their TTL (an expiry lost over
+			// an unclean restart) are not live, though the observer has
+			// not ended them yet.
+			if gone := s.overdue(ctx, req.Prefix, ""); len(gone) > 0 {
+				if req.CountOnly {
+					return nil, max(count-len(gone), 0), nil
+				}
+				recs = slices.DeleteFunc(recs, func(r *kvlease.Record) bool { return gone[r.Name] })
+				count = len(recs)
+			}
 			return recs, count, nil
 		}
 	}
@@ -1050,6 +1063,30 @@ func (h *holderIndex) at(ctx context.Context, rev uint64, fn func()) bool {
 	}
 	fn()
 	return true
+}
+
+// overdue returns the names of the leases under prefix (of holder, if
+// not "") in the index that the server has kept past their TTL
+// (kvlease.Store.Overdue).
+func (s *Service) overdue(ctx context.Context, prefix, holder string) map[string]bool {
+	s.holders.mu.Lock()
+	var recs []kvlease.Record
+	now := time.Now()
+	for name, l := range s.holders.byName {
+		if l.rec != nil && strings.HasPrefix(name, prefix) && (holder == "" || l.holder == holder) &&
+			l.rec.TTL > 0 && now.After(l.rec.ExpiresAt()) {
+			recs = append(recs, *l.rec)
+		}
+	}
+	s.holders.mu.Unlock()
+	if len(recs) == 0 {
+		return nil
+	}
+	gone := map[string]bool{}
+	for _, r := range s.store.Overdue(ctx, slices.Values(recs)) {
+		gone[r.Name] = true
+	}
+	return gone
 }
 
 // countLocked counts the leases liveLocked returns.

@@ -148,8 +148,8 @@ func TestLapsedLeaseStaysLapsedAfterSIGKILL(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	all, err := kvlease.RetryUnavailable(rctx, time.Second, nil, func() ([]kvlease.Record, error) { return after.List(rctx, "") })
-	if err != nil || len(all) != 25 {
-		t.Errorf("list after the restart: %d leases (%v), want the 25 live ones", len(all), err)
+	if err != nil || len(all) != 30 {
+		t.Errorf("list after the restart: %d leases (%v), want the 30 live ones", len(all), err)
 	}
 	for name := range lapsed {
 		if got, err := after.Get(rctx, name); !errors.Is(err, kvlease.ErrNotFound) {

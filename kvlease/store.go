@@ -863,7 +863,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Record, error) {
 		return nil, err
 	}
 	// Records the server kept past their TTL are not live (OverdueGrace).
-	for _, r := range s.overdueOf(ctx, maps.Values(state)) {
+	for _, r := range s.Overdue(ctx, maps.Values(state)) {
 		delete(state, r.Name)
 	}
 	out := slices.Collect(maps.Values(state))
@@ -1089,13 +1089,16 @@ const overdueReason = "the NATS server kept the lease past its TTL (an expiry lo
 // overdue reports whether rec, a live record as stored, is past its
 // expiry by the grace on this machine's clock and on the server's.
 func (s *Store) overdue(ctx context.Context, rec Record) bool {
-	return len(s.overdueOf(ctx, slices.Values([]Record{rec}))) == 1
+	return len(s.Overdue(ctx, slices.Values([]Record{rec}))) == 1
 }
 
-// overdueOf returns the records of recs (live, as stored) that are past
-// their expiry by the grace on this machine's clock and then on the
-// server's, which one stream info request reads for all of them.
-func (s *Store) overdueOf(ctx context.Context, recs iter.Seq[Record]) []Record {
+// Overdue returns the records of recs (live records as read from the
+// bucket, a watch's among them) that the server has kept past their
+// expiry by the grace ([OverdueGrace]): by this machine's clock and then
+// by the server's, which one request reads for all of them, and only if
+// some record is overdue by this machine's. They are not live: a view of
+// the live leases leaves them out.
+func (s *Store) Overdue(ctx context.Context, recs iter.Seq[Record]) []Record {
 	past := func(rec Record, now time.Time) bool {
 		return rec.TTL > 0 && now.After(rec.ExpiresAt().Add(s.o.overdueGrace))
 	}

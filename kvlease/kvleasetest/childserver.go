@@ -107,19 +107,27 @@ func (c *ChildServer) Kill() {
 	_ = c.proc.Wait()
 }
 
-// LoseExpiries makes srv bring back the leases names, which st granted
-// for 1 s on a bucket whose markers last 1 s, with their expiries lost, as
-// nats-server v2.15.2 does after an unclean stop (issue 8505: it writes no
-// tombstone for a message it removes by TTL). It waits until the leases
+// LoseExpiries makes srv bring back the leases names, which st has just
+// granted (less than a second ago) for 1 s on a bucket whose markers last
+// 1 s, with their expiries lost, as nats-server v2.15.2 does after an
+// unclean stop (issue 8505: it writes no tombstone for a message it
+// removes by TTL). It grants leases that outlive the test after them (so
+// that their block keeps messages after theirs), waits until the leases
 // and their markers have lapsed, restarts srv cleanly (which writes its
 // index and TTL state, without them), writes through st so that the block
-// they are in changes, and SIGKILLs and restarts srv: it rebuilds that
-// block from its file, where their messages still are, and rescans TTLs
-// only from its state's sequence on, so it never lapses them again.
+// changes, and SIGKILLs and restarts srv: it rebuilds the block from its
+// file, where their messages still are, and rescans TTLs only from its
+// state's sequence on, so it never lapses them again. It fails the test if
+// the server did not bring them back.
 func (c *ChildServer) LoseExpiries(st *kvlease.Store, names ...string) {
 	c.tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for i := range 5 {
+		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("kvleasetest.after.%d", i), Holder: "h", Duration: time.Hour}); err != nil {
+			c.tb.Fatal(err)
+		}
+	}
 	nc, err := nats.Connect(c.URL)
 	if err != nil {
 		c.tb.Fatal(err)
@@ -154,4 +162,20 @@ func (c *ChildServer) LoseExpiries(st *kvlease.Store, names ...string) {
 	}
 	c.Kill()
 	c.Restart()
+	// The reproduction holds only if the server did bring them back.
+	nc2, err := nats.Connect(c.URL)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	defer nc2.Close()
+	js2, _ := jetstream.New(nc2)
+	stream, err = js2.Stream(ctx, "KV_"+kvlease.DefaultBucket)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	for _, name := range names {
+		if _, err := stream.GetLastMsgForSubject(ctx, "$KV."+kvlease.DefaultBucket+"."+name); err != nil {
+			c.tb.Fatalf("kvleasetest: the server did not bring %s back (%v): the reproduction no longer holds", name, err)
+		}
+	}
 }
