@@ -158,10 +158,33 @@ func TestLapsedLeaseStaysLapsedAfterSIGKILL(t *testing.T) {
 	}
 
 	// A grant takes the lease over the record the server kept (a store
-	// that has not read it: the grant's own read finds it overdue).
+	// that has not read it: the grant's own read finds it overdue); a
+	// watch that replayed that record as live sees it expire, then the
+	// grant.
+	gw, err := after.Watch(rctx, "gone.granted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Stop()
+	<-gw.Synced()
 	rec, err := open().Grant(rctx, kvlease.GrantRequest{Name: "gone.granted", Holder: "new", Duration: time.Minute})
-	if old := lapsed["gone.granted"]; err != nil || rec.Token <= old.Token {
+	old := lapsed["gone.granted"]
+	if err != nil || rec.Token <= old.Token {
 		t.Errorf("a grant of the lapsed lease after the restart: %+v, %v; want a token above %d", rec, err, old.Token)
+	}
+	var seen []kvlease.Event
+	for len(seen) < 2 && rctx.Err() == nil {
+		select {
+		case ev := <-gw.Events():
+			if !ev.Replay {
+				seen = append(seen, ev)
+			}
+		case <-rctx.Done():
+		}
+	}
+	if len(seen) != 2 || seen[0].Type != kvlease.EventExpired || seen[0].Token != old.Token ||
+		seen[1].Type != kvlease.EventGranted || seen[1].Token != rec.Token {
+		t.Errorf("the watch of gone.granted saw %+v; want the expiry of token %d, then the grant of %d", seen, old.Token, rec.Token)
 	}
 
 	// EndOverdue writes the expiry the server lost; a watch reports it.
@@ -173,7 +196,7 @@ func TestLapsedLeaseStaysLapsedAfterSIGKILL(t *testing.T) {
 	if ended, err := after.EndOverdue(rctx, "gone.ended"); !ended || err != nil {
 		t.Fatalf("EndOverdue: %v, %v", ended, err)
 	}
-	old := lapsed["gone.ended"]
+	old = lapsed["gone.ended"]
 	select {
 	case ev := <-w.Events():
 		if ev.Type != kvlease.EventExpired || ev.Holder != "old" || ev.Token != old.Token {

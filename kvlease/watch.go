@@ -511,8 +511,11 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 			return Event{}, nil, false
 		}
 		prev := live.recs[name]
+		// The tombstone comes after the tenure's last record seen, or (the
+		// end of a record the server kept past its TTL: Store.EndOverdue)
+		// is that record's own revision.
 		if t, ok := replacedTombstone(h); ok && !replay && prev != nil && prev.Token != rec.Token &&
-			t.rev > prev.Revision && t.rev < ev.Revision {
+			t.rev >= prev.Revision && t.rev < ev.Revision {
 			if e, ok := s.endEvent(Event{Name: name, Revision: t.rev, Time: t.at}, t.header(), live, false); ok {
 				ended = &e
 			}
