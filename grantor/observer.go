@@ -319,8 +319,11 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	// is one synced write for many changes, not one each.
 	linger := time.NewTimer(historyLinger)
 	defer linger.Stop()
-	sweep := time.NewTicker(cmp.Or(o.s.overdueSweep, overdueSweep))
+	// The first sweep comes soon: a server that lost expiries did so as it
+	// restarted, which is often why this observer was elected.
+	sweep := time.NewTicker(min(time.Second, cmp.Or(o.s.overdueSweep, overdueSweep)))
 	defer sweep.Stop()
+	swept := false
 	var handled uint64 // the revision of the last change handled
 	// flush writes what is pending, only while this node still observes:
 	// one paused since it queued the records reports nothing more.
@@ -353,6 +356,10 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 				return err
 			}
 			o.endOverdue(ctx, open)
+			if !swept {
+				swept = true
+				sweep.Reset(cmp.Or(o.s.overdueSweep, overdueSweep))
+			}
 			continue
 		}
 		if !ok {
