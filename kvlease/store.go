@@ -1089,6 +1089,9 @@ const overdueReason = "the NATS server kept the lease past its TTL (an expiry lo
 // overdue reports whether rec, a live record as stored, is past its
 // expiry by the grace on this machine's clock and on the server's.
 func (s *Store) overdue(ctx context.Context, rec Record) bool {
+	if rec.TTL <= 0 || !time.Now().After(rec.ExpiresAt().Add(s.o.overdueGrace)) {
+		return false // the common case, on every read: nothing to allocate
+	}
 	return len(s.Overdue(ctx, slices.Values([]Record{rec}))) == 1
 }
 
