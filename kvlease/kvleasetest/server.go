@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,23 +121,18 @@ func Start(dataDir string, opts ...ServerOption) (*Server, error) {
 // NewCluster starts n servers on 127.0.0.1 routed into one JetStream
 // cluster (named n1…nn, each with its store in t.TempDir()), without
 // waiting for the cluster to elect its leaders. They shut down on cleanup.
+//
+// Each binds its cluster port itself and routes to the ones started before
+// it (route gossip tells those of it): ports reserved first and bound later
+// could be taken meanwhile, as the source port of the first servers'
+// connections to each other (CI saw "address already in use").
 func NewCluster(tb testing.TB, n int, opts ...ServerOption) []*Server {
 	tb.Helper()
 	var routes []string
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatalf("kvleasetest: reserve a route port: %v", err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		routes = append(routes, "nats-route://"+ln.Addr().String())
-		ln.Close()
-	}
 	var servers []*Server
 	for i := range n {
 		cfg := serverConfig{name: fmt.Sprintf("n%d", i+1), dataDir: tb.TempDir(),
-			clusterName: "kvleasetest", clusterPort: ports[i], routes: routes}
+			clusterName: "kvleasetest", clusterPort: server.RANDOM_PORT, routes: slices.Clone(routes)}
 		for _, o := range opts {
 			if err := o(&cfg); err != nil {
 				tb.Fatal(err)
@@ -147,7 +143,13 @@ func NewCluster(tb testing.TB, n int, opts ...ServerOption) []*Server {
 			tb.Fatal(err)
 		}
 		tb.Cleanup(s.Shutdown)
+		addr := s.ns.ClusterAddr()
+		s.cfg.clusterPort = addr.Port // a restart binds it again
+		routes = append(routes, "nats-route://"+addr.String())
 		servers = append(servers, s)
+	}
+	for _, s := range servers {
+		s.cfg.routes = routes // a restarted node knows them all
 	}
 	return servers
 }
