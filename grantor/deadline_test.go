@@ -1,10 +1,14 @@
 package grantor_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -35,15 +39,31 @@ func TestRenewalAfterTheHolderGaveUpIsNotCarriedOut(t *testing.T) {
 	if _, _, ok := c.Clock().Offset(); !ok {
 		t.Fatal("no clock offset after the grant: the renewal would carry no deadline")
 	}
-	proxy.DelayReplies(150 * time.Millisecond) // requests reach the service 150 ms late
-	time.Sleep(l.Remaining() - 50*time.Millisecond)
-	if err := l.Renew(ctx); err == nil {
+	// The service's replies, to whichever inbox: the renewal's comes after
+	// the holder has given up waiting for it.
+	replies := make(chan *nats.Msg, 16)
+	kvleasetest.Subscribe(t, kvleasetest.Connect(t, srv.ClientURL()), "_INBOX.>", func(m *nats.Msg) {
+		if m.Header.Get(api.HeaderServerTime) != "" {
+			replies <- m
+		}
+	})
+	proxy.DelayReplies(150 * time.Millisecond)      // requests reach the service 150 ms late
+	time.Sleep(l.Remaining() - 50*time.Millisecond) // send 50 ms before the deadline
+	err = l.Renew(ctx)
+	switch {
+	case err == nil:
 		t.Fatal("a renewal sent 50 ms before the deadline, 150 ms in transit, succeeded")
+	case !errors.Is(err, kvlease.ErrUnavailable):
+		return // this goroutine woke past the deadline: nothing was sent
 	}
-	// Had the service carried it out, it would have stored it about 100 ms
-	// after the holder's deadline (the 150 ms in transit, less the 50 ms
-	// left); look well after that.
-	time.Sleep(500 * time.Millisecond)
+	select {
+	case m := <-replies:
+		if code := m.Header.Get(api.HeaderErrorCode); code != api.CodeTooLate {
+			t.Errorf("the service answered the late renewal %q (%s), want %s", code, m.Data, api.CodeTooLate)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service never answered the renewal")
+	}
 	if rec, err := st.Get(ctx, "late.renew"); err == nil && rec.Revision > l.Record().Revision {
 		t.Errorf("the renewal was carried out after the holder's deadline: revision %d stored at %v",
 			rec.Revision, rec.StoredAt.Format("15:04:05.000"))
