@@ -1069,16 +1069,7 @@ func (h *holderIndex) at(ctx context.Context, rev uint64, fn func()) bool {
 // not "") in the index that the server has kept past their TTL
 // (kvlease.Store.Overdue).
 func (s *Service) overdue(ctx context.Context, prefix, holder string) map[string]bool {
-	s.holders.mu.Lock()
-	var recs []kvlease.Record
-	now := time.Now()
-	for name, l := range s.holders.byName {
-		if l.rec != nil && strings.HasPrefix(name, prefix) && (holder == "" || l.holder == holder) &&
-			l.rec.TTL > 0 && now.After(l.rec.ExpiresAt()) {
-			recs = append(recs, *l.rec)
-		}
-	}
-	s.holders.mu.Unlock()
+	recs := s.holders.expired(prefix, holder, time.Now())
 	if len(recs) == 0 {
 		return nil
 	}
@@ -1087,6 +1078,22 @@ func (s *Service) overdue(ctx context.Context, prefix, holder string) map[string
 		gone[r.Name] = true
 	}
 	return gone
+}
+
+// expired returns the records of the live leases under prefix (of
+// holder, if not "") whose expiry, by the server's timestamps, is before
+// now: the only ones the server may have kept past their TTL.
+func (h *holderIndex) expired(prefix, holder string, now time.Time) []kvlease.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []kvlease.Record
+	for name, l := range h.byName {
+		if l.rec != nil && strings.HasPrefix(name, prefix) && (holder == "" || l.holder == holder) &&
+			l.rec.TTL > 0 && now.After(l.rec.ExpiresAt()) {
+			out = append(out, *l.rec)
+		}
+	}
+	return out
 }
 
 // countLocked counts the leases liveLocked returns.

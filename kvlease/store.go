@@ -1089,10 +1089,15 @@ const overdueReason = "the NATS server kept the lease past its TTL (an expiry lo
 // overdue reports whether rec, a live record as stored, is past its
 // expiry by the grace on this machine's clock and on the server's.
 func (s *Store) overdue(ctx context.Context, rec Record) bool {
-	if rec.TTL <= 0 || !time.Now().After(rec.ExpiresAt().Add(s.o.overdueGrace)) {
+	if !s.pastDue(rec, time.Now()) {
 		return false // the common case, on every read: nothing to allocate
 	}
 	return len(s.Overdue(ctx, slices.Values([]Record{rec}))) == 1
+}
+
+// pastDue reports whether rec's expiry plus the grace is before now.
+func (s *Store) pastDue(rec Record, now time.Time) bool {
+	return rec.TTL > 0 && now.After(rec.ExpiresAt().Add(s.o.overdueGrace))
 }
 
 // Overdue returns the records of recs (live records as read from the
@@ -1102,13 +1107,10 @@ func (s *Store) overdue(ctx context.Context, rec Record) bool {
 // some record is overdue by this machine's. They are not live: a view of
 // the live leases leaves them out.
 func (s *Store) Overdue(ctx context.Context, recs iter.Seq[Record]) []Record {
-	past := func(rec Record, now time.Time) bool {
-		return rec.TTL > 0 && now.After(rec.ExpiresAt().Add(s.o.overdueGrace))
-	}
 	now := time.Now()
 	var due []Record
 	for rec := range recs {
-		if past(rec, now) {
+		if s.pastDue(rec, now) {
 			due = append(due, rec)
 		}
 	}
@@ -1120,7 +1122,7 @@ func (s *Store) Overdue(ctx context.Context, recs iter.Seq[Record]) []Record {
 		s.log.Info("cannot read the NATS server's time to confirm overdue leases", "leases", len(due), "err", err)
 		return nil
 	}
-	return slices.DeleteFunc(due, func(rec Record) bool { return !past(rec, serverNow) })
+	return slices.DeleteFunc(due, func(rec Record) bool { return !s.pastDue(rec, serverNow) })
 }
 
 // ServerTime reads the wall clock of the NATS server that leads the
