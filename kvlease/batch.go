@@ -501,19 +501,22 @@ func (w *writer) wakeLingerersLocked() {
 }
 
 // takeLocked takes the next write from the queue, in order: requests
-// that must no longer be sent (writeReq.unsendable) are answered unsent, those the cache shows stale are
-// answered errMismatch, and a request for a name already in this write
-// or in another write in flight stays queued for a later one.
+// that must no longer be sent (writeReq.unsendable) are answered unsent,
+// those the cache shows stale are answered errMismatch, and a request for
+// a name already in this write or in another write in flight stays queued
+// for a later one.
 func (w *writer) takeLocked() []*writeReq {
 	var take []*writeReq
 	now := time.Now()
 	rest := w.queue[:0]
 	for _, r := range w.queue {
-		switch {
-		case len(take) >= w.limits.MaxMessages || w.keys[r.name] > 0:
+		if len(take) >= w.limits.MaxMessages || w.keys[r.name] > 0 {
 			rest = append(rest, r)
-		case r.unsendable() != nil:
-			r.answer(0, r.unsendable())
+			continue
+		}
+		switch err := r.unsendable(); {
+		case err != nil:
+			r.answer(0, err)
 		case w.s.cache.stale(r.name, r.expect, now):
 			r.answer(0, errMismatch)
 		default:
