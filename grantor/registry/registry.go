@@ -284,7 +284,7 @@ func (r *Registry) removeNode(node string) {
 	}
 }
 
-// instance describes rec with its node's current suspicion. Called with mu held.
+// instance describes rec with its node's current suspicion.
 func (r *Registry) instance(rec kvlease.Record) api.Instance {
 	reg, _ := api.RegistrationOf(rec)
 	in := api.Instance{Registration: reg, Holder: rec.Holder, Token: uint64(rec.Token), ExpiresAt: rec.ExpiresAt()}
@@ -300,13 +300,25 @@ func (r *Registry) instance(rec kvlease.Record) api.Instance {
 // Discover returns the instances of service, sorted by instance name, with
 // their suspicion levels. maxSuspicion > 0 leaves out instances whose node is
 // at or above it (instances without gossip are kept: nothing is known
-// against them).
-func (r *Registry) Discover(service string, maxSuspicion float64) []api.Instance {
+// against them). It leaves out registrations the NATS server kept past their
+// TTL ([kvlease.Store.Overdue]), as the service's lists do, until the
+// service's observer ends them; only when one is past its expiry by this
+// machine's clock does it ask the server for its time, within ctx.
+func (r *Registry) Discover(ctx context.Context, service string, maxSuspicion float64) []api.Instance {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]api.Instance, 0, len(r.instances[service]))
-	for _, inst := range slices.Sorted(maps.Keys(r.instances[service])) {
-		in := r.instance(r.instances[service][inst])
+	byInst := r.instances[service]
+	recs := make([]kvlease.Record, 0, len(byInst))
+	for _, inst := range slices.Sorted(maps.Keys(byInst)) {
+		recs = append(recs, byInst[inst])
+	}
+	r.mu.Unlock()
+	overdue := r.store.Overdue(ctx, slices.Values(recs))
+	out := make([]api.Instance, 0, len(recs))
+	for _, rec := range recs {
+		if slices.ContainsFunc(overdue, func(o kvlease.Record) bool { return o.Revision == rec.Revision }) {
+			continue
+		}
+		in := r.instance(rec)
 		if maxSuspicion > 0 && in.Gossip && in.Suspicion >= maxSuspicion {
 			continue
 		}

@@ -51,7 +51,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 	if c := nextChange(t, changes, registry.ChangeAdded); c.Instance.Instance != "i1" || c.Instance.Meta["zone"] != "a" {
 		t.Fatalf("added: %+v", c)
 	}
-	got := reg.Discover("web", 0)
+	got := reg.Discover(ctx, "web", 0)
 	if len(got) != 1 || !got[0].Gossip || got[0].Suspect || got[0].Addr != "127.0.0.1:8080" || got[0].Node != "web-1" {
 		t.Fatalf("discover: %+v", got)
 	}
@@ -65,7 +65,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 		t.Fatalf("removed: %+v, want cause gossip", c)
 	}
 	t.Logf("removed %v after its node stopped", time.Since(died).Round(time.Millisecond))
-	if got := reg.Discover("web", 0); len(got) != 0 {
+	if got := reg.Discover(ctx, "web", 0); len(got) != 0 {
 		t.Fatalf("discover after removal: %+v", got)
 	}
 	if _, err := st.Get(ctx, "jobs.nightly"); err != nil {
