@@ -173,9 +173,12 @@ func (e *StaleReadError) Error() string {
 		return fmt.Sprintf("kvlease: grantor unavailable: the bucket refused revision %d of %q, which a read shows current: one answer came from a node that is behind",
 			e.Seen, e.Name)
 	}
-	return fmt.Sprintf("kvlease: grantor unavailable: a read of %q shows revision %d, behind revision %d, issued or named by the request "+
+	// Not Seen: a caller that has not proved the tenure is its own (the
+	// secret is checked on the current record, which this read is not)
+	// learns no revision from a renewal or release.
+	return fmt.Sprintf("kvlease: grantor unavailable: a read of %q shows it at a revision behind %d, issued or named by the request "+
 		"(a stream leader that lost its leadership answers from the past; or the revision given was never issued)",
-		e.Name, e.Seen, e.Floor)
+		e.Name, e.Floor)
 }
 
 // Is makes errors.Is(err, ErrUnavailable) true.

@@ -159,7 +159,11 @@ func TestBatchedRetryOfUsedRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: rec.Name, Holder: "h", Token: rec.Token, Revision: rec.Revision, Secret: secret}); err != nil {
+	// Released through another store: st, which knows nothing of the
+	// release, sends the retry (it would answer it itself from the
+	// release's tombstone, which names the request).
+	other := kvleasetest.OpenStore(t, srv.ClientURL())
+	if err := other.Release(ctx, kvlease.ReleaseRequest{Name: rec.Name, Holder: "h", Token: rec.Token, Revision: rec.Revision, Secret: secret}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -425,5 +429,57 @@ func TestAcquireWaitsOutLateAttempts(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A retry of a grant whose tenure was released or revoked is told
+// ErrRequestUsed after the server restarts, cleanly or not, though the
+// restarted server has forgotten the grant's message ID (it rebuilds its
+// duplicate window from the messages still stored, and the release rolled
+// the grant up): the end names the request. Before, the retry was granted
+// a second tenure (found by an outside client).
+func TestRequestUsedAfterServerRestart(t *testing.T) {
+	srv := kvleasetest.StartChildServer(t)
+	ctx := t.Context()
+	st := kvleasetest.OpenStore(t, srv.URL)
+	grant := func(name string) (kvlease.GrantRequest, kvlease.Record) {
+		t.Helper()
+		rid, secret := kvlease.NewRequestID()
+		req := kvlease.GrantRequest{Name: name, Holder: "h", Duration: time.Minute, RequestID: rid, Secret: secret}
+		rec, err := st.Grant(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req, rec
+	}
+	released, rec := grant("used.released")
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: rec.Name, Holder: "h", Token: rec.Token,
+		Revision: rec.Revision, Secret: released.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	revoked, _ := grant("used.revoked")
+	if _, err := st.Revoke(ctx, revoked.Name, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, restart := range []struct {
+		how string
+		do  func()
+	}{{"clean restart", srv.Stop}, {"SIGKILL", srv.Kill}} {
+		restart.do()
+		srv.Restart()
+		// A Store that knows nothing of the tenures: a grantor node
+		// started with the server.
+		fresh := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate())
+		for _, req := range []kvlease.GrantRequest{released, revoked} {
+			if got, err := fresh.Grant(ctx, req); !errors.Is(err, kvlease.ErrRequestUsed) {
+				t.Errorf("after a %s, a retry of the grant of %s: %+v, %v; want ErrRequestUsed", restart.how, req.Name, got, err)
+			}
+		}
+	}
+	// Another request for the lease is granted as ever.
+	rid, secret := kvlease.NewRequestID()
+	if _, err := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate()).Grant(ctx, kvlease.GrantRequest{Name: released.Name, Holder: "h", Duration: time.Minute,
+		RequestID: rid, Secret: secret}); err != nil {
+		t.Errorf("a new request for the released lease: %v", err)
 	}
 }

@@ -34,6 +34,14 @@ const (
 	// ended (RFC 3339), so that a watcher that never saw it live knows its
 	// span.
 	hdrGranted = "Leased-Granted"
+	// hdrRequest: on the end of a tenure whose grant had a request ID, a
+	// hash of the name, that request ID and the secret's hash
+	// (requestKey), so that a retry of that grant that finds the end is
+	// told ErrRequestUsed, not granted again, however long after (the
+	// stream's duplicate window is two minutes, and a restarted server
+	// rebuilds it only from the messages still stored, which a release
+	// rolls up).
+	hdrRequest = "Leased-Request"
 
 	// hdrPrev prefixes, on a grant that replaced a tombstone, that
 	// tombstone's headers (tombstoneHeaders), with its revision and store
@@ -52,7 +60,7 @@ const (
 
 // tombstoneHeaders are the headers of a tombstone or marker that say how a
 // tenure ended (see Store.endEvent).
-var tombstoneHeaders = [...]string{hdrOp, hdrHolder, hdrToken, hdrReason, hdrGranted, hdrKVOp, jetstream.MarkerReasonHeader}
+var tombstoneHeaders = [...]string{hdrOp, hdrHolder, hdrToken, hdrReason, hdrGranted, hdrKVOp, jetstream.MarkerReasonHeader, hdrRequest}
 
 // tombstone is the message that ended a tenure, as a Store wrote or read
 // it: what the grant that replaces it carries, so that watchers that never
@@ -94,6 +102,17 @@ func (t *tombstone) header() nats.Header {
 	h := nats.Header{}
 	t.writeTo(h, "")
 	return h
+}
+
+// endedRequest reports whether t ended the tenure a grant with request
+// key key made (see hdrRequest).
+func (t *tombstone) endedRequest(key string) bool {
+	return t != nil && key != "" && t.get(hdrRequest) == key
+}
+
+// get is the value of t's header name, one of tombstoneHeaders.
+func (t *tombstone) get(name string) string {
+	return t.vals[slices.Index(tombstoneHeaders[:], name)]
 }
 
 // addTo writes t to the headers of the grant that replaces it.
@@ -462,7 +481,11 @@ type GrantRequest struct {
 	// the retry is the same caller: anyone else presenting the RequestID is
 	// answered as without it. One ID per request ([NewRequestID]): a retry
 	// that asks for something else is [ErrRequestMismatch], and one whose
-	// tenure has ended is [ErrRequestUsed], never a second grant.
+	// tenure has ended is [ErrRequestUsed], never a second grant: told so
+	// while the release or revocation that ended it lasts (it names the
+	// request), or, after a lapse, within the stream's duplicate window
+	// (not over a server restart). Retry only before the deadline counted
+	// from the first attempt, when no lapse can have happened.
 	RequestID string
 }
 
@@ -516,8 +539,9 @@ func (s *Store) checkDuration(d time.Duration) error {
 // A request with a RequestID is idempotent: its publishes carry a message
 // ID derived from the name, RequestID and Secret, so that the stream drops
 // a second write of it within its duplicate window (two minutes for a KV
-// bucket), and a retry that finds the lease held by the tenure its
-// RequestID and Secret made returns that tenure (see [GrantRequest]).
+// bucket); a retry that finds the lease held by the tenure its RequestID
+// and Secret made returns that tenure, and one that finds that tenure's
+// release or revocation is [ErrRequestUsed] (see [GrantRequest]).
 //
 // Errors: [ErrInvalidName], [ErrInvalidHolder], [ErrDurationOutOfRange],
 // [ErrInvalidRequestID] (nothing written); [HeldError] if someone holds
@@ -547,7 +571,15 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 	// or is released while we look. A refusal of the revision the read then
 	// shows is not a change: it is tried again after a wait (see
 	// compareAndSet), up to len(refusedCurrentBackoff) times.
+	var rkey string
+	if req.RequestID != "" {
+		rkey = requestKey(req.Name, req.RequestID, sh)
+	}
 	for changed, waited := 0, 0; changed < 3; {
+		if ended.endedRequest(rkey) && ended.rev == expect {
+			return Record{}, fmt.Errorf("%w: request %q granted %q with token %s, and that tenure has ended",
+				ErrRequestUsed, req.RequestID, req.Name, ended.get(hdrToken))
+		}
 		hdr := nats.Header{}
 		if req.RequestID != "" {
 			hdr.Set(jetstream.MsgIDHeader, grantMsgID(req))
@@ -634,6 +666,18 @@ func grantMsgID(req GrantRequest) string {
 		h.Write([]byte{0})
 	}
 	return "leased-grant-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// requestKey identifies the grant of name with request ID id and the
+// secret whose hash is secretHash, as the end of its tenure names it
+// (hdrRequest): neither the secret nor its hash can be read from it.
+func requestKey(name, id, secretHash string) string {
+	h := sha256.New()
+	for _, f := range []string{name, id, secretHash} {
+		h.Write([]byte(f))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // recoverGrant answers a grant whose message the stream dropped as a
@@ -1141,13 +1185,24 @@ func (s *Store) ServerTime(ctx context.Context) (time.Time, error) {
 func overdueTombstone(rec Record) *tombstone {
 	h := nats.Header{}
 	h.Set(hdrOp, opExpire)
-	h.Set(hdrHolder, rec.Holder)
-	h.Set(hdrToken, strconv.FormatUint(uint64(rec.Token), 10))
-	h.Set(hdrReason, overdueReason)
-	if !rec.GrantedAt.IsZero() {
-		h.Set(hdrGranted, rec.GrantedAt.UTC().Format(time.RFC3339Nano))
-	}
+	setEnd(h, rec, overdueReason)
 	return tombstoneOf(rec.Revision, rec.ExpiresAt(), h)
+}
+
+// setEnd sets in h the headers of an end that say which tenure, cur,
+// ended, and why (reason, if not "").
+func setEnd(h nats.Header, cur Record, reason string) {
+	h.Set(hdrHolder, cur.Holder)
+	h.Set(hdrToken, strconv.FormatUint(uint64(cur.Token), 10))
+	if !cur.GrantedAt.IsZero() {
+		h.Set(hdrGranted, cur.GrantedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if reason != "" {
+		h.Set(hdrReason, reason)
+	}
+	if cur.RequestID != "" {
+		h.Set(hdrRequest, requestKey(cur.Name, cur.RequestID, cur.secretHash))
+	}
 }
 
 // opExpire is the Leased-Op of the end EndOverdue writes: an expiry, as
@@ -1275,14 +1330,7 @@ func (s *Store) purge(ctx context.Context, name, op string, cur Record, reason s
 	hdr := nats.Header{}
 	hdr.Set(hdrKVOp, kvOpPurge)
 	hdr.Set(jetstream.MsgRollup, rollupSubj)
-	hdr.Set(hdrHolder, cur.Holder)
-	hdr.Set(hdrToken, strconv.FormatUint(uint64(cur.Token), 10))
-	if !cur.GrantedAt.IsZero() {
-		hdr.Set(hdrGranted, cur.GrantedAt.UTC().Format(time.RFC3339Nano))
-	}
-	if reason != "" {
-		hdr.Set(hdrReason, reason)
-	}
+	setEnd(hdr, cur, reason)
 	sent := time.Now()
 	seq, err := s.publish(ctx, name, op, nil, hdr, rev, s.o.markerTTL)
 	if err == nil {
