@@ -1,6 +1,7 @@
 package grantor_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -67,5 +68,50 @@ func TestRenewalAfterTheHolderGaveUpIsNotCarriedOut(t *testing.T) {
 	if rec, err := st.Get(ctx, "late.renew"); err == nil && rec.Revision > l.Record().Revision {
 		t.Errorf("the renewal was carried out after the holder's deadline: revision %d stored at %v",
 			rec.Revision, rec.StoredAt.Format("15:04:05.000"))
+	}
+}
+
+// A fresh client whose read of the grantor's clock goes unanswered (the
+// grantor paused, or behind a slow link) does not send its grant: with no
+// offset it would carry no deadline, and be carried out when it arrived,
+// after its caller gave up, holding the lease for nobody for its TTL (an
+// outside client found such a lease held for 61 s after SIGCONT).
+func TestFirstGrantIsNotSentWithoutADeadline(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	svc, err := grantor.New(st, kvleasetest.Connect(t, proxy.URL()), grantor.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	watcher := kvleasetest.Connect(t, srv.ClientURL())
+	grants := make(chan *nats.Msg, 4)
+	kvleasetest.Subscribe(t, watcher, api.SubjectGrant, func(m *nats.Msg) { grants <- m })
+
+	proxy.DelayReplies(5 * time.Second) // requests reach the service 5 s late
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	c := newClient(t, nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	rec, err := c.Grant(ctx, kvlease.GrantRequest{Name: "paused.first", Holder: "h", Duration: time.Minute})
+	if !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("grant with the grantor's clock unread: %+v, %v; want ErrUnavailable", rec, err)
+	}
+	// Whatever the client sent has reached the server, and the server has
+	// passed it on to this subscription, once both connections' round
+	// trips are done.
+	for _, conn := range []*nats.Conn{nc, watcher} {
+		if err := conn.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case m := <-grants:
+		t.Errorf("the grant was sent (deadline header %q), to be carried out when it arrives", m.Header.Get(api.HeaderDeadline))
+	default:
 	}
 }

@@ -118,7 +118,9 @@ func (c *Client) TracerProvider() trace.TracerProvider { return c.tp }
 // renewals and releases must present. req.Duration is required, as for
 // kvlease.Store.Grant: zero is out of range, not "the service's default".
 func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
-	c.measureClock(ctx)
+	if err := c.measureClock(ctx); err != nil {
+		return kvlease.Record{}, fmt.Errorf("%w: grant %q not sent: %w", kvlease.ErrUnavailable, req.Name, err)
+	}
 	var out api.Lease
 	err := c.call(ctx, api.SubjectGrant, api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
 		Attributes: req.Attributes, RequestID: req.RequestID, Secret: req.Secret}, &out)
@@ -259,18 +261,35 @@ var _ kvlease.LateBounder = (*Client)(nil)
 // measureClock reads the observer lease once if the grantor's clock offset
 // is not known yet: its reply carries the server time, so that the request
 // that follows carries a deadline (api.HeaderDeadline) and, should it wait
-// in a paused node past that, is not carried out. Best effort.
-func (c *Client) measureClock(ctx context.Context) {
+// in a paused node past that, is not carried out. It returns an error only
+// if the read went unanswered: the grant would then go out without a
+// deadline to a grantor that may be paused, and be carried out when it
+// resumes, long after its caller gave up, holding the lease for nobody
+// for its TTL (found by an outside client). A read answered without the
+// server time (an older grantor), or refused, lets the grant go without.
+func (c *Client) measureClock(ctx context.Context) error {
 	dl, ok := ctx.Deadline()
 	if !ok {
-		return
+		return nil
 	}
-	if _, _, ok := c.clock.Offset(); !ok {
-		// A quarter of the caller's time at most: the grant needs the rest.
-		pctx, cancel := context.WithTimeout(ctx, time.Until(dl)/4)
-		defer cancel()
-		_, _ = c.Get(pctx, api.ObserverLease) // any reply measures the clock
+	if _, _, ok := c.clock.Offset(); ok {
+		return nil
 	}
+	// A quarter of the caller's time at most: the grant needs the rest.
+	pctx, cancel := context.WithTimeout(ctx, time.Until(dl)/4)
+	defer cancel()
+	_, err := c.Get(pctx, api.ObserverLease) // any reply measures the clock
+	if _, _, ok := c.clock.Offset(); ok || !unanswered(err) {
+		return nil
+	}
+	return fmt.Errorf("the grantor did not answer a read of its clock, which the grant's deadline needs: %w", err)
+}
+
+// unanswered reports whether a request's err says no reply came (as
+// opposed to an answer, or a refusal).
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.Canceled)
 }
 
 // call sends one request and decodes the reply or the error.
