@@ -4,8 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -628,7 +632,7 @@ func TestSQLDocumentedStatement(t *testing.T) {
 	mustExec(t, db, "ALTER TABLE account ADD COLUMN last_token bigint NOT NULL DEFAULT 0")
 	update := func(token int64, balance int) int64 {
 		res, err := db.ExecContext(ctx, `UPDATE account SET balance = $1, last_token = $2
-			WHERE id = $3 AND last_token <= $2`, balance, token, 42)
+			WHERE id = $3 AND last_token <= $2 AND $2 > 0`, balance, token, 42)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -642,7 +646,7 @@ func TestSQLDocumentedStatement(t *testing.T) {
 		token   int64
 		balance int
 		rows    int64
-	}{{5, 200, 1}, {5, 210, 1}, {7, 300, 1}, {6, 250, 0}} {
+	}{{0, 150, 0}, {5, 200, 1}, {5, 210, 1}, {7, 300, 1}, {6, 250, 0}, {0, 350, 0}} {
 		if n := update(s.token, s.balance); n != s.rows {
 			t.Errorf("UPDATE with token %d: %d rows, want %d", s.token, n, s.rows)
 		}
@@ -683,5 +687,57 @@ func TestSQLStalledHolderTimedOut(t *testing.T) {
 	}
 	if h := highest(t, db, f, "r"); h != 7 {
 		t.Fatalf("Highest = %d, want 7", h)
+	}
+}
+
+// The psql script of docs/fencing.md ("Without Go"), run with psql as
+// written, which goes on after errors: an older token's write is rolled
+// back, not committed (the bare INSERT … RETURNING the doc showed before
+// refused by returning no row, and a script's write went through: found
+// by an outside client), and so is a token of 0.
+func TestSQLDocumentedScript(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/fencing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "### Without Go")
+	_, block, ok := strings.Cut(section, "```sql\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal(`docs/fencing.md: no sql block under "Without Go"`)
+	}
+	script := filepath.Join(t.TempDir(), "fence.sql")
+	if err := os.WriteFile(script, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgtest.Database(t)
+	db := openDB(t, dsn)
+	mustExec(t, db, "CREATE TABLE account (id bigint PRIMARY KEY, balance bigint NOT NULL)")
+	mustExec(t, db, "INSERT INTO account VALUES (42, 100)")
+	psql := pgtest.Psql(t)
+	for _, run := range []struct {
+		token, balance int
+		want           int64  // the balance after
+		says           string // in psql's output
+	}{
+		{20, 200, 200, ""},
+		{10, 300, 200, "is stale"},
+		{20, 210, 210, ""},
+		{0, 400, 210, "violates check constraint"},
+	} {
+		out, err := exec.Command(psql, "-X", "-q", "-v", fmt.Sprintf("token=%d", run.token),
+			"-v", fmt.Sprintf("balance=%d", run.balance), "-f", script, dsn).CombinedOutput()
+		if err != nil {
+			t.Fatalf("psql with token %d: %v\n%s", run.token, err, out)
+		}
+		var balance int64
+		if err := db.QueryRowContext(t.Context(), "SELECT balance FROM account WHERE id = 42").Scan(&balance); err != nil {
+			t.Fatal(err)
+		}
+		if balance != run.want || (run.says == "") != !strings.Contains(string(out), "ERROR") ||
+			!strings.Contains(string(out), run.says) {
+			t.Errorf("psql with token %d, balance %d: balance now %d, want %d; output:\n%s", run.token, run.balance,
+				balance, run.want, out)
+		}
 	}
 }

@@ -138,6 +138,22 @@ func Database(tb testing.TB) string {
 	return dsn
 }
 
+// Psql returns the path of psql, PostgreSQL's own client, from the
+// binaries the servers run: for tests that run SQL as a user would.
+// Without it it skips the test, or fails it when CI is set.
+func Psql(tb testing.TB) string {
+	tb.Helper()
+	bin, err := findBin()
+	if err == nil {
+		p := filepath.Join(bin, "psql")
+		if _, err = os.Stat(p); err == nil {
+			return p
+		}
+	}
+	skipOrFail(tb, err)
+	return ""
+}
+
 func skipOrFail(tb testing.TB, err error) {
 	tb.Helper()
 	if errors.Is(err, ErrNoPostgres) && os.Getenv("CI") == "" {
