@@ -634,7 +634,7 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 			// tombstone (kvlease.Store.Watch): record that it ended, cause
 			// unknown.
 			o.recordEnd(kvlease.Event{Name: ev.Name, Token: prev.token, Revision: ev.Revision, Time: ev.Time},
-				prev.renewals, "unknown")
+				prev.renewals, history.EndUnknown)
 		}
 		if uint64(ev.Token) <= after {
 			return nil // began before: its predecessor reported it
@@ -653,7 +653,7 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 			// The end of a later tenure than the open one: the watch lagged
 			// past the open one's end and the later one's begin.
 			o.recordEnd(kvlease.Event{Name: ev.Name, Token: t.token, Revision: ev.Revision, Time: ev.Time},
-				t.renewals, "unknown")
+				t.renewals, history.EndUnknown)
 		}
 		if ev.Token == 0 {
 			// An expiry marker of a tenure this watcher did not see live:
@@ -700,12 +700,12 @@ func (o *observer) recordBegin(ev kvlease.Event) {
 }
 
 // recordEnd queues the record of a tenure's end for the next flush; one
-// of cause "unknown" (an end the watch missed) is not published.
+// of cause history.EndUnknown (an end the watch missed) is not published.
 func (o *observer) recordEnd(ev kvlease.Event, renewals int, cause string) {
 	r := history.Record{Kind: history.KindEnded, Name: ev.Name, Token: uint64(ev.Token), Holder: ev.Holder,
 		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, EndedBy: cause, Reason: ev.Reason,
 		Renewals: renewals, Observer: o.candidate}
-	o.pending = append(o.pending, pendingRecord{rec: r, ev: ev, publish: cause != "unknown"})
+	o.pending = append(o.pending, pendingRecord{rec: r, ev: ev, publish: cause != history.EndUnknown})
 }
 
 // flush appends the pending records, retrying while the stream is

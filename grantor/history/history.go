@@ -71,6 +71,12 @@ const (
 	// EndRemoved: revoked by the registry because gossip declared the
 	// instance's node dead.
 	EndRemoved = "removed"
+	// EndUnknown: an end no observer saw. The observer records one when
+	// its watch lagged past a tenure's end; [Fold] gives one to a tenure
+	// without an end record that a later tenure of the lease followed (an
+	// end lost while observers took over, or a record the server removed
+	// with no marker), ended at the later tenure's begin at the latest.
+	EndUnknown = "unknown"
 )
 
 // GossipReasonPrefix begins the revocation reason of a registration removed
@@ -514,6 +520,23 @@ func Fold(records []Record) []Tenure {
 	slices.SortStableFunc(out, func(a, b Tenure) int {
 		return cmp.Or(strings.Compare(a.Name, b.Name), a.start().Compare(b.start()), cmp.Compare(a.Token, b.Token))
 	})
+	// A lease has one tenure at a time: one with no end record that a
+	// later tenure (a higher token) followed had ended by that one's begin.
+	byToken := make([]int, 0, len(out)) // indexes of tenures with tokens
+	for i := range out {
+		if out[i].Token != 0 {
+			byToken = append(byToken, i)
+		}
+	}
+	slices.SortFunc(byToken, func(a, b int) int {
+		return cmp.Or(strings.Compare(out[a].Name, out[b].Name), cmp.Compare(out[a].Token, out[b].Token))
+	})
+	for k := 0; k+1 < len(byToken); k++ {
+		t, n := &out[byToken[k]], &out[byToken[k+1]]
+		if t.Name == n.Name && t.Live() {
+			t.To, t.EndedBy = n.start(), EndUnknown
+		}
+	}
 	return out
 }
 

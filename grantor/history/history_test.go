@@ -33,6 +33,10 @@ func TestFold(t *testing.T) {
 		{Kind: history.KindEnded, Name: "a", Token: 2, Holder: "h0", Revision: 7, Time: at(2), GrantedAt: t0.Add(-time.Minute), EndedBy: history.EndExpired},
 		// an expiry no observer saw begin
 		{Kind: history.KindEnded, Name: "a", Revision: 8, Time: at(3), EndedBy: history.EndExpired},
+		// a tenure whose end no observer recorded (lost as observers took
+		// over), then the next tenure, live: the first ended by its begin
+		{Kind: history.KindGranted, Name: "c", Token: 20, Holder: "h1", Revision: 20, Time: at(10), GrantedAt: at(10)},
+		{Kind: history.KindGranted, Name: "c", Token: 31, Holder: "h2", Revision: 31, Time: at(19), GrantedAt: at(19)},
 	}
 	got := history.Fold(recs)
 	want := []history.Tenure{
@@ -40,6 +44,8 @@ func TestFold(t *testing.T) {
 		{Name: "a", Token: 6, Holder: "h2", From: at(1), Flapping: true},
 		{Name: "a", To: at(3), EndedBy: history.EndExpired},
 		{Name: "b", Token: 5, Holder: "h1", From: at(0), To: at(4), DurationMS: 3000, Renewals: 2, EndedBy: history.EndReleased},
+		{Name: "c", Token: 20, Holder: "h1", From: at(10), To: at(19), EndedBy: history.EndUnknown},
+		{Name: "c", Token: 31, Holder: "h2", From: at(19)},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d tenures %+v, want %d", len(got), got, len(want))
