@@ -8,8 +8,8 @@
 // bucket (no polling), answers [Registry.Discover] and delivers every
 // addition and removal to [Registry.Watch]. Given a gossip node
 // ([WithGossip]) it reports each instance's suspicion level and removes the
-// registrations of nodes gossip declares dead at once (cause "gossip"),
-// instead of waiting for their TTL.
+// registrations of nodes gossip declares dead, or that leave it, at once
+// (cause "gossip"), instead of waiting for their TTL.
 //
 // As a [grantor.Extension] ([grantor.WithExtension]) the registry serves
 // svc.v1.register, svc.v1.deregister and svc.v1.discover on the lease

@@ -49,7 +49,7 @@ func (r *Registry) deregister(ctx context.Context, leases grantor.Leases, data [
 	return struct{}{}, nil
 }
 
-func (r *Registry) discover(ctx context.Context, data []byte) (any, error) {
+func (r *Registry) discover(_ context.Context, data []byte) (any, error) {
 	var req api.DiscoverRequest
 	if err := api.Decode(data, &req); err != nil {
 		return nil, err
@@ -57,5 +57,5 @@ func (r *Registry) discover(ctx context.Context, data []byte) (any, error) {
 	if err := (api.Registration{Service: req.Service, Instance: "x", Addr: "-"}).Validate(); err != nil {
 		return nil, err
 	}
-	return api.DiscoverReply{Instances: r.Discover(ctx, req.Service, req.MaxSuspicion), Threshold: r.threshold}, nil
+	return api.DiscoverReply{Instances: r.Discover(req.Service, req.MaxSuspicion), Threshold: r.threshold}, nil
 }

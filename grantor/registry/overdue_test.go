@@ -44,7 +44,7 @@ func TestDiscoverLeavesOutRegistrationsTheServerKeptPastTheirTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reg.Stop()
-	got := reg.Discover(ctx, "web", 0)
+	got := reg.Discover("web", 0)
 	if len(got) != 1 || got[0].Instance != "live" {
 		t.Errorf("discover after the restart: %+v; want only the live instance", got)
 	}

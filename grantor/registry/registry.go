@@ -23,12 +23,16 @@ import (
 const (
 	CauseDeregistered = "deregistered" // the instance released it
 	CauseTTL          = "ttl"          // it lapsed: no renewal in time
-	CauseGossip       = "gossip"       // gossip declared its node dead
+	CauseGossip       = "gossip"       // gossip declared its node dead, or the node left
 	CauseRevoked      = "revoked"      // an operator revoked it
 )
 
-// gossipReason prefixes the revocation reason the registry writes.
-const gossipReason = history.GossipReasonPrefix + "node declared dead: "
+// The revocation reasons the registry writes: one of them and the node's
+// name. Both begin history.GossipReasonPrefix.
+const (
+	reasonDead = history.GossipReasonPrefix + "node declared dead: "
+	reasonLeft = history.GossipReasonPrefix + "node left: "
+)
 
 // Change types.
 const (
@@ -55,7 +59,7 @@ var _ Gossip = (*membership.Node)(nil)
 
 // Registry keeps the registrations of a lease bucket in memory, current by
 // watching the bucket (no polling), answers discovery with gossip suspicion
-// levels, and removes the registrations of nodes gossip declares dead. As a
+// levels, and removes the registrations of nodes gossip declares dead or that leave it. As a
 // [grantor.Extension] it serves svc.v1.register, .deregister and .discover.
 type Registry struct {
 	store     *kvlease.Store
@@ -84,7 +88,7 @@ type Option func(*Registry) error
 
 // WithGossip gives the registry a gossip view: discovery reports each
 // instance's suspicion level (suspect at or above threshold), and the
-// registrations of nodes gossip declares dead are removed at once. Default:
+// registrations of nodes gossip declares dead, or that leave it, are removed at once. Default:
 // no gossip. A nil g or a threshold that is not positive and finite is an
 // error.
 func WithGossip(g Gossip, threshold float64) Option {
@@ -235,14 +239,14 @@ func causeOf(ev kvlease.Event) string {
 		return CauseDeregistered
 	case ev.Type == kvlease.EventExpired:
 		return CauseTTL
-	case strings.HasPrefix(ev.Reason, gossipReason):
+	case strings.HasPrefix(ev.Reason, history.GossipReasonPrefix):
 		return CauseGossip
 	default:
 		return CauseRevoked
 	}
 }
 
-// reap removes the registrations of nodes gossip declares dead.
+// reap removes the registrations of nodes gossip declares dead or that leave.
 func (r *Registry) reap() {
 	for {
 		select {
@@ -250,8 +254,15 @@ func (r *Registry) reap() {
 			if !ok {
 				return
 			}
-			if ev.Type == membership.EventDead {
-				r.removeNode(ev.Member.Name)
+			switch ev.Type {
+			case membership.EventDead:
+				r.removeNode(ev.Member.Name, reasonDead)
+			case membership.EventLeave:
+				// A node leaves as its process stops, after deregistering:
+				// what is left is a deregistration that failed (the grantor
+				// unreachable as it stopped), which would otherwise be
+				// listed, suspect, for the rest of its TTL.
+				r.removeNode(ev.Member.Name, reasonLeft)
 			}
 		case <-r.done:
 			return
@@ -259,7 +270,9 @@ func (r *Registry) reap() {
 	}
 }
 
-func (r *Registry) removeNode(node string) {
+// removeNode revokes the registrations on node, which gossip says is gone
+// (reason says how).
+func (r *Registry) removeNode(node, reason string) {
 	r.mu.Lock()
 	var names []string
 	for _, byInst := range r.instances {
@@ -272,19 +285,19 @@ func (r *Registry) removeNode(node string) {
 	r.mu.Unlock()
 	for _, name := range names {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := r.store.Revoke(ctx, name, gossipReason+node)
+		_, err := r.store.Revoke(ctx, name, reason+node)
 		cancel()
 		switch {
 		case err == nil:
-			r.log.Info("removed registration of a dead node", "lease", name, "node", node, "cause", CauseGossip)
+			r.log.Info("removed registration of a node gossip says is gone", "lease", name, "node", node, "reason", reason+node)
 		case errors.Is(err, kvlease.ErrNotFound): // gone already, or another grantor node was first
 		default:
-			r.log.Warn("could not remove registration of a dead node", "lease", name, "node", node, "err", err)
+			r.log.Warn("could not remove registration of a node gossip says is gone", "lease", name, "node", node, "err", err)
 		}
 	}
 }
 
-// instance describes rec with its node's current suspicion.
+// instance describes rec with its node's current suspicion. Called with mu held.
 func (r *Registry) instance(rec kvlease.Record) api.Instance {
 	reg, _ := api.RegistrationOf(rec)
 	in := api.Instance{Registration: reg, Holder: rec.Holder, Token: uint64(rec.Token), ExpiresAt: rec.ExpiresAt()}
@@ -300,22 +313,20 @@ func (r *Registry) instance(rec kvlease.Record) api.Instance {
 // Discover returns the instances of service, sorted by instance name, with
 // their suspicion levels. maxSuspicion > 0 leaves out instances whose node is
 // at or above it (instances without gossip are kept: nothing is known
-// against them). It leaves out registrations the NATS server kept past their
-// TTL ([kvlease.Store.Overdue]), as the service's lists do, until the
-// service's observer ends them; only when one is past its expiry by this
-// machine's clock does it ask the server for its time, within ctx.
-func (r *Registry) Discover(ctx context.Context, service string, maxSuspicion float64) []api.Instance {
+// against them). It leaves out registrations past their expiry by this
+// node's clock, which the server has lapsed or will: a watch that is
+// behind (this node was paused, or has just started) still holds them, and
+// so does the server itself after an unclean restart (nats-server issue
+// 8505, [kvlease.OverdueGrace]).
+func (r *Registry) Discover(service string, maxSuspicion float64) []api.Instance {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
 	byInst := r.instances[service]
-	recs := make([]kvlease.Record, 0, len(byInst))
+	out := make([]api.Instance, 0, len(byInst))
 	for _, inst := range slices.Sorted(maps.Keys(byInst)) {
-		recs = append(recs, byInst[inst])
-	}
-	r.mu.Unlock()
-	overdue := r.store.Overdue(ctx, slices.Values(recs))
-	out := make([]api.Instance, 0, len(recs))
-	for _, rec := range recs {
-		if slices.ContainsFunc(overdue, func(o kvlease.Record) bool { return o.Revision == rec.Revision }) {
+		rec := byInst[inst]
+		if rec.TTL > 0 && now.After(rec.ExpiresAt()) {
 			continue
 		}
 		in := r.instance(rec)

@@ -51,7 +51,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 	if c := nextChange(t, changes, registry.ChangeAdded); c.Instance.Instance != "i1" || c.Instance.Meta["zone"] != "a" {
 		t.Fatalf("added: %+v", c)
 	}
-	got := reg.Discover(ctx, "web", 0)
+	got := reg.Discover("web", 0)
 	if len(got) != 1 || !got[0].Gossip || got[0].Suspect || got[0].Addr != "127.0.0.1:8080" || got[0].Node != "web-1" {
 		t.Fatalf("discover: %+v", got)
 	}
@@ -65,7 +65,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 		t.Fatalf("removed: %+v, want cause gossip", c)
 	}
 	t.Logf("removed %v after its node stopped", time.Since(died).Round(time.Millisecond))
-	if got := reg.Discover(ctx, "web", 0); len(got) != 0 {
+	if got := reg.Discover("web", 0); len(got) != 0 {
 		t.Fatalf("discover after removal: %+v", got)
 	}
 	if _, err := st.Get(ctx, "jobs.nightly"); err != nil {
@@ -232,5 +232,75 @@ func TestOptionsRefuseBadValues(t *testing.T) {
 	defer r.Stop()
 	if err := r.Start(t.Context()); err == nil {
 		t.Fatal("second Start succeeded")
+	}
+}
+
+// A registry whose watch is cut off from the bucket (its node paused, or
+// partitioned) does not list a registration past its expiry as an
+// instance: the server has lapsed it, and the watch will say so only when
+// it is back (an outside client found a resumed grantor node listing
+// lapsed instances, suspicion 0, seconds after their expiry).
+func TestDiscoverLeavesOutRegistrationsPastTheirExpiry(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	reg, err := registry.New(kvleasetest.OpenStore(t, proxy.URL(), kvlease.WithoutCreate()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := reg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	changes := reg.Watch(ctx, "web")
+	r := api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:1"}
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: r.LeaseName(), Holder: "i1", Duration: time.Second, Attributes: r.Attributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextChange(t, changes, registry.ChangeAdded)
+	if got := reg.Discover("web", 0); len(got) != 1 {
+		t.Fatalf("discover while live: %+v", got)
+	}
+	proxy.Cut()
+	time.Sleep(time.Until(rec.ExpiresAt().Add(10 * time.Millisecond))) // a deadline, not a hope: the record's own expiry
+	if got := reg.Discover("web", 0); len(got) != 0 {
+		t.Errorf("discover past the registration's expiry (%v), its watch cut off: %+v; want none", rec.ExpiresAt(), got)
+	}
+}
+
+// A node that leaves gossip gracefully has its registrations removed too
+// (reason "node left"): its process deregisters before it leaves, so what
+// is left is a deregistration that failed, which was listed, suspect, for
+// the rest of its TTL (found by an outside client).
+func TestRegistryRemovesRegistrationsOfANodeThatLeft(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "grantor", "web-2")
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	reg, err := registry.New(st, registry.WithGossip(nodes[0], 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	changes := reg.Watch(ctx, "web")
+	r := api.Registration{Service: "web", Instance: "i2", Addr: "127.0.0.1:8080", Node: "web-2"}
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: r.LeaseName(), Holder: "web-2", Duration: time.Minute,
+		Attributes: r.Attributes()}); err != nil {
+		t.Fatal(err)
+	}
+	nextChange(t, changes, registry.ChangeAdded)
+	if err := nodes[1].Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c := nextChange(t, changes, registry.ChangeRemoved)
+	if c.Cause != registry.CauseGossip || c.Instance.Instance != "i2" {
+		t.Fatalf("removed: %+v, want cause gossip", c)
+	}
+	if _, err := st.Get(ctx, r.LeaseName()); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Errorf("the registration after its node left: %v, want ErrNotFound", err)
 	}
 }
