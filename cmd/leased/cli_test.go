@@ -523,3 +523,31 @@ func TestAcquireHoldLosesOnRevokeAtOnce(t *testing.T) {
 		t.Fatalf("acquire --hold after a revocation: %v; want exit %d within 3 s", err, cli.ExitLost)
 	}
 }
+
+// A run paused past its command's deadline (SIGSTOP of run alone: the
+// command, in a group of its own, runs on) learns of the loss only when
+// it resumes, and then kills the command at once: its deadline is long
+// gone, no grace is left (it gave the command a full --grace more, during
+// which an outside client saw the old command write beside the new
+// leader's).
+func TestRunPausedPastItsDeadlineKillsAtOnce(t *testing.T) {
+	s := startServe(t, "")
+	const grace = 2 * time.Second
+	p := startRun(t, s.url, "--lease", "paused", "--ttl", "10s", "--grace", grace.String(), "--",
+		"sh", "-c", `trap "" TERM; exec sleep 600`) // ignores SIGTERM: only SIGKILL stops it
+	deadline := p.deadline(t)
+	stopProcess(t, p.cmd.Process)
+	time.Sleep(time.Until(deadline.Add(500 * time.Millisecond))) // until an instant the lease set, not a hope
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	err := waitExit(p.cmd, 2*grace)
+	took := time.Since(resumed)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+9 {
+		t.Fatalf("run exit: %v, want 137 (the command's SIGKILL)\n%s", err, p.logs.text())
+	}
+	if took > grace/2 {
+		t.Errorf("command killed %v after run resumed past its deadline, want at once (grace %v)\n%s", took, grace, p.logs.text())
+	}
+}

@@ -185,9 +185,17 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		if ended {
 			break
 		}
+		// SIGKILL by the command's deadline (the keeper's, plus the grace
+		// carved out of it), or sooner, a grace after the loss: a holder
+		// that learns of the loss late (it was paused past the deadline)
+		// kills at once, the deadline long gone.
+		killAt := time.Now().Add(grace)
+		if d := l.Deadline().Add(grace); d.Before(killAt) {
+			killAt = d
+		}
 		log.Warn("lease lost; stopping the command", "reason", k.Err(),
-			"kill_at", time.Now().Add(grace).Format(time.RFC3339Nano))
-		if waitErr = stop(child, exited, grace); waitErr == nil {
+			"deadline", l.Deadline().Add(grace).Format(time.RFC3339Nano), "kill_at", killAt.Format(time.RFC3339Nano))
+		if waitErr = stop(child, exited, time.Until(killAt)); waitErr == nil {
 			// It caught the SIGTERM and exited 0: stopped all the same,
 			// its work cut short, which a caller must not take for success.
 			log.Warn("the command exited 0 after the lease was lost; exiting 5 (lost the lease)")
@@ -222,7 +230,7 @@ func graceTiming(ttl, grace time.Duration) (time.Duration, time.Duration, error)
 }
 
 // stop sends the command's process group SIGTERM, then SIGKILL when the
-// grace ends, and returns Wait's result. Whatever else of the group is still
+// grace ends (at once if it is not positive), and returns Wait's result. Whatever else of the group is still
 // running when the command exits gets the rest of the grace, then SIGKILL:
 // nothing the command started outlives the lease.
 func stop(child *exec.Cmd, exited <-chan error, grace time.Duration) error {
