@@ -416,6 +416,37 @@ func TestElectHandsOver(t *testing.T) {
 	t.Logf("hand-over %v after the first leader was told to step down", time.Since(stepped).Round(time.Millisecond))
 }
 
+// A candidate stopped (SIGTERM) while another leads says it never led
+// and its command never ran, not "context canceled".
+func TestElectStoppedWhileWaiting(t *testing.T) {
+	s := startServe(t, "")
+	leader := exec.Command(leasedBin, "elect", "leader.wait", "--url", s.url, "--", "sh", "-c", `echo leading; exec sleep 60`)
+	out, _ := leader.StdoutPipe()
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leader.Process.Kill(); _ = leader.Wait() })
+	readLines(out).wait(t, 10*time.Second, func(l string) bool { return l == "leading" })
+	waiting := exec.Command(leasedBin, "elect", "leader.wait", "--url", s.url, "--verbose", "--", "true")
+	errPipe, _ := waiting.StderrPipe()
+	if err := waiting.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waiting.Process.Kill(); _ = waiting.Wait() })
+	logs := readLines(errPipe)
+	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "taking the lease") })
+	if err := waiting.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := waitExit(waiting, 10*time.Second)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("waiting candidate stopped: %v, stderr %q; want exit 1", err, logs.text())
+	}
+	logs.wait(t, 10*time.Second, func(l string) bool {
+		return strings.Contains(l, "stopped before leader.wait was held: the command did not run")
+	})
+}
+
 // `leased advise` prints the documented scenario's advice (golden file in
 // kvlease/testdata) and refuses incomplete input.
 func TestAdvise(t *testing.T) {
@@ -450,6 +481,10 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"acquire", "a b"}, "invalid lease name"},
 		{nowhere, []string{"elect", "a b", "--", "true"}, "invalid lease name"},
 		{nowhere, []string{"run", "--lease", "a b", "--", "true"}, "invalid lease name"},
+		// The TTL is named, not the grace it leaves no room for.
+		{nowhere, []string{"run", "--lease", "x", "--ttl", "0s", "--", "true"}, "--ttl 0s: want a positive"},
+		{nowhere, []string{"elect", "x", "--ttl", "-5s", "--", "true"}, "--ttl -5s: want a positive"},
+		{nowhere, []string{"run", "--lease", "x", "--ttl", "100ms", "--", "true"}, "--ttl 100ms is too short"},
 		{"nats://127.0.0.1:99999", []string{"ls"}, "port"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--gossip-seeds", "nonsense"}, "want host:port"},
 		{nowhere, []string{"bench", "--prefix", "_leased", "--ops", "1"}, "the grantor's own"},

@@ -135,6 +135,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	}
 	log, _ := newLogger(stderr, "text", level)
 	log = log.With("lease", name)
+	log.Debug("taking the lease") // elect: waiting while another candidate leads
 	k, err := take(ctx, append(c.keeperOptions(), kvlease.WithOnRenew(func(_ kvlease.Record, deadline time.Time) {
 		// The deadline the command must be gone by, and when it is sent
 		// SIGTERM if no renewal comes (the keeper's own deadline, earlier by
@@ -142,6 +143,10 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		log.Debug("renewed", "deadline", deadline.Add(grace).Format(time.RFC3339Nano),
 			"sigterm_at", deadline.Format(time.RFC3339Nano))
 	}))...)
+	if err != nil && ctx.Err() != nil {
+		// Interrupted (SIGINT, SIGTERM) while waiting for the lease.
+		return fmt.Errorf("stopped before %s was held: the command did not run", name)
+	}
 	if err != nil {
 		return err
 	}
@@ -216,14 +221,21 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 // margin that carves it out of the lease, checking that a lease of ttl can
 // still be kept with it.
 func graceTiming(ttl, grace time.Duration) (time.Duration, time.Duration, error) {
+	if ttl <= 0 {
+		return 0, 0, usageError{fmt.Errorf("--ttl %v: want a positive duration", ttl)}
+	}
 	if grace < 0 {
 		return 0, 0, usageError{fmt.Errorf("--grace %v is negative", grace)}
 	}
-	if grace == 0 {
+	defaulted := grace == 0
+	if defaulted {
 		grace = min(2*time.Second, ttl/10)
 	}
 	margin := kvlease.DefaultHolderMargin(ttl) + grace
 	if err := kvlease.ValidateTiming(ttl, margin, kvlease.DefaultRenewInterval(ttl), kvlease.DefaultClockRate); err != nil {
+		if defaulted {
+			return 0, 0, usageError{fmt.Errorf("--ttl %v is too short for a command's lease (with the default --grace, %v): %w", ttl, grace, err)}
+		}
 		return 0, 0, usageError{fmt.Errorf("--grace %v does not fit a %v lease: %w", grace, ttl, err)}
 	}
 	return grace, margin, nil
