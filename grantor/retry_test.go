@@ -256,10 +256,26 @@ func TestRequestWorksAsLongAsItsCallerWaits(t *testing.T) {
 		// huge: capped, not wrapped around to a few µs or below 0 (found by an outside client)
 		{"9223372036855", grantor.MaxRequestTimeout - 5*time.Second, grantor.MaxRequestTimeout},
 		{"18446744073709552", grantor.MaxRequestTimeout - 5*time.Second, grantor.MaxRequestTimeout},
-		{"nonsense", 0, time.Second},
 	} {
 		if got := left(c.header); got < c.min || got > c.max {
 			t.Errorf("timeout header %q: the request may work %v, want %v to %v", c.header, got, c.min, c.max)
+		}
+	}
+	// A header that is no count of milliseconds is refused, not taken as
+	// absent: a deadline the caller meant to be kept would not be (an
+	// outside client's malformed deadline was ignored).
+	for _, h := range []string{api.HeaderTimeout, api.HeaderDeadline} {
+		for _, v := range []string{"nonsense", "-5", "0", "1.5"} {
+			msg := nats.NewMsg("test.v1.left")
+			msg.Data = []byte("{}")
+			msg.Header.Set(h, v)
+			reply, err := f.nc.RequestMsg(msg, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := reply.Header.Get(api.HeaderErrorCode); code != api.CodeInvalidArgument {
+				t.Errorf("%s: %q: answered %q (%s), want %s", h, v, code, reply.Data, api.CodeInvalidArgument)
+			}
 		}
 	}
 }

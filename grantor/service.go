@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -449,6 +450,20 @@ func (s *Service) worker(r request) {
 	}
 }
 
+// headerMS reads header name of hdr, a count of milliseconds: 0 if it is
+// absent, an error (invalid_argument) if it is not a positive integer.
+func headerMS(hdr nats.Header, name string) (int64, error) {
+	v := hdr.Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		return 0, fmt.Errorf("%w: header %s %q: want a positive count of milliseconds", api.ErrInvalidRequest, name, v)
+	}
+	return ms, nil
+}
+
 func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	start := time.Now()
 	verb := subject[strings.LastIndexByte(subject, '.')+1:]
@@ -460,12 +475,14 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	// stale revision, and a list cut short of the caller's own timeout
 	// fails for nothing.
 	timeout := s.timeout
-	if ms, err := strconv.ParseInt(hdr.Get(api.HeaderTimeout), 10, 64); err == nil && ms > 0 {
+	timeoutMS, badTimeout := headerMS(hdr, api.HeaderTimeout)
+	deadlineMS, badDeadline := headerMS(hdr, api.HeaderDeadline)
+	if ms := timeoutMS; ms > 0 {
 		// Compared in milliseconds: a huge value must not wrap around.
 		timeout = time.Duration(min(ms, MaxRequestTimeout.Milliseconds())) * time.Millisecond
 	}
 	late := time.Duration(0)
-	if ms, err := strconv.ParseInt(hdr.Get(api.HeaderDeadline), 10, 64); err == nil && ms > 0 {
+	if ms := deadlineMS; ms > 0 {
 		// Past the caller's deadline (plus, but for a renewal, a slack for
 		// the clocks of grantor nodes, which differ a little): it has given
 		// up.
@@ -484,6 +501,10 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	var err error
 	fn, ok := s.handlers[subject]
 	switch {
+	case badTimeout != nil || badDeadline != nil:
+		// Not carried out as if it had none: a deadline the caller meant
+		// to be kept would not be.
+		err = errors.Join(badTimeout, badDeadline)
 	case late > 0:
 		s.log.Info("dropped a request that arrived after its caller's deadline", "subject", subject, "late", late)
 		err = fmt.Errorf("%w (by %v); nothing was done", api.ErrTooLate, late.Round(time.Millisecond))

@@ -72,6 +72,8 @@ func TestCLI(t *testing.T) {
 		{"renew missing flags", []string{"renew", "jobs.a"}, 2, ""},
 		{"invalid name", []string{"acquire", "bad name"}, 2, ""},
 		{"ttl too short", []string{"acquire", "jobs.b", "--ttl", "100ms"}, 2, ""},
+		// Refused by the service as too large: bad arguments (it was exit 1).
+		{"attributes too large", []string{"acquire", "jobs.c", "--attr", "k=" + strings.Repeat("x", 20000)}, 2, ""},
 		{"bad output format", []string{"ls", "-o", "xml"}, 2, ""},
 		{"unknown flag", []string{"get", "jobs.a", "--frob"}, 2, ""},
 		{"revoke missing", []string{"revoke", "jobs.none"}, 4, ""},
@@ -487,6 +489,7 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"run", "--lease", "x", "--ttl", "100ms", "--", "true"}, "--ttl 100ms is too short"},
 		{"nats://127.0.0.1:99999", []string{"ls"}, "port"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--gossip-seeds", "nonsense"}, "want host:port"},
+		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--meta", "novalue"}, `--meta "novalue"`},
 		{nowhere, []string{"bench", "--prefix", "_leased", "--ops", "1"}, "the grantor's own"},
 		{"", []string{"dev-cluster", "--port", "-5", "--data", t.TempDir()}, "--port -5"},
 		{"", []string{"dev-cluster", "--cluster-port", "70000", "--data", t.TempDir()}, "--cluster-port 70000"},

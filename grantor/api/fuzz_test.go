@@ -43,10 +43,10 @@ var requestKinds = []struct {
 	}},
 	{"deregister", func() any { return new(api.DeregisterRequest) }, func(t *testing.T, r any) {
 		req := r.(*api.DeregisterRequest)
-		checkRegistration(t, api.Registration{Service: req.Service, Instance: req.Instance, Addr: "-"})
+		checkRegistration(t, api.Registration{Service: req.Service, Instance: req.Instance, Addr: "a:1"})
 	}},
 	{"discover", func() any { return new(api.DiscoverRequest) }, func(t *testing.T, r any) {
-		checkRegistration(t, api.Registration{Service: r.(*api.DiscoverRequest).Service, Instance: "x", Addr: "-"})
+		checkRegistration(t, api.Registration{Service: r.(*api.DiscoverRequest).Service, Instance: "x", Addr: "a:1"})
 	}},
 }
 

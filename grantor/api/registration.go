@@ -1,9 +1,13 @@
 package api
 
 import (
+	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leased/leased/kvlease"
 )
@@ -37,18 +41,59 @@ func (r Registration) LeaseName() string {
 	return RegistrationPrefix + r.Service + "." + r.Instance
 }
 
-// Validate checks the registration's names and address.
+// Validate checks the registration: its service and instance names
+// ([ValidateServiceName]), its address ([ValidateAddr]) and its metadata
+// keys (non-empty).
 func (r Registration) Validate() error {
-	for what, v := range map[string]string{"service": r.Service, "instance": r.Instance} {
-		if v == "" || strings.Contains(v, ".") {
-			return fmt.Errorf("%w: %s %q must be non-empty and contain no dots", ErrInvalidRequest, what, v)
-		}
-	}
-	if err := kvlease.ValidateName(r.LeaseName()); err != nil {
+	if err := errors.Join(ValidateServiceName("service", r.Service), ValidateServiceName("instance", r.Instance),
+		ValidateAddr(r.Addr)); err != nil {
 		return err
 	}
-	if r.Addr == "" {
-		return fmt.Errorf("%w: an address is required", ErrInvalidRequest)
+	if err := kvlease.ValidateName(r.LeaseName()); err != nil {
+		return err // too long
+	}
+	for k := range r.Meta {
+		if k == "" {
+			return fmt.Errorf("%w: a metadata key is empty", ErrInvalidRequest)
+		}
+	}
+	return nil
+}
+
+// serviceNameChars are the characters of service and instance names: a
+// lease name's, without the dot that separates them.
+const serviceNameChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-/_="
+
+// ValidateServiceName checks a service or instance name (what says which,
+// for the message): one token of a lease name, without dots.
+func ValidateServiceName(what, v string) error {
+	if v == "" || strings.Contains(v, ".") {
+		return fmt.Errorf("%w: %s %q: want a non-empty name without dots", ErrInvalidRequest, what, v)
+	}
+	for i, c := range v {
+		if c >= utf8.RuneSelf || !strings.ContainsRune(serviceNameChars, c) {
+			return fmt.Errorf("%w: %s %q has %q at byte %d (allowed: ASCII letters and digits, - / _ =; no wildcards)",
+				ErrInvalidRequest, what, v, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateAddr checks an instance's address: host:port, with a host and a
+// port number.
+func ValidateAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && host == "" {
+		err = errors.New("missing host")
+	}
+	if err == nil {
+		var n int
+		if n, err = strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
+			err = errors.New("port out of range")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: addr %q: want HOST:PORT: %v", ErrInvalidRequest, addr, err)
 	}
 	return nil
 }

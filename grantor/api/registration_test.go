@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/leased/leased/grantor/api"
@@ -13,6 +15,13 @@ func TestRegistrationValidate(t *testing.T) {
 		{Service: "web", Instance: "i.2", Addr: "a:1"},
 		{Service: "web", Instance: "i 2", Addr: "a:1"},
 		{Service: "web", Instance: "i", Addr: ""},
+		// The service's own checks are the command line's (an outside
+		// client registered these through the API, which the CLI refuses).
+		{Service: "web", Instance: "i", Addr: "notanaddr"},
+		{Service: "web", Instance: "i", Addr: ":80"},
+		{Service: "web", Instance: "i", Addr: "a:0"},
+		{Service: "web", Instance: "i", Addr: "a:1", Meta: map[string]string{"": "v"}},
+		{Service: "*", Instance: "i", Addr: "a:1"},
 	} {
 		if err := r.Validate(); err == nil {
 			t.Errorf("%+v: accepted", r)
@@ -20,5 +29,14 @@ func TestRegistrationValidate(t *testing.T) {
 	}
 	if err := (api.Registration{Service: "web", Instance: "i-1", Addr: "a:1"}).Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A name is explained in the request's own terms, not as the lease name
+// it would make ("svc.*.x" for a discovery of "*").
+func TestValidateServiceNameSaysWhich(t *testing.T) {
+	err := api.ValidateServiceName("service", "*")
+	if !errors.Is(err, api.ErrInvalidRequest) || !strings.Contains(err.Error(), `service "*" has '*' at byte 0`) {
+		t.Errorf("service *: %v", err)
 	}
 }

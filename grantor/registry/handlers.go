@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
@@ -37,10 +38,10 @@ func (r *Registry) deregister(ctx context.Context, leases grantor.Leases, data [
 	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
-	reg := api.Registration{Service: req.Service, Instance: req.Instance, Addr: "-"}
-	if err := reg.Validate(); err != nil {
+	if err := errors.Join(api.ValidateServiceName("service", req.Service), api.ValidateServiceName("instance", req.Instance)); err != nil {
 		return nil, err
 	}
+	reg := api.Registration{Service: req.Service, Instance: req.Instance}
 	err := leases.Release(ctx, api.ReleaseRequest{Name: reg.LeaseName(), Holder: req.Holder, Token: req.Token,
 		Revision: req.Revision, Secret: req.Secret})
 	if err != nil {
@@ -54,7 +55,7 @@ func (r *Registry) discover(_ context.Context, data []byte) (any, error) {
 	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
-	if err := (api.Registration{Service: req.Service, Instance: "x", Addr: "-"}).Validate(); err != nil {
+	if err := api.ValidateServiceName("service", req.Service); err != nil {
 		return nil, err
 	}
 	return api.DiscoverReply{Instances: r.Discover(req.Service, req.MaxSuspicion), Threshold: r.threshold}, nil

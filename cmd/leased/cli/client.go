@@ -313,7 +313,7 @@ func exitCode(err error) int {
 	case errors.As(err, &ue), errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder),
 		errors.Is(err, kvlease.ErrInvalidOption),
 		errors.Is(err, kvlease.ErrDurationOutOfRange), errors.Is(err, kvlease.ErrInvalidTiming),
-		errors.Is(err, api.ErrInvalidRequest):
+		errors.Is(err, api.ErrInvalidRequest), errors.Is(err, api.ErrTooLarge), errors.Is(err, kvlease.ErrTooLarge):
 		return ExitUsage
 	case errors.Is(err, ErrPermissionDenied):
 		return ExitDenied
@@ -405,7 +405,8 @@ func (p printer) line(format string, args ...any) {
 	}
 }
 
-func parseAttrs(kvs []string) (map[string]string, error) {
+// parseAttrs reads the key=value pairs given to flag (--attr, --meta).
+func parseAttrs(flag string, kvs []string) (map[string]string, error) {
 	if len(kvs) == 0 {
 		return nil, nil
 	}
@@ -413,7 +414,7 @@ func parseAttrs(kvs []string) (map[string]string, error) {
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, usageError{fmt.Errorf("--attr %q: want key=value", kv)}
+			return nil, usageError{fmt.Errorf("--%s %q: want key=value", flag, kv)}
 		}
 		m[k] = v
 	}

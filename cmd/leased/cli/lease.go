@@ -37,7 +37,7 @@ With --hold it keeps the lease renewed (every TTL/3) until SIGINT or SIGTERM,
 then releases it; if the lease is lost first it exits with code 5.`,
 		Args: nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := parseAttrs(attrs)
+			a, err := parseAttrs("attr", attrs)
 			if err != nil {
 				return err
 			}

@@ -2,24 +2,20 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
-	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/membership"
 )
 
@@ -120,20 +116,11 @@ dead the grantors remove the registration at once (cause "gossip"), usually
 within seconds. Exit code 5 if the registration is lost while running.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := parseAttrs(meta)
+			m, err := parseAttrs("meta", meta)
 			if err != nil {
 				return err
 			}
 			log, _ := newLogger(stderr, "text", slog.LevelInfo)
-			if err := validateServiceName("SERVICE", args[0]); err != nil {
-				return err
-			}
-			if err := validateServiceName("INSTANCE", args[1]); err != nil {
-				return err
-			}
-			if err := validateAddr(addr); err != nil {
-				return err
-			}
 			reg := api.Registration{Service: args[0], Instance: args[1], Addr: addr, Meta: m}
 			if err := reg.Validate(); err != nil {
 				return usageError{err}
@@ -194,47 +181,6 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 	return cmd
 }
 
-// validateServiceName checks a SERVICE or INSTANCE argument in the terms
-// the user typed: it becomes one token of the lease name
-// svc.SERVICE.INSTANCE, which the errors of the service would name.
-func validateServiceName(what, v string) error {
-	if v == "" || strings.Contains(v, ".") {
-		return usageError{fmt.Errorf("%s %q: want a non-empty name without dots", what, v)}
-	}
-	if err := kvlease.ValidateName(v); err != nil {
-		var detail string
-		for i, r := range v {
-			if r >= utf8.RuneSelf || !strings.ContainsRune(serviceNameChars, r) {
-				detail = fmt.Sprintf(" has %q at byte %d", r, i)
-				break
-			}
-		}
-		return usageError{fmt.Errorf("%s %q%s (allowed: ASCII letters and digits, - / _ =; no wildcards)", what, v, detail)}
-	}
-	return nil
-}
-
-const serviceNameChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-/_="
-
-// validateAddr checks register's --addr: host:port, with a host and a port
-// number.
-func validateAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err == nil && host == "" {
-		err = errors.New("missing host")
-	}
-	if err == nil {
-		var n int
-		if n, err = strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
-			err = errors.New("port out of range")
-		}
-	}
-	if err != nil {
-		return usageError{fmt.Errorf("--addr %q: want HOST:PORT: %v", addr, err)}
-	}
-	return nil
-}
-
 func newDiscover(stdout io.Writer) *cobra.Command {
 	var c connFlags
 	var maxSuspicion float64
@@ -243,8 +189,8 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 		Short: "List the registered instances of a service, with their gossip suspicion levels",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := validateServiceName("SERVICE", args[0]); err != nil {
-				return err
+			if err := api.ValidateServiceName("SERVICE", args[0]); err != nil {
+				return usageError{err}
 			}
 			if !(maxSuspicion >= 0) { // NaN too
 				return usageError{fmt.Errorf("--max-suspicion %v: want 0 (keep all) or a positive suspicion level", maxSuspicion)}
