@@ -26,15 +26,18 @@ type Node struct {
 	ml   atomic.Pointer[memberlist.Memberlist]
 	self memberlist.Node // copy of the local node as created
 
-	meta      atomic.Pointer[[]byte] // encoded, for memberlist's NodeMeta
-	metaMap   map[string]string      // guarded by mu
-	mu        sync.Mutex             // guards r, metaMap; never held while calling memberlist
-	r         *roster
-	queue     *eventQueue
-	events    chan Event
-	seq       uint64 // heartbeat sequence; heartbeat loop only
-	paused    atomic.Bool
-	left      atomic.Bool
+	meta    atomic.Pointer[[]byte] // encoded, for memberlist's NodeMeta
+	metaMap map[string]string      // guarded by mu
+	mu      sync.Mutex             // guards r, metaMap; never held while calling memberlist
+	r       *roster
+	queue   *eventQueue
+	events  chan Event
+	seq     uint64 // heartbeat sequence; heartbeat loop only
+	paused  atomic.Bool
+	left    atomic.Bool
+	// nameTaken is the address of another member gossip says has this
+	// node's name (set by the conflict delegate), or nil.
+	nameTaken atomic.Pointer[string]
 	lifecycle sync.Mutex // serialises Join, Leave, UpdateMeta and Shutdown
 	closed    bool       // guarded by lifecycle
 	stop      chan struct{}
@@ -54,7 +57,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	mc := cfg.memberlistConfig(n.log)
 	d := &delegates{n: n}
-	mc.Delegate, mc.Events, mc.Ping = d, d, d
+	mc.Delegate, mc.Events, mc.Ping, mc.Conflict = d, d, d, d
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrStart, err)
@@ -122,6 +125,19 @@ func (n *Node) Join(seeds []string) (int, error) {
 		return k, fmt.Errorf("%w: %s", ErrJoin, oneLine(err))
 	}
 	return k, nil
+}
+
+// NameConflict reports a member gossip has told this node of that has its
+// name at another address: another process given the same name (whose
+// fate gossip then gives this one: the others keep the address they knew
+// first), or this node's own process before a restart on another port,
+// which gossip forgets once it is declared dead. The seeds' state comes
+// with [Node.Join], so a conflict there is known when Join returns.
+func (n *Node) NameConflict() (addr string, ok bool) {
+	if a := n.nameTaken.Load(); a != nil {
+		return *a, true
+	}
+	return "", false
 }
 
 // oneLine is err's message on one line: memberlist joins the error of
@@ -408,10 +424,21 @@ func (n *Node) evaluate(now time.Time) {
 type delegates struct{ n *Node }
 
 var (
-	_ memberlist.Delegate      = (*delegates)(nil)
-	_ memberlist.EventDelegate = (*delegates)(nil)
-	_ memberlist.PingDelegate  = (*delegates)(nil)
+	_ memberlist.Delegate         = (*delegates)(nil)
+	_ memberlist.EventDelegate    = (*delegates)(nil)
+	_ memberlist.PingDelegate     = (*delegates)(nil)
+	_ memberlist.ConflictDelegate = (*delegates)(nil)
 )
+
+// NotifyConflict notes a member that has this node's name at another
+// address (memberlist keeps the address it knew first: here, this node's
+// own); NameConflict reports it.
+func (d *delegates) NotifyConflict(existing, other *memberlist.Node) {
+	if existing.Name == d.n.cfg.Name {
+		addr := other.Address()
+		d.n.nameTaken.Store(&addr)
+	}
+}
 
 func (d *delegates) NodeMeta(limit int) []byte {
 	b := *d.n.meta.Load()

@@ -343,3 +343,38 @@ func TestStartErrors(t *testing.T) {
 		t.Errorf("Start on a port in use: %v", err)
 	}
 }
+
+// A second process that joins under a name a live member has learns of
+// it (NameConflict): gossip keeps the first's address, and when the first
+// died both were declared dead (an outside client's two registrations on
+// one --node were both removed when one process was killed).
+func TestJoinReportsANameInUse(t *testing.T) {
+	a, err := membership.Start(membership.TestConfig("host1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+	b, err := membership.Start(membership.TestConfig("host1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown() })
+	if _, err := b.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if addr, ok := b.NameConflict(); !ok || addr != a.Addr() {
+		t.Fatalf("joined as host1, which %s is: conflict %q, %v; want it named", a.Addr(), addr, ok)
+	}
+	// Another name: no conflict.
+	c, err := membership.Start(membership.TestConfig("host2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Shutdown() })
+	if _, err := c.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if addr, ok := c.NameConflict(); ok {
+		t.Errorf("host2 reports a conflict with %s", addr)
+	}
+}

@@ -95,6 +95,11 @@ func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logge
 		}
 	}
 	log.Info("joined gossip", "node", node.Name(), "addr", node.Addr(), "seeds", g.seeds)
+	if other, ok := node.NameConflict(); ok {
+		log.Warn("another gossip member has this node's name: gossip keeps its address, and what names this node (registrations) shares its fate; "+
+			"give each process a name of its own (unless that member is this node before a restart, which gossip forgets once it is declared dead)",
+			"node", node.Name(), "other", other)
+	}
 	return node, nil
 }
 
