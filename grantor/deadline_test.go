@@ -75,7 +75,9 @@ func TestRenewalAfterTheHolderGaveUpIsNotCarriedOut(t *testing.T) {
 // grantor paused, or behind a slow link) does not send its grant: with no
 // offset it would carry no deadline, and be carried out when it arrived,
 // after its caller gave up, holding the lease for nobody for its TTL (an
-// outside client found such a lease held for 61 s after SIGCONT).
+// outside client found such a lease held for 61 s after SIGCONT). The read
+// goes on, and its late reply measures the offset: the next attempt is
+// sent, with a deadline (a grantor that is only slow costs one retry).
 func TestFirstGrantIsNotSentWithoutADeadline(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	st := kvleasetest.OpenStore(t, srv.ClientURL())
@@ -92,12 +94,13 @@ func TestFirstGrantIsNotSentWithoutADeadline(t *testing.T) {
 	grants := make(chan *nats.Msg, 4)
 	kvleasetest.Subscribe(t, watcher, api.SubjectGrant, func(m *nats.Msg) { grants <- m })
 
-	proxy.DelayReplies(5 * time.Second) // requests reach the service 5 s late
+	proxy.DelayReplies(time.Second) // requests reach the service a second late
 	nc := kvleasetest.Connect(t, srv.ClientURL())
 	c := newClient(t, nc)
+	req := kvlease.GrantRequest{Name: "slow.first", Holder: "h", Duration: time.Minute}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
-	rec, err := c.Grant(ctx, kvlease.GrantRequest{Name: "paused.first", Holder: "h", Duration: time.Minute})
+	rec, err := c.Grant(ctx, req)
 	if !errors.Is(err, kvlease.ErrUnavailable) {
 		t.Fatalf("grant with the grantor's clock unread: %+v, %v; want ErrUnavailable", rec, err)
 	}
@@ -111,7 +114,24 @@ func TestFirstGrantIsNotSentWithoutADeadline(t *testing.T) {
 	}
 	select {
 	case m := <-grants:
-		t.Errorf("the grant was sent (deadline header %q), to be carried out when it arrives", m.Header.Get(api.HeaderDeadline))
+		t.Fatalf("the grant was sent (deadline header %q), to be carried out when it arrives", m.Header.Get(api.HeaderDeadline))
 	default:
+	}
+	// The read's reply comes a second late, and measures the offset.
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, _, ok := c.Clock().Offset(); ok {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the clock read's late reply measured no offset")
+		}
+	}
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel2()
+	if _, err := c.Grant(ctx2, req); err != nil {
+		t.Fatalf("the next attempt, the offset known: %v", err)
+	}
+	if m := <-grants; m.Header.Get(api.HeaderDeadline) == "" {
+		t.Error("the next attempt's grant carries no deadline")
 	}
 }

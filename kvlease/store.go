@@ -1133,28 +1133,38 @@ const overdueReason = "the NATS server kept the lease past its TTL (an expiry lo
 // overdue reports whether rec, a live record as stored, is past its
 // expiry by the grace on this machine's clock and on the server's.
 func (s *Store) overdue(ctx context.Context, rec Record) bool {
-	if !s.pastDue(rec, time.Now()) {
+	if !pastBy(rec, time.Now(), s.o.overdueGrace) {
 		return false // the common case, on every read: nothing to allocate
 	}
 	return len(s.Overdue(ctx, slices.Values([]Record{rec}))) == 1
 }
 
-// pastDue reports whether rec's expiry plus the grace is before now.
-func (s *Store) pastDue(rec Record, now time.Time) bool {
-	return rec.TTL > 0 && now.After(rec.ExpiresAt().Add(s.o.overdueGrace))
+// pastBy reports whether rec's expiry plus grace is before now.
+func pastBy(rec Record, now time.Time, grace time.Duration) bool {
+	return rec.TTL > 0 && now.After(rec.ExpiresAt().Add(grace))
 }
 
 // Overdue returns the records of recs (live records as read from the
 // bucket, a watch's among them) that the server has kept past their
-// expiry by the grace ([OverdueGrace]): by this machine's clock and then
-// by the server's, which one request reads for all of them, and only if
-// some record is overdue by this machine's. They are not live: a view of
-// the live leases leaves them out.
+// expiry by the grace ([OverdueGrace]): [Store.Expired] with that grace.
+// They are not live: a view of the live leases leaves them out.
 func (s *Store) Overdue(ctx context.Context, recs iter.Seq[Record]) []Record {
+	return s.Expired(ctx, recs, s.o.overdueGrace)
+}
+
+// Expired returns the records of recs (live records as read, a watch's
+// among them) past their expiry by grace: by this machine's clock and
+// then by the server's, which one request reads for all of them, and only
+// if some record is past it by this machine's; so a clock step of either
+// alone hides no live lease. A record past its expiry by both has lapsed
+// (the server removes it) or been kept past its TTL (see [OverdueGrace]):
+// a view that is behind the bucket (a watch of a node that was paused) can
+// leave it out.
+func (s *Store) Expired(ctx context.Context, recs iter.Seq[Record], grace time.Duration) []Record {
 	now := time.Now()
 	var due []Record
 	for rec := range recs {
-		if s.pastDue(rec, now) {
+		if pastBy(rec, now, grace) {
 			due = append(due, rec)
 		}
 	}
@@ -1163,10 +1173,10 @@ func (s *Store) Overdue(ctx context.Context, recs iter.Seq[Record]) []Record {
 	}
 	serverNow, err := s.ServerTime(ctx)
 	if err != nil {
-		s.log.Info("cannot read the NATS server's time to confirm overdue leases", "leases", len(due), "err", err)
+		s.log.Info("cannot read the NATS server's time to confirm expired leases", "leases", len(due), "err", err)
 		return nil
 	}
-	return slices.DeleteFunc(due, func(rec Record) bool { return !s.pastDue(rec, serverNow) })
+	return slices.DeleteFunc(due, func(rec Record) bool { return !pastBy(rec, serverNow, grace) })
 }
 
 // ServerTime reads the wall clock of the NATS server that leads the

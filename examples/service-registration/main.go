@@ -130,8 +130,8 @@ func (p *printer) await(ctx context.Context, typ, instance string) (registry.Cha
 }
 
 // discover prints what discovery answers for the service.
-func discover(w io.Writer, reg *registry.Registry) []api.Instance {
-	found := reg.Discover(service, 0)
+func discover(ctx context.Context, w io.Writer, reg *registry.Registry) []api.Instance {
+	found := reg.Discover(ctx, service, 0)
 	var names []string
 	for _, in := range found {
 		names = append(names, in.Instance+" at "+in.Addr)
@@ -186,7 +186,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 			return err
 		}
 	}
-	if found := discover(w, reg); len(found) != len(instances) {
+	if found := discover(ctx, w, reg); len(found) != len(instances) {
 		return fmt.Errorf("discovered %d instances, want %d", len(found), len(instances))
 	}
 
@@ -201,7 +201,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 		renewals += k.Stats().Renewals
 	}
 	fmt.Fprintf(w, "%v later (TTL %v) both are still registered, after %d renewals\n", 3*ttl/2, ttl, renewals)
-	if found := discover(w, reg); len(found) != len(instances) {
+	if found := discover(ctx, w, reg); len(found) != len(instances) {
 		return fmt.Errorf("discovered %d instances, want %d", len(found), len(instances))
 	}
 
@@ -231,7 +231,7 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 		return fmt.Errorf("%s removed with cause %q, want %q", web2, c.Cause, registry.CauseTTL)
 	}
 	fmt.Fprintf(w, "%s was removed %v after it crashed (TTL %v)\n", web2, time.Since(crashed).Round(time.Millisecond), ttl)
-	if found := discover(w, reg); len(found) != 0 {
+	if found := discover(ctx, w, reg); len(found) != 0 {
 		return fmt.Errorf("discovered %d instances after both left", len(found))
 	}
 	return nil

@@ -49,7 +49,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reg.Stop()
-	if found := reg.Discover(service, 0); len(found) != 0 {
+	if found := reg.Discover(ctx, service, 0); len(found) != 0 {
 		t.Errorf("a fresh registry discovers %+v", found)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,6 +34,9 @@ type Client struct {
 	clock   ClockEstimator
 	metrics *telemetry.Metrics
 	seen    seenTokens
+
+	measureMu sync.Mutex
+	measuring chan struct{} // closed when the clock read in flight ends; nil if none
 }
 
 var _ kvlease.Grantor = (*Client)(nil)
@@ -261,35 +265,59 @@ var _ kvlease.LateBounder = (*Client)(nil)
 // measureClock reads the observer lease once if the grantor's clock offset
 // is not known yet: its reply carries the server time, so that the request
 // that follows carries a deadline (api.HeaderDeadline) and, should it wait
-// in a paused node past that, is not carried out. It returns an error only
-// if the read went unanswered: the grant would then go out without a
-// deadline to a grantor that may be paused, and be carried out when it
-// resumes, long after its caller gave up, holding the lease for nobody
-// for its TTL (found by an outside client). A read answered without the
-// server time (an older grantor), or refused, lets the grant go without.
+// in a paused node past that, is not carried out. It returns an error if
+// no reply came within a quarter of the caller's time: the grant would
+// then go out without a deadline to a grantor that may be paused, and be
+// carried out when it resumes, long after its caller gave up, holding the
+// lease for nobody for its TTL (found by an outside client). The read goes
+// on meanwhile (for the client's timeout), and its reply, however late,
+// measures the offset for the next attempt: a grantor that is only slow
+// costs one retry. A read answered without the server time (an older
+// grantor), or refused, lets the grant go without.
 func (c *Client) measureClock(ctx context.Context) error {
-	dl, ok := ctx.Deadline()
-	if !ok {
+	if _, _, ok := c.clock.Offset(); ok {
 		return nil
+	}
+	wait := c.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = time.Until(dl) // the grant itself gets the client's timeout otherwise
+	}
+	done := c.startMeasuring()
+	t := time.NewTimer(wait / 4) // a quarter of the caller's time at most: the grant needs the rest
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil // answered (the offset is known now), refused, or failed at once: the grant goes
+	case <-t.C:
+	case <-ctx.Done():
 	}
 	if _, _, ok := c.clock.Offset(); ok {
 		return nil
 	}
-	// A quarter of the caller's time at most: the grant needs the rest.
-	pctx, cancel := context.WithTimeout(ctx, time.Until(dl)/4)
-	defer cancel()
-	_, err := c.Get(pctx, api.ObserverLease) // any reply measures the clock
-	if _, _, ok := c.clock.Offset(); ok || !unanswered(err) {
-		return nil
-	}
-	return fmt.Errorf("the grantor did not answer a read of its clock, which the grant's deadline needs: %w", err)
+	return errors.New("the grantor did not answer a read of its clock in time, which the grant's deadline needs (the read goes on: the next attempt may have it)")
 }
 
-// unanswered reports whether a request's err says no reply came (as
-// opposed to an answer, or a refusal).
-func unanswered(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, context.Canceled)
+// startMeasuring starts a read of the observer lease, whose reply measures
+// the clock offset, unless one is in flight, and returns a channel closed
+// when it ends.
+func (c *Client) startMeasuring() <-chan struct{} {
+	c.measureMu.Lock()
+	defer c.measureMu.Unlock()
+	if c.measuring != nil {
+		return c.measuring
+	}
+	done := make(chan struct{})
+	c.measuring = done
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+		defer cancel()
+		_ = c.call(ctx, api.SubjectGet, api.GetRequest{Name: api.ObserverLease}, nil) // any reply measures the clock
+		c.measureMu.Lock()
+		c.measuring = nil
+		c.measureMu.Unlock()
+		close(done)
+	}()
+	return done
 }
 
 // call sends one request and decodes the reply or the error.

@@ -50,7 +50,7 @@ func (r *Registry) deregister(ctx context.Context, leases grantor.Leases, data [
 	return struct{}{}, nil
 }
 
-func (r *Registry) discover(_ context.Context, data []byte) (any, error) {
+func (r *Registry) discover(ctx context.Context, data []byte) (any, error) {
 	var req api.DiscoverRequest
 	if err := api.Decode(data, &req); err != nil {
 		return nil, err
@@ -58,5 +58,5 @@ func (r *Registry) discover(_ context.Context, data []byte) (any, error) {
 	if err := api.ValidateServiceName("service", req.Service); err != nil {
 		return nil, err
 	}
-	return api.DiscoverReply{Instances: r.Discover(req.Service, req.MaxSuspicion), Threshold: r.threshold}, nil
+	return api.DiscoverReply{Instances: r.Discover(ctx, req.Service, req.MaxSuspicion), Threshold: r.threshold}, nil
 }

@@ -36,7 +36,7 @@ func TestDiscoverLeavesOutRegistrationsTheServerKeptPastTheirTTL(t *testing.T) {
 	grant("live", time.Hour)
 	srv.LoseExpiries(st, api.Registration{Service: "web", Instance: "gone"}.LeaseName())
 
-	reg, err := registry.New(kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0)))
+	reg, err := registry.New(kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestDiscoverLeavesOutRegistrationsTheServerKeptPastTheirTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reg.Stop()
-	got := reg.Discover("web", 0)
+	got := reg.Discover(ctx, "web", 0)
 	if len(got) != 1 || got[0].Instance != "live" {
 		t.Errorf("discover after the restart: %+v; want only the live instance", got)
 	}

@@ -256,13 +256,13 @@ func (r *Registry) reap() {
 			}
 			switch ev.Type {
 			case membership.EventDead:
-				r.removeNode(ev.Member.Name, reasonDead)
+				r.removeNode(ev.Member.Name, reasonDead, ev.Time)
 			case membership.EventLeave:
 				// A node leaves as its process stops, after deregistering:
 				// what is left is a deregistration that failed (the grantor
 				// unreachable as it stopped), which would otherwise be
 				// listed, suspect, for the rest of its TTL.
-				r.removeNode(ev.Member.Name, reasonLeft)
+				r.removeNode(ev.Member.Name, reasonLeft, ev.Time)
 			}
 		case <-r.done:
 			return
@@ -271,13 +271,15 @@ func (r *Registry) reap() {
 }
 
 // removeNode revokes the registrations on node, which gossip says is gone
-// (reason says how).
-func (r *Registry) removeNode(node, reason string) {
+// since at (reason says how). A registration granted after that is a new
+// process's, on a node of the same name (a restart with a fixed --node):
+// it stays.
+func (r *Registry) removeNode(node, reason string, at time.Time) {
 	r.mu.Lock()
 	var names []string
 	for _, byInst := range r.instances {
 		for _, rec := range byInst {
-			if reg, _ := api.RegistrationOf(rec); reg.Node == node {
+			if reg, _ := api.RegistrationOf(rec); reg.Node == node && !rec.GrantedAt.After(at) {
 				names = append(names, rec.Name)
 			}
 		}
@@ -297,7 +299,7 @@ func (r *Registry) removeNode(node, reason string) {
 	}
 }
 
-// instance describes rec with its node's current suspicion. Called with mu held.
+// instance describes rec with its node's current suspicion.
 func (r *Registry) instance(rec kvlease.Record) api.Instance {
 	reg, _ := api.RegistrationOf(rec)
 	in := api.Instance{Registration: reg, Holder: rec.Holder, Token: uint64(rec.Token), ExpiresAt: rec.ExpiresAt()}
@@ -314,19 +316,23 @@ func (r *Registry) instance(rec kvlease.Record) api.Instance {
 // their suspicion levels. maxSuspicion > 0 leaves out instances whose node is
 // at or above it (instances without gossip are kept: nothing is known
 // against them). It leaves out registrations past their expiry by this
-// node's clock, which the server has lapsed or will: a watch that is
-// behind (this node was paused, or has just started) still holds them, and
-// so does the server itself after an unclean restart (nats-server issue
-// 8505, [kvlease.OverdueGrace]).
-func (r *Registry) Discover(service string, maxSuspicion float64) []api.Instance {
+// node's clock and the server's ([kvlease.Store.Expired]; only then does it
+// ask the server for its time, within ctx): the server has lapsed them, or
+// kept them past their TTL after an unclean restart (nats-server issue
+// 8505), and a watch that is behind (this node was paused, or cut off)
+// still holds them.
+func (r *Registry) Discover(ctx context.Context, service string, maxSuspicion float64) []api.Instance {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := time.Now()
 	byInst := r.instances[service]
-	out := make([]api.Instance, 0, len(byInst))
+	recs := make([]kvlease.Record, 0, len(byInst))
 	for _, inst := range slices.Sorted(maps.Keys(byInst)) {
-		rec := byInst[inst]
-		if rec.TTL > 0 && now.After(rec.ExpiresAt()) {
+		recs = append(recs, byInst[inst])
+	}
+	r.mu.Unlock()
+	expired := r.store.Expired(ctx, slices.Values(recs), 0)
+	out := make([]api.Instance, 0, len(recs))
+	for _, rec := range recs {
+		if slices.ContainsFunc(expired, func(e kvlease.Record) bool { return e.Revision == rec.Revision }) {
 			continue
 		}
 		in := r.instance(rec)

@@ -190,14 +190,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		if ended {
 			break
 		}
-		// SIGKILL by the command's deadline (the keeper's, plus the grace
-		// carved out of it), or sooner, a grace after the loss: a holder
-		// that learns of the loss late (it was paused past the deadline)
-		// kills at once, the deadline long gone.
-		killAt := time.Now().Add(grace)
-		if d := l.Deadline().Add(grace); d.Before(killAt) {
-			killAt = d
-		}
+		killAt := killTime(l, grace)
 		log.Warn("lease lost; stopping the command", "reason", k.Err(),
 			"deadline", l.Deadline().Add(grace).Format(time.RFC3339Nano), "kill_at", killAt.Format(time.RFC3339Nano))
 		if waitErr = stop(child, exited, time.Until(killAt)); waitErr == nil {
@@ -207,7 +200,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 			waitErr = exitStatus(ExitLost)
 		}
 	case <-ctx.Done():
-		waitErr = stop(child, exited, grace)
+		waitErr = stop(child, exited, time.Until(killTime(l, grace)))
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
@@ -215,6 +208,18 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		log.Warn("release failed", "err", err)
 	}
 	return childStatus(waitErr)
+}
+
+// killTime is when a command stopped now gets SIGKILL: a grace from now,
+// but no later than its deadline (the lease's, plus the grace carved out
+// of it). A holder that learns late that it must stop (it was paused past
+// the deadline) kills at once, the deadline long gone.
+func killTime(l *kvlease.Lease, grace time.Duration) time.Time {
+	at := time.Now().Add(grace)
+	if d := l.Deadline().Add(grace); d.Before(at) {
+		return d
+	}
+	return at
 }
 
 // graceTiming defaults --grace (TTL/10, at most 2 s) and returns the holder
