@@ -102,6 +102,11 @@ func TestServiceLostGrantReplyRecovered(t *testing.T) {
 	}
 	defer w.Stop()
 
+	// A client that has had a reply (its clock offset known): a fresh one
+	// sends no grant until it has had one (TestFirstGrantIsNotSentWithoutADeadline).
+	if _, err := cl.Get(ctx, "lost.none"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("get of a lease never granted: %v", err)
+	}
 	proxy.DropReplies()
 	type result struct {
 		l   *kvlease.Lease

@@ -42,6 +42,12 @@ const (
 	// rebuilds it only from the messages still stored, which a release
 	// rolls up).
 	hdrRequest = "Leased-Request"
+	// hdrDuration and hdrTrace: on the end of a tenure, its duration (ms)
+	// and its grant's traceparent, so that a watcher whose delivery the
+	// release overtook (it rolls up the grant) reports the grant it missed
+	// in full (Store.classify).
+	hdrDuration = "Leased-Duration-Ms"
+	hdrTrace    = "Leased-Grant-Trace"
 
 	// hdrPrev prefixes, on a grant that replaced a tombstone, that
 	// tombstone's headers (tombstoneHeaders), with its revision and store
@@ -60,7 +66,8 @@ const (
 
 // tombstoneHeaders are the headers of a tombstone or marker that say how a
 // tenure ended (see Store.endEvent).
-var tombstoneHeaders = [...]string{hdrOp, hdrHolder, hdrToken, hdrReason, hdrGranted, hdrKVOp, jetstream.MarkerReasonHeader, hdrRequest}
+var tombstoneHeaders = [...]string{hdrOp, hdrHolder, hdrToken, hdrReason, hdrGranted, hdrKVOp, jetstream.MarkerReasonHeader, hdrRequest,
+	hdrDuration, hdrTrace}
 
 // tombstone is the message that ended a tenure, as a Store wrote or read
 // it: what the grant that replaces it carries, so that watchers that never
@@ -1212,6 +1219,12 @@ func setEnd(h nats.Header, cur Record, reason string) {
 	}
 	if cur.RequestID != "" {
 		h.Set(hdrRequest, requestKey(cur.Name, cur.RequestID, cur.secretHash))
+	}
+	if cur.Duration > 0 {
+		h.Set(hdrDuration, strconv.FormatInt(cur.Duration.Milliseconds(), 10))
+	}
+	if cur.GrantTrace != "" {
+		h.Set(hdrTrace, cur.GrantTrace)
 	}
 }
 

@@ -128,8 +128,10 @@ func ChangesAfter(rev uint64) WatchOption {
 
 // Watcher delivers lease events. Events arrive in revision order, but
 // for an end reported from the grant that replaced its tombstone (see
-// [Store.Watch]): it comes just before that grant, after events of other
-// leases stored between the two.
+// [Store.Watch]), which comes just before that grant, and a grant reported
+// from the end that rolled it up (a release right after the grant), which
+// comes just before that end: each after events of other leases stored
+// between the two.
 type Watcher struct {
 	updatesOnly bool
 	events      chan Event
@@ -234,8 +236,12 @@ const WatchHeartbeat = time.Second
 // tombstone (it wrote it, or read it to grant: almost always) carries it,
 // and then a watcher that saw the tenure live reports its end from it,
 // just before the grant; otherwise it sees the grant and no end for the
-// tenure before. Events it does deliver are true and in order; decide on
-// the store's compare-and-set, not on having seen an end.
+// tenure before. Likewise a release or revocation right after its grant
+// rolls the grant up before a watcher reads it: the end names the tenure
+// (holder, token, grant time, duration, the grant's trace), and a watcher
+// with the state (not UpdatesOnly) reports the grant from it, just before
+// the end. Events it does deliver are true and in order; decide on the
+// store's compare-and-set, not on having seen an end.
 func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (*Watcher, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
@@ -391,8 +397,8 @@ func (w *Watcher) run(ctx context.Context, s *Store, fl Follow, prefix, filter s
 		}
 		replay := !synced() && md.Sequence.Stream <= before
 		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) {
-			if ev, ended, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
-				for _, e := range []*Event{ended, &ev} {
+			if ev, before, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
+				for _, e := range []*Event{before, &ev} {
 					if e == nil {
 						continue
 					}
@@ -500,8 +506,11 @@ func (t *tenures) record(name string, rev uint64, stored time.Time, ttl time.Dur
 // keeps one message per lease, so a watch that lags past a release sees
 // only the next grant) carries that tombstone's headers (see
 // [tombstone]): if this watcher saw the tenure live, it first reports the
-// tenure's end from them, as the tombstone would have (ended).
-func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live *tenures, replay, knowsAll bool) (ev Event, ended *Event, ok bool) {
+// tenure's end from them, as the tombstone would have. Likewise an end
+// whose grant this watcher never read (the end rolled it up) is reported
+// after that grant, made from the end's headers. before is that event,
+// delivered before ev.
+func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live *tenures, replay, knowsAll bool) (ev Event, before *Event, ok bool) {
 	h := m.Headers()
 	ev = Event{Name: name, Revision: md.Sequence.Stream, Time: md.Timestamp, Replay: replay}
 	if !gone(h) {
@@ -517,7 +526,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		if t, ok := replacedTombstone(h); ok && !replay && prev != nil && prev.Token != rec.Token &&
 			t.rev >= prev.Revision && t.rev < ev.Revision {
 			if e, ok := s.endEvent(Event{Name: name, Revision: t.rev, Time: t.at}, t.header(), live, false); ok {
-				ended = &e
+				before = &e
 			}
 			prev = nil
 		}
@@ -531,10 +540,36 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 			own = s.cache.renewal(name, ev.Revision, rec.Duration)
 		}
 		live.put(&rec, m.Data(), own)
-		return ev, ended, true
+		return ev, before, true
+	}
+	// An end of ours naming a tenure this watcher never saw live, though it
+	// knows every tenure live since it began: the release (or revocation)
+	// came so soon after the grant that it rolled the grant up before this
+	// watcher read it. The grant is reported first, from the end's headers.
+	var missed *Event
+	if tok := Token(parseUint(h.Get(hdrToken))); tok != 0 && knowsAll && !replay {
+		if prev := live.recs[name]; prev == nil || prev.Token < tok {
+			g := missedGrant(name, tok, h, ev.Time)
+			missed = &g
+		}
 	}
 	ev, ok = s.endEvent(ev, h, live, replay)
-	return ev, nil, ok
+	return ev, missed, ok
+}
+
+// missedGrant is the grant of tenure tok of name, which an end with
+// headers h, stored at end, names (see classify): its revision is its
+// token, its time the grant time the end gives.
+func missedGrant(name string, tok Token, h nats.Header, end time.Time) Event {
+	granted, err := time.Parse(time.RFC3339Nano, h.Get(hdrGranted))
+	if err != nil {
+		granted = end
+	}
+	rec := Record{Name: name, Holder: h.Get(hdrHolder), Token: tok, Revision: uint64(tok), StoredAt: granted,
+		GrantedAt: granted, Duration: time.Duration(parseUint(h.Get(hdrDuration))) * time.Millisecond,
+		GrantTrace: h.Get(hdrTrace)}
+	return Event{Type: EventGranted, Name: name, Revision: uint64(tok), Time: granted, Holder: rec.Holder,
+		Token: tok, GrantedAt: granted, Record: &rec}
 }
 
 // endEvent is the event of a tombstone or marker with headers h, stored

@@ -185,3 +185,67 @@ func TestWatchWhoseStreamGoesIsUnavailable(t *testing.T) {
 		t.Fatalf("watch ended with %v, want ErrUnavailable wrapping jetstream.ErrStreamNotFound", err)
 	}
 }
+
+// A release right after its grant rolls the grant up (history 1) before a
+// watcher that is behind reads it; the release names the tenure, and the
+// watcher reports the grant from it, just before the release: every end
+// has its grant, with holder, duration and grant time (change events and
+// the history dropped such grants under a fast grant-release load, found
+// by an outside client).
+func TestWatchReportsAGrantItsReleaseRolledUp(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	w, err := st.Watch(ctx, "fast.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	<-w.Synced()
+	// Nobody reads the events meanwhile: once the channel is full the
+	// watch stops reading the stream, and the tenures that follow are
+	// rolled up by their releases before it reads on.
+	const n = 400
+	var last kvlease.Record
+	for i := range n {
+		rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "fast.a", Holder: fmt.Sprintf("h%d", i), Duration: 7 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "fast.a", Holder: rec.Holder, Token: rec.Token, Revision: rec.Revision}); err != nil {
+			t.Fatal(err)
+		}
+		last = rec
+	}
+	granted := map[kvlease.Token]kvlease.Event{}
+	ends, timeout := 0, time.After(15*time.Second)
+	for {
+		var ev kvlease.Event
+		select {
+		case ev = <-w.Events():
+		case <-timeout:
+			t.Fatalf("the release of the last tenure (token %d) never came (%d ends so far)", last.Token, ends)
+		}
+		switch {
+		case ev.Type == kvlease.EventGranted:
+			granted[ev.Token] = ev
+			continue
+		case !ev.Type.Ends():
+			continue
+		}
+		ends++
+		g, ok := granted[ev.Token]
+		if !ok {
+			t.Fatalf("the release of token %d (end %d) came with no grant before it", ev.Token, ends)
+		}
+		if g.Holder != ev.Holder || g.Record == nil || g.Record.Duration != 7*time.Second || g.GrantedAt.IsZero() {
+			t.Fatalf("the grant reported for token %d: %+v (record %+v)", ev.Token, g, g.Record)
+		}
+		if ev.Token == last.Token {
+			break
+		}
+	}
+	if ends == n {
+		t.Fatalf("all %d tenures were read as they came: the watch never fell behind, and the test showed nothing", n)
+	}
+	t.Logf("%d of %d tenures seen, each end with its grant", ends, n)
+}
