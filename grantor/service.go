@@ -468,7 +468,7 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 	start := time.Now()
 	verb := subject[strings.LastIndexByte(subject, '.')+1:]
 	ctx := telemetry.Extract(context.Background(), hdr)
-	ctx, span := s.tracer.Start(ctx, subject, trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := s.tracer.Start(ctx, s.endpointOf(subject), trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	// Work as long as the caller waits, and no longer: a renewal that
 	// lands after the holder gave up would only make its retry fail as a
@@ -608,14 +608,26 @@ func (r *replyMsg) put() {
 // The operation is the verb of a known subject, else "unknown": callers
 // choose subjects, and a label must not take their values.
 func (s *Service) count(ctx context.Context, subject, code string, d time.Duration) {
-	op, endpoint := "unknown", subject
+	op := "unknown"
 	if _, ok := s.handlers[subject]; ok {
 		op = subject[strings.LastIndexByte(subject, '.')+1:]
-	} else if i := strings.Index(subject, ".v1."); i >= 0 {
-		endpoint = subject[:i] + ".v1.>" // the catch-all that answered it
 	}
 	s.metrics.Request(ctx, op, code, d)
-	s.stats.add(endpoint, code)
+	s.stats.add(s.endpointOf(subject), code)
+}
+
+// endpointOf is the endpoint that answers subject: the subject itself if
+// it is one of the service's, else the catch-all of its API ("….v1.>").
+// Spans and endpoint stats are named by it: callers choose subjects, and
+// names must not take their values.
+func (s *Service) endpointOf(subject string) string {
+	if _, ok := s.handlers[subject]; ok {
+		return subject
+	}
+	if i := strings.Index(subject, ".v1."); i >= 0 {
+		return subject[:i] + ".v1.>"
+	}
+	return "unknown"
 }
 
 // endpointStats holds api.EndpointStats by endpoint subject (a bounded set:

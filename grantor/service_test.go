@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
@@ -425,6 +426,33 @@ func TestTraceContextCrossesService(t *testing.T) {
 	if serverSpan.Parent().SpanID() != clientSpan.SpanContext().SpanID() ||
 		serverSpan.SpanContext().TraceID() != clientSpan.SpanContext().TraceID() {
 		t.Fatal("server span is not the client span's child")
+	}
+}
+
+// Server spans are named by the endpoint that answered: a caller that
+// makes up verbs makes no new span names (each became an operation of its
+// own in Jaeger, found by an outside client).
+func TestServerSpanNamesAreTheEndpoints(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	f := start(t, grantor.DefaultConfig(), grantor.WithTracerProvider(tp))
+	for i := range 5 {
+		if _, err := f.nc.Request(fmt.Sprintf("lease.v1.verb%d", i), []byte("{}"), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.nc.Request(api.SubjectGet, []byte(`{"name":"x"}`), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f.svc.Stop() // waits for the server spans to end
+	names := map[string]int{}
+	for _, s := range rec.Ended() {
+		if s.SpanKind() == trace.SpanKindServer {
+			names[s.Name()]++
+		}
+	}
+	if names["lease.v1.>"] != 5 || names[api.SubjectGet] != 1 || len(names) != 2 {
+		t.Errorf("server span names %v; want 5 lease.v1.> and 1 %s", names, api.SubjectGet)
 	}
 }
 
