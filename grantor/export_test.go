@@ -25,3 +25,13 @@ func WithOverdueSweep(d time.Duration) Option {
 		return nil
 	}
 }
+
+// WithHistoryLinger makes s's observer hold its records up to d for more
+// (instead of 2 ms), and call reported with the revision of each change it
+// has queued a record of.
+func WithHistoryLinger(d time.Duration, reported func(rev uint64)) Option {
+	return func(s *Service) error {
+		s.historyLinger, s.onReported = d, reported
+		return nil
+	}
+}

@@ -317,7 +317,8 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	// the watch has been quiet for historyLinger, or maxPending records
 	// wait. Under load (a burst of grants, an observer catching up) that
 	// is one synced write for many changes, not one each.
-	linger := time.NewTimer(historyLinger)
+	lingerFor := cmp.Or(o.s.historyLinger, historyLinger)
+	linger := time.NewTimer(lingerFor)
 	defer linger.Stop()
 	// The first sweep comes soon: a server that lost expiries did so as it
 	// restarted, which is often why this observer was elected.
@@ -338,7 +339,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 		ok := true
 		var lingered <-chan time.Time // only while records wait
 		if len(o.pending) > 0 {
-			linger.Reset(historyLinger)
+			linger.Reset(lingerFor)
 			lingered = linger.C
 		}
 		select {
@@ -372,6 +373,9 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 			if err := o.report(ctx, ev, after, open); err != nil {
 				return err
 			}
+			if o.s.onReported != nil {
+				o.s.onReported(ev.Revision)
+			}
 		}
 		handled = ev.Revision
 		if len(o.pending) >= maxPending {
@@ -385,6 +389,18 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	}
 	if err := <-errc; err != nil && ctx.Err() == nil {
 		return err
+	}
+	// Stopped (the node shutting down) while still the observer: what it
+	// has recorded is appended and published now, not left to a successor,
+	// which would append it and publish nothing (a change appended before
+	// is not news to it): a clean stop lost the change events of the last
+	// few milliseconds' changes (found by an outside client).
+	if len(o.pending) > 0 && lead.Lease().Check() == nil {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
+		defer cancel()
+		if err := o.flush(fctx); err != nil {
+			o.s.log.Info("stopping: some changes left for the next observer to record", "records", len(o.pending), "err", err)
+		}
 	}
 	return ctx.Err()
 }
@@ -720,7 +736,9 @@ func (o *observer) flush(ctx context.Context) error {
 		for i, p := range o.pending {
 			recs[i] = p.rec
 		}
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		// Not cut short by a stop: an append the stream commits whose
+		// answer never comes would leave its changes unpublished for good.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
 		fresh, err := o.hist.AppendAll(actx, recs)
 		cancel()
 		for i, f := range fresh {

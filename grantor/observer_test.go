@@ -266,3 +266,41 @@ func TestObserverWithinTheStoresRange(t *testing.T) {
 		t.Fatalf("observer lease %+v, %v; want one of 3s, the store's longest", rec, err)
 	}
 }
+
+// A node stopped while it observes appends and publishes the changes it
+// has recorded, rather than leave them to its successor, which appends
+// them and publishes nothing (a change appended before is not news to
+// it): a clean stop lost the change events of the last milliseconds'
+// changes (found by an outside client).
+func TestStoppingObserverPublishesWhatItRecorded(t *testing.T) {
+	reported := make(chan uint64, 64)
+	f := start(t, grantor.DefaultConfig(), grantor.WithHistoryLinger(time.Hour, func(rev uint64) { reported <- rev }))
+	ctx := t.Context()
+	events := make(chan *nats.Msg, 4)
+	kvleasetest.Subscribe(t, f.nc, api.SubjectEvents+"stop.a", func(m *nats.Msg) { events <- m })
+	rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "stop.a", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rev := uint64(0); rev != rec.Revision; {
+		select {
+		case rev = <-reported:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the observer never recorded the grant")
+		}
+	}
+	// The record waits (an hour's linger) as the node stops.
+	f.svc.Stop()
+	select {
+	case m := <-events:
+		var ev api.ChangeEvent
+		if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Type != "granted" || ev.Token != uint64(rec.Token) {
+			t.Errorf("change event %s (%v); want the grant of token %d", m.Data, err, rec.Token)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the grant's change event was never published")
+	}
+	if got := waitRecords(t, f.svc.History(), "stop.a", 1); got[0].Token != uint64(rec.Token) {
+		t.Errorf("history: %+v", got)
+	}
+}

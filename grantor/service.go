@@ -151,6 +151,12 @@ type Service struct {
 	// onFeed, if set (tests), is called when the observer moves to the
 	// service's watch (true) and when the feed cuts it off (false).
 	onFeed func(on bool)
+	// historyLinger, if set (tests lengthen it), is how long the
+	// observer's records wait for more (default historyLinger); onReported,
+	// if set, is called with the revision of each change it has queued a
+	// record of.
+	historyLinger time.Duration
+	onReported    func(rev uint64)
 
 	mp           metric.MeterProvider
 	namePrefixes []string
@@ -350,6 +356,9 @@ func (s *Service) Stop() {
 	s.inflight.Wait()
 	if s.obs != nil {
 		s.obs.halt()
+		// The change events it published last are buffered in the
+		// connection, which its owner may close next.
+		_ = s.nc.FlushTimeout(time.Second)
 	}
 	if s.watcher != nil {
 		s.watcher.Stop()
