@@ -847,7 +847,7 @@ func (s *Store) releasedBy(ctx context.Context, name, holder string, token Token
 //
 // Errors: [ErrInvalidName]; [ErrNotFound] if no tenure is live; [ErrUnavailable].
 func (s *Store) Revoke(ctx context.Context, name, reason string) (rec Record, err error) {
-	ctx, span := s.startSpan(ctx, "revoke", name, telemetry.AttrCause.String(reason))
+	ctx, span := s.startSpan(ctx, "revoke", name, telemetry.AttrReason.String(reason))
 	defer func() { endSpan(span, &rec, err) }()
 	if err := ValidateName(name); err != nil {
 		return Record{}, err

@@ -31,7 +31,8 @@ const (
 	// tenure an earlier attempt of the same request made (a lost reply).
 	AttrAttempts  = attribute.Key("lease.attempts")
 	AttrRecovered = attribute.Key("lease.recovered")
-	// AttrReason is the server's Nats-Marker-Reason of a tenure's end.
+	// AttrReason is why a tenure ended: a revocation's reason, or the
+	// server's Nats-Marker-Reason.
 	AttrReason = attribute.Key("lease.reason")
 
 	AttrFlapping = attribute.Key("lease.flapping")
