@@ -219,3 +219,36 @@ func TestServeTelemetryErrorsAreLogged(t *testing.T) {
 		}
 	}
 }
+
+// A run whose lease is lost while its command works counts an expiry
+// during work, which its metrics show while it stops the command (it
+// counted none: only a program calling Lease.Check did; found by an
+// outside client).
+func TestRunCountsALossDuringWork(t *testing.T) {
+	s := startServe(t, "")
+	cmd := exec.Command(leasedBin, "run", "--url", s.url, "--metrics-listen", "127.0.0.1:0", "--lease", "m.lost",
+		"--ttl", "30s", "--grace", "3s", "--", "sh", "-c", `trap "" TERM; exec sleep 60`)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	logs := readLines(stderr)
+	u := metricsURL(t, logs)
+	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "command started") })
+	if r := leased(t, s.url, "revoke", "m.lost"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "lease lost") })
+	// The command ignores SIGTERM: run waits out its 3 s grace, serving
+	// its metrics meanwhile.
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^leased_expiries_during_work_total\{[^}]*\} 1$`).Match(b) {
+		t.Errorf("run's metrics after the loss, while it stops the command: no expiry during work counted:\n%s", b)
+	}
+}

@@ -170,6 +170,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					defer cancel()
 					return k.Close(rctx)
 				case <-k.Done():
+					_ = l.Check() // lost while the instance served: counted (leased.expiries_during_work)
 					return fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
 				}
 			})

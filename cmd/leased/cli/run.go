@@ -190,6 +190,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		if ended {
 			break
 		}
+		_ = l.Check() // the command was at work when the lease ended: counted (leased.expiries_during_work)
 		killAt := killTime(l, grace)
 		log.Warn("lease lost; stopping the command", "reason", k.Err(),
 			"deadline", l.Deadline().Add(grace).Format(time.RFC3339Nano), "kill_at", killAt.Format(time.RFC3339Nano))
