@@ -684,7 +684,7 @@ func (e *endpointStats) of(subject string) api.EndpointStats {
 // mark of its own replies. Reporting changes is the observer's.
 func (s *Service) observe(ev kvlease.Event) {
 	if ev.Type == kvlease.EventGranted {
-		s.flaps.Granted(ev.Name, ev.Time)
+		s.flaps.GrantedTenure(ev.Name, uint64(ev.Token), ev.Time)
 	}
 }
 
@@ -793,7 +793,10 @@ func (s *Service) grantLease(ctx context.Context, req api.GrantRequest) (api.Lea
 		return api.Lease{}, err
 	}
 	s.holders.granted(rec.Name, rec.Holder, rec.Revision)
-	if s.flaps.Flapping(rec.Name, time.Now()) {
+	// Counted here, as well as when the watch sees it (once): the watch's
+	// event may come after this answer, and this grant's span would miss
+	// the flapping it makes.
+	if _, flapping := s.flaps.GrantedTenure(rec.Name, uint64(rec.Token), time.Now()); flapping {
 		trace.SpanFromContext(ctx).AddEvent("lease.flapping", trace.WithAttributes(
 			telemetry.AttrName.String(rec.Name), telemetry.AttrFlapping.Bool(true)))
 		trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrFlapping.Bool(true))

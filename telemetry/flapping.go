@@ -28,6 +28,7 @@ type FlapDetector struct {
 
 type flapState struct {
 	changes []time.Time
+	token   uint64 // the latest tenure counted ([FlapDetector.GrantedTenure])
 }
 
 // DefaultFlapWindow and DefaultFlapThreshold: more than 3 new tenures in a
@@ -60,6 +61,26 @@ func (f *FlapDetector) Granted(lease string, at time.Time) (changes int, flappin
 		f.state[lease] = s
 	}
 	s.changes = append(trimBefore(s.changes, at.Add(-f.Window)), at)
+	return len(s.changes), len(s.changes) > f.Threshold
+}
+
+// GrantedTenure is Granted for tenure token of lease, counted once: a
+// tenure at or below the latest counted is not counted again. Two views of
+// one grant (the grant's own answer, a watch's event of it) count it once,
+// whichever comes first.
+func (f *FlapDetector) GrantedTenure(lease string, token uint64, at time.Time) (changes int, flapping bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sweepLocked(at)
+	s := f.state[lease]
+	if s == nil {
+		s = &flapState{}
+		f.state[lease] = s
+	}
+	if token > s.token {
+		s.token = token
+		s.changes = append(trimBefore(s.changes, at.Add(-f.Window)), at)
+	}
 	return len(s.changes), len(s.changes) > f.Threshold
 }
 

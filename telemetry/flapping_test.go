@@ -70,3 +70,18 @@ func TestFlapDetectorBounded(t *testing.T) {
 		t.Fatalf("%d leases tracked ten minutes later, want 0", f.Len())
 	}
 }
+
+// A tenure counted twice (the grant's own answer and a watch's event of
+// it) counts once, whichever comes first; a later tenure counts.
+func TestFlapDetectorCountsATenureOnce(t *testing.T) {
+	d := NewFlapDetector(time.Minute, 2)
+	t0 := time.Now()
+	for i, c := range []struct {
+		token uint64
+		want  int
+	}{{5, 1}, {5, 1}, {9, 2}, {7, 2}, {9, 2}, {12, 3}} {
+		if n, flapping := d.GrantedTenure("x", c.token, t0.Add(time.Duration(i)*time.Second)); n != c.want || flapping != (n > 2) {
+			t.Errorf("tenure %d: %d changes (flapping %v), want %d", c.token, n, flapping, c.want)
+		}
+	}
+}
