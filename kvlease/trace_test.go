@@ -165,7 +165,7 @@ func TestTraceOperations(t *testing.T) {
 		telemetry.AttrName:    "svc/b",
 		telemetry.AttrHolder:  "h2",
 		telemetry.AttrToken:   int64(rb.Token),
-		telemetry.AttrCause:   "maintenance",
+		telemetry.AttrReason:  "maintenance",
 		telemetry.AttrOutcome: "ok",
 	})
 	checkOK(t, s)

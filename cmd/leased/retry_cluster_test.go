@@ -44,6 +44,13 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A client that has had a reply (a fresh one first reads the
+	// grantor's clock, which could go to the node about to pause).
+	if _, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (api.Lease, error) {
+		return retry.Get(ctx, "paused.none")
+	}); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("get of a lease never granted: %v", err)
+	}
 	rid, secret := kvlease.NewRequestID()
 	req := kvlease.GrantRequest{Name: "paused.job", Holder: "caller", Duration: 20 * time.Second, RequestID: rid, Secret: secret}
 	body, _ := json.Marshal(api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
@@ -58,40 +65,65 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	}
 
 	proc := c.procs[paused].cmd.Process
-	// sendStuck pauses the node and sends the request on its connection,
-	// where it waits in the node's socket until the node resumes.
-	sendStuck := func() {
+	// sendStuck pauses the node and sends msg on its connection, where it
+	// waits in the node's socket until the node resumes.
+	sendStuck := func(msg *nats.Msg) {
 		t.Helper()
 		stopProcess(t, proc)
 		t.Cleanup(func() { _ = proc.Signal(syscall.SIGCONT) })
-		if err := stuck.PublishRequest(api.SubjectGrant, replies.Subject, body); err != nil {
+		if err := stuck.PublishMsg(msg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// lateAnswer resumes the node and returns the late attempt's answer.
-	lateAnswer := func() (api.Lease, string) {
+	grantMsg := func(body []byte) *nats.Msg {
+		msg := nats.NewMsg(api.SubjectGrant)
+		msg.Reply, msg.Data = replies.Subject, body
+		return msg
+	}
+	// lateAnswer resumes the node and returns the late attempt msg's
+	// answer. A node just resumed may not answer it at all: its routes and
+	// its own service's connection are being re-established (no
+	// responders), or its JetStream is not ready (unavailable). The same
+	// attempt, sent again on that connection, is then as late: what it is
+	// answered is what the late attempt would have been told.
+	lateAnswer := func(msg *nats.Msg) (api.Lease, string) {
 		t.Helper()
 		if err := proc.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-		m, err := replies.NextMsg(30 * time.Second)
-		if err != nil {
-			t.Fatalf("no answer to the request that waited in the paused node: %v", err)
+		for attempt := 1; ; attempt++ {
+			m, err := replies.NextMsg(30 * time.Second)
+			code := ""
+			if err == nil {
+				code = m.Header.Get(api.HeaderErrorCode)
+			}
+			if (errors.Is(err, nats.ErrNoResponders) || code == api.CodeUnavailable) && attempt < 10 {
+				t.Logf("the resumed node answered the late attempt %v %q: sending it again", err, code)
+				time.Sleep(200 * time.Millisecond) // a pause before sending again, as any client's retry
+				if err := stuck.PublishMsg(msg); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("no answer to the request that waited in the paused node: %v", err)
+			}
+			var l api.Lease
+			if code != "" {
+				return l, code
+			}
+			if err := json.Unmarshal(m.Data, &l); err != nil {
+				t.Fatal(err)
+			}
+			return l, ""
 		}
-		var l api.Lease
-		if code := m.Header.Get(api.HeaderErrorCode); code != "" {
-			return l, code
-		}
-		if err := json.Unmarshal(m.Data, &l); err != nil {
-			t.Fatal(err)
-		}
-		return l, ""
 	}
 
 	// 1. The retry makes the tenure; the late attempt is told of it. The
 	// service's queue group may hand a retry to the paused node too, where
 	// it waits as well: each attempt is bounded, as Acquire's are.
-	sendStuck()
+	late1 := grantMsg(body)
+	sendStuck(late1)
 	rec, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (kvlease.Record, error) {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
@@ -100,7 +132,7 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("retry through %s: %v", c.nodes[other].Name, err)
 	}
-	late, code := lateAnswer()
+	late, code := lateAnswer(late1)
 	if code != "" || late.Token != uint64(rec.Token) || !late.Recovered {
 		t.Fatalf("late attempt while the tenure lives: %+v, %q; want token %d, recovered", late, code, rec.Token)
 	}
@@ -109,7 +141,8 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	}
 
 	// 2. Once the tenure has ended, a late attempt grants nothing.
-	sendStuck()
+	late2 := grantMsg(body)
+	sendStuck(late2)
 	_, err = kvlease.RetryUnavailable(ctx, time.Second, nil, func() (struct{}, error) {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
@@ -119,7 +152,7 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, code := lateAnswer(); code != api.CodeRequestUsed {
+	if _, code := lateAnswer(late2); code != api.CodeRequestUsed {
 		t.Errorf("late attempt after the release: %q, want %s", code, api.CodeRequestUsed)
 	}
 	if cur, err := get(); !errors.Is(err, kvlease.ErrNotFound) {
@@ -133,15 +166,11 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	rid2, secret2 := kvlease.NewRequestID()
 	body, _ = json.Marshal(api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
 		RequestID: rid2, Secret: secret2})
-	stopProcess(t, proc)
-	msg := nats.NewMsg(api.SubjectGrant)
-	msg.Reply, msg.Data = replies.Subject, body
+	late3 := grantMsg(body)
 	// Its caller gave up a second ago (every node's clock is this machine's).
-	msg.Header.Set(api.HeaderDeadline, fmt.Sprint(time.Now().Add(-time.Second).UnixMilli()))
-	if err := stuck.PublishMsg(msg); err != nil {
-		t.Fatal(err)
-	}
-	if _, code := lateAnswer(); code != api.CodeTooLate {
+	late3.Header.Set(api.HeaderDeadline, fmt.Sprint(time.Now().Add(-time.Second).UnixMilli()))
+	sendStuck(late3)
+	if _, code := lateAnswer(late3); code != api.CodeTooLate {
 		t.Errorf("request past its deadline: %q, want %s", code, api.CodeTooLate)
 	}
 	if cur, err := get(); !errors.Is(err, kvlease.ErrNotFound) {

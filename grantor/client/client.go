@@ -311,7 +311,9 @@ func (c *Client) startMeasuring() <-chan struct{} {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 		defer cancel()
-		_ = c.call(ctx, api.SubjectGet, api.GetRequest{Name: api.ObserverLease}, nil) // any reply measures the clock
+		// In attempts (read): one handed to a paused node is sent again,
+		// most likely to another, after a third of the time.
+		_, _ = c.Get(ctx, api.ObserverLease) // any reply measures the clock
 		c.measureMu.Lock()
 		c.measuring = nil
 		c.measureMu.Unlock()
