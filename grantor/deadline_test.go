@@ -10,6 +10,7 @@ import (
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -133,5 +134,27 @@ func TestFirstGrantIsNotSentWithoutADeadline(t *testing.T) {
 	}
 	if m := <-grants; m.Header.Get(api.HeaderDeadline) == "" {
 		t.Error("the next attempt's grant carries no deadline")
+	}
+
+	// A caller with more time than the client's request timeout: the
+	// clock read ends unanswered before a quarter of it has passed, and
+	// the grant still does not go out without a deadline.
+	proxy.DelayReplies(5 * time.Second)
+	nc3 := kvleasetest.Connect(t, srv.ClientURL())
+	c3 := newClient(t, nc3, client.WithTimeout(300*time.Millisecond))
+	ctx3, cancel3 := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel3()
+	if rec, err := c3.Grant(ctx3, kvlease.GrantRequest{Name: "slow.patient", Holder: "h", Duration: time.Minute}); !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("grant with the clock read timed out: %+v, %v; want ErrUnavailable", rec, err)
+	}
+	for _, conn := range []*nats.Conn{nc3, watcher} {
+		if err := conn.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case m := <-grants:
+		t.Errorf("the patient caller's grant was sent (deadline header %q)", m.Header.Get(api.HeaderDeadline))
+	default:
 	}
 }

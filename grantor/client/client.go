@@ -36,7 +36,13 @@ type Client struct {
 	seen    seenTokens
 
 	measureMu sync.Mutex
-	measuring chan struct{} // closed when the clock read in flight ends; nil if none
+	measuring *measurement // the clock read in flight; nil if none
+}
+
+// measurement is a read of the grantor's clock (Client.measureClock).
+type measurement struct {
+	done chan struct{} // closed when it ends
+	err  error         // its error, once done is closed
 }
 
 var _ kvlease.Grantor = (*Client)(nil)
@@ -282,12 +288,18 @@ func (c *Client) measureClock(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		wait = time.Until(dl) // the grant itself gets the client's timeout otherwise
 	}
-	done := c.startMeasuring()
+	m := c.startMeasuring()
 	t := time.NewTimer(wait / 4) // a quarter of the caller's time at most: the grant needs the rest
 	defer t.Stop()
 	select {
-	case <-done:
-		return nil // answered (the offset is known now), refused, or failed at once: the grant goes
+	case <-m.done:
+		// Answered (the offset is known now), or refused or failed at once
+		// (no grantor, not connected: the grant fails alike), the grant
+		// goes; unanswered, it does not.
+		if _, _, ok := c.clock.Offset(); ok || !(errors.Is(m.err, context.DeadlineExceeded) || errors.Is(m.err, nats.ErrTimeout)) {
+			return nil
+		}
+		return fmt.Errorf("the grantor did not answer a read of its clock, which the grant's deadline needs: %w", m.err)
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -298,28 +310,28 @@ func (c *Client) measureClock(ctx context.Context) error {
 }
 
 // startMeasuring starts a read of the observer lease, whose reply measures
-// the clock offset, unless one is in flight, and returns a channel closed
-// when it ends.
-func (c *Client) startMeasuring() <-chan struct{} {
+// the clock offset, unless one is in flight, and returns it.
+func (c *Client) startMeasuring() *measurement {
 	c.measureMu.Lock()
 	defer c.measureMu.Unlock()
 	if c.measuring != nil {
 		return c.measuring
 	}
-	done := make(chan struct{})
-	c.measuring = done
+	m := &measurement{done: make(chan struct{})}
+	c.measuring = m
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 		defer cancel()
 		// In attempts (read): one handed to a paused node is sent again,
 		// most likely to another, after a third of the time.
-		_, _ = c.Get(ctx, api.ObserverLease) // any reply measures the clock
+		_, err := c.Get(ctx, api.ObserverLease) // any reply measures the clock
 		c.measureMu.Lock()
 		c.measuring = nil
 		c.measureMu.Unlock()
-		close(done)
+		m.err = err
+		close(m.done)
 	}()
-	return done
+	return m
 }
 
 // call sends one request and decodes the reply or the error.
