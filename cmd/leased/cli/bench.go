@@ -445,12 +445,22 @@ type benchStats struct {
 	errs map[string]int
 }
 
+// fail counts err. After an unavailable grantor the caller pauses
+// (failPause) before its next operation, as a client's retry would: against
+// a stopped server it spun, a million errors in 3 s (found by an outside
+// client).
 func (s *benchStats) fail(err error) {
 	if s.errs == nil {
 		s.errs = map[string]int{}
 	}
 	s.errs[errorKind(err)]++
+	if errors.Is(err, kvlease.ErrUnavailable) {
+		time.Sleep(failPause)
+	}
 }
+
+// failPause is how long a bench caller waits after an unavailable grantor.
+const failPause = 10 * time.Millisecond
 
 func mergeStats(all []benchStats) (lat []time.Duration, errs map[string]int) {
 	errs = map[string]int{}
