@@ -71,6 +71,11 @@ var (
 	// ErrUnavailable: the grantor (NATS server) could not be reached or did
 	// not answer in time. The operation may or may not have taken effect.
 	ErrUnavailable = errors.New("kvlease: grantor unavailable")
+	// ErrNotSent (always with ErrUnavailable): the request was not sent
+	// (no connection; a grant the client could not give a deadline yet), so
+	// it took no effect and never will: a [Grantor] returns it so that
+	// [Acquire] does not wait out an attempt that never went.
+	ErrNotSent = errors.New("kvlease: request not sent")
 	// ErrBucket: the lease bucket is missing or misconfigured.
 	ErrBucket = errors.New("kvlease: lease bucket unusable")
 	// ErrClockRate (always with ErrExpired): the measured rate error between

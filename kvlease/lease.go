@@ -301,6 +301,8 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			return rec, t0, n, nil
 		case errors.Is(err, ErrRequestUsed):
 			renew()
+		case errors.Is(err, ErrNotSent) && ctx.Err() == nil:
+			// Nothing went: no attempt to wait out.
 		case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
 			w, ok := time.Duration(0), false
 			if lb != nil {

@@ -483,3 +483,46 @@ func TestRequestUsedAfterServerRestart(t *testing.T) {
 		t.Errorf("a new request for the released lease: %v", err)
 	}
 }
+
+// notSentGrantor is a lateGrantor whose attempt notSent is not sent (a
+// client not connected, or without the clock offset a deadline needs),
+// and which knows no late window then.
+type notSentGrantor struct {
+	*lateGrantor
+	notSent int
+}
+
+func (g *notSentGrantor) LateWindow() (time.Duration, bool) { return g.window, g.calls != g.notSent }
+
+func (g *notSentGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	if g.calls+1 == g.notSent {
+		g.calls++
+		return kvlease.Record{}, fmt.Errorf("%w: %w: grant: no offset yet", kvlease.ErrUnavailable, kvlease.ErrNotSent)
+	}
+	return g.lateGrantor.Grant(ctx, req)
+}
+
+// An attempt that was never sent (ErrNotSent) is no attempt to wait out,
+// and does not make Acquire forget the late window of the ones that were:
+// a refusal after it is still waited out (it took the late window as
+// unknown and returned the refusal at once, leaving the late attempt's
+// tenure to nobody; found by a review).
+func TestAcquireNotSentAttemptKeepsTheLateWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 10 * time.Second
+		fake := kvleasetest.NewFakeGrantor()
+		other, err := fake.Grant(t.Context(), kvlease.GrantRequest{Name: "job", Holder: "other", Duration: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &notSentGrantor{lateGrantor: &lateGrantor{FakeGrantor: fake, window: 3 * time.Second, other: other, lost: []int{1}, late: 1},
+			notSent: 2}
+		l, err := kvlease.Acquire(t.Context(), g, "job", "h", d, kvlease.WithAttemptTimeout(time.Second))
+		if err != nil {
+			t.Fatalf("acquire: %v after %d calls (the late attempt's tenure is left to nobody)", err, g.calls)
+		}
+		if cur, _ := fake.Lookup("job"); l.Token() != cur.Token || cur.Holder != "h" || !l.Record().Recovered {
+			t.Errorf("lease token %d (recovered %v), grantor holds %+v", l.Token(), l.Record().Recovered, cur)
+		}
+	})
+}

@@ -129,7 +129,7 @@ func (c *Client) TracerProvider() trace.TracerProvider { return c.tp }
 // kvlease.Store.Grant: zero is out of range, not "the service's default".
 func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
 	if err := c.measureClock(ctx); err != nil {
-		return kvlease.Record{}, fmt.Errorf("%w: grant %q not sent: %w", kvlease.ErrUnavailable, req.Name, err)
+		return kvlease.Record{}, fmt.Errorf("%w: %w: grant %q: %w", kvlease.ErrUnavailable, kvlease.ErrNotSent, req.Name, err)
 	}
 	var out api.Lease
 	err := c.call(ctx, api.SubjectGrant, api.GrantRequest{Name: req.Name, Holder: req.Holder, TTL: api.TTL(req.Duration),
@@ -410,7 +410,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	if !c.nc.IsConnected() {
 		// A request published while reconnecting is buffered and sent on
 		// reconnect, maybe after the holder's deadline (docs/safety.md).
-		return fmt.Errorf("%w: %s: not connected to NATS (%v)", kvlease.ErrUnavailable, subject, c.nc.Status())
+		return fmt.Errorf("%w: %w: %s: not connected to NATS (%v)", kvlease.ErrUnavailable, kvlease.ErrNotSent, subject, c.nc.Status())
 	}
 	sent := time.Now()
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
