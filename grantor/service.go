@@ -379,6 +379,15 @@ func (s *Service) handler() micro.Handler {
 		if reply == "" {
 			return // no one would receive the reply (nor a grant's secret)
 		}
+		if !api.ReplySubjectOK(reply) {
+			// The reply would be published, as this node's user, on a
+			// subject that is data: the bucket's, the history's, the
+			// service's own (an outside client wrote a reply into
+			// $KV.leases.<name>, ending a tenure without its secret).
+			s.log.Warn("dropped a request whose reply subject is not an inbox", "subject", subject, "reply", reply)
+			s.count(context.Background(), subject, api.CodeInvalidArgument, 0)
+			return
+		}
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()

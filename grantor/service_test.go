@@ -808,3 +808,60 @@ func TestReplyAfterAnErrorReplyIsClean(t *testing.T) {
 		rec = next
 	}
 }
+
+// A request whose reply subject is one the service writes as data (the
+// bucket's $KV subjects, JetStream's API, the history, the service's own)
+// is dropped unanswered: the service publishes replies as its own NATS
+// user, which may write the bucket, and a caller that may not wrote a
+// reply into $KV.leases.<name>, ending that lease's tenure without its
+// secret (found by an outside client).
+func TestReplyToDataSubjectDropped(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "victim", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spy := kvleasetest.Connect(t, f.url)
+	written := make(chan *nats.Msg, 4)
+	kvleasetest.Subscribe(t, spy, "$KV."+kvlease.DefaultBucket+".>", func(m *nats.Msg) { written <- m })
+	for _, reply := range []string{"$KV." + kvlease.DefaultBucket + ".victim", "$KV." + kvlease.DefaultBucket + ".fresh"} {
+		if err := f.nc.PublishMsg(&nats.Msg{Subject: api.SubjectGet, Reply: reply, Data: []byte(`{"name":"victim"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both requests are counted once handled (answered, or dropped).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		m, err := f.nc.Request("$SRV.STATS."+api.ServiceName, nil, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stats micro.Stats
+		if err := json.Unmarshal(m.Data, &stats); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range stats.Endpoints {
+			if e.Subject == api.SubjectGet {
+				n = e.NumRequests
+			}
+		}
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the service handled %d of the 2 requests", n)
+		}
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-written:
+		t.Errorf("the service published on %s: %s", m.Subject, m.Data)
+	default:
+	}
+	if cur, err := f.store.Get(ctx, "victim"); err != nil || cur.Revision != rec.Revision {
+		t.Errorf("the lease after the requests: %+v, %v; want it untouched at revision %d", cur, err, rec.Revision)
+	}
+}

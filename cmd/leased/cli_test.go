@@ -476,6 +476,10 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		want string
 	}{
 		{"nats://me:s3cret@::bad::url", []string{"ls"}, "NATS URL nats://me:xxxxx@::bad::url"},
+		// A URL parser ends the host at '#', '?' or '/', and its error
+		// quoted the password's pieces (found by an outside client).
+		{"tls://app:s3cret#1@127.0.0.1:1", []string{"ls"}, "write them %23"},
+		{"tls://app:Pa@s3cret/Wd1@127.0.0.1:1", []string{"ls"}, "write them %23"},
 		{nowhere, []string{"ls", "a b"}, "invalid lease name"},
 		{nowhere, []string{"ls", "*"}, "invalid lease name"},
 		{nowhere, []string{"get", "a b"}, "invalid lease name"},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/leased/leased/kvlease"
@@ -304,3 +305,25 @@ func decodeStrict(data []byte, v any) error {
 	}
 	return nil
 }
+
+// ReplySubjectOK reports whether the service may publish its reply on
+// subject, a request's reply subject. The service publishes as its own
+// NATS user, which writes the lease bucket, the history and the change
+// events: a reply subject there would have it write a reply as data for a
+// caller that may not (a reply written into $KV.<bucket>.<name> ends that
+// lease's tenure without its secret). Such a request is dropped
+// unanswered. Inboxes (_INBOX.…, or any prefix of a client's own that is
+// not reserved) are fine.
+func ReplySubjectOK(subject string) bool {
+	for _, p := range reservedReplyPrefixes {
+		if strings.HasPrefix(subject, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// reservedReplyPrefixes begin the subjects ReplySubjectOK refuses: NATS's
+// own ($JS, $KV, $SYS, $SRV …), the lease service's and its change events
+// (lease.), the registry's (svc.) and the history's (leased.).
+var reservedReplyPrefixes = []string{"$", "lease.", "svc.", "leased."}

@@ -115,10 +115,21 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 
 // checkURLs refuses, as a usage error, a NATS URL list with a port no
 // server can listen on (nats.go tried to dial it, and that failed as
-// "unavailable"). Other malformations are left to nats.go's parser.
+// "unavailable"), or with a '#', '?' or '/' before its last '@': a URL
+// parser ends the host there, and its error quoted the password's pieces
+// (an outside client's "invalid port \":<password>\" after host"). Other
+// malformations are left to nats.go's parser.
 func checkURLs(urls string) error {
 	for _, u := range strings.Split(urls, ",") {
 		u = strings.TrimSpace(u)
+		start := 0
+		if j := strings.Index(u, "://"); j >= 0 {
+			start = j + len("://")
+		}
+		if at := strings.LastIndexByte(u, '@'); at > start && strings.ContainsAny(u[start:at], "#?/") {
+			return usageError{fmt.Errorf("NATS URL %s: the user or password has a '#', '?' or '/', which ends a URL's host: write them %%23, %%3F and %%2F",
+				RedactURL(u))}
+		}
 		if !strings.Contains(u, "://") {
 			u = "nats://" + u // as nats.go reads a URL without a scheme
 		}
