@@ -31,7 +31,7 @@ type Keeper struct {
 	onLost   func(error)
 	onRenew  []func(Record, time.Time)
 	metrics  *telemetry.Metrics
-	renewNow <-chan struct{} // nil: renew on the interval only
+	renewNow []<-chan struct{} // none: renew on the interval only
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -104,16 +104,45 @@ func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
 // the renewal is refused, and the lease is lost at once instead of at the
 // next interval (up to D/3 later). A receive is only a hint: a lease still
 // held is renewed early, nothing more. The leased CLI's run and elect feed
-// it from the service's change events and from a watch of the bucket. A
-// nil channel is an error.
+// it from the service's change events and from a watch of the bucket. The
+// option adds ch: given more than once (an election adds its own to the
+// caller's), the keeper hears every channel. A nil channel is an error.
 func WithRenewNow(ch <-chan struct{}) KeeperOption {
 	return func(k *Keeper) error {
 		if ch == nil {
 			return fmt.Errorf("%w: nil renew-now channel", ErrInvalidOption)
 		}
-		k.renewNow = ch
+		k.renewNow = append(k.renewNow, ch)
 		return nil
 	}
+}
+
+// renewNowHints merges the renew-now channels into one, read by the
+// keeper's loop, until done is closed: nil (never ready) if there are none.
+func (k *Keeper) renewNowHints(done <-chan struct{}) <-chan struct{} {
+	switch len(k.renewNow) {
+	case 0:
+		return nil
+	case 1:
+		return k.renewNow[0]
+	}
+	merged := make(chan struct{}, 1)
+	for _, ch := range k.renewNow {
+		go func() {
+			for {
+				select {
+				case <-ch:
+					select {
+					case merged <- struct{}{}:
+					default: // a hint is pending already
+					}
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	return merged
 }
 
 // WithMeterProvider makes the keeper record the lease metrics (renewal
@@ -304,13 +333,16 @@ func (k *Keeper) run(parent context.Context) {
 	k.l.mu.Unlock()
 	timer := time.NewTimer(max(first, 0))
 	defer timer.Stop()
+	hintsDone := make(chan struct{})
+	defer close(hintsDone)
+	hints := k.renewNowHints(hintsDone)
 	for {
 		deadline := k.l.Deadline()
 		expiry := time.NewTimer(time.Until(deadline))
 		select {
 		case <-timer.C:
 			expiry.Stop()
-		case <-k.renewNow:
+		case <-hints:
 			expiry.Stop()
 		case <-expiry.C:
 			reason = k.l.expired()

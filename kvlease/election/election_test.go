@@ -164,3 +164,36 @@ func TestCampaignEndsWithContext(t *testing.T) {
 		t.Fatalf("bad election name: %v", err)
 	}
 }
+
+// A leader's own renew-now hints (kvlease.WithRenewNow among its keeper
+// options) are heard beside the election's: the election's option
+// replaced the caller's, whose hints were never read (found by an outside
+// client).
+func TestCampaignHearsTheCallersRenewNow(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	e, err := election.New(st, "leader.hints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hint := make(chan struct{})
+	renewed := make(chan struct{}, 16)
+	l, err := e.Campaign(ctx, "c", 30*time.Second, kvlease.WithKeeper(kvlease.WithRenewNow(hint),
+		kvlease.WithOnRenew(func(kvlease.Record, time.Time) { renewed <- struct{}{} })))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(context.Background())
+	for i := range 3 {
+		select {
+		case hint <- struct{}{}:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("hint %d: the keeper does not read the caller's renew-now channel", i)
+		}
+		select {
+		case <-renewed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("hint %d: no renewal (the lease renews every 10 s on its own)", i)
+		}
+	}
+}
