@@ -180,29 +180,8 @@ func WithAttributes(attrs map[string]string) LeaseOption {
 // [ErrInvalidTiming] if the margins leave no validity (nothing sent either
 // way); otherwise those of [Store.Grant], including [HeldError], and the
 // last [ErrUnavailable] once ctx has ended.
-// newLeaseOptions applies opts for a lease of duration d and checks the
-// window they leave: what Acquire refuses before it sends anything.
-func newLeaseOptions(d time.Duration, opts []LeaseOption) (leaseOptions, error) {
-	o := leaseOptions{rho: DefaultClockRate, now: time.Now, attempt: DefaultAttemptTimeout}
-	for _, opt := range opts {
-		if opt == nil {
-			return o, fmt.Errorf("%w: nil lease option", ErrInvalidOption)
-		}
-		if err := opt(&o); err != nil {
-			return o, err
-		}
-	}
-	if d < MinDuration {
-		return o, fmt.Errorf("%w: %v is below %v", ErrDurationOutOfRange, d, MinDuration)
-	}
-	if !o.marginSet {
-		o.margin = DefaultHolderMargin(d)
-	}
-	return o, ValidateWindow(d, o.margin, o.rho)
-}
-
 func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duration, opts ...LeaseOption) (*Lease, error) {
-	if g == nil {
+	if st, ok := g.(*Store); g == nil || ok && st == nil {
 		return nil, fmt.Errorf("%w: nil grantor", ErrInvalidOption)
 	}
 	o, err := newLeaseOptions(d, opts)
@@ -237,6 +216,27 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 		telemetry.AttrRecovered.Bool(rec.Recovered))
 	endSpan(span, &rec, nil)
 	return l, nil
+}
+
+// newLeaseOptions applies opts for a lease of duration d and checks the
+// window they leave: what Acquire refuses before it sends anything.
+func newLeaseOptions(d time.Duration, opts []LeaseOption) (leaseOptions, error) {
+	o := leaseOptions{rho: DefaultClockRate, now: time.Now, attempt: DefaultAttemptTimeout}
+	for _, opt := range opts {
+		if opt == nil {
+			return o, fmt.Errorf("%w: nil lease option", ErrInvalidOption)
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	if d < MinDuration {
+		return o, fmt.Errorf("%w: %v is below %v", ErrDurationOutOfRange, d, MinDuration)
+	}
+	if !o.marginSet {
+		o.margin = DefaultHolderMargin(d)
+	}
+	return o, ValidateWindow(d, o.margin, o.rho)
 }
 
 // granted is the duration a holder that asked for d may count on from
@@ -377,8 +377,11 @@ func (l *Lease) Deadline() time.Time {
 // Remaining returns the time left before the deadline; ≤ 0 once it passed.
 func (l *Lease) Remaining() time.Duration { return l.Deadline().Sub(l.now()) }
 
-// Check returns nil if the holder may act now, and a [*LeaseExpiredError]
-// otherwise. Call it immediately before every effect, not once per loop.
+// Check returns nil if the holder may act now, and otherwise a
+// [*LeaseExpiredError], or, when the lease's clock guard says the clocks'
+// rates differ by more than ρ, an error matching [ErrExpired] and
+// [ErrClockRate]. Call it immediately before every effect, not once per
+// loop.
 func (l *Lease) Check() error { return l.CheckFor(0) }
 
 // CheckFor returns nil if at least need remains before the deadline: use it

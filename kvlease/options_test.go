@@ -204,3 +204,12 @@ func TestDefaultBatchLimitsAreValid(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Acquire refuses a nil *Store as it does a nil Grantor (it panicked;
+// found by an outside client).
+func TestAcquireNilStore(t *testing.T) {
+	var st *kvlease.Store
+	if _, err := kvlease.Acquire(t.Context(), st, "a", "h", 5*time.Second); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("acquire from a nil store: %v, want ErrInvalidOption", err)
+	}
+}

@@ -531,7 +531,9 @@ type Grantor interface {
 	Release(ctx context.Context, req ReleaseRequest) error
 }
 
-func (s *Store) checkDuration(d time.Duration) error {
+// CheckDuration refuses (ErrDurationOutOfRange) a duration outside
+// [Store.DurationRange]: what Grant and Renew would refuse.
+func (s *Store) CheckDuration(d time.Duration) error {
 	if d < s.o.minDuration || d > s.o.maxDuration {
 		return fmt.Errorf("%w: %v not in [%v, %v]", ErrDurationOutOfRange, d, s.o.minDuration, s.o.maxDuration)
 	}
@@ -563,7 +565,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 		}
 		endSpan(span, &rec, err)
 	}()
-	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.checkDuration(req.Duration),
+	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.CheckDuration(req.Duration),
 		checkRequestID(req)); err != nil {
 		return Record{}, err
 	}
@@ -741,7 +743,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 		telemetry.AttrToken.Int64(int64(req.Token)), telemetry.AttrDuration.Int64(req.Duration.Milliseconds()))
 	defer func() { endSpan(span, &rec, err) }()
 	if req.Duration != 0 {
-		if err := s.checkDuration(req.Duration); err != nil {
+		if err := s.CheckDuration(req.Duration); err != nil {
 			return Record{}, err
 		}
 	}
@@ -1429,6 +1431,9 @@ func translate(op string, err error) error {
 		return fmt.Errorf("%w: %s: an earlier attempt of this request is still in process: %w", ErrUnavailable, op, err)
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeReplicasNotSupported:
 		return fmt.Errorf("%w: %s: the NATS server is not in a cluster, so a bucket has one replica (WithReplicas(1)): %w", ErrBucket, op, err)
+	case errors.Is(err, nats.ErrMaxPayload):
+		// Refused by the client before it was sent: too large, every time.
+		return fmt.Errorf("%w: %s: %w", ErrTooLarge, op, err)
 	case errors.As(err, &apiErr) && apiErr.Code >= 500:
 		// Cluster unavailable, no quorum, store failure: try again.
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)

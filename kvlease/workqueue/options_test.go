@@ -51,6 +51,19 @@ func TestClaimRefusesBadOptionsBeforeWaiting(t *testing.T) {
 	if _, err := q.Claim(ctx, "w", 10*time.Second, kvlease.WithKeeper(kvlease.WithRenewInterval(time.Hour))); !errors.Is(err, kvlease.ErrInvalidTiming) {
 		t.Fatalf("claim with an hour's renewal interval on an empty queue: %v, want ErrInvalidTiming at once", err)
 	}
+	// So are a worker name and a duration no grant takes (Claim waited
+	// for ctx with them; found by an outside client).
+	if _, err := q.Claim(ctx, "", 10*time.Second); !errors.Is(err, kvlease.ErrInvalidHolder) {
+		t.Errorf("claim by an empty worker name: %v, want ErrInvalidHolder at once", err)
+	}
+	if _, err := q.Claim(ctx, "w", 2*time.Hour); !errors.Is(err, kvlease.ErrDurationOutOfRange) {
+		t.Errorf("claim for 2 h (the store's maximum is 1 h): %v, want ErrDurationOutOfRange at once", err)
+	}
+	// A payload over the server's max_payload is too large, every time,
+	// not unavailable (which says: try again).
+	if err := q.Add(ctx, "big", make([]byte, 2<<20)); !errors.Is(err, kvlease.ErrTooLarge) || errors.Is(err, kvlease.ErrUnavailable) {
+		t.Errorf("add of 2 MiB: %v, want ErrTooLarge", err)
+	}
 }
 
 // Open refuses options it cannot use before it touches JetStream (a nil js

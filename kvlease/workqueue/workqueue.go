@@ -251,6 +251,11 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 	if err := o.Check(d); err != nil { // not after a claim has been granted
 		return nil, err
 	}
+	// Refused now, not by the first item's grant: on an empty queue Claim
+	// waited for an item, and then for ctx, with a request no grant takes.
+	if err := errors.Join(kvlease.ValidateHolder(worker), q.store.CheckDuration(d)); err != nil {
+		return nil, err
+	}
 	for {
 		if q.closed.Err() != nil {
 			return nil, errClosed()
