@@ -107,6 +107,16 @@ type watchOptions struct {
 	updatesOnly  bool
 	changesAfter uint64
 	after        bool
+	exact        bool
+}
+
+// ExactName watches the one lease named by Watch's prefix, not every lease
+// whose name begins with it: the server sends that lease's messages alone
+// (a prefix is filtered on whole name tokens by the server and the rest
+// here, so an election on "leader" replayed the whole bucket, and one on
+// "x.billing" every lease under "x.").
+func ExactName() WatchOption {
+	return func(o *watchOptions) error { o.exact = true; return nil }
 }
 
 // UpdatesOnly skips the replay of current state: only changes from now on.
@@ -134,6 +144,7 @@ func ChangesAfter(rev uint64) WatchOption {
 // between the two.
 type Watcher struct {
 	updatesOnly bool
+	exact       bool // ExactName
 	events      chan Event
 	synced      chan struct{}
 	done        chan struct{}
@@ -258,7 +269,13 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	// Filter by subject on whole dot-separated tokens; the rest of the
 	// prefix is matched here.
 	filter := s.prefix + ">"
-	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {
+	switch i := strings.LastIndexByte(prefix, '.'); {
+	case o.exact:
+		if err := ValidateName(prefix); err != nil {
+			return nil, err
+		}
+		filter = s.prefix + prefix
+	case i >= 0:
 		filter = s.prefix + prefix[:i+1] + ">"
 	}
 	cfg := follow.Config{Stream: s.stream.CachedInfo().Config.Name, Filter: filter,
@@ -298,6 +315,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	}
 	w := &Watcher{
 		updatesOnly: o.updatesOnly,
+		exact:       o.exact,
 		events:      make(chan Event, 256),
 		synced:      make(chan struct{}),
 		done:        make(chan struct{}),
@@ -396,7 +414,7 @@ func (w *Watcher) run(ctx context.Context, s *Store, fl Follow, prefix, filter s
 			continue
 		}
 		replay := !synced() && md.Sequence.Stream <= before
-		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) {
+		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) && (!w.exact || name == prefix) {
 			if ev, before, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
 				for _, e := range []*Event{before, &ev} {
 					if e == nil {

@@ -249,3 +249,45 @@ func TestWatchReportsAGrantItsReleaseRolledUp(t *testing.T) {
 	}
 	t.Logf("%d of %d tenures seen, each end with its grant", ends, n)
 }
+
+// ExactName watches one lease: neither the leases whose names begin with
+// it nor those beside it in its token are delivered, in the replay or
+// after (an election on "leader" replayed the whole bucket).
+func TestWatchExactName(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	for _, n := range []string{"leader", "leaderboard", "leader.sub", "other"} {
+		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: n, Holder: "h", Duration: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := st.Watch(ctx, "leader", kvlease.ExactName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	<-w.Synced()
+	for _, n := range []string{"leaderboard", "leader.sub", "other"} {
+		if _, err := st.Revoke(ctx, n, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Revoke(ctx, "leader", "test"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 2 {
+		select {
+		case ev := <-w.Events():
+			got = append(got, fmt.Sprintf("%s %s", ev.Name, ev.Type))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("events so far %v; want the replay of leader, then its revocation", got)
+		}
+	}
+	if want := []string{"leader granted", "leader revoked"}; !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+	if _, err := st.Watch(ctx, "leader.*", kvlease.ExactName()); !errors.Is(err, kvlease.ErrInvalidName) {
+		t.Errorf("an exact watch of no lease name: %v, want ErrInvalidName", err)
+	}
+}

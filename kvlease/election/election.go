@@ -71,7 +71,7 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	}
 	// The watch outlives ctx when the campaign is won: it then tells the
 	// keeper of the leadership's end (see watchEnd).
-	w, err := e.store.Watch(context.WithoutCancel(ctx), e.name)
+	w, err := e.store.Watch(context.WithoutCancel(ctx), e.name, kvlease.ExactName())
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ type LeaderChange struct {
 // observers do. A reader that falls behind by 16 changes stalls the stream of
 // changes, not the election.
 func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
-	w, err := e.store.Watch(ctx, e.name)
+	w, err := e.store.Watch(ctx, e.name, kvlease.ExactName())
 	if err != nil {
 		return nil, err
 	}
