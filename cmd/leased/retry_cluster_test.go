@@ -83,21 +83,23 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	// lateAnswer resumes the node and returns the late attempt msg's
 	// answer. A node just resumed may not answer it at all: its routes and
 	// its own service's connection are being re-established (no
-	// responders), or its JetStream is not ready (unavailable). The same
-	// attempt, sent again on that connection, is then as late: what it is
-	// answered is what the late attempt would have been told.
+	// responders), its JetStream is not ready (unavailable), or it dropped
+	// the stuck connection as stale, the attempt with it (no answer; the
+	// connection comes back by itself). The same attempt, sent again on
+	// that connection, is then as late: what it is answered is what the
+	// late attempt would have been told.
 	lateAnswer := func(msg *nats.Msg) (api.Lease, string) {
 		t.Helper()
 		if err := proc.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 		for attempt := 1; ; attempt++ {
-			m, err := replies.NextMsg(30 * time.Second)
+			m, err := replies.NextMsg(10 * time.Second)
 			code := ""
 			if err == nil {
 				code = m.Header.Get(api.HeaderErrorCode)
 			}
-			if (errors.Is(err, nats.ErrNoResponders) || code == api.CodeUnavailable) && attempt < 10 {
+			if (errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || code == api.CodeUnavailable) && attempt < 6 {
 				t.Logf("the resumed node answered the late attempt %v %q: sending it again", err, code)
 				time.Sleep(200 * time.Millisecond) // a pause before sending again, as any client's retry
 				if err := stuck.PublishMsg(msg); err != nil {
