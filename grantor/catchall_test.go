@@ -1,7 +1,6 @@
 package grantor_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -23,17 +22,9 @@ func TestEveryRequestArrivesOnce(t *testing.T) {
 	ctx := t.Context()
 	received := func() (int, map[string]int) {
 		t.Helper()
-		m, err := f.nc.Request("$SRV.STATS."+api.ServiceName, nil, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stats micro.Stats
-		if err := json.Unmarshal(m.Data, &stats); err != nil {
-			t.Fatal(err)
-		}
 		var total int
 		by := map[string]int{}
-		for _, e := range stats.Endpoints {
+		for _, e := range serviceStats(t, f.nc).Endpoints {
 			total += e.NumRequests
 			by[e.Subject] = e.NumRequests
 		}

@@ -173,16 +173,8 @@ func TestGrantorMetrics(t *testing.T) {
 	}
 
 	// micro's stats reply carries the service's own counts of error replies.
-	m, err := f.nc.Request("$SRV.STATS."+api.ServiceName, nil, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stats micro.Stats
-	if err := json.Unmarshal(m.Data, &stats); err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]api.EndpointStats{}
-	for _, e := range stats.Endpoints {
+	for _, e := range serviceStats(t, f.nc).Endpoints {
 		var es api.EndpointStats
 		if err := json.Unmarshal(e.Data, &es); err != nil {
 			t.Fatalf("endpoint %s data %s: %v", e.Name, e.Data, err)

@@ -52,16 +52,7 @@ func NewFlapDetector(window time.Duration, threshold int) *FlapDetector {
 // Granted records a new tenure of lease at time at and returns how many
 // new tenures the window now holds and whether the lease is flapping.
 func (f *FlapDetector) Granted(lease string, at time.Time) (changes int, flapping bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sweepLocked(at)
-	s := f.state[lease]
-	if s == nil {
-		s = &flapState{}
-		f.state[lease] = s
-	}
-	s.changes = append(trimBefore(s.changes, at.Add(-f.Window)), at)
-	return len(s.changes), len(s.changes) > f.Threshold
+	return f.count(lease, 0, at)
 }
 
 // GrantedTenure is Granted for tenure token of lease, counted once: a
@@ -69,6 +60,12 @@ func (f *FlapDetector) Granted(lease string, at time.Time) (changes int, flappin
 // one grant (the grant's own answer, a watch's event of it) count it once,
 // whichever comes first.
 func (f *FlapDetector) GrantedTenure(lease string, token uint64, at time.Time) (changes int, flapping bool) {
+	return f.count(lease, token, at)
+}
+
+// count records a new tenure of lease at at, unless token is not 0 and not
+// above the latest counted.
+func (f *FlapDetector) count(lease string, token uint64, at time.Time) (changes int, flapping bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sweepLocked(at)
@@ -77,8 +74,8 @@ func (f *FlapDetector) GrantedTenure(lease string, token uint64, at time.Time) (
 		s = &flapState{}
 		f.state[lease] = s
 	}
-	if token > s.token {
-		s.token = token
+	if token == 0 || token > s.token {
+		s.token = max(s.token, token)
 		s.changes = append(trimBefore(s.changes, at.Add(-f.Window)), at)
 	}
 	return len(s.changes), len(s.changes) > f.Threshold
