@@ -31,10 +31,10 @@ func FuzzStoredEntry(f *testing.F) {
 		if ttl != "" {
 			h.Set(jetstream.MsgTTLHeader, ttl)
 		}
-		if g := gone(h); g != (kvOp != "" || marker != "") {
-			t.Fatalf("gone(%v) = %v", h, g)
+		if g := Removed(h); g != (kvOp != "" || marker != "") {
+			t.Fatalf("Removed(%v) = %v", h, g)
 		}
-		if gone(h) {
+		if Removed(h) {
 			return // the store never decodes a marker's body
 		}
 		d := parseTTL(h.Get(jetstream.MsgTTLHeader))

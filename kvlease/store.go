@@ -965,7 +965,7 @@ func (s *Store) verify(ctx context.Context, c tenureClaim) (Record, error) {
 			return Record{}, s.explainMismatch(ctx, c, errMismatch)
 		case err != nil:
 			return Record{}, translate("read revision", err)
-		case m.Subject != s.prefix+c.name || gone(m.Header):
+		case m.Subject != s.prefix+c.name || Removed(m.Header):
 			return Record{}, fmt.Errorf("%w: revision %d is not a tenure of %q", ErrNotHolder, c.rev, c.name)
 		}
 		if cur, err = s.decode(c.name, m); err != nil {
@@ -1100,7 +1100,7 @@ func (s *Store) readLast(ctx context.Context, name string) (rec Record, live boo
 		return Record{Name: name}, false, nil
 	case err != nil:
 		return Record{}, false, translate("read lease", err)
-	case gone(m.Header):
+	case Removed(m.Header):
 		s.cache.markGone(name, tombstoneOf(m.Sequence, m.Time, m.Header))
 		return Record{Name: name, Revision: m.Sequence}, false, nil
 	}
@@ -1251,7 +1251,7 @@ func (s *Store) EndOverdue(ctx context.Context, name string) (bool, error) {
 		return false, nil
 	case err != nil:
 		return false, translate("read lease", err)
-	case gone(m.Header):
+	case Removed(m.Header):
 		return false, nil
 	}
 	rec, err := s.decode(name, m)
@@ -1273,9 +1273,11 @@ func (s *Store) decode(name string, m *jetstream.RawStreamMsg) (Record, error) {
 	return decodeRecord(name, m.Sequence, m.Time, parseTTL(m.Header.Get(jetstream.MsgTTLHeader)), m.Data)
 }
 
-// gone reports whether a stored message ends a tenure: a delete or purge
-// tombstone, or a server marker (TTL lapse, stream purge or removal).
-func gone(h nats.Header) bool {
+// Removed reports whether a message of a JetStream KV bucket's stream,
+// with headers h, removes its key: a delete or purge tombstone, or a
+// server marker (TTL lapse, stream purge or removal). In the lease bucket
+// that ends a tenure.
+func Removed(h nats.Header) bool {
 	if h == nil {
 		return false
 	}

@@ -531,7 +531,7 @@ func (t *tenures) record(name string, rev uint64, stored time.Time, ttl time.Dur
 func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live *tenures, replay, knowsAll bool) (ev Event, before *Event, ok bool) {
 	h := m.Headers()
 	ev = Event{Name: name, Revision: md.Sequence.Stream, Time: md.Timestamp, Replay: replay}
-	if !gone(h) {
+	if !Removed(h) {
 		rec, err := live.record(name, ev.Revision, ev.Time, parseTTL(h.Get(jetstream.MsgTTLHeader)), m.Data())
 		if err != nil {
 			s.log.Warn("skipping undecodable lease entry", "name", name, "revision", ev.Revision, "err", err)

@@ -50,6 +50,8 @@ type Config struct {
 	// replaced. Zero is DefaultHeartbeat (without heartbeats a consumer
 	// on a node that died would never be replaced).
 	Heartbeat time.Duration
+	// HeadersOnly delivers each message's headers without its data.
+	HeadersOnly bool
 }
 
 // DefaultHeartbeat is a Config's Heartbeat when it gives none.
@@ -292,6 +294,7 @@ func (f *Follower) open(ctx context.Context) (jetstream.Consumer, error) {
 		InactiveThreshold: inactiveThreshold,
 		Replicas:          1,
 		MemoryStorage:     true,
+		HeadersOnly:       f.cfg.HeadersOnly,
 	}
 	if f.resume > 0 {
 		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = jetstream.DeliverByStartSequencePolicy, f.resume, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/fence"
+	"github.com/leased/leased/kvlease/follow"
 	"github.com/leased/leased/kvlease/internal/kvcas"
 )
 
@@ -51,7 +52,7 @@ type Queue struct {
 	pending map[string]bool // items pending (from the items bucket)
 	claimed map[string]bool // items with a live claim (from the lease bucket)
 	changed chan struct{}   // closed and replaced on every change
-	itemsW  jetstream.KeyWatcher
+	itemsF  kvlease.Follow  // the items bucket, by key: puts and removals
 	claimsW *kvlease.Watcher
 	stop    context.CancelFunc
 	closed  context.Context // ends when Close is called
@@ -105,12 +106,19 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	q.done = kvcas.Doc[doneRecord]{KV: done, ReadOp: "read sink", WriteOp: "write sink", Corrupt: "workqueue: sink record"}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	q.stop, q.closed = cancel, wctx
-	if q.itemsW, err = q.items.WatchAll(wctx, jetstream.MetaOnly()); err != nil {
+	// Followed as the lease watches are, not with nats.go's KV watcher:
+	// its consumer is made anew when the connection comes back or misses
+	// two heartbeats (nats.go's watcher saw nothing for 6-8 s after its
+	// server restarted, and Claims waited that long for new items).
+	if q.itemsF, err = kvlease.StartFollow(ctx, "watch items", js, follow.Config{
+		Stream: "KV_" + q.items.Bucket(), Filter: q.itemsPrefix() + ">", Deliver: jetstream.DeliverLastPerSubjectPolicy,
+		Heartbeat: kvlease.WatchHeartbeat, HeadersOnly: true}); err != nil {
 		cancel()
-		return nil, kvlease.JetStreamError("watch items", err)
+		return nil, err
 	}
 	if q.claimsW, err = store.Watch(wctx, q.claimPrefix()); err != nil {
 		cancel()
+		q.itemsF.Stop()
 		return nil, err
 	}
 	q.wg.Add(2)
@@ -120,6 +128,9 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 }
 
 func (q *Queue) claimPrefix() string { return "claim." + q.name + "." }
+
+// itemsPrefix is the subject prefix of the items bucket's keys.
+func (q *Queue) itemsPrefix() string { return "$KV." + q.items.Bucket() + "." }
 
 // maxQueueName bounds a queue's name: its buckets' streams are
 // KV_<name>-items and KV_<name>-done, and JetStream refuses longer ones.
@@ -158,7 +169,7 @@ func errClosed() error { return fmt.Errorf("%w: workqueue closed", kvlease.ErrCl
 // made are kept until completed, released or lost; Result still reads.
 func (q *Queue) Close() {
 	q.stop()
-	_ = q.itemsW.Stop()
+	q.itemsF.Stop()
 	q.claimsW.Stop()
 	q.wg.Wait()
 }
@@ -173,15 +184,17 @@ func (q *Queue) update(fn func()) {
 
 func (q *Queue) followItems() {
 	defer q.wg.Done()
-	for e := range q.itemsW.Updates() {
-		if e == nil {
-			continue // end of the initial values
+	for {
+		m, err := q.itemsF.Next()
+		if err != nil {
+			return // closed, or the connection or the bucket is gone
 		}
+		key, removed := strings.TrimPrefix(m.Subject(), q.itemsPrefix()), kvlease.Removed(m.Headers())
 		q.update(func() {
-			if e.Operation() == jetstream.KeyValuePut {
-				q.pending[e.Key()] = true
+			if removed {
+				delete(q.pending, key)
 			} else {
-				delete(q.pending, e.Key())
+				q.pending[key] = true
 			}
 		})
 	}
