@@ -487,6 +487,9 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"acquire", "a b"}, "invalid lease name"},
 		{nowhere, []string{"elect", "a b", "--", "true"}, "invalid lease name"},
 		{nowhere, []string{"run", "--lease", "a b", "--", "true"}, "invalid lease name"},
+		// Not taken for the default holder (it acquired as HOST-PID).
+		{nowhere, []string{"acquire", "x", "--holder", ""}, "empty holder name"},
+		{nowhere, []string{"elect", "x", "--holder", "", "--", "true"}, "empty holder name"},
 		// The TTL is named, not the grace it leaves no room for.
 		{nowhere, []string{"run", "--lease", "x", "--ttl", "0s", "--", "true"}, "--ttl 0s: want a positive"},
 		{nowhere, []string{"elect", "x", "--ttl", "-5s", "--", "true"}, "--ttl -5s: want a positive"},

@@ -256,7 +256,21 @@ func (c *connFlags) grantContext(ctx context.Context) (context.Context, context.
 // registerHolder adds --holder, for the commands where a holder acts. Its
 // default is computed when the command runs, not when the help is printed.
 func (c *connFlags) registerHolder(fs *pflag.FlagSet) {
-	fs.StringVar(&c.holder, "holder", "", "holder identity (default: HOST-PID, the host name and the id of this process)")
+	fs.Var((*holderValue)(&c.holder), "holder", "holder identity (default: HOST-PID, the host name and the id of this process)")
+}
+
+// holderValue is --holder's value: an empty one is refused, not taken for
+// the default (`--holder "$UNSET"` acquired as HOST-PID, unnoticed).
+type holderValue string
+
+func (h *holderValue) String() string { return string(*h) }
+func (h *holderValue) Type() string   { return "string" }
+func (h *holderValue) Set(v string) error {
+	if v == "" {
+		return errors.New("empty holder name")
+	}
+	*h = holderValue(v)
+	return nil
 }
 
 // defaultTTL is the lease duration acquire, run and elect ask for by
