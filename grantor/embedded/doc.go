@@ -26,15 +26,16 @@
 //
 // [Config.Base] takes nats-server options loaded from a standard nats-server
 // configuration file ([LoadConfigFile]): TLS, users, accounts, cluster TLS
-// and authorization are NATS's own. [Start] refuses to listen for clients or
-// routes on an address other than loopback unless that listener requires
-// authentication ([ErrInsecure]), or [Config.AllowInsecure] is set: anyone who
-// can reach an open client port can write the lease bucket directly, taking
-// or ending any lease without its secret.
+// and authorization are NATS's own. [Start] refuses to listen for clients,
+// routes or gateways on an address other than loopback unless that
+// listener requires authentication ([ErrInsecure]; a no_auth_user lets
+// clients in without it), or [Config.AllowInsecure] is set: anyone who can
+// reach an open client port can write the lease bucket directly, taking or
+// ending any lease without its secret.
 //
 // # What it does not do
 //
-// It checks only the client and route listeners: other listeners a
+// It checks only the client, route and gateway listeners: other listeners a
 // configuration file may add (http monitoring, websocket, leaf nodes,
 // MQTT) are not checked, and must be secured in the file. It knows
 // nothing of leases: the lease bucket is [github.com/leased/leased/kvlease]'s,

@@ -344,8 +344,8 @@ func waitReady(ns *server.Server, fatal <-chan string, timeout time.Duration) er
 }
 
 // checkExposure returns an error wrapping [ErrInsecure] if opts listen for
-// clients or routes on a non-loopback address that does not require
-// authentication.
+// clients, routes or gateways on a non-loopback address that does not
+// require authentication.
 func checkExposure(o *server.Options) error {
 	if !loopback(o.Host) && !clientAuth(o) {
 		return fmt.Errorf("%w: client port on %s has no authorization (users, nkeys, token, "+
@@ -356,6 +356,11 @@ func checkExposure(o *server.Options) error {
 		return fmt.Errorf("%w: cluster port on %s has no authorization (cluster authorization or cluster TLS): "+
 			"anyone who can reach it can join the cluster as a route",
 			ErrInsecure, net.JoinHostPort(o.Cluster.Host, strconv.Itoa(max(o.Cluster.Port, 0))))
+	}
+	if o.Gateway.Name != "" && !loopback(o.Gateway.Host) && !gatewayAuth(o) {
+		return fmt.Errorf("%w: gateway port on %s has no authorization (gateway authorization or gateway TLS): "+
+			"anyone who can reach it can connect a cluster of their own and publish into leased's account",
+			ErrInsecure, net.JoinHostPort(o.Gateway.Host, strconv.Itoa(max(o.Gateway.Port, 0))))
 	}
 	return nil
 }
@@ -371,8 +376,14 @@ func loopback(host string) bool {
 }
 
 // clientAuth reports whether clients must authenticate: the cases in which
-// nats-server itself sets auth_required, or verifies client certificates.
+// nats-server itself sets auth_required, or verifies client certificates,
+// unless a no_auth_user lets a client without credentials in as that user
+// (found by an outside client: with users and no_auth_user, anonymous
+// clients wrote the bucket).
 func clientAuth(o *server.Options) bool {
+	if o.NoAuthUser != "" {
+		return false
+	}
 	return len(o.Users) > 0 || len(o.Nkeys) > 0 || o.Username != "" || o.Authorization != "" ||
 		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.CustomClientAuthentication != nil ||
 		o.AuthCallout != nil || (o.TLSConfig != nil && o.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
@@ -383,6 +394,13 @@ func clientAuth(o *server.Options) bool {
 func routeAuth(o *server.Options) bool {
 	return o.Cluster.Username != "" || o.CustomRouterAuthentication != nil ||
 		(o.Cluster.TLSConfig != nil && o.Cluster.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
+}
+
+// gatewayAuth reports whether gateways must authenticate. Gateway TLS from
+// a configuration file always verifies the peer's certificate.
+func gatewayAuth(o *server.Options) bool {
+	return o.Gateway.Username != "" ||
+		(o.Gateway.TLSConfig != nil && o.Gateway.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
 }
 
 // ClientURL returns the nats:// URL clients connect to.

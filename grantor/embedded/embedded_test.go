@@ -62,6 +62,11 @@ func TestStartRefusesUnauthenticatedExposure(t *testing.T) {
 		{"client port from base", embedded.Config{Base: &server.Options{Host: "::"}}},
 		{"cluster port", embedded.Config{Name: "n1", ClusterName: "c", ClusterHost: "0.0.0.0"}},
 		{"cluster port, clients authorized", embedded.Config{Base: users, Host: "0.0.0.0", Name: "n1", ClusterName: "c"}},
+		// Users, but a client without credentials is let in as one of them.
+		{"client port, no_auth_user", embedded.Config{Base: &server.Options{Host: "0.0.0.0",
+			Users: []*server.User{{Username: "u", Password: "p"}}, NoAuthUser: "u"}}},
+		{"gateway port", embedded.Config{Base: &server.Options{Users: users.Users,
+			Gateway: server.GatewayOpts{Name: "gw", Host: "0.0.0.0", Port: -1}}, Name: "n1", ClusterName: "gw"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.DataDir = t.TempDir()
