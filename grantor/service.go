@@ -902,6 +902,13 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if req.Limit == 0 && budget-len(b)-1 < 0 {
+			// Refused as it fills up, not once all of it is encoded: whole
+			// lists of a large bucket, a few at once, took the node's
+			// memory to 1.5 GB (found by an outside client).
+			return nil, fmt.Errorf("%w: a list of %d leases exceeds the server's max payload: ask for pages (limit) or narrow the prefix",
+				api.ErrTooLarge, len(recs))
+		}
 		if req.Limit > 0 && (i == req.Limit || budget-len(b)-1 < 0 && i > 0) {
 			out.More = true
 			break
@@ -913,41 +920,37 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 }
 
 // live returns the live leases a list asks for, in name order (none for
-// a count), and how many there are. A count or a page (a list with a
-// limit) comes from the service's own index of live leases, once that has
-// applied everything the bucket held when the request came: no read of
-// the whole bucket per page. If the index does not get there in a while,
-// and for a whole list (limit 0, as clients older than pages ask), the
-// bucket is read.
+// a count), and how many there are. They come from the service's own
+// index of live leases, once that has applied everything the bucket held
+// when the request came: no read of the whole bucket per list, page or
+// count. If the index does not get there in a while, the bucket is read.
 func (s *Service) live(ctx context.Context, req api.ListRequest) (recs []*kvlease.Record, count int, err error) {
-	if req.CountOnly || req.Limit > 0 {
-		last, err := s.store.LastRevision(ctx)
-		if err != nil {
-			return nil, 0, err
+	last, err := s.store.LastRevision(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, indexWait)
+	ok := s.holders.at(wctx, last, func() {
+		if req.CountOnly {
+			count = s.holders.countLocked(req.Prefix)
+		} else {
+			recs = s.holders.liveLocked(req.Prefix)
+			count = len(recs)
 		}
-		wctx, cancel := context.WithTimeout(ctx, indexWait)
-		ok := s.holders.at(wctx, last, func() {
+	})
+	cancel()
+	if ok {
+		// Records the server kept past their TTL (an expiry lost over
+		// an unclean restart) are not live, though the observer has
+		// not ended them yet.
+		if gone := s.overdue(ctx, req.Prefix, ""); len(gone) > 0 {
 			if req.CountOnly {
-				count = s.holders.countLocked(req.Prefix)
-			} else {
-				recs = s.holders.liveLocked(req.Prefix)
-				count = len(recs)
+				return nil, max(count-len(gone), 0), nil
 			}
-		})
-		cancel()
-		if ok {
-			// Records the server kept past their TTL (an expiry lost over
-			// an unclean restart) are not live, though the observer has
-			// not ended them yet.
-			if gone := s.overdue(ctx, req.Prefix, ""); len(gone) > 0 {
-				if req.CountOnly {
-					return nil, max(count-len(gone), 0), nil
-				}
-				recs = slices.DeleteFunc(recs, func(r *kvlease.Record) bool { return gone[r.Name] })
-				count = len(recs)
-			}
-			return recs, count, nil
+			recs = slices.DeleteFunc(recs, func(r *kvlease.Record) bool { return gone[r.Name] })
+			count = len(recs)
 		}
+		return recs, count, nil
 	}
 	all, err := s.store.List(ctx, req.Prefix)
 	if err != nil {

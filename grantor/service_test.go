@@ -677,7 +677,7 @@ func TestListPages(t *testing.T) {
 			t.Fatal(err)
 		}
 		if code := m.Header.Get(api.HeaderErrorCode); code != "" {
-			return api.ListReply{}, errors.New(code)
+			return api.ListReply{}, fmt.Errorf("%w: %s", errors.New(code), m.Header.Get(api.HeaderError))
 		}
 		var out api.ListReply
 		if err := json.Unmarshal(m.Data, &out); err != nil {
@@ -688,14 +688,17 @@ func TestListPages(t *testing.T) {
 	// A prefix no lease name can begin with is refused however it is asked
 	// for (pages and counts come from the index, which found nothing).
 	for _, req := range []api.ListRequest{{Prefix: "a b"}, {Prefix: "*", Limit: 10}, {Prefix: ">", CountOnly: true}} {
-		if _, err := list(req); err == nil || err.Error() != api.CodeInvalidArgument {
+		if _, err := list(req); err == nil || errors.Unwrap(err).Error() != api.CodeInvalidArgument {
 			t.Errorf("list %+v: %v, want %s", req, err, api.CodeInvalidArgument)
 		}
 	}
-	if _, err := list(api.ListRequest{Prefix: "p."}); err == nil || err.Error() != api.CodeTooLarge {
-		t.Errorf("whole list without a limit: %v, want %s", err, api.CodeTooLarge)
+	// Refused as the reply fills up (it was encoded whole first), saying
+	// how to ask instead.
+	if _, err := list(api.ListRequest{Prefix: "p."}); err == nil || errors.Unwrap(err).Error() != api.CodeTooLarge ||
+		!strings.Contains(err.Error(), "a list of 300 leases") || !strings.Contains(err.Error(), "ask for pages") {
+		t.Errorf("whole list without a limit: %v, want %s naming the leases and pages", err, api.CodeTooLarge)
 	}
-	if _, err := list(api.ListRequest{Limit: -1}); err == nil || err.Error() != api.CodeInvalidArgument {
+	if _, err := list(api.ListRequest{Limit: -1}); err == nil || errors.Unwrap(err).Error() != api.CodeInvalidArgument {
 		t.Errorf("limit -1: %v, want %s", err, api.CodeInvalidArgument)
 	}
 	if got, err := list(api.ListRequest{Prefix: "p.", CountOnly: true}); err != nil || got.Count != n || len(got.Leases) != 0 || got.More {
