@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -470,6 +471,15 @@ func TestAdvise(t *testing.T) {
 // password from the URL.
 func TestClientBadInputNeedsNoServer(t *testing.T) {
 	const nowhere = "nats://127.0.0.1:1"
+	// Files nats.go cannot use: junk, and credentials with a JWT but no
+	// seed (refused only when the server asked for a signature).
+	junk, noSeed := filepath.Join(t.TempDir(), "junk"), filepath.Join(t.TempDir(), "noseed.creds")
+	if err := os.WriteFile(junk, []byte("not a PEM file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(noSeed, []byte("-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QifQ.e30.c2ln\n------END NATS USER JWT------\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		url  string
 		args []string
@@ -480,6 +490,13 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		// quoted the password's pieces (found by an outside client).
 		{"tls://app:s3cret#1@127.0.0.1:1", []string{"ls"}, "write them %23"},
 		{"tls://app:Pa@s3cret/Wd1@127.0.0.1:1", []string{"ls"}, "write them %23"},
+		// A file the command cannot use is named, as bad input (exit 2),
+		// not "grantor unavailable".
+		{nowhere, []string{"ls", "--tls-ca", junk}, "--tls-ca"},
+		{nowhere, []string{"ls", "--tls-ca", junk + ".missing"}, "--tls-ca"},
+		{nowhere, []string{"ls", "--tls-cert", junk, "--tls-key", junk}, "--tls-cert/--tls-key"},
+		{nowhere, []string{"ls", "--creds", junk}, "--creds"},
+		{nowhere, []string{"ls", "--creds", noSeed}, "--creds"},
 		{nowhere, []string{"ls", "a b"}, "invalid lease name"},
 		{nowhere, []string{"ls", "*"}, "invalid lease name"},
 		{nowhere, []string{"get", "a b"}, "invalid lease name"},
@@ -505,6 +522,16 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "s3cret") {
 			t.Errorf("leased %v (url %q): exit %d, stderr %q; want 2 and %q, no password", c.args, c.url, r.code, r.stderr, c.want)
 		}
+	}
+	// serve checks its client flags before it starts its server (which
+	// made the data directory and logged its warnings first).
+	data := filepath.Join(t.TempDir(), "data")
+	if r := leased(t, "", "serve", "--data", data, "--listen", "127.0.0.1:0", "--tls-cert", junk); r.code != 2 ||
+		!strings.Contains(r.stderr, "--tls-cert and --tls-key go together") {
+		t.Errorf("serve --tls-cert without --tls-key: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("serve refused its flags after making its data directory: %v", err)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/leased/leased/cmd/leased/cli"
@@ -272,6 +273,33 @@ func writeTestPKI(t *testing.T, dir string) (ca, cert, key string) {
 		}
 	}
 	return ca, cert, key
+}
+
+// A server that verifies client certificates refuses a client without one
+// in the TLS handshake: the command says so, and which flags give one, as
+// a refusal (exit 7), not "grantor unavailable" (exit 1) with a broken
+// pipe (found by an outside client).
+func TestClientCertificateRequired(t *testing.T) {
+	ca, cert, key := writeTestPKI(t, t.TempDir())
+	tc, err := natsserver.GenTLSConfig(&natsserver.TLSConfigOpts{CertFile: cert, KeyFile: key, CaFile: ca, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
+		TLSConfig: tc, TLSVerify: true, TLSTimeout: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	url := "tls://" + ns.Addr().String()
+	r := leased(t, url, "ls", "--tls-ca", ca)
+	if r.code != cli.ExitDenied || !strings.Contains(r.stderr, "TLS failed") || !strings.Contains(r.stderr, "--tls-cert") {
+		t.Fatalf("ls without a client certificate: exit %d, stderr %q; want %d, TLS failed and the --tls-cert hint", r.code, r.stderr, cli.ExitDenied)
+	}
 }
 
 // --config lies under the flags: the file's listen address and store

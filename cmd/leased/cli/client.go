@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	neturl "net/url"
 	"os"
 	"regexp"
@@ -57,6 +58,45 @@ func (n *natsFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&n.password, "password", "", "NATS password, with --user (env LEASED_PASSWORD, which unlike the flag other users cannot read in ps)")
 }
 
+// options returns the options the flags give, checking the flags and
+// reading their files first: serve calls it before it starts anything.
+func (n *natsFlags) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if p := n.inboxPrefix; p != "" {
+		if strings.ContainsAny(p, "*> \t") || strings.HasSuffix(p, ".") || strings.HasPrefix(p, ".") {
+			return nil, usageError{fmt.Errorf("--inbox-prefix %q: want a subject without wildcards, spaces or a leading or trailing dot", p)}
+		}
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	if n.creds != "" {
+		if err := checkOption("--creds", nats.UserCredentials(n.creds)); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserCredentials(n.creds))
+	}
+	if n.user != "" {
+		opts = append(opts, nats.UserInfo(n.user, cmp.Or(n.password, os.Getenv("LEASED_PASSWORD"))))
+	} else if n.password != "" {
+		return nil, usageError{errors.New("--password needs --user")}
+	}
+	if n.tlsCA != "" {
+		if err := checkOption("--tls-ca", nats.RootCAs(n.tlsCA)); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.RootCAs(n.tlsCA))
+	}
+	if (n.tlsCert == "") != (n.tlsKey == "") {
+		return nil, usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+	if n.tlsCert != "" {
+		if err := checkOption("--tls-cert/--tls-key", nats.ClientCert(n.tlsCert, n.tlsKey)); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.ClientCert(n.tlsCert, n.tlsKey))
+	}
+	return opts, nil
+}
+
 // connect dials url with kvlease.ConnOptions: publishes are not buffered
 // while reconnecting (a renewal held in a buffer could be flushed after
 // the holder's deadline; failing it at once lets the keeper retry
@@ -66,32 +106,13 @@ func (n *natsFlags) register(fs *pflag.FlagSet) {
 // the server's permissions violations) on nats.go's callback goroutine, in
 // order; it must not block.
 func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(error), extra ...nats.Option) (*nats.Conn, error) {
-	opts := append(append(kvlease.ConnOptions(), nats.Name(name), nats.Timeout(timeout)), extra...)
-	if p := n.inboxPrefix; p != "" {
-		if strings.ContainsAny(p, "*> \t") || strings.HasSuffix(p, ".") || strings.HasPrefix(p, ".") {
-			return nil, usageError{fmt.Errorf("--inbox-prefix %q: want a subject without wildcards, spaces or a leading or trailing dot", p)}
-		}
-		opts = append(opts, nats.CustomInboxPrefix(p))
+	opts, err := n.options()
+	if err != nil {
+		return nil, err
 	}
+	opts = append(append(append(kvlease.ConnOptions(), nats.Name(name), nats.Timeout(timeout)), extra...), opts...)
 	if onErr != nil {
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { onErr(err) }))
-	}
-	if n.creds != "" {
-		opts = append(opts, nats.UserCredentials(n.creds))
-	}
-	if n.user != "" {
-		opts = append(opts, nats.UserInfo(n.user, cmp.Or(n.password, os.Getenv("LEASED_PASSWORD"))))
-	} else if n.password != "" {
-		return nil, usageError{errors.New("--password needs --user")}
-	}
-	if n.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(n.tlsCA))
-	}
-	if (n.tlsCert == "") != (n.tlsKey == "") {
-		return nil, usageError{errors.New("--tls-cert and --tls-key go together")}
-	}
-	if n.tlsCert != "" {
-		opts = append(opts, nats.ClientCert(n.tlsCert, n.tlsKey))
 	}
 	if err := checkURLs(url); err != nil {
 		return nil, err
@@ -107,10 +128,41 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 		// Not "unavailable": waiting or retrying will not help.
 		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused the credentials (none given, or not its: --user and LEASED_PASSWORD, --creds, or a user in the URL): %w",
 			ErrPermissionDenied, RedactURL(url), err)
+	case tlsFailure(err):
+		// Most often the server's refusal of this client's certificate,
+		// which it names only in its own log.
+		return nil, fmt.Errorf("%w: connect to %s: TLS failed (check --tls-ca; a server that verifies client certificates "+
+			"refuses a missing one, an expired one or one of another CA: --tls-cert and --tls-key; its log says which): %w",
+			ErrPermissionDenied, RedactURL(url), err)
 	case err != nil:
 		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, RedactURL(url), err)
 	}
 	return nc, nil
+}
+
+// tlsFailure reports whether err is a failed TLS handshake: nats.go's, or
+// the server's alert, which with TLS 1.3 comes after the client's
+// handshake is done (a client certificate missing or refused).
+func tlsFailure(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, nats.ErrTLS) || errors.As(err, &op) && op.Op == "remote error"
+}
+
+// checkOption applies a file option (TLS files, credentials) to a
+// throwaway nats.Options, as nats.Connect does, and signs a nonce with
+// credentials as a server would ask: a file that cannot be read or
+// parsed is a usage error naming its flag, not "grantor unavailable" (or,
+// for a credentials file without a seed, a failure in the handshake).
+func checkOption(flag string, opt nats.Option) error {
+	o := nats.GetDefaultOptions()
+	err := opt(&o)
+	if err == nil && o.SignatureCB != nil {
+		_, err = o.SignatureCB([]byte("nonce"))
+	}
+	if err != nil {
+		return usageError{fmt.Errorf("%s: %w", flag, err)}
+	}
+	return nil
 }
 
 // checkURLs refuses, as a usage error, a NATS URL list with a port no

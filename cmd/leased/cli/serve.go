@@ -299,6 +299,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err := f.gossip.check(); err != nil {
 		return err
 	}
+	if _, err := f.natsFlags.options(); err != nil { // before the embedded server starts
+		return err
+	}
 	if replicas > 1 && f.natsURL == "" && f.clusterName == "" {
 		return usageError{fmt.Errorf("--replicas %d: the embedded NATS server is alone, so the bucket has 1 replica; "+
 			"for more, run a cluster (--cluster-name, --cluster-listen, --routes) or use one (--nats-url)", replicas)}
