@@ -268,6 +268,9 @@ type openTenure struct {
 	// expires is when the server should lapse the tenure's last revision
 	// seen (zero if unknown): see endOverdue.
 	expires time.Time
+	// recorded: the history has the tenure's end already (see
+	// endOverdue); its end in the bucket is not recorded again.
+	recorded bool
 }
 
 // seen notes rec, the tenure's latest revision, if known.
@@ -447,7 +450,18 @@ func (o *observer) endOverdue(ctx context.Context, open map[string]*openTenure) 
 		if !overdue(t, serverNow) {
 			continue
 		}
+		// A server that lost expiries over an unclean restart may also
+		// bring back a tenure that was released or lapsed long ago, whose
+		// end the history has, outside the window in which it would take
+		// the same end as a duplicate: it is ended in the bucket, not
+		// recorded, announced, traced or counted twice.
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		r, ok, err := o.hist.LastFor(actx, name)
+		cancel()
+		if err == nil && ok && (r.Token > uint64(t.token) || r.Token == uint64(t.token) && r.Kind == history.KindEnded) {
+			t.recorded = true
+		}
+		actx, cancel = context.WithTimeout(ctx, attemptTimeout)
 		ended, err := o.s.store.EndOverdue(actx, name)
 		cancel()
 		switch {
@@ -660,6 +674,9 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 	default: // an end
 		t := open[ev.Name]
 		delete(open, ev.Name)
+		if t != nil && t.recorded && (ev.Token == 0 || t.token == ev.Token) {
+			return nil
+		}
 		renewals := 0
 		switch {
 		case t != nil && (ev.Token == 0 || t.token == ev.Token):

@@ -2,12 +2,16 @@ package grantor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -98,5 +102,78 @@ func TestServiceLeavesOutLeasesTheServerKeptPastTheirTTL(t *testing.T) {
 	}
 	if n, err := f.client.Count(ctx, ""); err != nil || n != 11 {
 		t.Errorf("the count of all leases: %d, %v; want 11 (fresh and LoseExpiries' ten)", n, err)
+	}
+}
+
+// A tenure the history has already ended, brought back by the server over
+// an unclean restart once its ids left the history's duplicates window,
+// is ended in the bucket again but not recorded or announced again: the
+// history kept two ends of one tenure (the timeline then showed the
+// second), and a second expiry was published, traced and counted for
+// leases that had been released minutes before (found by an outside
+// client).
+func TestObserverDoesNotEndAnEndedTenureAgain(t *testing.T) {
+	srv := kvleasetest.StartChildServer(t)
+	ctx := t.Context()
+	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
+	stuck, err := st.Grant(ctx, kvlease.GrantRequest{Name: "stuck", Holder: "old", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.LoseExpiries(st, "stuck")
+	// The history as an observer left it: the tenure's begin and its end,
+	// appended without ids, as they are to a stream past its window.
+	nc := kvleasetest.Connect(t, srv.URL)
+	js := kvleasetest.JetStream(t, nc)
+	hist, err := history.Open(ctx, js, kvlease.DefaultBucket, history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []history.Record{
+		{Kind: history.KindGranted, Name: "stuck", Token: uint64(stuck.Token), Holder: "old", Revision: stuck.Revision, Time: stuck.GrantedAt},
+		{Kind: history.KindEnded, Name: "stuck", Token: uint64(stuck.Token), Holder: "old", Revision: stuck.Revision + 1,
+			Time: stuck.GrantedAt.Add(time.Second), EndedBy: history.EndExpired},
+	} {
+		b, _ := json.Marshal(r)
+		if _, err := js.Publish(ctx, history.Subject(kvlease.DefaultBucket, "stuck"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := make(chan *nats.Msg, 4)
+	kvleasetest.Subscribe(t, nc, api.SubjectEvents+"stuck", func(m *nats.Msg) { events <- m })
+
+	w, err := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate()).Watch(ctx, "stuck", kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	f := startOnStore(t, srv.URL, []kvlease.Option{kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0)},
+		grantor.DefaultConfig(), grantor.WithOverdueSweep(100*time.Millisecond))
+	// Ended in the bucket.
+	select {
+	case ev := <-w.Events():
+		if ev.Type != kvlease.EventExpired || ev.Token != stuck.Token {
+			t.Fatalf("the change after the restart: %+v; want the expiry of tenure %d", ev, stuck.Token)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("nothing ended the lease the server kept (%v)", w.Err())
+	}
+	// The observer reports in order: once a later change is in the
+	// history, so would the end be.
+	if _, err := f.store.Grant(ctx, kvlease.GrantRequest{Name: "probe", Holder: "h", Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	waitRecords(t, f.svc.History(), "probe", 1)
+	recs, err := hist.Read(ctx, "stuck", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 {
+		t.Errorf("history of stuck: %+v; want its begin and one end", recs)
+	}
+	select {
+	case m := <-events:
+		t.Errorf("announced again: %s", m.Data)
+	default:
 	}
 }

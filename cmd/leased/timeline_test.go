@@ -24,6 +24,7 @@ import (
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -278,13 +279,22 @@ func TestTimelineInBrowser(t *testing.T) {
 	seen.wait(t, "tl.exp", "expired")
 	release(second)
 	seen.wait(t, "tl.alt", "released") // before the next grant replaces its tombstone
-	grant("tl.alt", "alice", 30*time.Second)
+	third := grant("tl.alt", "alice", 30*time.Second)
 	grant("tl.flap", "flop", time.Second)
 	seen.wait(t, "tl.flap", "expired")
 	if _, err := cl.Revoke(t.Context(), "tl.alt", "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	seen.wait(t, "tl.alt", "revoked")
+	// A second end of that tenure, as a server that brought it back after
+	// an unclean restart made leased write before it checked the history:
+	// the first end stands, on the page as in the history (the page took
+	// the last).
+	again, _ := json.Marshal(history.Record{Kind: history.KindEnded, Name: "tl.alt", Token: uint64(third.Token), Holder: "alice",
+		Revision: third.Revision + 1000, Time: time.Now().Add(time.Minute), EndedBy: history.EndExpired, Reason: "kept past its TTL"})
+	if _, err := kvleasetest.JetStream(t, nc).Publish(t.Context(), history.Subject(kvlease.DefaultBucket, "tl.alt"), again); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("scenario recorded in %v", time.Since(start).Round(time.Millisecond))
 
 	loaded := time.Now()
@@ -335,9 +345,7 @@ func TestTimelineInBrowser(t *testing.T) {
 
 	// The holder named like markup is text: shown literally, no element
 	// made of it, no script run.
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-lane="tl.xss"] .bar`))); err != nil {
-		t.Fatal(err)
-	}
+	click(t, ctx, `[data-lane="tl.xss"] .bar`)
 	holder, err := chromedp.Run(ctx, chromedp.Poll[string](
 		`document.querySelector('#details:not([hidden]) dd[data-field="holder"]')?.textContent`,
 		chromedp.WithPollingTimeout(10*time.Second)))
@@ -355,9 +363,7 @@ func TestTimelineInBrowser(t *testing.T) {
 
 	// A tenure's details: its end, reason, renewals, and the link to its
 	// grant's trace in the Jaeger UI.
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-lane="tl.alt"] .bar[data-ended-by="revoked"]`))); err != nil {
-		t.Fatal(err)
-	}
+	click(t, ctx, `[data-lane="tl.alt"] .bar[data-ended-by="revoked"]`)
 	type details struct{ Holder, EndedBy, Reason, Trace string }
 	d, err := chromedp.Run(ctx, chromedp.Poll[details](`(() => {
 		const f = (k) => document.querySelector('#details dd[data-field="' + k + '"]')?.textContent || '';
@@ -425,6 +431,17 @@ func TestTimelineInBrowser(t *testing.T) {
 		t.Errorf("prefix tl.f: lanes %+v", lanes)
 	}
 	watch.check(t)
+}
+
+// click clicks the element css selects, failing t if there is none within
+// 10 s (chromedp waits for it for as long as its context lasts).
+func click(t *testing.T, ctx context.Context, css string) {
+	t.Helper()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := chromedp.Do(cctx, chromedp.Click(chromedp.CSS(css))); err != nil {
+		t.Fatalf("click %s: %v", css, err)
+	}
 }
 
 // --http-listen is off by default, refuses a non-loopback address unless

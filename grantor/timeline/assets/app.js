@@ -42,7 +42,7 @@
 
   // fold adds one history record to the tenures: the same rules as
   // history.Fold (a tenure is a lease name and token; the first holder,
-  // trace and grant time seen stick; an end sets the end), so repeated
+  // trace and grant time seen stick; the first end sets the end), so repeated
   // records change nothing.
   function fold(r) {
     if (typeof r !== 'object' || r === null || typeof r.name !== 'string') return;
@@ -59,12 +59,13 @@
     if (t.from === null) t.from = ms(r.granted_at);
     t.durationMS = t.durationMS || Number(r.duration_ms) || 0;
     t.flapping = t.flapping || r.flapping === true;
-    if (r.kind === 'ended') {
+    if (r.kind === 'ended' && !t.endedBy) {
+      // The first end stands, as in history.Fold: a tenure ends once.
       t.to = ms(r.time);
       t.endedBy = String(r.ended_by || 'unknown');
       t.reason = String(r.reason || '');
-      t.renewals = Math.max(t.renewals, Number(r.renewals) || 0);
     }
+    if (r.kind === 'ended') t.renewals = Math.max(t.renewals, Number(r.renewals) || 0);
   }
 
   function start(t) { return t.from !== null ? t.from : t.to; }
