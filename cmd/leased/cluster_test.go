@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -1005,5 +1006,67 @@ func TestClusterWatchConsumerNodeKilled(t *testing.T) {
 				t.Fatalf("watch %s saw no grant 20 s after its consumer's node was killed (err %v)", prefixes[i], w.Err())
 			}
 		}
+	}
+}
+
+// A node started with the name of a node of its cluster stops before it
+// is ready, and the cluster goes on granting: JetStream tells its nodes
+// apart by name, and a second "n2" (its own data directory, the cluster's
+// routes) took part in the raft groups as n2, so that grants it
+// acknowledged were lost and their tokens granted again (found by an
+// outside client). The node that is already running keeps serving and
+// says what it saw.
+func TestClusterRefusesADuplicateName(t *testing.T) {
+	c := startCluster(t)
+	ctx := t.Context()
+	cl, err := client.New(kvleasetest.Connect(t, c.url(0), kvlease.ConnOptions()...), client.WithTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := cl.Grant(ctx, kvlease.GrantRequest{Name: "dup.before", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 2)
+	args := cli.ClusterServeArgs(c.nodes, 1) // n2's name and the cluster's routes
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--listen":
+			args[i+1] = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		case "--cluster-listen":
+			args[i+1] = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+		case "--data":
+			args[i+1] = t.TempDir()
+		}
+	}
+	dup := exec.Command(leasedBin, args...)
+	var stderr strings.Builder
+	dup.Stderr = &stderr
+	if err := dup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dup.Process.Kill() })
+	exited := make(chan error, 1)
+	go func() { exited <- dup.Wait() }()
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != cli.ExitError || !strings.Contains(stderr.String(), "another server of the cluster has this name") ||
+			strings.Contains(stderr.String(), `"msg":"ready"`) {
+			t.Fatalf("second n2: %v, stderr:\n%s\nwant exit %d before ready, naming the conflict", err, stderr.String(), cli.ExitError)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("a second n2 still runs after 60 s; stderr:\n%s", stderr.String())
+	}
+	// The running n2 said so.
+	c.procs[1].logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "another server has this node's name") })
+	// The cluster still has what it acknowledged, and grants on from there.
+	got, err := cl.Get(ctx, "dup.before")
+	if err != nil || got.Token != uint64(before.Token) {
+		t.Fatalf("dup.before after the duplicate left: %+v, %v; want token %d", got, err, before.Token)
+	}
+	after, err := cl.Grant(ctx, kvlease.GrantRequest{Name: "dup.after", Holder: "h", Duration: time.Minute})
+	if err != nil || after.Token <= before.Token {
+		t.Fatalf("a grant after the duplicate left: %+v, %v; want a token above %d", after, err, before.Token)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +61,14 @@ var ErrInsecure = errors.New("embedded: refusing to listen without authenticatio
 // configured but did not come up: a port already in use, a store JetStream
 // cannot open. The error carries nats-server's own reason.
 var ErrStart = errors.New("embedded: server did not start")
+
+// ErrNameConflict is wrapped by the error [Start] returns when another
+// server of the cluster has this server's name, and by the errors
+// [Server.NameConflicts] delivers. JetStream tells the nodes of a cluster
+// apart by name: a second node with one takes part in the raft groups as
+// the first, and acknowledged writes were lost and fencing tokens handed
+// out twice (found by an outside client).
+var ErrNameConflict = errors.New("embedded: another server of the cluster has this name")
 
 // LockedError says which directory is locked and, when the lock file
 // names one, by which process.
@@ -228,6 +237,7 @@ type Server struct {
 	cfg        Config
 	lock       *os.File
 	unlockOnce sync.Once
+	log        *logger
 }
 
 // Start validates cfg, locks the data directory, starts the server and waits
@@ -295,13 +305,22 @@ func Start(cfg Config) (*Server, error) {
 		unlock(lock)
 		return nil, fmt.Errorf("embedded: new server: %w", err)
 	}
-	s := &Server{ns: ns, cfg: cfg, lock: lock}
-	if err := Run(ns, cfg.Logger, cfg.Debug, cfg.ReadyTimeout); err != nil {
+	s := &Server{ns: ns, cfg: cfg, lock: lock, log: newLogger(cfg.Logger)}
+	if err := run(ns, s.log, cfg.Debug, cfg.ReadyTimeout); err != nil {
 		s.Shutdown()
 		return nil, err
 	}
 	return s, nil
 }
+
+// NameConflicts delivers an error wrapping [ErrNameConflict] when another
+// server of the cluster turns out to have this server's name (nats-server
+// refuses each route between the two, and logs it; it neither stops nor
+// keeps the other out of the cluster). [Start] returns such an error if
+// one comes before the server is ready; one that comes later is for the
+// caller to act on (the node that joined last should stop). At most one
+// error waits to be received.
+func (s *Server) NameConflicts() <-chan error { return s.log.conflict }
 
 // Run starts ns and waits, at most timeout, until it accepts clients with
 // JetStream on. nats-server reports why it cannot serve (a port in use, a
@@ -311,26 +330,29 @@ func Start(cfg Config) (*Server, error) {
 // [ErrStart]. On an error the caller shuts ns down. Start uses it, and so
 // do tests that configure a nats-server of their own.
 func Run(ns *server.Server, l *slog.Logger, debug bool, timeout time.Duration) error {
-	log := &logger{l: l, fatal: make(chan string, 1)}
-	if log.l == nil {
-		log.l = slog.New(slog.DiscardHandler)
-	}
+	return run(ns, newLogger(l), debug, timeout)
+}
+
+func run(ns *server.Server, log *logger, debug bool, timeout time.Duration) error {
 	ns.SetLoggerV2(log, debug, false, false)
 	ns.Start()
-	return waitReady(ns, log.fatal, timeout)
+	return waitReady(ns, log, timeout)
 }
 
 // waitReady waits until ns accepts clients with JetStream on, and returns
-// at once, with nats-server's reason, if it reports that it cannot.
-func waitReady(ns *server.Server, fatal <-chan string, timeout time.Duration) error {
+// at once, with nats-server's reason, if it reports that it cannot, or
+// that another server of its cluster has its name.
+func waitReady(ns *server.Server, log *logger, timeout time.Duration) error {
 	const poll = 50 * time.Millisecond // ReadyForConnections sleeps 25ms between its checks
 	for deadline := time.Now().Add(timeout); ; {
 		if ns.ReadyForConnections(min(poll, max(time.Until(deadline), time.Millisecond))) {
 			break
 		}
 		select {
-		case msg := <-fatal:
+		case msg := <-log.fatal:
 			return fmt.Errorf("%w: %s", ErrStart, msg)
+		case err := <-log.conflict:
+			return err
 		default:
 		}
 		if !time.Now().Before(deadline) {
@@ -459,8 +481,16 @@ func (s *Server) Shutdown() {
 // logger bridges nats-server's logger to slog, and passes on the first
 // fatal error, which nats-server logs but does not return.
 type logger struct {
-	l     *slog.Logger
-	fatal chan string // capacity 1
+	l        *slog.Logger
+	fatal    chan string // capacity 1
+	conflict chan error  // capacity 1: see Server.NameConflicts
+}
+
+func newLogger(l *slog.Logger) *logger {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return &logger{l: l, fatal: make(chan string, 1), conflict: make(chan error, 1)}
 }
 
 func (g *logger) Noticef(format string, v ...any) { g.l.Info(fmt.Sprintf(format, v...)) }
@@ -474,6 +504,17 @@ func (g *logger) Fatalf(format string, v ...any) {
 	}
 }
 
-func (g *logger) Errorf(format string, v ...any) { g.l.Error(fmt.Sprintf(format, v...)) }
+func (g *logger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	g.l.Error(msg)
+	// nats-server's words, on each route between two servers of one name
+	// (route.go): the only sign it gives.
+	if strings.Contains(format, "Remote server has a duplicate name") {
+		select {
+		case g.conflict <- fmt.Errorf("%w (nats-server: %s): every node of a cluster needs a name of its own", ErrNameConflict, msg):
+		default:
+		}
+	}
+}
 func (g *logger) Debugf(format string, v ...any) { g.l.Debug(fmt.Sprintf(format, v...)) }
 func (g *logger) Tracef(format string, v ...any) { g.l.Debug(fmt.Sprintf(format, v...)) }

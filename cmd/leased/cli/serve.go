@@ -360,8 +360,26 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			startCancel(pe)
 		}
 	}
+	// startCause returns what ended the start, if something did, in place
+	// of err: a permissions violation, or another node with this one's name.
+	startCause := func(err error) error {
+		if cause := context.Cause(startCtx); errors.Is(cause, embedded.ErrNameConflict) {
+			return cause
+		}
+		return permissionCause(startCtx, err)
+	}
+	if srv != nil {
+		go watchNameConflicts(ctx, srv, log, func(err error) bool {
+			startMu.Lock()
+			defer startMu.Unlock()
+			if !started {
+				startCancel(err)
+			}
+			return !started
+		})
+	}
 	if nc, err = f.connectWaiting(startCtx, url, srv, onErr, log); err != nil {
-		return err
+		return startCause(err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -382,7 +400,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	opts = append(opts, batchOpts...)
 	st, err := kvlease.Open(octx, js, opts...)
 	if err != nil {
-		return permissionCause(startCtx, err)
+		return startCause(err)
 	}
 	regOpts := []registry.Option{registry.WithLogger(log)}
 	if f.gossip.enabled() {
@@ -403,19 +421,20 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		return usageError{err}
 	}
 	if err := svc.Start(octx); err != nil {
-		return permissionCause(startCtx, err)
+		return startCause(err)
 	}
 	// Start flushed its subscriptions: a refusal of one has been read.
 	startMu.Lock()
 	started = true
 	startMu.Unlock()
-	pe := permissionError(nc.LastError())
-	if pe == nil {
-		_ = errors.As(context.Cause(startCtx), &pe)
-	}
-	if pe != nil {
+	var pe *PermissionError
+	if pe = permissionError(nc.LastError()); pe != nil {
 		svc.Stop()
 		return pe
+	}
+	if err := startCause(nil); err != nil {
+		svc.Stop()
+		return err
 	}
 	stopHTTP := func() {}
 	if httpLn != nil {
@@ -561,6 +580,27 @@ func (f serveFlags) jetStreamWaitLimit(embedded bool) time.Duration {
 		return 0
 	}
 	return natsWaitLimit
+}
+
+// watchNameConflicts passes to starting each error of another server of
+// the cluster with srv's name, until starting says the node has started:
+// then the node keeps serving (the node that joined last stops, before it
+// is ready) and says so in the log, at most every 10 s (nats-server reports
+// each of the many routes it refuses).
+func watchNameConflicts(ctx context.Context, srv *embedded.Server, log *slog.Logger, starting func(error) bool) {
+	var logged time.Time
+	for {
+		select {
+		case err := <-srv.NameConflicts():
+			if !starting(err) && time.Since(logged) >= 10*time.Second {
+				logged = time.Now()
+				log.Error("another server has this node's name: it should stop (a node that finds one as it starts does)",
+					"name", srv.Name(), "err", err)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
