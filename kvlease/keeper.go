@@ -30,6 +30,7 @@ type Keeper struct {
 	interval time.Duration
 	onLost   func(error)
 	onRenew  []func(Record, time.Time)
+	onFail   []func(error, time.Duration)
 	metrics  *telemetry.Metrics
 	renewNow []<-chan struct{} // none: renew on the interval only
 
@@ -94,6 +95,22 @@ func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
 			return fmt.Errorf("%w: nil OnRenew callback", ErrInvalidOption)
 		}
 		k.onRenew = append(k.onRenew, fn)
+		return nil
+	}
+}
+
+// WithOnRenewFailure adds a callback for each renewal attempt that fails
+// without ending the tenure (no answer: it is tried again while the
+// deadline allows), with the attempt's error and the time left before the
+// holder's deadline: what a holder's log needs to show why a lease was
+// lost after a run of them. Called as [WithOnRenew]'s callbacks are. A nil
+// func is an error.
+func WithOnRenewFailure(fn func(err error, remaining time.Duration)) KeeperOption {
+	return func(k *Keeper) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil OnRenewFailure callback", ErrInvalidOption)
+		}
+		k.onFail = append(k.onFail, fn)
 		return nil
 	}
 }
@@ -407,9 +424,13 @@ func (k *Keeper) run(parent context.Context) {
 			reason = err
 			return
 		}
-		if k.l.Remaining() <= 0 {
+		remaining := k.l.Remaining()
+		if remaining <= 0 {
 			reason = k.l.expired()
 			return
+		}
+		for _, fn := range k.onFail {
+			fn(err, remaining)
 		}
 		// No answer: retry soon, while time remains. The deadline timer
 		// above still ends the tenure on time.

@@ -273,6 +273,37 @@ func TestKeeperRetriesSoonAfterTheGrantorReturns(t *testing.T) {
 	}
 }
 
+// Each failed attempt that leaves the tenure held is reported, with the
+// time left, so that a holder's log shows the attempts before a loss.
+func TestKeeperReportsFailedAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := kvleasetest.NewFakeGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		var remaining []time.Duration
+		k, err := kvlease.Keep(t.Context(), l, kvlease.WithOnRenewFailure(func(err error, left time.Duration) {
+			if !errors.Is(err, kvlease.ErrUnavailable) {
+				t.Errorf("reported %v, want an unavailable error", err)
+			}
+			remaining = append(remaining, left)
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.SetMode(kvleasetest.FakeFailFast)
+		<-k.Done() // lost at its deadline, every attempt failed
+		if n := k.Stats().Failures; n < 2 || len(remaining) != int(n) {
+			t.Fatalf("%d failures reported, %d counted; want every one of several", len(remaining), n)
+		}
+		for i, left := range remaining {
+			if left <= 0 || i > 0 && left >= remaining[i-1] {
+				t.Errorf("reported time left %v", remaining)
+				break
+			}
+		}
+	})
+}
+
 func TestKeeperRefusedLosesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second

@@ -516,6 +516,8 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--meta", "novalue"}, `--meta "novalue"`},
 		{nowhere, []string{"bench", "--prefix", "_leased", "--ops", "1"}, "the grantor's own"},
 		{"", []string{"dev-cluster", "--port", "-5", "--data", t.TempDir()}, "--port -5"},
+		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--name", "x", "--cluster-name", "solo",
+			"--cluster-listen", "127.0.0.1:0"}, "--cluster-name needs --routes"},
 		{"", []string{"dev-cluster", "--cluster-port", "70000", "--data", t.TempDir()}, "--cluster-port 70000"},
 	} {
 		r := leased(t, c.url, c.args...)

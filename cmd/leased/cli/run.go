@@ -142,6 +142,10 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		// the grace: a loss is logged then, "expired" against it).
 		log.Debug("renewed", "deadline", deadline.Add(grace).Format(time.RFC3339Nano),
 			"sigterm_at", deadline.Format(time.RFC3339Nano))
+	}), kvlease.WithOnRenewFailure(func(err error, remaining time.Duration) {
+		// Without it a loss after a failover left no trail of the
+		// attempts before it (found by an outside client).
+		log.Info("renewal failed; trying again", "err", err, "sigterm_in", remaining.Round(time.Millisecond))
 	}))...)
 	if err != nil && ctx.Err() != nil {
 		// Interrupted (SIGINT, SIGTERM) while waiting for the lease.

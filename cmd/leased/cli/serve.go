@@ -392,7 +392,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		octx, cancel = context.WithTimeout(startCtx, limit)
 		defer cancel()
 	} else {
-		log.Info("opening the lease bucket; a node of a cluster waits for a quorum of the nodes of --routes, however long they take",
+		log.Info("opening the lease bucket; a node of a cluster waits for a majority of the nodes of --routes (for all of them, the first time), however long they take",
 			"cluster", f.clusterName)
 	}
 	opts := append(policyOpts, kvlease.WithBucketPolicy(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log),
@@ -614,6 +614,11 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	}
 	cfg := embedded.Config{Name: nodeName(f), Host: host, Port: port, DataDir: f.data,
 		Logger: log.With("component", "nats"), Debug: f.debug, Base: f.base, AllowInsecure: f.allowInsecure}
+	if f.clusterName != "" && len(f.routes) == 0 {
+		// nats-server's own words: "JetStream cluster requires configured
+		// routes", exit 1, as if the server had failed.
+		return nil, usageError{errors.New("--cluster-name needs --routes: the route URL of every node of the cluster, this one's too")}
+	}
 	if f.clusterName != "" {
 		chost, cport, err := net.SplitHostPort(f.clusterListen)
 		if err != nil {

@@ -125,8 +125,9 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 // of its nodes is up and connected, which is the usual cause.
 func quorumHint(err error) string {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 || errors.Is(err, context.DeadlineExceeded) {
-		return " (in a cluster, JetStream answers only while a majority of its nodes, 2 of 3, is up and connected: check the others)"
+	if errors.As(err, &apiErr) && apiErr.Code == 503 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return " (in a cluster, JetStream answers only while a majority of its nodes is up and connected, and a new cluster " +
+			"only once every node of its routes has started: check the others)"
 	}
 	return ""
 }
