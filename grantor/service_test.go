@@ -429,6 +429,43 @@ func TestTraceContextCrossesService(t *testing.T) {
 	}
 }
 
+// A holder through the service links its spans of the tenure to the
+// grant's, as one on the bucket does: the grant's reply carries its
+// traceparent (grant_trace). leased run's renewals had no link (found by
+// an outside client).
+func TestHolderSpansThroughServiceLinkToGrant(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	f := startStore(t, []kvlease.Option{kvlease.WithTracerProvider(tp)}, grantor.DefaultConfig(), grantor.WithTracerProvider(tp))
+	cl := newClient(t, f.nc, client.WithTracerProvider(tp))
+	l, err := kvlease.Acquire(t.Context(), cl, "linked", "h", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var grant trace.SpanContext
+	for _, s := range rec.Ended() {
+		if s.Name() == "lease.grant" {
+			grant = s.SpanContext()
+		}
+	}
+	linked := 0
+	for _, s := range rec.Ended() {
+		if s.Name() == "lease.holder.renew" {
+			for _, ln := range s.Links() {
+				if grant.IsValid() && ln.SpanContext.SpanID() == grant.SpanID() {
+					linked++
+				}
+			}
+		}
+	}
+	if !grant.IsValid() || linked != 1 {
+		t.Fatalf("lease.grant span %v; holder renewal spans linked to it: %d, want 1", grant, linked)
+	}
+}
+
 // Server spans are named by the endpoint that answered: a caller that
 // makes up verbs makes no new span names (each became an operation of its
 // own in Jaeger, found by an outside client).

@@ -773,6 +773,8 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	}
 	if req.Duration == 0 {
 		req.Duration = cur.Duration
+		// The span said 0 ms for a renewal that kept the tenure's D.
+		span.SetAttributes(telemetry.AttrDuration.Int64(req.Duration.Milliseconds()))
 	}
 	ttl := ServerTTL(req.Duration, s.o.grantorMargin)
 	linkTo(span, cur.GrantTrace)

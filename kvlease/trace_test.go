@@ -138,6 +138,13 @@ func TestTraceOperations(t *testing.T) {
 		telemetry.AttrOutcome: "ok",
 	})
 	checkOK(t, s)
+	// A renewal that keeps the tenure's duration (0) says which it kept
+	// (it said 0 ms; found by an outside client).
+	n = len(rec.Ended())
+	if r2, err = st.Renew(ctx, kvlease.RenewRequest{Name: "svc/a", Holder: "h1", Token: r.Token, Revision: r2.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	checkAttrs(t, oneSpan(t, rec, n, "lease.renew"), map[attribute.Key]any{telemetry.AttrDuration: d.Milliseconds()})
 
 	n = len(rec.Ended())
 	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "svc/a", Holder: "h1", Token: r2.Token, Revision: r2.Revision}); err != nil {

@@ -211,6 +211,10 @@ type Lease struct {
 	Secret string `json:"secret,omitempty"`
 	// RequestID is the request_id of the grant that began the tenure.
 	RequestID string `json:"request_id,omitempty"`
+	// GrantTrace is the W3C traceparent of the span that granted the
+	// tenure (empty if it was not traced): a holder links its own spans
+	// of the tenure (renewals, release) to it.
+	GrantTrace string `json:"grant_trace,omitempty"`
 	// Recovered is set in the reply to a retried grant answered with the
 	// tenure an earlier attempt of the same request made.
 	Recovered bool `json:"recovered,omitempty"`
@@ -240,7 +244,7 @@ func LeaseOf(r kvlease.Record) Lease {
 		Name: r.Name, Holder: r.Holder, Token: uint64(r.Token), Revision: r.Revision,
 		TTL: Duration(r.Duration), ServerTTL: Duration(r.TTL),
 		StoredAt: r.StoredAt, GrantedAt: r.GrantedAt, ExpiresAt: r.ExpiresAt(),
-		Attributes: r.Attributes, Secret: r.Secret, RequestID: r.RequestID, Recovered: r.Recovered,
+		Attributes: r.Attributes, Secret: r.Secret, RequestID: r.RequestID, GrantTrace: r.GrantTrace, Recovered: r.Recovered,
 	}
 }
 
@@ -250,7 +254,7 @@ func (l Lease) Record() kvlease.Record {
 		Name: l.Name, Holder: l.Holder, Token: kvlease.Token(l.Token), Revision: l.Revision,
 		Duration: time.Duration(l.TTL), TTL: time.Duration(l.ServerTTL),
 		StoredAt: l.StoredAt, GrantedAt: l.GrantedAt, Attributes: l.Attributes, Secret: l.Secret,
-		RequestID: l.RequestID, Recovered: l.Recovered,
+		RequestID: l.RequestID, GrantTrace: l.GrantTrace, Recovered: l.Recovered,
 	}
 }
 

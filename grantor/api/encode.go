@@ -79,6 +79,7 @@ func (l *Lease) appendPlain(b []byte) ([]byte, bool) {
 	}
 	b = str(b, `,"secret":`, l.Secret, true)
 	b = str(b, `,"request_id":`, l.RequestID, true)
+	b = str(b, `,"grant_trace":`, l.GrantTrace, true)
 	if l.Recovered {
 		b = append(b, `,"recovered":true`...)
 	}

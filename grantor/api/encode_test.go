@@ -22,7 +22,7 @@ func FuzzLeaseJSON(f *testing.F) {
 		l := Lease{
 			Name: name, Holder: holder, Token: token, Revision: rev, TTL: Duration(ttl), ServerTTL: Duration(serverTTL),
 			StoredAt: time.Unix(0, at).UTC(), GrantedAt: time.Unix(0, at/2).In(zone), ExpiresAt: time.Unix(0, at).Add(time.Duration(ttl)),
-			Secret: secret, RequestID: rid, Recovered: recovered, ServerTime: time.Unix(at%1e12, 0), Node: node, Flapping: flapping,
+			Secret: secret, RequestID: rid, GrantTrace: rid + secret, Recovered: recovered, ServerTime: time.Unix(at%1e12, 0), Node: node, Flapping: flapping,
 		}
 		if k != "" || v != "" {
 			l.Attributes = map[string]string{k: v, "z" + k: v + "z"}
