@@ -3,7 +3,9 @@ package grantor_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,8 +16,10 @@ import (
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/telemetry"
 	"github.com/leased/leased/telemetry/telemetrytest"
 )
 
@@ -26,9 +30,11 @@ func TestFlappingFlagged(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	var logged lockedBuffer
 	f := start(t, grantor.DefaultConfig(), grantor.WithMeterProvider(mp), grantor.WithFlapping(time.Minute, 2),
-		grantor.WithTracerProvider(tp))
+		grantor.WithTracerProvider(tp), grantor.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	ctx := t.Context()
+	started := time.Now()
 	// Wait on the service's own change events, not on a watcher of the
 	// test's: with one message per key in the bucket, the next grant replaces
 	// a release that a lagging watcher has not read yet, and that release
@@ -69,6 +75,11 @@ func TestFlappingFlagged(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen("granted")
+	// Three grants flapping, logged at most once a second (each was a
+	// line; found by an outside client).
+	if lines, most := strings.Count(logged.String(), "lease is flapping"), int(time.Since(started)/time.Second)+1; lines == 0 || lines > most {
+		t.Errorf("%d 'lease is flapping' lines in %v, want 1 to %d", lines, time.Since(started).Round(time.Millisecond), most)
+	}
 	ls, err := f.client.List(ctx, "flappy") // the service published e's grant after counting it
 	if err != nil {
 		t.Fatal(err)
@@ -161,4 +172,61 @@ func waitLive(t *testing.T, reader *sdkmetric.ManualReader, want int64) {
 		}
 	}
 	t.Fatalf("leased.leases.live = %d, want %d", got, want)
+}
+
+// A registration gossip removed (the registry revokes it with a "gossip: "
+// reason) is counted and traced as the history has it, "removed", not
+// "revoked" (found by an outside client).
+func TestGossipRemovalCountedAsRemoved(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	f := start(t, grantor.DefaultConfig(), grantor.WithMeterProvider(mp), grantor.WithTracerProvider(tp))
+	ctx := t.Context()
+	events, err := f.nc.SubscribeSync(api.SubjectEvents + "svc.web.i1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Grant(ctx, kvlease.GrantRequest{Name: "svc.web.i1", Holder: "web-i1", Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Revoke(ctx, "svc.web.i1", history.GossipReasonPrefix+"node declared dead: web-i1"); err != nil {
+		t.Fatal(err)
+	}
+	for ended := false; !ended; {
+		m, err := events.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev api.ChangeEvent
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		ended = ev.Type != "granted"
+	}
+	var names []string
+	for _, s := range spans.Ended() {
+		if strings.HasPrefix(s.Name(), "lease.re") {
+			names = append(names, s.Name())
+			for _, a := range s.Attributes() {
+				if a.Key == telemetry.AttrCause && a.Value.AsString() != "removed" {
+					t.Errorf("span %s: lease.cause %q, want removed", s.Name(), a.Value.AsString())
+				}
+			}
+		}
+	}
+	if !slices.Contains(names, "lease.removed") || slices.Contains(names, "lease.revoked") {
+		t.Errorf("end spans %q, want lease.removed", names)
+	}
+	counts := map[string]int64{}
+	if s, ok := telemetrytest.Metric(t, reader, "leased.lease.events").(metricdata.Sum[int64]); ok {
+		for _, dp := range s.DataPoints {
+			v, _ := dp.Attributes.Value(telemetry.AttrEvent)
+			counts[v.AsString()] += dp.Value
+		}
+	}
+	if counts["removed"] != 1 || counts["revoked"] != 0 {
+		t.Errorf("lease events %v, want one removed and no revoked", counts)
+	}
 }

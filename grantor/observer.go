@@ -760,8 +760,12 @@ func (o *observer) flush(ctx context.Context) error {
 		cancel()
 		for i, f := range fresh {
 			if p := o.pending[i]; f && p.publish {
-				o.s.metrics.LeaseEvent(ctx, p.ev.Type.String())
-				o.s.publishChange(p.ev, p.n, p.flapping)
+				// An end is counted and traced by the history's cause: a
+				// registration gossip removed is "removed" there, not
+				// "revoked" (found by an outside client).
+				kind := cmp.Or(p.rec.EndedBy, p.ev.Type.String())
+				o.s.metrics.LeaseEvent(ctx, kind)
+				o.s.publishChange(p.ev, kind, p.n, p.flapping)
 			}
 		}
 		o.pending = o.pending[:copy(o.pending, o.pending[len(fresh):])]

@@ -162,6 +162,7 @@ type Service struct {
 	namePrefixes []string
 	stats        endpointStats
 	slow         slowLog
+	flapLog      limitedLog // "lease is flapping"
 
 	svc      micro.Service
 	sem      chan struct{}
@@ -417,29 +418,40 @@ type request struct {
 // slowRequest is how long a request may take before the service logs it.
 const slowRequest = time.Second
 
-// slowLog logs slow requests, as etcd's "request took too long" does:
-// where the time went is in the request's span; this says that it went,
-// before the reply does. At most one line a second, counting the others,
-// so that an overloaded node does not add a line per request.
-type slowLog struct {
+// limitedLog lets a kind of log line through at most once a second,
+// counting the others, so that an overloaded node (slow requests) or a
+// busy lease (flapping) does not add a line per event.
+type limitedLog struct {
 	mu      sync.Mutex
 	last    time.Time
 	skipped int
 }
 
-func (l *slowLog) note(log *slog.Logger, subject, code string, took time.Duration) {
+// allow reports whether a line may be logged now and, if so, how many
+// were not since the last one.
+func (l *limitedLog) allow() (skipped int, ok bool) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := time.Now()
 	if now.Sub(l.last) < time.Second {
 		l.skipped++
-		l.mu.Unlock()
-		return
+		return 0, false
 	}
-	skipped := l.skipped
+	skipped = l.skipped
 	l.last, l.skipped = now, 0
-	l.mu.Unlock()
-	log.Warn("slow request", "subject", subject, "code", code, "took", took.Round(time.Millisecond).String(),
-		"others_not_logged", skipped)
+	return skipped, true
+}
+
+// slowLog logs slow requests, as etcd's "request took too long" does:
+// where the time went is in the request's span; this says that it went,
+// before the reply does. At most one line a second.
+type slowLog struct{ limitedLog }
+
+func (l *slowLog) note(log *slog.Logger, subject, code string, took time.Duration) {
+	if skipped, ok := l.allow(); ok {
+		log.Warn("slow request", "subject", subject, "code", code, "took", took.Round(time.Millisecond).String(),
+			"others_not_logged", skipped)
+	}
 }
 
 // workerIdle is how long a worker waits for another request before it
@@ -706,15 +718,20 @@ func (s *Service) feedHook(on bool) {
 // publishChange reports a change the observer has recorded: a span, the
 // ownership metric and an event for non-Go clients, e.g. a new leader:
 // `nats sub 'lease.events.v1.leader.>'`. Only the cluster's observer
-// reports, so each change is published once. n and flapping are the
+// reports, so each change is published once. kind is the change as the
+// history has it (for an end, its cause); n and flapping are the
 // observer's flap count for a grant.
-func (s *Service) publishChange(ev kvlease.Event, n int, flapping bool) {
+func (s *Service) publishChange(ev kvlease.Event, kind string, n int, flapping bool) {
 	switch {
 	case ev.Type == kvlease.EventGranted:
 		s.metrics.OwnershipChanged(context.Background(), ev.Name, flapping)
 		if flapping {
-			s.log.Warn("lease is flapping", "lease", ev.Name, "holder", ev.Holder, "token", ev.Token,
-				"changes", n, "window", s.flaps.Window)
+			// At most a line a second: a lease granted anew in a loop
+			// logged one per grant (found by an outside client).
+			if skipped, ok := s.flapLog.allow(); ok {
+				s.log.Warn("lease is flapping", "lease", ev.Name, "holder", ev.Holder, "token", ev.Token,
+					"changes", n, "window", s.flaps.Window, "others_not_logged", skipped)
+			}
 		}
 		// Every new tenure is a span, linked to the grant, whoever
 		// granted it (the service or a Go holder on the bucket): in Jaeger,
@@ -737,13 +754,13 @@ func (s *Service) publishChange(ev kvlease.Event, n int, flapping bool) {
 		// The observed end of a tenure, linked to the grant that began it.
 		opts := []trace.SpanStartOption{trace.WithTimestamp(ev.Time), trace.WithAttributes(
 			telemetry.AttrName.String(ev.Name), telemetry.AttrHolder.String(ev.Holder),
-			telemetry.AttrToken.Int64(int64(ev.Token)), telemetry.AttrCause.String(ev.Type.String()))}
+			telemetry.AttrToken.Int64(int64(ev.Token)), telemetry.AttrCause.String(kind))}
 		if ev.Record != nil {
 			if sc := kvlease.SpanContextOfGrant(*ev.Record); sc.IsValid() {
 				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 			}
 		}
-		_, span := s.tracer.Start(context.Background(), "lease."+ev.Type.String(), opts...)
+		_, span := s.tracer.Start(context.Background(), "lease."+kind, opts...)
 		if ev.Reason != "" {
 			span.SetAttributes(telemetry.AttrReason.String(ev.Reason))
 		}

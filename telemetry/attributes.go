@@ -47,7 +47,8 @@ const (
 	// list, revoke, register, deregister, discover, or unknown).
 	AttrOp = attribute.Key("lease.op")
 	// AttrEvent is a change the grantor saw on the bucket: granted,
-	// renewed, released, revoked or expired (the cause of a tenure's end).
+	// renewed, released, revoked, removed (by gossip) or expired (the
+	// cause of a tenure's end, as the history has it).
 	AttrEvent = attribute.Key("lease.event")
 	// AttrWriteKind is how the store sent a write to the bucket: single
 	// (one publish) or batch (one atomic batch, committed with one sync).
