@@ -25,12 +25,13 @@ import (
 )
 
 // spanSink is an OTLP/HTTP trace receiver: it counts the spans the nodes
-// export, by name and lease.
+// export, by name and lease, and by the node that exported them.
 type spanSink struct {
-	url  string
-	mu   sync.Mutex
-	seen map[string]int // "<span name> <lease> <token>"
-	cond *sync.Cond
+	url   string
+	mu    sync.Mutex
+	seen  map[string]int // "<span name> <lease> <token>"
+	nodes map[string]int // service.instance.id
+	cond  *sync.Cond
 }
 
 func startSpanSink(t *testing.T) *spanSink {
@@ -39,7 +40,7 @@ func startSpanSink(t *testing.T) *spanSink {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &spanSink{url: "http://" + ln.Addr().String(), seen: map[string]int{}}
+	s := &spanSink{url: "http://" + ln.Addr().String(), seen: map[string]int{}, nodes: map[string]int{}}
 	s.cond = sync.NewCond(&s.mu)
 	srv := &http.Server{Handler: http.HandlerFunc(s.serve)}
 	go func() { _ = srv.Serve(ln) }()
@@ -56,7 +57,14 @@ func (s *spanSink) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	for _, rs := range req.ResourceSpans {
+		node := ""
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.Key == "service.instance.id" {
+				node = a.Value.GetStringValue()
+			}
+		}
 		for _, ss := range rs.ScopeSpans {
+			s.nodes[node] += len(ss.Spans)
 			for _, sp := range ss.Spans {
 				var lease string
 				var token int64
@@ -251,6 +259,16 @@ func TestClusterOneObserver(t *testing.T) {
 			t.Errorf("span %s of %s token %d exported %d times, want once", name, w.name, w.token, n)
 		}
 	}
+
+	// Each node's spans name it (in a cluster, which grantor answered;
+	// they did not, found by an outside client).
+	sink.mu.Lock()
+	for node := range sink.nodes {
+		if c.index(node) < 0 {
+			t.Errorf("spans from service.instance.id %q, want a node's name (%v)", node, sink.nodes)
+		}
+	}
+	sink.mu.Unlock()
 
 	// The history, through the CLI.
 	// --timeout: race-built nodes just after a restart, beside other tests

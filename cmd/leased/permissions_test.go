@@ -18,8 +18,8 @@ import (
 func docsAuthServer(t *testing.T) string {
 	t.Helper()
 	auth := docsAuthorization(t)
-	if n := strings.Count(auth, "-test-password"); n < 3 {
-		t.Fatalf("authorization block of docs/api.md has %d users with a password, want app, operator and leased:\n%s", n, auth)
+	if n := strings.Count(auth, "-test-password"); n < 4 {
+		t.Fatalf("authorization block of docs/api.md has %d users with a password, want app, billing, operator and leased:\n%s", n, auth)
 	}
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "nats.conf")
@@ -87,6 +87,11 @@ func TestDocumentedPermissions(t *testing.T) {
 	t.Setenv("LEASED_INBOX_PREFIX", "_INBOX_app")
 	if r := leased(t, as("app"), "get", "perm.a"); r.code != 0 || !strings.Contains(r.stdout, "app-1") {
 		t.Fatalf("get as app with LEASED_INBOX_PREFIX: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	// Another application's user cannot listen on app's inbox, where the
+	// replies to app's grants (and their secrets) come.
+	if r := leased(t, as("billing"), "get", "perm.a"); r.code != 7 || !strings.Contains(r.stderr, "permission denied") {
+		t.Fatalf("get as billing on app's inbox: exit %d %q %s; want 7, permission denied", r.code, r.stdout, r.stderr)
 	}
 
 	// Refusals by the server: prompt, with their own exit code. The

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
@@ -50,7 +51,10 @@ type Providers struct {
 // OpenTelemetry's own errors (an exporter that cannot reach its endpoint)
 // go to log as warnings (nil: slog's default logger), not to the standard
 // logger, whose lines would break a JSON log.
-func Setup(ctx context.Context, serviceName string, log *slog.Logger) (*Providers, error) {
+//
+// attrs describe the process further (semconv.ServiceInstanceID, say: which
+// node of a cluster answered); the variables override them.
+func Setup(ctx context.Context, serviceName string, log *slog.Logger, attrs ...attribute.KeyValue) (*Providers, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -58,7 +62,7 @@ func Setup(ctx context.Context, serviceName string, log *slog.Logger) (*Provider
 		log.Warn("telemetry", "err", err)
 	}))
 	res, err := resource.Merge(resource.Default(),
-		resource.NewSchemaless(semconv.ServiceName(serviceName)))
+		resource.NewSchemaless(append([]attribute.KeyValue{semconv.ServiceName(serviceName)}, attrs...)...))
 	if err != nil {
 		return nil, err
 	}

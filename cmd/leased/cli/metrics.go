@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leased/leased/kvlease"
@@ -36,8 +37,8 @@ func (m *metricsFlags) register(fs *pflag.FlagSet) {
 // the metrics for Prometheus at /metrics, logging the URL ("metrics" line).
 // It returns the meter provider to record on and a stop function that
 // closes the listener and flushes the exporters.
-func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logger) (metric.MeterProvider, func(), error) {
-	tel, err := otelsetup.Setup(ctx, service, log)
+func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logger, attrs ...attribute.KeyValue) (metric.MeterProvider, func(), error) {
+	tel, err := otelsetup.Setup(ctx, service, log, attrs...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("telemetry: %w", err)
 	}

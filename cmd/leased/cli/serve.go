@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/embedded"
@@ -328,7 +329,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	// Traces and metrics: OTLP from the standard OTEL_* variables, and
 	// Prometheus on --metrics-listen.
-	mp, stopTelemetry, err := f.metrics.start(ctx, "leased", log)
+	// Each node's spans and metrics say which node it is: in a cluster,
+	// which grantor answered (found by an outside client).
+	mp, stopTelemetry, err := f.metrics.start(ctx, "leased", log, semconv.ServiceInstanceID(nodeName(f)))
 	if err != nil {
 		return err
 	}
