@@ -184,6 +184,15 @@ type Config struct {
 	// Zero forgets it at the next evaluation.
 	DeadRetention time.Duration
 
+	// SecretKey, if set, encrypts and authenticates every gossip message
+	// and stream (memberlist's AES-GCM keyring): a member without the key
+	// can neither read the gossip nor speak in it. 16, 24 or 32 bytes; every
+	// member needs the same. Nil: plaintext and unauthenticated, and anyone
+	// who can reach the port can declare any member dead (one UDP packet
+	// did, ending a registration; found by an outside client), so bind
+	// such a node to loopback or a network you trust.
+	SecretKey []byte
+
 	// Logger receives this package's logs and memberlist's, which are
 	// bridged through [slog.NewLogLogger] at Debug level. Default: discard.
 	Logger *slog.Logger
@@ -259,6 +268,9 @@ func (c Config) Validate() error {
 	if _, err := encodeMeta(c.Meta, c.HeartbeatInterval); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if n := len(c.SecretKey); c.SecretKey != nil && n != 16 && n != 24 && n != 32 {
+		return bad("secret key of %d bytes, want 16, 24 or 32 (AES-128, -192 or -256)", n)
+	}
 	return nil
 }
 
@@ -294,6 +306,7 @@ func (c Config) memberlistConfig(logger *slog.Logger) *memberlist.Config {
 		// BindPort 0 it replaces it with the port it bound.
 		mc.AdvertisePort = c.BindPort
 	}
+	mc.SecretKey = c.SecretKey // memberlist then sends and accepts only encrypted messages
 	mc.Logger = slog.NewLogLogger(logger.Handler(), slog.LevelDebug)
 	mc.LogOutput = nil
 	return mc

@@ -106,8 +106,11 @@
 // vantage point; two nodes may disagree, and a dead verdict may be reversed
 // when the node refutes it ([EventJoin] again). Nothing here is a lease or a
 // lock: decisions that need exclusivity go through kvlease and its fencing
-// tokens. Gossip is neither encrypted nor authenticated; bind to a private
-// network. Clocks are only compared in [Node.ClockOffset], as an estimate.
+// tokens. Gossip is encrypted and authenticated only with a
+// [Config.SecretKey] shared by every member; without one, bind to loopback
+// or a network you trust (anyone who reaches the port can declare any
+// member dead). Clocks are only compared in [Node.ClockOffset], as an
+// estimate.
 //
 // [hashicorp/memberlist]: https://github.com/hashicorp/memberlist
 package membership

@@ -1,6 +1,7 @@
 package membership_test
 
 import (
+	"bytes"
 	"errors"
 	"maps"
 	"net"
@@ -376,5 +377,38 @@ func TestJoinReportsANameInUse(t *testing.T) {
 	}
 	if addr, ok := c.NameConflict(); ok {
 		t.Errorf("host2 reports a conflict with %s", addr)
+	}
+}
+
+// With a secret key, gossip is encrypted and authenticated: members with
+// the key form a cluster, and a node without it, or with another, cannot
+// join it or speak in it (without a key, anyone who reached the port
+// declared a member dead with one UDP packet, ending its registrations;
+// found by an outside client). A key of the wrong size is refused.
+func TestSecretKeyKeepsOutsidersOut(t *testing.T) {
+	keyed := func(name string, key []byte) membership.Config {
+		c := membership.TestConfig(name)
+		c.SecretKey = key
+		return c
+	}
+	key := bytes.Repeat([]byte{7}, 32)
+	nodes := membershiptest.Start(t, keyed("a", key), keyed("b", key))
+	for _, outsider := range []membership.Config{keyed("plain", nil), keyed("other", bytes.Repeat([]byte{8}, 32))} {
+		n, err := membership.Start(outsider)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Shutdown() })
+		if k, err := n.Join([]string{nodes[0].Addr()}); err == nil || k != 0 {
+			t.Errorf("%s joined a keyed cluster: %d, %v", outsider.Name, k, err)
+		}
+	}
+	for _, n := range nodes {
+		if got := membershiptest.Names(n.Members()); !slices.Equal(got, []string{"a", "b"}) {
+			t.Errorf("%s: members %v, want a and b only", n.Name(), got)
+		}
+	}
+	if err := keyed("x", []byte("short")).Validate(); !errors.Is(err, membership.ErrConfig) {
+		t.Errorf("a 5-byte key: %v, want ErrConfig", err)
 	}
 }

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -163,6 +164,35 @@ func waitInstance(t *testing.T, url, inst string, ok func(api.Instance) bool) ap
 			t.Fatalf("%s: condition not reached", inst)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// With a gossip key (LEASED_GOSSIP_KEY, or --gossip-key-file), the
+// grantor's gossip is encrypted and authenticated: an instance with the
+// key registers and is watched by gossip; one with another key cannot
+// join (nor, without one, declare members dead, as an outside client did
+// with one UDP packet). A malformed key is bad input, and not printed.
+func TestGossipKey(t *testing.T) {
+	const key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=" // 32 bytes
+	t.Setenv("LEASED_GOSSIP_KEY", key)
+	s, gossip := startGossipServe(t)
+	startRegister(t, s.url, gossip, "keyed", "30s")
+	if in, ok := instance(discover(t, s.url), "keyed"); !ok || !in.Gossip {
+		t.Fatalf("an instance with the key: %+v (found %v), want it watched by gossip", in, ok)
+	}
+	other := t.TempDir() + "/other.key"
+	if err := os.WriteFile(other, []byte("ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := leased(t, s.url, "register", "web", "stranger", "--addr", "127.0.0.1:8080", "--gossip-seeds", gossip,
+		"--gossip-profile", "fast", "--gossip-key-file", other)
+	if r.code == 0 || !strings.Contains(r.stderr, "join") {
+		t.Fatalf("register with another key: exit %d, stderr %q; want a failed join", r.code, r.stderr)
+	}
+	t.Setenv("LEASED_GOSSIP_KEY", "secret-not-base64")
+	r = leased(t, s.url, "register", "web", "bad", "--addr", "127.0.0.1:8080", "--gossip-seeds", gossip)
+	if r.code != 2 || !strings.Contains(r.stderr, "LEASED_GOSSIP_KEY") || strings.Contains(r.stderr, "secret-not-base64") {
+		t.Fatalf("a malformed key: exit %d, stderr %q; want 2 naming the variable, not the key", r.code, r.stderr)
 	}
 }
 

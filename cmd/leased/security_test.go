@@ -65,9 +65,11 @@ func TestServeRefusesInsecureListen(t *testing.T) {
 	}{
 		{"client port", []string{"--listen", "0.0.0.0:0"}, "client port on 0.0.0.0"},
 		{"cluster port", []string{"--listen", "127.0.0.1:0", "--name", "n1", "--cluster-name", "c",
-			"--cluster-listen", "0.0.0.0:0"}, "cluster port on 0.0.0.0"},
+			"--cluster-listen", "0.0.0.0:0", "--routes", "nats-route://127.0.0.1:1"}, "cluster port on 0.0.0.0"},
 		{"cluster port, clients authorized", []string{"--config", usersOnly, "--listen", "0.0.0.0:0", "--name", "n1",
-			"--cluster-name", "c", "--cluster-listen", "0.0.0.0:0"}, "cluster port on 0.0.0.0"},
+			"--cluster-name", "c", "--cluster-listen", "0.0.0.0:0", "--routes", "nats-route://127.0.0.1:1"}, "cluster port on 0.0.0.0"},
+		// Unauthenticated gossip: anyone could declare members dead.
+		{"gossip port", []string{"--listen", "127.0.0.1:0", "--gossip-listen", "0.0.0.0:0"}, "gossip beyond loopback without a key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := leased(t, "", append([]string{"serve", "--data", t.TempDir()}, tc.args...)...)

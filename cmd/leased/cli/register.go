@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,15 +23,46 @@ import (
 
 // gossipFlags configure membership for serve and register.
 type gossipFlags struct {
-	listen  string
-	seeds   []string
-	profile string
+	listen        string
+	seeds         []string
+	profile       string
+	keyFile       string
+	allowInsecure bool
+	key           []byte // from --gossip-key-file or LEASED_GOSSIP_KEY, by check
 }
 
 func (g *gossipFlags) register(fs *pflag.FlagSet, listenHelp string) {
 	fs.StringVar(&g.listen, "gossip-listen", "", listenHelp)
 	fs.StringSliceVar(&g.seeds, "gossip-seeds", nil, "gossip addresses host:port of members to join (comma-separated)")
 	fs.StringVar(&g.profile, "gossip-profile", "lan", "gossip timing: lan (dead after ~5 s), fast (suspect after ~0.4 s, dead after ~3 s; loopback), test (dead after ~1 s)")
+	fs.StringVar(&g.keyFile, "gossip-key-file", "", "file holding the gossip key, base64 of 16, 24 or 32 random bytes (`head -c 32 /dev/urandom | base64`), "+
+		"the same on every member: gossip is then encrypted and authenticated (env LEASED_GOSSIP_KEY)")
+}
+
+// gossipKeyEnv holds the gossip key when no file names it.
+const gossipKeyEnv = "LEASED_GOSSIP_KEY"
+
+// readKey reads the gossip key from --gossip-key-file or LEASED_GOSSIP_KEY
+// (nil if neither gives one).
+func (g *gossipFlags) readKey() ([]byte, error) {
+	text, from := os.Getenv(gossipKeyEnv), gossipKeyEnv
+	if g.keyFile != "" {
+		b, err := os.ReadFile(g.keyFile)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--gossip-key-file: %w", err)}
+		}
+		text, from = string(b), "--gossip-key-file"
+	}
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return nil, nil
+	}
+	key, err := base64.StdEncoding.DecodeString(text)
+	if err != nil || len(key) != 16 && len(key) != 24 && len(key) != 32 {
+		// The key itself is never printed.
+		return nil, usageError{fmt.Errorf("%s: want base64 of 16, 24 or 32 bytes (head -c 32 /dev/urandom | base64)", from)}
+	}
+	return key, nil
 }
 
 func (g *gossipFlags) enabled() bool { return g.listen != "" || len(g.seeds) > 0 }
@@ -45,15 +78,26 @@ func (g *gossipFlags) check() error {
 		}
 	}
 	if g.listen != "" {
-		_, port, err := net.SplitHostPort(g.listen)
+		host, port, err := net.SplitHostPort(g.listen)
 		if err != nil {
 			return usageError{fmt.Errorf("--gossip-listen %q: %v", g.listen, err)}
 		}
 		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 			return usageError{fmt.Errorf("--gossip-listen %q: bad port", g.listen)}
 		}
+		if g.key, err = g.readKey(); err != nil {
+			return err
+		}
+		if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && g.key == nil && !g.allowInsecure {
+			return usageError{fmt.Errorf("--gossip-listen %s: gossip beyond loopback without a key (--gossip-key-file or %s): "+
+				"anyone who can reach the port can declare any member dead, ending its registrations; give a key, "+
+				"or, on a network you trust, --allow-insecure", g.listen, gossipKeyEnv)}
+		}
+		return nil
 	}
-	return nil
+	var err error
+	g.key, err = g.readKey()
+	return err
 }
 
 // start joins gossip as name with meta; it returns nil if gossip is off.
@@ -80,7 +124,7 @@ func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logge
 		cfg.BindPort, _ = strconv.Atoi(port)
 		cfg.BindAddr = host
 	}
-	cfg.Meta, cfg.Logger = meta, log.With("component", "gossip")
+	cfg.Meta, cfg.Logger, cfg.SecretKey = meta, log.With("component", "gossip"), g.key
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{err}
 	}
@@ -180,6 +224,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 	mf.register(cmd.Flags())
 	c.registerHolder(cmd.Flags())
 	g.register(cmd.Flags(), "gossip address host:port of this instance (default: a free port on 127.0.0.1 when --gossip-seeds is given)")
+	cmd.Flags().BoolVar(&g.allowInsecure, "allow-insecure", false, "allow --gossip-listen on a non-loopback address without a gossip key: anyone who can reach it can declare members dead")
 	cmd.Flags().StringVar(&addr, "addr", "", "the instance's address, host:port (required)")
 	cmd.Flags().StringVar(&node, "node", "", "gossip node name (default: SERVICE-INSTANCE-PID)")
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "registration lease duration")

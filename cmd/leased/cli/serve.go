@@ -231,7 +231,7 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl.StringVar(&f.clusterListen, "cluster-listen", "127.0.0.1:6222", "route listen address host:port of a cluster member")
 	fl.StringSliceVar(&f.routes, "routes", nil, "route URLs of the cluster's members, nats-route://host:port (comma-separated; may include this node)")
 	fl.StringVar(&f.config, "config", "", "nats-server configuration file for the embedded server (TLS, authorization, accounts, cluster); flags given explicitly override it")
-	fl.BoolVar(&f.allowInsecure, "allow-insecure", false, "allow a client or cluster port on a non-loopback address without authorization: anyone who can reach it can take or end any lease")
+	fl.BoolVar(&f.allowInsecure, "allow-insecure", false, "allow a client, cluster or gossip port on a non-loopback address without authorization (a gossip key): anyone who can reach it can take or end any lease")
 	fl.StringVar(&f.natsURL, "nats-url", "", "use this NATS server or cluster (comma-separated URLs) instead of an embedded one")
 	f.natsFlags.register(fl)
 	fl.StringVar(&f.sync, "sync", "always", "embedded store sync policy: always (sync before ack) or unsafe-interval (may lose acknowledged grants on power loss)")
@@ -297,6 +297,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err := kvlease.ValidateBucket(f.bucket); err != nil {
 		return usageError{fmt.Errorf("--bucket: %w", err)}
 	}
+	f.gossip.allowInsecure = f.allowInsecure
 	if err := f.gossip.check(); err != nil {
 		return err
 	}
