@@ -793,6 +793,11 @@ func (s *Service) grantLease(ctx context.Context, req api.GrantRequest) (api.Lea
 	if err := s.checkAttributes(req.Attributes); err != nil {
 		return api.Lease{}, err
 	}
+	// A lease that is live is not refused here: a retry of its grant
+	// recovers it, and another holder's grant is refused held.
+	if n, live := s.holders.total(req.Name); s.cfg.MaxLeases > 0 && n >= s.cfg.MaxLeases && !live {
+		return api.Lease{}, fmt.Errorf("%w: the bucket has %d live leases, limit %d (serve --max-leases)", api.ErrLimitExceeded, n, s.cfg.MaxLeases)
+	}
 	if n := s.holders.leases(req.Holder, req.Name); s.cfg.MaxLeasesPerHolder > 0 && n >= s.cfg.MaxLeasesPerHolder {
 		// Leases the server kept past their TTL do not count.
 		if n -= len(s.overdue(ctx, "", req.Holder)); n >= s.cfg.MaxLeasesPerHolder {
@@ -1236,6 +1241,14 @@ func (h *holderIndex) setLocked(name, holder string, rev uint64, rec *kvlease.Re
 
 // leases counts holder's live leases other than name: a grant of name
 // that is a retry of holder's own counts its tenure once.
+// total returns how many leases are live, and whether name is one.
+func (h *holderIndex) total(name string) (n int, live bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, live = h.byName[name]
+	return len(h.byName), live
+}
+
 func (h *holderIndex) leases(holder, name string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

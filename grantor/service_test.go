@@ -370,6 +370,43 @@ func manyAttrs(n int) string {
 	return b.String()
 }
 
+// The bucket's live leases are bounded, whatever holder names callers
+// make up: an application user granted 40,000 leases with a holder name
+// each, past --max-leases-per-holder, and the node's memory grew without
+// bound (found by an outside client). A live lease's own grant retried is
+// still answered, and an end frees a place.
+func TestMaxLeases(t *testing.T) {
+	cfg := grantor.DefaultConfig()
+	cfg.MaxLeases = 3
+	f := start(t, cfg)
+	ctx := t.Context()
+	var recs []kvlease.Record
+	for i := range 3 {
+		rid, secret := kvlease.NewRequestID()
+		req := kvlease.GrantRequest{Name: fmt.Sprintf("m.%d", i), Holder: fmt.Sprintf("h%d", i), Duration: 10 * time.Second,
+			RequestID: rid, Secret: secret}
+		rec, err := f.client.Grant(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+		if i == 2 { // at the limit: the retry of a grant that was made recovers it
+			if again, err := f.client.Grant(ctx, req); err != nil || !again.Recovered {
+				t.Fatalf("a retried grant at the limit: %+v, %v; want it recovered", again, err)
+			}
+		}
+	}
+	_, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "m.3", Holder: "h3", Duration: 10 * time.Second})
+	assertCode(t, err, api.CodeLimitExceeded)
+	r := recs[0]
+	if err := f.client.Release(ctx, kvlease.ReleaseRequest{Name: r.Name, Holder: r.Holder, Token: r.Token, Revision: r.Revision, Secret: r.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "m.3", Holder: "h3", Duration: 10 * time.Second}); err != nil {
+		t.Fatalf("grant after a release: %v", err)
+	}
+}
+
 func TestLeasesPerHolderLimit(t *testing.T) {
 	cfg := grantor.DefaultConfig()
 	cfg.MaxLeasesPerHolder = 2
