@@ -35,7 +35,11 @@ type Record struct {
 	// later). In records returned by Grant and Renew, whose acknowledgements
 	// carry no time, it is the local time the acknowledgement arrived.
 	StoredAt time.Time `json:"stored_at"`
-	// GrantedAt is the server time of the grant that began the tenure.
+	// GrantedAt is the server time of the grant that began the tenure; in
+	// the record Grant returns, like StoredAt, the local time its
+	// acknowledgement arrived (reads, the history and a recovered grant
+	// give the server's, which differs by the clocks' offset and the
+	// round trip: a fraction of a millisecond on one node).
 	GrantedAt time.Time `json:"granted_at"`
 	// Attributes are the holder's key/value annotations, set at grant.
 	Attributes map[string]string `json:"attributes,omitempty"`
