@@ -1010,6 +1010,32 @@ func (s *Store) compareAndSet(ctx context.Context, claim tenureClaim, cas func()
 	}
 }
 
+// howEnded says how the claim's tenure ended, from the tombstone the read
+// that found it gone left in the cache, if that tombstone is the tenure's
+// own: a holder whose tenure was revoked learns by whom's word ("was
+// revoked: maintenance"), not "lapsed or was released or revoked" (found
+// by an outside client, whose revoked `leased run` could not say why it
+// stopped).
+func (s *Store) howEnded(c tenureClaim) string {
+	const unknown = "lapsed or was released or revoked"
+	_, t := s.cache.lastGone(c.name)
+	if t == nil || t.get(hdrToken) != strconv.FormatUint(uint64(c.token), 10) {
+		return unknown
+	}
+	switch t.get(hdrOp) {
+	case "release":
+		return "was released"
+	case "revoke":
+		if r := t.get(hdrReason); r != "" {
+			return fmt.Sprintf("was revoked: %s", r)
+		}
+		return "was revoked"
+	case opExpire:
+		return "lapsed (the NATS server kept it past its TTL; leased ended it)"
+	}
+	return unknown
+}
+
 // refusedCurrentBackoff spaces the retries of a compare-and-set refused
 // though its revision is current: the other write in process is applied
 // within a raft commit, milliseconds.
@@ -1034,7 +1060,7 @@ func (s *Store) explainMismatch(ctx context.Context, c tenureClaim, err error) e
 	case lerr != nil:
 		return lerr
 	case !live:
-		return fmt.Errorf("%w: %q lapsed or was released or revoked", ErrNotFound, c.name)
+		return fmt.Errorf("%w: %q %s", ErrNotFound, c.name, s.howEnded(c))
 	}
 	if err := c.owns(cur); err != nil {
 		return err

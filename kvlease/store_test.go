@@ -65,6 +65,11 @@ func TestGrantRenewReleaseRevoke(t *testing.T) {
 	if _, err := st.Get(ctx, "jobs.a"); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("get after release: %v, want ErrNotFound", err)
 	}
+	// The holder's renewal after its release is told how the tenure ended.
+	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "jobs.a", Holder: "h1", Token: rec.Token, Revision: ren.Revision})
+	if !errors.Is(err, kvlease.ErrNotFound) || !strings.HasSuffix(err.Error(), "was released") {
+		t.Fatalf("renew after release: %v, want ErrNotFound saying it was released", err)
+	}
 
 	// A new tenure after release gets a strictly higher token.
 	rec2, err := st.Grant(ctx, kvlease.GrantRequest{Name: "jobs.a", Holder: "h2", Duration: 5 * time.Second})
@@ -82,9 +87,11 @@ func TestGrantRenewReleaseRevoke(t *testing.T) {
 		t.Fatalf("second revoke: %v, want ErrNotFound", err)
 	}
 	// The old holder's release after revocation: nothing to release.
+	// It says so, and why (it said "lapsed or was released or revoked";
+	// found by an outside client).
 	err = st.Release(ctx, kvlease.ReleaseRequest{Name: "jobs.a", Holder: "h2", Token: rec2.Token, Revision: rec2.Revision})
-	if !errors.Is(err, kvlease.ErrNotFound) {
-		t.Fatalf("release after revoke: %v, want ErrNotFound", err)
+	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "was revoked: maintenance") {
+		t.Fatalf("release after revoke: %v, want ErrNotFound saying it was revoked, and why", err)
 	}
 }
 
