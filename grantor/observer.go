@@ -271,13 +271,22 @@ type openTenure struct {
 	// recorded: the history has the tenure's end already (see
 	// endOverdue); its end in the bucket is not recorded again.
 	recorded bool
+	// durationMS and traceID are the tenure's D and grant trace, if known,
+	// for its end's record.
+	durationMS int64
+	traceID    string
 }
 
 // seen notes rec, the tenure's latest revision, if known.
 func (t *openTenure) seen(rec *kvlease.Record) {
-	if rec != nil && rec.TTL > 0 {
+	if rec == nil {
+		return
+	}
+	if rec.TTL > 0 {
 		t.expires = rec.ExpiresAt()
 	}
+	g := history.Granted(*rec)
+	t.durationMS, t.traceID = cmp.Or(g.DurationMS, t.durationMS), cmp.Or(g.TraceID, t.traceID)
 }
 
 // observe reports the bucket's changes while lead lasts. It reports what
@@ -703,6 +712,12 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 			}
 		}
 		o.recordEnd(ev, renewals, endCause(ev))
+		if last := &o.pending[len(o.pending)-1].rec; t != nil && t.token == ev.Token {
+			// The tenure's D and trace, as its begin has them: a window
+			// that starts after the grant (history --since) shows them
+			// all the same (found by an outside client).
+			last.DurationMS, last.TraceID = cmp.Or(last.DurationMS, t.durationMS), cmp.Or(last.TraceID, t.traceID)
+		}
 		return nil
 	}
 }
@@ -738,6 +753,10 @@ func (o *observer) recordEnd(ev kvlease.Event, renewals int, cause string) {
 	r := history.Record{Kind: history.KindEnded, Name: ev.Name, Token: uint64(ev.Token), Holder: ev.Holder,
 		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, EndedBy: cause, Reason: ev.Reason,
 		Renewals: renewals, Observer: o.candidate}
+	if rec := ev.Record; rec != nil && rec.Token == ev.Token {
+		g := history.Granted(*rec)
+		r.DurationMS, r.TraceID = g.DurationMS, g.TraceID
+	}
 	o.pending = append(o.pending, pendingRecord{rec: r, ev: ev, publish: cause != history.EndUnknown})
 }
 

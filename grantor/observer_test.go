@@ -133,6 +133,14 @@ func TestObserverRecordsHistory(t *testing.T) {
 	if ts[1].Reason != "stuck" {
 		t.Errorf("revocation reason %q", ts[1].Reason)
 	}
+	// Each end record says the tenure's D, as its begin does: a window
+	// that begins after the grant still shows it (it did not; found by
+	// an outside client).
+	for _, r := range recs {
+		if r.Kind == history.KindEnded && r.DurationMS == 0 {
+			t.Errorf("end record without the tenure's duration: %+v", r)
+		}
+	}
 	counts := map[string]int{}
 	for _, ev := range evs {
 		counts[ev.Type]++
