@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -91,6 +92,11 @@ func printTenures(p printer, ts []history.Tenure, now time.Time) {
 		if t.IsZero() {
 			return "?"
 		}
+		// The time of day alone for today's; a retention of a day or more
+		// shows earlier days' too, which then need their date.
+		if y, m, d := t.Local().Date(); y != now.Local().Year() || m != now.Local().Month() || d != now.Local().Day() {
+			return t.Local().Format("2006-01-02 15:04:05.000")
+		}
 		return t.Local().Format("15:04:05.000")
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
@@ -114,8 +120,12 @@ func printTenures(p printer, ts []history.Tenure, now time.Time) {
 		if t.Flapping {
 			flag = "FLAPPING"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, holder, t.Token, stamp(t.From), to, held,
-			t.Renewals, ended, flag)
+		renewals := strconv.Itoa(t.Renewals)
+		if t.Live() {
+			renewals = "-" // counted when the tenure ends (0 read as none)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, holder, t.Token, stamp(t.From), to, held,
+			renewals, ended, flag)
 	}
 	tw.Flush()
 }
