@@ -176,7 +176,7 @@ func printStatus(p printer, s Status) {
 		fmt.Fprintf(p.w, "leader    %s\n", s.Leader)
 	}
 	for _, peer := range s.Peers {
-		fmt.Fprintf(p.w, "follower  %s %s\n", peer.Name, peerState(peer))
+		fmt.Fprintf(p.w, "follower  %s %s\n", peerName(peer.Name), peerState(peer))
 	}
 	fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
 	named := map[string]int{}
@@ -192,6 +192,17 @@ func printStatus(p printer, s Status) {
 		}
 		fmt.Fprintf(p.w, "grantor   %s %s\n", g.Node, g.NATSURL)
 	}
+}
+
+// peerName is a follower's name, or "peer ID (name not known yet)" for
+// the sentence nats-server puts there for a peer it has not heard from
+// since it started (the line read "follower  Server name unknown at this
+// time (peerID: FlDeG4Ai) unreachable").
+func peerName(name string) string {
+	if id, ok := strings.CutPrefix(name, "Server name unknown at this time (peerID: "); ok {
+		return "peer " + strings.TrimSuffix(id, ")") + " (name not known yet)"
+	}
+	return name
 }
 
 // peerState is a follower's line in `leased status`.

@@ -64,6 +64,19 @@ func TestPrintStatusTellsGrantorsApart(t *testing.T) {
 	}
 }
 
+// A follower whose name the leader does not know yet (nats-server puts a
+// sentence in its place) is shown by its peer ID (found by an outside
+// client).
+func TestPrintStatusPeerNameUnknown(t *testing.T) {
+	var b strings.Builder
+	printStatus(printer{w: &b}, Status{Bucket: "leases", Replicas: 3, Leader: "n1", Peers: []PeerStatus{
+		{Name: "Server name unknown at this time (peerID: FlDeG4Ai)", Offline: true, Unreachable: true},
+	}})
+	if !strings.Contains(b.String(), "follower  peer FlDeG4Ai (name not known yet) ") {
+		t.Errorf("status:\n%s\nwant the follower shown by its peer ID", b.String())
+	}
+}
+
 // Gossip needs unique member names: grantors with --nats-url on one host
 // share the host name, so their gossip names carry the process ID.
 func TestGossipName(t *testing.T) {
