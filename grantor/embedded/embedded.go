@@ -181,6 +181,15 @@ func (c Config) withBase() Config {
 func LoadConfigFile(path string) (*server.Options, error) {
 	opts, err := server.ProcessConfigFile(path)
 	if err != nil {
+		// nats-server's error text is its warnings and errors, each on a
+		// line of its own: the errors alone, on one line.
+		if list, ok := err.(interface{ Errors() []error }); ok && len(list.Errors()) > 0 {
+			msgs := make([]string, len(list.Errors()))
+			for i, e := range list.Errors() {
+				msgs[i] = e.Error()
+			}
+			return nil, fmt.Errorf("%w: %s", ErrConfig, strings.Join(msgs, "; "))
+		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
 	}
 	return opts, nil

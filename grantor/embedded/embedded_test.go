@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -159,4 +160,20 @@ func TestStartReportsPortInUse(t *testing.T) {
 		t.Fatalf("data directory after the failed starts: %v", err)
 	}
 	again.Shutdown()
+}
+
+// A configuration file nats-server cannot use is an ErrConfig naming each
+// problem with its place in the file, on one line (it ended with a stray
+// separator, and could carry nats-server's warnings; found by an outside
+// client).
+func TestLoadConfigFileErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(path, []byte("tls { cert_file: \"/nonexistent.pem\"\n key_file: \"/nonexistent-key.pem\" }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := embedded.LoadConfigFile(path)
+	if !errors.Is(err, embedded.ErrConfig) || !strings.Contains(err.Error(), path+":1:") ||
+		strings.ContainsAny(err.Error(), "\n") || strings.HasSuffix(err.Error(), "; ") {
+		t.Fatalf("LoadConfigFile: %q, want one ErrConfig line naming the place", err)
+	}
 }
