@@ -285,8 +285,10 @@ func (t *openTenure) seen(rec *kvlease.Record) {
 	if rec.TTL > 0 {
 		t.expires = rec.ExpiresAt()
 	}
-	g := history.Granted(*rec)
-	t.durationMS, t.traceID = cmp.Or(g.DurationMS, t.durationMS), cmp.Or(g.TraceID, t.traceID)
+	t.durationMS = cmp.Or(rec.Duration.Milliseconds(), t.durationMS)
+	if t.traceID == "" { // once a tenure: a renewal keeps its grant's trace
+		t.traceID = history.TraceIDOf(*rec)
+	}
 }
 
 // observe reports the bucket's changes while lead lasts. It reports what
@@ -754,8 +756,7 @@ func (o *observer) recordEnd(ev kvlease.Event, renewals int, cause string) {
 		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, EndedBy: cause, Reason: ev.Reason,
 		Renewals: renewals, Observer: o.candidate}
 	if rec := ev.Record; rec != nil && rec.Token == ev.Token {
-		g := history.Granted(*rec)
-		r.DurationMS, r.TraceID = g.DurationMS, g.TraceID
+		r.DurationMS, r.TraceID = rec.Duration.Milliseconds(), history.TraceIDOf(*rec)
 	}
 	o.pending = append(o.pending, pendingRecord{rec: r, ev: ev, publish: cause != history.EndUnknown})
 }

@@ -440,12 +440,17 @@ func Live(leases []kvlease.Record) []Record {
 // tells it (the observer that saw the grant adds who wrote it and whether
 // the lease was flapping).
 func Granted(l kvlease.Record) Record {
-	r := Record{Kind: KindGranted, Name: l.Name, Token: uint64(l.Token), Holder: l.Holder,
-		Revision: uint64(l.Token), Time: l.GrantedAt, GrantedAt: l.GrantedAt, DurationMS: l.Duration.Milliseconds()}
+	return Record{Kind: KindGranted, Name: l.Name, Token: uint64(l.Token), Holder: l.Holder,
+		Revision: uint64(l.Token), Time: l.GrantedAt, GrantedAt: l.GrantedAt, DurationMS: l.Duration.Milliseconds(),
+		TraceID: TraceIDOf(l)}
+}
+
+// TraceIDOf is the trace ID (hex) of l's grant span, "" if it has none.
+func TraceIDOf(l kvlease.Record) string {
 	if sc := kvlease.SpanContextOfGrant(l); sc.IsValid() {
-		r.TraceID = sc.TraceID().String()
+		return sc.TraceID().String()
 	}
-	return r
+	return ""
 }
 
 // Tenure is one tenure of a lease, folded from its records.
