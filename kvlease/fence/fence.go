@@ -106,9 +106,9 @@ type KVOption func(*kvOptions) error
 
 type kvOptions struct{ replicas int }
 
-// WithReplicas sets the fence bucket's replica count: 1 on a single server
-// (the default), 3 on a cluster. A count outside 1..5 (JetStream's range)
-// is an error.
+// WithReplicas sets the replica count of a fence bucket OpenKV creates: 1
+// on a single server (the default), 3 on a cluster; an existing bucket
+// keeps its own. A count outside 1..5 (JetStream's range) is an error.
 func WithReplicas(n int) KVOption {
 	return func(o *kvOptions) error {
 		if n < 1 || n > 5 {
@@ -140,15 +140,15 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 	if err := kvlease.ValidateBucket(bucket); err != nil {
 		return nil, err // a name the server refuses, not an outage
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := kvcas.OpenBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "leased: fenced resources (value + last accepted token)",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    o.replicas,
-	})
+	}, "open fence bucket")
 	if err != nil {
-		return nil, kvlease.JetStreamError("open fence bucket", err)
+		return nil, err
 	}
 	return &KV{doc: kvcas.Doc[Value]{KV: kv, ReadOp: "fence read", WriteOp: "fenced write", Corrupt: "fence: value"}}, nil
 }

@@ -457,3 +457,26 @@ func TestKVFenceRefusesBadInput(t *testing.T) {
 		t.Errorf("Write with token 0: %v, want ErrInvalidToken", err)
 	}
 }
+
+// Opening an existing fence bucket without WithReplicas keeps its replica
+// count: it made an R3 bucket R1, its highest tokens on one node (found by
+// an outside client).
+func TestOpenKVKeepsTheBucketsReplicas(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 3)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
+	ctx := t.Context()
+	for _, opts := range [][]fence.KVOption{{fence.WithReplicas(3)}, nil} {
+		if _, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*fence.KV, error) {
+			return fence.OpenKV(ctx, js, "replicated", opts...)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := js.Stream(ctx, "KV_replicated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().Config.Replicas; n != 3 {
+		t.Fatalf("replicas %d after an open without WithReplicas, want the bucket's 3", n)
+	}
+}

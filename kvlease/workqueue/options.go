@@ -25,9 +25,10 @@ func newOpenOptions(opts []OpenOption) (openOptions, error) {
 	return o, nil
 }
 
-// WithReplicas sets the replica count of the queue's buckets: 1 on a
-// single server (the default), 3 on a cluster. A count outside 1..5
-// (JetStream's range) is an error.
+// WithReplicas sets the replica count of the queue's buckets where Open
+// creates them: 1 on a single server (the default), 3 on a cluster;
+// existing buckets keep their own. A count outside 1..5 (JetStream's
+// range) is an error.
 func WithReplicas(n int) OpenOption {
 	return func(o *openOptions) error {
 		if n < 1 || n > 5 {

@@ -87,12 +87,8 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 		return nil, err
 	}
 	open := func(bucket string) (jetstream.KeyValue, error) {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
-			Storage: jetstream.FileStorage, Replicas: oo.replicas})
-		if err != nil {
-			return nil, kvlease.JetStreamError("open "+bucket, err)
-		}
-		return kv, nil
+		return kvcas.OpenBucket(ctx, js, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
+			Storage: jetstream.FileStorage, Replicas: oo.replicas}, "open "+bucket)
 	}
 	q := &Queue{name: name, store: store, pending: map[string]bool{}, claimed: map[string]bool{},
 		changed: make(chan struct{})}

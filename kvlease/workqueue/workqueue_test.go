@@ -325,3 +325,36 @@ func TestWorkQueueClaimAfterServerRestart(t *testing.T) {
 		t.Fatalf("claim of an item added after the server restarted: %v", err)
 	}
 }
+
+// Opening a queue whose buckets exist without WithReplicas keeps their
+// replica count: it made R3 buckets R1 (found by an outside client).
+func TestOpenKeepsTheBucketsReplicas(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 3)
+	nc := kvleasetest.Connect(t, servers[0].ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	ctx := t.Context()
+	st, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*kvlease.Store, error) {
+		return kvlease.Open(ctx, js, kvlease.WithReplicas(3))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range [][]workqueue.OpenOption{{workqueue.WithReplicas(3)}, nil} {
+		q, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*workqueue.Queue, error) {
+			return workqueue.Open(ctx, js, st, "rq", opts...)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Close()
+	}
+	for _, bucket := range []string{"rq-items", "rq-done"} {
+		s, err := js.Stream(ctx, "KV_"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.CachedInfo().Config.Replicas; n != 3 {
+			t.Errorf("%s: replicas %d after an open without WithReplicas, want the bucket's 3", bucket, n)
+		}
+	}
+}

@@ -11,6 +11,25 @@ import (
 	"github.com/leased/leased/kvlease"
 )
 
+// OpenBucket opens the KV bucket cfg names, creating it with cfg if it is
+// missing. An existing bucket is opened as it is: its replicas and the rest
+// of its configuration are its owner's to change (an open with the default
+// of one replica made R3 buckets R1; found by an outside client). op names
+// it in errors.
+func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, op string) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) { // made meanwhile by another
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, kvlease.JetStreamError(op, err)
+	}
+	return kv, nil
+}
+
 // Doc is the document type V stored as JSON under each key of KV.
 type Doc[V any] struct {
 	KV jetstream.KeyValue
