@@ -35,7 +35,7 @@ type SQL struct {
 	// Metrics, if set, counts rejections ([telemetry.MetricFenceRejections]).
 	Metrics *telemetry.Metrics
 
-	table            string
+	table, quoted    string
 	create, up, read string
 	rejected         atomic.Int64
 }
@@ -46,9 +46,11 @@ var sqlIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za
 
 // NewSQL returns a fence on table ([DefaultSQLTable] unless you need
 // another), a plain identifier (letters, digits and underscores, not
-// starting with a digit, optionally "schema.table"). The name is used
-// unquoted, so PostgreSQL folds it to lower case. Create the table with
-// [SQL.CreateTable] or with the statement docs/fencing.md shows.
+// starting with a digit, optionally "schema.table"). It names the table
+// PostgreSQL would take it for unquoted (folded to lower case), but is
+// quoted in statements, so that a reserved word ("user", "order") works
+// too. Create the table with [SQL.CreateTable] or with the statement
+// docs/fencing.md shows.
 //
 // Errors: [kvlease.ErrInvalidOption] for any other name.
 func NewSQL(table string) (*SQL, error) {
@@ -56,16 +58,25 @@ func NewSQL(table string) (*SQL, error) {
 		return nil, fmt.Errorf("%w: fence table %q: want a plain identifier (letters, digits, _), optionally schema-qualified",
 			kvlease.ErrInvalidOption, table)
 	}
+	// Quoted, a reserved word is a name; folded first, the name is the
+	// one an unquoted identifier means (NewSQL("user") took every
+	// statement for a syntax error; found by an outside client).
+	parts := strings.Split(strings.ToLower(table), ".")
+	for i, p := range parts {
+		parts[i] = `"` + p + `"`
+	}
+	q := strings.Join(parts, ".")
 	return &SQL{
 		table:  table,
-		create: "CREATE TABLE IF NOT EXISTS " + table + " (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0))",
+		quoted: q,
+		create: "CREATE TABLE IF NOT EXISTS " + q + " (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0))",
 		// The seed's "raise the token": no row returned means a higher
 		// token is already there. ON CONFLICT DO UPDATE locks the
 		// conflicting row even when its WHERE is false.
-		up: "INSERT INTO " + table + " AS cur (resource, token) VALUES ($1, $2) " +
+		up: "INSERT INTO " + q + " AS cur (resource, token) VALUES ($1, $2) " +
 			"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE cur.token <= EXCLUDED.token " +
 			"RETURNING cur.token",
-		read: "SELECT token FROM " + table + " WHERE resource = $1",
+		read: "SELECT token FROM " + q + " WHERE resource = $1",
 	}, nil
 }
 
@@ -78,7 +89,11 @@ func (f *SQL) Table() string { return f.table }
 //	  resource text PRIMARY KEY,
 //	  token bigint NOT NULL CHECK (token > 0))
 //
-// Errors: [ErrDatabase].
+// and checks that the table it finds has that shape: a token column of
+// another type compares tokens as that type does ("10" <= "9" as text).
+//
+// Errors: [ErrDatabase]; [kvlease.ErrInvalidOption] for a table of
+// another shape.
 func (f *SQL) CreateTable(ctx context.Context, db *sql.DB) error {
 	_, err := db.ExecContext(ctx, f.create)
 	if s := sqlState(err); s == "23505" || s == "42P07" {
@@ -89,8 +104,30 @@ func (f *SQL) CreateTable(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return dbError("create table", "", err)
 	}
+	var resource, token string
+	var keyed bool
+	if err := db.QueryRowContext(ctx, shapeQuery, f.quoted).Scan(&resource, &token, &keyed); err != nil {
+		return dbError("read the table's columns", "", err)
+	}
+	if resource != "text" || token != "bigint" || !keyed {
+		// Found by an outside client: the documented setup skipped a
+		// table with a text token column, and took 9 after 10.
+		return fmt.Errorf("%w: fence table %s exists with resource %q and token %q (primary key on resource: %v); "+
+			"want resource text PRIMARY KEY, token bigint", kvlease.ErrInvalidOption, f.table, resource, token, keyed)
+	}
 	return nil
 }
+
+// shapeQuery reads the types of a table's resource and token columns and
+// whether resource alone is its primary key.
+const shapeQuery = `SELECT
+  coalesce((SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+            WHERE a.attrelid = c.oid AND a.attname = 'resource' AND NOT a.attisdropped), ''),
+  coalesce((SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+            WHERE a.attrelid = c.oid AND a.attname = 'token' AND NOT a.attisdropped), ''),
+  EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+          WHERE i.indrelid = c.oid AND i.indisprimary AND i.indnatts = 1 AND a.attname = 'resource')
+FROM (SELECT $1::regclass::oid AS oid) c`
 
 // Check raises resource's token to token inside tx, or refuses token if a
 // higher one is there. Call it in the transaction that makes the guarded

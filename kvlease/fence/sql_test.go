@@ -594,6 +594,28 @@ func TestNewSQLTable(t *testing.T) {
 		}
 	}
 	db := openDB(t, pgtest.Database(t))
+	// A reserved word names a table like any other (it was a syntax error
+	// in every statement; found by an outside client).
+	user, err := fence.NewSQL("user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := user.CreateTable(t.Context(), db); err != nil {
+		t.Fatalf("CreateTable of a fence named user: %v", err)
+	}
+	// A table of another shape is refused, not used: a text token column
+	// compares "10" <= "9".
+	mustExec(t, db, "CREATE TABLE textual (resource text PRIMARY KEY, token text NOT NULL)")
+	mustExec(t, db, "CREATE TABLE unkeyed (resource text, token bigint NOT NULL)")
+	for _, name := range []string{"textual", "unkeyed", "pg_catalog.pg_class"} {
+		f, err := fence.NewSQL(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.CreateTable(t.Context(), db); !errors.Is(err, kvlease.ErrInvalidOption) {
+			t.Errorf("CreateTable on %s: %v, want ErrInvalidOption", name, err)
+		}
+	}
 	mustExec(t, db, "CREATE SCHEMA app")
 	f, err := fence.NewSQL("app.Fence")
 	if err != nil {
@@ -738,6 +760,30 @@ func TestSQLDocumentedScript(t *testing.T) {
 			!strings.Contains(string(out), run.says) {
 			t.Errorf("psql with token %d, balance %d: balance now %d, want %d; output:\n%s", run.token, run.balance,
 				balance, run.want, out)
+		}
+	}
+	// A table of that name made by hand with a text token column, which
+	// the script's CREATE TABLE IF NOT EXISTS leaves alone: tokens still
+	// compare as numbers (as text, 9 came after 10), and a resource
+	// fence.SQL would refuse is refused here too.
+	dsn2 := pgtest.Database(t)
+	db2 := openDB(t, dsn2)
+	mustExec(t, db2, "CREATE TABLE leased_fence (resource text PRIMARY KEY, token text NOT NULL)")
+	mustExec(t, db2, "CREATE TABLE account (id bigint PRIMARY KEY, balance bigint NOT NULL)")
+	mustExec(t, db2, "INSERT INTO account VALUES (42, 100)")
+	for _, run := range []struct {
+		token int
+		says  string
+	}{{10, ""}, {9, "is stale"}} {
+		out, err := exec.Command(psql, "-X", "-q", "-v", fmt.Sprintf("token=%d", run.token), "-v", "balance=1",
+			"-f", script, dsn2).CombinedOutput()
+		if err != nil || (run.says == "") != !strings.Contains(string(out), "ERROR") || !strings.Contains(string(out), run.says) {
+			t.Errorf("text token column, token %d: %v; output:\n%s", run.token, err, out)
+		}
+	}
+	for _, res := range []string{"", strings.Repeat("x", fence.MaxSQLResource+1)} {
+		if _, err := db2.ExecContext(t.Context(), "SELECT leased_fence_check($1, 5)", res); err == nil || !strings.Contains(err.Error(), "want 1 to 255") {
+			t.Errorf("leased_fence_check of a %d-byte resource: %v, want it refused", len(res), err)
 		}
 	}
 }
