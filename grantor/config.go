@@ -33,8 +33,8 @@ type Config struct {
 	// 1 KiB = MaxAttributes × 64 bytes (a 16-byte key, a 48-byte value).
 	MaxAttributeBytes int
 	// MaxLeasesPerHolder bounds the live leases one holder may have, counted
-	// from the bucket by a watcher (a soft limit: concurrent grants may pass
-	// it by a few). 0 means no limit. Default 1000: far more than one
+	// from the bucket by a watcher (a soft limit: grants in flight together
+	// may pass it by as many as they are). 0 means no limit. Default 1000: far more than one
 	// process holds at once, so a holder that reaches it is leaking
 	// leases, each a key that every watcher of the bucket replays.
 	MaxLeasesPerHolder int

@@ -254,6 +254,7 @@ func TestRunKeepsItsSecretsFromTheCommand(t *testing.T) {
 	s := startServe(t, "")
 	t.Setenv("LEASED_PASSWORD", "nats-password-1")
 	t.Setenv("LEASED_SECRET", "lease-secret-0123456789")
+	t.Setenv("LEASED_GOSSIP_KEY", "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=") // it reached the command (an outside client)
 	// A token in the URL (the server takes no authentication: it is
 	// ignored) must not reach the command either.
 	url := strings.Replace(s.url, "nats://", "nats://url-token-42@", 1)
@@ -261,7 +262,8 @@ func TestRunKeepsItsSecretsFromTheCommand(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "LEASED_TOKEN=") || !strings.Contains(r.stdout, "LEASED_URL="+s.url+"\n") {
 		t.Fatalf("run env: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	for _, secret := range []string{"LEASED_PASSWORD", "nats-password-1", "LEASED_SECRET", "lease-secret-0123456789", "url-token-42"} {
+	for _, secret := range []string{"LEASED_PASSWORD", "nats-password-1", "LEASED_SECRET", "lease-secret-0123456789", "url-token-42",
+		"LEASED_GOSSIP_KEY", "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="} {
 		if strings.Contains(r.stdout, secret) {
 			t.Errorf("the command's environment has %s", secret)
 		}
@@ -514,6 +516,7 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{"nats://127.0.0.1:99999", []string{"ls"}, "port"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--gossip-seeds", "nonsense"}, "want host:port"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--meta", "novalue"}, `--meta "novalue"`},
+		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--gossip-listen", "localhost:7946"}, "want an IP address"},
 		{nowhere, []string{"bench", "--prefix", "_leased", "--ops", "1"}, "the grantor's own"},
 		{"", []string{"dev-cluster", "--port", "-5", "--data", t.TempDir()}, "--port -5"},
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--name", "x", "--cluster-name", "solo",

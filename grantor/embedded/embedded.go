@@ -379,9 +379,12 @@ func waitReady(ns *server.Server, log *logger, timeout time.Duration) error {
 // require authentication.
 func checkExposure(o *server.Options) error {
 	if !loopback(o.Host) && !clientAuth(o) {
-		return fmt.Errorf("%w: client port on %s has no authorization (users, nkeys, token, "+
-			"operator JWTs or verified TLS client certificates): anyone who can reach it can write the lease bucket directly",
-			ErrInsecure, net.JoinHostPort(o.Host, strconv.Itoa(max(o.Port, 0))))
+		what := "no authorization (users, nkeys, token, operator JWTs or verified TLS client certificates)"
+		if o.NoAuthUser != "" {
+			what = fmt.Sprintf("a no_auth_user (%s): clients without credentials are let in as that user", o.NoAuthUser)
+		}
+		return fmt.Errorf("%w: client port on %s has %s: anyone who can reach it can write the lease bucket directly",
+			ErrInsecure, net.JoinHostPort(o.Host, strconv.Itoa(max(o.Port, 0))), what)
 	}
 	if o.Cluster.Name != "" && !loopback(o.Cluster.Host) && !routeAuth(o) {
 		return fmt.Errorf("%w: cluster port on %s has no authorization (cluster authorization or cluster TLS): "+

@@ -78,6 +78,9 @@ func TestStartRefusesUnauthenticatedExposure(t *testing.T) {
 			if !errors.Is(err, embedded.ErrInsecure) {
 				t.Fatalf("Start: %v, want ErrInsecure", err)
 			}
+			if tc.cfg.Base != nil && tc.cfg.Base.NoAuthUser != "" && !strings.Contains(err.Error(), "no_auth_user") {
+				t.Errorf("Start: %v; want it to name the no_auth_user", err)
+			}
 			if _, err := os.Stat(tc.cfg.DataDir + "/" + embedded.LockFile); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("lock file after refusal: %v", err)
 			}

@@ -35,7 +35,7 @@ func (g *gossipFlags) register(fs *pflag.FlagSet, listenHelp string) {
 	fs.StringVar(&g.listen, "gossip-listen", "", listenHelp)
 	fs.StringSliceVar(&g.seeds, "gossip-seeds", nil, "gossip addresses host:port of members to join (comma-separated)")
 	fs.StringVar(&g.profile, "gossip-profile", "lan", "gossip timing: lan (dead after ~5 s), fast (suspect after ~0.4 s, dead after ~3 s; loopback), test (dead after ~1 s)")
-	fs.StringVar(&g.keyFile, "gossip-key-file", "", "file holding the gossip key, base64 of 16, 24 or 32 random bytes (`head -c 32 /dev/urandom | base64`), "+
+	fs.StringVar(&g.keyFile, "gossip-key-file", "", "file holding the gossip key, base64 of 16, 24 or 32 random bytes (head -c 32 /dev/urandom | base64), "+
 		"the same on every member: gossip is then encrypted and authenticated (env LEASED_GOSSIP_KEY)")
 }
 
@@ -82,13 +82,18 @@ func (g *gossipFlags) check() error {
 		if err != nil {
 			return usageError{fmt.Errorf("--gossip-listen %q: %v", g.listen, err)}
 		}
+		if net.ParseIP(host) == nil {
+			// memberlist binds an IP address only ("localhost" failed
+			// after serve had started its server; an outside client).
+			return usageError{fmt.Errorf("--gossip-listen %q: want an IP address and port, such as 127.0.0.1:7946", g.listen)}
+		}
 		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 			return usageError{fmt.Errorf("--gossip-listen %q: bad port", g.listen)}
 		}
 		if g.key, err = g.readKey(); err != nil {
 			return err
 		}
-		if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && g.key == nil && !g.allowInsecure {
+		if !net.ParseIP(host).IsLoopback() && g.key == nil && !g.allowInsecure {
 			return usageError{fmt.Errorf("--gossip-listen %s: gossip beyond loopback without a key (--gossip-key-file or %s): "+
 				"anyone who can reach the port can declare any member dead, ending its registrations; give a key, "+
 				"or, on a network you trust, --allow-insecure", g.listen, gossipKeyEnv)}

@@ -314,7 +314,7 @@ func renewOnEnd(ctx context.Context, cl *client.Client, l *kvlease.Lease) []kvle
 // a lease's secret), which a command run under a lease does not get: it
 // is given the lease's token to fence its writes with, not the means to
 // renew, release or connect as run does.
-var secretEnv = []string{"LEASED_PASSWORD", "LEASED_SECRET"}
+var secretEnv = []string{"LEASED_PASSWORD", "LEASED_SECRET", gossipKeyEnv}
 
 // commandEnv is env without secretEnv, and with no credentials in
 // LEASED_URL.
