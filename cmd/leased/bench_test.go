@@ -311,6 +311,12 @@ func TestBenchBadInput(t *testing.T) {
 			if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, c.msg) {
 				t.Fatalf("leased bench %v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.msg)
 			}
+			// Another process's arguments may hold its secrets: its
+			// program is named, not its command line (the test binary's
+			// -test.run flag, here).
+			if strings.Contains(r.stderr, "-test.") {
+				t.Errorf("stderr %q shows another process's arguments", r.stderr)
+			}
 		})
 	}
 	// The help says what each op measures and how --live ends.
@@ -354,6 +360,33 @@ func TestBenchLiveFailures(t *testing.T) {
 			t.Fatalf("bench after its serve was killed: %v\n%s%s\nwant exit 1 and the serve said to have exited", err, out.String(), errOut.String())
 		}
 	})
+}
+
+// An --op run whose untimed setup grants nothing times nothing: it ends
+// with the setup's figures and exit 1, not after --duration of failures
+// (found by an outside client); interrupted while granting, it prints the
+// setup's figures too (it printed only the interrupt).
+func TestBenchOpsSetupFailures(t *testing.T) {
+	url := kvleasetest.NewServer(t).ClientURL() // no lease service
+	start := time.Now()
+	r := leased(t, url, "bench", "--op", "renew", "--clients", "2", "--duration", "60s", "--timeout", "300ms")
+	if r.code != 1 || !strings.Contains(r.stdout, "setup granted=0") || !strings.Contains(r.stdout, "ops=0") {
+		t.Fatalf("exit %d\n%s%s\nwant exit 1 with the setup's figures", r.code, r.stdout, r.stderr)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("took %v: the run timed --duration with no lease to renew", took)
+	}
+
+	s := startServe(t, "")
+	cmd, out, errOut := startBenchHolding(t, s.url, "setupintr", 20,
+		"--op", "release", "--clients", "4", "--duration", "1m", "--ttl", "1m")
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = waitExit(cmd, 30*time.Second)
+	if !regexp.MustCompile(`(?m)^setup granted=[1-9]\d* `).MatchString(out.String()) || !strings.Contains(out.String(), "stopped early (interrupted)") {
+		t.Fatalf("output after SIGINT in the setup:\n%s%s\nwant the setup's figures and the run said interrupted", out.String(), errOut.String())
+	}
 }
 
 // Interrupted (SIGINT), a run stops, prints what it measured, and does not

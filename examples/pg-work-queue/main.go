@@ -400,6 +400,12 @@ func run(ctx context.Context, w io.Writer, natsURL, dsn string) error {
 		return err
 	}
 	defer nc.Close()
+	// The database first: a run that cannot reach it deletes nothing.
+	db, f, err := openDB(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
 	// Start from an empty queue and empty tables: remove what an earlier
 	// run left.
 	for _, b := range []string{queueName + "-items", queueName + "-done"} {
@@ -410,11 +416,6 @@ func run(ctx context.Context, w io.Writer, natsURL, dsn string) error {
 			return fmt.Errorf("delete %s: %w", b, err)
 		}
 	}
-	db, f, err := openDB(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	for _, stmt := range []string{
 		"DROP TABLE IF EXISTS " + doneTable + ", " + fenceTable,
 		"CREATE TABLE " + doneTable + " (item text PRIMARY KEY, worker text NOT NULL, token bigint NOT NULL, result text NOT NULL)",

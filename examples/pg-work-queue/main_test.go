@@ -114,3 +114,22 @@ func TestRun(t *testing.T) {
 		})
 	}
 }
+
+// A run that cannot reach its database deletes nothing of an earlier
+// run's (it deleted the queue's buckets first; found by an outside
+// client).
+func TestRunWithoutDatabaseDeletesNothing(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: queueName + "-items"}); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := run(ctx, &out, srv.ClientURL(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"); err == nil {
+		t.Fatal("run without its database succeeded")
+	}
+	if _, err := js.KeyValue(ctx, queueName+"-items"); err != nil || strings.Contains(out.String(), "deleted") {
+		t.Fatalf("after a run that could not reach its database: %v; output %q", err, out.String())
+	}
+}
