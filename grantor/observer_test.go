@@ -207,6 +207,51 @@ func TestObserverTakeover(t *testing.T) {
 	}
 }
 
+// A takeover does not start the flapping counts again: the new observer
+// counts the grants of the last window the history holds (a lease granted
+// anew five times in 11 s around a restart was not flagged; found by an
+// outside client).
+func TestFlappingCountsSurviveATakeover(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	flapping := grantor.WithFlapping(time.Minute, 2) // the third grant in a minute flaps
+	a := startOn(t, srv.ClientURL(), grantor.DefaultConfig(), grantor.WithNodeName("a"), flapping)
+	b := startOn(t, srv.ClientURL(), grantor.DefaultConfig(), grantor.WithNodeName("b"), flapping)
+	ctx := t.Context()
+	cycle := func(f fixture, holder string) {
+		t.Helper()
+		rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "fl.x", Holder: holder, Duration: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.client.Release(ctx, kvlease.ReleaseRequest{Name: "fl.x", Holder: holder, Token: rec.Token, Revision: rec.Revision, Secret: rec.Secret}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle(a, "h1")
+	waitRecords(t, a.svc.History(), "fl.", 2)
+	cycle(a, "h2")
+	waitRecords(t, a.svc.History(), "fl.", 4)
+	w, err := b.store.Watch(ctx, grantor.ObserverLease, kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	a.svc.Stop() // resigns: b takes over
+	for took := false; !took; {
+		select {
+		case ev := <-w.Events():
+			took = ev.Type == kvlease.EventGranted && ev.Holder == "b"
+		case <-time.After(10 * time.Second):
+			t.Fatal("b did not take over")
+		}
+	}
+	cycle(b, "h3")
+	recs := waitRecords(t, b.svc.History(), "fl.", 6)
+	if third := recs[4]; third.Kind != history.KindGranted || third.Observer != "b" || !third.Flapping {
+		t.Fatalf("the third grant in a minute, the first after the takeover: %+v; want it recorded flapping by b", third)
+	}
+}
+
 // campaignLog is a slog.Handler that reports when the observer logs a
 // failed campaign.
 type campaignLog struct{ at chan time.Time }
