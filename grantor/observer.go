@@ -450,8 +450,8 @@ func (s *Service) seedFlaps(ctx context.Context, hist *history.Stream, dets ...*
 }
 
 const (
-	maxFlapSeed  = 100_000
-	flapSeedWait = 5 * time.Second
+	maxFlapSeed  = 50_000
+	flapSeedWait = 2 * time.Second
 )
 
 // overdueSweep is how often the observer looks for tenures the server
