@@ -3,8 +3,10 @@ package grantor
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -48,6 +50,13 @@ type Config struct {
 	// caller's to choose), so this is what keeps one caller that grants
 	// leases in a loop from taking the node's memory. Size it to the node.
 	MaxLeases int
+	// ReplyPrefixes are the prefixes a request's reply subject must begin
+	// with for the service to answer it ([api.ReplySubjectOK]): its
+	// callers' inboxes. Default [api.DefaultInboxPrefixes], "_INBOX", which
+	// covers nats.go's default inbox and prefixes like "_INBOX_app"; name
+	// yours if your clients use others. A request with any other reply
+	// subject is dropped: the service would publish there as its own user.
+	ReplyPrefixes []string
 	// MaxRequestBytes bounds a request body; at least 256. Default 16 KiB
 	// > 6 × (MaxAttributeBytes + [kvlease.MaxNameLen] + [kvlease.MaxHolderLen])
 	// ≈ 9 KiB: the largest grant fits even with every byte of its strings
@@ -106,6 +115,12 @@ func (c Config) problems() []error {
 	}
 	if c.MaxInFlight < 1 {
 		bad("max in flight %d must be at least 1", c.MaxInFlight)
+	}
+	for _, p := range c.ReplyPrefixes {
+		// An empty prefix would let every reply subject through.
+		if p == "" || strings.ContainsAny(p, "*> \t") || !api.ReplySubjectOK(p+"x", []string{p}) {
+			bad("reply prefix %q: want the beginning of an inbox subject, such as _INBOX", p)
+		}
 	}
 	return errs
 }

@@ -178,11 +178,12 @@ func TestRetriedGrantAtHolderLimit(t *testing.T) {
 func TestRequestPastItsDeadlineNotCarriedOut(t *testing.T) {
 	f := start(t, grantor.DefaultConfig())
 	ctx := t.Context()
+	header := api.HeaderDeadline
 	send := func(deadline time.Time) string {
 		t.Helper()
 		msg := nats.NewMsg(api.SubjectGrant)
 		msg.Data = []byte(`{"name":"late.job","holder":"h","ttl":"10s"}`)
-		msg.Header.Set(api.HeaderDeadline, fmt.Sprint(deadline.UnixMilli()))
+		msg.Header[header] = []string{fmt.Sprint(deadline.UnixMilli())}
 		reply, err := f.nc.RequestMsg(msg, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -195,6 +196,13 @@ func TestRequestPastItsDeadlineNotCarriedOut(t *testing.T) {
 	if _, err := f.store.Get(ctx, "late.job"); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("a late grant was carried out: %v", err)
 	}
+	// The header's name in any case (a client that lower-cased it had its
+	// late grant carried out; found by an outside client).
+	header = strings.ToLower(api.HeaderDeadline)
+	if code := send(time.Now().Add(-time.Second)); code != api.CodeTooLate {
+		t.Fatalf("grant past its deadline, header %s: %q, want %s", header, code, api.CodeTooLate)
+	}
+	header = api.HeaderDeadline
 	if code := send(time.Now().Add(5 * time.Second)); code != "" {
 		t.Fatalf("grant before its deadline: %q", code)
 	}

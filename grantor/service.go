@@ -163,6 +163,7 @@ type Service struct {
 	stats        endpointStats
 	slow         slowLog
 	flapLog      limitedLog // "lease is flapping"
+	replyLog     limitedLog // "dropped a request whose reply subject is not an inbox"
 
 	svc      micro.Service
 	sem      chan struct{}
@@ -380,12 +381,16 @@ func (s *Service) handler() micro.Handler {
 		if reply == "" {
 			return // no one would receive the reply (nor a grant's secret)
 		}
-		if !api.ReplySubjectOK(reply) {
+		if !api.ReplySubjectOK(reply, s.cfg.ReplyPrefixes) {
 			// The reply would be published, as this node's user, on a
 			// subject that is data: the bucket's, the history's, the
-			// service's own (an outside client wrote a reply into
-			// $KV.leases.<name>, ending a tenure without its secret).
-			s.log.Warn("dropped a request whose reply subject is not an inbox", "subject", subject, "reply", reply)
+			// service's own, another application's (outside clients wrote
+			// a reply into $KV.leases.<name>, ending a tenure without its
+			// secret, and into another application's stream).
+			if skipped, ok := s.replyLog.allow(); ok {
+				s.log.Warn("dropped a request whose reply subject is not an inbox (serve --reply-prefixes)",
+					"subject", subject, "reply", reply, "others_not_logged", skipped)
+			}
 			s.count(context.Background(), subject, api.CodeInvalidArgument, 0)
 			return
 		}
@@ -484,6 +489,17 @@ func (s *Service) worker(r request) {
 // absent, an error (invalid_argument) if it is not a positive integer.
 func headerMS(hdr nats.Header, name string) (int64, error) {
 	v := hdr.Get(name)
+	if v == "" {
+		// NATS header names are case-sensitive; a client that lower-cases
+		// its headers (as W3C trace context asks) turned the too-late
+		// guard off unawares (found by an outside client).
+		for k, vs := range hdr {
+			if strings.EqualFold(k, name) && len(vs) > 0 {
+				v = vs[0]
+				break
+			}
+		}
+	}
 	if v == "" {
 		return 0, nil
 	}

@@ -901,7 +901,9 @@ func TestReplyToDataSubjectDropped(t *testing.T) {
 	}
 	spy := kvleasetest.Connect(t, f.url)
 	written := make(chan *nats.Msg, 4)
-	kvleasetest.Subscribe(t, spy, "$KV."+kvlease.DefaultBucket+".>", func(m *nats.Msg) { written <- m })
+	for _, subj := range []string{"$KV." + kvlease.DefaultBucket + ".>", "orders.>", "foo.>"} {
+		kvleasetest.Subscribe(t, spy, subj, func(m *nats.Msg) { written <- m })
+	}
 	gets := func() (n int) { // handled by the get endpoint or the catch-all, whichever took each
 		for _, e := range serviceStats(t, f.nc).Endpoints {
 			if e.Subject == api.SubjectGet || e.Subject == "lease.v1.>" {
@@ -911,19 +913,24 @@ func TestReplyToDataSubjectDropped(t *testing.T) {
 		return n
 	}
 	before := gets()
-	for _, reply := range []string{"$KV." + kvlease.DefaultBucket + ".victim", "$KV." + kvlease.DefaultBucket + ".fresh"} {
+	// Data subjects of the bucket's, and of another application's, which
+	// the caller may not publish to but the service may (an outside client
+	// had it put a grant into another application's stream): only inboxes
+	// get replies, and never a wildcard.
+	replies := []string{"$KV." + kvlease.DefaultBucket + ".victim", "$KV." + kvlease.DefaultBucket + ".fresh", "orders.new", "foo.*", "_INBOX.>"}
+	for _, reply := range replies {
 		if err := f.nc.PublishMsg(&nats.Msg{Subject: api.SubjectGet, Reply: reply, Data: []byte(`{"name":"victim"}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Both requests are counted once handled (answered, or dropped).
+	// The requests are counted once handled (answered, or dropped).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		n := gets() - before
-		if n >= 2 {
+		if n >= len(replies) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the service handled %d of the 2 requests", n)
+			t.Fatalf("the service handled %d of the %d requests", n, len(replies))
 		}
 	}
 	if err := spy.Flush(); err != nil {
@@ -936,6 +943,28 @@ func TestReplyToDataSubjectDropped(t *testing.T) {
 	}
 	if cur, err := f.store.Get(ctx, "victim"); err != nil || cur.Revision != rec.Revision {
 		t.Errorf("the lease after the requests: %+v, %v; want it untouched at revision %d", cur, err, rec.Revision)
+	}
+}
+
+// Reply prefixes of the operator's choosing: a caller whose inboxes begin
+// app.inbox is answered there, and one on _INBOX no longer; an empty
+// prefix, which would let every subject through, is refused.
+func TestReplyPrefixes(t *testing.T) {
+	cfg := grantor.DefaultConfig()
+	cfg.ReplyPrefixes = []string{"app.inbox"}
+	f := start(t, cfg)
+	custom := kvleasetest.Connect(t, f.url, nats.CustomInboxPrefix("app.inbox"))
+	if _, err := custom.Request(api.SubjectGet, []byte(`{"name":"x"}`), 5*time.Second); err != nil {
+		t.Fatalf("a request replying on app.inbox.…: %v", err)
+	}
+	if _, err := f.nc.Request(api.SubjectGet, []byte(`{"name":"x"}`), 300*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("a request replying on _INBOX.…: %v, want no answer", err)
+	}
+	for _, bad := range [][]string{{""}, {"a.*"}, {"$KV.leases"}} {
+		cfg.ReplyPrefixes = bad
+		if err := cfg.Validate(); !errors.Is(err, grantor.ErrConfig) {
+			t.Errorf("reply prefixes %q: %v, want ErrConfig", bad, err)
+		}
 	}
 }
 

@@ -311,21 +311,42 @@ func decodeStrict(data []byte, v any) error {
 }
 
 // ReplySubjectOK reports whether the service may publish its reply on
-// subject, a request's reply subject. The service publishes as its own
-// NATS user, which writes the lease bucket, the history and the change
-// events: a reply subject there would have it write a reply as data for a
-// caller that may not (a reply written into $KV.<bucket>.<name> ends that
-// lease's tenure without its secret). Such a request is dropped
-// unanswered. Inboxes (_INBOX.…, or any prefix of a client's own that is
-// not reserved) are fine.
-func ReplySubjectOK(subject string) bool {
+// subject, a request's reply subject: one that begins with one of inboxes
+// (the prefixes callers' inboxes begin with; [DefaultInboxPrefixes] if
+// none), names no wildcard, and none of the service's own subjects. The
+// service publishes as its own NATS user, which writes the lease bucket,
+// the history and the change events, and may publish where its callers
+// may not: a reply subject elsewhere would have it write a reply as data
+// for a caller that may not (a reply written into $KV.<bucket>.<name>
+// ended that lease's tenure without its secret; one on orders.new put a
+// message into another application's stream). Such a request is dropped
+// unanswered.
+func ReplySubjectOK(subject string, inboxes []string) bool {
+	if len(inboxes) == 0 {
+		inboxes = DefaultInboxPrefixes
+	}
 	for _, p := range reservedReplyPrefixes {
 		if strings.HasPrefix(subject, p) {
 			return false
 		}
 	}
-	return true
+	for _, tok := range strings.Split(subject, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+	}
+	for _, p := range inboxes {
+		if strings.HasPrefix(subject, p) {
+			return true
+		}
+	}
+	return false
 }
+
+// DefaultInboxPrefixes are the prefixes a reply subject may begin with
+// unless the service is told others: nats.go's default inbox (_INBOX.) and
+// every custom one of the form docs/api.md gives (_INBOX_app.).
+var DefaultInboxPrefixes = []string{"_INBOX"}
 
 // reservedReplyPrefixes begin the subjects ReplySubjectOK refuses: NATS's
 // own ($JS, $KV, $SYS, $SRV …), the lease service's and its change events

@@ -22,6 +22,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/registry"
@@ -242,6 +243,7 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 	fl.DurationVar(&f.policy.DefaultDuration, "default-ttl", f.policy.DefaultDuration, "duration of a grant that names none")
 	fl.DurationVar(&f.grantorMargin, "grantor-margin", kvlease.DefaultGrantorMargin, "added to every duration before rounding up to the server TTL")
 	fl.IntVar(&f.policy.MaxLeasesPerHolder, "max-leases-per-holder", f.policy.MaxLeasesPerHolder, "live leases one holder may have (0: no limit)")
+	fl.StringSliceVar(&f.policy.ReplyPrefixes, "reply-prefixes", api.DefaultInboxPrefixes, "prefixes a request's reply subject must begin with (your clients' inboxes, comma-separated); a request replying elsewhere is dropped")
 	fl.IntVar(&f.policy.MaxLeases, "max-leases", f.policy.MaxLeases, "live leases the bucket may have before new grants are refused (0: no limit; each costs serve about 7 KiB of memory)")
 	fl.IntVar(&f.policy.MaxAttributeBytes, "max-attribute-bytes", f.policy.MaxAttributeBytes, "total size of a lease's attributes")
 	f.gossip.register(fl, "gossip address host:port of this grantor (enables gossip: suspicion levels in discovery, removal of dead nodes' registrations)")
