@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,7 @@ func TestRequestPastItsDeadlineNotCarriedOut(t *testing.T) {
 	f := start(t, grantor.DefaultConfig())
 	ctx := t.Context()
 	header := api.HeaderDeadline
+	var message string
 	send := func(deadline time.Time) string {
 		t.Helper()
 		msg := nats.NewMsg(api.SubjectGrant)
@@ -188,10 +190,17 @@ func TestRequestPastItsDeadlineNotCarriedOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		message = reply.Header.Get(api.HeaderError)
 		return reply.Header.Get(api.HeaderErrorCode)
 	}
 	if code := send(time.Now().Add(-time.Second)); code != api.CodeTooLate {
 		t.Fatalf("grant past its deadline: %q, want %s", code, api.CodeTooLate)
+	}
+	// It says how late past the deadline (it said 250 ms less, the slack).
+	if m := regexp.MustCompile(`\(by (\S+)\)`).FindStringSubmatch(message); m == nil {
+		t.Errorf("too_late message %q names no lateness", message)
+	} else if d, err := time.ParseDuration(m[1]); err != nil || d < time.Second {
+		t.Errorf("too_late message %q: lateness %v, want at least the 1 s it was late", message, m[1])
 	}
 	if _, err := f.store.Get(ctx, "late.job"); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("a late grant was carried out: %v", err)

@@ -27,9 +27,10 @@ const (
 	// grantor's wall clock reads it (Unix milliseconds; the caller
 	// estimates the grantor's clock from the server_time of replies). A
 	// request that arrives after it (it waited in a paused node, or on a
-	// link that was cut) is answered "unavailable" and carried out not at
-	// all: its caller has given up, and a grant made for it would keep the
-	// lease taken by nobody.
+	// link that was cut) is answered too_late (an ErrUnavailable to Go
+	// clients: a retry is a new request) and carried out not at all: its
+	// caller has given up, and a grant made for it would keep the lease
+	// taken by nobody.
 	HeaderDeadline = "Leased-Deadline-Unix-Ms"
 	// DeadlineSlack is how long after its HeaderDeadline a request other
 	// than a renewal is still carried out: for the differences between the
