@@ -184,6 +184,6 @@ type DiscoverRequest struct {
 type DiscoverReply struct {
 	Instances []Instance `json:"instances"`
 	// Threshold is the suspicion level at which this grantor calls an
-	// instance suspect.
+	// instance suspect; 0 when it has no gossip (then no instance is).
 	Threshold float64 `json:"threshold"`
 }
