@@ -57,6 +57,9 @@ const (
 	hdrPrevRevision = hdrPrev + "Revision"
 	hdrPrevTime     = hdrPrev + "Time"
 
+	// hdrSecretHash, on an end: the hash of the tenure's secret.
+	hdrSecretHash = "Leased-Secret-Hash"
+
 	hdrKVOp     = "KV-Operation"
 	kvOpPurge   = "PURGE"
 	kvOpDel     = "DEL"
@@ -830,19 +833,20 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 			return err
 		})
 	}
-	if errors.Is(err, ErrNotFound) && s.releasedBy(ctx, req.Name, req.Holder, req.Token) {
+	if errors.Is(err, ErrNotFound) && s.releasedBy(ctx, req.Name, req.Holder, req.Token, req.Secret) {
 		return nil // a retry of a release whose reply was lost
 	}
 	return err
 }
 
 // releasedBy reports whether the last entry of name is the release of the
-// tenure (holder, token): a retried release of it succeeds. It reads
-// through the stream leader; any error is "no".
-func (s *Store) releasedBy(ctx context.Context, name, holder string, token Token) bool {
+// tenure (holder, token) by the holder of secret: a retried release of it
+// succeeds. It reads through the stream leader; any error is "no".
+func (s *Store) releasedBy(ctx context.Context, name, holder string, token Token, secret string) bool {
 	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
 	return err == nil && m.Header.Get(hdrOp) == "release" && m.Header.Get(hdrHolder) == holder &&
-		m.Header.Get(hdrToken) == strconv.FormatUint(uint64(token), 10)
+		m.Header.Get(hdrToken) == strconv.FormatUint(uint64(token), 10) &&
+		(Record{secretHash: m.Header.Get(hdrSecretHash)}).secretMatches(secret)
 }
 
 // Revoke ends whatever tenure the lease has, regardless of holder, and
@@ -1255,6 +1259,12 @@ func setEnd(h nats.Header, cur Record, reason string) {
 	}
 	if cur.GrantTrace != "" {
 		h.Set(hdrTrace, cur.GrantTrace)
+	}
+	if cur.secretHash != "" {
+		// So that a retried release proves itself as the first did (a
+		// wrong secret, or none, was answered "released"; found by an
+		// outside client). The hash, as the record's value has it.
+		h.Set(hdrSecretHash, cur.secretHash)
 	}
 }
 

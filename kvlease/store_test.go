@@ -95,6 +95,36 @@ func TestGrantRenewReleaseRevoke(t *testing.T) {
 	}
 }
 
+// A retried release succeeds only with the tenure's secret, as the first
+// did: with a wrong one, or none, it was answered "released" (found by an
+// outside client).
+func TestRetriedReleaseNeedsTheSecret(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	rid, secret := kvlease.NewRequestID()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "rel", Holder: "h", Duration: time.Minute, RequestID: rid, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kvlease.ReleaseRequest{Name: "rel", Holder: "h", Token: rec.Token, Revision: rec.Revision, Secret: secret}
+	if err := st.Release(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// Another Store (another grantor node), which did not make the release.
+	other := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate())
+	if err := other.Release(ctx, req); err != nil {
+		t.Errorf("the release retried with its secret: %v", err)
+	}
+	for _, wrong := range []string{"", "wrongwrongwrongwrong"} {
+		bad := req
+		bad.Secret = wrong
+		if err := other.Release(ctx, bad); err == nil {
+			t.Errorf("the release retried with secret %q: accepted", wrong)
+		}
+	}
+}
+
 func TestNonHolderCannotRenewOrRelease(t *testing.T) {
 	srv := kvleasetest.NewServer(t)
 	st := kvleasetest.OpenStore(t, srv.ClientURL())
