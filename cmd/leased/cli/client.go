@@ -52,7 +52,8 @@ func (n *natsFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&n.tlsCert, "tls-cert", "", "client certificate for NATS (with --tls-key)")
 	fs.StringVar(&n.tlsKey, "tls-key", "", "client key for NATS (with --tls-cert)")
 	fs.StringVar(&n.inboxPrefix, "inbox-prefix", os.Getenv("LEASED_INBOX_PREFIX"),
-		"prefix of the subjects replies come back on, instead of _INBOX, for users whose permissions allow only their own inbox (env LEASED_INBOX_PREFIX)")
+		"prefix of the subjects replies come back on, instead of _INBOX, for users whose permissions allow only their own inbox "+
+			"(env LEASED_INBOX_PREFIX; the service answers only on the prefixes of its --reply-prefixes, _INBOX… by default)")
 	// The password's default is read when connecting: help never shows it.
 	fs.StringVar(&n.user, "user", os.Getenv("LEASED_USER"), "NATS user name (env LEASED_USER)")
 	fs.StringVar(&n.password, "password", "", "NATS password, with --user (env LEASED_PASSWORD, which unlike the flag other users cannot read in ps)")
