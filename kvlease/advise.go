@@ -65,14 +65,30 @@ func Advise(m Measurements) Advice {
 	a.Reasons = append(a.Reasons, fmt.Sprintf("D %v: three renewal intervals of at least %v (a pause of %v plus two round trips of %v) and the holder margin, rounded up to whole seconds",
 		a.Duration, interval, m.Pause, m.RenewRTT))
 	a.Reasons = append(a.Reasons, fmt.Sprintf("renew every %v (D/3): two attempts fit before the holder's deadline", a.RenewInterval))
-	if w := HolderValidity(d, a.ClockRate, a.HolderMargin).Truncate(time.Millisecond); m.Work > w {
+	switch w := HolderValidity(d, a.ClockRate, a.HolderMargin).Truncate(time.Millisecond); {
+	case m.Work <= 0: // not measured: nothing to say of it
+	case m.Work > w:
 		a.Reasons = append(a.Reasons, fmt.Sprintf("a work unit (%v) is longer than the holder's window (%v): keep the keeper renewing during it and check before each effect inside the unit, not once per unit", m.Work, w))
-	} else {
+	default:
 		a.Reasons = append(a.Reasons, fmt.Sprintf("a work unit (%v) fits in the holder's window (%v): Check before each effect", m.Work, w))
+	}
+	if d > DefaultMaxDuration {
+		a.Reasons = append(a.Reasons, fmt.Sprintf("D %v is beyond the %v a grantor takes by default: raise its maximum (serve --max-ttl)", d, DefaultMaxDuration))
 	}
 	a.Failover = ServerTTL(d, a.GrantorMargin) + 250*time.Millisecond
 	a.Reasons = append(a.Reasons, fmt.Sprintf("grantor margin %v: absorbs a forward step of the server's clock; after a crash the lease is free within %v", a.GrantorMargin, a.Failover))
 	return a
+}
+
+// Check reports whether leases can be kept as a advises: whether its
+// timing passes [ValidateTiming]. Measurements beyond what a lease can
+// absorb (a clock-rate error of 1% or more) give advice no lease takes:
+// Advise gave it all the same, and a holder that followed it was refused
+// (found by an outside client).
+//
+// Errors: [ErrInvalidTiming].
+func (a Advice) Check() error {
+	return ValidateTiming(a.Duration, a.HolderMargin, a.RenewInterval, a.ClockRate)
 }
 
 // String renders the advice as the lines `leased advise` prints.

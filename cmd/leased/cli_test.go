@@ -466,6 +466,18 @@ func TestAdvise(t *testing.T) {
 	if r := leased(t, "", "advise", "--work-p99", "1s"); r.code != 2 {
 		t.Fatalf("advise without --rtt-p99: exit %d", r.code)
 	}
+	// Measurements no lease can absorb give no advice, and a clock rate
+	// that is no number is bad input (both were advised: ρ 0.5, "+Inf";
+	// found by an outside client). Without --work-p99, nothing is said of
+	// a work unit (it said "a work unit (0s)").
+	for _, rate := range []string{"0.05", "NaN", "Inf"} {
+		if r := leased(t, "", "advise", "--rtt-p99", "3ms", "--clock-rate", rate); r.code != 2 || r.stdout != "" {
+			t.Errorf("advise --clock-rate %s: exit %d, stdout %q, stderr %q; want 2 and no advice", rate, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := leased(t, "", "advise", "--rtt-p99", "3ms"); r.code != 0 || strings.Contains(r.stdout, "work unit") {
+		t.Errorf("advise without --work-p99: exit %d\n%s", r.code, r.stdout)
+	}
 }
 
 // Bad input to client commands is exit 2 with a message that names it,

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,7 +31,14 @@ Clock().Estimate).`,
 			if m.Work < 0 || m.Pause < 0 || m.ClockRate < 0 {
 				return usageError{fmt.Errorf("measurements cannot be negative")}
 			}
+			if math.IsNaN(m.ClockRate) || math.IsInf(m.ClockRate, 0) {
+				return usageError{fmt.Errorf("--clock-rate %v: want a number, such as 0.0001", m.ClockRate)}
+			}
 			a := kvlease.Advise(m)
+			if err := a.Check(); err != nil {
+				// Advice no lease takes is no advice.
+				return fmt.Errorf("no lease can be kept safely with these measurements: %w", err)
+			}
 			if output == "json" {
 				printer{w: stdout, json: true}.obj(map[string]any{
 					"duration": a.Duration.String(), "renew_interval": a.RenewInterval.String(),
