@@ -278,6 +278,8 @@ func TestRequestWorksAsLongAsItsCallerWaits(t *testing.T) {
 		// huge: capped, not wrapped around to a few µs or below 0 (found by an outside client)
 		{"9223372036855", grantor.MaxRequestTimeout - 5*time.Second, grantor.MaxRequestTimeout},
 		{"18446744073709552", grantor.MaxRequestTimeout - 5*time.Second, grantor.MaxRequestTimeout},
+		// beyond 64 bits: capped too, not refused
+		{"99999999999999999999999", grantor.MaxRequestTimeout - 5*time.Second, grantor.MaxRequestTimeout},
 	} {
 		if got := left(c.header); got < c.min || got > c.max {
 			t.Errorf("timeout header %q: the request may work %v, want %v to %v", c.header, got, c.min, c.max)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -504,6 +505,12 @@ func headerMS(hdr nats.Header, name string) (int64, error) {
 		return 0, nil
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
+		// A positive count too large for 64 bits is a very long wait or a
+		// far deadline, capped as any long one is (it was refused; found
+		// by an outside client).
+		return math.MaxInt64, nil
+	}
 	if err != nil || ms <= 0 {
 		return 0, fmt.Errorf("%w: header %s %q: want a positive count of milliseconds", api.ErrInvalidRequest, name, v)
 	}
