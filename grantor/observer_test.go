@@ -168,20 +168,7 @@ func TestObserverTakeover(t *testing.T) {
 	waitRecords(t, a.svc.History(), "tk.", 1)
 	events.next(t, 1)
 
-	w, err := b.store.Watch(ctx, grantor.ObserverLease, kvlease.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	a.svc.Stop() // resigns: b takes over
-	for took := false; !took; {
-		select {
-		case ev := <-w.Events():
-			took = ev.Type == kvlease.EventGranted && ev.Holder == "b"
-		case <-time.After(10 * time.Second):
-			t.Fatal("b did not take over")
-		}
-	}
+	handOver(t, a, b, "b")
 	if err := b.client.Release(ctx, kvlease.ReleaseRequest{Name: "tk.x", Holder: "h", Token: x.Token, Revision: x.Revision, Secret: x.Secret}); err != nil {
 		t.Fatal(err)
 	}
@@ -231,24 +218,31 @@ func TestFlappingCountsSurviveATakeover(t *testing.T) {
 	waitRecords(t, a.svc.History(), "fl.", 2)
 	cycle(a, "h2")
 	waitRecords(t, a.svc.History(), "fl.", 4)
-	w, err := b.store.Watch(ctx, grantor.ObserverLease, kvlease.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	a.svc.Stop() // resigns: b takes over
-	for took := false; !took; {
-		select {
-		case ev := <-w.Events():
-			took = ev.Type == kvlease.EventGranted && ev.Holder == "b"
-		case <-time.After(10 * time.Second):
-			t.Fatal("b did not take over")
-		}
-	}
+	handOver(t, a, b, "b")
 	cycle(b, "h3")
 	recs := waitRecords(t, b.svc.History(), "fl.", 6)
 	if third := recs[4]; third.Kind != history.KindGranted || third.Observer != "b" || !third.Flapping {
 		t.Fatalf("the third grant in a minute, the first after the takeover: %+v; want it recorded flapping by b", third)
+	}
+}
+
+// handOver stops from, the observer, and returns once to (named name)
+// observes in its place.
+func handOver(t *testing.T, from, to fixture, name string) {
+	t.Helper()
+	w, err := to.store.Watch(t.Context(), grantor.ObserverLease, kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	from.svc.Stop() // resigns: to takes over
+	for took := false; !took; {
+		select {
+		case ev := <-w.Events():
+			took = ev.Type == kvlease.EventGranted && ev.Holder == name
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not take over", name)
+		}
 	}
 }
 

@@ -42,14 +42,7 @@ func TestObserverEndsLeasesTheServerKeptPastTheirTTL(t *testing.T) {
 	}
 	srv.LoseExpiries(st, "stuck")
 
-	w, err := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate()).Watch(ctx, "stuck", kvlease.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	// Grace 0 (not 10 s): the lease lapsed seconds ago.
-	f := startOnStore(t, srv.URL, []kvlease.Option{kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0)},
-		grantor.DefaultConfig(), grantor.WithOverdueSweep(100*time.Millisecond))
+	w, f := watchThenSweep(t, srv.URL, "stuck")
 	select {
 	case ev := <-w.Events():
 		if ev.Type != kvlease.EventExpired || ev.Token != stuck.Token || ev.Holder != "old" {
@@ -142,13 +135,7 @@ func TestObserverDoesNotEndAnEndedTenureAgain(t *testing.T) {
 	events := make(chan *nats.Msg, 4)
 	kvleasetest.Subscribe(t, nc, api.SubjectEvents+"stuck", func(m *nats.Msg) { events <- m })
 
-	w, err := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate()).Watch(ctx, "stuck", kvlease.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	f := startOnStore(t, srv.URL, []kvlease.Option{kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0)},
-		grantor.DefaultConfig(), grantor.WithOverdueSweep(100*time.Millisecond))
+	w, f := watchThenSweep(t, srv.URL, "stuck")
 	// Ended in the bucket.
 	select {
 	case ev := <-w.Events():
@@ -176,4 +163,19 @@ func TestObserverDoesNotEndAnEndedTenureAgain(t *testing.T) {
 		t.Errorf("announced again: %s", m.Data)
 	default:
 	}
+}
+
+// watchThenSweep watches lease name (changes only), then starts a service
+// on url whose observer ends overdue leases at once (grace 0, not 10 s:
+// the leases lapsed seconds ago) and looks every 100 ms.
+func watchThenSweep(t *testing.T, url, name string) (*kvlease.Watcher, fixture) {
+	t.Helper()
+	w, err := kvleasetest.OpenStore(t, url, kvlease.WithoutCreate()).Watch(t.Context(), name, kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	f := startOnStore(t, url, []kvlease.Option{kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0)},
+		grantor.DefaultConfig(), grantor.WithOverdueSweep(100*time.Millisecond))
+	return w, f
 }
