@@ -1036,7 +1036,11 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	if req.Reason == "" {
 		req.Reason = "revoked by operator"
 	}
-	rec, err := s.store.Revoke(ctx, req.Name, req.Reason)
+	var opts []kvlease.RevokeOption
+	if req.FreeNow {
+		opts = append(opts, kvlease.FreeNow())
+	}
+	rec, err := s.store.Revoke(ctx, req.Name, req.Reason, opts...)
 	if err != nil {
 		return nil, err
 	}

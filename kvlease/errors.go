@@ -94,9 +94,22 @@ type HeldError struct {
 	Name   string
 	Holder string
 	Token  Token
+	// HeldBack, if not zero, says the tenure of Holder and Token was
+	// revoked and the lease stays held until that holder's deadline has
+	// passed (see [Store.Revoke]): about HeldBack from when the grant was
+	// refused. Try again then.
+	HeldBack time.Duration
 }
 
 func (e *HeldError) Error() string {
+	if e.HeldBack > 0 {
+		left := e.HeldBack.Round(100 * time.Millisecond)
+		if left >= 10*time.Second {
+			left = left.Round(time.Second)
+		}
+		return fmt.Sprintf("kvlease: lease %q was revoked from %q (token %d) and stays held until that holder's deadline has passed, in about %v",
+			e.Name, e.Holder, e.Token, max(left, 100*time.Millisecond))
+	}
 	return fmt.Sprintf("kvlease: lease %q is held by %q (token %d)", e.Name, e.Holder, e.Token)
 }
 

@@ -279,9 +279,18 @@ func (k *Keeper) halt(ctx context.Context) {
 // most half a renewal interval, and no longer than ctx allows): cut short,
 // it could have moved the lease to a revision the release would not know. It returns the release error, if
 // any. Close may be called more than once (defer it).
+//
+// A lease lost because the grantor found its tenure gone ([ErrNotFound]:
+// revoked, or lapsed) is released all the same: a revocation holds the
+// lease until this holder's deadline, and a release, which says the holder
+// has stopped, frees it at once ([Store.Revoke]). So call Close once the
+// work under the lease has stopped, not before.
 func (k *Keeper) Close(ctx context.Context) error {
 	k.halt(ctx)
-	if errors.Is(k.Err(), ErrClosed) && !k.handover.Load() {
+	if k.handover.Load() {
+		return nil
+	}
+	if err := k.Err(); errors.Is(err, ErrClosed) || errors.Is(err, ErrNotFound) {
 		return k.l.Release(ctx)
 	}
 	return nil

@@ -356,7 +356,7 @@ func TestRefusedRenewalEndsLeaseAtOnce(t *testing.T) {
 			}
 		}, kvlease.ErrNotFound},
 		{"granted to another", func(t *testing.T, st *kvlease.Store, name string) {
-			if _, err := st.Revoke(t.Context(), name, "test"); err != nil {
+			if _, err := st.Revoke(t.Context(), name, "test", kvlease.FreeNow()); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := kvlease.Acquire(t.Context(), st, name, "other", d); err != nil {

@@ -147,7 +147,7 @@ func handoverDuringPause(t *testing.T, url, name string) (st *kvlease.Store, dep
 		t.Fatal(err)
 	}
 	deposed.freeze(t, name) // the stream leader is paused here
-	if _, err := real.Revoke(ctx, name, "ended during the pause"); err != nil {
+	if _, err := real.Revoke(ctx, name, "ended during the pause", kvlease.FreeNow()); err != nil {
 		t.Fatal(err)
 	}
 	cur, err = real.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "w20", Duration: 30 * time.Second, Secret: "s20"})

@@ -1,6 +1,7 @@
 package kvlease
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -60,6 +61,11 @@ const (
 	// hdrSecretHash, on an end: the hash of the tenure's secret.
 	hdrSecretHash = "Leased-Secret-Hash"
 
+	// hdrHold, on a revocation: how long (ms) from when it was stored the
+	// lease stays held, no grant allowed, so that the revoked holder's
+	// deadline passes first (see Store.Revoke).
+	hdrHold = "Leased-Hold-Ms"
+
 	hdrKVOp     = "KV-Operation"
 	kvOpPurge   = "PURGE"
 	kvOpDel     = "DEL"
@@ -70,7 +76,7 @@ const (
 // tombstoneHeaders are the headers of a tombstone or marker that say how a
 // tenure ended (see Store.endEvent).
 var tombstoneHeaders = [...]string{hdrOp, hdrHolder, hdrToken, hdrReason, hdrGranted, hdrKVOp, jetstream.MarkerReasonHeader, hdrRequest,
-	hdrDuration, hdrTrace}
+	hdrDuration, hdrTrace, hdrHold}
 
 // tombstone is the message that ended a tenure, as a Store wrote or read
 // it: what the grant that replaces it carries, so that watchers that never
@@ -592,6 +598,12 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 			return Record{}, fmt.Errorf("%w: request %q granted %q with token %s, and that tenure has ended",
 				ErrRequestUsed, req.RequestID, req.Name, ended.get(hdrToken))
 		}
+		if ended != nil && ended.rev == expect {
+			if left, held := s.heldBack(ctx, ended); held {
+				return Record{}, &HeldError{Name: req.Name, Holder: ended.get(hdrHolder),
+					Token: Token(parseUint(ended.get(hdrToken))), HeldBack: left}
+			}
+		}
 		hdr := nats.Header{}
 		if req.RequestID != "" {
 			hdr.Set(jetstream.MsgIDHeader, grantMsgID(req))
@@ -833,33 +845,97 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 			return err
 		})
 	}
-	if errors.Is(err, ErrNotFound) && s.releasedBy(ctx, req.Name, req.Holder, req.Token, req.Secret) {
+	if errors.Is(err, ErrNotFound) {
+		switch freed, ferr := s.freeRevoked(ctx, claim); {
+		case ferr != nil:
+			return ferr
+		case freed:
+			return nil
+		}
+	}
+	if errors.Is(err, ErrNotFound) && s.releasedBy(ctx, claim) {
 		return nil // a retry of a release whose reply was lost
 	}
 	return err
 }
 
-// releasedBy reports whether the last entry of name is the release of the
-// tenure (holder, token) by the holder of secret: a retried release of it
-// succeeds. It reads through the stream leader; any error is "no".
-func (s *Store) releasedBy(ctx context.Context, name, holder string, token Token, secret string) bool {
-	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
-	return err == nil && m.Header.Get(hdrOp) == "release" && m.Header.Get(hdrHolder) == holder &&
-		m.Header.Get(hdrToken) == strconv.FormatUint(uint64(token), 10) &&
-		(Record{secretHash: m.Header.Get(hdrSecretHash)}).secretMatches(secret)
+// opFree is the Leased-Op of the end that replaces a revocation's when the
+// revoked holder releases the lease before the hold ends (freeRevoked). It
+// ends no tenure: the revocation did.
+const opFree = "free"
+
+// freeRevoked lets the holder of a tenure revoked with a hold (see
+// [Store.Revoke]) free the lease at once: a holder that releases has
+// stopped, so nothing is left to wait for. It reads the last entry
+// through the stream leader and, if it is the revocation of c's tenure
+// (holder, token and secret), replaces it with an end that holds nothing,
+// with a compare-and-set on its revision. Anything else is "not freed".
+func (s *Store) freeRevoked(ctx context.Context, c tenureClaim) (bool, error) {
+	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + c.name})
+	if err != nil || !Removed(m.Header) || m.Header.Get(hdrOp) != "revoke" || m.Header.Get(hdrHold) == "" ||
+		!endOf(m.Header, c) {
+		return false, nil
+	}
+	t := tombstoneOf(m.Sequence, m.Time, m.Header)
+	t.vals[slices.Index(tombstoneHeaders[:], hdrHold)] = ""
+	hdr := t.header()
+	hdr.Set(jetstream.MsgRollup, rollupSubj)
+	hdr.Set(hdrSecretHash, m.Header.Get(hdrSecretHash))
+	sent := time.Now()
+	seq, err := s.publish(ctx, c.name, opFree, nil, hdr, m.Sequence, s.o.markerTTL)
+	switch {
+	case errors.Is(err, errMismatch):
+		return false, nil // changed meanwhile: nothing of this tenure's left to free
+	case err != nil:
+		return false, err
+	}
+	s.cache.set(c.name, cacheEntry{rec: Record{Revision: seq}, gone: true, sure: sureUntil(sent, s.o.markerTTL),
+		ended: tombstoneOf(seq, time.Now(), hdr)})
+	return true, nil
+}
+
+// endOf reports whether h, the headers of an end, name c's tenure and
+// hold the hash of c's secret.
+func endOf(h nats.Header, c tenureClaim) bool {
+	return h.Get(hdrHolder) == c.holder && h.Get(hdrToken) == strconv.FormatUint(uint64(c.token), 10) &&
+		(Record{secretHash: h.Get(hdrSecretHash)}).secretMatches(c.secret)
+}
+
+// releasedBy reports whether the last entry of c's lease is the release
+// of c's tenure (holder, token) by the holder of c's secret, or its
+// freeing after a revocation: a retried release of it succeeds. It reads through the stream leader; any error is "no".
+func (s *Store) releasedBy(ctx context.Context, c tenureClaim) bool {
+	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + c.name})
+	if err != nil {
+		return false
+	}
+	op := m.Header.Get(hdrOp)
+	return (op == "release" || op == opFree) && endOf(m.Header, c)
 }
 
 // Revoke ends whatever tenure the lease has, regardless of holder, and
 // returns the record it ended. reason is stored with the tombstone and shows
 // in watch events.
 //
+// The revoked holder stops only when it hears of the revocation: at its
+// next renewal, which is refused, or sooner from a watch (a keeper with
+// [WithRenewNow], `leased run`). One that does not hear of it (paused,
+// cut off) still counts the lease as held until its deadline. So by
+// default the lease stays held, no grant allowed, for the tenure's TTL
+// from the revocation: the holder's deadline passes first, as it would
+// had the lease lapsed (grants are refused with a [HeldError] whose
+// HeldBack says how long is left). [FreeNow] frees it at once instead,
+// for a holder known to be gone or a resource that checks tokens.
+//
 // Errors: [ErrInvalidName]; [ErrNotFound] if no tenure is live; [ErrUnavailable].
-func (s *Store) Revoke(ctx context.Context, name, reason string) (rec Record, err error) {
+func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeOption) (rec Record, err error) {
+	o := NewRevocation(opts...)
 	ctx, span := s.startSpan(ctx, "revoke", name, telemetry.AttrReason.String(reason))
 	defer func() { endSpan(span, &rec, err) }()
 	if err := ValidateName(name); err != nil {
 		return Record{}, err
 	}
+	span.SetAttributes(telemetry.AttrFreeNow.Bool(o.FreeNow))
 	for range 3 {
 		cur, live, err := s.last(ctx, name)
 		if err != nil {
@@ -868,7 +944,13 @@ func (s *Store) Revoke(ctx context.Context, name, reason string) (rec Record, er
 		if !live {
 			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 		}
-		_, err = s.purge(ctx, name, "revoke", cur, reason, cur.Revision)
+		var hold time.Duration
+		if !o.FreeNow {
+			// At least what is left of the tenure's TTL at the server,
+			// which the holder's deadline is inside.
+			hold = cmp.Or(cur.TTL, ServerTTL(cur.Duration, s.o.grantorMargin))
+		}
+		_, err = s.purgeHolding(ctx, name, "revoke", cur, reason, cur.Revision, hold)
 		if err == nil {
 			return cur, nil
 		}
@@ -877,6 +959,33 @@ func (s *Store) Revoke(ctx context.Context, name, reason string) (rec Record, er
 		}
 	}
 	return Record{}, fmt.Errorf("%w: lease %q kept changing during revocation", ErrUnavailable, name)
+}
+
+// Revocation is how [Store.Revoke] ends a tenure.
+type Revocation struct {
+	// FreeNow frees the lease at once: the next grant may come before the
+	// revoked holder's deadline, while a holder that has not heard of the
+	// revocation still counts the lease as held. Use it only when the
+	// holder is known to be gone, or the resource checks tokens ([fence]).
+	FreeNow bool
+}
+
+// RevokeOption configures [Store.Revoke].
+type RevokeOption func(*Revocation)
+
+// FreeNow frees a revoked lease at once (see [Revocation]).
+func FreeNow() RevokeOption { return func(r *Revocation) { r.FreeNow = true } }
+
+// NewRevocation is the revocation opts describe, for a grantor that
+// passes them on (the service's client sends them in its request).
+func NewRevocation(opts ...RevokeOption) Revocation {
+	var r Revocation
+	for _, o := range opts {
+		if o != nil {
+			o(&r)
+		}
+	}
+	return r
 }
 
 // Get returns the live tenure of a lease, read through the stream leader. It
@@ -1392,17 +1501,54 @@ const addedHeaderBytes = 256
 // purge writes a tombstone that rolls up the subject, if rev is current,
 // ending the tenure cur.
 func (s *Store) purge(ctx context.Context, name, op string, cur Record, reason string, rev uint64) (uint64, error) {
+	return s.purgeHolding(ctx, name, op, cur, reason, rev, 0)
+}
+
+// purgeHolding is purge with a hold (hdrHold): no grant replaces the
+// tombstone until hold has passed since it was stored. The tombstone
+// lasts the marker TTL, or the hold if that is longer.
+func (s *Store) purgeHolding(ctx context.Context, name, op string, cur Record, reason string, rev uint64, hold time.Duration) (uint64, error) {
 	hdr := nats.Header{}
 	hdr.Set(hdrKVOp, kvOpPurge)
 	hdr.Set(jetstream.MsgRollup, rollupSubj)
 	setEnd(hdr, cur, reason)
+	ttl := s.o.markerTTL
+	if hold > 0 {
+		hdr.Set(hdrHold, strconv.FormatInt(hold.Milliseconds(), 10))
+		ttl = max(ttl, hold)
+	}
 	sent := time.Now()
-	seq, err := s.publish(ctx, name, op, nil, hdr, rev, s.o.markerTTL)
+	seq, err := s.publish(ctx, name, op, nil, hdr, rev, ttl)
 	if err == nil {
-		s.cache.set(name, cacheEntry{rec: Record{Revision: seq}, gone: true, sure: sureUntil(sent, s.o.markerTTL),
+		// Stored after sent: a hold counted from then ends no earlier
+		// than the server's.
+		s.cache.set(name, cacheEntry{rec: Record{Revision: seq}, gone: true, sure: sureUntil(sent, ttl),
 			ended: tombstoneOf(seq, time.Now(), hdr)})
 	}
 	return seq, err
+}
+
+// heldBack reports whether t, the end a grant would replace, is a
+// revocation whose hold has not passed, and about how long it has left. A
+// hold passes when it has by this machine's clock and by the server's
+// (as [Store.Expired] decides), so a step of either clock alone frees no
+// lease early; if the server's time cannot be read, it has not.
+func (s *Store) heldBack(ctx context.Context, t *tombstone) (time.Duration, bool) {
+	if t == nil || t.get(hdrOp) != "revoke" {
+		return 0, false
+	}
+	hold := time.Duration(parseUint(t.get(hdrHold))) * time.Millisecond
+	if hold <= 0 {
+		return 0, false // revoked with FreeNow, or by an older leased
+	}
+	const again = 100 * time.Millisecond // past here, not yet at the server
+	if left := time.Until(t.at.Add(hold)); left > 0 {
+		return left, true
+	}
+	if len(s.Expired(ctx, slices.Values([]Record{{StoredAt: t.at, TTL: hold}}), 0)) == 1 {
+		return 0, false
+	}
+	return again, true
 }
 
 // errMismatch is a failed compare-and-set, before it is explained.

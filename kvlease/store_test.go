@@ -86,12 +86,139 @@ func TestGrantRenewReleaseRevoke(t *testing.T) {
 	if _, err := st.Revoke(ctx, "jobs.a", "again"); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("second revoke: %v, want ErrNotFound", err)
 	}
-	// The old holder's release after revocation: nothing to release.
-	// It says so, and why (it said "lapsed or was released or revoked";
-	// found by an outside client).
-	err = st.Release(ctx, kvlease.ReleaseRequest{Name: "jobs.a", Holder: "h2", Token: rec2.Token, Revision: rec2.Revision})
+	// The old holder's renewal after revocation says so, and why (it said
+	// "lapsed or was released or revoked"; found by an outside client).
+	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "jobs.a", Holder: "h2", Token: rec2.Token, Revision: rec2.Revision})
 	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "was revoked: maintenance") {
-		t.Fatalf("release after revoke: %v, want ErrNotFound saying it was revoked, and why", err)
+		t.Fatalf("renew after revoke: %v, want ErrNotFound saying it was revoked, and why", err)
+	}
+}
+
+// A revocation holds the lease until the revoked holder's deadline has
+// passed: a holder that has not heard of it (paused, cut off) still counts
+// the lease as held until then, so a grant before it would overlap. The
+// holder's own release frees it early (it has stopped); FreeNow frees it at
+// once. Before, a revocation freed the lease at once, always.
+func TestRevocationHoldsUntilTheHoldersDeadline(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	other := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate()) // another grantor node
+	ctx := t.Context()
+	w, err := st.Watch(ctx, "hold.", kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	const d = time.Minute
+	grant := func(g *kvlease.Store, name, holder string) (kvlease.Record, error) {
+		return g.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: holder, Duration: d, Secret: holder + "-secret-0123456789"})
+	}
+	heldBack := func(t *testing.T, err error, holder string, token kvlease.Token) {
+		t.Helper()
+		var held *kvlease.HeldError
+		ttl := kvlease.ServerTTL(d, kvlease.DefaultGrantorMargin)
+		if !errors.As(err, &held) || !errors.Is(err, kvlease.ErrHeld) || held.Holder != holder || held.Token != token ||
+			held.HeldBack <= ttl-10*time.Second || held.HeldBack > ttl {
+			t.Fatalf("grant after revoke: %v (%+v), want HeldError of %s's tenure %d held back for about %v", err, held, holder, token, ttl)
+		}
+		if !strings.Contains(err.Error(), "was revoked from") {
+			t.Errorf("refusal %q does not say the lease was revoked", err)
+		}
+	}
+
+	first, err := grant(st, "hold.a", "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Revoke(ctx, "hold.a", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("hold.a", kvlease.EventRevoked))
+	_, err = grant(st, "hold.a", "h2")
+	heldBack(t, err, "h1", first.Token)
+	_, err = grant(other, "hold.a", "h2") // read from the server, not this store's cache
+	heldBack(t, err, "h1", first.Token)
+	if _, err := st.Get(ctx, "hold.a"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Errorf("get of a revoked lease: %v, want ErrNotFound (no tenure is live)", err)
+	}
+
+	// Only the revoked holder, with its secret, frees it early.
+	rel := kvlease.ReleaseRequest{Name: "hold.a", Holder: "h1", Token: first.Token, Revision: first.Revision}
+	if err := other.Release(ctx, rel); err == nil {
+		t.Fatal("a release without the tenure's secret freed a revoked lease")
+	}
+	rel.Secret = "h1-secret-0123456789"
+	if err := other.Release(ctx, rel); err != nil {
+		t.Fatalf("the revoked holder's release: %v", err)
+	}
+	if err := st.Release(ctx, rel); err != nil {
+		t.Errorf("the same release retried (its reply lost): %v", err)
+	}
+	second, err := grant(st, "hold.a", "h2")
+	if err != nil || second.Token <= first.Token {
+		t.Fatalf("grant after the revoked holder's release = %+v, %v; want a higher token than %d", second, err, first.Token)
+	}
+	// Watchers saw one end of the first tenure (the revocation), not a
+	// second one at the release: the next event is the new grant.
+	if ev := kvleasetest.NextEvent(t, w, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == "hold.a" }); ev.Type != kvlease.EventGranted || ev.Token != second.Token {
+		t.Fatalf("after the revocation the watch saw %v of token %d, want the grant of %d", ev.Type, ev.Token, second.Token)
+	}
+
+	// FreeNow frees it at once.
+	if _, err := other.Revoke(ctx, "hold.a", "holder is gone", kvlease.FreeNow()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := grant(st, "hold.a", "h3"); err != nil {
+		t.Fatalf("grant after a revocation with FreeNow: %v", err)
+	}
+}
+
+// A revocation's hold ends by itself: a grant succeeds once the tenure's
+// TTL has passed since the revocation, not before.
+func TestRevocationHoldEnds(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithGrantorMargin(100*time.Millisecond))
+	other := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate(), kvlease.WithGrantorMargin(100*time.Millisecond))
+	ctx := t.Context()
+	const d = kvlease.MinDuration
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "hold.ends", Holder: "h1", Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := st.Revoke(ctx, "hold.ends", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*kvlease.Store{other, st} {
+		for {
+			_, err := g.Grant(ctx, kvlease.GrantRequest{Name: "hold.ends", Holder: "h2", Duration: d})
+			var held *kvlease.HeldError
+			if errors.As(err, &held) && held.HeldBack > 0 {
+				select { // the refusal says when to try again
+				case <-time.After(held.HeldBack):
+					continue
+				case <-ctx.Done():
+					t.Fatal(ctx.Err())
+				}
+			}
+			if err != nil {
+				t.Fatalf("grant: %v", err)
+			}
+			break
+		}
+		if since := time.Since(start); since < rec.TTL {
+			t.Fatalf("granted %v after the revocation, before the revoked tenure's TTL %v", since, rec.TTL)
+		}
+		if _, err := g.Revoke(ctx, "hold.ends", "again", kvlease.FreeNow()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Grant(ctx, kvlease.GrantRequest{Name: "hold.ends", Holder: "h1", Duration: d}); err != nil {
+			t.Fatal(err)
+		}
+		start = time.Now()
+		if _, err := g.Revoke(ctx, "hold.ends", "stuck"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -523,7 +650,7 @@ func TestWatcherCutOffSeesTheEndTheNextGrantReplaced(t *testing.T) {
 			return kvleasetest.NextEvent(t, direct, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == name && ev.Type.Ends() })
 		}, st, kvlease.EventReleased},
 		{"revoked through another store", func(t *testing.T, name string, rec kvlease.Record) kvlease.Event {
-			if _, err := rival.Revoke(ctx, name, "stuck"); err != nil {
+			if _, err := rival.Revoke(ctx, name, "stuck", kvlease.FreeNow()); err != nil {
 				t.Fatal(err)
 			}
 			return kvleasetest.NextEvent(t, direct, 5*time.Second, func(ev kvlease.Event) bool { return ev.Name == name && ev.Type.Ends() })

@@ -565,7 +565,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 	// came so soon after the grant that it rolled the grant up before this
 	// watcher read it. The grant is reported first, from the end's headers.
 	var missed *Event
-	if tok := Token(parseUint(h.Get(hdrToken))); tok != 0 && knowsAll && !replay {
+	if tok := Token(parseUint(h.Get(hdrToken))); tok != 0 && knowsAll && !replay && h.Get(hdrOp) != opFree {
 		if prev := live.recs[name]; prev == nil || prev.Token < tok {
 			g := missedGrant(name, tok, h, ev.Time)
 			missed = &g
@@ -621,6 +621,13 @@ func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (E
 		ev.Type = EventReleased
 	case opExpire: // EndOverdue: the expiry the server lost
 		ev.Type = EventExpired
+	case opFree:
+		// The revoked holder freed the lease (Store.Release): the
+		// revocation ended the tenure, and only a watcher that missed it
+		// (it still has the tenure live) reports it, from these headers.
+		if tok := Token(parseUint(h.Get(hdrToken))); prev == nil || prev.Token != tok {
+			return Event{}, false
+		}
 	case "revoke":
 	default: // a plain KV delete or purge by some other client
 		ev.Reason = "kv " + strings.ToLower(h.Get(hdrKVOp))

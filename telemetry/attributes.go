@@ -34,6 +34,9 @@ const (
 	// AttrReason is why a tenure ended: a revocation's reason, or the
 	// server's Nats-Marker-Reason.
 	AttrReason = attribute.Key("lease.reason")
+	// AttrFreeNow marks a revocation that freed the lease at once rather
+	// than holding it until the revoked holder's deadline.
+	AttrFreeNow = attribute.Key("lease.free_now")
 
 	AttrFlapping = attribute.Key("lease.flapping")
 	// AttrChangesInWindow is how many new tenures the flap detector

@@ -139,6 +139,22 @@ func TestCLI(t *testing.T) {
 	if ev := event("revoked", "jobs.c"); ev["reason"] != "stuck" || ev["holder"] != "carol" {
 		t.Fatalf("revoked event %v", ev)
 	}
+	// Held until carol's deadline (she may not have heard): a grant is
+	// refused, saying so; revoke --now frees a lease at once.
+	if r := leased(t, url, "acquire", "jobs.c", "--holder", "dan"); r.code != cli.ExitHeld ||
+		!strings.Contains(r.stderr, `revoked from "carol"`) || !strings.Contains(r.stderr, "deadline has passed") {
+		t.Fatalf("acquire of a revoked lease: exit %d %s, want %d saying it stays held until carol's deadline", r.code, r.stderr, cli.ExitHeld)
+	}
+	if r := leased(t, url, "acquire", "jobs.n", "--holder", "nora"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if r := leased(t, url, "revoke", "jobs.n", "--now"); r.code != 0 || !strings.Contains(r.stdout, "free now") {
+		t.Fatalf("revoke --now: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	event("revoked", "jobs.n")
+	if r := leased(t, url, "acquire", "jobs.n", "--holder", "dan"); r.code != 0 {
+		t.Fatalf("acquire after revoke --now: exit %d %s", r.code, r.stderr)
+	}
 
 	// expiry by TTL, seen by the watcher with no one polling.
 	if r := leased(t, url, "acquire", "jobs.d", "--ttl", "1s"); r.code != 0 {
@@ -336,6 +352,11 @@ func TestRunStopsCommandOnRevoke(t *testing.T) {
 		t.Fatalf("the command's own child (pid %q) survived the lease", b)
 	}
 	t.Logf("command stopped %v before the holder's deadline", deadline.Sub(exited))
+	// The revocation held the lease until run's deadline, 30 s away; run,
+	// its command stopped, released it: it is free now.
+	if r := leased(t, s.url, "acquire", "revoked", "--ttl", "30s"); r.code != 0 {
+		t.Fatalf("acquire after run stopped its command: exit %d %s, want the lease free", r.code, r.stderr)
+	}
 }
 
 // A command that catches the SIGTERM and exits 0 when the lease is lost

@@ -790,7 +790,7 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 		// (10 s) steps down as soon as it resumes, leaving no stale window.
 		for deadline := time.Now().Add(30 * time.Second); ; {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err = liveStore.Revoke(rctx, name, "ended during the pause")
+			_, err = liveStore.Revoke(rctx, name, "ended during the pause", kvlease.FreeNow())
 			cancel()
 			if err == nil {
 				break

@@ -192,6 +192,9 @@ type ListRequest struct {
 type RevokeRequest struct {
 	Name   string `json:"name"`
 	Reason string `json:"reason,omitempty"`
+	// FreeNow frees the lease at once instead of holding it until the
+	// revoked holder's deadline has passed (kvlease.FreeNow).
+	FreeNow bool `json:"free_now,omitempty"`
 }
 
 // Lease is a lease record on the wire.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/leased/leased/kvlease"
 )
@@ -16,6 +17,9 @@ type ErrorBody struct {
 	// Holder and Token name the current holder when Code is "held".
 	Holder string `json:"holder,omitempty"`
 	Token  uint64 `json:"token,omitempty"`
+	// HeldBackMS, when Code is "held", says that tenure was revoked and
+	// the lease stays held for about this long still (kvlease.HeldError).
+	HeldBackMS int64 `json:"held_back_ms,omitempty"`
 	// Revision is the tenure's current revision when Code is "conflict".
 	Revision uint64 `json:"revision,omitempty"`
 }
@@ -30,7 +34,7 @@ func ErrorBodyOf(verb string, err error) ErrorBody {
 	var stale *kvlease.StaleRevisionError
 	switch {
 	case errors.As(err, &held):
-		b.Code, b.Holder, b.Token = CodeHeld, held.Holder, uint64(held.Token)
+		b.Code, b.Holder, b.Token, b.HeldBackMS = CodeHeld, held.Holder, uint64(held.Token), held.HeldBack.Milliseconds()
 	case errors.As(err, &stale):
 		b.Code, b.Revision = CodeConflict, stale.Revision
 	case errors.Is(err, kvlease.ErrHeld):
@@ -88,7 +92,8 @@ func (b ErrorBody) Err() error {
 	var sentinel error
 	switch b.Code {
 	case CodeHeld:
-		sentinel = &kvlease.HeldError{Name: "", Holder: b.Holder, Token: kvlease.Token(b.Token)}
+		sentinel = &kvlease.HeldError{Name: "", Holder: b.Holder, Token: kvlease.Token(b.Token),
+			HeldBack: time.Duration(b.HeldBackMS) * time.Millisecond}
 	case CodeInvalidArgument:
 		sentinel = ErrInvalidRequest
 		switch {

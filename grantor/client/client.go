@@ -232,10 +232,13 @@ func (c *Client) Count(ctx context.Context, prefix string) (int, error) {
 
 // Revoke ends a lease regardless of its holder (an operator's request; NATS
 // permissions may refuse it, which shows as [kvlease.ErrUnavailable] with
-// no responders, or as a permissions error).
-func (c *Client) Revoke(ctx context.Context, name, reason string) (api.Lease, error) {
+// no responders, or as a permissions error). As [kvlease.Store.Revoke], the
+// lease stays held until the revoked holder's deadline has passed, unless
+// opts has [kvlease.FreeNow].
+func (c *Client) Revoke(ctx context.Context, name, reason string, opts ...kvlease.RevokeOption) (api.Lease, error) {
 	var out api.Lease
-	err := c.call(ctx, api.SubjectRevoke, api.RevokeRequest{Name: name, Reason: reason}, &out)
+	err := c.call(ctx, api.SubjectRevoke, api.RevokeRequest{Name: name, Reason: reason,
+		FreeNow: kvlease.NewRevocation(opts...).FreeNow}, &out)
 	return out, err
 }
 

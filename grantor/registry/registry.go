@@ -287,7 +287,10 @@ func (r *Registry) removeNode(node, reason string, at time.Time) {
 	r.mu.Unlock()
 	for _, name := range names {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := r.store.Revoke(ctx, name, reason+node)
+		// At once: the instance on a node gossip wrongly took for gone
+		// registers again, and a registration guards nothing a second
+		// holder could harm.
+		_, err := r.store.Revoke(ctx, name, reason+node, kvlease.FreeNow())
 		cancel()
 		switch {
 		case err == nil:

@@ -98,7 +98,14 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 			go e.watchEnd(w, k, now)
 			return &Leadership{k}, nil
 		case errors.Is(err, kvlease.ErrHeld):
-			if err := e.waitVacant(ctx, w); err != nil {
+			// A revoked leader holds the lease until its deadline has
+			// passed, and no event says when that is: the refusal does.
+			var held *kvlease.HeldError
+			var heldBack time.Duration
+			if errors.As(err, &held) {
+				heldBack = held.HeldBack
+			}
+			if err := e.waitVacant(ctx, w, heldBack); err != nil {
 				return nil, err
 			}
 		case errors.Is(err, kvlease.ErrUnavailable) && ctx.Err() != nil:
@@ -134,7 +141,8 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 	}
 }
 
-// waitVacant waits for an event that ends a tenure of the election's lease.
+// waitVacant waits for an event that ends a tenure of the election's lease,
+// or, after a revocation (heldBack > 0), for the lease's hold to end.
 // It does not consult Synced: the replay reports live tenures only, never
 // ends. The watcher began before the first grant attempt, so the tenure
 // that refused the grant was live after the watch began, and its end is
@@ -143,9 +151,17 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 // too; it costs one more attempt. A watcher that falls behind may see the
 // next grant instead of an end (the bucket keeps one message per lease):
 // the lease is held again then, and waiting for that tenure's end is right.
-func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher) error {
+func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher, heldBack time.Duration) error {
+	var free <-chan time.Time
+	if heldBack > 0 {
+		t := time.NewTimer(heldBack)
+		defer t.Stop()
+		free = t.C
+	}
 	for {
 		select {
+		case <-free:
+			return nil
 		case ev, ok := <-w.Events():
 			if !ok {
 				if err := w.Err(); err != nil {

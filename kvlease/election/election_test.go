@@ -197,3 +197,42 @@ func TestCampaignHearsTheCallersRenewNow(t *testing.T) {
 		}
 	}
 }
+
+// A revoked leader that never hears of it (here: no keeper, so no one
+// renews or releases) holds the lease until its deadline; a candidate
+// waits that out, from the refusal's HeldBack (no event marks the hold's
+// end), and wins then, not before.
+func TestCampaignWaitsOutARevocation(t *testing.T) {
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(100*time.Millisecond))
+	ctx := t.Context()
+	e, err := election.New(st, "leader.revoked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const d = 2 * time.Second
+	deaf, err := kvlease.Acquire(ctx, st, "leader.revoked", "deaf", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := campaign(ctx, e, "next", d)
+	revoked := time.Now()
+	if _, err := st.Revoke(ctx, "leader.revoked", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	var r campaignResult
+	select {
+	case r = <-result:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the candidate did not win after the revoked leader's hold")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer func() { _ = r.l.Resign(context.WithoutCancel(ctx)) }()
+	if won := time.Since(revoked); won < kvlease.ServerTTL(d, 100*time.Millisecond) {
+		t.Fatalf("won %v after the revocation, inside the revoked leader's hold", won)
+	}
+	if !deaf.Deadline().Before(time.Now()) {
+		t.Fatal("won while the revoked leader's deadline had not passed")
+	}
+}

@@ -233,17 +233,35 @@ func readLeaseFile(r io.Reader, name string) (api.Lease, error) {
 func newRevoke(stdout io.Writer) *cobra.Command {
 	var c connFlags
 	var reason string
+	var now bool
 	cmd := &cobra.Command{
 		Use:   "revoke NAME",
 		Short: "Revoke a lease regardless of its holder (operators)",
-		Args:  nameArg,
+		Long: `Revoke a lease regardless of its holder (operators).
+
+The lease stays held, no grant allowed, until the revoked holder's deadline
+has passed (the lease's TTL plus the grantor's margin from now), unless that
+holder releases it first: one that is paused or cut off does not hear of
+the revocation and still counts the lease as held until then. --now frees
+it at once; use it only when the holder is known to be gone, or the
+resource checks tokens.`,
+		Args: nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
-				l, err := cl.Revoke(ctx, args[0], reason)
+				var opts []kvlease.RevokeOption
+				if now {
+					opts = append(opts, kvlease.FreeNow())
+				}
+				l, err := cl.Revoke(ctx, args[0], reason, opts...)
 				if err != nil {
 					return err
 				}
-				c.printer(stdout).line("revoked %s (holder %s, token %d)", l.Name, l.Holder, l.Token)
+				if now {
+					c.printer(stdout).line("revoked %s (holder %s, token %d); it is free now", l.Name, l.Holder, l.Token)
+				} else {
+					c.printer(stdout).line("revoked %s (holder %s, token %d); held until that holder's deadline has passed, or it releases",
+						l.Name, l.Holder, l.Token)
+				}
 				if c.output == "json" {
 					c.printer(stdout).obj(l)
 				}
@@ -253,6 +271,7 @@ func newRevoke(stdout io.Writer) *cobra.Command {
 	}
 	c.register(cmd.Flags())
 	cmd.Flags().StringVar(&reason, "reason", "", "reason, recorded with the revocation")
+	cmd.Flags().BoolVar(&now, "now", false, "free the lease at once, before the revoked holder's deadline (only for a holder known to be gone, or a fenced resource)")
 	return cmd
 }
 
