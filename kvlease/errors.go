@@ -103,14 +103,20 @@ type HeldError struct {
 
 func (e *HeldError) Error() string {
 	if e.HeldBack > 0 {
-		left := e.HeldBack.Round(100 * time.Millisecond)
-		if left >= 10*time.Second {
-			left = left.Round(time.Second)
-		}
-		return fmt.Sprintf("kvlease: lease %q was revoked from %q (token %d) and stays held until that holder's deadline has passed, in about %v",
-			e.Name, e.Holder, e.Token, max(left, 100*time.Millisecond))
+		return fmt.Sprintf("kvlease: lease %q %s", e.Name, e.revoked())
 	}
 	return fmt.Sprintf("kvlease: lease %q is held by %q (token %d)", e.Name, e.Holder, e.Token)
+}
+
+// revoked says, of a HeldError with a HeldBack, whose tenure was revoked
+// and how long the lease stays held.
+func (e *HeldError) revoked() string {
+	left := e.HeldBack.Round(100 * time.Millisecond)
+	if left >= 10*time.Second {
+		left = left.Round(time.Second)
+	}
+	return fmt.Sprintf("was revoked from %q (token %d) and stays held until that holder's deadline has passed, in about %v",
+		e.Holder, e.Token, max(left, 100*time.Millisecond))
 }
 
 // Is makes errors.Is(err, ErrHeld) true.

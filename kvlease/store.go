@@ -598,11 +598,8 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 			return Record{}, fmt.Errorf("%w: request %q granted %q with token %s, and that tenure has ended",
 				ErrRequestUsed, req.RequestID, req.Name, ended.get(hdrToken))
 		}
-		if ended != nil && ended.rev == expect {
-			if left, held := s.heldBack(ctx, ended); held {
-				return Record{}, &HeldError{Name: req.Name, Holder: ended.get(hdrHolder),
-					Token: Token(parseUint(ended.get(hdrToken))), HeldBack: left}
-			}
+		if held := s.heldBy(ctx, req.Name, expect); held != nil {
+			return Record{}, held
 		}
 		hdr := nats.Header{}
 		if req.RequestID != "" {
@@ -1002,9 +999,27 @@ func (s *Store) Get(ctx context.Context, name string) (Record, error) {
 		return Record{}, err
 	}
 	if !live {
+		if held := s.heldBy(ctx, name, rec.Revision); held != nil {
+			// No tenure is live, yet a grant is refused: say why.
+			return Record{}, fmt.Errorf("%w: %q %s", ErrNotFound, name, held.revoked())
+		}
 		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
 	return rec, nil
+}
+
+// heldBy is the refusal a grant of name would meet if its last entry,
+// at revision rev, is a revocation whose hold has not passed; else nil.
+func (s *Store) heldBy(ctx context.Context, name string, rev uint64) *HeldError {
+	last, t := s.cache.lastGone(name)
+	if t == nil || last != rev {
+		return nil
+	}
+	left, held := s.heldBack(ctx, t)
+	if !held {
+		return nil
+	}
+	return &HeldError{Name: name, Holder: t.get(hdrHolder), Token: Token(parseUint(t.get(hdrToken))), HeldBack: left}
 }
 
 // List returns the live leases whose names start with prefix ("" for all),
