@@ -593,13 +593,30 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 	if req.RequestID != "" {
 		rkey = requestKey(req.Name, req.RequestID, sh)
 	}
+	confirmed := false // a hold the cache showed was read again
 	for changed, waited := 0, 0; changed < 3; {
 		if ended.endedRequest(rkey) && ended.rev == expect {
 			return Record{}, fmt.Errorf("%w: request %q granted %q with token %s, and that tenure has ended",
 				ErrRequestUsed, req.RequestID, req.Name, ended.get(hdrToken))
 		}
 		if held := s.heldBy(ctx, req.Name, expect); held != nil {
-			return Record{}, held
+			if confirmed {
+				return Record{}, held
+			}
+			// This store's cache may be behind: another node may have
+			// freed it since. Ask the stream leader.
+			cur, live, err := s.lastAtLeast(ctx, req.Name, expect, 0)
+			switch {
+			case err != nil:
+				return Record{}, err
+			case live && req.RequestID != "" && cur.RequestID == req.RequestID && cur.secretMatches(req.Secret):
+				return s.recovered(req, cur)
+			case live:
+				return Record{}, &HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
+			}
+			confirmed, expect = true, cur.Revision
+			_, ended = s.cache.lastGone(req.Name)
+			continue
 		}
 		hdr := nats.Header{}
 		if req.RequestID != "" {
@@ -823,7 +840,9 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 }
 
 // Release ends the tenure named by (Holder, Token, Revision) with a
-// compare-and-purge that leaves a tombstone lasting the marker TTL.
+// compare-and-purge that leaves a tombstone lasting the marker TTL. A
+// tenure revoked since ([Store.Revoke]) is released all the same: its
+// holder's release ends the revocation's hold, so the lease is free.
 //
 // Errors: as for Renew. [ErrNotFound] means there was nothing left to release
 // (it lapsed, or an earlier release whose reply was lost succeeded).
@@ -873,20 +892,30 @@ func (s *Store) freeRevoked(ctx context.Context, c tenureClaim) (bool, error) {
 		!endOf(m.Header, c) {
 		return false, nil
 	}
-	t := tombstoneOf(m.Sequence, m.Time, m.Header)
-	t.vals[slices.Index(tombstoneHeaders[:], hdrHold)] = ""
-	hdr := t.header()
+	return s.free(ctx, c.name, tombstoneOf(m.Sequence, m.Time, m.Header), m.Header.Get(hdrSecretHash))
+}
+
+// free replaces t, the revocation of a tenure of name that holds the
+// lease, with an end that holds nothing (opFree), with a compare-and-set
+// on t's revision, and reports whether it did. secretHash (of the revoked
+// tenure, if known) lets its holder's retried release succeed.
+func (s *Store) free(ctx context.Context, name string, t *tombstone, secretHash string) (bool, error) {
+	f := *t
+	f.vals[slices.Index(tombstoneHeaders[:], hdrHold)] = ""
+	hdr := f.header()
 	hdr.Set(jetstream.MsgRollup, rollupSubj)
-	hdr.Set(hdrSecretHash, m.Header.Get(hdrSecretHash))
+	if secretHash != "" {
+		hdr.Set(hdrSecretHash, secretHash)
+	}
 	sent := time.Now()
-	seq, err := s.publish(ctx, c.name, opFree, nil, hdr, m.Sequence, s.o.markerTTL)
+	seq, err := s.publish(ctx, name, opFree, nil, hdr, t.rev, s.o.markerTTL)
 	switch {
 	case errors.Is(err, errMismatch):
-		return false, nil // changed meanwhile: nothing of this tenure's left to free
+		return false, nil // changed meanwhile
 	case err != nil:
 		return false, err
 	}
-	s.cache.set(c.name, cacheEntry{rec: Record{Revision: seq}, gone: true, sure: sureUntil(sent, s.o.markerTTL),
+	s.cache.set(name, cacheEntry{rec: Record{Revision: seq}, gone: true, sure: sureUntil(sent, s.o.markerTTL),
 		ended: tombstoneOf(seq, time.Now(), hdr)})
 	return true, nil
 }
@@ -900,7 +929,8 @@ func endOf(h nats.Header, c tenureClaim) bool {
 
 // releasedBy reports whether the last entry of c's lease is the release
 // of c's tenure (holder, token) by the holder of c's secret, or its
-// freeing after a revocation: a retried release of it succeeds. It reads through the stream leader; any error is "no".
+// freeing after a revocation: a retried release of it succeeds. It reads
+// through the stream leader; any error is "no".
 func (s *Store) releasedBy(ctx context.Context, c tenureClaim) bool {
 	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + c.name})
 	if err != nil {
@@ -922,9 +952,12 @@ func (s *Store) releasedBy(ctx context.Context, c tenureClaim) bool {
 // from the revocation: the holder's deadline passes first, as it would
 // had the lease lapsed (grants are refused with a [HeldError] whose
 // HeldBack says how long is left). [FreeNow] frees it at once instead,
-// for a holder known to be gone or a resource that checks tokens.
+// for a holder known to be gone or a resource that checks tokens; also of
+// a lease that an earlier revocation still holds (it returns the revoked
+// tenure's name, holder and token then).
 //
-// Errors: [ErrInvalidName]; [ErrNotFound] if no tenure is live; [ErrUnavailable].
+// Errors: [ErrInvalidName]; [ErrNotFound] if no tenure is live (and, with
+// FreeNow, no revocation holds the lease); [ErrUnavailable].
 func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeOption) (rec Record, err error) {
 	o := NewRevocation(opts...)
 	ctx, span := s.startSpan(ctx, "revoke", name, telemetry.AttrReason.String(reason))
@@ -937,6 +970,16 @@ func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeO
 		cur, live, err := s.last(ctx, name)
 		if err != nil {
 			return Record{}, err
+		}
+		if held := s.heldBy(ctx, name, cur.Revision); !live && o.FreeNow && held != nil {
+			_, t := s.cache.lastGone(name)
+			switch freed, err := s.free(ctx, name, t, ""); {
+			case err != nil:
+				return Record{}, err
+			case freed:
+				return Record{Name: name, Holder: held.Holder, Token: held.Token}, nil
+			}
+			continue // changed meanwhile
 		}
 		if !live {
 			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)

@@ -168,8 +168,22 @@ func TestRevocationHoldsUntilTheHoldersDeadline(t *testing.T) {
 	if _, err := other.Revoke(ctx, "hold.a", "holder is gone", kvlease.FreeNow()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := grant(st, "hold.a", "h3"); err != nil {
+	third, err := grant(st, "hold.a", "h3")
+	if err != nil {
 		t.Fatalf("grant after a revocation with FreeNow: %v", err)
+	}
+	// So does a second revocation with FreeNow, of a lease the first holds.
+	if _, err := st.Revoke(ctx, "hold.a", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := other.Revoke(ctx, "hold.a", "the host is gone", kvlease.FreeNow()); err != nil || rec.Holder != "h3" || rec.Token != third.Token {
+		t.Fatalf("revoke with FreeNow of a held-back lease = %+v, %v; want h3's tenure %d", rec, err, third.Token)
+	}
+	if _, err := grant(st, "hold.a", "h4"); err != nil {
+		t.Fatalf("grant after FreeNow of a held-back lease: %v", err)
+	}
+	if _, err := other.Revoke(ctx, "hold.none", "x", kvlease.FreeNow()); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("revoke with FreeNow of a lease never held: %v, want ErrNotFound", err)
 	}
 }
 
