@@ -32,9 +32,15 @@ const (
 	EventRevoked
 	// EventExpired: the server lapsed the tenure because its TTL ran out.
 	EventExpired
+	// EventFreed: a lease that a revocation held (see [Store.Revoke]) was
+	// freed before the hold ended, by its revoked holder's release or a
+	// revocation with [FreeNow]. It ends no tenure (the revocation did);
+	// the lease may be granted now. Only a watch with [ReportFrees]
+	// reports it.
+	EventFreed
 )
 
-var eventNames = [...]string{"", "granted", "renewed", "released", "revoked", "expired"}
+var eventNames = [...]string{"", "granted", "renewed", "released", "revoked", "expired", "freed"}
 
 func (t EventType) String() string {
 	if t > 0 && int(t) < len(eventNames) {
@@ -44,7 +50,7 @@ func (t EventType) String() string {
 }
 
 // Ends reports whether the event ends a tenure.
-func (t EventType) Ends() bool { return t >= EventReleased }
+func (t EventType) Ends() bool { return t >= EventReleased && t <= EventExpired }
 
 // EventTypeOf is the type String names ("granted", …), 0 if none.
 func EventTypeOf(name string) EventType {
@@ -108,6 +114,13 @@ type watchOptions struct {
 	changesAfter uint64
 	after        bool
 	exact        bool
+	frees        bool
+}
+
+// ReportFrees reports [EventFreed] too: when a lease a revocation held
+// may be granted again (an election's candidates wait for it).
+func ReportFrees() WatchOption {
+	return func(o *watchOptions) error { o.frees = true; return nil }
 }
 
 // ExactName watches the one lease named by Watch's prefix, not every lease
@@ -145,6 +158,7 @@ func ChangesAfter(rev uint64) WatchOption {
 type Watcher struct {
 	updatesOnly bool
 	exact       bool // ExactName
+	frees       bool // ReportFrees
 	events      chan Event
 	synced      chan struct{}
 	done        chan struct{}
@@ -316,6 +330,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	w := &Watcher{
 		updatesOnly: o.updatesOnly,
 		exact:       o.exact,
+		frees:       o.frees,
 		events:      make(chan Event, 256),
 		synced:      make(chan struct{}),
 		done:        make(chan struct{}),
@@ -417,7 +432,7 @@ func (w *Watcher) run(ctx context.Context, s *Store, fl Follow, prefix, filter s
 		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) && (!w.exact || name == prefix) {
 			if ev, before, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
 				for _, e := range []*Event{before, &ev} {
-					if e == nil {
+					if e == nil || e.Type == EventFreed && !w.frees {
 						continue
 					}
 					select {
@@ -622,11 +637,12 @@ func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (E
 	case opExpire: // EndOverdue: the expiry the server lost
 		ev.Type = EventExpired
 	case opFree:
-		// The revoked holder freed the lease (Store.Release): the
-		// revocation ended the tenure, and only a watcher that missed it
-		// (it still has the tenure live) reports it, from these headers.
+		// The lease a revocation held was freed: the revocation ended the
+		// tenure, and only a watcher that missed it (it still has the
+		// tenure live) reports that end, from these headers.
 		if tok := Token(parseUint(h.Get(hdrToken))); prev == nil || prev.Token != tok {
-			return Event{}, false
+			ev.Type, ev.Reason, ev.Holder, ev.Token = EventFreed, "", h.Get(hdrHolder), tok
+			return ev, true
 		}
 	case "revoke":
 	default: // a plain KV delete or purge by some other client

@@ -71,7 +71,7 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	}
 	// The watch outlives ctx when the campaign is won: it then tells the
 	// keeper of the leadership's end (see watchEnd).
-	w, err := e.store.Watch(context.WithoutCancel(ctx), e.name, kvlease.ExactName())
+	w, err := e.store.Watch(context.WithoutCancel(ctx), e.name, kvlease.ExactName(), kvlease.ReportFrees())
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,8 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 			return &Leadership{k}, nil
 		case errors.Is(err, kvlease.ErrHeld):
 			// A revoked leader holds the lease until its deadline has
-			// passed, and no event says when that is: the refusal does.
+			// passed, or until it releases (EventFreed); no event says
+			// when the hold ends: the refusal does.
 			var held *kvlease.HeldError
 			var heldBack time.Duration
 			if errors.As(err, &held) {
@@ -141,8 +142,9 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 	}
 }
 
-// waitVacant waits for an event that ends a tenure of the election's lease,
-// or, after a revocation (heldBack > 0), for the lease's hold to end.
+// waitVacant waits for an event that ends a tenure of the election's lease
+// or frees it after a revocation, or (heldBack > 0) for a revocation's
+// hold to end.
 // It does not consult Synced: the replay reports live tenures only, never
 // ends. The watcher began before the first grant attempt, so the tenure
 // that refused the grant was live after the watch began, and its end is
@@ -169,7 +171,7 @@ func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher, heldBack 
 				}
 				return ctx.Err()
 			}
-			if ev.Name == e.name && ev.Type.Ends() {
+			if ev.Name == e.name && (ev.Type.Ends() || ev.Type == kvlease.EventFreed) {
 				return nil
 			}
 		case <-ctx.Done():

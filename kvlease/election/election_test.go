@@ -3,12 +3,16 @@ package election_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/election"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/telemetry"
 )
 
 type campaignResult struct {
@@ -236,3 +240,67 @@ func TestCampaignWaitsOutARevocation(t *testing.T) {
 		t.Fatal("won while the revoked leader's deadline had not passed")
 	}
 }
+
+// A revoked leader that has stopped and released frees the lease at once,
+// and a candidate waiting out the hold hears of it (EventFreed) and wins
+// then, long before the hold would have ended.
+func TestCampaignWinsWhenARevokedLeaderReleases(t *testing.T) {
+	heldBack := make(heldBackRefusals, 1)
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL(),
+		kvlease.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(heldBack))))
+	ctx := t.Context()
+	e, err := election.New(st, "leader.freed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const d = 20 * time.Second
+	old, err := kvlease.Acquire(ctx, st, "leader.freed", "old", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Revoke(ctx, "leader.freed", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	result := campaign(ctx, e, "next", d)
+	select { // the candidate was refused, held back, before the old leader stops
+	case <-heldBack:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the candidate was not refused during the hold")
+	}
+	freed := time.Now()
+	if err := old.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var r campaignResult
+	select {
+	case r = <-result:
+	case <-time.After(d / 2):
+		t.Fatal("the candidate did not win after the revoked leader released")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	_ = r.l.Resign(ctx)
+	t.Logf("won %v after the revoked leader's release", time.Since(freed))
+}
+
+// heldBackRefusals receives when a grant to "next" is refused because a
+// revocation holds the lease.
+type heldBackRefusals chan struct{}
+
+func (h heldBackRefusals) OnEnd(s sdktrace.ReadOnlySpan) {
+	for _, a := range s.Attributes() {
+		if a.Key == telemetry.AttrHolder && a.Value.AsString() == "next" && s.Name() == "lease.grant" &&
+			strings.Contains(s.Status().Description, "stays held") {
+			select {
+			case h <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (heldBackRefusals) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (heldBackRefusals) Shutdown(context.Context) error                  { return nil }
+func (heldBackRefusals) ForceFlush(context.Context) error                { return nil }
