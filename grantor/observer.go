@@ -223,7 +223,10 @@ func (o *observer) campaign(ctx context.Context, e *election.Election) {
 	}
 	for ctx.Err() == nil {
 		lead, err := e.Campaign(ctx, o.candidate, observerDuration(o.s.store.DurationRange()),
-			kvlease.WithLease(kvlease.WithAttributes(map[string]string{instanceAttr: o.instance})))
+			kvlease.WithLease(kvlease.WithAttributes(map[string]string{instanceAttr: o.instance})),
+			kvlease.WithOnUnavailable(func(err error) {
+				o.s.log.Warn("observer campaign", "err", err, "retrying", true)
+			}))
 		if err != nil {
 			if ctx.Err() == nil {
 				o.s.log.Warn("observer campaign", "err", err, "retry_in", wait)

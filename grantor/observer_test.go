@@ -268,7 +268,9 @@ func (h campaignLog) WithGroup(string) slog.Handler      { return h }
 // unavailable"; in a fault run, a cluster recovering), the observer tries
 // its campaign again after pauses that grow: four failures take at least
 // 50 + 100 + 200 ms. It used to try again at once, and a fault run's nodes
-// logged 100,000 failed campaigns each, starving each other of CPU.
+// logged 100,000 failed campaigns each, starving each other of CPU. (The
+// campaign now waits for the grantor itself, and the observer logs each
+// wait.)
 func TestObserverCampaignBacksOff(t *testing.T) {
 	servers := kvleasetest.NewCluster(t, 3)
 	st := kvleasetest.OpenStore(t, servers[0].ClientURL(), kvlease.WithReplicas(3))

@@ -15,6 +15,9 @@ type HoldOption func(*Hold) error
 type Hold struct {
 	Lease  []LeaseOption
 	Keeper []KeeperOption
+	// OnUnavailable, if set, is called each time the recipe waits for a
+	// grantor that does not answer ([WithOnUnavailable]).
+	OnUnavailable func(error)
 }
 
 // NewHold applies opts. Errors: [ErrInvalidOption] for a nil option, or
@@ -56,6 +59,21 @@ func WithLease(opts ...LeaseOption) HoldOption {
 			}
 		}
 		h.Lease = append(h.Lease, opts...)
+		return nil
+	}
+}
+
+// WithOnUnavailable calls f, with the error, each time the recipe waits
+// for a grantor that does not answer (a cluster without a quorum): it
+// tries again, after waits that double up to a second, while its context
+// allows. Calls are not concurrent. A nil f is refused with
+// [ErrInvalidOption].
+func WithOnUnavailable(f func(error)) HoldOption {
+	return func(h *Hold) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil OnUnavailable", ErrInvalidOption)
+		}
+		h.OnUnavailable = f
 		return nil
 	}
 }

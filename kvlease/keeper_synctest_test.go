@@ -1144,3 +1144,46 @@ func TestKeeperEndsWhenItsLeaseIsReleased(t *testing.T) {
 		}
 	})
 }
+
+// A release the grantor does not answer (a failover) is sent again until
+// it is answered, within the caller's context and the lease's duration:
+// one attempt left the lease taken for a TTL (found by an outside client).
+func TestReleaseRetriesAnUnansweredRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := kvleasetest.NewFakeGrantor()
+		const d = 10 * time.Second
+		l, err := kvlease.Acquire(t.Context(), g, "rel", "h", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.SetMode(kvleasetest.FakeFailFast)
+		done := make(chan error, 1)
+		go func() { done <- l.Release(t.Context()) }()
+		time.Sleep(3 * time.Second) // the grantor is away for 3 s
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("release returned while the grantor was away: %v", err)
+		default:
+		}
+		g.SetMode(kvleasetest.FakeOK)
+		if err := <-done; err != nil {
+			t.Fatalf("release once the grantor is back: %v", err)
+		}
+		if _, held := g.Lookup("rel"); held {
+			t.Fatal("the lease is still held after its release")
+		}
+
+		// With the grantor away for good, it gives up after the lease's
+		// duration (the lease lapses by itself then), or when ctx ends.
+		l, err = kvlease.Acquire(t.Context(), g, "rel", "h", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.SetMode(kvleasetest.FakeFailFast)
+		start := time.Now()
+		if err := l.Release(t.Context()); !errors.Is(err, kvlease.ErrUnavailable) || time.Since(start) > d+time.Second {
+			t.Fatalf("release to a grantor away for good: %v after %v, want ErrUnavailable after about %v", err, time.Since(start), d)
+		}
+	})
+}

@@ -590,7 +590,20 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	ctx, span := l.startSpan(ctx, "release", telemetry.AttrRemaining.Int64(remaining.Milliseconds()))
 	linkTo(span, rec.GrantTrace)
 	defer func() { endSpan(span, &rec, err) }()
-	err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})
+	// A grantor that does not answer (a failover, a paused node) is asked
+	// again while ctx allows, for the lease's duration at most: the lease
+	// lapses by itself then. One attempt left a failover's leases taken
+	// for a TTL (found by an outside client). A retried release is
+	// answered as the first (Store.Release).
+	rctx, cancel := context.WithTimeout(ctx, l.d)
+	defer cancel()
+	release := func(rev uint64) error {
+		_, err := RetryUnavailable(rctx, time.Second, nil, func() (struct{}, error) {
+			return struct{}{}, l.g.Release(rctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rev, Secret: l.secret})
+		})
+		return err
+	}
+	err = release(rec.Revision)
 	// A renewal in flight when Release was called, or one whose reply was
 	// lost, moved the revision on: name the current one (the grantor still
 	// checks holder, token and secret). No renewal starts after Release, so
@@ -598,7 +611,7 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	var stale *StaleRevisionError
 	for tries := 0; errors.As(err, &stale) && stale.Revision > rec.Revision && tries < 3; tries++ {
 		rec.Revision = stale.Revision
-		err = l.g.Release(ctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Secret: l.secret})
+		err = release(rec.Revision)
 	}
 	if err == nil || errors.Is(err, ErrNotFound) {
 		l.mu.Lock()

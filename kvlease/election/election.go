@@ -71,8 +71,15 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	}
 	// The watch outlives ctx when the campaign is won: it then tells the
 	// keeper of the leadership's end (see watchEnd).
-	w, err := e.store.Watch(context.WithoutCancel(ctx), e.name, kvlease.ExactName(), kvlease.ReportFrees())
+	// A candidate started while JetStream has no quorum waits for it, as
+	// one already waiting does (it exited at once; found by an outside client).
+	w, err := kvlease.RetryUnavailable(ctx, time.Second, o.OnUnavailable, func() (*kvlease.Watcher, error) {
+		return e.store.Watch(context.WithoutCancel(ctx), e.name, kvlease.ExactName(), kvlease.ReportFrees())
+	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, err
 	}
 	won := false
@@ -83,7 +90,7 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	}()
 	for {
 		// While the server does not answer, try again shortly.
-		l, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Lease, error) {
+		l, err := kvlease.RetryUnavailable(ctx, time.Second, o.OnUnavailable, func() (*kvlease.Lease, error) {
 			return kvlease.Acquire(ctx, e.store, e.name, candidate, d, o.Lease...)
 		})
 		switch {

@@ -304,3 +304,39 @@ func (h heldBackRefusals) OnEnd(s sdktrace.ReadOnlySpan) {
 func (heldBackRefusals) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 func (heldBackRefusals) Shutdown(context.Context) error                  { return nil }
 func (heldBackRefusals) ForceFlush(context.Context) error                { return nil }
+
+// A candidate started while JetStream has no quorum waits for it, as one
+// already waiting does, until its context ends; it used to return the
+// watch's "JetStream system temporarily unavailable" at once (found by an
+// outside client: `leased elect` exited 1 within milliseconds).
+func TestCampaignWaitsForAQuorum(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 3)
+	st := kvleasetest.OpenStore(t, servers[0].ClientURL(), kvlease.WithReplicas(3))
+	e, err := election.New(st, "leader.quorum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[1].Shutdown()
+	servers[2].Shutdown()
+	// Until the node left knows it has no quorum, requests hang rather
+	// than fail: wait for it to say so.
+	for answered := false; !answered; {
+		rctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		sent := time.Now()
+		_, err := st.LastRevision(rctx)
+		cancel()
+		answered = errors.Is(err, kvlease.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) && time.Since(sent) < time.Second
+		if t.Context().Err() != nil {
+			t.Fatal(t.Context().Err())
+		}
+	}
+	const wait = 1500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	waits := 0
+	start := time.Now()
+	_, err = e.Campaign(ctx, "c", 5*time.Second, kvlease.WithOnUnavailable(func(error) { waits++ }))
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < wait || waits == 0 {
+		t.Fatalf("campaign without a quorum: %v after %v, %d waits; want the context's end after %v, waiting", err, time.Since(start), waits, wait)
+	}
+}

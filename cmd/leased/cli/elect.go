@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/election"
 )
@@ -59,7 +61,14 @@ exits 1, saying the command did not run.`,
 				}
 				return superviseUnderLease(ctx, &c, name, grace, verbose, args[1:], stdout, stderr,
 					func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
-						lead, err := e.Campaign(ctx, c.holder, ttl, kvlease.WithLease(kvlease.WithHolderMargin(margin)), kvlease.WithKeeper(opts...))
+						waiting := false
+						lead, err := e.Campaign(ctx, c.holder, ttl, kvlease.WithLease(kvlease.WithHolderMargin(margin)), kvlease.WithKeeper(opts...),
+							kvlease.WithOnUnavailable(func(err error) {
+								if !waiting { // once: a cluster without a quorum can take minutes
+									waiting = true
+									fmt.Fprintf(stderr, "leased: waiting for the grantor, which does not answer: %s\n", api.Message(err))
+								}
+							}))
 						if err != nil {
 							return nil, err
 						}
