@@ -981,3 +981,35 @@ func serviceStats(t *testing.T, nc *nats.Conn) micro.Stats {
 	}
 	return stats
 }
+
+// A request over the NATS server's max_payload is refused before it is
+// sent, as too large: it was "unavailable", which Acquire retries until
+// its context ends (never, with context.Background(); found by an outside
+// client). The service's own size limits match kvlease.ErrTooLarge too, as
+// a Store's refusal does.
+func TestClientRefusesARequestOverMaxPayload(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	big := map[string]string{"k": strings.Repeat("x", 2<<20)}
+	_, err := f.client.Grant(t.Context(), kvlease.GrantRequest{Name: "big", Holder: "h", Duration: 5 * time.Second, Attributes: big})
+	if !errors.Is(err, kvlease.ErrTooLarge) || errors.Is(err, kvlease.ErrUnavailable) || errors.Is(err, kvlease.ErrNotSent) {
+		t.Fatalf("grant over max_payload: %v, want ErrTooLarge, not ErrUnavailable or ErrNotSent (retried)", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := kvlease.Acquire(context.Background(), f.client, "big", "h", 5*time.Second, kvlease.WithAttributes(big))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, kvlease.ErrTooLarge) {
+			t.Fatalf("Acquire over max_payload: %v, want ErrTooLarge", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire over max_payload did not return")
+	}
+	over := map[string]string{"k": strings.Repeat("x", grantor.DefaultConfig().MaxAttributeBytes+1)}
+	_, err = f.client.Grant(t.Context(), kvlease.GrantRequest{Name: "big", Holder: "h", Duration: 5 * time.Second, Attributes: over})
+	if !errors.Is(err, kvlease.ErrTooLarge) || !errors.Is(err, api.ErrTooLarge) {
+		t.Fatalf("grant over the service's attribute limit: %v, want api.ErrTooLarge, also kvlease.ErrTooLarge", err)
+	}
+}

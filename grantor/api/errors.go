@@ -152,12 +152,20 @@ func (e *ServiceError) Error() string {
 // Unwrap returns the kvlease sentinel the code stands for.
 func (e *ServiceError) Unwrap() error { return e.sentinel }
 
+type tooLarge struct{}
+
+func (tooLarge) Error() string { return "grantor: too large" }
+
+// Is makes errors.Is(ErrTooLarge, kvlease.ErrTooLarge) true.
+func (tooLarge) Is(target error) bool { return target == kvlease.ErrTooLarge }
+
 // Sentinels for the service's own refusals (kvlease's cover the rest).
 var (
 	// ErrInvalidRequest: malformed JSON, unknown fields, missing values.
 	ErrInvalidRequest = errors.New("grantor: invalid request")
 	// ErrTooLarge: the request body or the attributes exceed the policy.
-	ErrTooLarge = errors.New("grantor: too large")
+	// It is also kvlease.ErrTooLarge, which a client tests as for a Store.
+	ErrTooLarge error = tooLarge{}
 	// ErrLimitExceeded: the holder has as many leases as the policy allows.
 	ErrLimitExceeded = errors.New("grantor: limit exceeded")
 	// ErrInternal: the service failed in a way the client cannot fix.

@@ -415,9 +415,18 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 		// reconnect, maybe after the holder's deadline (docs/safety.md).
 		return fmt.Errorf("%w: %w: %s: not connected to NATS (%v)", kvlease.ErrUnavailable, kvlease.ErrNotSent, subject, c.nc.Status())
 	}
+	if limit := c.nc.MaxPayload(); limit > 0 && int64(len(data)) > limit {
+		// Refused before it is sent, every time: not "unavailable", which
+		// Acquire retries until its context ends (found by an outside client).
+		return fmt.Errorf("%w: %s: a request of %d bytes, over the NATS server's max_payload of %d (smaller attributes)",
+			kvlease.ErrTooLarge, subject, len(data), limit)
+	}
 	sent := time.Now()
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
-	if err != nil {
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload): // with its headers
+		return fmt.Errorf("%w: %s: %w", kvlease.ErrTooLarge, subject, err)
+	case err != nil:
 		return fmt.Errorf("%w: %s: %w", kvlease.ErrUnavailable, subject, err)
 	}
 	c.observe(sent, reply)
