@@ -123,7 +123,8 @@ func WithOnRenewFailure(fn func(err error, remaining time.Duration)) KeeperOptio
 // held is renewed early, nothing more. The leased CLI's run and elect feed
 // it from the service's change events and from a watch of the bucket. The
 // option adds ch: given more than once (an election adds its own to the
-// caller's), the keeper hears every channel. A nil channel is an error.
+// caller's), the keeper hears every channel. Closing ch is one hint. A nil
+// channel is an error.
 func WithRenewNow(ch <-chan struct{}) KeeperOption {
 	return func(k *Keeper) error {
 		if ch == nil {
@@ -136,22 +137,25 @@ func WithRenewNow(ch <-chan struct{}) KeeperOption {
 
 // renewNowHints merges the renew-now channels into one, read by the
 // keeper's loop, until done is closed: nil (never ready) if there are none.
+// A channel that is closed gives one hint and is heard no more (read as
+// it stood, it renewed a thousand times a second; found by an outside
+// client).
 func (k *Keeper) renewNowHints(done <-chan struct{}) <-chan struct{} {
-	switch len(k.renewNow) {
-	case 0:
+	if len(k.renewNow) == 0 {
 		return nil
-	case 1:
-		return k.renewNow[0]
 	}
 	merged := make(chan struct{}, 1)
 	for _, ch := range k.renewNow {
 		go func() {
 			for {
 				select {
-				case <-ch:
+				case _, ok := <-ch:
 					select {
 					case merged <- struct{}{}:
 					default: // a hint is pending already
+					}
+					if !ok {
+						return
 					}
 				case <-done:
 					return

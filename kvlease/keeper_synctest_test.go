@@ -377,6 +377,29 @@ func TestKeeperRenewNowFindsTheEndAtOnce(t *testing.T) {
 	})
 }
 
+// A closed renew-now channel is one hint, not a hint every moment: the
+// keeper renewed about 1,200 times a second (found by an outside client).
+func TestKeeperClosedRenewNowIsOneHint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 30 * time.Second
+		g := kvleasetest.NewFakeGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		now := make(chan struct{})
+		k, err := kvlease.Keep(t.Context(), l, kvlease.WithRenewNow(now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = k.Close(t.Context()) }()
+		time.Sleep(time.Second)
+		close(now)
+		time.Sleep(time.Second) // well before the next interval (10 s)
+		synctest.Wait()
+		if n := len(g.Renewals()); n != 1 {
+			t.Fatalf("%d renewals a second after the channel was closed, want 1", n)
+		}
+	})
+}
+
 func TestKeeperSpuriousLoss(t *testing.T) {
 	// A renewal that succeeded at the grantor but whose reply was lost leaves
 	// the holder naming an old revision: the next renewal is refused with
