@@ -22,9 +22,13 @@ import (
 
 // Status is what `leased status -o json` prints.
 type Status struct {
-	Bucket   string        `json:"bucket"`
-	Replicas int           `json:"replicas"`
-	Leader   string        `json:"leader,omitempty"`
+	Bucket   string `json:"bucket"`
+	Replicas int    `json:"replicas"`
+	Leader   string `json:"leader,omitempty"`
+	// NoLeader: the replicated stream has no leader (no quorum): nothing
+	// is granted, renewed or read until it has one. The peers are as the
+	// node that answered last knew them, and no lease count is given.
+	NoLeader bool          `json:"no_leader,omitempty"`
 	Peers    []PeerStatus  `json:"peers,omitempty"`
 	Leases   int           `json:"leases"`
 	Grantors []GrantorNode `json:"grantors"`
@@ -84,6 +88,13 @@ func newStatus(stdout io.Writer) *cobra.Command {
 					return err
 				}
 				printStatus(c.printer(stdout), st)
+				if st.NoLeader {
+					// Printed, and a failure: a script that checks the
+					// exit status must not take this for a healthy cluster
+					// (it exited 0; found by an outside client).
+					return fmt.Errorf("%w: the lease bucket's stream has no leader%s", kvlease.ErrUnavailable,
+						quorumHint(context.DeadlineExceeded))
+				}
 				return nil
 			})
 		},
@@ -113,8 +124,10 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 				Unreachable: peerUnreachable(p.Offline, p.Current, p.Active)})
 		}
 	}
-	if s.Leases, err = client.Count(ctx, ""); err != nil {
-		return Status{}, err
+	if s.NoLeader = s.Replicas > 1 && s.Leader == ""; !s.NoLeader {
+		if s.Leases, err = client.Count(ctx, ""); err != nil {
+			return Status{}, err
+		}
 	}
 	s.Grantors, err = grantorNodes(nc, min(timeout, 500*time.Millisecond))
 	return s, err
@@ -172,13 +185,22 @@ func printStatus(p printer, s Status) {
 		return
 	}
 	fmt.Fprintf(p.w, "bucket    %s (R%d)\n", s.Bucket, s.Replicas)
-	if s.Leader != "" {
-		fmt.Fprintf(p.w, "leader    %s\n", s.Leader)
+	if s.NoLeader {
+		// The replicas are as the answering node last heard of them:
+		// no leader has heard from them lately.
+		fmt.Fprintf(p.w, "leader    none (no quorum: nothing is granted or renewed)\n")
+		for _, peer := range s.Peers {
+			fmt.Fprintf(p.w, "replica   %s\n", peerName(peer.Name))
+		}
+	} else {
+		if s.Leader != "" {
+			fmt.Fprintf(p.w, "leader    %s\n", s.Leader)
+		}
+		for _, peer := range s.Peers {
+			fmt.Fprintf(p.w, "follower  %s %s\n", peerName(peer.Name), peerState(peer))
+		}
+		fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
 	}
-	for _, peer := range s.Peers {
-		fmt.Fprintf(p.w, "follower  %s %s\n", peerName(peer.Name), peerState(peer))
-	}
-	fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
 	named := map[string]int{}
 	for _, g := range s.Grantors {
 		named[g.Node]++

@@ -113,3 +113,18 @@ func TestQuorumHint(t *testing.T) {
 		}
 	}
 }
+
+// A replicated bucket whose stream has no leader (no quorum) says so, and
+// names its replicas without a leader's view of them: it printed them as
+// followers "not seen by this leader", with a lease count the grantors'
+// index had from before (found by an outside client).
+func TestPrintStatusWithoutALeader(t *testing.T) {
+	var b strings.Builder
+	printStatus(printer{w: &b}, Status{Bucket: "leases", Replicas: 3, NoLeader: true, Peers: []PeerStatus{
+		{Name: "n1", Unreachable: true}, {Name: "n2", Unreachable: true},
+	}})
+	want := "bucket    leases (R3)\nleader    none (no quorum: nothing is granted or renewed)\nreplica   n1\nreplica   n2\n"
+	if b.String() != want {
+		t.Errorf("status without a leader:\n%s\nwant\n%s", b.String(), want)
+	}
+}
