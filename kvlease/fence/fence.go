@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -49,8 +50,8 @@ func (f *Mem) resource(name string) *fencedResource {
 //
 // Errors: [*StaleTokenError]; effect's error.
 func (f *Mem) Do(resource string, token kvlease.Token, effect func() error) error {
-	if token == 0 {
-		return zeroToken()
+	if err := checkToken(token); err != nil {
+		return err
 	}
 	r := f.resource(resource)
 	r.mu.Lock()
@@ -162,8 +163,8 @@ func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, da
 	if err := kvlease.ValidateName(resource); err != nil {
 		return err
 	}
-	if token == 0 {
-		return zeroToken()
+	if err := checkToken(token); err != nil {
+		return err
 	}
 	return f.doc.Update(ctx, resource, func(cur Value) (Value, error) {
 		if token < cur.Token {
@@ -192,7 +193,14 @@ func (f *KV) Read(ctx context.Context, resource string) (Value, error) {
 // Rejected counts refused tokens.
 func (f *KV) Rejected() int64 { return f.rejected.Load() }
 
-// zeroToken is the error for token 0, which no tenure has (revisions
-// begin at 1): a caller that passes it has no lease. fence.SQL refuses it
-// the same way.
-func zeroToken() error { return fmt.Errorf("%w: 0, no tenure has it", ErrInvalidToken) }
+// checkToken refuses, as every fence does, a token no tenure has: 0
+// (revisions begin at 1; a caller that passes it has no lease), or one
+// above the largest bigint (fence.SQL's column; no bucket gets there). A
+// fence that took such a token would refuse every real one after it,
+// for good (fence.Mem and fence.KV took it; found by an outside client).
+func checkToken(token kvlease.Token) error {
+	if token == 0 || token > math.MaxInt64 {
+		return fmt.Errorf("%w: %d, want 1..%d", ErrInvalidToken, token, int64(math.MaxInt64))
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -41,8 +42,12 @@ func TestMemFenceTokens(t *testing.T) {
 	rejected := int64(0)
 	// Token 0 is no tenure's (revisions begin at 1): invalid, not stale,
 	// and nothing runs, as fence.SQL and fence.KV answer it.
-	if err := f.Do(res, 0, effect); !errors.Is(err, fence.ErrInvalidToken) || ran != 0 {
-		t.Fatalf("Do(0) = %v (effect ran %d times), want ErrInvalidToken, nothing run", err, ran)
+	// Nor is one above the largest bigint, which, taken, would refuse
+	// every real token after it for good (found by an outside client).
+	for _, tok := range []kvlease.Token{0, math.MaxInt64 + 1, math.MaxUint64} {
+		if err := f.Do(res, tok, effect); !errors.Is(err, fence.ErrInvalidToken) || ran != 0 {
+			t.Fatalf("Do(%d) = %v (effect ran %d times), want ErrInvalidToken, nothing run", tok, err, ran)
+		}
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -453,8 +458,13 @@ func TestKVFenceRefusesBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Write(ctx, "r1", 0, []byte("x")); !errors.Is(err, fence.ErrInvalidToken) {
-		t.Errorf("Write with token 0: %v, want ErrInvalidToken", err)
+	for _, tok := range []kvlease.Token{0, math.MaxInt64 + 1} {
+		if err := f.Write(ctx, "r1", tok, []byte("x")); !errors.Is(err, fence.ErrInvalidToken) {
+			t.Errorf("Write with token %d: %v, want ErrInvalidToken", tok, err)
+		}
+	}
+	if err := f.Write(ctx, "r1", 11, []byte("x")); err != nil {
+		t.Errorf("Write with token 11 after the invalid ones: %v", err)
 	}
 }
 

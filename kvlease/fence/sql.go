@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -188,8 +187,8 @@ FROM (SELECT $1::regclass::oid AS oid) c`
 // retrying the transaction may succeed. After any error, roll tx back:
 // Check has raised nothing that will commit.
 func (f *SQL) Check(ctx context.Context, tx *sql.Tx, resource string, token kvlease.Token) error {
-	if token == 0 || token > math.MaxInt64 {
-		return fmt.Errorf("%w: %d, want 1..%d", ErrInvalidToken, token, int64(math.MaxInt64))
+	if err := checkToken(token); err != nil {
+		return err
 	}
 	if err := validSQLResource(resource); err != nil {
 		return err
