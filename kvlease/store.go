@@ -534,6 +534,12 @@ type ReleaseRequest struct {
 // Grantor is what a holder needs from a grantor. *Store implements it on the
 // bucket directly; [github.com/leased/leased/grantor/client.Client]
 // implements it over the service API.
+//
+// Every method must return soon after its ctx ends (as both do): a
+// [Keeper] waits for the renewal in flight before it stops, so one that
+// ignores ctx keeps [Keeper.Close], [Keeper.Orphan] and [Keeper.Done]
+// waiting for it. The holder's deadline does not wait: [Keeper.Context]
+// ends on time all the same.
 type Grantor interface {
 	Grant(ctx context.Context, req GrantRequest) (Record, error)
 	Renew(ctx context.Context, req RenewRequest) (Record, error)
