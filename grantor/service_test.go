@@ -1013,3 +1013,25 @@ func TestClientRefusesARequestOverMaxPayload(t *testing.T) {
 		t.Fatalf("grant over the service's attribute limit: %v, want api.ErrTooLarge, also kvlease.ErrTooLarge", err)
 	}
 }
+
+// A holder that is not UTF-8 is refused, through the Go client and on the
+// wire, where JSON turns invalid bytes and lone surrogates into U+FFFD:
+// "\xff" and "\xfe" were granted as one holder, "\uFFFD" (found by an
+// outside client).
+func TestHolderThatIsNotUTF8IsRefused(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	for _, holder := range []string{"\xff", "a\xfeb"} {
+		if _, err := f.client.Grant(t.Context(), kvlease.GrantRequest{Name: "utf8", Holder: holder, Duration: 5 * time.Second}); !errors.Is(err, kvlease.ErrInvalidHolder) {
+			t.Errorf("client grant to holder %q: %v, want ErrInvalidHolder", holder, err)
+		}
+	}
+	for _, body := range []string{`{"name":"utf8","holder":"\ud800"}`, "{\"name\":\"utf8\",\"holder\":\"\xff\"}"} {
+		reply, err := f.nc.Request(api.SubjectGrant, []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := reply.Header.Get(api.HeaderErrorCode); code != api.CodeInvalidArgument {
+			t.Errorf("grant %s: code %q (%s), want %s", body, code, reply.Data, api.CodeInvalidArgument)
+		}
+	}
+}

@@ -64,7 +64,7 @@ func keyByte(c byte) bool {
 }
 
 // ValidateHolder reports whether holder can identify a lease holder: 1 to
-// [MaxHolderLen] bytes of printable UTF-8.
+// [MaxHolderLen] bytes of printable UTF-8, without U+FFFD.
 func ValidateHolder(holder string) error {
 	switch {
 	case holder == "":
@@ -73,6 +73,11 @@ func ValidateHolder(holder string) error {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidHolder, len(holder), MaxHolderLen)
 	case !utf8.ValidString(holder):
 		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidHolder)
+	case strings.ContainsRune(holder, utf8.RuneError):
+		// What a JSON decoder makes of invalid UTF-8 and of a lone
+		// surrogate (\ud800): two holders that were different bytes
+		// became one (found by an outside client, through the service).
+		return fmt.Errorf("%w: %q has U+FFFD, the replacement character (invalid UTF-8 on its way here?)", ErrInvalidHolder, holder)
 	case strings.IndexFunc(holder, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
 		return fmt.Errorf("%w: %q has a non-printable character", ErrInvalidHolder, holder)
 	}

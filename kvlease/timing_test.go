@@ -264,6 +264,7 @@ func TestValidateHolder(t *testing.T) {
 		{"DEL", "a\x7fb", true},
 		{"C1 control", "a\u0085b", true},
 		{"zero-width space", "a\u200bb", true},
+		{"replacement character", "a\ufffdb", true}, // what JSON made of "\xff" and "\ud800"
 		// A holder is printable text, not a NATS key: these are fine.
 		{"space", "a b", false},
 		{"leading dot", ".a", false},

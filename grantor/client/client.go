@@ -128,6 +128,11 @@ func (c *Client) TracerProvider() trace.TracerProvider { return c.tp }
 // renewals and releases must present. req.Duration is required, as for
 // kvlease.Store.Grant: zero is out of range, not "the service's default".
 func (c *Client) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	// As the service would, but before JSON turns bytes that are not
+	// UTF-8 into U+FFFD on the way.
+	if err := errors.Join(kvlease.ValidateName(req.Name), kvlease.ValidateHolder(req.Holder)); err != nil {
+		return kvlease.Record{}, err
+	}
 	if err := c.measureClock(ctx); err != nil {
 		return kvlease.Record{}, fmt.Errorf("%w: %w: grant %q: %w", kvlease.ErrUnavailable, kvlease.ErrNotSent, req.Name, err)
 	}
