@@ -58,6 +58,15 @@ type Lease struct {
 	metrics     atomic.Pointer[telemetry.Metrics] // set by a keeper with metrics
 }
 
+// Format prints what identifies the lease, and never its secret (%+v
+// printed the struct, the secret twice; found by an outside client).
+func (l *Lease) Format(f fmt.State, _ rune) {
+	l.mu.Lock()
+	tok, deadline := l.rec.Token, l.deadline
+	l.mu.Unlock()
+	fmt.Fprintf(f, "lease %q of %q, token %d, deadline %s", l.name, l.holder, tok, deadline.Format(time.RFC3339Nano))
+}
+
 // LeaseOption configures [Acquire].
 type LeaseOption func(*leaseOptions) error
 

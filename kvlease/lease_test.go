@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -473,5 +474,32 @@ func TestLeaseLostAtItsDeadlineStaysLost(t *testing.T) {
 	}
 	if (rerr == nil) != (after == nil) {
 		t.Errorf("the renewal answered %v, yet Check then says %v", rerr, after)
+	}
+}
+
+// Printing a record or a lease, with any verb, never prints the secret
+// (%v and %+v of a record, and %+v of a lease, did; found by an outside
+// client).
+func TestPrintingHidesTheSecret(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	const secret = "s3cr3t-0123456789abcdef"
+	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "print", Holder: "h", Duration: 5 * time.Second, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := kvlease.Acquire(t.Context(), st, "print.lease", "h", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := kvlease.Event{Record: &rec}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		for _, v := range []any{rec, &rec, ev, l, l.Record()} {
+			if out := fmt.Sprintf(verb, v); strings.Contains(out, secret) || l.Record().Secret != "" && strings.Contains(out, l.Record().Secret) {
+				t.Errorf("%s of %T prints the secret: %s", verb, v, out)
+			}
+		}
+	}
+	if out := fmt.Sprintf("%+v", rec); !strings.Contains(out, "Holder:h") || !strings.Contains(out, "REDACTED") {
+		t.Errorf("%%+v of a record: %s, want its fields, the secret redacted", out)
 	}
 }

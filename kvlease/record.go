@@ -60,6 +60,24 @@ type Record struct {
 	Recovered bool `json:"recovered,omitempty"`
 }
 
+// Format prints r as fmt would, but with its secret (and the secret's
+// hash) redacted: a record logged with %v or %+v gave its holder's proof
+// of ownership away (found by an outside client).
+func (r Record) Format(f fmt.State, verb rune) {
+	type plain Record // without this method
+	p := plain(r)
+	if p.Secret != "" {
+		p.Secret = redacted
+	}
+	if p.secretHash != "" {
+		p.secretHash = redacted
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), p)
+}
+
+// redacted stands for a secret in what Format prints.
+const redacted = "REDACTED"
+
 // ExpiresAt is when the server will lapse this revision, by the server's clock.
 func (r Record) ExpiresAt() time.Time { return r.StoredAt.Add(r.TTL) }
 
