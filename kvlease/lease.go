@@ -17,7 +17,9 @@ import (
 
 // Lease is the holder's side of a tenure: its fencing token and its own
 // deadline, computed from a monotonic clock read just before the request was
-// sent: t0 + D·(1−ρ) − margin. The grantor keeps the key for at least
+// sent: t0 + D·(1−ρ) − margin. On Linux that clock also counts the time the
+// machine was suspended (Go's own monotonic clock does not: a laptop that
+// slept would have resumed still counting the lease as held). The grantor keeps the key for at least
 // ceil(D + grantor margin) after it stored the request, which is after t0, so
 // the holder's right always ends before anyone else can be granted the lease.
 //
@@ -230,7 +232,7 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 // newLeaseOptions applies opts for a lease of duration d and checks the
 // window they leave: what Acquire refuses before it sends anything.
 func newLeaseOptions(d time.Duration, opts []LeaseOption) (leaseOptions, error) {
-	o := leaseOptions{rho: DefaultClockRate, now: time.Now, attempt: DefaultAttemptTimeout}
+	o := leaseOptions{rho: DefaultClockRate, now: holderNow, attempt: DefaultAttemptTimeout}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("%w: nil lease option", ErrInvalidOption)
