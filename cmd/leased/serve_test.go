@@ -70,6 +70,20 @@ func TestServeRejectsBadFlags(t *testing.T) {
 			t.Errorf("leased %v: exit %d (%s), want 2", args, r.code, r.stderr)
 		}
 	}
+	// A port in use is the machine's state, not a bad flag: exit 1, no
+	// usage, as for the NATS ports (it was 2; found by an outside client).
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, flag := range []string{"--http-listen", "--metrics-listen"} {
+		r := leased(t, "", "serve", "--listen", "127.0.0.1:0", flag, taken.Addr().String(), "--data", t.TempDir())
+		if r.code != 1 || !strings.Contains(r.stderr, flag+": ") || !strings.Contains(r.stderr, "address already in use") ||
+			strings.Contains(r.stderr, "usage:") {
+			t.Errorf("serve %s on a port in use: exit %d (%s), want 1 naming the flag, without usage", flag, r.code, r.stderr)
+		}
+	}
 }
 
 // `leased serve --metrics-listen` serves the lease metrics to Prometheus.

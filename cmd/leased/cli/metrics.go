@@ -57,7 +57,7 @@ func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logg
 	ln, err := net.Listen("tcp", m.listen)
 	if err != nil {
 		shutdown()
-		return nil, nil, usageError{fmt.Errorf("--metrics-listen: %w", err)}
+		return nil, nil, listenError("--metrics-listen", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", tel.MetricsHandler())

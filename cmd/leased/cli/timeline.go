@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -78,9 +79,21 @@ func (h *httpFlags) open(log *slog.Logger) (net.Listener, error) {
 	}
 	ln, err := net.Listen("tcp", h.listen)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--http-listen: %w", err)}
+		return nil, listenError("--http-listen", err)
 	}
 	return ln, nil
+}
+
+// listenError is the error of a listener flag whose net.Listen failed: a
+// port in use (or not ours to bind) is this machine's state, exit 1 as for
+// the NATS ports; anything else is the flag's value (exit 2, with usage).
+// Both were exit 2 (found by an outside client).
+func listenError(flag string, err error) error {
+	err = fmt.Errorf("%s: %w", flag, err)
+	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return err
+	}
+	return usageError{err}
 }
 
 // serve serves the timeline of hist, with the live leases of st, on ln and logs "http listening" with
