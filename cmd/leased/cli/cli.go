@@ -36,7 +36,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &status): // `leased run`: the command's own status
 		return int(status)
 	}
-	fmt.Fprintf(stderr, "leased: %s\n", api.Message(err)) // no Go package names
+	msg := api.Message(err)
+	fmt.Fprintf(stderr, "leased: %s\n", msg) // no Go package names
+	if hint := noQuorumHint(msg); hint != "" {
+		// Every command said only "503 … temporarily unavailable" while a
+		// cluster had no quorum (found by an outside client).
+		fmt.Fprintf(stderr, "leased: %s\n", hint)
+	}
 	if errors.As(err, new(usageError)) {
 		if cmd == root {
 			fmt.Fprintln(stderr, `"leased --help" lists the commands`)

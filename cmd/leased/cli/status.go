@@ -139,10 +139,24 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 func quorumHint(err error) string {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.Code == 503 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return " (in a cluster, JetStream answers only while a majority of its nodes is up and connected, and a new cluster " +
-			"only once every node of its routes has started: check the others)"
+		return " (" + noQuorum + ")"
 	}
 	return ""
+}
+
+// noQuorum is the hint for JetStream's "temporarily unavailable".
+const noQuorum = "in a cluster, JetStream answers only while a majority of its nodes is up and connected, and a new cluster " +
+	"only once every node of its routes has started: check the others (leased status)"
+
+// noQuorumHint is the hint a command's error message gets when it says
+// JetStream did not answer for want of a quorum (err_code 10008, through
+// the service too, or a stream that gave no response), once.
+func noQuorumHint(msg string) string {
+	if strings.Contains(msg, noQuorum) ||
+		!strings.Contains(msg, "JetStream system temporarily unavailable") && !strings.Contains(msg, "no response from stream") {
+		return ""
+	}
+	return noQuorum
 }
 
 // grantorNodes asks every running lease service for its info and collects

@@ -128,3 +128,18 @@ func TestPrintStatusWithoutALeader(t *testing.T) {
 		t.Errorf("status without a leader:\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// An error that says JetStream had no quorum gets the hint, once, whatever
+// command it came from; others get none.
+func TestNoQuorumHint(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"unavailable: grantor unavailable: last revision: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable": true,
+		"unavailable: grantor unavailable: grant: nats: no response from stream":                                                                         true,
+		"unavailable: lease bucket: context deadline exceeded (" + noQuorum + ")":                                                                        false, // status said it already
+		"held: lease \"a\" is held by \"b\" (token 3)":                                                                                                   false,
+	} {
+		if got := noQuorumHint(msg) != ""; got != want {
+			t.Errorf("noQuorumHint(%q) given: %v, want %v", msg, got, want)
+		}
+	}
+}
