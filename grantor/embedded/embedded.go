@@ -70,6 +70,13 @@ var ErrStart = errors.New("embedded: server did not start")
 // out twice (found by an outside client).
 var ErrNameConflict = errors.New("embedded: another server of the cluster has this name")
 
+// ErrClusterNameMismatch is wrapped by what [Server.ClusterNameMismatches]
+// delivers: a route between this server and another was refused because
+// their cluster names differ. nats-server logs it once per route and
+// then retries it quietly, while JetStream waits for a quorum it will not
+// get; neither side can tell which name is wrong.
+var ErrClusterNameMismatch = errors.New("embedded: a route was refused: the two servers have different cluster names")
+
 // LockedError says which directory is locked and, when the lock file
 // names one, by which process.
 type LockedError struct {
@@ -331,6 +338,11 @@ func Start(cfg Config) (*Server, error) {
 // error waits to be received.
 func (s *Server) NameConflicts() <-chan error { return s.log.conflict }
 
+// ClusterNameMismatches delivers an error wrapping [ErrClusterNameMismatch]
+// when a route to or from this server is refused for a different cluster
+// name. At most one error waits to be received.
+func (s *Server) ClusterNameMismatches() <-chan error { return s.log.mismatch }
+
 // Run starts ns and waits, at most timeout, until it accepts clients with
 // JetStream on. nats-server reports why it cannot serve (a port in use, a
 // store it cannot open) only through its logger's Fatalf, and then never
@@ -496,13 +508,14 @@ type logger struct {
 	l        *slog.Logger
 	fatal    chan string // capacity 1
 	conflict chan error  // capacity 1: see Server.NameConflicts
+	mismatch chan error  // capacity 1: see Server.ClusterNameMismatches
 }
 
 func newLogger(l *slog.Logger) *logger {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &logger{l: l, fatal: make(chan string, 1), conflict: make(chan error, 1)}
+	return &logger{l: l, fatal: make(chan string, 1), conflict: make(chan error, 1), mismatch: make(chan error, 1)}
 }
 
 func (g *logger) Noticef(format string, v ...any) { g.l.Info(fmt.Sprintf(format, v...)) }
@@ -524,6 +537,14 @@ func (g *logger) Errorf(format string, v ...any) {
 	if strings.Contains(format, "Remote server has a duplicate name") {
 		select {
 		case g.conflict <- fmt.Errorf("%w (nats-server: %s): every node of a cluster needs a name of its own", ErrNameConflict, msg):
+		default:
+		}
+	}
+	// route.go's words, logged by the side that refuses the route, and by
+	// the refused side as the error it is sent.
+	if strings.Contains(msg, "Rejecting connection, cluster name") && strings.Contains(msg, "does not match") {
+		select {
+		case g.mismatch <- fmt.Errorf("%w (nats-server: %s): every node of a cluster needs the same --cluster-name", ErrClusterNameMismatch, msg):
 		default:
 		}
 	}

@@ -180,3 +180,51 @@ func TestLoadConfigFileErrors(t *testing.T) {
 		t.Fatalf("LoadConfigFile: %q, want one ErrConfig line naming the place", err)
 	}
 }
+
+// A route refused because the two servers' cluster names differ is
+// reported (nats-server logs it once, then retries quietly, and a node
+// whose --cluster-name was not its peers' only said it waited for
+// JetStream; found by an outside client).
+func TestClusterNameMismatchReported(t *testing.T) {
+	ports := make([]int, 2)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	}
+	route := func(i int) string { return "nats-route://127.0.0.1:" + strconv.Itoa(ports[i]) }
+	started := make(chan *embedded.Server, 2)
+	for i, cluster := range []string{"leased", "other"} {
+		go func() {
+			srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Name: "n" + strconv.Itoa(i), ClusterName: cluster,
+				ClusterHost: "127.0.0.1", ClusterPort: ports[i], Routes: []string{route(0), route(1)}, ReadyTimeout: 30 * time.Second})
+			if err != nil {
+				t.Error(err)
+			}
+			started <- srv
+		}()
+	}
+	var servers []*embedded.Server
+	for range 2 {
+		if srv := <-started; srv != nil {
+			servers = append(servers, srv)
+			t.Cleanup(srv.Shutdown)
+		}
+	}
+	if len(servers) != 2 {
+		t.Fatal("a server did not start")
+	}
+	for _, srv := range servers {
+		select {
+		case err := <-srv.ClusterNameMismatches():
+			if !errors.Is(err, embedded.ErrClusterNameMismatch) || !strings.Contains(err.Error(), `"other"`) {
+				t.Errorf("%s: %v, want ErrClusterNameMismatch naming the other cluster", srv.Name(), err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: no cluster name mismatch reported", srv.Name())
+		}
+	}
+}

@@ -376,6 +376,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		return permissionCause(startCtx, err)
 	}
 	if srv != nil {
+		go watchClusterNameMismatches(ctx, srv, log)
 		go watchNameConflicts(ctx, srv, log, func(err error) bool {
 			startMu.Lock()
 			defer startMu.Unlock()
@@ -603,6 +604,25 @@ func watchNameConflicts(ctx context.Context, srv *embedded.Server, log *slog.Log
 				logged = time.Now()
 				log.Error("another server has this node's name: it should stop (a node that finds one as it starts does)",
 					"name", srv.Name(), "err", err)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watchClusterNameMismatches logs, at most every 10 s, that a route was
+// refused for a different cluster name: nats-server says so once per
+// route, and a node whose --cluster-name is not its peers' then only
+// logged "waiting for JetStream" (found by an outside client).
+func watchClusterNameMismatches(ctx context.Context, srv *embedded.Server, log *slog.Logger) {
+	var logged time.Time
+	for {
+		select {
+		case err := <-srv.ClusterNameMismatches():
+			if time.Since(logged) >= 10*time.Second {
+				logged = time.Now()
+				log.Error("a route between this node and another was refused: their cluster names differ", "err", err)
 			}
 		case <-ctx.Done():
 			return
