@@ -31,7 +31,9 @@
 // succeeds.
 //
 // Every With… option refuses nil and out-of-range values with
-// [ErrInvalidOption] before anything is sent.
+// [ErrInvalidOption] before anything is sent; a value that is fine alone
+// but does not fit the lease (a holder margin or renewal interval too long
+// for its duration) is [ErrInvalidTiming].
 //
 // # What it does not guarantee
 //
