@@ -220,7 +220,7 @@ func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
 	if err := q.validID(id); err != nil {
 		return err
 	}
-	if done, _, _, _, err := q.Result(ctx, id); err != nil {
+	if done, _, _, _, err := q.Result(ctx, id); err != nil && !errors.Is(err, kvlease.ErrNotFound) {
 		return err
 	} else if done {
 		return fmt.Errorf("%w: %q", ErrDone, id)
@@ -383,14 +383,26 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 }
 
 // Result returns an item's sink record: whether it is done, by which
-// worker, with which token, and its result.
+// worker, with which token, and its result. A pending item is not done.
+//
+// Errors: [kvlease.ErrInvalidName]; [kvlease.ErrNotFound] for an id that
+// is neither pending nor done (never added: it read as pending; found by
+// an outside client); [kvlease.ErrUnavailable].
 func (q *Queue) Result(ctx context.Context, id string) (done bool, worker string, token kvlease.Token, result []byte, err error) {
 	if err := kvlease.ValidateName(id); err != nil {
 		return false, "", 0, nil, err
 	}
-	r, _, err := q.done.Get(ctx, id)
+	r, rev, err := q.done.Get(ctx, id)
 	if err != nil {
 		return false, "", 0, nil, err
+	}
+	if rev == 0 {
+		switch _, err := q.items.Get(ctx, id); {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return false, "", 0, nil, fmt.Errorf("%w: no item %q on the queue, pending or done", kvlease.ErrNotFound, id)
+		case err != nil:
+			return false, "", 0, nil, kvlease.JetStreamError("read item", err)
+		}
 	}
 	return r.Done, r.Worker, r.Token, r.Result, nil
 }

@@ -255,6 +255,9 @@ func TestWorkQueueRefusesBadInputAndClosed(t *testing.T) {
 	if _, _, _, _, err := q.Result(ctx, "a b"); !errors.Is(err, kvlease.ErrInvalidName) {
 		t.Errorf("Result of an invalid id: %v, want ErrInvalidName", err)
 	}
+	if _, _, _, _, err := q.Result(ctx, "never-added"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Errorf("Result of an id never added: %v, want ErrNotFound", err)
+	}
 	waiting := make(chan error, 1)
 	go func() {
 		_, err := q.Claim(ctx, "w", 5*time.Second) // nothing to claim: waits
