@@ -48,8 +48,11 @@ func Advise(m Measurements) Advice {
 		a.HolderMargin, m.RenewRTT, m.Pause))
 	interval := max(m.Pause+2*m.RenewRTT, 300*time.Millisecond)
 	a.ClockRate = DefaultClockRate
-	if m.ClockRate > 0 {
-		a.ClockRate = max(10*m.ClockRate, 1e-4)
+	// A clock slow against the grantor's is an error as large as one
+	// that is fast by as much (-0.5 read as unmeasured; found by an
+	// outside client).
+	if rate := math.Abs(m.ClockRate); rate > 0 {
+		a.ClockRate = max(10*rate, 1e-4)
 		a.Reasons = append(a.Reasons, fmt.Sprintf("ρ %g: ten times the measured clock-rate error %g", a.ClockRate, m.ClockRate))
 	} else {
 		a.Reasons = append(a.Reasons, fmt.Sprintf("ρ %g: the default, since the clock-rate error was not measured", a.ClockRate))

@@ -63,3 +63,16 @@ func TestGCPauseP99(t *testing.T) {
 		t.Fatalf("GCPauseP99() = %v, %v; want a positive pause under a second", p99, ok)
 	}
 }
+
+// A clock slow against the grantor's (a negative rate error) is advised
+// for as one fast by as much: -0.5 read as unmeasured (found by an outside
+// client).
+func TestAdviseNegativeClockRate(t *testing.T) {
+	m := kvlease.Measurements{RenewRTT: 3 * time.Millisecond, Pause: 40 * time.Millisecond}
+	m.ClockRate = 2e-4
+	fast := kvlease.Advise(m)
+	m.ClockRate = -2e-4
+	if slow := kvlease.Advise(m); slow.ClockRate != fast.ClockRate || slow.ClockRate == kvlease.DefaultClockRate {
+		t.Errorf("ρ for a clock-rate error of -2e-4: %g, want %g as for +2e-4", slow.ClockRate, fast.ClockRate)
+	}
+}

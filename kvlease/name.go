@@ -53,7 +53,7 @@ func ValidatePrefix(prefix string) error {
 		return nil
 	}
 	if err := ValidateName(strings.TrimSuffix(prefix, ".")); err != nil {
-		return fmt.Errorf("prefix: %w", err)
+		return fmt.Errorf("prefix %q: %w", prefix, err) // the error names what is left of it
 	}
 	return nil
 }

@@ -216,6 +216,12 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 const openAttemptTimeout = 2 * time.Second
 
 func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error) {
+	if nc := js.Conn(); nc != nil && !nc.IsConnected() {
+		// Requests would wait in nats.go's reconnect buffer, and then
+		// fail with "outbound buffer limit exceeded" (found by an outside
+		// client): say what it is.
+		return nil, fmt.Errorf("%w: %w: open the lease bucket: not connected to NATS (%v)", ErrUnavailable, ErrNotSent, nc.Status())
+	}
 	kv, err := js.KeyValue(ctx, o.bucket)
 	created := false
 	switch {

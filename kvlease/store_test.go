@@ -805,3 +805,25 @@ func TestRenewalsStoreTheTenure(t *testing.T) {
 		rec = next
 	}
 }
+
+// Open on a connection that is down says so, as unavailable: it failed
+// with nats.go's "outbound buffer limit exceeded" (found by an outside
+// client).
+func TestOpenWhileDisconnected(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	srv.Shutdown()
+	for nc.IsConnected() {
+		select { // the client notices at once: its socket closes
+		case <-time.After(10 * time.Millisecond):
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := kvlease.Open(ctx, js); !errors.Is(err, kvlease.ErrUnavailable) || !strings.Contains(err.Error(), "not connected to NATS") {
+		t.Fatalf("Open while disconnected: %v, want ErrUnavailable saying it is not connected", err)
+	}
+}
