@@ -22,7 +22,9 @@ const (
 
 // Read serves a read under a lease: from local state if the lease
 // has at least margin left before the holder's deadline (checked before and
-// again after reading local state), otherwise through authoritative.
+// again after reading local state), otherwise through authoritative. A
+// local read that fails is not an answer either: its error is dropped, and
+// the read served through authoritative, whose error Read returns.
 //
 // Why local reads are safe while the lease is held: no other holder can be
 // granted the lease before this holder's deadline (t0 + D·(1−ρ) − m_h, with
