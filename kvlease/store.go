@@ -983,15 +983,16 @@ func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeO
 		if err != nil {
 			return Record{}, err
 		}
-		if held := s.heldBy(ctx, name, cur.Revision); !live && o.FreeNow && held != nil {
-			_, t := s.cache.lastGone(name)
-			switch freed, err := s.free(ctx, name, t, ""); {
-			case err != nil:
-				return Record{}, err
-			case freed:
-				return Record{Name: name, Holder: held.Holder, Token: held.Token}, nil
+		if rev, t := s.cache.lastGone(name); !live && o.FreeNow && t != nil && rev == cur.Revision {
+			if _, held := s.heldBack(ctx, t); held {
+				switch freed, err := s.free(ctx, name, t, ""); {
+				case err != nil:
+					return Record{}, err
+				case freed:
+					return Record{Name: name, Holder: t.get(hdrHolder), Token: Token(parseUint(t.get(hdrToken)))}, nil
+				}
+				continue // changed meanwhile
 			}
-			continue // changed meanwhile
 		}
 		if !live {
 			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
