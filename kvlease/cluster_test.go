@@ -207,3 +207,78 @@ func TestWritesRefusedWhileSubjectInProcess(t *testing.T) {
 		}
 	}
 }
+
+// A revocation goes through a failover of the stream leader, and through a
+// holder renewing back to back: each of its attempts is bounded and tried
+// again while the caller's context allows. One attempt with the whole
+// deadline failed through every failover, while gets and grants came
+// through, and three compare-and-sets lost to renewals failed it ("kept
+// changing"; 5 revocations in 15 on R3; found by an outside client).
+func TestRevokeThroughFailoverAndRenewals(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 3)
+	ctx := t.Context()
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
+	if _, err := kvlease.Open(ctx, js, kvlease.WithReplicas(3)); err != nil {
+		t.Fatal(err)
+	}
+	lead := streamLeader(t, js, servers)
+	var follower *kvleasetest.Server
+	for _, s := range servers {
+		if s != lead {
+			follower = s
+		}
+	}
+	st := kvleasetest.OpenStore(t, follower.ClientURL(), kvlease.WithReplicas(3))
+
+	// A holder renewing back to back.
+	for round := range 5 {
+		name := fmt.Sprintf("hammered.%d", round)
+		rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "h", Duration: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				cur := rec
+				for hctx.Err() == nil {
+					next, err := st.Renew(hctx, kvlease.RenewRequest{Name: name, Holder: "h", Token: cur.Token, Revision: cur.Revision, Duration: 30 * time.Second})
+					var stale *kvlease.StaleRevisionError
+					switch {
+					case err == nil:
+						cur = next
+					case errors.As(err, &stale):
+						cur.Revision = stale.Revision
+					case errors.Is(err, kvlease.ErrNotFound), errors.Is(err, kvlease.ErrNotHolder):
+						return // revoked
+					}
+				}
+			})
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = st.Revoke(rctx, name, "runaway")
+		cancel()
+		stop()
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("round %d: revoking a lease renewed back to back: %v", round, err)
+		}
+	}
+
+	// Through a failover of the stream leader.
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "failover", Holder: "h", Duration: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead.Shutdown()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got, err := st.Revoke(rctx, "failover", "incident")
+	if err != nil || got.Token != rec.Token {
+		t.Fatalf("revoke through a failover: %+v, %v; want the tenure of token %d", got, err, rec.Token)
+	}
+	if _, err := st.Grant(rctx, kvlease.GrantRequest{Name: "failover", Holder: "h2", Duration: 30 * time.Second}); !errors.Is(err, kvlease.ErrHeld) {
+		t.Fatalf("grant after the revocation: %v, want held back", err)
+	}
+}

@@ -978,40 +978,89 @@ func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeO
 		return Record{}, err
 	}
 	span.SetAttributes(telemetry.AttrFreeNow.Bool(o.FreeNow))
-	for range 3 {
-		cur, live, err := s.last(ctx, name)
-		if err != nil {
+	// Each attempt reads and compare-and-sets within revokeAttemptTimeout:
+	// a read sent to a stream leader that has just died waits for its
+	// whole context, and one attempt with the caller's whole deadline
+	// failed through every failover, while gets and grants came through
+	// (found by an outside client). An attempt that went unanswered may
+	// have been carried out: the next finds its tombstone and answers
+	// with the tenure it revoked. A holder renewing back to back wins
+	// some of the compare-and-sets (on R3, 5 revocations in 15 failed):
+	// they are tried again too, while ctx allows.
+	var revoking Record // what an earlier attempt revoked or freed, if it was carried out
+	for wait := time.Duration(0); ; {
+		actx, cancel := context.WithTimeout(ctx, revokeAttemptTimeout)
+		rec, err = s.revokeOnce(actx, name, reason, o, &revoking)
+		cancel()
+		switch {
+		case err == nil, !errors.Is(err, errMismatch) && !errors.Is(err, ErrUnavailable):
+			return rec, err
+		case ctx.Err() != nil && errors.Is(err, errMismatch):
+			return Record{}, fmt.Errorf("%w: lease %q was renewed under every attempt to revoke it", ErrUnavailable, name)
+		case ctx.Err() != nil:
 			return Record{}, err
+		case errors.Is(err, ErrUnavailable):
+			wait = min(max(2*wait, 50*time.Millisecond), time.Second)
+		default:
+			wait = 0 // lost a race with a renewal: at once
 		}
-		if rev, t := s.cache.lastGone(name); !live && o.FreeNow && t != nil && rev == cur.Revision {
-			if _, held := s.heldBack(ctx, t); held {
-				switch freed, err := s.free(ctx, name, t, ""); {
-				case err != nil:
-					return Record{}, err
-				case freed:
-					return Record{Name: name, Holder: t.get(hdrHolder), Token: Token(parseUint(t.get(hdrToken)))}, nil
-				}
-				continue // changed meanwhile
-			}
-		}
-		if !live {
-			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
-		}
-		var hold time.Duration
-		if !o.FreeNow {
-			// At least what is left of the tenure's TTL at the server,
-			// which the holder's deadline is inside.
-			hold = cmp.Or(cur.TTL, ServerTTL(cur.Duration, s.o.grantorMargin))
-		}
-		_, err = s.purgeHolding(ctx, name, "revoke", cur, reason, cur.Revision, hold)
-		if err == nil {
-			return cur, nil
-		}
-		if !errors.Is(err, errMismatch) {
-			return Record{}, err
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
 		}
 	}
-	return Record{}, fmt.Errorf("%w: lease %q kept changing during revocation", ErrUnavailable, name)
+}
+
+// revokeAttemptTimeout bounds one attempt of Store.Revoke.
+const revokeAttemptTimeout = 2 * time.Second
+
+// revokeOnce is one attempt of Revoke: a read, and a compare-and-set on
+// what it shows. *revoking is what an earlier attempt tried to end; one
+// that finds that attempt's tombstone was carried out. Errors: those of
+// Revoke, and errMismatch (the lease changed under the attempt).
+func (s *Store) revokeOnce(ctx context.Context, name, reason string, o Revocation, revoking *Record) (Record, error) {
+	cur, live, err := s.last(ctx, name)
+	if err != nil {
+		return Record{}, err
+	}
+	if !live {
+		rev, t := s.cache.lastGone(name)
+		if t == nil || rev != cur.Revision {
+			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+		}
+		if op := t.get(hdrOp); revoking.Token != 0 && t.get(hdrToken) == strconv.FormatUint(uint64(revoking.Token), 10) &&
+			(op == "revoke" || op == opFree) {
+			return *revoking, nil // an earlier attempt's, its reply lost
+		}
+		left, held := s.heldBack(ctx, t)
+		holder, token := t.get(hdrHolder), Token(parseUint(t.get(hdrToken)))
+		switch {
+		case !held:
+			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+		case !o.FreeNow:
+			return Record{}, fmt.Errorf("%w: %q %s; FreeNow (revoke --now) frees it", ErrNotFound, name,
+				(&HeldError{Holder: holder, Token: token, HeldBack: left}).revoked())
+		}
+		*revoking = Record{Name: name, Holder: holder, Token: token}
+		switch freed, err := s.free(ctx, name, t, ""); {
+		case err != nil:
+			return Record{}, err
+		case !freed:
+			return Record{}, errMismatch
+		}
+		return *revoking, nil
+	}
+	var hold time.Duration
+	if !o.FreeNow {
+		// At least what is left of the tenure's TTL at the server, which
+		// the holder's deadline is inside.
+		hold = cmp.Or(cur.TTL, ServerTTL(cur.Duration, s.o.grantorMargin))
+	}
+	*revoking = cur
+	if _, err := s.purgeHolding(ctx, name, "revoke", cur, reason, cur.Revision, hold); err != nil {
+		return Record{}, err
+	}
+	return cur, nil
 }
 
 // Revocation is how [Store.Revoke] ends a tenure.
