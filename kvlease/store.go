@@ -87,11 +87,16 @@ type tombstone struct {
 	rev  uint64
 	at   time.Time // stored then (the server's clock if read, the Store's if written)
 	vals [len(tombstoneHeaders)]string
+	// secretHash is the ended tenure's (hdrSecretHash), kept to check a
+	// claim against; a grant does not carry it (see addTo).
+	secretHash string
 }
 
 // tombstoneOf is the tombstone stored at rev and at with headers h.
 func tombstoneOf(rev uint64, at time.Time, h nats.Header) *tombstone {
-	return readTombstone(rev, at, h, "")
+	t := readTombstone(rev, at, h, "")
+	t.secretHash = h.Get(hdrSecretHash)
+	return t
 }
 
 // readTombstone is the tombstone at rev and at whose headers h holds,
@@ -1249,6 +1254,20 @@ func (s *Store) compareAndSet(ctx context.Context, claim tenureClaim, cas func()
 // revoked: maintenance"), not "lapsed or was released or revoked" (found
 // by an outside client, whose revoked `leased run` could not say why it
 // stopped).
+// ended is the error for a claim c whose tenure is no longer live:
+// ErrNotFound saying how it ended (howEnded), or ErrNotHolder if the end
+// names c's tenure and c's secret is not its: the secret is checked
+// before anything else is told, as on a live tenure (a wrong secret was
+// answered "expired", with the revocation's reason; found by an outside
+// client).
+func (s *Store) ended(c tenureClaim) error {
+	if _, t := s.cache.lastGone(c.name); t != nil && t.get(hdrToken) == strconv.FormatUint(uint64(c.token), 10) &&
+		!(Record{secretHash: t.secretHash}).secretMatches(c.secret) {
+		return fmt.Errorf("%w: wrong secret for %q", ErrNotHolder, c.name)
+	}
+	return fmt.Errorf("%w: %q %s", ErrNotFound, c.name, s.howEnded(c))
+}
+
 func (s *Store) howEnded(c tenureClaim) string {
 	const unknown = "lapsed or was released or revoked"
 	_, t := s.cache.lastGone(c.name)
@@ -1293,7 +1312,7 @@ func (s *Store) explainMismatch(ctx context.Context, c tenureClaim, err error) e
 	case lerr != nil:
 		return lerr
 	case !live:
-		return fmt.Errorf("%w: %q %s", ErrNotFound, c.name, s.howEnded(c))
+		return s.ended(c)
 	}
 	if err := c.owns(cur); err != nil {
 		return err

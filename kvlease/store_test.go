@@ -144,8 +144,14 @@ func TestRevocationHoldsUntilTheHoldersDeadline(t *testing.T) {
 
 	// Only the revoked holder, with its secret, frees it early.
 	rel := kvlease.ReleaseRequest{Name: "hold.a", Holder: "h1", Token: first.Token, Revision: first.Revision}
-	if err := other.Release(ctx, rel); err == nil {
-		t.Fatal("a release without the tenure's secret freed a revoked lease")
+	if err := other.Release(ctx, rel); !errors.Is(err, kvlease.ErrNotHolder) || strings.Contains(err.Error(), "stuck") {
+		t.Fatalf("a release without the tenure's secret: %v, want ErrNotHolder, telling nothing of the revocation", err)
+	}
+	// So is a renewal with a wrong secret: not "expired: was revoked:
+	// stuck", which told the reason to whoever asked.
+	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "hold.a", Holder: "h1", Token: first.Token, Revision: first.Revision, Secret: "wrong-secret-0123456789"})
+	if !errors.Is(err, kvlease.ErrNotHolder) || strings.Contains(err.Error(), "stuck") {
+		t.Fatalf("a renewal with a wrong secret after revocation: %v, want ErrNotHolder, telling nothing of the revocation", err)
 	}
 	rel.Secret = "h1-secret-0123456789"
 	if err := other.Release(ctx, rel); err != nil {

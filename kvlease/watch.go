@@ -117,8 +117,9 @@ type watchOptions struct {
 	frees        bool
 }
 
-// ReportFrees reports [EventFreed] too: when a lease a revocation held
-// may be granted again (an election's candidates wait for it).
+// ReportFrees reports [EventFreed] too: when a lease a revocation held is
+// freed early, by its holder's release or [FreeNow] (an election's
+// candidates wait for it). No event marks a hold that simply runs out.
 func ReportFrees() WatchOption {
 	return func(o *watchOptions) error { o.frees = true; return nil }
 }
