@@ -610,7 +610,11 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	defer cancel()
 	release := func(rev uint64) error {
 		_, err := RetryUnavailable(rctx, time.Second, nil, func() (struct{}, error) {
-			return struct{}{}, l.g.Release(rctx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rev, Secret: l.secret})
+			// Each attempt bounded, as a grant's: one sent to a stream
+			// leader that has just died waits for its whole context.
+			actx, cancel := context.WithTimeout(rctx, DefaultAttemptTimeout)
+			defer cancel()
+			return struct{}{}, l.g.Release(actx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rev, Secret: l.secret})
 		})
 		return err
 	}
