@@ -1044,6 +1044,11 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An operator's act, logged where it was carried out: the history
+	// records the end of a tenure, not a hold freed at once (found by an
+	// outside client, whose revoke --now of a held lease left no trace).
+	s.log.Info("lease revoked", "lease", req.Name, "holder", rec.Holder, "token", rec.Token, "reason", req.Reason,
+		"free_now", req.FreeNow)
 	return toWire(rec, time.Now()), nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"sync"
@@ -1032,6 +1033,29 @@ func TestHolderThatIsNotUTF8IsRefused(t *testing.T) {
 		}
 		if code := reply.Header.Get(api.HeaderErrorCode); code != api.CodeInvalidArgument {
 			t.Errorf("grant %s: code %q (%s), want %s", body, code, reply.Data, api.CodeInvalidArgument)
+		}
+	}
+}
+
+// A revocation, an operator's act, is logged by the node that carried it
+// out, with its reason, and so is freeing a held lease at once, which the
+// history does not record (found by an outside client).
+func TestRevocationLogged(t *testing.T) {
+	var logged lockedBuffer
+	f := start(t, grantor.DefaultConfig(), grantor.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	ctx := t.Context()
+	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "audited", Holder: "h", Duration: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Revoke(ctx, "audited", "stuck worker"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Revoke(ctx, "audited", "host is gone", kvlease.FreeNow()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`reason="stuck worker" free_now=false`, `reason="host is gone" free_now=true`} {
+		if !strings.Contains(logged.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logged.String())
 		}
 	}
 }
