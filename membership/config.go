@@ -18,7 +18,11 @@ type Profile int
 const (
 	// ProfileLAN is memberlist's DefaultLANConfig: 1 s probes, 500 ms probe
 	// timeout, a dead node declared about 4–5 s after it is first suspected
-	// (SuspicionMult 4 · max(1, log10 n) · 1 s). Detector floor: 100 ms.
+	// (SuspicionMult 4 · max(1, log10 n) · 1 s). Lifeguard is on: its
+	// awareness and suspicion multipliers lengthen detection while this
+	// node misses acks, so with few members, several that die together
+	// are declared dead 11–26 s later, or not before their registrations
+	// lapse (measured by an outside client). Detector floor: 100 ms.
 	ProfileLAN Profile = iota
 	// ProfileTest is for tests on 127.0.0.1: 100 ms probes, 50 ms probe
 	// timeout, 50 ms gossip, suspicion timeout 8 · max(1, log10 n) · 100 ms
