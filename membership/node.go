@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -125,6 +126,82 @@ func (n *Node) Join(seeds []string) (int, error) {
 		return k, fmt.Errorf("%w: %s", ErrJoin, oneLine(err))
 	}
 	return k, nil
+}
+
+// KeepJoined joins seeds again, every interval until Shutdown or Leave,
+// while none of them is a live member: memberlist never rejoins on its
+// own, so when the seeds restart (a grantor that is the only one: to the
+// others, a dead member that never comes back) the members that joined
+// through them went on without them for good, and their deaths reached
+// no grantor (found by an outside client). Seeds given by host name are
+// compared by the addresses it resolves to. A Join in progress when
+// Shutdown or Leave is called delays it, at most the profile's TCP timeout
+// per unreachable seed.
+func (n *Node) KeepJoined(seeds []string, every time.Duration) {
+	if len(seeds) == 0 || every <= 0 {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		rejoined := false // logged once while the seeds stay away
+		for {
+			select {
+			case <-n.stop:
+				return
+			case <-t.C:
+			}
+			if n.seedLive(seeds) {
+				rejoined = false
+				continue
+			}
+			// TryLock: Shutdown holds the lock while it waits for this
+			// goroutine; Leave and Join hold it too. Next tick, then.
+			if !n.lifecycle.TryLock() {
+				continue
+			}
+			if !n.closed && !n.left.Load() {
+				k, err := n.ml.Load().Join(seeds)
+				switch {
+				case err == nil && !rejoined:
+					rejoined = true
+					n.log.Info("rejoined gossip: no seed was a live member", "seeds", seeds, "answered", k)
+				case err != nil:
+					n.log.Debug("rejoin failed", "seeds", seeds, "err", oneLine(err))
+				}
+			}
+			n.lifecycle.Unlock()
+		}
+	}()
+}
+
+// seedLive reports whether one of seeds is the address of a member other
+// than this node that is alive or suspect.
+func (n *Node) seedLive(seeds []string) bool {
+	live := map[string]bool{}
+	for _, m := range n.Members() {
+		if m.Name != n.cfg.Name && (m.State == StateAlive || m.State == StateSuspect) {
+			live[m.Addr] = true
+		}
+	}
+	for _, seed := range seeds {
+		host, port, err := net.SplitHostPort(seed)
+		if err != nil {
+			continue
+		}
+		addrs := []string{host}
+		if net.ParseIP(host) == nil {
+			addrs, _ = net.LookupHost(host)
+		}
+		for _, a := range addrs {
+			if live[net.JoinHostPort(a, port)] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // NameConflict reports a member gossip has told this node of that has its

@@ -412,3 +412,36 @@ func TestSecretKeyKeepsOutsidersOut(t *testing.T) {
 		t.Errorf("a 5-byte key: %v, want ErrConfig", err)
 	}
 }
+
+// A member whose seed restarts (to the others a dead member that never
+// comes back, since memberlist does not rejoin) joins it again with
+// KeepJoined: without it, members that joined through a grantor that was
+// the only one went on without it for good after it restarted, and their
+// deaths reached no grantor (found by an outside client).
+func TestKeepJoinedRejoinsARestartedSeed(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "seed", "member")
+	seedAddr := nodes[0].Addr()
+	_, port, _ := net.SplitHostPort(seedAddr)
+	nodes[1].KeepJoined([]string{seedAddr}, 100*time.Millisecond)
+	if err := nodes[0].Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	membershiptest.WaitFor(t, nodes[1], wait, membershiptest.Is(membership.EventDead, "seed"))
+	cfg := membership.TestConfig("seed")
+	cfg.BindAddr, cfg.BindPort = "127.0.0.1", mustAtoi(t, port)
+	again, err := membership.Start(cfg) // the same name and address, joining no one
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = again.Shutdown() })
+	membershiptest.WaitFor(t, again, wait, membershiptest.Is(membership.EventJoin, "member"))
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,24 @@ func TestServeRejectsBadFlags(t *testing.T) {
 	} {
 		if r := leased(t, "", append(args, "--data", t.TempDir())...); r.code != 2 {
 			t.Errorf("leased %v: exit %d (%s), want 2", args, r.code, r.stderr)
+		}
+	}
+	// Gossip flags are checked before anything starts: a bad profile or
+	// threshold was found after the bucket was written, and an empty key
+	// file meant "no key" (found by an outside client).
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--gossip-profile", "bogus"},
+		{"--suspicion-threshold", "0"},
+		{"--suspicion-threshold", "NaN"},
+		{"--gossip-key-file", empty},
+	} {
+		args = append([]string{"serve", "--listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--data", t.TempDir()}, args...)
+		if r := leased(t, "", args...); r.code != 2 || strings.Contains(r.stderr, "lease bucket") {
+			t.Errorf("leased %v: exit %d (%s), want 2 before anything starts", args, r.code, r.stderr)
 		}
 	}
 	// A port in use is the machine's state, not a bad flag: exit 1, no

@@ -54,6 +54,11 @@ func (g *gossipFlags) readKey() ([]byte, error) {
 		text, from = string(b), "--gossip-key-file"
 	}
 	text = strings.TrimSpace(text)
+	if text == "" && from == "--gossip-key-file" {
+		// It meant "no key", silently, over LEASED_GOSSIP_KEY too (found
+		// by an outside client).
+		return nil, usageError{fmt.Errorf("--gossip-key-file %s is empty: want base64 of 16, 24 or 32 bytes (head -c 32 /dev/urandom | base64)", g.keyFile)}
+	}
 	if text == "" {
 		return nil, nil
 	}
@@ -70,6 +75,9 @@ func (g *gossipFlags) enabled() bool { return g.listen != "" || len(g.seeds) > 0
 // check refuses addresses that are no host:port, before anything starts
 // (memberlist would look a bare word up in DNS).
 func (g *gossipFlags) check() error {
+	if _, _, err := g.config("check"); err != nil { // the profile, before anything starts
+		return err
+	}
 	for _, seed := range g.seeds {
 		if _, port, err := net.SplitHostPort(seed); err != nil {
 			return usageError{fmt.Errorf("--gossip-seeds %q: want host:port (%v)", seed, err)}
@@ -105,25 +113,29 @@ func (g *gossipFlags) check() error {
 	return err
 }
 
+// config is the gossip configuration of --gossip-profile for a member
+// named name, and how often to join the seeds again while none is live.
+func (g *gossipFlags) config(name string) (membership.Config, time.Duration, error) {
+	switch g.profile {
+	case "lan":
+		return membership.DefaultConfig(name), 5 * time.Second, nil
+	case "fast":
+		return membership.ProfileConfig(name, membership.ProfileFast), time.Second, nil
+	case "test":
+		return membership.TestConfig(name), 500 * time.Millisecond, nil
+	}
+	return membership.Config{}, 0, usageError{fmt.Errorf("--gossip-profile %q: want lan, fast or test", g.profile)}
+}
+
 // start joins gossip as name with meta; it returns nil if gossip is off.
 func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logger) (*membership.Node, error) {
 	if !g.enabled() {
 		return nil, nil
 	}
-	var cfg membership.Config
-	switch g.profile {
-	case "lan":
-		cfg = membership.DefaultConfig(name)
-	case "fast":
-		cfg = membership.ProfileConfig(name, membership.ProfileFast)
-	case "test":
-		cfg = membership.TestConfig(name)
-	default:
-		return nil, usageError{fmt.Errorf("--gossip-profile %q: want lan, fast or test", g.profile)}
-	}
 	if err := g.check(); err != nil {
 		return nil, err
 	}
+	cfg, rejoin, _ := g.config(name)
 	if g.listen != "" {
 		host, port, _ := net.SplitHostPort(g.listen) // checked
 		cfg.BindPort, _ = strconv.Atoi(port)
@@ -143,6 +155,7 @@ func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logge
 			return nil, err
 		}
 	}
+	node.KeepJoined(g.seeds, rejoin) // the seeds may restart: a grantor that was the only one
 	log.Info("joined gossip", "node", node.Name(), "addr", node.Addr(), "seeds", g.seeds)
 	if other, ok := node.NameConflict(); ok {
 		log.Warn("another gossip member has this node's name: gossip keeps its address, and what names this node (registrations) shares its fate; "+

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -303,6 +304,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	f.gossip.allowInsecure = f.allowInsecure
 	if err := f.gossip.check(); err != nil {
 		return err
+	}
+	if f.gossip.enabled() && (!(f.threshold > 0) || math.IsInf(f.threshold, 1)) { // before anything starts; NaN too
+		return usageError{fmt.Errorf("--suspicion-threshold %v: want a positive, finite number", f.threshold)}
 	}
 	if _, err := f.natsFlags.options(); err != nil { // before the embedded server starts
 		return err
