@@ -549,6 +549,8 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{"nats://127.0.0.1:99999", []string{"ls"}, "port"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--gossip-seeds", "nonsense"}, "want host:port"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--meta", "novalue"}, `--meta "novalue"`},
+		// A grantor elsewhere would probe it at its own 127.0.0.1.
+		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-seeds", "10.0.0.1:7946"}, "need --gossip-listen"},
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--gossip-listen", "localhost:7946"}, "want an IP address"},
 		{nowhere, []string{"bench", "--prefix", "_leased", "--ops", "1"}, "the grantor's own"},
 		{"", []string{"dev-cluster", "--port", "-5", "--data", t.TempDir()}, "--port -5"},

@@ -52,6 +52,13 @@ func (r Registration) Validate() error {
 	if err := kvlease.ValidateName(r.LeaseName()); err != nil {
 		return err // too long
 	}
+	if r.Node != "" {
+		// A gossip node name, as membership takes one: anything went
+		// (900 bytes, control characters; found by an outside client).
+		if err := kvlease.ValidateHolder(r.Node); err != nil || len(r.Node) > MaxNodeLen {
+			return fmt.Errorf("%w: node %q: want at most %d bytes of printable UTF-8", ErrInvalidRequest, r.Node, MaxNodeLen)
+		}
+	}
 	for k := range r.Meta {
 		if k == "" {
 			return fmt.Errorf("%w: a metadata key is empty", ErrInvalidRequest)
@@ -59,6 +66,10 @@ func (r Registration) Validate() error {
 	}
 	return nil
 }
+
+// MaxNodeLen is the longest node name of a registration: the longest
+// gossip node name (membership.MaxNameLen).
+const MaxNodeLen = 128
 
 // serviceNameChars are the characters of service and instance names: a
 // lease name's, without the dot that separates them.

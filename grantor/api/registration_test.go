@@ -22,12 +22,19 @@ func TestRegistrationValidate(t *testing.T) {
 		{Service: "web", Instance: "i", Addr: "a:0"},
 		{Service: "web", Instance: "i", Addr: "a:1", Meta: map[string]string{"": "v"}},
 		{Service: "*", Instance: "i", Addr: "a:1"},
+		// Node names as gossip takes them (anything went; found by an
+		// outside client).
+		{Service: "web", Instance: "i", Addr: "a:1", Node: strings.Repeat("n", api.MaxNodeLen+1)},
+		{Service: "web", Instance: "i", Addr: "a:1", Node: "a b\n\x00"},
 	} {
 		if err := r.Validate(); err == nil {
 			t.Errorf("%+v: accepted", r)
 		}
 	}
 	if err := (api.Registration{Service: "web", Instance: "i-1", Addr: "a:1"}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := (api.Registration{Service: "web", Instance: "i-1", Addr: "a:1", Node: "web-i-1-4711"}).Validate(); err != nil {
 		t.Fatal(err)
 	}
 }

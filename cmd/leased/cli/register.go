@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -113,6 +114,18 @@ func (g *gossipFlags) check() error {
 	return err
 }
 
+// loopbackSeeds reports whether every seed is a loopback address (a host
+// name other than localhost counts as not).
+func loopbackSeeds(seeds []string) bool {
+	for _, s := range seeds {
+		host, _, err := net.SplitHostPort(s)
+		if ip := net.ParseIP(host); err != nil || host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return true
+}
+
 // config is the gossip configuration of --gossip-profile for a member
 // named name, and how often to join the seeds again while none is live.
 func (g *gossipFlags) config(name string) (membership.Config, time.Duration, error) {
@@ -196,7 +209,16 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				if node == "" {
 					node = args[0] + "-" + args[1] + "-" + strconv.Itoa(os.Getpid())
 				}
+				if err := g.check(); err != nil {
+					return err
+				}
 				if g.listen == "" { // as its help says; memberlist's default 7946 is likely a grantor's
+					if !loopbackSeeds(g.seeds) {
+						// A grantor elsewhere would probe the instance at its
+						// own 127.0.0.1 and declare it dead (found by an
+						// outside client's reading).
+						return usageError{errors.New("--gossip-seeds beyond loopback need --gossip-listen: an address of this host the grantors can reach")}
+					}
 					g.listen = "127.0.0.1:0"
 				}
 				gn, err := g.start(node, map[string]string{"role": "instance", "service": args[0]}, log)
