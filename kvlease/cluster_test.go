@@ -69,13 +69,8 @@ func longTests() bool { return os.Getenv("LEASED_LONG") == "1" }
 // refusal: it was ErrBucket ("lease bucket unusable"), which the service
 // answered as an internal error and a caller does not retry.
 func TestGrantRetryWhileFirstAttemptInProcess(t *testing.T) {
-	servers := kvleasetest.NewCluster(t, 3)
+	servers, lead := r3Bucket(t)
 	ctx := t.Context()
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
-	if _, err := kvlease.Open(ctx, js, kvlease.WithReplicas(3)); err != nil {
-		t.Fatal(err)
-	}
-	lead := streamLeader(t, js, servers)
 	st := kvleasetest.OpenStore(t, lead.ClientURL(), kvlease.WithReplicas(3))
 	rid, secret := kvlease.NewRequestID()
 	req := kvlease.GrantRequest{Name: "job", Holder: "h", Duration: 5 * time.Second, RequestID: rid, Secret: secret}
@@ -105,6 +100,18 @@ func TestGrantRetryWhileFirstAttemptInProcess(t *testing.T) {
 	if !errors.Is(err, kvlease.ErrUnavailable) || errors.Is(err, kvlease.ErrBucket) {
 		t.Errorf("retry while the first attempt is in process: %v, want ErrUnavailable", err)
 	}
+}
+
+// r3Bucket starts a three-server cluster with the lease bucket on it, R3,
+// and returns the servers and the one leading the bucket's stream.
+func r3Bucket(t *testing.T) ([]*kvleasetest.Server, *kvleasetest.Server) {
+	t.Helper()
+	servers := kvleasetest.NewCluster(t, 3)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
+	if _, err := kvlease.Open(t.Context(), js, kvlease.WithReplicas(3)); err != nil {
+		t.Fatal(err)
+	}
+	return servers, streamLeader(t, js, servers)
 }
 
 // streamLeader returns the server leading the lease bucket's stream.
@@ -141,13 +148,9 @@ func streamLeader(t *testing.T, js jetstream.JetStream, servers []*kvleasetest.S
 // the renewal or grant on the same connection, so that it is in process
 // when that arrives.
 func TestWritesRefusedWhileSubjectInProcess(t *testing.T) {
-	servers := kvleasetest.NewCluster(t, 3)
+	_, lead := r3Bucket(t)
 	ctx := t.Context()
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
-	if _, err := kvlease.Open(ctx, js, kvlease.WithReplicas(3)); err != nil {
-		t.Fatal(err)
-	}
-	nc := kvleasetest.Connect(t, streamLeader(t, js, servers).ClientURL())
+	nc := kvleasetest.Connect(t, lead.ClientURL())
 	st := kvleasetest.OpenStoreOn(t, nc, kvlease.WithReplicas(3))
 	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "job", Holder: "h", Duration: 10 * time.Second})
 	if err != nil {
@@ -215,13 +218,8 @@ func TestWritesRefusedWhileSubjectInProcess(t *testing.T) {
 // through, and three compare-and-sets lost to renewals failed it ("kept
 // changing"; 5 revocations in 15 on R3; found by an outside client).
 func TestRevokeThroughFailoverAndRenewals(t *testing.T) {
-	servers := kvleasetest.NewCluster(t, 3)
+	servers, lead := r3Bucket(t)
 	ctx := t.Context()
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
-	if _, err := kvlease.Open(ctx, js, kvlease.WithReplicas(3)); err != nil {
-		t.Fatal(err)
-	}
-	lead := streamLeader(t, js, servers)
 	var follower *kvleasetest.Server
 	for _, s := range servers {
 		if s != lead {

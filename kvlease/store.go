@@ -626,10 +626,8 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 			switch {
 			case err != nil:
 				return Record{}, err
-			case live && req.RequestID != "" && cur.RequestID == req.RequestID && cur.secretMatches(req.Secret):
-				return s.recovered(req, cur)
 			case live:
-				return Record{}, &HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
+				return s.heldAnswer(req, cur)
 			}
 			confirmed, expect = true, cur.Revision
 			_, ended = s.cache.lastGone(req.Name)
@@ -664,10 +662,8 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 		switch {
 		case err != nil:
 			return Record{}, err
-		case live && req.RequestID != "" && cur.RequestID == req.RequestID && cur.secretMatches(req.Secret):
-			return s.recovered(req, cur)
 		case live:
-			return Record{}, &HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
+			return s.heldAnswer(req, cur)
 		case cur.Revision == expect && waited < len(refusedCurrentBackoff):
 			select {
 			case <-time.After(refusedCurrentBackoff[waited]):
@@ -687,6 +683,15 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 	// attempts. Not a refusal: a retry, with this request ID, finds out.
 	return Record{}, fmt.Errorf("%w: lease %q changed under the grant three times; it may have been stored",
 		ErrUnavailable, req.Name)
+}
+
+// heldAnswer is a grant's answer when a read shows cur live: the tenure
+// an earlier attempt of the same request made, or a HeldError.
+func (s *Store) heldAnswer(req GrantRequest, cur Record) (Record, error) {
+	if req.RequestID != "" && cur.RequestID == req.RequestID && cur.secretMatches(req.Secret) {
+		return s.recovered(req, cur)
+	}
+	return Record{}, &HeldError{Name: req.Name, Holder: cur.Holder, Token: cur.Token}
 }
 
 // validateTenure checks the token and revision a renewal or release
