@@ -617,7 +617,8 @@ func TestTimeoutBoundsConnecting(t *testing.T) {
 }
 
 // acquire --hold hears a revocation at once too (the service's change
-// events), not at its next renewal 10 s after the grant of a 30 s lease.
+// events), not at its next renewal 10 s after the grant of a 30 s lease,
+// and frees the lease as it exits.
 func TestAcquireHoldLosesOnRevokeAtOnce(t *testing.T) {
 	s := startServe(t, "")
 	hold := exec.Command(leasedBin, "acquire", "held.r", "--hold", "--ttl", "30s", "--url", s.url)
@@ -633,6 +634,12 @@ func TestAcquireHoldLosesOnRevokeAtOnce(t *testing.T) {
 	err := waitExit(hold, 3*time.Second)
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != cli.ExitLost {
 		t.Fatalf("acquire --hold after a revocation: %v; want exit %d within 3 s", err, cli.ExitLost)
+	}
+	// The revocation held the lease until the holder's deadline, 30 s
+	// away; acquire --hold, which runs nothing under it, released it as it
+	// exited: it is free now (it stayed held for the 30 s).
+	if r := leased(t, s.url, "acquire", "held.r", "--ttl", "30s"); r.code != 0 {
+		t.Fatalf("acquire after acquire --hold lost it: exit %d %s, want the lease free", r.code, r.stderr)
 	}
 }
 

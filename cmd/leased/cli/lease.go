@@ -80,7 +80,16 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 		fmt.Fprintln(stderr, "leased: released", l.Name())
 		return nil
 	case <-k.Done():
-		return fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
+		// Lost: revoked (or lapsed). A revocation holds the lease until this
+		// holder's deadline; nothing runs under it here, so the release
+		// Close sends frees it for the next holder at once.
+		lost := fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := k.Close(rctx); err != nil && !errors.Is(err, kvlease.ErrNotHolder) && !errors.Is(err, kvlease.ErrNotFound) {
+			fmt.Fprintf(stderr, "leased: release after the loss: %v\n", err)
+		}
+		return lost
 	}
 }
 
