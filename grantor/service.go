@@ -489,18 +489,10 @@ func (s *Service) worker(r request) {
 // headerMS reads header name of hdr, a count of milliseconds: 0 if it is
 // absent, an error (invalid_argument) if it is not a positive integer.
 func headerMS(hdr nats.Header, name string) (int64, error) {
-	v := hdr.Get(name)
-	if v == "" {
-		// NATS header names are case-sensitive; a client that lower-cases
-		// its headers (as W3C trace context asks) turned the too-late
-		// guard off unawares (found by an outside client).
-		for k, vs := range hdr {
-			if strings.EqualFold(k, name) && len(vs) > 0 {
-				v = vs[0]
-				break
-			}
-		}
-	}
+	// Any case: a client that lower-cased its headers (as W3C trace
+	// context asks) turned the too-late guard off unawares (found by an
+	// outside client).
+	v := telemetry.HeaderValue(hdr, name)
 	if v == "" {
 		return 0, nil
 	}
@@ -810,7 +802,7 @@ func (s *Service) grant(ctx context.Context, data []byte) (any, error) {
 // grantLease grants req with the service's checks, limits and accounting.
 func (s *Service) grantLease(ctx context.Context, req api.GrantRequest) (api.Lease, error) {
 	if reserved(req.Name) {
-		return api.Lease{}, fmt.Errorf("%w: lease names beginning %q are the grantor's own", kvlease.ErrInvalidName, ReservedPrefix)
+		return api.Lease{}, reservedName()
 	}
 	d := s.cfg.DefaultDuration // absent; an explicit zero is out of range, as in kvlease.Store.Grant
 	if req.TTL != nil {
@@ -1033,6 +1025,12 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	if err := api.Decode(data, &req); err != nil {
 		return nil, err
 	}
+	if reserved(req.Name) {
+		// The observer's lease and the like: revoked, the node's history
+		// and change events stopped until it was taken again (found by
+		// an outside client).
+		return nil, reservedName()
+	}
 	if req.Reason == "" {
 		req.Reason = "revoked by operator"
 	}
@@ -1049,6 +1047,9 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	// outside client, whose revoke --now of a held lease left no trace).
 	s.log.Info("lease revoked", "lease", req.Name, "holder", rec.Holder, "token", rec.Token, "reason", req.Reason,
 		"free_now", req.FreeNow)
+	if rec.Revision == 0 { // a hold freed: no record ended (kvlease.FreeNow)
+		return api.FreedHold{Name: rec.Name, Holder: rec.Holder, Token: uint64(rec.Token), ServerTime: time.Now(), Node: s.node}, nil
+	}
 	return toWire(rec, time.Now()), nil
 }
 
@@ -1070,6 +1071,12 @@ func (s *Service) checkAttributes(attrs map[string]string) error {
 }
 
 // toWire is r in its wire form, with the server's time now.
+// reservedName is the refusal of a request naming one of the grantor's
+// own leases.
+func reservedName() error {
+	return fmt.Errorf("%w: lease names beginning %q are the grantor's own", kvlease.ErrInvalidName, ReservedPrefix)
+}
+
 func toWire(r kvlease.Record, now time.Time) api.Lease {
 	l := api.LeaseOf(r)
 	l.ServerTime = now

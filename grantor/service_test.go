@@ -1059,3 +1059,42 @@ func TestRevocationLogged(t *testing.T) {
 		}
 	}
 }
+
+// The wire replies of a revocation that frees a hold, and of one naming a
+// grantor's own lease (found by an outside client): freeing the hold of
+// an earlier revocation ends no record, and its reply names the revoked
+// tenure only (it had a revision 0 and times of the year 1); the
+// observer's lease cannot be revoked (it could, and the node's history
+// and change events stopped until it was taken again).
+func TestRevokeWireReplies(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	l, code := request(t, f.nc, api.SubjectGrant, `{"name":"fn","holder":"w7","ttl":"30s"}`)
+	if code != "" {
+		t.Fatal(code)
+	}
+	if _, code := request(t, f.nc, api.SubjectRevoke, `{"name":"fn"}`); code != "" {
+		t.Fatal(code)
+	}
+	reply, err := f.nc.Request(api.SubjectRevoke, []byte(`{"name":"fn","free_now":true}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(reply.Data, &body); err != nil || reply.Header.Get(api.HeaderErrorCode) != "" {
+		t.Fatalf("free_now of a held lease: %s %v", reply.Data, err)
+	}
+	if body["name"] != "fn" || body["holder"] != "w7" || body["token"] != float64(l.Token) || body["server_time"] == nil {
+		t.Errorf("free_now of a held lease replied %s; want its name, holder w7 and token %d", reply.Data, l.Token)
+	}
+	for _, k := range []string{"revision", "ttl", "stored_at", "granted_at", "expires_at"} {
+		if _, ok := body[k]; ok {
+			t.Errorf("free_now of a held lease replied %s, with %s", reply.Data, k)
+		}
+	}
+	if _, code := request(t, f.nc, api.SubjectGrant, `{"name":"fn","holder":"w8","ttl":"30s"}`); code != "" {
+		t.Errorf("grant after free_now: %s, want the lease free", code)
+	}
+	if _, code := request(t, f.nc, api.SubjectRevoke, `{"name":"`+api.ObserverLease+`","reason":"x"}`); code != api.CodeInvalidArgument {
+		t.Errorf("revoke of %s: code %q, want %s", api.ObserverLease, code, api.CodeInvalidArgument)
+	}
+}

@@ -1048,7 +1048,7 @@ func (s *Store) revokeOnce(ctx context.Context, name, reason string, o Revocatio
 		case !held:
 			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 		case !o.FreeNow:
-			return Record{}, fmt.Errorf("%w: %q %s; FreeNow (revoke --now) frees it", ErrNotFound, name,
+			return Record{}, fmt.Errorf("%w: %q %s; FreeNow (revoke --now, the API's free_now) frees it", ErrNotFound, name,
 				(&HeldError{Holder: holder, Token: token, HeldBack: left}).revoked())
 		}
 		*revoking = Record{Name: name, Holder: holder, Token: token}

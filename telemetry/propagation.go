@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/propagation"
@@ -14,8 +15,25 @@ type HeaderCarrier nats.Header
 
 var _ propagation.TextMapCarrier = HeaderCarrier(nil)
 
-// Get returns the first value for key.
-func (c HeaderCarrier) Get(key string) string { return nats.Header(c).Get(key) }
+// Get returns the first value for key, whose name is matched without
+// regard to case (a client that sent `Traceparent` started a trace of its
+// own; found by an outside client).
+func (c HeaderCarrier) Get(key string) string { return HeaderValue(nats.Header(c), key) }
+
+// HeaderValue is h's first value for name, matched exactly or else without
+// regard to case: NATS header names are case-sensitive, and leased's
+// protocol (docs/api.md) matches its headers as HTTP does.
+func HeaderValue(h nats.Header, name string) string {
+	if v := h.Get(name); v != "" {
+		return v
+	}
+	for k, vs := range h {
+		if strings.EqualFold(k, name) && len(vs) > 0 {
+			return vs[0]
+		}
+	}
+	return ""
+}
 
 // Set sets key to value.
 func (c HeaderCarrier) Set(key, value string) { nats.Header(c).Set(key, value) }

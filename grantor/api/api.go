@@ -197,6 +197,18 @@ type RevokeRequest struct {
 	FreeNow bool `json:"free_now,omitempty"`
 }
 
+// FreedHold is the reply to a free_now revocation of a lease that an
+// earlier revocation held: no record ended, only the hold, so it names
+// the revoked tenure and nothing a live lease has (a client reading the
+// Lease fields of it gets zeros).
+type FreedHold struct {
+	Name       string    `json:"name"`
+	Holder     string    `json:"holder"`
+	Token      uint64    `json:"token"`
+	ServerTime time.Time `json:"server_time"`
+	Node       string    `json:"node,omitempty"`
+}
+
 // Lease is a lease record on the wire.
 type Lease struct {
 	Name     string `json:"name"`
