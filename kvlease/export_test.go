@@ -102,3 +102,9 @@ const PassThroughAfter = passThroughAfter
 
 // SetNow replaces l's clock, before l is kept (tests).
 func SetNow(l *Lease, f func() time.Time) { l.now = f }
+
+// RevokeOnceAfter is one attempt of Revoke after an earlier attempt,
+// revoking rec, went unanswered (tests).
+func RevokeOnceAfter(ctx context.Context, s *Store, rec Record, reason string, opts ...RevokeOption) (Record, error) {
+	return s.revokeOnce(ctx, rec.Name, reason, NewRevocation(opts...), &rec)
+}

@@ -39,6 +39,7 @@ type Keeper struct {
 	stop      chan struct{} // closed by Close/Orphan
 	abort     chan struct{} // closed by Orphan: cancel a renewal in flight
 	done      chan struct{} // closed when the loop has exited
+	resumed   chan struct{} // watchDeadline saw the machine resume from suspension: renew now
 	once      sync.Once
 	abortOnce sync.Once
 	handover  atomic.Bool // Orphan was called: leave the lease to run out
@@ -193,7 +194,8 @@ func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) 
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil lease", ErrInvalidOption)
 	}
-	k := &Keeper{l: l, stop: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{})}
+	k := &Keeper{l: l, stop: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{}),
+		resumed: make(chan struct{}, 1)}
 	// The interval and the timing check go by what was granted, which a
 	// grantor may make shorter than what was asked.
 	if err := k.apply(granted(l.d, l.Record()), l.margin, l.rho, opts); err != nil {
@@ -204,7 +206,7 @@ func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) 
 		k.metrics.HolderStarted(ctx)
 	}
 	k.ctx, k.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	go k.run(ctx)
+	go k.run(ctx, suspendedSinceStart(suspended()))
 	return k, nil
 }
 
@@ -327,7 +329,9 @@ func (k *Keeper) Stats() KeeperStats {
 	}
 }
 
-func (k *Keeper) run(parent context.Context) {
+// run renews until the lease ends; asleep is the time the machine had
+// been suspended when Keep was called (see watchDeadline).
+func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 	var reason error
 	release := false // the parent context ended: release after cancelling
 	defer func() {
@@ -353,13 +357,13 @@ func (k *Keeper) run(parent context.Context) {
 		}
 	}()
 
-	go k.watchDeadline()
+	go k.watchDeadline(asleep)
 
 	backoff := firstRetryWait(k.interval)
 	// The first renewal is due an interval after the lease's own t0, not
 	// after Keep: the holder may have worked a while before keeping it.
 	k.l.mu.Lock()
-	first := time.Until(k.l.t0.Add(k.interval))
+	first := k.l.t0.Add(k.interval).Sub(k.l.now()) // on the lease's clock, as t0 is
 	k.l.mu.Unlock()
 	timer := time.NewTimer(max(first, 0))
 	defer timer.Stop()
@@ -367,12 +371,15 @@ func (k *Keeper) run(parent context.Context) {
 	defer close(hintsDone)
 	hints := k.renewNowHints(hintsDone)
 	for {
-		deadline := k.l.Deadline()
-		expiry := time.NewTimer(time.Until(deadline))
+		expiry := time.NewTimer(k.l.Remaining())
 		select {
 		case <-timer.C:
 			expiry.Stop()
 		case <-hints:
+			expiry.Stop()
+		case <-k.resumed:
+			// The renewal timer stood still while the machine slept, and
+			// what is left of the window may end before it fires.
 			expiry.Stop()
 		case <-expiry.C:
 			reason = k.l.expired()
@@ -479,9 +486,19 @@ func firstRetryWait(interval time.Duration) time.Duration {
 //
 // A Release of the lease itself (not through the keeper) ends the
 // deadline at once, and so Context, as Close would ([ErrClosed]).
-func (k *Keeper) watchDeadline() {
+//
+// Where the system counts the time it was suspended, it looks every
+// suspendCheck (Go's timers stop while the machine sleeps, the lease's
+// clock does not) and, when the machine has slept since it last looked,
+// has the loop renew at once: the renewal's timer stood still too. asleep
+// is the time suspended it has seen.
+func (k *Keeper) watchDeadline(asleep time.Duration) {
 	for {
-		t := time.NewTimer(max(k.l.Remaining(), 0))
+		wait := max(k.l.Remaining(), 0)
+		if suspendObservable {
+			wait = min(wait, suspendCheck)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-k.ctx.Done():
 			t.Stop()
@@ -489,6 +506,13 @@ func (k *Keeper) watchDeadline() {
 		case <-t.C:
 		case <-k.l.cut:
 			t.Stop()
+		}
+		if s := suspendedSinceStart(suspended()); s > asleep {
+			asleep = s
+			select {
+			case k.resumed <- struct{}{}:
+			default: // one is pending already
+			}
 		}
 		if k.l.Remaining() <= 0 {
 			exp := k.l.expired()

@@ -378,15 +378,23 @@ func (l *Lease) Record() Record {
 	return l.rec
 }
 
-// Deadline returns the holder's deadline (with a monotonic clock reading).
+// Deadline returns the holder's deadline as a time of time.Now's clock
+// (with a monotonic reading), for timers and logs: time.Until of it is
+// [Lease.Remaining]. The lease counts on a clock that also counts the
+// time the machine is suspended (see holderNow): a suspension after the
+// call brings the deadline nearer than the time returned, which Check,
+// Remaining and a keeper count and a timer set from it does not.
 func (l *Lease) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
+	return time.Now().Add(l.Remaining())
 }
 
 // Remaining returns the time left before the deadline; ≤ 0 once it passed.
-func (l *Lease) Remaining() time.Duration { return l.Deadline().Sub(l.now()) }
+func (l *Lease) Remaining() time.Duration {
+	l.mu.Lock()
+	d := l.deadline
+	l.mu.Unlock()
+	return d.Sub(l.now())
+}
 
 // Check returns nil if the holder may act now, and otherwise a
 // [*LeaseExpiredError], or, when the lease's clock guard says the clocks'
@@ -537,7 +545,9 @@ func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (
 	if !t0.Before(deadline) {
 		return Record{}, &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(t0), Margin: l.margin}
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	// Never past the deadline: counted from now, as a context's deadline
+	// is on time.Now's clock and deadline on the lease's.
+	ctx, cancel := context.WithTimeout(ctx, deadline.Sub(l.now()))
 	defer cancel()
 	next, err := l.g.Renew(ctx, RenewRequest{
 		Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Duration: l.d, Secret: l.secret,

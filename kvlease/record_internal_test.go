@@ -36,3 +36,20 @@ func TestSecretMatches(t *testing.T) {
 		t.Errorf("secretMatches allocates %v times", n)
 	}
 }
+
+// A grant checks a revocation's hold on the end it read at the revision it
+// will name, never on a second look at the cache, which drops entries when
+// full: an end it does not have at that revision is unknown, to be read
+// again, not "nothing holds it" (found in review).
+func TestHeldByAnUnknownEndIsNotFree(t *testing.T) {
+	var s Store // these answers read nothing
+	if held, known := s.heldBy(t.Context(), "a", 0, nil); held != nil || !known {
+		t.Errorf("no entry: %v, known %v; want free, known", held, known)
+	}
+	if held, known := s.heldBy(t.Context(), "a", 7, nil); held != nil || known {
+		t.Errorf("an end at 7 the cache forgot: %v, known %v; want unknown", held, known)
+	}
+	if held, known := s.heldBy(t.Context(), "a", 7, &tombstone{rev: 5}); held != nil || known {
+		t.Errorf("the end at 5 for a grant at 7: %v, known %v; want unknown", held, known)
+	}
+}

@@ -611,17 +611,24 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 		rkey = requestKey(req.Name, req.RequestID, sh)
 	}
 	confirmed := false // a hold the cache showed was read again
-	for changed, waited := 0, 0; changed < 3; {
+	for changed, waited, reads := 0, 0, 0; changed < 3; {
 		if ended.endedRequest(rkey) && ended.rev == expect {
 			return Record{}, fmt.Errorf("%w: request %q granted %q with token %s, and that tenure has ended",
 				ErrRequestUsed, req.RequestID, req.Name, ended.get(hdrToken))
 		}
-		if held := s.heldBy(ctx, req.Name, expect); held != nil {
-			if confirmed {
-				return Record{}, held
-			}
+		held, known := s.heldBy(ctx, req.Name, expect, ended)
+		if held != nil && confirmed {
+			return Record{}, held
+		}
+		if held != nil || !known {
 			// This store's cache may be behind: another node may have
-			// freed it since. Ask the stream leader.
+			// freed it since. Or it has forgotten the end at expect,
+			// whose hold a grant must not pass (found in review: the hold
+			// was checked on a second look at the cache, which could
+			// have dropped it). Ask the stream leader.
+			if reads++; reads > 3 {
+				return Record{}, fmt.Errorf("%w: lease %q: the end at revision %d could not be kept in view", ErrUnavailable, req.Name, expect)
+			}
 			cur, live, err := s.lastAtLeast(ctx, req.Name, expect, 0)
 			switch {
 			case err != nil:
@@ -943,10 +950,13 @@ func (s *Store) free(ctx context.Context, name string, t *tombstone, secretHash 
 }
 
 // endOf reports whether h, the headers of an end, name c's tenure and
-// hold the hash of c's secret.
+// pass c's checks on it as the tenure's record would (owns): an end of a
+// tenure granted without a secret is no one's to free through a caller
+// that must prove one (a release with any secret freed its hold; found in
+// review).
 func endOf(h nats.Header, c tenureClaim) bool {
-	return h.Get(hdrHolder) == c.holder && h.Get(hdrToken) == strconv.FormatUint(uint64(c.token), 10) &&
-		(Record{secretHash: h.Get(hdrSecretHash)}).secretMatches(c.secret)
+	token, err := strconv.ParseUint(h.Get(hdrToken), 10, 64)
+	return err == nil && c.owns(Record{Holder: h.Get(hdrHolder), Token: Token(token), secretHash: h.Get(hdrSecretHash)}) == nil
 }
 
 // releasedBy reports whether the last entry of c's lease is the release
@@ -1038,13 +1048,21 @@ func (s *Store) revokeOnce(ctx context.Context, name, reason string, o Revocatio
 		if t == nil || rev != cur.Revision {
 			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 		}
-		if op := t.get(hdrOp); revoking.Token != 0 && t.get(hdrToken) == strconv.FormatUint(uint64(revoking.Token), 10) &&
-			(op == "revoke" || op == opFree) {
-			return *revoking, nil // an earlier attempt's, its reply lost
+		// The end of the tenure an earlier attempt was revoking (its
+		// reply lost): done, unless FreeNow finds it holding the lease
+		// (another revocation of the tenure, without FreeNow, came
+		// first), which it frees below.
+		op := t.get(hdrOp)
+		ours := revoking.Token != 0 && t.get(hdrToken) == strconv.FormatUint(uint64(revoking.Token), 10) &&
+			(op == "revoke" || op == opFree)
+		if ours && (!o.FreeNow || t.get(hdrHold) == "") {
+			return *revoking, nil
 		}
 		left, held := s.heldBack(ctx, t)
 		holder, token := t.get(hdrHolder), Token(parseUint(t.get(hdrToken)))
 		switch {
+		case !held && ours:
+			return *revoking, nil
 		case !held:
 			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 		case !o.FreeNow:
@@ -1114,7 +1132,8 @@ func (s *Store) Get(ctx context.Context, name string) (Record, error) {
 		return Record{}, err
 	}
 	if !live {
-		if held := s.heldBy(ctx, name, rec.Revision); held != nil {
+		_, t := s.cache.lastGone(name) // the read's, if the cache has kept it
+		if held, _ := s.heldBy(ctx, name, rec.Revision, t); held != nil {
 			// No tenure is live, yet a grant is refused: say why.
 			return Record{}, fmt.Errorf("%w: %q %s", ErrNotFound, name, held.revoked())
 		}
@@ -1123,18 +1142,23 @@ func (s *Store) Get(ctx context.Context, name string) (Record, error) {
 	return rec, nil
 }
 
-// heldBy is the refusal a grant of name would meet if its last entry,
-// at revision rev, is a revocation whose hold has not passed; else nil.
-func (s *Store) heldBy(ctx context.Context, name string, rev uint64) *HeldError {
-	last, t := s.cache.lastGone(name)
-	if t == nil || last != rev {
-		return nil
+// heldBy is the refusal a grant of name would meet if its last entry, at
+// revision rev, is t, a revocation whose hold has not passed; else nil.
+// known is false if t is not the entry at rev (nil, or another's): then
+// the store does not know what it holds, though it knows its revision (its
+// cache drops entries when full), and only a read can tell.
+func (s *Store) heldBy(ctx context.Context, name string, rev uint64, t *tombstone) (held *HeldError, known bool) {
+	if rev == 0 {
+		return nil, true // no entry: nothing holds it
 	}
-	left, held := s.heldBack(ctx, t)
-	if !held {
-		return nil
+	if t == nil || t.rev != rev {
+		return nil, false
 	}
-	return &HeldError{Name: name, Holder: t.get(hdrHolder), Token: Token(parseUint(t.get(hdrToken))), HeldBack: left}
+	left, isHeld := s.heldBack(ctx, t)
+	if !isHeld {
+		return nil, true
+	}
+	return &HeldError{Name: name, Holder: t.get(hdrHolder), Token: Token(parseUint(t.get(hdrToken))), HeldBack: left}, true
 }
 
 // List returns the live leases whose names start with prefix ("" for all),
@@ -1253,26 +1277,28 @@ func (s *Store) compareAndSet(ctx context.Context, claim tenureClaim, cas func()
 	}
 }
 
+// ended is the error for a claim c whose tenure is no longer live:
+// ErrNotFound saying how it ended (howEnded), or ErrNotHolder if the end
+// names c's tenure and c fails the checks it would fail on the live
+// tenure (owns: its secret, or none where one must be proved): those come
+// before anything else is told (a wrong secret was answered "expired",
+// with the revocation's reason; found by an outside client).
+func (s *Store) ended(c tenureClaim) error {
+	if _, t := s.cache.lastGone(c.name); t != nil && t.get(hdrToken) == strconv.FormatUint(uint64(c.token), 10) {
+		holder := cmp.Or(t.get(hdrHolder), c.holder) // an end may not name it
+		if err := c.owns(Record{Holder: holder, Token: c.token, secretHash: t.secretHash}); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %q %s", ErrNotFound, c.name, s.howEnded(c))
+}
+
 // howEnded says how the claim's tenure ended, from the tombstone the read
 // that found it gone left in the cache, if that tombstone is the tenure's
 // own: a holder whose tenure was revoked learns by whom's word ("was
 // revoked: maintenance"), not "lapsed or was released or revoked" (found
 // by an outside client, whose revoked `leased run` could not say why it
 // stopped).
-// ended is the error for a claim c whose tenure is no longer live:
-// ErrNotFound saying how it ended (howEnded), or ErrNotHolder if the end
-// names c's tenure and c's secret is not its: the secret is checked
-// before anything else is told, as on a live tenure (a wrong secret was
-// answered "expired", with the revocation's reason; found by an outside
-// client).
-func (s *Store) ended(c tenureClaim) error {
-	if _, t := s.cache.lastGone(c.name); t != nil && t.get(hdrToken) == strconv.FormatUint(uint64(c.token), 10) &&
-		!(Record{secretHash: t.secretHash}).secretMatches(c.secret) {
-		return fmt.Errorf("%w: wrong secret for %q", ErrNotHolder, c.name)
-	}
-	return fmt.Errorf("%w: %q %s", ErrNotFound, c.name, s.howEnded(c))
-}
-
 func (s *Store) howEnded(c tenureClaim) string {
 	const unknown = "lapsed or was released or revoked"
 	_, t := s.cache.lastGone(c.name)

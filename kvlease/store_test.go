@@ -193,6 +193,67 @@ func TestRevocationHoldsUntilTheHoldersDeadline(t *testing.T) {
 	}
 }
 
+// A tenure granted without a secret (a holder on the bucket directly), then
+// revoked with a hold: a release that must prove a secret (the service's)
+// does not free the hold, as it may not release the live tenure. A release
+// with any secret freed it, and the holder and token it names are in every
+// refused grant's HeldError (found in review).
+func TestRevocationHoldNotFreedWithoutTheTenuresSecret(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "nosecret", Holder: "h1", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := kvlease.ReleaseRequest{Name: "nosecret", Holder: "h1", Token: rec.Token, Revision: rec.Revision,
+		Secret: "anyone-0123456789abcdef", SecretRequired: true}
+	if err := st.Release(ctx, forged); !errors.Is(err, kvlease.ErrNotHolder) {
+		t.Fatalf("release that must prove a secret, of the live tenure: %v, want ErrNotHolder", err)
+	}
+	if _, err := st.Revoke(ctx, "nosecret", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(ctx, forged); !errors.Is(err, kvlease.ErrNotHolder) {
+		t.Errorf("the same release after the revocation: %v, want ErrNotHolder", err)
+	}
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "nosecret", Holder: "h2", Duration: time.Minute}); !errors.Is(err, kvlease.ErrHeld) {
+		t.Errorf("grant after that release: %v, want ErrHeld (the hold stands)", err)
+	}
+	// The holder's own store, which needs no secret, frees it.
+	forged.Secret, forged.SecretRequired = "", false
+	if err := st.Release(ctx, forged); err != nil {
+		t.Fatalf("the revoked holder's own release: %v", err)
+	}
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "nosecret", Holder: "h2", Duration: time.Minute}); err != nil {
+		t.Errorf("grant after the holder's own release: %v", err)
+	}
+}
+
+// A FreeNow revocation whose first attempt went unanswered, and found the
+// tenure revoked with a hold by someone else meanwhile, frees the lease:
+// it took that revocation for its own attempt's and left the lease held
+// (found in review).
+func TestFreeNowAfterAnotherRevocationFrees(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "twice", Holder: "h1", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Revoke(ctx, "twice", "maintenance"); err != nil { // the other operator's, holding
+		t.Fatal(err)
+	}
+	got, err := kvlease.RevokeOnceAfter(ctx, st, rec, "host gone", kvlease.FreeNow())
+	if err != nil || got.Token != rec.Token {
+		t.Fatalf("FreeNow after another's revocation = %+v, %v; want h1's tenure %d", got, err, rec.Token)
+	}
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "twice", Holder: "h2", Duration: time.Minute}); err != nil {
+		t.Errorf("grant after FreeNow: %v, want the lease free", err)
+	}
+}
+
 // A revocation's hold ends by itself: a grant succeeds once the tenure's
 // TTL has passed since the revocation, not before.
 func TestRevocationHoldEnds(t *testing.T) {

@@ -20,13 +20,29 @@ import (
 // (the two clocks are read one after the other, so a later read can come
 // out nanoseconds lower; holderNow never goes back).
 var (
-	suspended        = systemSuspended // a test's stand-in for the system
-	suspendedAtStart = suspended()
+	suspendedAtStart = systemSuspended()
 	suspendedMax     atomic.Int64
+	suspendedStandIn atomic.Pointer[func() time.Duration] // a test's stand-in for the system
 )
+
+// suspended is the system's count of time suspended since it booted.
+func suspended() time.Duration {
+	if f := suspendedStandIn.Load(); f != nil {
+		return (*f)()
+	}
+	return systemSuspended()
+}
 
 // suspendFloor is the least suspension holderNow counts.
 const suspendFloor = 50 * time.Millisecond
+
+// suspendCheck is how often a keeper looks at its lease's deadline where
+// the system counts suspension (suspendObservable): Go's timers, like its
+// monotonic clock, stop while the machine is suspended, so a keeper that
+// waited for its deadline's timer alone would end the lease, and its
+// Context, long after the deadline had passed on resuming (Check saw it at
+// once; found in review).
+const suspendCheck = time.Second
 
 // holderNow is time.Now, advanced by the time the machine has been
 // suspended since the process started. Its monotonic reading moves with

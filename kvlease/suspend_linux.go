@@ -6,6 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// suspendObservable: systemSuspended tells the time suspended.
+const suspendObservable = true
+
 // systemSuspended is how long the system has been suspended since it
 // booted: CLOCK_BOOTTIME, which counts suspension, less CLOCK_MONOTONIC,
 // which does not. The boot clock is read between two reads of the

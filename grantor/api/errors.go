@@ -34,7 +34,10 @@ func ErrorBodyOf(verb string, err error) ErrorBody {
 	var stale *kvlease.StaleRevisionError
 	switch {
 	case errors.As(err, &held):
-		b.Code, b.Holder, b.Token, b.HeldBackMS = CodeHeld, held.Holder, uint64(held.Token), held.HeldBack.Milliseconds()
+		// Rounded up: a hold of less than a millisecond is still a hold,
+		// not a plain "held" a caller waits on an event for (none marks
+		// a hold's end).
+		b.Code, b.Holder, b.Token, b.HeldBackMS = CodeHeld, held.Holder, uint64(held.Token), (held.HeldBack+time.Millisecond-1).Milliseconds()
 	case errors.As(err, &stale):
 		b.Code, b.Revision = CodeConflict, stale.Revision
 	case errors.Is(err, kvlease.ErrHeld):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
@@ -45,5 +46,16 @@ func TestEndedTenureReadsAsEnded(t *testing.T) {
 	err := api.ErrorBodyOf("renew", fmt.Errorf("%w: %q lapsed or was released or revoked", kvlease.ErrNotFound, "k1")).Err()
 	if !errors.Is(err, kvlease.ErrNotFound) || strings.HasPrefix(err.Error(), "expired") || !strings.Contains(err.Error(), "revoked") {
 		t.Fatalf("renew of an ended tenure: %q; want it to say the tenure ended, lapsed or was released or revoked", err)
+	}
+}
+
+// A hold with less than a millisecond left is still a hold on the wire
+// (held_back_ms rounded down to 0 read as a plain "held", for whose end a
+// caller waits on an event that never comes; found in review).
+func TestHeldBackRoundsUp(t *testing.T) {
+	b := api.ErrorBodyOf("grant", &kvlease.HeldError{Name: "x", Holder: "h", Token: 3, HeldBack: 300 * time.Microsecond})
+	var held *kvlease.HeldError
+	if b.HeldBackMS != 1 || !errors.As(b.Err(), &held) || held.HeldBack != time.Millisecond {
+		t.Fatalf("a hold of 0.3 ms: held_back_ms %d, back in Go %+v; want 1 ms", b.HeldBackMS, held)
 	}
 }
