@@ -37,7 +37,7 @@ func ErrorBodyOf(verb string, err error) ErrorBody {
 		// Rounded up: a hold of less than a millisecond is still a hold,
 		// not a plain "held" a caller waits on an event for (none marks
 		// a hold's end).
-		b.Code, b.Holder, b.Token, b.HeldBackMS = CodeHeld, held.Holder, uint64(held.Token), (held.HeldBack+time.Millisecond-1).Milliseconds()
+		b.Code, b.Holder, b.Token, b.HeldBackMS = CodeHeld, held.Holder, uint64(held.Token), (held.HeldBack + time.Millisecond - 1).Milliseconds()
 	case errors.As(err, &stale):
 		b.Code, b.Revision = CodeConflict, stale.Revision
 	case errors.Is(err, kvlease.ErrHeld):
