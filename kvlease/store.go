@@ -793,6 +793,10 @@ func (s *Store) recovered(req GrantRequest, cur Record) (Record, error) {
 // the TTL). The returned record carries the new revision, which the next
 // renewal must name.
 //
+// Under a ctx with a deadline, an attempt that goes unanswered (a stream
+// leader failing over) is sent again, each bounded by a few seconds,
+// while ctx allows.
+//
 // Errors: invalid input as for Grant; [ErrNotHolder] if Holder or Token do not
 // match the lease or Revision is not current; [ErrNotFound] if the lease has
 // lapsed or was released or revoked; [ErrUnavailable].
@@ -808,6 +812,63 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), validateTenure(req.Token, req.Revision)); err != nil {
 		return Record{}, err
 	}
+	// Each attempt is bounded (writeAttemptTimeout) and one that goes
+	// unanswered is sent again while ctx allows. An attempt that went
+	// unanswered may have been stored: the next is refused with the
+	// tenure's newer revision, and renews from it (the claim is checked
+	// on it again).
+	unanswered := false
+	return writeAttempts(ctx, func(error) { unanswered = true }, func(ctx context.Context) (Record, error) {
+		rec, err := s.renew(ctx, req, span)
+		var stale *StaleRevisionError
+		if unanswered && errors.As(err, &stale) && stale.Revision > req.Revision {
+			req.Revision = stale.Revision
+			rec, err = s.renew(ctx, req, span)
+		}
+		return rec, err
+	})
+}
+
+// writeAttemptTimeout bounds one attempt of a renewal or release. A write
+// to a stream whose leader has just died is dropped unanswered, and a read
+// sent to it waits for its whole context: one attempt with the caller's
+// whole deadline (20 s from `leased renew --timeout 20s`) failed through
+// a failover while requests sent seconds later came through in 0.1 s
+// (found by an outside client).
+const writeAttemptTimeout = 2 * time.Second
+
+// writeAttempts calls attempt with ctx bounded by writeAttemptTimeout,
+// again while it returns [ErrUnavailable] and ctx allows
+// ([RetryUnavailable], which calls onWait). A ctx without a deadline gets
+// one attempt, unbounded: a caller that set none decides when to stop
+// waiting, as before. A [StaleReadError] is answered at once: the attempt
+// read again for a while already, and a revision never issued (a
+// caller's mistake) reads as one; retried, it took the caller's whole
+// deadline to say so.
+func writeAttempts[T any](ctx context.Context, onWait func(error), attempt func(context.Context) (T, error)) (T, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		return attempt(ctx)
+	}
+	var stale error
+	v, err := RetryUnavailable(ctx, time.Second, onWait, func() (T, error) {
+		actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+		defer cancel()
+		v, err := attempt(actx)
+		if sr := (*StaleReadError)(nil); errors.As(err, &sr) {
+			stale = err
+			return v, nil
+		}
+		return v, err
+	})
+	if stale != nil {
+		var zero T
+		return zero, stale
+	}
+	return v, err
+}
+
+// renew is one attempt of Renew, whose input it has checked.
+func (s *Store) renew(ctx context.Context, req RenewRequest, span trace.Span) (rec Record, err error) {
 	claim := tenureClaim{name: req.Name, holder: req.Holder, token: req.Token, rev: req.Revision, secret: req.Secret,
 		required: req.SecretRequired}
 	cur, err := s.verify(ctx, claim)
@@ -873,14 +934,25 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 // tenure revoked since ([Store.Revoke]) is released all the same: its
 // holder's release ends the revocation's hold, so the lease is free.
 //
-// Errors: as for Renew. [ErrNotFound] means there was nothing left to release
-// (it lapsed, or an earlier release whose reply was lost succeeded).
+// Attempts as Renew's. Errors: as for Renew. [ErrNotFound] means there was
+// nothing left to release (it lapsed, or an earlier release whose reply was
+// lost succeeded).
 func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 	ctx, span := s.startSpan(ctx, "release", req.Name, telemetry.AttrHolder.String(req.Holder), telemetry.AttrToken.Int64(int64(req.Token)))
 	defer func() { endSpan(span, nil, err) }()
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), validateTenure(req.Token, req.Revision)); err != nil {
 		return err
 	}
+	// Attempts as Renew's. A release stored by an attempt that went
+	// unanswered is found by the next (releasedBy).
+	_, err = writeAttempts(ctx, nil, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, s.release(ctx, req)
+	})
+	return err
+}
+
+// release is one attempt of Release, whose input it has checked.
+func (s *Store) release(ctx context.Context, req ReleaseRequest) (err error) {
 	claim := tenureClaim{name: req.Name, holder: req.Holder, token: req.Token, rev: req.Revision, secret: req.Secret,
 		required: req.SecretRequired}
 	var cur Record

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -361,10 +362,42 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 		maxBefore = max(maxBefore, rec.Token)
 	}
 
+	// One-shot renewal and release from the CLI, sent as the leader dies,
+	// through the other nodes: each came back only at its --timeout (20 s,
+	// unavailable), while requests sent seconds later took 0.1 s (found by
+	// an outside client).
+	otherURLs := cli.ClientURLs([]cli.ClusterNode{c.nodes[others[0]], c.nodes[others[1]]})
+	files := map[string]string{}
+	for _, name := range []string{"cli.renewed", "cli.released"} {
+		r := leased(t, otherURLs, "acquire", name, "--ttl", "60s", "-o", "json")
+		if r.code != 0 {
+			t.Fatal(r.stderr)
+		}
+		files[name] = filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(files[name], []byte(r.stdout), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	killed := time.Now()
 	c.kill(lead)
+	var cliWG sync.WaitGroup
+	for verb, name := range map[string]string{"renew": "cli.renewed", "release": "cli.released"} {
+		cliWG.Go(func() {
+			r := leased(t, otherURLs, verb, name, "--lease-file", files[name], "--timeout", "20s")
+			switch took := time.Since(killed).Round(time.Millisecond); {
+			case r.code != 0:
+				t.Errorf("leased %s through the failover: exit %d after %v: %s", verb, r.code, took, r.stderr)
+			case took > 15*time.Second:
+				t.Errorf("leased %s through the failover took %v, want it done once a new leader is in (5-8 s)", verb, took)
+			default:
+				t.Logf("leased %s through the failover: done %v after the kill", verb, took)
+			}
+		})
+	}
 	newLead := c.newLeader(others[0], lead)
 	t.Logf("new stream leader %s after %v", c.nodes[newLead].Name, time.Since(killed).Round(time.Millisecond))
+	cliWG.Wait()
 
 	var lateness []time.Duration
 	seen := map[string]bool{}

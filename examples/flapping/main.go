@@ -52,8 +52,12 @@ const (
 
 func main() {
 	natsURL := flag.String("nats-url", "", "NATS server URL (default: an embedded server)")
-	changes := flag.Int("changes", 6, "changes of holder to show")
+	changes := flag.Int("changes", 6, "tenures to show (each a new leader), at least 1")
 	flag.Parse()
+	if *changes < 1 || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: flapping [-nats-url URL] [-changes N], N at least 1")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tel, err := otelsetup.Setup(ctx, "leased-flapping", nil) // exporters from OTEL_* variables
@@ -70,7 +74,7 @@ func main() {
 }
 
 // run starts a grantor service and two pausing holders, and returns once
-// the lease has changed hands n times and been flagged as flapping.
+// the lease has had n leaders and been flagged as flapping.
 func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -107,7 +111,7 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 		defer mu.Unlock()
 		fmt.Fprintf(w, format+"\n", args...)
 	}
-	leads := make(chan string, 2*n)
+	leads := make(chan string, n)
 	var wg sync.WaitGroup
 	for _, name := range []string{"holder-a", "holder-b"} {
 		hnc, hst, err := open(name)
@@ -127,7 +131,10 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 				}
 				start := time.Now()
 				say("%s leads (token %d)", name, lead.Token())
-				leads <- name
+				select {
+				case leads <- name:
+				default: // run has seen its n; it waits for the flag (after 4 tenures)
+				}
 				time.Sleep(200 * time.Millisecond) // some work
 				lead.Orphan()                      // then a pause longer than the lease: no renewals
 				// The pause outlasts the holder's deadline and the server's
@@ -136,6 +143,7 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 				select {
 				case <-time.After(time.Until(lead.Lease().Deadline()) + 700*time.Millisecond):
 				case <-ctx.Done():
+					return
 				}
 				say("%s paused past its deadline after %v: it lost the lease", name, time.Since(start).Round(10*time.Millisecond))
 			}

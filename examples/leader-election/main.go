@@ -16,6 +16,9 @@
 //
 // Without -nats-url it starts an embedded JetStream server in a temporary
 // directory, removed on exit. It uses the lease bucket "leader-election".
+// On a server of your own, a run that was killed leaves its leader's lease
+// until the server lapses it (a few seconds): a run started before that
+// sees one leader more than it made, and says so (exit 1).
 //
 // The leases are short (D = 1 s) and the store adds no grantor margin, so
 // that a lapse takes about a second. In production keep the default grantor
