@@ -507,7 +507,7 @@ func (k *Keeper) watchDeadline(asleep time.Duration) {
 		case <-k.l.cut:
 			t.Stop()
 		}
-		if s := suspendedSinceStart(suspended()); s > asleep {
+		if s := suspendedSinceStart(suspended()); s >= asleep+suspendFloor {
 			asleep = s
 			select {
 			case k.resumed <- struct{}{}:

@@ -64,9 +64,9 @@ type Lease struct {
 // printed the struct, the secret twice; found by an outside client).
 func (l *Lease) Format(f fmt.State, _ rune) {
 	l.mu.Lock()
-	tok, deadline := l.rec.Token, l.deadline
+	tok := l.rec.Token
 	l.mu.Unlock()
-	fmt.Fprintf(f, "lease %q of %q, token %d, deadline %s", l.name, l.holder, tok, deadline.Format(time.RFC3339Nano))
+	fmt.Fprintf(f, "lease %q of %q, token %d, deadline %s", l.name, l.holder, tok, l.Deadline().Format(time.RFC3339Nano))
 }
 
 // LeaseOption configures [Acquire].

@@ -1142,7 +1142,7 @@ func (s *Store) revokeOnce(ctx context.Context, name, reason string, o Revocatio
 				(&HeldError{Holder: holder, Token: token, HeldBack: left}).revoked())
 		}
 		*revoking = Record{Name: name, Holder: holder, Token: token}
-		switch freed, err := s.free(ctx, name, t, ""); {
+		switch freed, err := s.free(ctx, name, t, t.secretHash); {
 		case err != nil:
 			return Record{}, err
 		case !freed:

@@ -254,6 +254,40 @@ func TestFreeNowAfterAnotherRevocationFrees(t *testing.T) {
 	}
 }
 
+// After a revocation and then FreeNow (another operator's, freeing the
+// hold), the revoked holder, proving its secret as the service's callers
+// must, is told its tenure ended, and its release succeeds: the free end
+// dropped the tenure's secret hash, and the holder was refused as one
+// "granted without a secret" (found in review).
+func TestRevokedHolderAfterFreeNowIsToldItEnded(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	fresh := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate()) // reads the ends from the server
+	ctx := t.Context()
+	const secret = "h1-secret-0123456789"
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "freed", Holder: "h1", Duration: time.Minute, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Revoke(ctx, "freed", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Revoke(ctx, "freed", "host gone", kvlease.FreeNow()); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*kvlease.Store{st, fresh} {
+		_, err := g.Renew(ctx, kvlease.RenewRequest{Name: "freed", Holder: "h1", Token: rec.Token, Revision: rec.Revision,
+			Secret: secret, SecretRequired: true})
+		if !errors.Is(err, kvlease.ErrNotFound) {
+			t.Errorf("the revoked holder's renewal: %v, want ErrNotFound", err)
+		}
+		if err := g.Release(ctx, kvlease.ReleaseRequest{Name: "freed", Holder: "h1", Token: rec.Token, Revision: rec.Revision,
+			Secret: secret, SecretRequired: true}); err != nil {
+			t.Errorf("the revoked holder's release: %v, want it answered as done", err)
+		}
+	}
+}
+
 // A revocation's hold ends by itself: a grant succeeds once the tenure's
 // TTL has passed since the revocation, not before.
 func TestRevocationHoldEnds(t *testing.T) {
