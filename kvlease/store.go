@@ -1520,7 +1520,7 @@ const OverdueGrace = 10 * time.Second
 func (s *Store) OverdueGrace() time.Duration { return s.o.overdueGrace }
 
 // overdueReason is the reason an overdue record's end gives.
-const overdueReason = "the NATS server kept the lease past its TTL (an expiry lost over an unclean restart); leased ended it"
+const overdueReason = "the NATS server kept the lease past its TTL (no expiry marker came: an expiry lost over an unclean restart, or a stream without quorum when it was due); leased ended it"
 
 // overdue reports whether rec, a live record as stored, is past its
 // expiry by the grace on this machine's clock and on the server's.
