@@ -18,7 +18,6 @@ package follow
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -309,10 +308,6 @@ func (f *Follower) open(ctx context.Context) (jetstream.Consumer, error) {
 		}
 		return nil, err
 	}
-	if err := f.checkPlacement(ctx, cons.CachedInfo()); err != nil {
-		go f.delete(cc.Name, 10*time.Second)
-		return nil, err
-	}
 	it, err := cons.Messages(jetstream.PullHeartbeat(f.cfg.Heartbeat), jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		go f.delete(cc.Name, 10*time.Second)
@@ -339,43 +334,3 @@ func (f *Follower) open(ctx context.Context) (jetstream.Consumer, error) {
 }
 
 var errReconnected = errors.New("reconnected while the consumer was made")
-
-// errBehind: the consumer was placed on a replica of the stream that its
-// leader reports behind.
-var errBehind = errors.New("follow: consumer placed on a replica that is behind the stream's leader")
-
-// checkPlacement refuses a consumer the server placed on a replica of a
-// replicated stream that is behind its leader (the server prefers nodes
-// caught up with the cluster's metadata, not with the stream): a node
-// restarted a moment before delivered the state from before its death (a
-// released lease, as held) and then not what it caught up on (the
-// release; found by an outside client). What the stream's leader cannot
-// tell (no leader, an election) is no refusal: a consumer that answers
-// is better than none while the cluster recovers.
-func (f *Follower) checkPlacement(ctx context.Context, ci *jetstream.ConsumerInfo) error {
-	if ci == nil || ci.Cluster == nil || ci.Cluster.Leader == "" {
-		return nil // not in a cluster
-	}
-	st, err := f.js.Stream(ctx, f.cfg.Stream)
-	if err != nil {
-		return nil
-	}
-	if !placedBehind(ci.Cluster.Leader, st.CachedInfo()) {
-		return nil
-	}
-	return fmt.Errorf("%w (%s)", errBehind, ci.Cluster.Leader)
-}
-
-// placedBehind reports whether node, where a consumer was placed, is a
-// replica si's leader reports not current or lagging.
-func placedBehind(node string, si *jetstream.StreamInfo) bool {
-	if si == nil || si.Cluster == nil || si.Cluster.Leader == "" || si.Cluster.Leader == node {
-		return false
-	}
-	for _, r := range si.Cluster.Replicas {
-		if r.Name == node {
-			return !r.Current || r.Lag > 0
-		}
-	}
-	return false
-}
