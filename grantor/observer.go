@@ -723,6 +723,13 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 	default: // an end
 		t := open[ev.Name]
 		delete(open, ev.Name)
+		if ev.Revision <= after {
+			// The history has it: a predecessor recorded every change up
+			// to after. Its watch reports such an end only of a tenure it
+			// replayed live from a node behind the stream (kvlease.Watch),
+			// whose end the stream had before this observer began.
+			return nil
+		}
 		if t != nil && t.recorded && (ev.Token == 0 || t.token == ev.Token) {
 			return nil
 		}

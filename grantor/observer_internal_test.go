@@ -152,3 +152,30 @@ func testObserver(t *testing.T, opts ...kvlease.Option) (*observer, *nats.Conn) 
 	}
 	return &observer{s: s, hist: hist, candidate: "test", flaps: telemetry.NewFlapDetector(time.Minute, 3)}, nc
 }
+
+// An end at or below the revision the history was complete to when the
+// observer began is recorded already. Its watch reports one only of a
+// tenure it replayed live from a node behind the stream (kvlease.Watch
+// reports that end as a change): recording it again would duplicate the
+// predecessor's record.
+func TestObserverSkipsAnEndItsPredecessorRecorded(t *testing.T) {
+	o, _ := testObserver(t)
+	ctx, hist := t.Context(), o.hist
+	now := time.Now()
+	open := map[string]*openTenure{"stale.a": {token: 3}}
+	end := kvlease.Event{Type: kvlease.EventReleased, Name: "stale.a", Revision: 6, Time: now, Holder: "h1", Token: 3,
+		GrantedAt: now.Add(-time.Second)}
+	if err := o.report(ctx, end, 9, open); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := hist.Read(ctx, "stale.", now.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 0 || len(open) != 0 {
+		t.Fatalf("history %+v, open %v: want nothing recorded and the tenure closed", recs, open)
+	}
+}

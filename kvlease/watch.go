@@ -92,7 +92,12 @@ type Event struct {
 	// Reason is the revocation reason or the server's marker reason.
 	Reason string
 	// Replay is true for events that describe the state when the watch
-	// began rather than a change that happened since.
+	// began rather than a change that happened since. A watch whose
+	// consumer the server placed on a node still catching up (just
+	// restarted) can replay a lease as that node had it, then what the
+	// stream stored for it before the watch began: the end of a tenure
+	// it replayed live then comes with Replay false, so that a fold of
+	// the events is the state.
 	Replay bool
 }
 
@@ -557,7 +562,10 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		// The tombstone comes after the tenure's last record seen, or (the
 		// end of a record the server kept past its TTL: Store.EndOverdue)
 		// is that record's own revision.
-		if t, ok := replacedTombstone(h); ok && !replay && prev != nil && prev.Token != rec.Token &&
+		// A replayed grant can follow a tenure this watcher has reported
+		// live only if that report came from a node behind the stream
+		// (see endEvent): the end is reported all the same.
+		if t, ok := replacedTombstone(h); ok && prev != nil && prev.Token != rec.Token &&
 			t.rev >= prev.Revision && t.rev < ev.Revision {
 			if e, ok := s.endEvent(Event{Name: name, Revision: t.rev, Time: t.at}, t.header(), live, false); ok {
 				before = &e
@@ -611,7 +619,20 @@ func missedGrant(name string, tok Token, h nats.Header, end time.Time) Event {
 func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (Event, bool) {
 	prev := live.end(ev.Name)
 	if replay {
-		return Event{}, false
+		if prev == nil {
+			return Event{}, false // how a lease ended before the watch began is history
+		}
+		// The watcher has reported this tenure live, and the stream had
+		// ended it before the watch began: the consumer read a copy of
+		// the stream that was behind (the server placed it on a node
+		// catching up after a restart, which first delivered the lease as
+		// it was, then its end). Dropped, the end left the lease live in
+		// the watcher's state for good (found by an outside client: a
+		// watch through a just-restarted node, under load, showed leases
+		// released while the node was down as live and never their
+		// release). It is reported as a change, so that a fold of the
+		// events is the state.
+		ev.Replay = false
 	}
 	if reason := h.Get(jetstream.MarkerReasonHeader); reason != "" {
 		// A marker names no tenure. Attribute it to the one this watcher

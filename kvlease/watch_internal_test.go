@@ -220,3 +220,78 @@ func BenchmarkClassifyRenewal(b *testing.B) {
 		})
 	}
 }
+
+// A consumer the server places on a node catching up after a restart
+// replays the stream as that node has it: a lease ended while the node
+// was down comes first as it was (live), then its end, both before the
+// watch began. The end was dropped as history, so the watcher's state
+// kept the lease live for good (found by an outside client: a watch
+// through a just-restarted node, under load, showed released leases as
+// live and never their release). A replayed end of a tenure the watcher
+// reported live, and the end a replayed grant carries of such a tenure,
+// are reported as changes.
+func TestReplayFromABehindNodeEndsWhatItReplayedLive(t *testing.T) {
+	s := &Store{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	granted := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	at := func(rev uint64) *jetstream.MsgMetadata {
+		return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: rev}, Timestamp: granted.Add(time.Duration(rev) * time.Second)}
+	}
+	grant := func(holder string, tombstone *tombstone) storedMsg {
+		h := nats.Header{}
+		h.Set(hdrOp, "grant")
+		if tombstone != nil {
+			tombstone.addTo(h)
+		}
+		return storedMsg{h: h, data: value{Holder: holder, DurationMS: 10_000}.encode()}
+	}
+	release := func(holder string, token Token) nats.Header {
+		h := nats.Header{}
+		h.Set(hdrKVOp, kvOpPurge)
+		h.Set(hdrOp, "release")
+		h.Set(hdrHolder, holder)
+		h.Set(hdrToken, strconv.FormatUint(uint64(token), 10))
+		return h
+	}
+	replay := func(live *tenures, rev uint64, m storedMsg) []Event {
+		t.Helper()
+		ev, before, ok := s.classify("a", at(rev), m, live, true, true)
+		var evs []Event
+		if before != nil {
+			evs = append(evs, *before)
+		}
+		if ok {
+			evs = append(evs, ev)
+		}
+		return evs
+	}
+
+	t.Run("its end", func(t *testing.T) {
+		live := newTenures()
+		if evs := replay(live, 3, grant("h1", nil)); len(evs) != 1 || evs[0].Type != EventGranted || !evs[0].Replay {
+			t.Fatalf("the stale grant: %+v, want one replayed grant", evs)
+		}
+		evs := replay(live, 6, storedMsg{h: release("h1", 3)})
+		if len(evs) != 1 || evs[0].Type != EventReleased || evs[0].Replay || evs[0].Token != 3 || evs[0].Record == nil {
+			t.Fatalf("its release: %+v, want the release of token 3 as a change", evs)
+		}
+		if len(live.recs) != 0 {
+			t.Errorf("the released lease is still live: %+v", live.recs)
+		}
+	})
+	t.Run("a later grant carrying its end", func(t *testing.T) {
+		live := newTenures()
+		replay(live, 3, grant("h1", nil))
+		ended := tombstoneOf(6, granted.Add(6*time.Second), release("h1", 3))
+		evs := replay(live, 7, grant("h2", ended))
+		if len(evs) != 2 || evs[0].Type != EventReleased || evs[0].Replay || evs[0].Token != 3 ||
+			evs[1].Type != EventGranted || !evs[1].Replay || evs[1].Token != 7 {
+			t.Fatalf("events %+v, want the release of token 3 as a change, then the replayed grant of token 7", evs)
+		}
+	})
+	t.Run("an end the watcher never saw live", func(t *testing.T) {
+		// The usual replay: how a lease ended before the watch is history.
+		if evs := replay(newTenures(), 6, storedMsg{h: release("h1", 3)}); len(evs) != 0 {
+			t.Fatalf("events %+v, want none", evs)
+		}
+	})
+}
