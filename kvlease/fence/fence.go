@@ -124,7 +124,8 @@ func WithReplicas(n int) KVOption {
 // KV bucket with history 1 and no TTLs, replicated as [WithReplicas] says.
 //
 // Errors: [kvlease.ErrInvalidOption] (nothing sent); [kvlease.ErrUnavailable];
-// [kvlease.ErrBucket].
+// [kvlease.ErrBucket] (also for an existing bucket whose entries expire,
+// such as the lease bucket: a fence must keep its highest tokens).
 func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...KVOption) (*KV, error) {
 	o := kvOptions{replicas: 1}
 	for _, opt := range opts {

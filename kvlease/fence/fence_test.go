@@ -490,3 +490,24 @@ func TestOpenKVKeepsTheBucketsReplicas(t *testing.T) {
 		t.Fatalf("replicas %d after an open without WithReplicas, want the bucket's 3", n)
 	}
 }
+
+// OpenKV refuses a bucket whose entries expire, the lease bucket above
+// all: a fence opened on it took a write, which showed as a lease held by
+// "" that never lapsed, and a fence whose values expire forgets its
+// highest token (found by an outside client).
+func TestOpenKVRefusesABucketThatExpires(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	if _, err := kvlease.Open(ctx, js); err != nil { // the lease bucket, "leases"
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "aging", TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{kvlease.DefaultBucket, "aging"} {
+		if _, err := fence.OpenKV(ctx, js, b); !errors.Is(err, kvlease.ErrBucket) || errors.Is(err, kvlease.ErrUnavailable) {
+			t.Errorf("OpenKV(%q): %v, want ErrBucket", b, err)
+		}
+	}
+}

@@ -15,7 +15,8 @@ import (
 // missing. An existing bucket is opened as it is: its replicas and the rest
 // of its configuration are its owner's to change (an open with the default
 // of one replica made R3 buckets R1; found by an outside client). op names
-// it in errors.
+// it in errors. Unless cfg itself has TTLs, an existing bucket whose
+// entries expire (the lease bucket, say) is refused with [kvlease.ErrBucket].
 func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, op string) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -26,6 +27,21 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 	}
 	if err != nil {
 		return nil, kvlease.JetStreamError(op, err)
+	}
+	if cfg.TTL == 0 && cfg.LimitMarkerTTL == 0 {
+		// A bucket that expires its entries would forget what it keeps (a
+		// fence's highest token: a stale writer accepted). The lease
+		// bucket is one: a fence opened on it took a write, which then
+		// showed as a lease held by "" that never lapsed (found by an
+		// outside client).
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return nil, kvlease.JetStreamError(op, err)
+		}
+		if st.TTL() > 0 || st.LimitMarkerTTL() > 0 {
+			return nil, fmt.Errorf("%w: %s: bucket %q expires its entries (TTL %v, per-key TTLs %v); this one must keep them (is it the lease bucket?)",
+				kvlease.ErrBucket, op, cfg.Bucket, st.TTL(), st.LimitMarkerTTL() > 0)
+		}
 	}
 	return kv, nil
 }
