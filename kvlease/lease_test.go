@@ -503,3 +503,44 @@ func TestPrintingHidesTheSecret(t *testing.T) {
 		t.Errorf("%%+v of a record: %s, want its fields, the secret redacted", out)
 	}
 }
+
+// lostReplyGrantor carries out its first grant and loses the reply: the
+// caller hears nothing until its context ends, as when a reply comes
+// after the caller's deadline.
+type lostReplyGrantor struct {
+	kvlease.Grantor
+	lost atomic.Bool
+}
+
+func (g *lostReplyGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	if !g.lost.CompareAndSwap(false, true) {
+		return g.Grantor.Grant(ctx, req)
+	}
+	if _, err := g.Grantor.Grant(context.WithoutCancel(ctx), req); err != nil {
+		return kvlease.Record{}, err
+	}
+	<-ctx.Done()
+	return kvlease.Record{}, fmt.Errorf("%w: grant: %w", kvlease.ErrUnavailable, ctx.Err())
+}
+
+// An Acquire whose ctx ends while its grant is unanswered gives back the
+// tenure that grant made. It was left to lapse by its TTL, held by no one
+// who knew it: the caller's own holder name refused as "held" until then,
+// a leader elected that never led (found by an outside client: 51 of 200
+// Acquires with contexts of 0.2–4 ms).
+func TestAcquireGivesBackWhatAnUnansweredGrantMade(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if l, err := kvlease.Acquire(ctx, &lostReplyGrantor{Grantor: st}, "lost.reply", "h1", time.Minute); !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("Acquire: %v, %v; want ErrUnavailable when its ctx ends", l, err)
+	}
+	if rec, err := st.Get(t.Context(), "lost.reply"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("after Acquire gave up: %+v, %v; want the lease free", rec, err)
+	}
+	l, err := kvlease.Acquire(t.Context(), st, "lost.reply", "h1", time.Minute)
+	if err != nil {
+		t.Fatalf("Acquire again: %v", err)
+	}
+	_ = l.Release(t.Context())
+}
