@@ -1098,3 +1098,18 @@ func TestRevokeWireReplies(t *testing.T) {
 		t.Errorf("revoke of %s: code %q, want %s", api.ObserverLease, code, api.CodeInvalidArgument)
 	}
 }
+
+// Through the service client too, an Acquire on a closed connection fails
+// at once with ErrConnClosed, not "the grantor did not answer a read of
+// its clock in time" once its context has ended (found by an outside
+// client).
+func TestClientAcquireOnAClosedConnectionFailsAtOnce(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	f.nc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := kvlease.Acquire(ctx, f.client, "closed.conn", "h1", time.Minute); !errors.Is(err, kvlease.ErrConnClosed) ||
+		!errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {
+		t.Fatalf("Acquire: %v (ctx %v); want ErrConnClosed before its ctx ends", err, ctx.Err())
+	}
+}

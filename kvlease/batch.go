@@ -548,7 +548,7 @@ func (a *answers) write(reqs []*writeReq) {
 	if !w.s.nc.IsConnected() {
 		// See publishOne: nothing is buffered for a later reconnect.
 		for _, r := range live {
-			a.answer(r, 0, fmt.Errorf("%w: %w: %s: not connected to NATS (%v)", ErrUnavailable, ErrNotSent, r.op, w.s.nc.Status()))
+			a.answer(r, 0, NotConnected(w.s.nc, r.op))
 		}
 		return
 	}
@@ -674,7 +674,7 @@ func (s *Store) publishOne(r *writeReq) (uint64, error) {
 		// on reconnect, which may be after the holder's deadline: a renewal
 		// flushed then would extend a lease its holder has given up. Send
 		// nothing that cannot go now.
-		return 0, fmt.Errorf("%w: %w: %s: not connected to NATS (%v)", ErrUnavailable, ErrNotSent, r.op, s.nc.Status())
+		return 0, NotConnected(s.nc, r.op)
 	}
 	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(r.expect)}
 	if r.ttl > 0 {

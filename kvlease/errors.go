@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Sentinel errors. Every error this package makes wraps one of these, so
@@ -76,6 +78,11 @@ var (
 	// it took no effect and never will: a [Grantor] returns it so that
 	// [Acquire] does not wait out an attempt that never went.
 	ErrNotSent = errors.New("kvlease: request not sent")
+	// ErrConnClosed (always with ErrUnavailable and ErrNotSent): the NATS
+	// connection was closed by its owner and never comes back, so
+	// [Acquire] and [RetryUnavailable] stop at it instead of retrying
+	// until their context ends ([NotConnected]).
+	ErrConnClosed = errors.New("kvlease: NATS connection closed")
 	// ErrBucket: the lease bucket is missing or misconfigured.
 	ErrBucket = errors.New("kvlease: lease bucket unusable")
 	// ErrClockRate (always with ErrExpired): the measured rate error between
@@ -222,4 +229,17 @@ func JetStreamError(op string, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %s refused: %w", ErrBucket, op, err)
+}
+
+// NotConnected is the error of op, which cannot be sent because nc is not
+// connected: [ErrUnavailable] and [ErrNotSent] (nothing is buffered for a
+// reconnect, which may come after a holder's deadline), and
+// [ErrConnClosed] for a connection its owner closed (found by an outside
+// client: an Acquire on a closed connection with context.Background()
+// never returned).
+func NotConnected(nc *nats.Conn, op string) error {
+	if nc.IsClosed() {
+		return fmt.Errorf("%w: %w: %w: %s", ErrUnavailable, ErrNotSent, ErrConnClosed, op)
+	}
+	return fmt.Errorf("%w: %w: %s: not connected to NATS (%v)", ErrUnavailable, ErrNotSent, op, nc.Status())
 }

@@ -327,6 +327,8 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			return rec, t0, n, nil, nil
 		case errors.Is(err, ErrRequestUsed):
 			renew()
+		case errors.Is(err, ErrConnClosed):
+			return Record{}, t0, n, unanswered, err // it never comes back
 		case errors.Is(err, ErrNotSent) && ctx.Err() == nil:
 			// Nothing went: no attempt to wait out.
 		case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:

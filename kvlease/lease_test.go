@@ -544,3 +544,22 @@ func TestAcquireGivesBackWhatAnUnansweredGrantMade(t *testing.T) {
 	}
 	_ = l.Release(t.Context())
 }
+
+// An Acquire on a connection its owner has closed fails at once with
+// ErrConnClosed: it retried until its context ended, and with
+// context.Background() never returned (found by an outside client).
+func TestAcquireOnAClosedConnectionFailsAtOnce(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := kvlease.Acquire(ctx, st, "closed.conn", "h1", time.Minute); !errors.Is(err, kvlease.ErrConnClosed) ||
+		!errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {
+		t.Fatalf("Acquire: %v (ctx %v); want ErrConnClosed before its ctx ends", err, ctx.Err())
+	}
+}

@@ -20,13 +20,14 @@ import (
 // outlive ctx does not use ctx at all). An attempt that fails after ctx
 // has ended is not retried. If ctx ends during a wait, RetryUnavailable
 // returns the zero T and the last attempt's error, which wraps
-// ErrUnavailable, not ctx's error.
+// ErrUnavailable, not ctx's error. An error that wraps [ErrConnClosed] is
+// returned at once: a closed connection never comes back.
 func RetryUnavailable[T any](ctx context.Context, maxWait time.Duration, onWait func(error), attempt func() (T, error)) (T, error) {
 	const firstWait = 50 * time.Millisecond
 	maxWait = max(maxWait, firstWait)
 	for wait := firstWait; ; wait = min(2*wait, maxWait) {
 		v, err := attempt()
-		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil || errors.Is(err, ErrConnClosed) {
 			return v, err
 		}
 		if onWait != nil {

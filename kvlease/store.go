@@ -225,7 +225,7 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		// Requests would wait in nats.go's reconnect buffer, and then
 		// fail with "outbound buffer limit exceeded" (found by an outside
 		// client): say what it is.
-		return nil, fmt.Errorf("%w: %w: open the lease bucket: not connected to NATS (%v)", ErrUnavailable, ErrNotSent, nc.Status())
+		return nil, NotConnected(nc, "open the lease bucket")
 	}
 	kv, err := js.KeyValue(ctx, o.bucket)
 	created := false

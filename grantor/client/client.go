@@ -418,7 +418,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	if !c.nc.IsConnected() {
 		// A request published while reconnecting is buffered and sent on
 		// reconnect, maybe after the holder's deadline (docs/safety.md).
-		return fmt.Errorf("%w: %w: %s: not connected to NATS (%v)", kvlease.ErrUnavailable, kvlease.ErrNotSent, subject, c.nc.Status())
+		return kvlease.NotConnected(c.nc, subject)
 	}
 	if limit := c.nc.MaxPayload(); limit > 0 && int64(len(data)) > limit {
 		// Refused before it is sent, every time: not "unavailable", which
