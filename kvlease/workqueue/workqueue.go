@@ -1,6 +1,7 @@
 package workqueue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -355,25 +356,45 @@ func (q *Queue) sink(ctx context.Context, id string, fn func(doneRecord) (doneRe
 // releases the claim. A worker paused between the two can complete after
 // its deadline, as long as no newer claim has raised the bar.
 //
+// Complete may be called again after an error: once the sink has this
+// claim's result, the check and the write are done, and a second call goes
+// on with the rest (an outside client's retries after [kvlease.ErrUnavailable]
+// were told [ErrDone], or that the lease was released, for a result they
+// had recorded).
+//
 // Errors: [*kvlease.LeaseExpiredError] (nothing written; the claim will lapse and
 // the item be redone); [*fence.StaleTokenError] (a newer claim has raised
-// the bar); [ErrDone].
+// the bar); [ErrDone] (another claim, or this one with another result,
+// completed it); [kvlease.ErrUnavailable] (the outcome unknown: call
+// Complete again).
 func (c *Claim) Complete(ctx context.Context, result []byte) error {
-	if err := c.Lease().Check(); err != nil {
-		return err
-	}
 	token := c.Token()
-	err := c.q.sink(ctx, c.Item, func(cur doneRecord) (doneRecord, error) {
+	recorded := func(cur doneRecord) bool { return cur.Done && cur.Token == token && bytes.Equal(cur.Result, result) }
+	if err := c.Lease().Check(); err != nil {
+		// Past the deadline, or released by an earlier Complete that then
+		// failed: done if that one wrote the result.
+		cur, _, gerr := c.q.done.Get(ctx, c.Item)
 		switch {
+		case gerr == nil && recorded(cur):
+		case gerr == nil && cur.Done:
+			c.Orphan()
+			return ErrDone // it will not be redone
+		default:
+			c.Orphan()
+			return err
+		}
+	} else if err := c.q.sink(ctx, c.Item, func(cur doneRecord) (doneRecord, error) {
+		switch {
+		case recorded(cur):
+			return cur, errRecorded
 		case cur.Done:
 			return cur, ErrDone
 		case cur.Token != token:
 			return cur, &fence.StaleTokenError{Resource: c.Item, Token: token, Highest: cur.Token}
 		}
 		return doneRecord{Token: token, Done: true, Worker: c.Lease().Holder(), Result: result}, nil
-	}, token)
-	if err != nil {
-		c.Orphan()
+	}, token); err != nil && !errors.Is(err, errRecorded) {
+		c.Orphan() // renewed no more: a Complete retried before the deadline still writes
 		return err
 	}
 	if err := c.q.items.Purge(ctx, c.Item); err != nil {
@@ -381,6 +402,10 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 	}
 	return c.Close(ctx)
 }
+
+// errRecorded: the sink has the claim's result already (an earlier
+// Complete wrote it).
+var errRecorded = errors.New("workqueue: result recorded")
 
 // Result returns an item's sink record: whether it is done, by which
 // worker, with which token, and its result. A pending item is not done.

@@ -361,3 +361,38 @@ func TestOpenKeepsTheBucketsReplicas(t *testing.T) {
 		}
 	}
 }
+
+// Complete may be called again after an error whose outcome is unknown:
+// once the sink has the claim's result, a second call finishes the rest
+// and succeeds. Retries after ErrUnavailable were told ErrDone, or that
+// the lease was released, for results they had recorded (found by an
+// outside client). Another result than the one recorded is ErrDone.
+func TestCompleteAgainAfterItsResultIsRecorded(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "item-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := c.Complete(ctx, []byte("ok")); err != nil {
+			t.Fatalf("Complete #%d: %v", i+1, err)
+		}
+	}
+	if err := c.Complete(ctx, []byte("other")); !errors.Is(err, workqueue.ErrDone) {
+		t.Fatalf("Complete with another result: %v, want ErrDone", err)
+	}
+	done, worker, token, result, err := q.Result(ctx, "item-1")
+	if err != nil || !done || worker != "w1" || token != c.Token() || string(result) != "ok" {
+		t.Fatalf("sink: %v %q %d %q %v", done, worker, token, result, err)
+	}
+}
