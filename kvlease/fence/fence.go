@@ -46,9 +46,10 @@ func (f *Mem) resource(name string) *fencedResource {
 // Do runs effect if token is at least the highest token accepted for
 // resource, and records token as accepted if effect succeeds. Calls for the
 // same resource are serialized (calls for different resources are not), so
-// the check and the effect are atomic.
+// the check and the effect are atomic. A nil effect only raises the bar.
 //
-// Errors: [*StaleTokenError]; effect's error.
+// Errors: [ErrInvalidToken] for token 0 or one above math.MaxInt64
+// (nothing done); [*StaleTokenError]; effect's error.
 func (f *Mem) Do(resource string, token kvlease.Token, effect func() error) error {
 	if err := checkToken(token); err != nil {
 		return err

@@ -47,9 +47,9 @@ holder's deadline, so that the command is gone by the deadline.
 The command runs in a process group of its own: stopping it stops everything
 it started. If run itself is killed, the command is killed too.
 
-The command does not get run's own secrets: LEASED_PASSWORD and
-LEASED_SECRET are taken out of its environment, and any user, password or
-token out of the URLs in LEASED_URL.
+The command does not get run's own secrets: LEASED_PASSWORD, LEASED_SECRET
+and LEASED_GOSSIP_KEY are taken out of its environment, and any user,
+password or token out of the URLs in LEASED_URL.
 
 The exit code is the command's (128+signal if it was stopped, 127 if it could
 not be started; 5 if it was stopped because the lease was lost and exited 0
