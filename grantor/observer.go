@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nuid"
@@ -333,6 +334,15 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 		}
 	}()
 	open := map[string]*openTenure{}
+	// The tenures its watch replayed live are checked against the history
+	// (endEndedAgain), off this goroutine, from the first sweep on.
+	var replayed []tenureRef
+	var checking atomic.Bool
+	var checkers sync.WaitGroup
+	defer func() {
+		cancel()
+		checkers.Wait()
+	}()
 	o.pending = o.pending[:0] // a predecessor reports what a lost leadership left unwritten
 	// The records of changes that come close together go together: until
 	// the watch has been quiet for historyLinger, or maxPending records
@@ -378,6 +388,15 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 				return err
 			}
 			o.endOverdue(ctx, open)
+			if len(replayed) > 0 && !checking.Load() {
+				refs := replayed
+				replayed = nil
+				checking.Store(true)
+				checkers.Go(func() {
+					defer checking.Store(false)
+					o.endEndedAgain(ctx, refs)
+				})
+			}
 			if !swept {
 				swept = true
 				sweep.Reset(cmp.Or(o.s.overdueSweep, overdueSweep))
@@ -393,6 +412,9 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 			}
 			if err := o.report(ctx, ev, after, open); err != nil {
 				return err
+			}
+			if ev.Replay && !ev.Type.Ends() && ev.Record != nil {
+				replayed = append(replayed, tenureRef{ev.Name, ev.Token})
 			}
 			if o.s.onReported != nil {
 				o.s.onReported(ev.Revision)
@@ -523,6 +545,61 @@ func (o *observer) endOverdue(ctx context.Context, open map[string]*openTenure) 
 		}
 	}
 }
+
+// tenureRef names a tenure: its lease and token.
+type tenureRef struct {
+	name  string
+	token kvlease.Token
+}
+
+// endEndedAgain ends in the bucket each tenure of refs (replayed live by
+// the observer's watch) whose end the history has, or a later tenure of
+// its lease: one that a server that lost data over an unclean stop
+// brought back. A released tenure comes back once its tombstone has
+// lapsed, live until its own expiry, up to its whole duration: its lease
+// was refused to others as held, and an election's Observe showed a
+// leader that had resigned (found by an outside client, 3 of 3 times).
+// The history's end stands: the bucket's end, with
+// kvlease.ResurrectedReason, is not recorded or announced again (see
+// report). A tenure that really is live has no end in the history, and
+// the end is a compare-and-set on the tenure's token (Store.EndResurrected),
+// so a tenure ended or replaced meanwhile is left alone. The reads are
+// paced (resurrectChecks per resurrectPause) so that a bucket of many
+// leases does not flood the server as the observer takes over.
+func (o *observer) endEndedAgain(ctx context.Context, refs []tenureRef) {
+	for i, r := range refs {
+		if i > 0 && i%resurrectChecks == 0 {
+			select {
+			case <-time.After(resurrectPause):
+			case <-ctx.Done():
+				return
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		last, ok, err := o.hist.LastFor(actx, r.name)
+		cancel()
+		if err != nil || !ok || last.Token < uint64(r.token) || last.Token == uint64(r.token) && last.Kind != history.KindEnded {
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		actx, cancel = context.WithTimeout(ctx, attemptTimeout)
+		_, err = o.s.store.EndResurrected(actx, r.name, r.token)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			o.s.log.Warn("cannot end a lease the NATS server brought back after it had ended", "lease", r.name,
+				"token", r.token, "err", err)
+		}
+	}
+}
+
+// resurrectChecks tenures are checked against the history, at most, per
+// resurrectPause (endEndedAgain).
+const (
+	resurrectChecks = 500
+	resurrectPause  = 100 * time.Millisecond
+)
 
 // switchIdle is how long the observer's own watch, caught up, may deliver
 // nothing before the observer moves to the service's watch without having
@@ -723,6 +800,9 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 	default: // an end
 		t := open[ev.Name]
 		delete(open, ev.Name)
+		if ev.Reason == kvlease.ResurrectedReason {
+			return nil // the history has its end (endEndedAgain)
+		}
 		if ev.Revision <= after {
 			// The history has it: a predecessor recorded every change up
 			// to after. Its watch reports such an end only of a tenure it

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,24 +115,8 @@ func TestObserverDoesNotEndAnEndedTenureAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.LoseExpiries(st, "stuck")
-	// The history as an observer left it: the tenure's begin and its end,
-	// appended without ids, as they are to a stream past its window.
 	nc := kvleasetest.Connect(t, srv.URL)
-	js := kvleasetest.JetStream(t, nc)
-	hist, err := history.Open(ctx, js, kvlease.DefaultBucket, history.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []history.Record{
-		{Kind: history.KindGranted, Name: "stuck", Token: uint64(stuck.Token), Holder: "old", Revision: stuck.Revision, Time: stuck.GrantedAt},
-		{Kind: history.KindEnded, Name: "stuck", Token: uint64(stuck.Token), Holder: "old", Revision: stuck.Revision + 1,
-			Time: stuck.GrantedAt.Add(time.Second), EndedBy: history.EndExpired},
-	} {
-		b, _ := json.Marshal(r)
-		if _, err := js.Publish(ctx, history.Subject(kvlease.DefaultBucket, "stuck"), b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hist := endedInHistory(t, nc, stuck, history.EndExpired)
 	events := make(chan *nats.Msg, 4)
 	kvleasetest.Subscribe(t, nc, api.SubjectEvents+"stuck", func(m *nats.Msg) { events <- m })
 
@@ -165,6 +150,29 @@ func TestObserverDoesNotEndAnEndedTenureAgain(t *testing.T) {
 	}
 }
 
+// endedInHistory writes the history as an observer left it for tenure
+// rec: its begin and its end (by cause), appended without ids, as they
+// are to a stream past its duplicates window.
+func endedInHistory(t *testing.T, nc *nats.Conn, rec kvlease.Record, cause string) *history.Stream {
+	t.Helper()
+	js := kvleasetest.JetStream(t, nc)
+	hist, err := history.Open(t.Context(), js, kvlease.DefaultBucket, history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []history.Record{
+		{Kind: history.KindGranted, Name: rec.Name, Token: uint64(rec.Token), Holder: rec.Holder, Revision: rec.Revision, Time: rec.GrantedAt},
+		{Kind: history.KindEnded, Name: rec.Name, Token: uint64(rec.Token), Holder: rec.Holder, Revision: rec.Revision + 1,
+			Time: rec.GrantedAt.Add(time.Second), EndedBy: cause},
+	} {
+		b, _ := json.Marshal(r)
+		if _, err := js.Publish(t.Context(), history.Subject(kvlease.DefaultBucket, rec.Name), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return hist
+}
+
 // watchThenSweep watches lease name (changes only), then starts a service
 // on url whose observer ends overdue leases at once (grace 0, not 10 s:
 // the leases lapsed seconds ago) and looks every 100 ms.
@@ -178,4 +186,75 @@ func watchThenSweep(t *testing.T, url, name string) (*kvlease.Watcher, fixture) 
 	f := startOnStore(t, url, []kvlease.Option{kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0)},
 		grantor.DefaultConfig(), grantor.WithOverdueSweep(100*time.Millisecond))
 	return w, f
+}
+
+// A released tenure that the server brought back over an unclean restart
+// (its tombstone had lapsed: kvleasetest.ChildServer.LoseExpiries) is
+// live until its own expiry, here ten minutes: the lease was refused to
+// others as held by its old holder, and an election's Observe showed a
+// leader that had resigned (found by an outside client, 3 of 3 times). The
+// observer, whose history has the tenure's end, ends it at once; the
+// history keeps its one end, and nothing is announced again. A watch that
+// saw the tenure come back sees it end; one that did not, sees nothing.
+func TestObserverEndsAReleasedTenureTheServerBroughtBack(t *testing.T) {
+	srv := kvleasetest.StartChildServer(t)
+	ctx := t.Context()
+	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "back", Holder: "old", Duration: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "back", Holder: "old", Token: rec.Token, Revision: rec.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	srv.LoseExpiries(st, "back")
+	nc := kvleasetest.Connect(t, srv.URL)
+	endedInHistory(t, nc, rec, history.EndReleased)
+	events := make(chan *nats.Msg, 4)
+	kvleasetest.Subscribe(t, nc, api.SubjectEvents+"back", func(m *nats.Msg) { events <- m })
+	reader := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate())
+	state, err := reader.Watch(ctx, "back", kvlease.ExactName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(state.Stop)
+	if ev := kvleasetest.NextEvent(t, state, 10*time.Second, kvleasetest.OfType("back", kvlease.EventGranted)); ev.Token != rec.Token {
+		t.Fatalf("brought back: %+v; want tenure %d", ev, rec.Token)
+	}
+	changes, err := reader.Watch(ctx, "back", kvlease.ExactName(), kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(changes.Stop)
+
+	f := startOnStore(t, srv.URL, []kvlease.Option{kvlease.WithoutCreate()}, grantor.DefaultConfig(),
+		grantor.WithOverdueSweep(100*time.Millisecond))
+	ev := kvleasetest.NextEvent(t, state, 15*time.Second, kvleasetest.OfType("back", kvlease.EventRevoked))
+	if ev.Token != rec.Token || ev.Reason != kvlease.ResurrectedReason {
+		t.Fatalf("the end: %+v; want tenure %d ended with the reason %q", ev, rec.Token, kvlease.ResurrectedReason)
+	}
+	if _, err := f.store.Grant(ctx, kvlease.GrantRequest{Name: "back", Holder: "new", Duration: time.Minute}); err != nil {
+		t.Fatalf("grant after the end: %v", err)
+	}
+	// The observer reports in order: the new tenure's begin is in the
+	// history, so would a second end of the old one be.
+	recs := waitRecords(t, f.svc.History(), "back", 3)
+	if len(recs) != 3 || recs[2].Kind != history.KindGranted || recs[2].Holder != "new" {
+		t.Errorf("history of back: %+v; want the old tenure's begin and one end, then the new one's begin", recs)
+	}
+	select {
+	case ev := <-changes.Events():
+		if ev.Type != kvlease.EventGranted || ev.Holder != "new" {
+			t.Errorf("a watch that did not see the tenure come back saw %+v; want only the new grant", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the new grant did not reach the watch of changes")
+	}
+	select {
+	case m := <-events:
+		if !strings.Contains(string(m.Data), `"new"`) {
+			t.Errorf("announced: %s; want only the new grant", m.Data)
+		}
+	default:
+	}
 }

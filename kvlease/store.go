@@ -1631,31 +1631,63 @@ const opExpire = "expire"
 // the tenures it sees outlive their TTL, so that watchers and the history
 // see them end.
 func (s *Store) EndOverdue(ctx context.Context, name string) (bool, error) {
+	rec, ended, err := s.endIf(ctx, name, opExpire, overdueReason, func(rec Record) bool { return s.overdue(ctx, rec) })
+	if ended {
+		s.log.Warn("ended a lease the NATS server kept past its TTL", "lease", name, "holder", rec.Holder,
+			"token", rec.Token, "expired_at", rec.ExpiresAt())
+	}
+	return ended, err
+}
+
+// ResurrectedReason is the reason of the end [Store.EndResurrected] writes.
+const ResurrectedReason = "the tenure had ended, and the NATS server brought it back over an unclean restart (nats-server issue 8505); leased ended it again"
+
+// EndResurrected ends tenure token of name if its record is the lease's
+// live one, as [Store.EndOverdue] does for one past its expiry: a
+// revocation (no hold) with the reason [ResurrectedReason], with a
+// compare-and-set on the record's revision. It is for a tenure known to
+// have ended (a grantor's observer reads its end in the history) that the
+// server brought back after an unclean stop, live until its own expiry:
+// released tenures come back so once their tombstone has lapsed (found by
+// an outside client: a resigned leader back for ten minutes). A watch that
+// has not seen the tenure live does not report this end.
+func (s *Store) EndResurrected(ctx context.Context, name string, token Token) (bool, error) {
+	rec, ended, err := s.endIf(ctx, name, "revoke", ResurrectedReason, func(rec Record) bool { return rec.Token == token })
+	if ended {
+		s.log.Warn("ended a lease the NATS server brought back after it had ended", "lease", name, "holder", rec.Holder,
+			"token", rec.Token)
+	}
+	return ended, err
+}
+
+// endIf ends name's live tenure, read through the stream leader, with a
+// tombstone of op and reason if cond holds for its record, with a
+// compare-and-set on its revision, and reports whether it did: nothing is
+// touched if the lease is free, or changed meanwhile.
+func (s *Store) endIf(ctx context.Context, name, op, reason string, cond func(Record) bool) (Record, bool, error) {
 	if err := ValidateName(name); err != nil {
-		return false, err
+		return Record{}, false, err
 	}
 	m, err := s.leaderGet(ctx, msgGetRequest{LastFor: s.prefix + name})
 	switch {
 	case errors.Is(err, errNoMessage):
-		return false, nil
+		return Record{}, false, nil
 	case err != nil:
-		return false, translate("read lease", err)
+		return Record{}, false, translate("read lease", err)
 	case Removed(m.Header):
-		return false, nil
+		return Record{}, false, nil
 	}
 	rec, err := s.decode(name, m)
-	if err != nil || !s.overdue(ctx, rec) {
-		return false, err
+	if err != nil || !cond(rec) {
+		return rec, false, err
 	}
-	switch _, err := s.purge(ctx, name, opExpire, rec, overdueReason, rec.Revision); {
+	switch _, err := s.purge(ctx, name, op, rec, reason, rec.Revision); {
 	case errors.Is(err, errMismatch):
-		return false, nil // changed meanwhile
+		return rec, false, nil // changed meanwhile
 	case err != nil:
-		return false, err
+		return rec, false, err
 	}
-	s.log.Warn("ended a lease the NATS server kept past its TTL", "lease", name, "holder", rec.Holder,
-		"token", rec.Token, "expired_at", rec.ExpiresAt())
-	return true, nil
+	return rec, true, nil
 }
 
 func (s *Store) decode(name string, m *jetstream.RawStreamMsg) (Record, error) {

@@ -589,7 +589,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 	// came so soon after the grant that it rolled the grant up before this
 	// watcher read it. The grant is reported first, from the end's headers.
 	var missed *Event
-	if tok := Token(parseUint(h.Get(hdrToken))); tok != 0 && knowsAll && !replay && h.Get(hdrOp) != opFree {
+	if tok := Token(parseUint(h.Get(hdrToken))); tok != 0 && knowsAll && !replay && h.Get(hdrOp) != opFree && !endedAgain(h) {
 		if prev := live.recs[name]; prev == nil || prev.Token < tok {
 			g := missedGrant(name, tok, h, ev.Time)
 			missed = &g
@@ -633,6 +633,9 @@ func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (E
 		// release). It is reported as a change, so that a fold of the
 		// events is the state.
 		ev.Replay = false
+	}
+	if prev == nil && endedAgain(h) {
+		return Event{}, false // it saw the tenure end, not its return
 	}
 	if reason := h.Get(jetstream.MarkerReasonHeader); reason != "" {
 		// A marker names no tenure. Attribute it to the one this watcher
@@ -684,6 +687,12 @@ func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (E
 		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = prev, prev.Holder, prev.Token, prev.GrantedAt
 	}
 	return ev, true
+}
+
+// endedAgain reports whether h are the headers of an end
+// [Store.EndResurrected] wrote: of a tenure that had ended before.
+func endedAgain(h nats.Header) bool {
+	return h.Get(hdrOp) == "revoke" && h.Get(hdrReason) == ResurrectedReason
 }
 
 func parseUint(s string) uint64 {
