@@ -89,7 +89,8 @@ type Event struct {
 	// (of an ended tenure this watcher did not see live: from the
 	// release's or revocation's tombstone).
 	GrantedAt time.Time
-	// Reason is the revocation reason or the server's marker reason.
+	// Reason is a revocation's reason, or the reason of a server marker
+	// other than a TTL's lapse (an expiry has none).
 	Reason string
 	// Replay is true for events that describe the state when the watch
 	// began rather than a change that happened since. A watch whose

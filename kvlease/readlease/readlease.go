@@ -33,11 +33,19 @@ const (
 // check to the reply reaching the client. A pause of the process between the
 // check and the reply is not covered by any margin: a client that cannot
 // accept a read that old must read authoritatively.
+//
+// Errors: [kvlease.ErrInvalidOption] for a nil lease or read, or a
+// negative margin (nothing read); authoritative's.
 func Read[T any](ctx context.Context, l *kvlease.Lease, margin time.Duration,
 	local func() (T, error), authoritative func(context.Context) (T, error)) (T, ServedFrom, error) {
 	if l == nil || local == nil || authoritative == nil {
 		var zero T
 		return zero, "", fmt.Errorf("%w: readlease.Read needs a lease and both reads", kvlease.ErrInvalidOption)
+	}
+	if margin < 0 {
+		// Taken as 0 it was accepted silently (found by an outside client).
+		var zero T
+		return zero, "", fmt.Errorf("%w: read margin %v is negative", kvlease.ErrInvalidOption, margin)
 	}
 	if l.CheckFor(margin) == nil {
 		v, err := local()

@@ -3,6 +3,7 @@ package readlease_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/election"
 	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -104,5 +106,32 @@ func TestReadLeaseNotServedStaleAfterPause(t *testing.T) {
 	}
 	if got := read(); !strings.HasPrefix(got, "read v2 ") || !strings.HasSuffix(got, string(readlease.ServedAuthoritative)) {
 		t.Fatalf("read after the pause: %q, want v2 served authoritatively (not the stale local v1)", got)
+	}
+}
+
+// Bad input is refused before anything is read: a nil lease or read, and
+// a negative margin (taken as 0, it was accepted silently; found by an
+// outside client).
+func TestReadRefusesBadInput(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	l, err := kvlease.Acquire(t.Context(), st, "read.bad", "h1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	reads := 0
+	local := func() (int, error) { reads++; return 1, nil }
+	auth := func(context.Context) (int, error) { reads++; return 2, nil }
+	for _, c := range []struct {
+		name   string
+		l      *kvlease.Lease
+		margin time.Duration
+	}{{"nil lease", nil, time.Second}, {"negative margin", l, -time.Second}} {
+		if _, _, err := readlease.Read(t.Context(), c.l, c.margin, local, auth); !errors.Is(err, kvlease.ErrInvalidOption) {
+			t.Errorf("%s: %v, want ErrInvalidOption", c.name, err)
+		}
+	}
+	if reads != 0 {
+		t.Errorf("%d reads made for refused input", reads)
 	}
 }
