@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -438,6 +439,13 @@ func (l *Lease) Remaining() time.Duration {
 	d := l.deadline
 	l.mu.Unlock()
 	return d.Sub(l.now())
+}
+
+// LogValue is how a Lease logs with log/slog: its name, holder, token
+// and time left, never its secret (it logged as {}).
+func (l *Lease) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", l.name), slog.String("holder", l.holder),
+		slog.Uint64("token", uint64(l.Token())), slog.Duration("remaining", l.Remaining().Round(time.Millisecond)))
 }
 
 // Check returns nil if the holder may act now, and otherwise a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -561,5 +562,27 @@ func TestAcquireOnAClosedConnectionFailsAtOnce(t *testing.T) {
 	if _, err := kvlease.Acquire(ctx, st, "closed.conn", "h1", time.Minute); !errors.Is(err, kvlease.ErrConnClosed) ||
 		!errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {
 		t.Fatalf("Acquire: %v (ctx %v); want ErrConnClosed before its ctx ends", err, ctx.Err())
+	}
+}
+
+// A Lease logs its name, holder, token and time left, not its secret
+// (it logged as {}; found by an outside client).
+func TestLeaseLogValue(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	l, err := kvlease.Acquire(t.Context(), st, "logged", "h1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	var buf strings.Builder
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("holding", "lease", l)
+	out := buf.String()
+	for _, want := range []string{`"name":"logged"`, `"holder":"h1"`, fmt.Sprintf(`"token":%d`, l.Token()), `"remaining":`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log %s lacks %s", out, want)
+		}
+	}
+	if secret := l.Record().Secret; secret == "" || strings.Contains(out, secret) {
+		t.Errorf("log %s: the secret (%q) is in it, or the lease has none to test with", out, secret)
 	}
 }
