@@ -1,6 +1,10 @@
 package grantor
 
-import "time"
+import (
+	"time"
+
+	"github.com/leased/leased/kvlease"
+)
 
 // SetObservedHook makes s's observer call f with the revision of each
 // change of the bucket it has handled (reported, or skipped as its own).
@@ -32,6 +36,16 @@ func WithOverdueSweep(d time.Duration) Option {
 func WithHistoryLinger(d time.Duration, reported func(rev uint64)) Option {
 	return func(s *Service) error {
 		s.historyLinger, s.onReported = d, reported
+		return nil
+	}
+}
+
+// WithEndCheckedHook makes s's observer call f with each tenure its
+// replay showed live once checked against the history, and whether it
+// ended it.
+func WithEndCheckedHook(f func(rec kvlease.Record, ended bool)) Option {
+	return func(s *Service) error {
+		s.onEndChecked = f
 		return nil
 	}
 }

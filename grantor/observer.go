@@ -336,7 +336,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	open := map[string]*openTenure{}
 	// The tenures its watch replayed live are checked against the history
 	// (endEndedAgain), off this goroutine, from the first sweep on.
-	var replayed []tenureRef
+	var replayed []kvlease.Record
 	var checking atomic.Bool
 	var checkers sync.WaitGroup
 	defer func() {
@@ -414,7 +414,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 				return err
 			}
 			if ev.Replay && !ev.Type.Ends() && ev.Record != nil {
-				replayed = append(replayed, tenureRef{ev.Name, ev.Token})
+				replayed = append(replayed, *ev.Record)
 			}
 			if o.s.onReported != nil {
 				o.s.onReported(ev.Revision)
@@ -546,28 +546,19 @@ func (o *observer) endOverdue(ctx context.Context, open map[string]*openTenure) 
 	}
 }
 
-// tenureRef names a tenure: its lease and token.
-type tenureRef struct {
-	name  string
-	token kvlease.Token
-}
-
-// endEndedAgain ends in the bucket each tenure of refs (replayed live by
-// the observer's watch) whose end the history has, or a later tenure of
-// its lease: one that a server that lost data over an unclean stop
-// brought back. A released tenure comes back once its tombstone has
-// lapsed, live until its own expiry, up to its whole duration: its lease
-// was refused to others as held, and an election's Observe showed a
-// leader that had resigned (found by an outside client, 3 of 3 times).
-// The history's end stands: the bucket's end, with
-// kvlease.ResurrectedReason, is not recorded or announced again (see
-// report). A tenure that really is live has no end in the history, and
-// the end is a compare-and-set on the tenure's token (Store.EndResurrected),
-// so a tenure ended or replaced meanwhile is left alone. The reads are
-// paced (resurrectChecks per resurrectPause) so that a bucket of many
-// leases does not flood the server as the observer takes over.
-func (o *observer) endEndedAgain(ctx context.Context, refs []tenureRef) {
-	for i, r := range refs {
+// endEndedAgain ends in the bucket each tenure of replayed (live in the
+// replay of the observer's watch) that the history shows ended: one that a
+// server that lost data over an unclean stop brought back. A released
+// tenure comes back once its tombstone has lapsed, live until its own
+// expiry, up to its whole duration: its lease was refused to others as
+// held, and an election's Observe showed a leader that had resigned (found
+// by an outside client, 3 of 3 times). The history's end stands: the
+// bucket's end (Store.EndResurrected, kvlease.ResurrectedReason) is not
+// recorded or announced again (see report). The reads are paced
+// (resurrectChecks per resurrectPause) so that a bucket of many leases
+// does not flood the server as the observer takes over.
+func (o *observer) endEndedAgain(ctx context.Context, replayed []kvlease.Record) {
+	for i, rec := range replayed {
 		if i > 0 && i%resurrectChecks == 0 {
 			select {
 			case <-time.After(resurrectPause):
@@ -576,22 +567,41 @@ func (o *observer) endEndedAgain(ctx context.Context, refs []tenureRef) {
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		last, ok, err := o.hist.LastFor(actx, r.name)
+		last, ok, err := o.hist.LastFor(actx, rec.Name)
 		cancel()
-		if err != nil || !ok || last.Token < uint64(r.token) || last.Token == uint64(r.token) && last.Kind != history.KindEnded {
-			if ctx.Err() != nil {
-				return
+		ended := false
+		if err == nil && ok && endedBy(rec, last) {
+			actx, cancel = context.WithTimeout(ctx, attemptTimeout)
+			ended, err = o.s.store.EndResurrected(actx, rec)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				o.s.log.Warn("cannot end a lease the NATS server brought back after it had ended", "lease", rec.Name,
+					"token", rec.Token, "err", err)
 			}
-			continue
 		}
-		actx, cancel = context.WithTimeout(ctx, attemptTimeout)
-		_, err = o.s.store.EndResurrected(actx, r.name, r.token)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			o.s.log.Warn("cannot end a lease the NATS server brought back after it had ended", "lease", r.name,
-				"token", r.token, "err", err)
+		if ctx.Err() != nil {
+			return
+		}
+		if o.s.onEndChecked != nil {
+			o.s.onEndChecked(rec, ended)
 		}
 	}
+}
+
+// endedBy reports whether last, the history's last record of the lease of
+// tenure rec, shows rec ended: its own end (same token, holder and grant
+// time), or a later tenure's begin or end, after rec's grant. Tokens alone
+// are no proof: a bucket made anew (or restored) issues tokens the
+// history has seen before, to live tenures (found in review: a live
+// tenure ended, its holder still at work).
+func endedBy(rec kvlease.Record, last history.Record) bool {
+	switch {
+	case last.Token == uint64(rec.Token):
+		return last.Kind == history.KindEnded && last.Holder == rec.Holder && last.GrantedAt.Equal(rec.GrantedAt)
+	case last.Token > uint64(rec.Token):
+		return last.Time.After(rec.GrantedAt)
+	}
+	return false
 }
 
 // resurrectChecks tenures are checked against the history, at most, per

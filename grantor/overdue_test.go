@@ -163,7 +163,7 @@ func endedInHistory(t *testing.T, nc *nats.Conn, rec kvlease.Record, cause strin
 	for _, r := range []history.Record{
 		{Kind: history.KindGranted, Name: rec.Name, Token: uint64(rec.Token), Holder: rec.Holder, Revision: rec.Revision, Time: rec.GrantedAt},
 		{Kind: history.KindEnded, Name: rec.Name, Token: uint64(rec.Token), Holder: rec.Holder, Revision: rec.Revision + 1,
-			Time: rec.GrantedAt.Add(time.Second), EndedBy: cause},
+			Time: rec.GrantedAt.Add(time.Second), GrantedAt: rec.GrantedAt, EndedBy: cause},
 	} {
 		b, _ := json.Marshal(r)
 		if _, err := js.Publish(t.Context(), history.Subject(kvlease.DefaultBucket, rec.Name), b); err != nil {
@@ -208,11 +208,15 @@ func TestObserverEndsAReleasedTenureTheServerBroughtBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.LoseExpiries(st, "back")
+	reader := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate())
+	back, err := reader.Get(ctx, "back") // as the bucket has it: its times the server's
+	if err != nil || back.Token != rec.Token {
+		t.Fatalf("brought back: %+v, %v; want tenure %d", back, err, rec.Token)
+	}
 	nc := kvleasetest.Connect(t, srv.URL)
-	endedInHistory(t, nc, rec, history.EndReleased)
+	endedInHistory(t, nc, back, history.EndReleased)
 	events := make(chan *nats.Msg, 4)
 	kvleasetest.Subscribe(t, nc, api.SubjectEvents+"back", func(m *nats.Msg) { events <- m })
-	reader := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate())
 	state, err := reader.Watch(ctx, "back", kvlease.ExactName())
 	if err != nil {
 		t.Fatal(err)
@@ -256,5 +260,70 @@ func TestObserverEndsAReleasedTenureTheServerBroughtBack(t *testing.T) {
 			t.Errorf("announced: %s; want only the new grant", m.Data)
 		}
 	default:
+	}
+}
+
+// The history is evidence of an end only for the tenure it names: a live
+// tenure is not ended for a history record with its token but another
+// holder or grant time, nor for a later token recorded before its grant
+// (a bucket made anew, or restored, issues tokens the history has seen
+// before: found in review, where such a tenure was ended with its holder
+// still at work). Its revocation reason cannot be forged: revoke refuses
+// kvlease.ResurrectedReason.
+func TestObserverEndsNoLiveTenureForAnotherTenuresHistory(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	ctx := t.Context()
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	if _, err := history.Open(ctx, js, kvlease.DefaultBucket, history.Options{Create: true}); err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]kvlease.Record{}
+	for _, name := range []string{"fp.same-token", "fp.later-token"} {
+		rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "h", Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live[name] = rec
+	}
+	// Revisions above the bucket's: the observer replays the live
+	// tenures as state, as it would after a restart.
+	for _, r := range []history.Record{
+		{Kind: history.KindEnded, Name: "fp.same-token", Token: uint64(live["fp.same-token"].Token), Holder: "someone-else",
+			Revision: 100, Time: time.Now().Add(-time.Hour), GrantedAt: time.Now().Add(-2 * time.Hour), EndedBy: history.EndReleased},
+		{Kind: history.KindEnded, Name: "fp.later-token", Token: 1000, Holder: "h",
+			Revision: 101, Time: time.Now().Add(-time.Hour), GrantedAt: time.Now().Add(-2 * time.Hour), EndedBy: history.EndReleased},
+	} {
+		b, _ := json.Marshal(r)
+		if _, err := js.Publish(ctx, history.Subject(kvlease.DefaultBucket, r.Name), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checked := make(chan kvlease.Record, 8)
+	f := startOnStore(t, srv.ClientURL(), []kvlease.Option{kvlease.WithoutCreate()}, grantor.DefaultConfig(),
+		grantor.WithOverdueSweep(100*time.Millisecond), grantor.WithEndCheckedHook(func(rec kvlease.Record, ended bool) {
+			if ended {
+				t.Errorf("ended live tenure %s (token %d)", rec.Name, rec.Token)
+			}
+			checked <- rec
+		}))
+	for range live {
+		select {
+		case <-checked:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the observer did not check the live tenures against the history")
+		}
+	}
+	for name, rec := range live {
+		if cur, err := st.Get(ctx, name); err != nil || cur.Token != rec.Token {
+			t.Errorf("%s: %+v, %v; want tenure %d live", name, cur, err, rec.Token)
+		}
+	}
+	if _, err := st.Revoke(ctx, "fp.same-token", kvlease.ResurrectedReason); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("Store.Revoke with the grantor's own reason: %v, want ErrInvalidOption", err)
+	}
+	if _, err := f.client.Revoke(ctx, "fp.same-token", kvlease.ResurrectedReason); !errors.Is(err, api.ErrInvalidRequest) {
+		t.Errorf("revoke through the service with the grantor's own reason: %v, want invalid_argument", err)
 	}
 }

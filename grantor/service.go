@@ -158,6 +158,10 @@ type Service struct {
 	// record of.
 	historyLinger time.Duration
 	onReported    func(rev uint64)
+	// onEndChecked, if set (tests), is called by the observer with each
+	// tenure its replay showed live once it has been checked against the
+	// history (endEndedAgain), and whether it was ended.
+	onEndChecked func(rec kvlease.Record, ended bool)
 
 	mp           metric.MeterProvider
 	namePrefixes []string
@@ -1033,6 +1037,10 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	}
 	if req.Reason == "" {
 		req.Reason = "revoked by operator"
+	}
+	if req.Reason == kvlease.ResurrectedReason {
+		// The history and change events skip the end it marks.
+		return nil, fmt.Errorf("%w: the revocation reason %q is the grantor's own", api.ErrInvalidRequest, req.Reason)
 	}
 	var opts []kvlease.RevokeOption
 	if req.FreeNow {

@@ -1060,14 +1060,20 @@ func (s *Store) releasedBy(ctx context.Context, c tenureClaim) bool {
 // a lease that an earlier revocation still holds (it returns the revoked
 // tenure's name, holder and token then).
 //
-// Errors: [ErrInvalidName]; [ErrNotFound] if no tenure is live (and, with
-// FreeNow, no revocation holds the lease); [ErrUnavailable].
+// Errors: [ErrInvalidName]; [ErrInvalidOption] for the reason
+// [ResurrectedReason], which is the grantor's own; [ErrNotFound] if no
+// tenure is live (and, with FreeNow, no revocation holds the lease);
+// [ErrUnavailable].
 func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeOption) (rec Record, err error) {
 	o := NewRevocation(opts...)
 	ctx, span := s.startSpan(ctx, "revoke", name, telemetry.AttrReason.String(reason))
 	defer func() { endSpan(span, &rec, err) }()
 	if err := ValidateName(name); err != nil {
 		return Record{}, err
+	}
+	if reason == ResurrectedReason {
+		// The history and change events skip the end it marks.
+		return Record{}, fmt.Errorf("%w: the revocation reason %q is the grantor's own", ErrInvalidOption, reason)
 	}
 	span.SetAttributes(telemetry.AttrFreeNow.Bool(o.FreeNow))
 	// Each attempt reads and compare-and-sets within revokeAttemptTimeout:
@@ -1642,19 +1648,26 @@ func (s *Store) EndOverdue(ctx context.Context, name string) (bool, error) {
 // ResurrectedReason is the reason of the end [Store.EndResurrected] writes.
 const ResurrectedReason = "the tenure had ended, and the NATS server brought it back over an unclean restart (nats-server issue 8505); leased ended it again"
 
-// EndResurrected ends tenure token of name if its record is the lease's
-// live one, as [Store.EndOverdue] does for one past its expiry: a
-// revocation (no hold) with the reason [ResurrectedReason], with a
-// compare-and-set on the record's revision. It is for a tenure known to
-// have ended (a grantor's observer reads its end in the history) that the
-// server brought back after an unclean stop, live until its own expiry:
-// released tenures come back so once their tombstone has lapsed (found by
-// an outside client: a resigned leader back for ten minutes). A watch that
-// has not seen the tenure live does not report this end.
-func (s *Store) EndResurrected(ctx context.Context, name string, token Token) (bool, error) {
-	rec, ended, err := s.endIf(ctx, name, "revoke", ResurrectedReason, func(rec Record) bool { return rec.Token == token })
+// opEndAgain is the Leased-Op of the end EndResurrected writes, which
+// only it writes: reported as a revocation with [ResurrectedReason].
+const opEndAgain = "end-again"
+
+// EndResurrected ends tenure (its name, holder, token and grant time) if
+// its record is the lease's live one, as [Store.EndOverdue] does for one
+// past its expiry, with a compare-and-set on the record's revision; it is
+// reported as a revocation with the reason [ResurrectedReason], and frees
+// the lease at once. It is for a tenure known to have ended (a grantor's
+// observer reads its end in the history) that the server brought back
+// after an unclean stop, live until its own expiry: released tenures come
+// back so once their tombstone has lapsed (found by an outside client: a
+// resigned leader back for ten minutes). A watch that has not seen the
+// tenure live does not report this end.
+func (s *Store) EndResurrected(ctx context.Context, tenure Record) (bool, error) {
+	rec, ended, err := s.endIf(ctx, tenure.Name, opEndAgain, ResurrectedReason, func(rec Record) bool {
+		return rec.Token == tenure.Token && rec.Holder == tenure.Holder && rec.GrantedAt.Equal(tenure.GrantedAt)
+	})
 	if ended {
-		s.log.Warn("ended a lease the NATS server brought back after it had ended", "lease", name, "holder", rec.Holder,
+		s.log.Warn("ended a lease the NATS server brought back after it had ended", "lease", tenure.Name, "holder", rec.Holder,
 			"token", rec.Token)
 	}
 	return ended, err

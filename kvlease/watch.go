@@ -662,6 +662,8 @@ func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (E
 		ev.Type = EventReleased
 	case opExpire: // EndOverdue: the expiry the server lost
 		ev.Type = EventExpired
+	case opEndAgain: // EndResurrected
+		ev.Reason = ResurrectedReason
 	case opFree:
 		// The lease a revocation held was freed: the revocation ended the
 		// tenure, and only a watcher that missed it (it still has the
@@ -692,9 +694,7 @@ func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (E
 
 // endedAgain reports whether h are the headers of an end
 // [Store.EndResurrected] wrote: of a tenure that had ended before.
-func endedAgain(h nats.Header) bool {
-	return h.Get(hdrOp) == "revoke" && h.Get(hdrReason) == ResurrectedReason
-}
+func endedAgain(h nats.Header) bool { return h.Get(hdrOp) == opEndAgain }
 
 func parseUint(s string) uint64 {
 	var n uint64
