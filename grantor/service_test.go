@@ -1106,7 +1106,7 @@ func TestRevokeWireReplies(t *testing.T) {
 func TestClientAcquireOnAClosedConnectionFailsAtOnce(t *testing.T) {
 	f := start(t, grantor.DefaultConfig())
 	f.nc.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	if _, err := kvlease.Acquire(ctx, f.client, "closed.conn", "h1", time.Minute); !errors.Is(err, kvlease.ErrConnClosed) ||
 		!errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {

@@ -292,6 +292,9 @@ func (c *Client) measureClock(ctx context.Context) error {
 	if _, _, ok := c.clock.Offset(); ok {
 		return nil
 	}
+	if c.nc.IsClosed() {
+		return kvlease.NotConnected(c.nc, "read the grantor's clock") // it never comes back
+	}
 	wait := c.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		wait = time.Until(dl) // the grant itself gets the client's timeout otherwise
@@ -364,7 +367,7 @@ func (c *Client) read(ctx context.Context, subject string, req, resp any) error 
 		err := c.call(actx, subject, req, resp)
 		cancel()
 		if err == nil || !errors.Is(err, kvlease.ErrUnavailable) || errors.Is(err, nats.ErrNoResponders) ||
-			ctx.Err() != nil || time.Until(dl) < readAttemptMin {
+			errors.Is(err, kvlease.ErrConnClosed) || ctx.Err() != nil || time.Until(dl) < readAttemptMin {
 			return err
 		}
 		if took := time.Since(start); took < readAttemptMin/5 { // answered "unavailable": not at once again
