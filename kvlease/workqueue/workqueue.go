@@ -375,12 +375,12 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 		// failed: done if that one wrote the result.
 		cur, _, gerr := c.q.done.Get(ctx, c.Item)
 		switch {
-		case gerr == nil && recorded(cur):
-		case gerr == nil && cur.Done:
-			c.Orphan()
+		case gerr != nil:
+			return gerr // whether an earlier Complete wrote it is unknown
+		case recorded(cur):
+		case cur.Done:
 			return ErrDone // it will not be redone
 		default:
-			c.Orphan()
 			return err
 		}
 	} else if err := c.q.sink(ctx, c.Item, func(cur doneRecord) (doneRecord, error) {
@@ -400,7 +400,13 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 	if err := c.q.items.Purge(ctx, c.Item); err != nil {
 		return kvlease.JetStreamError("delete item", err)
 	}
-	return c.Close(ctx)
+	if err := c.Close(ctx); err != nil {
+		return err
+	}
+	// After an earlier Complete orphaned the claim, Close releases
+	// nothing: the claim stayed held, unrenewed, for its TTL (found in
+	// review). A release already made is not made again.
+	return c.Lease().Release(ctx)
 }
 
 // errRecorded: the sink has the claim's result already (an earlier

@@ -383,9 +383,15 @@ func TestCompleteAgainAfterItsResultIsRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A first Complete whose write went unanswered orphans the claim
+	// (renewed no more); the retry must still release it.
+	c.Orphan()
 	for i := range 2 {
 		if err := c.Complete(ctx, []byte("ok")); err != nil {
 			t.Fatalf("Complete #%d: %v", i+1, err)
+		}
+		if rec, err := st.Get(ctx, "claim.again.item-1"); !errors.Is(err, kvlease.ErrNotFound) {
+			t.Fatalf("after Complete #%d the claim is %+v, %v; want it released", i+1, rec, err)
 		}
 	}
 	if err := c.Complete(ctx, []byte("other")); !errors.Is(err, workqueue.ErrDone) {
