@@ -188,8 +188,8 @@ func WithAttributes(attrs map[string]string) LeaseOption {
 // have been stored (docs/safety.md, "Lost replies"). Bound the wait with
 // ctx. If ctx ends while an attempt is unanswered, Acquire gives back what
 // that attempt may have granted before it returns (the request sent once
-// more and released, within a second past ctx): a tenure no caller holds
-// would otherwise keep the lease until its TTL.
+// more and released, within a second each past ctx): a tenure no caller
+// holds would otherwise keep the lease until its TTL.
 //
 // Errors: [ErrInvalidOption] for an option that refuses its value, and
 // [ErrInvalidTiming] if the margins leave no validity (nothing sent either
@@ -346,6 +346,13 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			// one's read: wait it out, then ask once more.
 			wait = time.Until(lateUntil)
 		default:
+			if errors.Is(err, ErrHeld) && lateKnown && !sent.Before(lateUntil) {
+				// Answered after every unanswered attempt's last chance to
+				// be carried out: there is nothing to give back (found in
+				// review: a throwaway grant and release otherwise, if the
+				// lease had come free meanwhile).
+				unanswered = nil
+			}
 			return Record{}, t0, n, unanswered, err
 		}
 		select {
@@ -374,15 +381,21 @@ const giveBackTimeout = time.Second
 // is answered with is released: the tenure that attempt made (recovered),
 // or one made now, whose release (carrying the request ID) the attempt
 // then meets if it is carried out later. Held by another, or no answer:
-// nothing more is done (a tenure made then lapses by its TTL).
+// nothing more is done (a tenure made then lapses by its TTL). The grant
+// and the release have giveBackTimeout each.
 func (l *Lease) giveBack(ctx context.Context, req GrantRequest) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
-	defer cancel()
-	rec, err := l.g.Grant(ctx, req)
+	ctx = context.WithoutCancel(ctx)
+	gctx, cancel := context.WithTimeout(ctx, giveBackTimeout)
+	rec, err := l.g.Grant(gctx, req)
+	cancel()
 	if err != nil {
 		return
 	}
-	_ = l.g.Release(ctx, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: rec.Token, Revision: rec.Revision,
+	// A budget of its own: a slow grant must not leave the tenure it made
+	// without the time to release it (found in review).
+	rctx, cancel := context.WithTimeout(ctx, giveBackTimeout)
+	defer cancel()
+	_ = l.g.Release(rctx, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: rec.Token, Revision: rec.Revision,
 		Secret: req.Secret})
 }
 

@@ -432,6 +432,30 @@ func TestAcquireWaitsOutLateAttempts(t *testing.T) {
 	}
 }
 
+// A refusal to an attempt sent after every unanswered attempt's late
+// window is final, and leaves nothing to give back: Acquire sent the
+// request once more as it returned (found in review), which, had the
+// lease come free, granted and released a throwaway tenure.
+func TestAcquireGivesNothingBackAfterTheLateWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 10 * time.Second
+		fake := kvleasetest.NewFakeGrantor()
+		other, err := fake.Grant(t.Context(), kvlease.GrantRequest{Name: "job", Holder: "other", Duration: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Attempt 1 unanswered and never carried out; 2, sent within its
+		// window, and 3, sent after it, refused.
+		g := &lateGrantor{FakeGrantor: fake, window: 3 * time.Second, other: other, lost: []int{1}}
+		if _, err := kvlease.Acquire(t.Context(), g, "job", "h", d, kvlease.WithAttemptTimeout(time.Second)); !errors.Is(err, kvlease.ErrHeld) {
+			t.Fatalf("acquire: %v, want held", err)
+		}
+		if g.calls != 3 {
+			t.Errorf("%d grant calls, want 3 (no give-back)", g.calls)
+		}
+	})
+}
+
 // A retry of a grant whose tenure was released or revoked is told
 // ErrRequestUsed after the server restarts, cleanly or not, though the
 // restarted server has forgotten the grant's message ID (it rebuilds its
