@@ -149,7 +149,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    o.replicas,
-	}, "open fence bucket")
+	}, true, "open fence bucket")
 	if err != nil {
 		return nil, err
 	}

@@ -75,7 +75,8 @@ type doneRecord struct {
 // when done.
 //
 // Errors: [kvlease.ErrInvalidName]; [kvlease.ErrInvalidOption] (nothing
-// sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket].
+// sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket] (also for an
+// existing results bucket, NAME-done, whose entries expire).
 func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, name string, opts ...OpenOption) (*Queue, error) {
 	if js == nil || store == nil {
 		return nil, fmt.Errorf("%w: workqueue.Open needs a JetStream and a store", kvlease.ErrInvalidOption)
@@ -87,16 +88,17 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	if err != nil {
 		return nil, err
 	}
-	open := func(bucket string) (jetstream.KeyValue, error) {
+	// An item that expires is dropped as not found, but a result must stay.
+	open := func(bucket string, keep bool) (jetstream.KeyValue, error) {
 		return kvcas.OpenBucket(ctx, js, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
-			Storage: jetstream.FileStorage, Replicas: oo.replicas}, "open "+bucket)
+			Storage: jetstream.FileStorage, Replicas: oo.replicas}, keep, "open "+bucket)
 	}
 	q := &Queue{name: name, store: store, pending: map[string]bool{}, claimed: map[string]bool{},
 		changed: make(chan struct{})}
-	if q.items, err = open(name + "-items"); err != nil {
+	if q.items, err = open(name+"-items", false); err != nil {
 		return nil, err
 	}
-	done, err := open(name + "-done")
+	done, err := open(name+"-done", true)
 	if err != nil {
 		return nil, err
 	}

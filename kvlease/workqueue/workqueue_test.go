@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -400,5 +401,35 @@ func TestCompleteAgainAfterItsResultIsRecorded(t *testing.T) {
 	done, worker, token, result, err := q.Result(ctx, "item-1")
 	if err != nil || !done || worker != "w1" || token != c.Token() || string(result) != "ok" {
 		t.Fatalf("sink: %v %q %d %q %v", done, worker, token, result, err)
+	}
+}
+
+// A work queue keeps its results: Open refuses an existing results bucket
+// whose entries expire (ErrBucket), as fence.OpenKV does, but not an
+// items bucket with a TTL, where an item that expires is dropped as not
+// found (found in review: both were refused).
+func TestOpenRefusesResultsThatExpire(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	for _, b := range []string{"aging-items", "kept-items", "kept-done"} {
+		cfg := jetstream.KeyValueConfig{Bucket: b}
+		if b != "kept-done" {
+			cfg.TTL = time.Hour
+		}
+		if _, err := js.CreateKeyValue(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q, err := workqueue.Open(ctx, js, st, "kept"); err != nil {
+		t.Errorf("Open with an items bucket that expires its entries: %v", err)
+	} else {
+		q.Close()
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "aging-done", TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := workqueue.Open(ctx, js, st, "aging"); !errors.Is(err, kvlease.ErrBucket) {
+		t.Errorf("Open with a results bucket that expires its entries: %v, want ErrBucket", err)
 	}
 }

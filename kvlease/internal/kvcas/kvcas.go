@@ -15,9 +15,10 @@ import (
 // missing. An existing bucket is opened as it is: its replicas and the rest
 // of its configuration are its owner's to change (an open with the default
 // of one replica made R3 buckets R1; found by an outside client). op names
-// it in errors. Unless cfg itself has TTLs, an existing bucket whose
-// entries expire (the lease bucket, say) is refused with [kvlease.ErrBucket].
-func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, op string) (jetstream.KeyValue, error) {
+// it in errors. With keep (a bucket whose entries must stay: a fence's
+// tokens, a work queue's results), an existing bucket whose entries
+// expire (the lease bucket, say) is refused with [kvlease.ErrBucket].
+func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, keep bool, op string) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
@@ -28,7 +29,7 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 	if err != nil {
 		return nil, kvlease.JetStreamError(op, err)
 	}
-	if cfg.TTL == 0 && cfg.LimitMarkerTTL == 0 {
+	if keep {
 		// A bucket that expires its entries would forget what it keeps (a
 		// fence's highest token: a stale writer accepted). The lease
 		// bucket is one: a fence opened on it took a write, which then
