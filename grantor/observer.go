@@ -813,12 +813,18 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		if ev.Reason == kvlease.ResurrectedReason {
 			return nil // the history has its end (endEndedAgain)
 		}
-		if ev.Revision <= after {
-			// The history has it: a predecessor recorded every change up
-			// to after. Its watch reports such an end only of a tenure it
-			// replayed live from a node behind the stream (kvlease.Watch),
-			// whose end the stream had before this observer began.
-			return nil
+		if ev.Revision <= after && ev.Token != 0 {
+			// Its watch reports an end from before it began only of a
+			// tenure it replayed live from a node behind the stream
+			// (kvlease.Watch). A predecessor has recorded it, unless its
+			// own watch lagged past it (the bucket keeps one entry per
+			// lease): the history says which.
+			lctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+			r, ok, err := o.hist.LastFor(lctx, ev.Name)
+			cancel()
+			if err == nil && ok && (r.Token > uint64(ev.Token) || r.Token == uint64(ev.Token) && r.Kind == history.KindEnded) {
+				return nil
+			}
 		}
 		if t != nil && t.recorded && (ev.Token == 0 || t.token == ev.Token) {
 			return nil

@@ -154,28 +154,43 @@ func testObserver(t *testing.T, opts ...kvlease.Option) (*observer, *nats.Conn) 
 }
 
 // An end at or below the revision the history was complete to when the
-// observer began is recorded already. Its watch reports one only of a
-// tenure it replayed live from a node behind the stream (kvlease.Watch
-// reports that end as a change): recording it again would duplicate the
-// predecessor's record.
-func TestObserverSkipsAnEndItsPredecessorRecorded(t *testing.T) {
+// observer began comes from its watch only for a tenure it replayed live
+// from a node behind the stream (kvlease.Watch reports that end as a
+// change). It is recorded unless the history has it: a predecessor's
+// record is not duplicated, and one whose watch lagged past the end
+// (found in review) is made good.
+func TestObserverRecordsAnEndFromBeforeItBeganOnce(t *testing.T) {
 	o, _ := testObserver(t)
 	ctx, hist := t.Context(), o.hist
 	now := time.Now()
-	open := map[string]*openTenure{"stale.a": {token: 3}}
-	end := kvlease.Event{Type: kvlease.EventReleased, Name: "stale.a", Revision: 6, Time: now, Holder: "h1", Token: 3,
-		GrantedAt: now.Add(-time.Second)}
-	if err := o.report(ctx, end, 9, open); err != nil {
+	end := func(name string) kvlease.Event {
+		return kvlease.Event{Type: kvlease.EventReleased, Name: name, Revision: 6, Time: now, Holder: "h1", Token: 3,
+			GrantedAt: now.Add(-time.Second)}
+	}
+	// "stale.recorded": the predecessor recorded the end.
+	if _, err := hist.Append(ctx, history.Record{Kind: history.KindEnded, Name: "stale.recorded", Token: 3, Holder: "h1",
+		Revision: 6, Time: now, EndedBy: history.EndReleased}); err != nil {
 		t.Fatal(err)
+	}
+	open := map[string]*openTenure{"stale.recorded": {token: 3}, "stale.missed": {token: 3}}
+	for _, name := range []string{"stale.recorded", "stale.missed"} {
+		if err := o.report(ctx, end(name), 9, open); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := o.flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := hist.Read(ctx, "stale.", now.Add(-time.Hour))
-	if err != nil {
-		t.Fatal(err)
+	for name, want := range map[string]int{"stale.recorded": 1, "stale.missed": 1} {
+		recs, err := hist.Read(ctx, name, now.Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != want || recs[0].Kind != history.KindEnded {
+			t.Errorf("history of %s: %+v; want its one end", name, recs)
+		}
 	}
-	if len(recs) != 0 || len(open) != 0 {
-		t.Fatalf("history %+v, open %v: want nothing recorded and the tenure closed", recs, open)
+	if len(open) != 0 {
+		t.Errorf("open tenures left: %v", open)
 	}
 }
