@@ -413,7 +413,10 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 			if err := o.report(ctx, ev, after, open); err != nil {
 				return err
 			}
-			if ev.Replay && !ev.Type.Ends() && ev.Record != nil {
+			if ev.Replay && !ev.Type.Ends() && ev.Record != nil && ev.Revision <= after {
+				// Stored before this observer began (a tenure renewed
+				// since is live for sure): after a cut-off, its new
+				// watch's replay brings the others again, not these.
 				replayed = append(replayed, *ev.Record)
 			}
 			if o.s.onReported != nil {
