@@ -592,20 +592,27 @@ func (o *observer) endEndedAgain(ctx context.Context, replayed []kvlease.Record)
 }
 
 // endedBy reports whether last, the history's last record of the lease of
-// tenure rec, shows rec ended: its own end (same token, holder and grant
-// time), or a later tenure's begin or end, after rec's grant. Tokens alone
-// are no proof: a bucket made anew (or restored) issues tokens the
-// history has seen before, to live tenures (found in review: a live
-// tenure ended, its holder still at work).
+// tenure rec, shows rec ended: its own end (same token and holder, granted
+// within grantTimeSlack of rec's grant), or a later tenure's begin or end,
+// after rec's grant. Tokens alone are no proof: a bucket made anew issues
+// tokens the history has seen before, to live tenures (found in review: a
+// live tenure ended, its holder still at work). The grant times are
+// compared with a slack: an end's grant time may be the granting node's
+// clock (the tombstone a Store writes names the tenure as it has it).
 func endedBy(rec kvlease.Record, last history.Record) bool {
 	switch {
 	case last.Token == uint64(rec.Token):
-		return last.Kind == history.KindEnded && last.Holder == rec.Holder && last.GrantedAt.Equal(rec.GrantedAt)
+		return last.Kind == history.KindEnded && last.Holder == rec.Holder && !last.GrantedAt.IsZero() &&
+			last.GrantedAt.Sub(rec.GrantedAt).Abs() <= grantTimeSlack
 	case last.Token > uint64(rec.Token):
 		return last.Time.After(rec.GrantedAt)
 	}
 	return false
 }
+
+// grantTimeSlack bounds the difference of two clocks' grant times of one
+// tenure (endedBy).
+const grantTimeSlack = 10 * time.Second
 
 // resurrectChecks tenures are checked against the history, at most, per
 // resurrectPause (endEndedAgain).

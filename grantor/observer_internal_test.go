@@ -194,3 +194,36 @@ func TestObserverRecordsAnEndFromBeforeItBeganOnce(t *testing.T) {
 		t.Errorf("open tenures left: %v", open)
 	}
 }
+
+// The history shows a tenure ended only for that tenure: its own end (same
+// token and holder, granted within the slack of two clocks), or a later
+// tenure recorded after its grant; a token alone is no proof (a bucket
+// made anew reuses them).
+func TestEndedBy(t *testing.T) {
+	granted := time.Date(2026, 12, 5, 20, 0, 0, 0, time.UTC)
+	rec := kvlease.Record{Name: "a", Holder: "h1", Token: 3, GrantedAt: granted}
+	end := func(mod func(*history.Record)) history.Record {
+		r := history.Record{Kind: history.KindEnded, Name: "a", Token: 3, Holder: "h1", GrantedAt: granted.Add(2 * time.Millisecond),
+			Time: granted.Add(time.Second)}
+		mod(&r)
+		return r
+	}
+	for _, c := range []struct {
+		name string
+		last history.Record
+		want bool
+	}{
+		{"its end, the granting node's clock", end(func(*history.Record) {}), true},
+		{"its begin only", end(func(r *history.Record) { r.Kind = history.KindGranted }), false},
+		{"another holder's", end(func(r *history.Record) { r.Holder = "h2" }), false},
+		{"granted a minute apart", end(func(r *history.Record) { r.GrantedAt = granted.Add(-time.Minute) }), false},
+		{"no grant time", end(func(r *history.Record) { r.GrantedAt = time.Time{} }), false},
+		{"a later tenure after it", end(func(r *history.Record) { r.Token, r.Kind = 9, history.KindGranted }), true},
+		{"a later token before it", end(func(r *history.Record) { r.Token, r.Time = 9, granted.Add(-time.Hour) }), false},
+		{"an earlier token", end(func(r *history.Record) { r.Token = 2 }), false},
+	} {
+		if got := endedBy(rec, c.last); got != c.want {
+			t.Errorf("%s: endedBy = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
