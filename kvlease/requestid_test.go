@@ -432,6 +432,17 @@ func TestAcquireWaitsOutLateAttempts(t *testing.T) {
 	}
 }
 
+// heldByOther is a FakeGrantor on which "other" holds "job" for d.
+func heldByOther(t *testing.T, d time.Duration) (*kvleasetest.FakeGrantor, kvlease.Record) {
+	t.Helper()
+	fake := kvleasetest.NewFakeGrantor()
+	other, err := fake.Grant(t.Context(), kvlease.GrantRequest{Name: "job", Holder: "other", Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, other
+}
+
 // A refusal to an attempt sent after every unanswered attempt's late
 // window is final, and leaves nothing to give back: Acquire sent the
 // request once more as it returned (found in review), which, had the
@@ -439,11 +450,7 @@ func TestAcquireWaitsOutLateAttempts(t *testing.T) {
 func TestAcquireGivesNothingBackAfterTheLateWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 10 * time.Second
-		fake := kvleasetest.NewFakeGrantor()
-		other, err := fake.Grant(t.Context(), kvlease.GrantRequest{Name: "job", Holder: "other", Duration: d})
-		if err != nil {
-			t.Fatal(err)
-		}
+		fake, other := heldByOther(t, d)
 		// Attempt 1 unanswered and never carried out; 2, sent within its
 		// window, and 3, sent after it, refused.
 		g := &lateGrantor{FakeGrantor: fake, window: 3 * time.Second, other: other, lost: []int{1}}
@@ -534,11 +541,7 @@ func (g *notSentGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (k
 func TestAcquireNotSentAttemptKeepsTheLateWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 10 * time.Second
-		fake := kvleasetest.NewFakeGrantor()
-		other, err := fake.Grant(t.Context(), kvlease.GrantRequest{Name: "job", Holder: "other", Duration: d})
-		if err != nil {
-			t.Fatal(err)
-		}
+		fake, other := heldByOther(t, d)
 		g := &notSentGrantor{lateGrantor: &lateGrantor{FakeGrantor: fake, window: 3 * time.Second, other: other, lost: []int{1}, late: 1},
 			notSent: 2}
 		l, err := kvlease.Acquire(t.Context(), g, "job", "h", d, kvlease.WithAttemptTimeout(time.Second))
