@@ -11,6 +11,14 @@ import (
 // Call it before Start.
 func SetObservedHook(s *Service, f func(rev uint64)) { s.onObserved = f }
 
+// WithObservedHook is SetObservedHook as an option of New.
+func WithObservedHook(f func(rev uint64)) Option {
+	return func(s *Service) error {
+		s.onObserved = f
+		return nil
+	}
+}
+
 // WithFeedHook makes s's observer call f(true) when it moves to the
 // service's own watch and f(false) when the feed cuts it off; buffer, if
 // above 0, is the feed's buffer instead of feedBuffer.
