@@ -353,10 +353,16 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	defer linger.Stop()
 	// The first sweep comes soon: a server that lost expiries did so as it
 	// restarted, which is often why this observer was elected.
-	sweep := time.NewTicker(min(time.Second, cmp.Or(o.s.overdueSweep, overdueSweep)))
+	sweep := time.NewTicker(min(time.Second, sweepEvery(o.s)))
 	defer sweep.Stop()
 	swept := false
 	var handled uint64 // the revision of the last change handled
+	// The NATS server this node's connection is on: one that changes
+	// under a running observer (serve --nats-url, restarted or failed
+	// over) may have lost data in an unclean stop, as one does that makes
+	// a node elect a new observer (see rescan).
+	nc := o.s.store.JetStream().Conn()
+	server := nc.ConnectedServerId()
 	// flush writes what is pending, only while this node still observes:
 	// one paused since it queued the records reports nothing more.
 	flush := func() error {
@@ -387,6 +393,16 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 			if err := lead.Lease().Check(); err != nil {
 				return err
 			}
+			if id := nc.ConnectedServerId(); id != "" && id != server {
+				recs, err := o.rescan(ctx, handled, open)
+				if err == nil || server == "" {
+					server = id
+				}
+				if err != nil && ctx.Err() == nil {
+					o.s.log.Warn("cannot look for leases the NATS server brought back", "err", err, "retry_in", sweepEvery(o.s))
+				}
+				replayed = append(replayed, recs...)
+			}
 			o.endOverdue(ctx, open)
 			if len(replayed) > 0 && !checking.Load() {
 				refs := replayed
@@ -399,7 +415,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 			}
 			if !swept {
 				swept = true
-				sweep.Reset(cmp.Or(o.s.overdueSweep, overdueSweep))
+				sweep.Reset(sweepEvery(o.s))
 			}
 			continue
 		}
@@ -544,10 +560,69 @@ func (o *observer) endOverdue(ctx context.Context, open map[string]*openTenure) 
 		case !ended:
 			// Renewed meanwhile (its renewal is on the way), gone, or not
 			// overdue by the server's clock yet: look again next time.
-			t.expires = t.expires.Add(cmp.Or(o.s.overdueSweep, overdueSweep))
+			t.expires = t.expires.Add(sweepEvery(o.s))
 		}
 	}
 }
+
+// rescan reads the bucket as it is now, after the NATS server changed
+// under the running observer, and opens each tenure live there that the
+// observer did not have open, stored at or before handled (the revision of
+// the last change it handled: the later ones are on their way to it). It
+// returns them, for endEndedAgain. A server that stopped uncleanly and
+// came back brings back tenures the history has seen end (nats-server
+// issue 8505), and its watch does not replay what it had passed: they
+// stayed live, their leases refused to others, until their own expiry
+// (found trying a --nats-url server kill by hand). Opened, those the
+// server also keeps past their TTL are ended by endOverdue.
+//
+// It runs on the observer's goroutine, so that no change is handled
+// between the read and the opening: what the read shows at or before
+// handled, no change after it has superseded.
+func (o *observer) rescan(ctx context.Context, handled uint64, open map[string]*openTenure) ([]kvlease.Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, rescanTimeout)
+	defer cancel()
+	w, err := o.s.store.Watch(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	live := map[string]kvlease.Record{}
+	err = w.CatchUp(ctx, func(ev kvlease.Event) error {
+		if ev.Type.Ends() || ev.Record == nil {
+			delete(live, ev.Name)
+		} else {
+			live[ev.Name] = *ev.Record
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var back []kvlease.Record
+	for name, rec := range live {
+		if reserved(name) || rec.Revision > handled {
+			continue
+		}
+		if t := open[name]; t == nil || t.token != rec.Token {
+			t = &openTenure{token: rec.Token}
+			t.seen(&rec)
+			open[name] = t
+			back = append(back, rec)
+		}
+	}
+	if len(back) > 0 {
+		o.s.log.Info("the NATS server changed: checking the leases live there that this observer had not open against the history",
+			"leases", len(back))
+	}
+	return back, nil
+}
+
+// rescanTimeout bounds a rescan's read of the bucket.
+const rescanTimeout = time.Minute
+
+// sweepEvery is how often the observer sweeps (endOverdue, rescan).
+func sweepEvery(s *Service) time.Duration { return cmp.Or(s.overdueSweep, overdueSweep) }
 
 // endEndedAgain ends in the bucket each tenure of replayed (live in the
 // replay of the observer's watch) that the history shows ended: one that a

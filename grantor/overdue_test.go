@@ -327,3 +327,42 @@ func TestObserverEndsNoLiveTenureForAnotherTenuresHistory(t *testing.T) {
 		t.Errorf("revoke through the service with the grantor's own reason: %v, want invalid_argument", err)
 	}
 }
+
+// A server the service reaches with --nats-url can stop uncleanly while
+// the observer runs: the released tenure it brings back is ended as one
+// found at a takeover is, without the observer changing hands.
+func TestObserverEndsATenureItsServerBroughtBackWhileItObserved(t *testing.T) {
+	srv := kvleasetest.StartChildServer(t)
+	ctx := t.Context()
+	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
+	f := startOnStore(t, srv.URL, []kvlease.Option{kvlease.WithoutCreate()}, grantor.DefaultConfig(),
+		grantor.WithOverdueSweep(100*time.Millisecond))
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "back", Holder: "old", Duration: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "back", Holder: "old", Token: rec.Token, Revision: rec.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	waitRecords(t, f.svc.History(), "back", 2)
+	srv.LoseExpiries(st, "back")
+	reader := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate())
+	state, err := reader.Watch(ctx, "back", kvlease.ExactName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(state.Stop)
+	ev := kvleasetest.NextEvent(t, state, 20*time.Second, kvleasetest.OfType("back", kvlease.EventRevoked))
+	if ev.Token != rec.Token || ev.Reason != kvlease.ResurrectedReason {
+		t.Fatalf("the end: %+v; want tenure %d ended with the reason %q", ev, rec.Token, kvlease.ResurrectedReason)
+	}
+	if recs := waitRecords(t, f.svc.History(), "back", 2); len(recs) != 2 {
+		t.Errorf("history of back: %+v; want the tenure's begin and one end", recs)
+	}
+	// The tenures live across the restarts stay so.
+	for _, name := range []string{"kvleasetest.after.0", "kvleasetest.later.0"} {
+		if rec, err := reader.Get(ctx, name); err != nil || rec.Holder != "h" {
+			t.Errorf("%s after the check: %+v, %v; want it held by h", name, rec, err)
+		}
+	}
+}
