@@ -294,7 +294,7 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	}
 	fs.StringVar(&c.url, "url", url, "NATS server URL(s), comma-separated (env LEASED_URL)")
 	c.natsFlags.register(fs)
-	fs.StringVarP(&c.output, "output", "o", "text", "output format: text or json")
+	fs.StringVarP(&c.output, "output", "o", "text", "output format: text or json (one JSON object per line: per lease, event or row)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server, connecting included (for a grant: all its attempts)")
 }
 
