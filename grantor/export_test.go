@@ -50,8 +50,8 @@ func WithHistoryLinger(d time.Duration, reported func(rev uint64)) Option {
 
 // WithEndCheckedHook makes s's observer call f with each tenure its
 // replay showed live once checked against the history, and whether it
-// ended it.
-func WithEndCheckedHook(f func(rec kvlease.Record, ended bool)) Option {
+// ended it, or the error of a check that failed.
+func WithEndCheckedHook(f func(rec kvlease.Record, ended bool, err error)) Option {
 	return func(s *Service) error {
 		s.onEndChecked = f
 		return nil

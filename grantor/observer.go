@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -335,10 +337,17 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	}()
 	open := map[string]*openTenure{}
 	// The tenures its watch replayed live are checked against the history
-	// (endEndedAgain), off this goroutine, from the first sweep on.
-	var replayed []kvlease.Record
-	var checking atomic.Bool
-	var checkers sync.WaitGroup
+	// (endEndedAgain), off this goroutine, from the first sweep on; those
+	// whose check failed (JetStream unavailable, as it often is just after
+	// the restart that made this observer) are checked again at the next.
+	// By name: a replay after each cut-off brings the same ones again.
+	replayed := map[string]kvlease.Record{}
+	var (
+		checking atomic.Bool
+		checkers sync.WaitGroup
+		failedMu sync.Mutex
+		failed   []kvlease.Record // checks that failed, for the next sweep
+	)
 	defer func() {
 		cancel()
 		checkers.Wait()
@@ -401,16 +410,33 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 				if err != nil && ctx.Err() == nil {
 					o.s.log.Warn("cannot look for leases the NATS server brought back", "err", err, "retry_in", sweepEvery(o.s))
 				}
-				replayed = append(replayed, recs...)
+				for _, rec := range recs {
+					replayed[rec.Name] = rec
+				}
 			}
 			o.endOverdue(ctx, open)
+			if !checking.Load() {
+				failedMu.Lock()
+				for _, rec := range failed {
+					if _, ok := replayed[rec.Name]; !ok {
+						replayed[rec.Name] = rec
+					}
+				}
+				failed = nil
+				failedMu.Unlock()
+			}
 			if len(replayed) > 0 && !checking.Load() {
-				refs := replayed
-				replayed = nil
+				refs := slices.SortedFunc(maps.Values(replayed), func(a, b kvlease.Record) int { // as replayed
+					return cmp.Compare(a.Revision, b.Revision)
+				})
+				clear(replayed)
 				checking.Store(true)
 				checkers.Go(func() {
 					defer checking.Store(false)
-					o.endEndedAgain(ctx, refs)
+					left := o.endEndedAgain(ctx, refs)
+					failedMu.Lock()
+					failed = append(failed, left...)
+					failedMu.Unlock()
 				})
 			}
 			if !swept {
@@ -433,7 +459,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 				// Stored before this observer began (a tenure renewed
 				// since is live for sure): after a cut-off, its new
 				// watch's replay brings the others again, not these.
-				replayed = append(replayed, *ev.Record)
+				replayed[ev.Name] = *ev.Record
 			}
 			if o.s.onReported != nil {
 				o.s.onReported(ev.Revision)
@@ -634,14 +660,17 @@ func sweepEvery(s *Service) time.Duration { return cmp.Or(s.overdueSweep, overdu
 // bucket's end (Store.EndResurrected, kvlease.ResurrectedReason) is not
 // recorded or announced again (see report). The reads are paced
 // (resurrectChecks per resurrectPause) so that a bucket of many leases
-// does not flood the server as the observer takes over.
-func (o *observer) endEndedAgain(ctx context.Context, replayed []kvlease.Record) {
+// does not flood the server as the observer takes over. It returns the
+// tenures whose check failed, to be checked again (found in review: one
+// check, just after an unclean restart, left a tenure whose history read
+// failed live until its own expiry).
+func (o *observer) endEndedAgain(ctx context.Context, replayed []kvlease.Record) (failed []kvlease.Record) {
 	for i, rec := range replayed {
 		if i > 0 && i%resurrectChecks == 0 {
 			select {
 			case <-time.After(resurrectPause):
 			case <-ctx.Done():
-				return
+				return nil
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
@@ -652,35 +681,42 @@ func (o *observer) endEndedAgain(ctx context.Context, replayed []kvlease.Record)
 			actx, cancel = context.WithTimeout(ctx, attemptTimeout)
 			ended, err = o.s.store.EndResurrected(actx, rec)
 			cancel()
-			if err != nil && ctx.Err() == nil {
-				o.s.log.Warn("cannot end a lease the NATS server brought back after it had ended", "lease", rec.Name,
-					"token", rec.Token, "err", err)
-			}
 		}
 		if ctx.Err() != nil {
-			return
+			return nil
+		}
+		if err != nil {
+			o.s.log.Warn("cannot check a lease the NATS server may have brought back after it had ended", "lease", rec.Name,
+				"token", rec.Token, "err", err, "retry_in", sweepEvery(o.s))
+			failed = append(failed, rec)
 		}
 		if o.s.onEndChecked != nil {
-			o.s.onEndChecked(rec, ended)
+			o.s.onEndChecked(rec, ended, err)
 		}
 	}
+	return failed
 }
 
 // endedBy reports whether last, the history's last record of the lease of
 // tenure rec, shows rec ended: its own end (same token and holder, granted
 // within grantTimeSlack of rec's grant), or a later tenure's begin or end,
-// after rec's grant. Tokens alone are no proof: a bucket made anew issues
-// tokens the history has seen before, to live tenures (found in review: a
-// live tenure ended, its holder still at work). The grant times are
-// compared with a slack: an end's grant time may be the granting node's
-// clock (the tombstone a Store writes names the tenure as it has it).
+// more than grantTimeSlack after rec's grant. Tokens alone are no proof: a
+// bucket made anew issues tokens the history has seen before, to live
+// tenures (found in review: a live tenure ended, its holder still at
+// work). The times are compared with a slack: an end's grant time may be
+// the granting node's clock (the tombstone a Store writes names the
+// tenure as it has it), and so may rec's.
 func endedBy(rec kvlease.Record, last history.Record) bool {
 	switch {
 	case last.Token == uint64(rec.Token):
 		return last.Kind == history.KindEnded && last.Holder == rec.Holder && !last.GrantedAt.IsZero() &&
 			last.GrantedAt.Sub(rec.GrantedAt).Abs() <= grantTimeSlack
 	case last.Token > uint64(rec.Token):
-		return last.Time.After(rec.GrantedAt)
+		// last.Time is the server's clock, rec.GrantedAt may be the
+		// granting node's: past the slack, so that a tenure granted just
+		// after a recreated bucket's last record, on a node whose clock is
+		// behind the server's, is not taken for one before it (review).
+		return last.Time.After(rec.GrantedAt.Add(grantTimeSlack))
 	}
 	return false
 }

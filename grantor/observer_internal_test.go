@@ -218,7 +218,8 @@ func TestEndedBy(t *testing.T) {
 		{"another holder's", end(func(r *history.Record) { r.Holder = "h2" }), false},
 		{"granted a minute apart", end(func(r *history.Record) { r.GrantedAt = granted.Add(-time.Minute) }), false},
 		{"no grant time", end(func(r *history.Record) { r.GrantedAt = time.Time{} }), false},
-		{"a later tenure after it", end(func(r *history.Record) { r.Token, r.Kind = 9, history.KindGranted }), true},
+		{"a later tenure after it", end(func(r *history.Record) { r.Token, r.Kind, r.Time = 9, history.KindGranted, granted.Add(time.Minute) }), true},
+		{"a later token within the clocks' slack", end(func(r *history.Record) { r.Token, r.Kind = 9, history.KindGranted }), false},
 		{"a later token before it", end(func(r *history.Record) { r.Token, r.Time = 9, granted.Add(-time.Hour) }), false},
 		{"an earlier token", end(func(r *history.Record) { r.Token = 2 }), false},
 	} {

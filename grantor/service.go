@@ -160,8 +160,9 @@ type Service struct {
 	onReported    func(rev uint64)
 	// onEndChecked, if set (tests), is called by the observer with each
 	// tenure its replay showed live once it has been checked against the
-	// history (endEndedAgain), and whether it was ended.
-	onEndChecked func(rec kvlease.Record, ended bool)
+	// history (endEndedAgain), and whether it was ended, or with the
+	// check's error.
+	onEndChecked func(rec kvlease.Record, ended bool, err error)
 
 	mp           metric.MeterProvider
 	namePrefixes []string

@@ -209,3 +209,35 @@ func TestLapsedLeaseStaysLapsedAfterSIGKILL(t *testing.T) {
 		t.Errorf("EndOverdue of a live lease: %v, %v; want nothing done", ended, err)
 	}
 }
+
+// EndResurrected ends only the record it is given: a tenure renewed since
+// has its holder at work (found in review: it was ended, without hold).
+func TestEndResurrectedLeavesATenureRenewedSince(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	g, err := st.Grant(ctx, kvlease.GrantRequest{Name: "r", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, err := st.Get(ctx, "r") // as an observer's replay shows it
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Renew(ctx, kvlease.RenewRequest{Name: "r", Holder: "h", Token: g.Token, Revision: g.Revision, Secret: g.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ended, err := st.EndResurrected(ctx, seen); ended || err != nil {
+		t.Fatalf("EndResurrected of revision %d, renewed since: ended %v, %v; want it left alone", seen.Revision, ended, err)
+	}
+	cur, err := st.Get(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ended, err := st.EndResurrected(ctx, cur); !ended || err != nil {
+		t.Fatalf("EndResurrected of the live revision %d (renewed to %d): ended %v, %v", cur.Revision, r.Revision, ended, err)
+	}
+	if _, err := st.Get(ctx, "r"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("after EndResurrected: %v; want not found", err)
+	}
+}

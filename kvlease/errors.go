@@ -78,7 +78,8 @@ var (
 	// it took no effect and never will: a [Grantor] returns it so that
 	// [Acquire] does not wait out an attempt that never went.
 	ErrNotSent = errors.New("kvlease: request not sent")
-	// ErrConnClosed (always with ErrUnavailable and ErrNotSent): the NATS
+	// ErrConnClosed (always with ErrUnavailable, and with ErrNotSent
+	// unless the connection closed while the request was out): the NATS
 	// connection was closed by its owner and never comes back, so
 	// [Acquire] and [RetryUnavailable] stop at it instead of retrying
 	// until their context ends ([NotConnected]).

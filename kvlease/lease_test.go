@@ -565,6 +565,37 @@ func TestAcquireOnAClosedConnectionFailsAtOnce(t *testing.T) {
 	}
 }
 
+// So do Acquire and reads whose Store must read first: a closed
+// connection's request fails with nats.ErrConnectionClosed, not "not
+// connected" (found in review: an Acquire of a lease its Store had seen
+// held retried until its context ended).
+func TestReadsOnAClosedConnectionFailAtOnce(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "held", Holder: "o", Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	closed := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, kvlease.ErrConnClosed) || !errors.Is(err, kvlease.ErrUnavailable) || ctx.Err() != nil {
+			t.Errorf("%s: %v (ctx %v); want ErrConnClosed before its ctx ends", what, err, ctx.Err())
+		}
+	}
+	_, err = kvlease.Acquire(ctx, st, "held", "h1", time.Minute)
+	closed("Acquire of a lease the Store saw held", err)
+	_, err = kvlease.RetryUnavailable(ctx, time.Second, nil, func() (kvlease.Record, error) { return st.Get(ctx, "held") })
+	closed("RetryUnavailable of Get", err)
+	_, err = st.Watch(ctx, "")
+	closed("Watch", err)
+}
+
 // A Lease logs its name, holder, token and time left, not its secret
 // (it logged as {}; found by an outside client).
 func TestLeaseLogValue(t *testing.T) {

@@ -1652,9 +1652,11 @@ const ResurrectedReason = "the tenure had ended, and the NATS server brought it 
 // only it writes: reported as a revocation with [ResurrectedReason].
 const opEndAgain = "end-again"
 
-// EndResurrected ends tenure (its name, holder, token and grant time) if
-// its record is the lease's live one, as [Store.EndOverdue] does for one
-// past its expiry, with a compare-and-set on the record's revision; it is
+// EndResurrected ends tenure (its name, holder, token, grant time and
+// revision) if its record is the lease's live one, as [Store.EndOverdue]
+// does for one past its expiry, with a compare-and-set on the revision: a
+// tenure renewed since tenure was read has a holder at work, and is left
+// alone (found in review: it was ended, without hold). It is
 // reported as a revocation with the reason [ResurrectedReason], and frees
 // the lease at once. It is for a tenure known to have ended (a grantor's
 // observer reads its end in the history) that the server brought back
@@ -1664,7 +1666,8 @@ const opEndAgain = "end-again"
 // tenure live does not report this end.
 func (s *Store) EndResurrected(ctx context.Context, tenure Record) (bool, error) {
 	rec, ended, err := s.endIf(ctx, tenure.Name, opEndAgain, ResurrectedReason, func(rec Record) bool {
-		return rec.Token == tenure.Token && rec.Holder == tenure.Holder && rec.GrantedAt.Equal(tenure.GrantedAt)
+		return rec.Token == tenure.Token && rec.Holder == tenure.Holder && rec.GrantedAt.Equal(tenure.GrantedAt) &&
+			rec.Revision == tenure.Revision
 	})
 	if ended {
 		s.log.Warn("ended a lease the NATS server brought back after it had ended", "lease", tenure.Name, "holder", rec.Holder,
@@ -1907,6 +1910,12 @@ func translate(op string, err error) error {
 	case errors.Is(err, nats.ErrMaxPayload):
 		// Refused by the client before it was sent: too large, every time.
 		return fmt.Errorf("%w: %s: %w", ErrTooLarge, op, err)
+	case errors.Is(err, nats.ErrConnectionClosed):
+		// Closed before or while it went: it never comes back, so a read
+		// or write retried on it waits in vain (found in review: an
+		// Acquire whose Store read the lease first, and a Campaign's
+		// watch, retried until their context ended).
+		return fmt.Errorf("%w: %w: %s: %w", ErrUnavailable, ErrConnClosed, op, err)
 	case errors.As(err, &apiErr) && apiErr.Code >= 500:
 		// Cluster unavailable, no quorum, store failure: try again.
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)

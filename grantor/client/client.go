@@ -434,6 +434,8 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload): // with its headers
 		return fmt.Errorf("%w: %s: %w", kvlease.ErrTooLarge, subject, err)
+	case errors.Is(err, nats.ErrConnectionClosed): // closed while it was out
+		return fmt.Errorf("%w: %w: %s: %w", kvlease.ErrUnavailable, kvlease.ErrConnClosed, subject, err)
 	case err != nil:
 		return fmt.Errorf("%w: %s: %w", kvlease.ErrUnavailable, subject, err)
 	}

@@ -169,6 +169,24 @@ func TestCampaignEndsWithContext(t *testing.T) {
 	}
 }
 
+// A Campaign on a closed connection fails at once, not at its context's
+// end (found in review: with context.Background() it never returned).
+func TestCampaignOnAClosedConnectionFailsAtOnce(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := election.New(st, "leader.closed")
+	nc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := e.Campaign(ctx, "c1", 5*time.Second); !errors.Is(err, kvlease.ErrConnClosed) || ctx.Err() != nil {
+		t.Fatalf("Campaign: %v (ctx %v); want ErrConnClosed before its ctx ends", err, ctx.Err())
+	}
+}
+
 // A leader's own renew-now hints (kvlease.WithRenewNow among its keeper
 // options) are heard beside the election's: the election's option
 // replaced the caller's, whose hints were never read (found by an outside

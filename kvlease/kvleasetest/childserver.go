@@ -107,6 +107,20 @@ func (c *ChildServer) Kill() {
 	_ = c.proc.Wait()
 }
 
+// Pause stops the server with SIGSTOP: it keeps its connections and
+// answers nothing until [ChildServer.Resume], as a process paused by the
+// kernel, a debugger or a VM's host does.
+func (c *ChildServer) Pause() { c.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (c *ChildServer) Resume() { c.signal(syscall.SIGCONT) }
+
+func (c *ChildServer) signal(sig syscall.Signal) {
+	if err := c.proc.Process.Signal(sig); err != nil {
+		c.tb.Errorf("kvleasetest: %v to the server child: %v", sig, err)
+	}
+}
+
 // LoseExpiries makes srv bring back the leases names, which st has just
 // granted (less than a second ago) for 1 s on a bucket whose markers last
 // 1 s, with their expiries lost, as nats-server v2.15.2 does after an
