@@ -209,6 +209,8 @@ func TestServeUnsyncedDoesNotBatch(t *testing.T) {
 // serve --nats-url started before its NATS server listens (a compose file
 // starting both at once) waits for it, as it then waits for JetStream:
 // it used to exit at once with "no servers available for connection".
+// Once running, it logs losing that server and finding it again (it said
+// nothing either way).
 func TestServeWaitsForItsNATS(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -219,11 +221,17 @@ func TestServeWaitsForItsNATS(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	logs := serveOn(t, url)
 	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"waiting for NATS"`) })
-	kvleasetest.NewServer(t, kvleasetest.WithPort(port))
+	srv := kvleasetest.NewServer(t, kvleasetest.WithPort(port))
 	logs.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
 	if r := leased(t, url, "acquire", "late.nats", "--ttl", "10s"); r.code != 0 {
 		t.Fatalf("acquire through the serve that waited: exit %d: %s", r.code, r.stderr)
 	}
+	srv.Shutdown()
+	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"lost the connection to NATS; reconnecting"`) })
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"reconnected to NATS"`) })
 }
 
 // --name names the grantor on a NATS server of one's own too, as README

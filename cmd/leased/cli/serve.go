@@ -565,6 +565,20 @@ func (f serveFlags) connectWaiting(ctx context.Context, url string, srv *embedde
 	defer cancel()
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		nc, err := f.connectOwn(url, srv, onErr)
+		if err == nil && srv == nil {
+			// Said in the log: a server of --nats-url that goes away
+			// leaves every request unavailable until it is back (found
+			// killing one by hand: serve said nothing either way).
+			nc.SetDisconnectErrHandler(func(nc *nats.Conn, err error) {
+				if !nc.IsClosed() {
+					log.Warn("lost the connection to NATS; reconnecting", "err", err)
+				}
+			})
+			nc.SetReconnectHandler(func(nc *nats.Conn) {
+				log.Info("reconnected to NATS", "url", RedactURL(nc.ConnectedUrl()), "server", nc.ConnectedServerName(),
+					"server_id", nc.ConnectedServerId())
+			})
+		}
 		if err == nil || srv != nil || !errors.Is(err, nats.ErrNoServers) {
 			return nc, err
 		}
