@@ -1086,6 +1086,21 @@ func reservedName() error {
 	return fmt.Errorf("%w: lease names beginning %q are the grantor's own", kvlease.ErrInvalidName, ReservedPrefix)
 }
 
+// ValidateName is [kvlease.ValidateName] for a lease a client takes
+// beside a grantor: it also refuses the grantor's own names
+// ([ReservedPrefix]), as the service does, for tools that write the
+// bucket directly (an election campaigning for the observer's lease
+// locked the grantor's observer out: found by an outside client).
+func ValidateName(name string) error {
+	if err := kvlease.ValidateName(name); err != nil {
+		return err
+	}
+	if reserved(name) {
+		return reservedName()
+	}
+	return nil
+}
+
 func toWire(r kvlease.Record, now time.Time) api.Lease {
 	l := api.LeaseOf(r)
 	l.ServerTime = now

@@ -92,7 +92,7 @@ fencing token. Run "leased serve" to start a grantor node.`,
 		newAcquire(stdout, stderr), newRenew(stdout), newRelease(stdout), newRevoke(stdout),
 		newGet(stdout), newList(stdout), newWatch(stdout), newRun(stdout, stderr), newStatus(stdout),
 		newDevCluster(stdout, stderr), newRegister(stdout, stderr), newDiscover(stdout), newHistory(stdout),
-		newElect(stdout, stderr), newAdvise(stdout), newBench(stdout, stderr))
+		newElect(stdout, stderr), newAdvise(stdout), newBench(stdout, stderr), newGuard())
 	return root
 }
 

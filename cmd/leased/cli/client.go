@@ -17,6 +17,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -410,6 +411,19 @@ func exitCode(err error) int {
 
 var errLost = errors.New("lease lost")
 
+// textSafe is s for a terminal: as is if every rune is printable, else
+// with Go's escapes for what is not (\x1b, \n, \t, \u202e). A reason
+// or attribute any client may set printed raw could clear an operator's
+// screen, forge lines or break the columns (found by an outside client:
+// history and get printed ESC and BEL as they were).
+func textSafe(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
 // printer writes results as text or JSON lines.
 type printer struct {
 	w    io.Writer
@@ -443,7 +457,7 @@ func (p printer) lease(l api.Lease) {
 		fmt.Fprintf(tw, "secret\t%s\n", l.Secret)
 	}
 	for _, k := range slices.Sorted(maps.Keys(l.Attributes)) {
-		fmt.Fprintf(tw, "attr.%s\t%s\n", k, l.Attributes[k])
+		fmt.Fprintf(tw, "attr.%s\t%s\n", textSafe(k), textSafe(l.Attributes[k]))
 	}
 	tw.Flush()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/election"
@@ -37,7 +38,7 @@ exits 1, saying the command did not run.`,
 			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
 				return usageError{errors.New("want NAME -- COMMAND [ARGS...]")}
 			}
-			return kvlease.ValidateName(args[0])
+			return grantor.ValidateName(args[0])
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			grace, margin, err := graceTiming(ttl, grace)

@@ -110,7 +110,7 @@ func printTenures(p printer, ts []history.Tenure, now time.Time) {
 			held = d.Round(10 * time.Millisecond).String()
 		}
 		if t.Reason != "" {
-			ended += " (" + t.Reason + ")"
+			ended += " (" + textSafe(t.Reason) + ")"
 		}
 		holder := t.Holder
 		if holder == "" {

@@ -45,3 +45,20 @@ func TestPermissionError(t *testing.T) {
 		t.Errorf("not a permissions violation: %v", pe)
 	}
 }
+
+// What any client may set (a revocation's reason, attributes) reaches an
+// operator's terminal escaped (history and get printed ESC and BEL raw:
+// found by an outside client).
+func TestTextSafe(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain words":                       "plain words",
+		"\x1b[2J\x1b[31mcleared\x1b[0m\x07": `\x1b[2J\x1b[31mcleared\x1b[0m\a`,
+		"two\nlines\tand a tab":             `two\nlines\tand a tab`,
+		"bidi \u202egnp.exe":                `bidi \u202egnp.exe`,
+		"café, 東京":                          "café, 東京",
+	} {
+		if got := textSafe(in); got != want {
+			t.Errorf("textSafe(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

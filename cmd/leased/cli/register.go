@@ -306,7 +306,7 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 							susp += " (suspect)"
 						}
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\n", in.Instance, in.Addr, in.Node, susp, in.Token,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\n", in.Instance, textSafe(in.Addr), textSafe(in.Node), susp, in.Token,
 						time.Until(in.ExpiresAt).Round(100*time.Millisecond))
 				}
 				return tw.Flush()

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +44,8 @@ The grace is carved out of the lease: run gives up --grace before the
 holder's deadline, so that the command is gone by the deadline.
 
 The command runs in a process group of its own: stopping it stops everything
-it started. If run itself is killed, the command is killed too.
+it started. If run itself is killed, even with SIGKILL, that whole group is
+killed too (by a guard process between run and the command).
 
 The command does not get run's own secrets: LEASED_PASSWORD, LEASED_SECRET
 and LEASED_GOSSIP_KEY are taken out of its environment, and any user,
@@ -155,40 +155,43 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		return err
 	}
 	l := k.Lease()
-	child := exec.Command(args[0], args[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
 	// The command gets a process group of its own, so that stopping it
-	// stops what it started too; and it is killed if `leased run` dies
-	// (Pdeathsig follows the thread that started it: keep that thread).
-	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	child.Env = append(commandEnv(os.Environ()),
+	// stops what it started too; the guard between run and it kills that
+	// group if run dies (see guardCommand).
+	env := append(commandEnv(os.Environ()),
 		"LEASED_LEASE="+name,
 		"LEASED_TOKEN="+strconv.FormatUint(uint64(l.Token()), 10),
 		"LEASED_HOLDER="+c.holder)
-	if err := child.Start(); err != nil {
+	g, started, err := startGuarded(args, env, os.Stdin, stdout, stderr)
+	if err != nil {
 		_ = k.Close(context.Background())
 		fmt.Fprintf(stderr, "leased: start %s: %v\n", args[0], err)
 		return exitStatus(127) // as shells do for a command that cannot run
 	}
-	log.Info("holding lease; command started", "token", l.Token(), "pid", child.Process.Pid,
+	defer g.close()
+	if !started { // the guard said why
+		err := g.wait()
+		_ = k.Close(context.Background())
+		return err
+	}
+	pgid := g.pid
+	log.Info("holding lease; command started", "token", l.Token(), "pid", pgid,
 		"deadline", l.Deadline().Add(grace).Format(time.RFC3339Nano))
 	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
+	go func() { exited <- g.wait() }()
 
 	var waitErr error
 	select {
 	case waitErr = <-exited:
 		// The command is done; what it left running must not outlive the
 		// lease, which is released next.
-		reapGroup(child.Process.Pid, grace)
+		reapGroup(pgid, grace)
 	case <-k.Done():
 		ended := false
 		select {
 		case waitErr = <-exited:
 			ended = true // on its own, as the lease was lost: its own status
-			reapGroup(child.Process.Pid, grace)
+			reapGroup(pgid, grace)
 		default:
 		}
 		if ended {
@@ -196,16 +199,20 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		}
 		_ = l.Check() // the command was at work when the lease ended: counted (leased.expiries_during_work)
 		killAt := killTime(l, grace)
+		// An expiry's "expired … ago" counts from sigterm_at, run's own
+		// deadline, the grace before the command's (it read as at odds
+		// with the deadline logged: found by an outside client).
 		log.Warn("lease lost; stopping the command", "reason", k.Err(),
+			"sigterm_at", l.Deadline().Format(time.RFC3339Nano),
 			"deadline", l.Deadline().Add(grace).Format(time.RFC3339Nano), "kill_at", killAt.Format(time.RFC3339Nano))
-		if waitErr = stop(child, exited, time.Until(killAt)); waitErr == nil {
+		if waitErr = stop(pgid, exited, time.Until(killAt)); waitErr == nil {
 			// It caught the SIGTERM and exited 0: stopped all the same,
 			// its work cut short, which a caller must not take for success.
 			log.Warn("the command exited 0 after the lease was lost; exiting 5 (lost the lease)")
 			waitErr = exitStatus(ExitLost)
 		}
 	case <-ctx.Done():
-		waitErr = stop(child, exited, time.Until(killTime(l, grace)))
+		waitErr = stop(pgid, exited, time.Until(killTime(l, grace)))
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
@@ -251,12 +258,12 @@ func graceTiming(ttl, grace time.Duration) (time.Duration, time.Duration, error)
 	return grace, margin, nil
 }
 
-// stop sends the command's process group SIGTERM, then SIGKILL when the
-// grace ends (at once if it is not positive), and returns Wait's result. Whatever else of the group is still
+// stop sends the command's process group pgid SIGTERM, then SIGKILL when
+// the grace ends (at once if it is not positive), and returns the
+// command's status (from exited). Whatever else of the group is still
 // running when the command exits gets the rest of the grace, then SIGKILL:
 // nothing the command started outlives the lease.
-func stop(child *exec.Cmd, exited <-chan error, grace time.Duration) error {
-	pgid := child.Process.Pid
+func stop(pgid int, exited <-chan error, grace time.Duration) error {
 	end := time.Now().Add(grace)
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	t := time.NewTimer(grace)
