@@ -201,13 +201,7 @@ func TestObserverEndsAReleasedTenureTheServerBroughtBack(t *testing.T) {
 	srv := kvleasetest.StartChildServer(t)
 	ctx := t.Context()
 	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
-	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "back", Holder: "old", Duration: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "back", Holder: "old", Token: rec.Token, Revision: rec.Revision}); err != nil {
-		t.Fatal(err)
-	}
+	rec := grantReleased(t, st, "back")
 	srv.LoseExpiries(st, "back")
 	reader := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate())
 	back, err := reader.Get(ctx, "back") // as the bucket has it: its times the server's
@@ -335,6 +329,20 @@ func TestObserverEndsNoLiveTenureForAnotherTenuresHistory(t *testing.T) {
 	}
 }
 
+// grantReleased grants lease name to "old" for 10 min through st and
+// releases it: a tenure the server may bring back (LoseExpiries).
+func grantReleased(t *testing.T, st *kvlease.Store, name string) kvlease.Record {
+	t.Helper()
+	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: name, Holder: "old", Duration: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(t.Context(), kvlease.ReleaseRequest{Name: name, Holder: "old", Token: rec.Token, Revision: rec.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
 // A server the service reaches with --nats-url can stop uncleanly while
 // the observer runs: the released tenure it brings back is ended as one
 // found at a takeover is, without the observer changing hands.
@@ -344,13 +352,7 @@ func TestObserverEndsATenureItsServerBroughtBackWhileItObserved(t *testing.T) {
 	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
 	f := startOnStore(t, srv.URL, []kvlease.Option{kvlease.WithoutCreate()}, grantor.DefaultConfig(),
 		grantor.WithOverdueSweep(100*time.Millisecond))
-	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "back", Holder: "old", Duration: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "back", Holder: "old", Token: rec.Token, Revision: rec.Revision}); err != nil {
-		t.Fatal(err)
-	}
+	rec := grantReleased(t, st, "back")
 	waitRecords(t, f.svc.History(), "back", 2)
 	srv.LoseExpiries(st, "back")
 	reader := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate())
@@ -383,13 +385,7 @@ func TestObserverChecksAgainATenureWhoseCheckFailed(t *testing.T) {
 	srv := kvleasetest.StartChildServer(t)
 	ctx := t.Context()
 	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
-	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "back", Holder: "old", Duration: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "back", Holder: "old", Token: rec.Token, Revision: rec.Revision}); err != nil {
-		t.Fatal(err)
-	}
+	grantReleased(t, st, "back")
 	srv.LoseExpiries(st, "back")
 	back, err := kvleasetest.OpenStore(t, srv.URL, kvlease.WithoutCreate()).Get(ctx, "back")
 	if err != nil {
