@@ -90,9 +90,11 @@ var (
 	// the holder's and the grantor's clocks exceeds the lease's bound ρ, so
 	// the holder's deadline can no longer be trusted.
 	ErrClockRate = errors.New("kvlease: clock rate error exceeds the lease's bound")
-	// ErrTooLarge: the lease's record (its attributes, mostly) would not
-	// fit in one NATS message (the server's max_payload). Nothing was sent.
-	ErrTooLarge = errors.New("kvlease: lease record too large")
+	// ErrTooLarge: the lease's record (its attributes, mostly), or a
+	// record written beside it (a fence's, a work queue's result), would
+	// not fit in one NATS message (the server's max_payload). Nothing was
+	// sent.
+	ErrTooLarge = errors.New("kvlease: record too large for one NATS message")
 	// ErrClosed: the keeper was closed or orphaned by its owner.
 	ErrClosed = errors.New("kvlease: closed")
 )

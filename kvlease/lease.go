@@ -307,6 +307,14 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 	renew()
 	const firstWait, maxWait = 50 * time.Millisecond, time.Second
 	for wait := firstWait; ; wait = min(2*wait, maxWait) {
+		if err := ctx.Err(); err != nil {
+			// Nothing would be sent (nats.go sends no request on an ended
+			// ctx), and nothing must be given back for this attempt: an
+			// unanswered error here made giveBack grant and release a
+			// tenure for a caller that had already gone (found by an
+			// outside client: every Acquire with a cancelled ctx).
+			return Record{}, t0, n, unanswered, translate("grant", err)
+		}
 		n++
 		sent := time.Now()
 		actx, cancel := context.WithTimeout(ctx, attempt)

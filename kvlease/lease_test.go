@@ -565,6 +565,26 @@ func TestAcquireOnAClosedConnectionFailsAtOnce(t *testing.T) {
 	}
 }
 
+// Acquire with a ctx that has already ended sends nothing: it granted and
+// released a tenure for a caller that had gone, which an election's
+// Observe showed as leader and other callers were refused for (found by
+// an outside client, every time).
+func TestAcquireWithAnEndedContextSendsNothing(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	before, err := st.LastRevision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := kvlease.Acquire(ctx, st, "gone", "cancelled-caller", time.Minute); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with a cancelled ctx: %v; want context.Canceled", err)
+	}
+	if after, err := st.LastRevision(t.Context()); err != nil || after != before {
+		t.Fatalf("the bucket's revision went from %d to %d (%v): something was written", before, after, err)
+	}
+}
+
 // So do Acquire and reads whose Store must read first: a closed
 // connection's request fails with nats.ErrConnectionClosed, not "not
 // connected" (found in review: an Acquire of a lease its Store had seen

@@ -21,3 +21,7 @@ func (q *Queue) WaitStateSize(ctx context.Context, ok func(pending, claimed int)
 		}
 	}
 }
+
+// SetBeforeCreate makes Add call f between its check that the item is not
+// done and its create of the item.
+func (q *Queue) SetBeforeCreate(f func()) { q.beforeCreate = f }

@@ -58,6 +58,8 @@ type Queue struct {
 	stop    context.CancelFunc
 	closed  context.Context // ends when Close is called
 	wg      sync.WaitGroup
+
+	beforeCreate func() // tests: called by Add between its check and its create
 }
 
 // ErrDone: the item was already completed.
@@ -115,7 +117,7 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 		cancel()
 		return nil, err
 	}
-	if q.claimsW, err = store.Watch(wctx, q.claimPrefix()); err != nil {
+	if q.claimsW, err = store.Watch(wctx, q.claimPrefix(), kvlease.ReportFrees()); err != nil {
 		cancel()
 		q.itemsF.Stop()
 		return nil, err
@@ -204,7 +206,10 @@ func (q *Queue) followClaims() {
 	for ev := range q.claimsW.Events() {
 		item := strings.TrimPrefix(ev.Name, q.claimPrefix())
 		q.update(func() {
-			if ev.Type.Ends() {
+			// Freed: a revoked claim's holder released it before its hold
+			// ended. It counted as a new claim, and a waiting Claim never
+			// took the item (found by an outside client).
+			if ev.Type.Ends() || ev.Type == kvlease.EventFreed {
 				delete(q.claimed, item)
 			} else {
 				q.claimed[item] = true
@@ -215,7 +220,8 @@ func (q *Queue) followClaims() {
 
 // Add puts an item on the queue. Errors: [kvlease.ErrInvalidName]; [kvlease.ErrHeld] if an
 // item of that id is pending; [ErrDone] if it was completed (ids are not
-// reused: the sink keeps each item's result).
+// reused: the sink keeps each item's result); [kvlease.ErrTooLarge] for a
+// payload over the server's max_payload.
 func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
 	if q.closed.Err() != nil {
 		return errClosed()
@@ -228,11 +234,24 @@ func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
 	} else if done {
 		return fmt.Errorf("%w: %q", ErrDone, id)
 	}
-	if _, err := q.items.Create(ctx, id, payload); err != nil {
+	if q.beforeCreate != nil {
+		q.beforeCreate()
+	}
+	rev, err := q.items.Create(ctx, id, payload)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("%w: item %q is pending", kvlease.ErrHeld, id)
 		}
 		return kvlease.JetStreamError("add item", err)
+	}
+	// A Complete between the check and the create recorded the item done,
+	// then deleted the pending one, which made room for this: added, it
+	// would be found done by the next claim and dropped, its payload never
+	// worked, though Add said nil (found by an outside client: 7 of 300
+	// racing Adds). The sink is never undone, so a second look is exact.
+	if done, _, _, _, err := q.Result(ctx, id); err == nil && done {
+		_ = q.items.Purge(ctx, id, jetstream.LastRevision(rev))
+		return fmt.Errorf("%w: %q", ErrDone, id)
 	}
 	return nil
 }
@@ -282,10 +301,19 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 		changed := q.changed
 		q.mu.Unlock()
 		rand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
+		// The shortest hold a revocation left on a candidate's claim: its
+		// end makes no event (the server lapses a tombstone silently), so
+		// Claim looks again then (found by an outside client: a worker
+		// waited for good on the one item of an idle queue whose claim
+		// was revoked).
+		var heldBack time.Duration
 		for _, id := range candidates {
 			c, err := q.tryClaim(ctx, worker, id, d, o)
 			if err == nil {
 				return c, nil
+			}
+			if he := (*kvlease.HeldError)(nil); errors.As(err, &he) && he.HeldBack > 0 && (heldBack == 0 || he.HeldBack < heldBack) {
+				heldBack = he.HeldBack
 			}
 			switch {
 			case errors.Is(err, kvlease.ErrInvalidName):
@@ -294,8 +322,13 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 				return nil, err
 			}
 		}
+		var holdEnds <-chan time.Time // nil (never) without a hold
+		if heldBack > 0 {
+			holdEnds = time.After(heldBack) // collected once it fires or is dropped (Go 1.23)
+		}
 		select {
 		case <-changed:
+		case <-holdEnds:
 		case <-q.closed.Done():
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -367,8 +400,9 @@ func (q *Queue) sink(ctx context.Context, id string, fn func(doneRecord) (doneRe
 // Errors: [*kvlease.LeaseExpiredError] (nothing written; the claim will lapse and
 // the item be redone); [*fence.StaleTokenError] (a newer claim has raised
 // the bar); [ErrDone] (another claim, or this one with another result,
-// completed it); [kvlease.ErrUnavailable] (the outcome unknown: call
-// Complete again).
+// completed it); [kvlease.ErrTooLarge] (the result does not fit in one
+// NATS message: nothing sent, the claim kept); [kvlease.ErrUnavailable]
+// (the outcome unknown: call Complete again).
 func (c *Claim) Complete(ctx context.Context, result []byte) error {
 	token := c.Token()
 	recorded := func(cur doneRecord) bool { return cur.Done && cur.Token == token && bytes.Equal(cur.Result, result) }
@@ -396,6 +430,13 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 		}
 		return doneRecord{Token: token, Done: true, Worker: c.Lease().Holder(), Result: result}, nil
 	}, token); err != nil && !errors.Is(err, errRecorded) {
+		if errors.Is(err, kvlease.ErrTooLarge) {
+			// Refused before it was sent: the claim is as it was, renewed,
+			// for a smaller result or a Close that releases it (orphaned,
+			// Close released nothing and the item stayed claimed for the
+			// claim's TTL: found by an outside client).
+			return err
+		}
 		c.Orphan() // renewed no more: a Complete retried before the deadline still writes
 		return err
 	}

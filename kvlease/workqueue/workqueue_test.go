@@ -433,3 +433,136 @@ func TestOpenRefusesResultsThatExpire(t *testing.T) {
 		t.Errorf("Open with a results bucket that expires its entries: %v, want ErrBucket", err)
 	}
 }
+
+// An Add whose item is completed between its check and its create says
+// ErrDone and leaves nothing pending: it said nil, and the next claim found
+// the item done and dropped it, its payload never worked (found by an
+// outside client: 7 of 300 racing Adds).
+func TestAddRacingCompleteSaysDone(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "item", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetBeforeCreate(func() {
+		if err := c.Complete(ctx, []byte("done")); err != nil {
+			t.Errorf("complete: %v", err)
+		}
+	})
+	if err := q.Add(ctx, "item", []byte("again")); !errors.Is(err, workqueue.ErrDone) {
+		t.Fatalf("Add racing the item's Complete: %v; want ErrDone", err)
+	}
+	q.SetBeforeCreate(nil)
+	items, err := js.KeyValue(ctx, "race-items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := items.Get(ctx, "item"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the item after the refused Add: %v; want it gone", err)
+	}
+}
+
+// A claim revoked with the default hold is taken by a waiting worker once
+// the hold ends, and at once if its holder releases it first: the end of
+// a hold makes no event, and a release after a revocation counted as a new
+// claim, so a waiting Claim never took the item of an idle queue (found by
+// an outside client, 5 of 5 times).
+func TestClaimTakesARevokedClaimsItem(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "revoked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for _, c := range []struct {
+		name    string
+		d       time.Duration
+		release bool // the revoked holder releases, freeing the lease
+	}{
+		{"paused holder: the hold ends", 2 * time.Second, false},
+		{"the revoked holder releases", time.Minute, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := strings.ReplaceAll(c.name, " ", "-")
+			id = strings.NewReplacer(":", "").Replace(id)
+			if err := q.Add(ctx, id, nil); err != nil {
+				t.Fatal(err)
+			}
+			first, err := q.Claim(ctx, "first", c.d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *workqueue.Claim, 1)
+			cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			go func() {
+				next, _ := q.Claim(cctx, "next", c.d)
+				got <- next
+			}()
+			if !c.release {
+				first.Orphan() // paused: it renews no more
+			}
+			if _, err := st.Revoke(ctx, "claim.revoked."+id, "test"); err != nil {
+				t.Fatal(err)
+			}
+			if c.release {
+				if err := first.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			next := <-got
+			if next == nil {
+				t.Fatal("the waiting claim did not take the revoked claim's item within 15 s")
+			}
+			if next.Item != id || next.Token() <= first.Token() {
+				t.Fatalf("waiting claim got %s (token %d); want %s with a token above %d", next.Item, next.Token(), id, first.Token())
+			}
+			if err := next.Complete(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A result too large for one message is refused before it is sent, and the
+// claim is kept: Close releases it (orphaned, it stayed claimed for its
+// TTL: found by an outside client).
+func TestCompleteTooLargeKeepsTheClaim(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "item", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Complete(ctx, make([]byte, nc.MaxPayload())); !errors.Is(err, kvlease.ErrTooLarge) {
+		t.Fatalf("Complete with a result over max_payload: %v; want ErrTooLarge", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Get(ctx, "claim.big.item"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("the claim after Close: %v; want it released", err)
+	}
+}
