@@ -20,7 +20,12 @@ import (
 // [ErrNotFound]) is a loss at once. A renewal that gets no answer is retried
 // with backoff while time remains, but never sent after the holder's
 // deadline, and no request is left in flight past it: when the deadline
-// passes the lease is lost, at once, whatever the network is doing.
+// passes the lease is lost, at once, whatever the network is doing. A
+// renewal that was sent may still be carried out later by a server that
+// held it (a paused one, resumed): through the service, none is carried
+// out past its deadline; on a [Store] directly, JetStream has no such
+// bound, and the lease, held by no one now, lasts its TTL from then
+// (docs/safety.md). Either way this holder has stopped at its deadline.
 //
 // On loss the keeper cancels [Keeper.Context], closes [Keeper.Done], and
 // then calls the OnLost callback. Work guarded by the lease should watch the

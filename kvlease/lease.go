@@ -189,7 +189,11 @@ func WithAttributes(attrs map[string]string) LeaseOption {
 // ctx. If ctx ends while an attempt is unanswered, Acquire gives back what
 // that attempt may have granted before it returns (the request sent once
 // more and released, within a second each past ctx): a tenure no caller
-// holds would otherwise keep the lease until its TTL.
+// holds would otherwise keep the lease until its TTL. That is best effort
+// on a [Store]: a grant that waits in a stalled server longer than that
+// (a paused server, say) is stored when the server resumes, and holds the
+// lease, held by no one, for its TTL. Through the service ([LateBounder])
+// it is not carried out that late.
 //
 // Errors: [ErrInvalidOption] for an option that refuses its value, and
 // [ErrInvalidTiming] if the margins leave no validity (nothing sent either

@@ -160,7 +160,9 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 // current value, atomically (compare-and-set; retried if another writer with
 // an acceptable token got there first).
 //
-// Errors: [kvlease.ErrInvalidName]; [*StaleTokenError]; [kvlease.ErrUnavailable].
+// Errors: [kvlease.ErrInvalidName]; [ErrInvalidToken] (0, or above what
+// the fence stores); [*StaleTokenError]; [kvlease.ErrTooLarge] (data over
+// the server's max_payload: nothing sent); [kvlease.ErrUnavailable].
 func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, data []byte) error {
 	if err := kvlease.ValidateName(resource); err != nil {
 		return err

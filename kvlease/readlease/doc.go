@@ -15,12 +15,15 @@
 //
 // # What it does not guarantee
 //
-// A revocation (an operator's Store.Revoke, the registry's gossip removal)
-// ends the tenure before its deadline, and another holder may be granted
-// the lease at once: this holder serves locally until it learns of it, at
-// its next renewal, or at once if its keeper hears the lease's changes
-// ([kvlease.WithRenewNow]; an election leader's does). Keep revocations
-// for holders that are gone, or feed the keeper a watch of the lease.
+// A revocation that frees the lease at once ([kvlease.FreeNow]: revoke
+// --now, the registry's gossip removal) ends the tenure before its
+// deadline, and another holder may be granted the lease at once: this
+// holder serves locally until it learns of it, at its next renewal, or at
+// once if its keeper hears the lease's changes ([kvlease.WithRenewNow]; an
+// election leader's does). Keep such revocations for holders that are
+// gone, or feed the keeper a watch of the lease. A revocation without
+// FreeNow holds the lease until this holder's deadline has passed: no one
+// else is granted it meanwhile.
 //
 // The margin must cover the time from the second check to the reply
 // reaching the client. A pause of the process between the check and the
