@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/leased/leased/kvlease"
 )
 
@@ -90,5 +92,19 @@ func TestRetryUnavailableAfterCtx(t *testing.T) {
 	})
 	if n != 1 || !errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("%d attempts, err %v; want 1 attempt and its error", n, err)
+	}
+}
+
+// A placement refused for a peer that is offline is tried again, as while a
+// cluster starts (a node exited for good when its history stream met one);
+// one refused for a reason that stays is not.
+func TestJetStreamErrorOfAnOfflinePeer(t *testing.T) {
+	offline := &jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, peer offline"}
+	if err := kvlease.JetStreamError("open history", offline); !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Errorf("a peer offline: %v; want ErrUnavailable", err)
+	}
+	tags := &jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, tags not matched ['az:x']"}
+	if err := kvlease.JetStreamError("open history", tags); errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, kvlease.ErrBucket) {
+		t.Errorf("tags not matched: %v; want ErrBucket", err)
 	}
 }

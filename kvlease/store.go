@@ -1887,6 +1887,10 @@ const errCodeDuplicateInProcess = 10158
 // as "try again"). It will not change its mind.
 const errCodeReplicasNotSupported = 10074
 
+// errCodeNoPeers: a cluster found no servers to place a stream's replicas
+// on ("no suitable peers for placement", with the reasons).
+const errCodeNoPeers = 10005
+
 // translate maps NATS errors to kvlease's: compare-and-set conflicts to
 // errMismatch, everything that means "no answer" to ErrUnavailable.
 func translate(op string, err error) error {
@@ -1916,6 +1920,12 @@ func translate(op string, err error) error {
 		// Acquire whose Store read the lease first, and a Campaign's
 		// watch, retried until their context ended).
 		return fmt.Errorf("%w: %w: %s: %w", ErrUnavailable, ErrConnClosed, op, err)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers && strings.Contains(apiErr.Description, "peer offline"):
+		// A 400, but a node the placement needs is down or not yet back,
+		// as while a cluster starts: try again (a node exited for good
+		// when its history stream met it, in a CI run of the cluster
+		// tests).
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 	case errors.As(err, &apiErr) && apiErr.Code >= 500:
 		// Cluster unavailable, no quorum, store failure: try again.
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
