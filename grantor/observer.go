@@ -661,9 +661,9 @@ func sweepEvery(s *Service) time.Duration { return cmp.Or(s.overdueSweep, overdu
 // recorded or announced again (see report). The reads are paced
 // (resurrectChecks per resurrectPause) so that a bucket of many leases
 // does not flood the server as the observer takes over. It returns the
-// tenures whose check failed, to be checked again (found in review: one
-// check, just after an unclean restart, left a tenure whose history read
-// failed live until its own expiry).
+// tenures whose check JetStream did not answer, to be checked again
+// (found in review: one check, just after an unclean restart, left a
+// tenure whose history read failed live until its own expiry).
 func (o *observer) endEndedAgain(ctx context.Context, replayed []kvlease.Record) (failed []kvlease.Record) {
 	for i, rec := range replayed {
 		if i > 0 && i%resurrectChecks == 0 {
@@ -685,10 +685,14 @@ func (o *observer) endEndedAgain(ctx context.Context, replayed []kvlease.Record)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, kvlease.ErrUnavailable):
 			o.s.log.Warn("cannot check a lease the NATS server may have brought back after it had ended", "lease", rec.Name,
 				"token", rec.Token, "err", err, "retry_in", sweepEvery(o.s))
 			failed = append(failed, rec)
+		case err != nil: // refused: it would be every time
+			o.s.log.Warn("cannot check a lease the NATS server may have brought back after it had ended", "lease", rec.Name,
+				"token", rec.Token, "err", err)
 		}
 		if o.s.onEndChecked != nil {
 			o.s.onEndChecked(rec, ended, err)
