@@ -400,6 +400,35 @@ func TestKeeperClosedRenewNowIsOneHint(t *testing.T) {
 	})
 }
 
+// A flood of hints (forged events on the lease's subject) renews at most
+// once per hint gap, not once per hint: 1,168 synced renewals in 3 s,
+// found by an outside client. The last hint still renews.
+func TestKeeperRenewNowFloodIsPaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 30 * time.Second // renewed every 10 s; hints at most every 100 ms
+		g := kvleasetest.NewFakeGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		now := make(chan struct{}, 1)
+		k, err := kvlease.Keep(t.Context(), l, kvlease.WithRenewNow(now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = k.Close(t.Context()) }()
+		for range 1000 { // a hint every millisecond for a second
+			select {
+			case now <- struct{}{}:
+			default:
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond) // the last hint's renewal, at the gap's end
+		synctest.Wait()
+		if n := len(g.Renewals()); n < 9 || n > 12 {
+			t.Fatalf("%d renewals for a second of hints, want about 10 (one per 100 ms)", n)
+		}
+	})
+}
+
 func TestKeeperSpuriousLoss(t *testing.T) {
 	// A renewal that succeeded at the grantor but whose reply was lost leaves
 	// the holder naming an old revision: the next renewal is refused with
