@@ -129,8 +129,9 @@ func WithOnRenewFailure(fn func(err error, remaining time.Duration)) KeeperOptio
 // held is renewed early, nothing more. The leased CLI's run and elect feed
 // it from the service's change events and from a watch of the bucket. The
 // option adds ch: given more than once (an election adds its own to the
-// caller's), the keeper hears every channel. Closing ch is one hint. A nil
-// channel is an error.
+// caller's), the keeper hears every channel. Closing ch is one hint. Hints
+// renew at most once per a tenth of the interval (100 ms at most): a hint
+// sooner renews at that gap's end. A nil channel is an error.
 func WithRenewNow(ch <-chan struct{}) KeeperOption {
 	return func(k *Keeper) error {
 		if ch == nil {
