@@ -391,6 +391,84 @@ func TestRunKilledStopsWhatItsCommandStarted(t *testing.T) {
 	}
 }
 
+// What the command leaves in its group when it exits gets run's grace,
+// and the guard stays for it: run SIGKILLed during that grace still takes
+// it along (the guard exited with the command, and a child that ignored
+// SIGTERM ran on: found in review).
+func TestRunKilledWhileReapingStopsWhatItsCommandLeft(t *testing.T) {
+	s := startServe(t, "")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := startRun(t, s.url, "--lease", "reaping", "--ttl", "60s", "--grace", "15s", "--",
+		"sh", "-c", `trap "" TERM; sleep 60 & echo $! > `+pidFile+`; exit 0`)
+	var left int
+	for end := time.Now().Add(10 * time.Second); left == 0; time.Sleep(20 * time.Millisecond) { // bounded poll: no event for a file written
+		if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
+			left, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(end) {
+			t.Fatal("the command did not start its child")
+		}
+	}
+	if !running(left) {
+		t.Fatalf("the command's child (pid %d) is gone before run was killed: the test proves nothing", left)
+	}
+	if err := p.cmd.Process.Kill(); err != nil { // within the 15 s grace run gives what is left
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+	for end := time.Now().Add(5 * time.Second); running(left); time.Sleep(20 * time.Millisecond) { // bounded poll: not our child
+		if time.Now().After(end) {
+			t.Fatalf("what the command left (pid %d) outlived run by 5 s", left)
+		}
+	}
+}
+
+// Descriptors run inherits reach the command at their own numbers (a
+// socket-activated server's listener on 3), and the command cannot reach
+// the guard's pipes: they took 3 and 4, and a command that wrote a wait
+// status on 4 made run exit 0 for its exit 7 (found in review).
+func TestRunPassesInheritedDescriptors(t *testing.T) {
+	s := startServe(t, "")
+	out := filepath.Join(t.TempDir(), "out")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(leasedBin, "run", "--url", s.url, "--lease", "fds", "--", "sh", "-c",
+		`echo on-3 >&3; ls /proc/$$/fd | tr '\n' ' ' >&3; echo 0 >&4; exit 7`)
+	cmd.ExtraFiles = []*os.File{f} // 3; 4 is closed
+	err = cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+		t.Errorf("run: %v; want exit 7, the command's", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitN(string(b), "\n", 2)
+	if lines[0] != "on-3" {
+		t.Errorf("descriptor 3: %q; want what the command wrote on it", b)
+	}
+	// Besides 0-3, only what this test process passes on (inherited
+	// without close-on-exec from what started it).
+	passed := map[string]bool{"0": true, "1": true, "2": true, "3": true}
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		fd, _ := strconv.Atoi(e.Name())
+		if flags, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0); errno == 0 && flags&syscall.FD_CLOEXEC == 0 {
+			passed[e.Name()] = true
+		}
+	}
+	if len(lines) == 2 {
+		for _, fd := range strings.Fields(lines[1]) {
+			if !passed[fd] {
+				t.Errorf("the command has descriptor %s open (%s); want only 0-3 and those passed on to run", fd, lines[1])
+			}
+		}
+	}
+}
+
 // A command that catches the SIGTERM and exits 0 when the lease is lost
 // makes run exit 5, lost the lease (it exited 0, and a caller took the cut
 // short work for done).
