@@ -103,8 +103,13 @@ func TestJetStreamErrorOfAnOfflinePeer(t *testing.T) {
 	if err := kvlease.JetStreamError("open history", offline); !errors.Is(err, kvlease.ErrUnavailable) {
 		t.Errorf("a peer offline: %v; want ErrUnavailable", err)
 	}
-	tags := &jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, tags not matched ['az:x']"}
-	if err := kvlease.JetStreamError("open history", tags); errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, kvlease.ErrBucket) {
-		t.Errorf("tags not matched: %v; want ErrBucket", err)
+	for _, desc := range []string{
+		"no suitable peers for placement, tags not matched ['az:x']",
+		"no suitable peers for placement, peer offline, insufficient storage",
+	} {
+		refused := &jetstream.APIError{Code: 400, ErrorCode: 10005, Description: desc}
+		if err := kvlease.JetStreamError("open history", refused); errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, kvlease.ErrBucket) {
+			t.Errorf("%s: %v; want ErrBucket", desc, err)
+		}
 	}
 }

@@ -1891,6 +1891,10 @@ const errCodeReplicasNotSupported = 10074
 // on ("no suitable peers for placement", with the reasons).
 const errCodeNoPeers = 10005
 
+// noPeersOffline is errCodeNoPeers's description when a peer being
+// offline is its only reason (nats-server v2.15.2's selectPeerError).
+const noPeersOffline = "no suitable peers for placement, peer offline"
+
 // translate maps NATS errors to kvlease's: compare-and-set conflicts to
 // errMismatch, everything that means "no answer" to ErrUnavailable.
 func translate(op string, err error) error {
@@ -1920,11 +1924,12 @@ func translate(op string, err error) error {
 		// Acquire whose Store read the lease first, and a Campaign's
 		// watch, retried until their context ended).
 		return fmt.Errorf("%w: %w: %s: %w", ErrUnavailable, ErrConnClosed, op, err)
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers && strings.Contains(apiErr.Description, "peer offline"):
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers && apiErr.Description == noPeersOffline:
 		// A 400, but a node the placement needs is down or not yet back,
 		// as while a cluster starts: try again (a node exited for good
 		// when its history stream met it, in a CI run of the cluster
-		// tests).
+		// tests). With another reason beside it (tags, storage), it stays
+		// a refusal: that would not pass.
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 	case errors.As(err, &apiErr) && apiErr.Code >= 500:
 		// Cluster unavailable, no quorum, store failure: try again.

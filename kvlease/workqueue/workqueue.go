@@ -248,7 +248,10 @@ func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
 	// then deleted the pending one, which made room for this: added, it
 	// would be found done by the next claim and dropped, its payload never
 	// worked, though Add said nil (found by an outside client: 7 of 300
-	// racing Adds). The sink is never undone, so a second look is exact.
+	// racing Adds). The sink is never undone, so a second look is exact
+	// on one replica; on several, the replica that answers it may lag the
+	// Complete by a moment (KV reads go to any replica), and the race
+	// stays open that long.
 	if done, _, _, _, err := q.Result(ctx, id); err == nil && done {
 		_ = q.items.Purge(ctx, id, jetstream.LastRevision(rev))
 		return fmt.Errorf("%w: %q", ErrDone, id)
