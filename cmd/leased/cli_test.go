@@ -371,22 +371,35 @@ func TestRunKilledStopsWhatItsCommandStarted(t *testing.T) {
 	s := startServe(t, "")
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	p := startRun(t, s.url, "--lease", "killed", "--ttl", "30s", "--", "sh", "-c", "sleep 60 & echo $! > "+pidFile+"; wait")
-	var grandchild int
-	for end := time.Now().Add(10 * time.Second); grandchild == 0; time.Sleep(20 * time.Millisecond) { // bounded poll: no event for a file written
-		if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
-			grandchild, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		if time.Now().After(end) {
-			t.Fatal("the command did not start its child")
-		}
-	}
+	grandchild := readPIDFile(t, pidFile)
 	if err := p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = p.cmd.Wait()
-	for end := time.Now().Add(5 * time.Second); running(grandchild); time.Sleep(20 * time.Millisecond) { // bounded poll: not our child, no event for its exit
+	waitGone(t, grandchild, "the command's own child")
+}
+
+// readPIDFile waits for the pid a command writes to path, a line.
+func readPIDFile(t *testing.T, path string) int {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // bounded poll: no event for a file written
+		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return pid
+		}
 		if time.Now().After(end) {
-			t.Fatalf("the command's own child (pid %d) outlived run by 5 s", grandchild)
+			t.Fatal("the command did not write its child's pid")
+		}
+	}
+}
+
+// waitGone fails t if process pid (what) still runs 5 s after run was
+// killed.
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); running(pid); time.Sleep(20 * time.Millisecond) { // bounded poll: not our child, no event for its exit
+		if time.Now().After(end) {
+			t.Fatalf("%s (pid %d) outlived run by 5 s", what, pid)
 		}
 	}
 }
@@ -400,15 +413,7 @@ func TestRunKilledWhileReapingStopsWhatItsCommandLeft(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	p := startRun(t, s.url, "--lease", "reaping", "--ttl", "60s", "--grace", "15s", "--",
 		"sh", "-c", `trap "" TERM; sleep 60 & echo $! > `+pidFile+`; exit 0`)
-	var left int
-	for end := time.Now().Add(10 * time.Second); left == 0; time.Sleep(20 * time.Millisecond) { // bounded poll: no event for a file written
-		if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
-			left, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		if time.Now().After(end) {
-			t.Fatal("the command did not start its child")
-		}
-	}
+	left := readPIDFile(t, pidFile)
 	if !running(left) {
 		t.Fatalf("the command's child (pid %d) is gone before run was killed: the test proves nothing", left)
 	}
@@ -416,11 +421,7 @@ func TestRunKilledWhileReapingStopsWhatItsCommandLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.cmd.Wait()
-	for end := time.Now().Add(5 * time.Second); running(left); time.Sleep(20 * time.Millisecond) { // bounded poll: not our child
-		if time.Now().After(end) {
-			t.Fatalf("what the command left (pid %d) outlived run by 5 s", left)
-		}
-	}
+	waitGone(t, left, "what the command left")
 }
 
 // Descriptors run inherits reach the command at their own numbers (a
