@@ -866,6 +866,13 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 		// Renewals through the paused node's service, and through a Store
 		// of the test's own on that node (its first read is then a request
 		// waiting in the paused node's socket).
+		// Bounded: a request whose reply the resumed node never sends
+		// (its connection dropped as it woke) waits for its whole context,
+		// and a Store's attempt under a ctx without a deadline is
+		// unbounded (one hung here for 13 min in a CI run). Unanswered is
+		// an acceptable answer (check).
+		rctx, cancelRenewals := context.WithTimeout(ctx, time.Minute)
+		defer cancelRenewals()
 		const queued = 16
 		results := make(chan error, 2*queued)
 		before, beforeStore := leadNC.Stats().OutMsgs, storeNC.Stats().OutMsgs
@@ -876,7 +883,7 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 				g = leadStore
 			}
 			go func() {
-				rec, err := g.Renew(ctx, req)
+				rec, err := g.Renew(rctx, req)
 				if err == nil && rec.Token != cur.Token {
 					err = fmt.Errorf("renewed with token %d, want %d", rec.Token, cur.Token)
 				}
@@ -921,7 +928,9 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 			if i%2 == 1 {
 				g = leadStore
 			}
-			rec, err := g.Renew(ctx, renew)
+			actx, cancel := context.WithTimeout(rctx, 10*time.Second)
+			rec, err := g.Renew(actx, renew)
+			cancel()
 			check(rec, err)
 		}
 		for range 2 * queued {
