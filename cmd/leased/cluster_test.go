@@ -924,15 +924,16 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 			rec, err := renewWatched(ctx, g, renew)
 			check(rec, err)
 		}
-		unanswered := time.After(renewWatch) // for all of them: see renewWatched
+		wctx, cancelWatch := context.WithTimeout(ctx, renewWatch) // for all of them: see renewWatched
 		for range 2 * queued {
 			select {
 			case err := <-results:
 				check(kvlease.Record{Token: cur.Token}, err)
-			case <-unanswered:
+			case <-wctx.Done():
 				check(kvlease.Record{}, kvlease.ErrUnavailable)
 			}
 		}
+		cancelWatch()
 		behind := 0
 		for range reads {
 			if r := <-seen; r > 0 && r < cur.Revision {
