@@ -369,9 +369,8 @@ func TestRunStopsCommandOnRevoke(t *testing.T) {
 // the kernel's parent-death signal reaches a direct child only).
 func TestRunKilledStopsWhatItsCommandStarted(t *testing.T) {
 	s := startServe(t, "")
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	p := startRun(t, s.url, "--lease", "killed", "--ttl", "30s", "--", "sh", "-c", "sleep 60 & echo $! > "+pidFile+"; wait")
-	grandchild := readPIDFile(t, pidFile)
+	p := startRun(t, s.url, "--lease", "killed", "--ttl", "30s", "--", "sh", "-c", "sleep 60 & echo child-pid=$! >&2; wait")
+	grandchild := p.childPID(t)
 	if err := p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -379,18 +378,16 @@ func TestRunKilledStopsWhatItsCommandStarted(t *testing.T) {
 	waitGone(t, grandchild, "the command's own child")
 }
 
-// readPIDFile waits for the pid a command writes to path, a line.
-func readPIDFile(t *testing.T, path string) int {
+// childPID waits for the line "child-pid=N" the command writes to its
+// stderr, which is run's (its log lines), and returns N.
+func (p *runProcess) childPID(t *testing.T) int {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // bounded poll: no event for a file written
-		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-			return pid
-		}
-		if time.Now().After(end) {
-			t.Fatal("the command did not write its child's pid")
-		}
+	line := p.logs.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "child-pid=") })
+	pid, err := strconv.Atoi(strings.TrimPrefix(line, "child-pid="))
+	if err != nil {
+		t.Fatalf("child pid line %q: %v", line, err)
 	}
+	return pid
 }
 
 // waitGone fails t if process pid (what) still runs 5 s after run was
@@ -410,10 +407,9 @@ func waitGone(t *testing.T, pid int, what string) {
 // SIGTERM ran on: found in review).
 func TestRunKilledWhileReapingStopsWhatItsCommandLeft(t *testing.T) {
 	s := startServe(t, "")
-	pidFile := filepath.Join(t.TempDir(), "pid")
 	p := startRun(t, s.url, "--lease", "reaping", "--ttl", "60s", "--grace", "15s", "--",
-		"sh", "-c", `trap "" TERM; sleep 60 & echo $! > `+pidFile+`; exit 0`)
-	left := readPIDFile(t, pidFile)
+		"sh", "-c", `trap "" TERM; sleep 60 & echo child-pid=$! >&2; exit 0`)
+	left := p.childPID(t)
 	if !running(left) {
 		t.Fatalf("the command's child (pid %d) is gone before run was killed: the test proves nothing", left)
 	}
