@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -635,5 +636,49 @@ func TestLeaseLogValue(t *testing.T) {
 	}
 	if secret := l.Record().Secret; secret == "" || strings.Contains(out, secret) {
 		t.Errorf("log %s: the secret (%q) is in it, or the lease has none to test with", out, secret)
+	}
+}
+
+// A Store call under a ctx without a deadline ends when the server never
+// answers, after the JetStream context's DefaultTimeout, as jetstream's own
+// requests do. Before, its read of the stream leader waited for good: a
+// Store renewal did for 13 minutes in a CI run, on a paused node.
+func TestUnansweredReadsEndWithoutADeadline(t *testing.T) {
+	srv := kvleasetest.StartChildServer(t)
+	nc := kvleasetest.Connect(t, srv.URL)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := kvleasetest.OpenStore(t, srv.URL)
+	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "unanswered", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Store that has not seen the tenure: it reads before it renews.
+	fresh, err := kvlease.Open(t.Context(), js, kvlease.WithoutCreate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	calls := map[string]func(ctx context.Context) error{
+		"Get": func(ctx context.Context) error { _, err := fresh.Get(ctx, rec.Name); return err },
+		"Renew": func(ctx context.Context) error {
+			_, err := fresh.Renew(ctx, kvlease.RenewRequest{Name: rec.Name, Holder: "h", Token: rec.Token, Revision: rec.Revision})
+			return err
+		},
+	}
+	for what, call := range calls {
+		done := make(chan error, 1)
+		go func() { done <- call(context.Background()) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, kvlease.ErrUnavailable) {
+				t.Errorf("%s with the server paused: %v, want ErrUnavailable", what, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s under a ctx without a deadline: no answer 30 s after the server paused", what)
+		}
 	}
 }

@@ -53,8 +53,18 @@ func apiPrefix(js jetstream.JetStream) string {
 	}
 }
 
-// leaderGet reads one message through the stream leader.
+// leaderGet reads one message through the stream leader. Under a ctx
+// without a deadline it waits as long as the JetStream context's
+// DefaultTimeout (5 s unless set with [jetstream.WithDefaultTimeout]), as
+// jetstream's own requests do: a read the leader never answers (paused, or
+// partitioned after it took the request) waited for good, and so did a
+// Store renewal under such a ctx (13 minutes in a CI run, until killed).
 func (s *Store) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
+	if _, ok := ctx.Deadline(); !ok && s.js.Options().DefaultTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.js.Options().DefaultTimeout)
+		defer cancel()
+	}
 	body, _ := json.Marshal(req)
 	reply, err := s.nc.RequestWithContext(ctx, s.msgGetSubject, body)
 	if err != nil {

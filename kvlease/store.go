@@ -840,8 +840,10 @@ const writeAttemptTimeout = 2 * time.Second
 // writeAttempts calls attempt with ctx bounded by writeAttemptTimeout,
 // again while it returns [ErrUnavailable] and ctx allows
 // ([RetryUnavailable], which calls onWait). A ctx without a deadline gets
-// one attempt, unbounded: a caller that set none decides when to stop
-// waiting, as before. A [StaleReadError] is answered at once: the attempt
+// one attempt: a caller that set none decides whether to try again. Its
+// requests are bounded all the same, as the JetStream context's own are
+// (its DefaultTimeout for reads and single publishes, BatchLimits.Timeout
+// for a batch's ack). A [StaleReadError] is answered at once: the attempt
 // read again for a while already, and a revision never issued (a
 // caller's mistake) reads as one; retried, it took the caller's whole
 // deadline to say so.
