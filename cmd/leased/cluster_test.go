@@ -865,7 +865,13 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 
 		// Renewals through the paused node's service, and through a Store
 		// of the test's own on that node (its first read is then a request
-		// waiting in the paused node's socket).
+		// waiting in the paused node's socket). Without a deadline, as a
+		// caller that waits for the answer: with one, those queued in the
+		// paused node are rightly not carried out late (too_late), and w20's
+		// lease lapses, which is not what this test looks at. The client
+		// and the Store bound such a call all the same (WithTimeout; the
+		// JetStream context's DefaultTimeout): an unanswered one says
+		// unavailable.
 		const queued = 16
 		results := make(chan error, 2*queued)
 		before, beforeStore := leadNC.Stats().OutMsgs, storeNC.Stats().OutMsgs
@@ -921,19 +927,12 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 			if i%2 == 1 {
 				g = leadStore
 			}
-			rec, err := renewWatched(ctx, g, renew)
+			rec, err := g.Renew(ctx, renew)
 			check(rec, err)
 		}
-		wctx, cancelWatch := context.WithTimeout(ctx, renewWatch) // for all of them: see renewWatched
 		for range 2 * queued {
-			select {
-			case err := <-results:
-				check(kvlease.Record{Token: cur.Token}, err)
-			case <-wctx.Done():
-				check(kvlease.Record{}, kvlease.ErrUnavailable)
-			}
+			check(kvlease.Record{Token: cur.Token}, <-results)
 		}
-		cancelWatch()
 		behind := 0
 		for range reads {
 			if r := <-seen; r > 0 && r < cur.Revision {
@@ -960,34 +959,6 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 	t.Logf("%d wrong answers (not_holder or expired) among %d renewals by a live holder in %d leader pauses; "+
 		"the resumed node answered reads from its frozen state after %d of them", wrong, answers, rounds, staleRounds)
 }
-
-// renewWatched is g.Renew(ctx, req), given up as unanswered after
-// renewWatch. The test's renewals have no deadline, as a caller that waits
-// for the answer: with one, those queued in the paused node are rightly
-// not carried out late, which is not what this test looks at. But a
-// Store's request whose reply the resumed node never sent waited for good
-// (13 min in a CI run), so the test stops waiting; the call ends with the
-// test's ctx.
-func renewWatched(ctx context.Context, g kvlease.Grantor, req kvlease.RenewRequest) (kvlease.Record, error) {
-	type answer struct {
-		rec kvlease.Record
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		rec, err := g.Renew(ctx, req)
-		done <- answer{rec, err}
-	}()
-	select {
-	case a := <-done:
-		return a.rec, a.err
-	case <-time.After(renewWatch):
-		return kvlease.Record{}, kvlease.ErrUnavailable
-	}
-}
-
-// renewWatch is how long renewWatched waits for an answer.
-const renewWatch = time.Minute
 
 // stopProcess sends p SIGSTOP and returns once all its threads have
 // stopped (waitid WSTOPPED, without reaping it). kill returns before the
