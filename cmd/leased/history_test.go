@@ -86,6 +86,11 @@ func TestHistoryCommand(t *testing.T) {
 			t.Errorf("%v: exit %d (%s), want 2", args, r.code, r.stderr)
 		}
 	}
+	// A bucket no grantor keeps: a failure, as watch and status say, not
+	// "no such live lease" (4).
+	if r := leased(t, s.url, "history", "--bucket", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, "no history stream") {
+		t.Errorf("history of a bucket with no history: exit %d (%s), want 1", r.code, r.stderr)
+	}
 }
 
 // A lease granted before the window and live through it is a row of

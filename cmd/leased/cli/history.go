@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -54,6 +55,12 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 				octx, cancel := context.WithTimeout(ctx, c.timeout)
 				defer cancel()
 				h, err := history.Open(octx, js, bucket, history.Options{})
+				if errors.Is(err, kvlease.ErrNotFound) {
+					// No history stream: a failure (exit 1), as watch and
+					// status say of a missing bucket, not "no such live
+					// lease" (exit 4).
+					return errors.New(err.Error())
+				}
 				if err != nil {
 					return err
 				}
