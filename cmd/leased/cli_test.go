@@ -375,7 +375,7 @@ func TestRunKilledStopsWhatItsCommandStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.cmd.Wait()
-	waitGone(t, grandchild, "the command's own child")
+	waitGone(t, grandchild, "the command's own child, run killed", 5*time.Second)
 }
 
 // childPID waits for the line "child-pid=N" the command writes to its
@@ -390,15 +390,45 @@ func (p *runProcess) childPID(t *testing.T) int {
 	return pid
 }
 
-// waitGone fails t if process pid (what) still runs 5 s after run was
-// killed.
-func waitGone(t *testing.T, pid int, what string) {
+// waitGone fails t if process pid (what) still runs within from now.
+func waitGone(t *testing.T, pid int, what string, within time.Duration) {
 	t.Helper()
-	for end := time.Now().Add(5 * time.Second); running(pid); time.Sleep(20 * time.Millisecond) { // bounded poll: not our child, no event for its exit
+	for end := time.Now().Add(within); running(pid); time.Sleep(20 * time.Millisecond) { // bounded poll: not our child, no event for its exit
 		if time.Now().After(end) {
-			t.Fatalf("%s (pid %d) outlived run by 5 s", what, pid)
+			t.Fatalf("%s (pid %d) still runs %v later", what, pid, within)
 		}
 	}
+}
+
+// run stopped (SIGSTOP, a terminal's Ctrl-Z) renews nothing and stops
+// nothing: its command ran on past the lease, for as long as run stayed
+// stopped, while another holder could take the lease. The guard, another
+// process, kills the command's group at the deadline run would have, and
+// while run renews it does not.
+func TestRunStoppedStopsItsCommandAtItsDeadline(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "stopped", "--ttl", "3s", "--", "sh", "-c", "sleep 60 & echo child-pid=$! >&2; wait")
+	grandchild := p.childPID(t)
+	// Renewed every second: four renewals take the command past the
+	// deadline it started with, and the guard has kept it.
+	renewals := 0
+	p.logs.wait(t, 20*time.Second, func(l string) bool {
+		if strings.Contains(l, "msg=renewed") {
+			renewals++
+		}
+		return renewals == 4
+	})
+	if !running(grandchild) {
+		t.Fatalf("the command's child (pid %d) is gone while run renewed:\n%s", grandchild, p.logs.text())
+	}
+	stopProcess(t, p.cmd.Process)
+	defer p.cmd.Process.Signal(syscall.SIGCONT)
+	if !running(grandchild) {
+		t.Fatalf("the command's child (pid %d) is gone as run stopped: the test proves nothing", grandchild)
+	}
+	// The deadline is at most the TTL away.
+	waitGone(t, grandchild, "the command's child, run stopped", 3*time.Second+5*time.Second)
+	p.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, "deadline passed with no renewal from run") })
 }
 
 // What the command leaves in its group when it exits gets run's grace,
@@ -417,7 +447,7 @@ func TestRunKilledWhileReapingStopsWhatItsCommandLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.cmd.Wait()
-	waitGone(t, left, "what the command left")
+	waitGone(t, left, "what the command left, run killed", 5*time.Second)
 }
 
 // Descriptors run inherits reach the command at their own numbers (a

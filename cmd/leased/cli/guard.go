@@ -13,8 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // guardCommand is the hidden command (`leased __guard ARGV...`) through
@@ -33,7 +35,8 @@ import (
 const guardCommand = "__guard"
 
 // guardEnv tells the guard that run started it, and on which descriptors
-// it has the two pipes: "LIFE,REPORT". On LIFE it reads until run is gone;
+// it has the two pipes: "LIFE,REPORT". On LIFE it reads the command's
+// deadlines (see commandDeadline), one a line, until run is gone;
 // on REPORT it tells run the command's pid once it has started (nothing if
 // it could not start), then its wait status once it has exited. They come
 // after every descriptor run inherited without close-on-exec, which pass
@@ -60,6 +63,14 @@ func newGuard() *cobra.Command {
 // run's end of the life pipe closes. It stays until then, after the
 // command has exited too: run reaps what the command left in its group,
 // and a run killed meanwhile must not leave that running (found in review).
+//
+// It also kills the group at the command's deadline, unless run has sent
+// a later one (it sends one with each renewal). run stops the command
+// itself when the lease is lost, SIGTERM then SIGKILL at that deadline;
+// but a run stopped (SIGSTOP, a terminal's Ctrl-Z) or frozen renews
+// nothing and stops nothing, and its command ran on past the lease while
+// another holder took it. The guard, another process, does not stop with
+// run, and kills at the deadline run would have.
 func guard(argv []string, stderr io.Writer) error {
 	lifeFD, reportFD, ok := guardFDs(os.Getenv(guardEnv))
 	if !ok { // not started by run: no pipes of run's
@@ -68,6 +79,11 @@ func guard(argv []string, stderr io.Writer) error {
 	syscall.CloseOnExec(lifeFD)
 	syscall.CloseOnExec(reportFD)
 	life, report := os.NewFile(uintptr(lifeFD), "run-life"), os.NewFile(uintptr(reportFD), "run-report")
+	fromRun := bufio.NewReader(life)
+	deadline, err := readDeadline(fromRun)
+	if err != nil {
+		return nil // run is gone (or not run): nothing to start the command for
+	}
 	// Signals for the guard itself are not the command's: were a
 	// terminal's hang-up or interrupt to end the guard, the command would
 	// be left without it. Caught, not ignored, so that the command gets
@@ -87,24 +103,101 @@ func guard(argv []string, stderr io.Writer) error {
 	// started it: keep that thread).
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	runtime.LockOSThread()
+	if bootClock() >= deadline {
+		// run was held up past the deadline between taking the lease and
+		// starting the guard: the lease is not the command's to run under.
+		fmt.Fprintf(stderr, "leased: the lease's deadline passed before %s could start; not started\n", argv[0])
+		return exitStatus(ExitLost)
+	}
 	if err := c.Start(); err != nil {
 		fmt.Fprintf(stderr, "leased: start %s: %v\n", argv[0], err)
 		return exitStatus(127) // as shells do for a command that cannot run
 	}
 	pgid := c.Process.Pid
 	fmt.Fprintln(report, pgid)
-	runGone := make(chan struct{})
+	exited := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, life) // EOF: run is gone, or done
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		close(runGone)
+		_ = c.Wait()
+		if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok {
+			fmt.Fprintln(report, uint32(ws))
+		}
+		close(exited)
 	}()
-	_ = c.Wait()
-	if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok {
-		fmt.Fprintln(report, uint32(ws))
+	deadlines := make(chan int64)
+	go func() {
+		for {
+			d, err := readDeadline(fromRun)
+			if err != nil { // EOF: run is gone, or done
+				close(deadlines)
+				return
+			}
+			deadlines <- d
+		}
+	}()
+	killed := false
+	for {
+		var t *time.Timer
+		var check <-chan time.Time // none once the group is killed
+		if !killed {
+			left := time.Duration(deadline - bootClock())
+			if left <= 0 {
+				killed = true
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				select {
+				case <-exited: // run had stopped it; nothing to say
+				default:
+					fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal from run (stopped or frozen?); killed its process group %d\n", pgid)
+				}
+				continue
+			}
+			// Looked at again at least every second: Go's timers stop
+			// while the machine is suspended, the boot clock does not.
+			t = time.NewTimer(min(left, time.Second))
+			check = t.C
+		}
+		select {
+		case d, ok := <-deadlines:
+			if !ok {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				<-exited
+				return nil
+			}
+			deadline = max(deadline, d)
+		case <-check:
+		}
+		if t != nil {
+			t.Stop()
+		}
 	}
-	<-runGone
-	return nil
+}
+
+// readDeadline reads one of run's deadlines: a line of commandDeadline.
+func readDeadline(r *bufio.Reader) (int64, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+}
+
+// commandDeadline is the time the command must be gone by, remaining from
+// now, as a reading of CLOCK_BOOTTIME in nanoseconds: a clock run and the
+// guard share, which counts the machine's suspension as the holder's
+// deadline does (kvlease's holderNow), where Go's monotonic clock and its
+// timers do not. The clock is read before remaining is counted, so that
+// the sum errs early.
+func commandDeadline(remaining func() time.Duration) int64 {
+	now := bootClock()
+	return now + int64(remaining())
+}
+
+// bootClock reads CLOCK_BOOTTIME in nanoseconds.
+func bootClock() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		panic(fmt.Sprintf("leased: CLOCK_BOOTTIME: %v", err)) // Linux has had it since 2.6.39
+	}
+	return ts.Nano()
 }
 
 // guardFDs parses guardEnv's value.
@@ -144,22 +237,32 @@ func inheritedFDs() []*os.File {
 
 // guarded is a command started through the guard.
 type guarded struct {
-	guard  *exec.Cmd
-	pid    int           // the command's, which leads its process group
-	life   *os.File      // run's end of the life pipe: closed when run dies
-	report *bufio.Reader // the guard's reports
-	closer io.Closer
+	guard     *exec.Cmd
+	pid       int           // the command's, which leads its process group
+	life      *os.File      // run's end of the life pipe: closed when run dies
+	report    *bufio.Reader // the guard's reports
+	closer    io.Closer
+	deadlines chan int64    // the latest deadline not yet written to the guard
+	closed    chan struct{} // by close
+	written   chan struct{} // writeDeadlines is done
 }
 
 // startGuarded starts argv through the guard with env and standard
-// streams. ok is false if the guard could not start the command (it said
-// why, on stderr); g.wait gives its status (127) then.
-func startGuarded(argv, env []string, stdin io.Reader, stdout, stderr io.Writer) (g *guarded, ok bool, err error) {
+// streams, to be killed at deadline (commandDeadline) unless extended. ok
+// is false if the guard did not start the command (it said why, on
+// stderr); g.wait gives its status (127, or 5 past the deadline) then.
+func startGuarded(argv, env []string, deadline int64, stdin io.Reader, stdout, stderr io.Writer) (g *guarded, ok bool, err error) {
 	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
 		return nil, false, err
 	}
 	defer lifeR.Close()
+	// The first deadline waits in the pipe for the guard, which reads it
+	// before it starts the command.
+	if _, err := fmt.Fprintln(lifeW, deadline); err != nil {
+		lifeW.Close()
+		return nil, false, err
+	}
 	reportR, reportW, err := os.Pipe()
 	if err != nil {
 		lifeW.Close()
@@ -189,7 +292,9 @@ func startGuarded(argv, env []string, stdin io.Reader, stdout, stderr io.Writer)
 		reportR.Close()
 		return nil, false, err
 	}
-	g = &guarded{guard: cmd, life: lifeW, report: bufio.NewReader(reportR), closer: reportR}
+	g = &guarded{guard: cmd, life: lifeW, report: bufio.NewReader(reportR), closer: reportR,
+		deadlines: make(chan int64, 1), closed: make(chan struct{}), written: make(chan struct{})}
+	go g.writeDeadlines()
 	line, _ := g.report.ReadString('\n')
 	if g.pid, err = strconv.Atoi(strings.TrimSpace(line)); err != nil {
 		return g, false, nil
@@ -217,10 +322,44 @@ func (g *guarded) wait() error {
 	return nil
 }
 
+// extend tells the guard the command's new deadline (commandDeadline). It
+// never blocks: a guard that does not read (stopped) holds up only the
+// writer, which then writes the latest deadline given. After close it
+// does nothing.
+func (g *guarded) extend(deadline int64) {
+	for {
+		select {
+		case g.deadlines <- deadline:
+			return
+		case old := <-g.deadlines:
+			deadline = max(deadline, old)
+		case <-g.closed:
+			return
+		}
+	}
+}
+
+// writeDeadlines writes extend's deadlines to the guard until close.
+func (g *guarded) writeDeadlines() {
+	defer close(g.written)
+	for {
+		select {
+		case d := <-g.deadlines:
+			if _, err := fmt.Fprintln(g.life, d); err != nil {
+				return // the guard is gone, or close closed the pipe
+			}
+		case <-g.closed:
+			return
+		}
+	}
+}
+
 // close closes run's end of the life pipe, so that the guard kills what is
 // left of the command's group and exits, and waits for it.
 func (g *guarded) close() {
-	g.life.Close()
+	close(g.closed)
+	g.life.Close() // ends a write the guard does not read
+	<-g.written
 	_ = g.guard.Wait()
 	g.closer.Close()
 }

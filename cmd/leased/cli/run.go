@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,7 +46,9 @@ holder's deadline, so that the command is gone by the deadline.
 
 The command runs in a process group of its own: stopping it stops everything
 it started. If run itself is killed, even with SIGKILL, that whole group is
-killed too (by a guard process between run and the command).
+killed too (by a guard process between run and the command); if run is
+stopped (SIGSTOP, Ctrl-Z), the guard kills the group at the command's
+deadline.
 
 The command does not get run's own secrets: LEASED_PASSWORD, LEASED_SECRET
 and LEASED_GOSSIP_KEY are taken out of its environment, and any user,
@@ -136,7 +139,13 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	log, _ := newLogger(stderr, "text", level)
 	log = log.With("lease", name)
 	log.Debug("taking the lease") // elect: waiting while another candidate leads
+	// The command's guard, once it has started: each renewal extends the
+	// command's deadline there.
+	var commandGuard atomic.Pointer[guarded]
 	k, err := take(ctx, append(c.keeperOptions(), kvlease.WithOnRenew(func(_ kvlease.Record, deadline time.Time) {
+		if g := commandGuard.Load(); g != nil {
+			g.extend(commandDeadline(func() time.Duration { return time.Until(deadline) + grace }))
+		}
 		// The deadline the command must be gone by, and when it is sent
 		// SIGTERM if no renewal comes (the keeper's own deadline, earlier by
 		// the grace: a loss is logged then, "expired" against it).
@@ -162,14 +171,19 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		"LEASED_LEASE="+name,
 		"LEASED_TOKEN="+strconv.FormatUint(uint64(l.Token()), 10),
 		"LEASED_HOLDER="+c.holder)
-	g, started, err := startGuarded(args, env, os.Stdin, stdout, stderr)
+	// The guard kills the command's group at its deadline unless run, with
+	// each renewal, has sent it a later one (see guard).
+	remaining := func() time.Duration { return l.Remaining() + grace }
+	g, started, err := startGuarded(args, env, commandDeadline(remaining), os.Stdin, stdout, stderr)
 	if err != nil {
 		_ = k.Close(context.Background())
 		fmt.Fprintf(stderr, "leased: start %s: %v\n", args[0], err)
 		return exitStatus(127) // as shells do for a command that cannot run
 	}
 	defer g.close()
-	if !started { // the guard said why
+	commandGuard.Store(g)
+	g.extend(commandDeadline(remaining)) // a renewal made while the guard started
+	if !started {                        // the guard said why
 		err := g.wait()
 		_ = k.Close(context.Background())
 		return err
