@@ -8,11 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor"
@@ -429,6 +432,75 @@ func TestRunStoppedStopsItsCommandAtItsDeadline(t *testing.T) {
 	// The deadline is at most the TTL away.
 	waitGone(t, grandchild, "the command's child, run stopped", 3*time.Second+5*time.Second)
 	p.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, "deadline passed with no renewal from run") })
+}
+
+// At a terminal, the command has it while it runs: it was in a background
+// process group, so a command that read the terminal was stopped (SIGTTIN)
+// and run waited for good. Ctrl-Z stops the command and run's job, whose
+// shell gets the terminal back (without that, the terminal stayed with a
+// stopped group and the shell waited on run); fg gives the command the
+// terminal again. The shell is bash with job control, the session's
+// leader on a new terminal.
+func TestRunGivesTheCommandTheTerminal(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	s := startServe(t, "")
+	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	defer ptm.Close()
+	if err := unix.IoctlSetPointerInt(int(ptm.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(ptm.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pts.Close()
+	shell := exec.Command(bash, "-c", `set -m
+"$LEASED" run --url "$URL" --lease tty -- sh -c 'read x; echo got-$x'
+echo stopped-status=$?
+fg
+echo run-exit=$?`)
+	shell.Env = append(os.Environ(), "LEASED="+leasedBin, "URL="+s.url)
+	shell.Stdin, shell.Stdout, shell.Stderr = pts, pts, pts
+	shell.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := shell.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-shell.Process.Pid, syscall.SIGKILL); _ = shell.Wait() })
+	pts.Close()
+	out := readLines(ptm)
+	started := out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "command started") })
+	pid := regexp.MustCompile(` pid=(\d+)`).FindStringSubmatch(started)
+	if pid == nil {
+		t.Fatalf("no pid in %q", started)
+	}
+	// Ctrl-Z once the command has the terminal (bounded poll: no event).
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if fg, err := unix.IoctlGetInt(int(ptm.Fd()), unix.TIOCGPGRP); err == nil && strconv.Itoa(fg) == pid[1] {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the command (pid %s) never had the terminal", pid[1])
+		}
+	}
+	if _, err := ptm.WriteString("\x1a"); err != nil { // Ctrl-Z
+		t.Fatal(err)
+	}
+	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "stopped-status=148") }) // 128+SIGTSTP
+	if _, err := ptm.WriteString("hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "got-hello") })
+	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "run-exit=0") })
 }
 
 // What the command leaves in its group when it exits gets run's grace,

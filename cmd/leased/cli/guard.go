@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -115,11 +116,25 @@ func guard(argv []string, stderr io.Writer) error {
 	}
 	pgid := c.Process.Pid
 	fmt.Fprintln(report, pgid)
+	runGroup, _ := syscall.Getpgid(os.Getppid())
 	exited := make(chan struct{})
 	go func() {
-		_ = c.Wait()
-		if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok {
-			fmt.Fprintln(report, uint32(ws))
+		// Waited for with WUNTRACED, not c.Wait: a command stopped at the
+		// terminal run gave it stops run's job too (stopJob).
+		var ws syscall.WaitStatus
+		for {
+			_, err := syscall.Wait4(pgid, &ws, syscall.WUNTRACED, nil)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err == nil && ws.Stopped() {
+				stopJob(pgid, runGroup)
+				continue
+			}
+			if err == nil {
+				fmt.Fprintln(report, uint32(ws))
+			}
+			break
 		}
 		close(exited)
 	}()
@@ -362,4 +377,107 @@ func (g *guarded) close() {
 	<-g.written
 	_ = g.guard.Wait()
 	g.closer.Close()
+}
+
+// stopJob stops run's job when the command was stopped while its group
+// had the terminal (Ctrl-Z, or any stop signal, as a shell sees its job
+// stopped): the terminal goes back to run's group, which gets SIGTSTP, so
+// that its shell sees the job stopped and takes the terminal back, as it
+// would without run; `fg` continues run, which gives the command the
+// terminal again and continues it (see terminal). Without it, Ctrl-Z left
+// the terminal to a stopped group and the shell waiting on run. A command
+// stopped without the terminal is left so. While run is stopped it renews
+// nothing: the guard kills the command at its deadline.
+func stopJob(pgid, runGroup int) {
+	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer tty.Close()
+	fd := int(tty.Fd())
+	if fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err != nil || fg != pgid || runGroup <= 1 {
+		return
+	}
+	signal.Ignore(syscall.SIGTTOU) // the guard's group is in the background
+	if unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, runGroup) == nil {
+		_ = syscall.Kill(-runGroup, syscall.SIGTSTP)
+	}
+}
+
+// terminal is run's controlling terminal, which the command's group has
+// while it runs, as a shell's job would: from a background group, a
+// command that read it was stopped (SIGTTIN) and run waited for good.
+type terminal struct {
+	mu        sync.Mutex
+	tty       *os.File // nil: run has none, or is not its foreground
+	own, pgid int      // run's group, the command's
+	cont      chan os.Signal
+}
+
+// foreground gives the command's group pgid run's controlling terminal, if
+// run has one and its group is the terminal's foreground group (not a job
+// in the background). The command keeps it until giveBack; run continued
+// after stopJob stopped it gives it to the command again.
+func foreground(pgid int) *terminal {
+	t := &terminal{own: unix.Getpgrp(), pgid: pgid}
+	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
+	if err != nil {
+		return t // no controlling terminal
+	}
+	if fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP); err != nil || fg != t.own {
+		tty.Close()
+		return t
+	}
+	t.tty = tty
+	t.give()
+	t.cont = make(chan os.Signal, 1)
+	signal.Notify(t.cont, syscall.SIGCONT)
+	go func() {
+		for range t.cont {
+			t.mu.Lock()
+			if t.tty != nil {
+				t.give()
+			}
+			t.mu.Unlock()
+		}
+	}()
+	return t
+}
+
+// give gives the terminal to the command's group, if run's group has it,
+// and continues the command: one that read the terminal before it had it
+// was stopped (SIGTTIN), and one stopJob stopped waits for it, as shells
+// continue a job they bring to the foreground.
+func (t *terminal) give() {
+	fd := int(t.tty.Fd())
+	if fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && fg == t.own {
+		_ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, t.pgid)
+	}
+	_ = syscall.Kill(-t.pgid, syscall.SIGCONT)
+}
+
+// giveBack gives the terminal back to run's group, once the command has
+// exited; after the first call it does nothing.
+func (t *terminal) giveBack() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tty == nil {
+		return
+	}
+	signal.Stop(t.cont)
+	close(t.cont)
+	fd := int(t.tty.Fd())
+	if fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && fg == t.pgid {
+		// run is in the background now: a terminal stops a background
+		// process that sets its foreground group (SIGTTOU) unless the
+		// signal is ignored.
+		ignored := signal.Ignored(syscall.SIGTTOU)
+		signal.Ignore(syscall.SIGTTOU)
+		_ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, t.own)
+		if !ignored {
+			signal.Reset(syscall.SIGTTOU)
+		}
+	}
+	t.tty.Close()
+	t.tty = nil
 }

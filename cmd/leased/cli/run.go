@@ -48,7 +48,8 @@ The command runs in a process group of its own: stopping it stops everything
 it started. If run itself is killed, even with SIGKILL, that whole group is
 killed too (by a guard process between run and the command); if run is
 stopped (SIGSTOP, Ctrl-Z), the guard kills the group at the command's
-deadline.
+deadline. At a terminal, the command has it while it runs, as a shell's
+job: Ctrl-C and Ctrl-Z go to it (Ctrl-Z stops run's job with it).
 
 The command does not get run's own secrets: LEASED_PASSWORD, LEASED_SECRET
 and LEASED_GOSSIP_KEY are taken out of its environment, and any user,
@@ -191,8 +192,15 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	pgid := g.pid
 	log.Info("holding lease; command started", "token", l.Token(), "pid", pgid,
 		"deadline", l.Deadline().Add(grace).Format(time.RFC3339Nano))
+	// At a terminal, the command has it while it runs (see terminal).
+	term := foreground(pgid)
+	defer term.giveBack()
 	exited := make(chan error, 1)
-	go func() { exited <- g.wait() }()
+	go func() {
+		err := g.wait()
+		term.giveBack()
+		exited <- err
+	}()
 
 	var waitErr error
 	select {
