@@ -535,7 +535,10 @@ func TestRunPassesInheritedDescriptors(t *testing.T) {
 	}
 	defer f.Close()
 	cmd := exec.Command(leasedBin, "run", "--url", s.url, "--lease", "fds", "--", "sh", "-c",
-		`echo on-3 >&3; ls /proc/$$/fd | tr '\n' ' ' >&3; echo 0 >&4; exit 7`)
+		`echo on-3 >&3
+run=$(cut -d' ' -f4 /proc/$PPID/stat) # the guard's parent
+[ "$(readlink /proc/$run/fd/3)" = "$(readlink /proc/$$/fd/3)" ] && echo run-kept-3 >&3
+ls /proc/$$/fd | tr '\n' ' ' >&3; echo 0 >&4; exit 7`)
 	cmd.ExtraFiles = []*os.File{f} // 3; 4 is closed
 	err = cmd.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
@@ -545,10 +548,17 @@ func TestRunPassesInheritedDescriptors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.SplitN(string(b), "\n", 2)
+	lines := strings.SplitN(string(b), "\n", 3)
 	if lines[0] != "on-3" {
 		t.Errorf("descriptor 3: %q; want what the command wrote on it", b)
 	}
+	// run keeps it too: nats.go reads --creds /dev/fd/3 again at each
+	// reconnect (run closed it, and lost its lease at the first one:
+	// found in review).
+	if len(lines) < 2 || lines[1] != "run-kept-3" {
+		t.Errorf("run does not have descriptor 3 open while its command runs: %q", b)
+	}
+	lines = append(lines[:1], lines[2:]...)
 	// Besides 0-3, only what this test process passes on (inherited
 	// without close-on-exec from what started it).
 	passed := map[string]bool{"0": true, "1": true, "2": true, "3": true}

@@ -295,13 +295,12 @@ func startGuarded(argv, env []string, deadline int64, stdin io.Reader, stdout, s
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	// A group of its own: the terminal's signals are run's to pass on.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// run keeps the descriptors it passes on: nats.go reads --creds and
+	// the TLS files again at each reconnect, and one named /dev/fd/N (a
+	// shell's N<file, systemd's OpenFile=) was gone once run closed N, so
+	// run lost its lease at the first reconnect (found in review).
 	err = cmd.Start()
 	reportW.Close()
-	for _, f := range passed {
-		if f != nil {
-			f.Close() // the guard has them; run does not use them
-		}
-	}
 	if err != nil {
 		lifeW.Close()
 		reportR.Close()
