@@ -661,6 +661,27 @@ func TestElectHandsOver(t *testing.T) {
 	t.Logf("hand-over %v after the first leader was told to step down", time.Since(stepped).Round(time.Millisecond))
 }
 
+// SIGHUP (a terminal or ssh session closed) stops run as SIGTERM does:
+// its command gets SIGTERM, then run releases the lease. It killed run
+// outright, its command got SIGKILL with no SIGTERM, and the lease stayed
+// held for its TTL (found in review).
+func TestRunHangUpStopsTheCommandAndReleases(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "hungup", "--ttl", "30s", "--", "sh", "-c",
+		`trap 'echo got-term >&2; exit 0' TERM; echo child-pid=$$ >&2; while :; do sleep 0.1; done`)
+	p.childPID(t)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(p.cmd, 10*time.Second); err != nil {
+		t.Fatalf("run after SIGHUP: %v, want exit 0 (the command's)\n%s", err, p.logs.text())
+	}
+	p.logs.wait(t, time.Second, func(l string) bool { return l == "got-term" })
+	if r := leased(t, s.url, "get", "hungup"); r.code != cli.ExitNotFound {
+		t.Fatalf("get after run's SIGHUP: exit %d %s, want %d: released", r.code, r.stdout, cli.ExitNotFound)
+	}
+}
+
 // A candidate stopped (SIGTERM) while another leads says it never led
 // and its command never ran, not "context canceled".
 func TestElectStoppedWhileWaiting(t *testing.T) {

@@ -10,8 +10,28 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopContext()
 	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// stopContext is cancelled by SIGINT, SIGTERM or SIGHUP: a command stops
+// as it does when done (run and elect stop their command, then release).
+// SIGHUP (a terminal or ssh session closed) killed run outright: its
+// command got SIGKILL with no SIGTERM nor grace, and the lease stayed held
+// for its TTL (found in review). A signal the process was started ignoring
+// stays ignored (nohup; a background job of a shell without job control
+// ignores SIGINT), and so for run's command, which inherits it.
+func stopContext() (context.Context, context.CancelFunc) {
+	var sigs []os.Signal
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} {
+		if !signal.Ignored(sig) {
+			sigs = append(sigs, sig)
+		}
+	}
+	if len(sigs) == 0 { // NotifyContext with none would take every signal
+		return context.WithCancel(context.Background())
+	}
+	return signal.NotifyContext(context.Background(), sigs...)
 }

@@ -32,7 +32,7 @@ deadline) the moment leadership is lost. While another candidate leads it
 waits on the bucket's stream for the end of that leadership: no polling. It
 needs JetStream access to the lease bucket. The exit code is the command's,
 as for "leased run" (5 if leadership was lost and the command, catching the
-SIGTERM, exited 0); stopped (SIGINT, SIGTERM) while waiting to lead, it
+SIGTERM, exited 0); stopped (SIGINT, SIGTERM, SIGHUP) while waiting to lead, it
 exits 1, saying the command did not run.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {

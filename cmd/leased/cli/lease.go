@@ -33,7 +33,7 @@ that gets no answer is sent again, with the same request id and secret,
 until --timeout: if the first attempt was carried out, the retry gets that
 tenure ("recovered") rather than being told the lease is held.
 
-With --hold it keeps the lease renewed (every TTL/3) until SIGINT or SIGTERM,
+With --hold it keeps the lease renewed (every TTL/3) until SIGINT, SIGTERM or SIGHUP,
 then releases it; if the lease is lost first it exits with code 5.`,
 		Args: nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {

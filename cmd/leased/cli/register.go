@@ -189,7 +189,7 @@ func newRegister(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "register SERVICE INSTANCE --addr HOST:PORT",
 		Short: "Register a service instance and keep it registered until interrupted",
 		Long: `register registers INSTANCE of SERVICE (the lease svc.SERVICE.INSTANCE) with its
-address and metadata, keeps it renewed, and deregisters it on SIGINT or
+address and metadata, keeps it renewed, and deregisters it on SIGINT, SIGHUP or
 SIGTERM. If this process dies, the registration lapses by --ttl; with
 --gossip-seeds it also joins the grantors' gossip, and if gossip declares it
 dead the grantors remove the registration at once (cause "gossip"), usually

@@ -58,7 +58,7 @@ password or token out of the URLs in LEASED_URL.
 The exit code is the command's (128+signal if it was stopped, 127 if it could
 not be started; 5 if it was stopped because the lease was lost and exited 0
 all the same, having caught the SIGTERM), or 3 if the lease was held by
-someone else and the command never started. On SIGINT or SIGTERM, run stops the command the same way
+someone else and the command never started. On SIGINT, SIGTERM or SIGHUP, run stops the command the same way
 (SIGTERM, then SIGKILL after --grace) and releases the lease.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {

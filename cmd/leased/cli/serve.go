@@ -204,7 +204,7 @@ Only one serve may use a data directory: serve locks <data>/leased.lock
 (writing its pid into it) before the server opens the store, and a second
 serve on the same directory exits at once.
 
-It runs until SIGINT or SIGTERM, then stops taking requests, answers those in
+It runs until SIGINT, SIGTERM or SIGHUP, then stops taking requests, answers those in
 flight, and exits. It releases no lease: leases belong to their holders.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
