@@ -106,6 +106,48 @@ func TestRegistrationRemovedWhenGossipDeclaresDead(t *testing.T) {
 	}
 }
 
+// A second `register` of a live instance, with the same --node, is
+// refused (held) and leaves the live one registered. It joined gossip
+// before its grant and left when refused, and the grantor took the node
+// for dead and removed the live registration (found by an outside client).
+func TestDuplicateRegisterLeavesTheLiveOne(t *testing.T) {
+	s, gossip := startGossipServe(t)
+	st := kvleasetest.OpenStore(t, s.url, kvlease.WithoutCreate())
+	w, err := st.Watch(t.Context(), "svc.web.d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	args := []string{"register", "web", "d1", "--addr", "127.0.0.1:8080", "--ttl", "30s", "--url", s.url,
+		"--node", "dn", "--gossip-seeds", gossip, "--gossip-profile", "fast"}
+	live := exec.Command(timingBin(t), append(args, "-o", "json")...)
+	out, _ := live.StdoutPipe()
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
+	readLines(out).wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"instance":"d1"`) })
+	if r := leased(t, "", args...); r.code != 3 {
+		t.Fatalf("the second register: exit %d %s, want 3 (held)", r.code, r.stderr)
+	}
+	// The fast profile declares a node dead within about 3 s of its
+	// leaving: a removal would come well within 8.
+	quiet := time.After(8 * time.Second)
+	for {
+		select {
+		case ev := <-w.Events():
+			if ev.Type.Ends() {
+				t.Fatalf("the live registration ended (%v, %q) after a refused duplicate", ev.Type, ev.Reason)
+			}
+		case <-quiet:
+			if in, ok := instance(discover(t, s.url), "d1"); !ok || in.Suspect {
+				t.Fatalf("d1 in discovery: %+v (found %v), want it trusted", in, ok)
+			}
+			return
+		}
+	}
+}
+
 func nextEventOf(t *testing.T, w *kvlease.Watcher, timeout time.Duration, name string) kvlease.Event {
 	t.Helper()
 	tm := time.After(timeout)

@@ -221,12 +221,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					}
 					g.listen = "127.0.0.1:0"
 				}
-				gn, err := g.start(node, map[string]string{"role": "instance", "service": args[0]}, log)
-				if err != nil {
-					return err
-				}
-				defer func() { _ = gn.Leave(time.Second); _ = gn.Shutdown() }()
-				reg.Node = gn.Name()
+				reg.Node = node
 			}
 			stopMetrics, err := c.startMetrics(cmd.Context(), mf, "leased-register", stderr)
 			if err != nil {
@@ -241,6 +236,21 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					return err
 				}
 				l := k.Lease()
+				// Gossip is joined once the registration is held: a second
+				// process with the same --node that joined first, and left
+				// when its grant was refused (held), had the grantors take
+				// the node for dead and remove the live instance's
+				// registration (found by an outside client).
+				gn, err := g.start(node, map[string]string{"role": "instance", "service": args[0]}, log)
+				if err != nil {
+					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					_ = k.Close(rctx)
+					return err
+				}
+				if gn != nil {
+					defer func() { _ = gn.Leave(time.Second); _ = gn.Shutdown() }()
+				}
 				if p := c.printer(stdout); p.json {
 					p.obj(map[string]any{"service": reg.Service, "instance": reg.Instance, "addr": reg.Addr,
 						"node": reg.Node, "token": l.Token(), "lease": l.Name()})
