@@ -381,6 +381,31 @@ func TestRunKilledStopsWhatItsCommandStarted(t *testing.T) {
 	waitGone(t, grandchild, "the command's own child, run killed", 5*time.Second)
 }
 
+// What the command started is stopped with it also if it left the
+// command's process group (setsid; GNU timeout makes a group of its own),
+// before run releases the lease, and when run is killed: the guard adopts
+// the command's orphans (a child subreaper) and kills every process
+// descended from it. They ran on, re-parented to init (found in review).
+func TestRunStopsWhatLeftTheCommandsGroup(t *testing.T) {
+	s := startServe(t, "")
+	for _, tc := range []struct{ how, then string }{{"the command exited", "exit 0"}, {"run killed", "exec sleep 60"}} {
+		// The pid is read once its process has left the group (the
+		// substitution ends when it execs sleep, its output elsewhere).
+		p := startRun(t, s.url, "--lease", "escaped", "--ttl", "30s", "--", "sh", "-c",
+			`pid=$(setsid sh -c 'echo $$; exec sleep 60 >/dev/null' &); echo child-pid=$pid >&2; `+tc.then)
+		escaped := p.childPID(t)
+		if tc.then != "exit 0" {
+			if err := p.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = p.cmd.Wait()
+		} else if err := waitExit(p.cmd, 10*time.Second); err != nil {
+			t.Fatalf("run: %v, want exit 0", err)
+		}
+		waitGone(t, escaped, "a process that left the command's group, "+tc.how, 5*time.Second)
+	}
+}
+
 // childPID waits for the line "child-pid=N" the command writes to its
 // stderr, which is run's (its log lines), and returns N.
 func (p *runProcess) childPID(t *testing.T) int {

@@ -2,12 +2,14 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -104,6 +106,13 @@ func guard(argv []string, stderr io.Writer) error {
 	// started it: keep that thread).
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	runtime.LockOSThread()
+	// What the command starts and leaves behind (its parent gone) comes
+	// to the guard, not to init: with it, what left the command's group
+	// (setsid; GNU timeout makes a group of its own) is still found and
+	// killed with the rest (killAll).
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(stderr, "leased: warning: cannot adopt what the command leaves (PR_SET_CHILD_SUBREAPER: %v): processes that leave its group may outlive the lease\n", err)
+	}
 	if bootClock() >= deadline {
 		// run was held up past the deadline between taking the lease and
 		// starting the guard: the lease is not the command's to run under.
@@ -117,6 +126,14 @@ func guard(argv []string, stderr io.Writer) error {
 	pgid := c.Process.Pid
 	fmt.Fprintln(report, pgid)
 	runGroup, _ := syscall.Getpgid(os.Getppid())
+	// Orphans the guard adopted are reaped as they exit.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	go func() {
+		for range chld {
+			reapAdopted(pgid)
+		}
+	}()
 	exited := make(chan struct{})
 	go func() {
 		// Waited for with WUNTRACED, not c.Wait: a command stopped at the
@@ -157,12 +174,12 @@ func guard(argv []string, stderr io.Writer) error {
 			left := time.Duration(deadline - bootClock())
 			if left <= 0 {
 				killed = true
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 				select {
 				case <-exited: // run had stopped it; nothing to say
 				default:
-					fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal from run (stopped or frozen?); killed its process group %d\n", pgid)
+					fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal from run (stopped or frozen?); killing its process group %d\n", pgid)
 				}
+				killAll(pgid)
 				continue
 			}
 			// Looked at again at least every second: Go's timers stop
@@ -173,7 +190,7 @@ func guard(argv []string, stderr io.Writer) error {
 		select {
 		case d, ok := <-deadlines:
 			if !ok {
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				killAll(pgid)
 				<-exited
 				return nil
 			}
@@ -184,6 +201,83 @@ func guard(argv []string, stderr io.Writer) error {
 			t.Stop()
 		}
 	}
+}
+
+// killAll SIGKILLs the command's group and every process descended from
+// the guard, the guard's adopted orphans among them (it is their child
+// subreaper), and reaps what it adopted; again while any is left alive
+// (one may fork as it is killed), for at most a second.
+func killAll(pgid int) {
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	for range 100 {
+		alive := false
+		for _, pid := range descendants(os.Getpid()) {
+			if procState(pid) != 'Z' {
+				alive = true
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		reapAdopted(pgid)
+		if !alive {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // dying: no event for a process not the guard's child
+	}
+}
+
+// reapAdopted reaps the guard's children that have exited, but for the
+// command (pid pgid), whose status its own wait takes.
+func reapAdopted(pgid int) {
+	for _, pid := range children(os.Getpid()) {
+		if pid != pgid {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+	}
+}
+
+// descendants lists the processes descended from pid (not pid itself).
+func descendants(pid int) []int {
+	var out []int
+	for next := children(pid); len(next) > 0; {
+		out = append(out, next...)
+		var deeper []int
+		for _, c := range next {
+			deeper = append(deeper, children(c)...)
+		}
+		next = deeper
+	}
+	return out
+}
+
+// children lists pid's children, from /proc/PID/task/*/children.
+func children(pid int) []int {
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	var out []int
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// procState is pid's state letter in /proc/PID/stat ('Z' for a zombie),
+// or 0 if it is gone.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }
 
 // readDeadline reads one of run's deadlines: a line of commandDeadline.
@@ -260,6 +354,7 @@ type guarded struct {
 	deadlines chan int64    // the latest deadline not yet written to the guard
 	closed    chan struct{} // by close
 	written   chan struct{} // writeDeadlines is done
+	closeOnce sync.Once
 }
 
 // startGuarded starts argv through the guard with env and standard
@@ -369,13 +464,15 @@ func (g *guarded) writeDeadlines() {
 }
 
 // close closes run's end of the life pipe, so that the guard kills what is
-// left of the command's group and exits, and waits for it.
+// left of the command (killAll) and exits, and waits for it. Once.
 func (g *guarded) close() {
-	close(g.closed)
-	g.life.Close() // ends a write the guard does not read
-	<-g.written
-	_ = g.guard.Wait()
-	g.closer.Close()
+	g.closeOnce.Do(func() {
+		close(g.closed)
+		g.life.Close() // ends a write the guard does not read
+		<-g.written
+		_ = g.guard.Wait()
+		g.closer.Close()
+	})
 }
 
 // stopJob stops run's job when the command was stopped while its group

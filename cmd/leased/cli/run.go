@@ -45,7 +45,8 @@ The grace is carved out of the lease: run gives up --grace before the
 holder's deadline, so that the command is gone by the deadline.
 
 The command runs in a process group of its own: stopping it stops everything
-it started. If run itself is killed, even with SIGKILL, that whole group is
+it started (what left the group, with setsid, gets SIGKILL before the
+lease is released). If run itself is killed, even with SIGKILL, that whole group is
 killed too (by a guard process between run and the command); if run is
 stopped (SIGSTOP, Ctrl-Z), the guard kills the group at the command's
 deadline. At a terminal, the command has it while it runs, as a shell's
@@ -236,6 +237,10 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	case <-ctx.Done():
 		waitErr = stop(pgid, exited, time.Until(killTime(l, grace)))
 	}
+	// Before the release: the guard kills what is left, what left the
+	// command's group too, so that nothing the command started outlives
+	// the lease.
+	g.close()
 	rctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	if err := k.Close(rctx); err != nil {
