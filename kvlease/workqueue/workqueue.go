@@ -221,7 +221,8 @@ func (q *Queue) followClaims() {
 // Add puts an item on the queue. Errors: [kvlease.ErrInvalidName]; [kvlease.ErrHeld] if an
 // item of that id is pending; [ErrDone] if it was completed (ids are not
 // reused: the sink keeps each item's result); [kvlease.ErrTooLarge] for a
-// payload over the server's max_payload.
+// payload over the server's max_payload; [kvlease.ErrUnavailable], after
+// which the item may or may not have been added: Add it again to know.
 func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
 	if q.closed.Err() != nil {
 		return errClosed()
@@ -252,7 +253,13 @@ func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
 	// on one replica; on several, the replica that answers it may lag the
 	// Complete by a moment (KV reads go to any replica), and the race
 	// stays open that long.
-	if done, _, _, _, err := q.Result(ctx, id); err == nil && done {
+	switch done, _, _, _, err := q.Result(ctx, id); {
+	case err != nil && !errors.Is(err, kvlease.ErrNotFound):
+		// It said nil, and a Complete it raced dropped the item unseen
+		// (found in review).
+		return fmt.Errorf("%w: item %q was added, but whether a Complete raced it is not known (%w); "+
+			"Add it again to know: ErrHeld says it is pending, ErrDone that it was done", kvlease.ErrUnavailable, id, err)
+	case done:
 		_ = q.items.Purge(ctx, id, jetstream.LastRevision(rev))
 		return fmt.Errorf("%w: %q", ErrDone, id)
 	}

@@ -472,6 +472,29 @@ func TestAddRacingCompleteSaysDone(t *testing.T) {
 	}
 }
 
+// An Add whose second look at the sink fails says so (ErrUnavailable),
+// not nil: the item was added, and a Complete it may have raced would drop
+// it unseen (found in review). The sink's bucket deleted under it is the
+// failure here.
+func TestAddWhoseSecondLookFailsSaysSo(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "blind")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	q.SetBeforeCreate(func() {
+		if err := js.DeleteKeyValue(ctx, "blind-done"); err != nil {
+			t.Errorf("delete the sink: %v", err)
+		}
+	})
+	if err := q.Add(ctx, "item", []byte("x")); !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("Add with its second look failing: %v; want ErrUnavailable", err)
+	}
+}
+
 // A claim revoked with the default hold is taken by a waiting worker once
 // the hold ends, and at once if its holder releases it first: the end of
 // a hold makes no event, and a release after a revocation counted as a new
