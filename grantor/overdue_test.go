@@ -327,6 +327,17 @@ func TestObserverEndsNoLiveTenureForAnotherTenuresHistory(t *testing.T) {
 	if _, err := f.client.Revoke(ctx, "fp.same-token", kvlease.ResurrectedReason); !errors.Is(err, api.ErrInvalidRequest) {
 		t.Errorf("revoke through the service with the grantor's own reason: %v, want invalid_argument", err)
 	}
+	// A reason is bounded: it is copied into every event and the history.
+	long := strings.Repeat("r", kvlease.MaxReasonLen+1)
+	if _, err := st.Revoke(ctx, "fp.same-token", long); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("Store.Revoke with a reason of %d bytes: %v, want ErrInvalidOption", len(long), err)
+	}
+	if _, err := f.client.Revoke(ctx, "fp.same-token", long); !errors.Is(err, api.ErrInvalidRequest) {
+		t.Errorf("revoke through the service with a reason of %d bytes: %v, want invalid_argument", len(long), err)
+	}
+	if cur, err := st.Get(ctx, "fp.same-token"); err != nil || cur.Token != live["fp.same-token"].Token {
+		t.Errorf("after the refused revocations: %+v, %v; want the tenure live", cur, err)
+	}
 }
 
 // grantReleased grants lease name to "old" for 10 min through st and

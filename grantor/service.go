@@ -1039,9 +1039,8 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	if req.Reason == "" {
 		req.Reason = "revoked by operator"
 	}
-	if req.Reason == kvlease.ResurrectedReason {
-		// The history and change events skip the end it marks.
-		return nil, fmt.Errorf("%w: the revocation reason %q is the grantor's own", api.ErrInvalidRequest, req.Reason)
+	if err := kvlease.ValidateReason(req.Reason); err != nil {
+		return nil, fmt.Errorf("%w: %w", api.ErrInvalidRequest, err)
 	}
 	var opts []kvlease.RevokeOption
 	if req.FreeNow {

@@ -1073,9 +1073,8 @@ func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeO
 	if err := ValidateName(name); err != nil {
 		return Record{}, err
 	}
-	if reason == ResurrectedReason {
-		// The history and change events skip the end it marks.
-		return Record{}, fmt.Errorf("%w: the revocation reason %q is the grantor's own", ErrInvalidOption, reason)
+	if err := ValidateReason(reason); err != nil {
+		return Record{}, err
 	}
 	span.SetAttributes(telemetry.AttrFreeNow.Bool(o.FreeNow))
 	// Each attempt reads and compare-and-sets within revokeAttemptTimeout:
@@ -1645,6 +1644,24 @@ func (s *Store) EndOverdue(ctx context.Context, name string) (bool, error) {
 			"token", rec.Token, "expired_at", rec.ExpiresAt())
 	}
 	return ended, err
+}
+
+// MaxReasonLen bounds a revocation's reason, in bytes.
+const MaxReasonLen = 512
+
+// ValidateReason checks a revocation's reason: at most [MaxReasonLen]
+// bytes, since it is copied into the tombstone, each change event, watch
+// output and the history (an outside client's 5,000 were), and not the
+// grantor's own [ResurrectedReason], whose end the history and change
+// events skip. Errors: [ErrInvalidOption].
+func ValidateReason(reason string) error {
+	switch {
+	case reason == ResurrectedReason:
+		return fmt.Errorf("%w: the revocation reason %q is the grantor's own", ErrInvalidOption, reason)
+	case len(reason) > MaxReasonLen:
+		return fmt.Errorf("%w: a revocation reason of %d bytes, over %d", ErrInvalidOption, len(reason), MaxReasonLen)
+	}
+	return nil
 }
 
 // ResurrectedReason is the reason of the end [Store.EndResurrected] writes.
