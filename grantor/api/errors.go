@@ -2,7 +2,6 @@ package api
 
 import (
 	"errors"
-	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -162,6 +161,15 @@ func (tooLarge) Error() string { return "grantor: too large" }
 // Is makes errors.Is(ErrTooLarge, kvlease.ErrTooLarge) true.
 func (tooLarge) Is(target error) bool { return target == kvlease.ErrTooLarge }
 
+type tooLate struct{}
+
+func (tooLate) Error() string { return "too late: the request arrived after its caller's deadline" }
+
+// Is makes errors.Is(ErrTooLate, kvlease.ErrUnavailable) true. Its message
+// is its own: wrapped, it began "grantor unavailable", which read as
+// another error than too_late (found by an outside client).
+func (tooLate) Is(target error) bool { return target == kvlease.ErrUnavailable }
+
 // Sentinels for the service's own refusals (kvlease's cover the rest).
 var (
 	// ErrInvalidRequest: malformed JSON, unknown fields, missing values.
@@ -176,5 +184,5 @@ var (
 	// ErrTooLate (also kvlease.ErrUnavailable): the request arrived after
 	// the deadline its caller put on it ([HeaderDeadline]) and was not
 	// carried out; a caller still waiting sends it again.
-	ErrTooLate = fmt.Errorf("%w: the request arrived after its caller's deadline", kvlease.ErrUnavailable)
+	ErrTooLate error = tooLate{}
 )

@@ -59,3 +59,16 @@ func TestHeldBackRoundsUp(t *testing.T) {
 		t.Fatalf("a hold of 0.3 ms: held_back_ms %d, back in Go %+v; want 1 ms", b.HeldBackMS, held)
 	}
 }
+
+// too_late says so: it is unavailable to Go callers (they send again),
+// but its message began "grantor unavailable", which read as another
+// error (found by an outside client).
+func TestTooLateSaysSo(t *testing.T) {
+	b := api.ErrorBodyOf("renew", fmt.Errorf("%w (by 3s); nothing was done", api.ErrTooLate))
+	if b.Code != api.CodeTooLate || !strings.HasPrefix(b.Message, "too late") {
+		t.Fatalf("on the wire: %+v, want code %s and a message that says too late", b, api.CodeTooLate)
+	}
+	if err := b.Err(); !errors.Is(err, api.ErrTooLate) || !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("back in Go: %v, want ErrTooLate and ErrUnavailable", err)
+	}
+}
