@@ -49,6 +49,13 @@ const (
 	// in full (Store.classify).
 	hdrDuration = "Leased-Duration-Ms"
 	hdrTrace    = "Leased-Grant-Trace"
+	// hdrExpired: on the end EndOverdue writes, when the record it ended
+	// had expired (RFC 3339): the end is reported then, not when a grantor
+	// found the record kept past it (after an unclean restart the server
+	// brought back records of leases released long before, and their
+	// history showed them held until the restart: found by an outside
+	// client).
+	hdrExpired = "Leased-Expired-At"
 
 	// hdrPrev prefixes, on a grant that replaced a tombstone, that
 	// tombstone's headers (tombstoneHeaders), with its revision and store
@@ -76,7 +83,7 @@ const (
 // tombstoneHeaders are the headers of a tombstone or marker that say how a
 // tenure ended (see Store.endEvent).
 var tombstoneHeaders = [...]string{hdrOp, hdrHolder, hdrToken, hdrReason, hdrGranted, hdrKVOp, jetstream.MarkerReasonHeader, hdrRequest,
-	hdrDuration, hdrTrace, hdrHold}
+	hdrDuration, hdrTrace, hdrHold, hdrExpired}
 
 // tombstone is the message that ended a tenure, as a Store wrote or read
 // it: what the grant that replaces it carries, so that watchers that never
@@ -1821,6 +1828,9 @@ func (s *Store) purgeHolding(ctx context.Context, name, op string, cur Record, r
 	hdr.Set(hdrKVOp, kvOpPurge)
 	hdr.Set(jetstream.MsgRollup, rollupSubj)
 	setEnd(hdr, cur, reason)
+	if op == opExpire {
+		hdr.Set(hdrExpired, cur.ExpiresAt().UTC().Format(time.RFC3339Nano))
+	}
 	ttl := s.o.markerTTL
 	if hold > 0 {
 		hdr.Set(hdrHold, strconv.FormatInt(hold.Milliseconds(), 10))

@@ -75,7 +75,9 @@ type Event struct {
 	Name string
 	// Revision is the stream revision of this change.
 	Revision uint64
-	// Time is when the server stored the change (its wall clock).
+	// Time is when the server stored the change (its wall clock); for the
+	// end of a record the server kept past its TTL ([Store.EndOverdue]),
+	// when that record expired.
 	Time time.Time
 	// Record is the tenure after a grant or renewal, or the tenure that
 	// ended if this watcher saw it live; nil otherwise. It is shared with
@@ -662,6 +664,9 @@ func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (E
 		ev.Type = EventReleased
 	case opExpire: // EndOverdue: the expiry the server lost
 		ev.Type = EventExpired
+		if at, err := time.Parse(time.RFC3339Nano, h.Get(hdrExpired)); err == nil && at.Before(ev.Time) {
+			ev.Time = at
+		}
 	case opEndAgain: // EndResurrected
 		ev.Reason = ResurrectedReason
 	case opFree:
