@@ -245,3 +245,24 @@ func TestCLIDetails(t *testing.T) {
 		}
 	})
 }
+
+// --help shows --url's default, LEASED_URL, with its password or token as
+// xxxxx: it printed them (found by an outside client). Nor does it show
+// LEASED_PASSWORD or LEASED_SECRET.
+func TestHelpPrintsNoSecret(t *testing.T) {
+	for _, cmd := range []string{"acquire", "ls", "run", "elect", "register", "watch", "history", "bench", "status", "revoke"} {
+		c := exec.Command(leasedBin, cmd, "--help")
+		c.Env = append(os.Environ(), "LEASED_URL=tls://app:url-secret@127.0.0.1:1,nats://tok-secret@127.0.0.1:2",
+			"LEASED_PASSWORD=pw-secret", "LEASED_SECRET=lease-secret")
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s --help: %v\n%s", cmd, err, out)
+		}
+		if regexp.MustCompile(`(url|tok|pw|lease)-secret`).Match(out) {
+			t.Errorf("%s --help prints a secret:\n%s", cmd, out)
+		}
+		if !strings.Contains(string(out), "tls://app:xxxxx@127.0.0.1:1,nats://xxxxx@127.0.0.1:2") {
+			t.Errorf("%s --help: no redacted --url default in\n%s", cmd, out)
+		}
+	}
+}

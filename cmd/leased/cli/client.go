@@ -294,6 +294,9 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 		url = "nats://127.0.0.1:4222"
 	}
 	fs.StringVar(&c.url, "url", url, "NATS server URL(s), comma-separated (env LEASED_URL)")
+	// --help prints the default: LEASED_URL's password or token as xxxxx
+	// (it printed them: found by an outside client).
+	fs.Lookup("url").DefValue = RedactURL(url)
 	c.natsFlags.register(fs)
 	fs.StringVarP(&c.output, "output", "o", "text", "output format: text or json (one JSON object per line: per lease, event or row)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server, connecting included (for a grant: all its attempts)")
