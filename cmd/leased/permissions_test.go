@@ -139,6 +139,18 @@ func TestDocumentedPermissions(t *testing.T) {
 		t.Fatalf("app's run after the revocation: %v (want stopped within 5 s, its renewal due 10 s after the grant), stderr %q", err, run.logs.text())
 	}
 
+	// The auditor may read the history only: history gives the window's
+	// rows and a warning that the live leases were not read, and exits 0.
+	// The bucket's refusal ended it with exit 7 (found by an outside
+	// client).
+	if r := leased(t, as("operator"), "acquire", "perm.audited", "--ttl", "30s"); r.code != 0 {
+		t.Fatalf("acquire as operator: exit %d %s", r.code, r.stderr)
+	}
+	if r := leased(t, as("auditor"), "history", "perm.", "--inbox-prefix", "_INBOX_auditor", "-o", "json"); r.code != 0 ||
+		!strings.Contains(r.stdout, `"perm.audited"`) || !strings.Contains(r.stderr, "warning: the live leases were not read (permission denied") {
+		t.Fatalf("history as the auditor: exit %d, stdout %q, stderr %q; want 0, the rows, and a warning that names the refusal", r.code, r.stdout, r.stderr)
+	}
+
 	// Nothing the service printed carries a password, and the server
 	// refused none of its own subscriptions or publishes (its refusals of
 	// subscriptions arrive before the service says it is ready, as it

@@ -286,6 +286,9 @@ type connFlags struct {
 	output  string
 	timeout time.Duration
 	meter   metric.MeterProvider // set by startMetrics
+	// optional, if set before withConn, takes the refusals of what a
+	// command can do without (it reports true): they do not end it.
+	optional func(*PermissionError) bool
 }
 
 func (c *connFlags) register(fs *pflag.FlagSet) {
@@ -539,6 +542,7 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 		pe := permissionError(err)
 		switch {
 		case pe == nil:
+		case c.optional != nil && c.optional(pe):
 		case pe.Op == "subscribe" && strings.HasPrefix(pe.Subject, api.SubjectEvents):
 			// The change events only hasten finding a loss (client.Ends):
 			// without them it is found at the next renewal.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -47,6 +48,19 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 			if err := kvlease.ValidatePrefix(prefix); err != nil {
 				return usageError{err}
 			}
+			// The live leases are optional (the bucket): a user allowed the
+			// history only gets a warning. Its refusal ended the command
+			// (exit 7), and the warning said "context canceled" (found by
+			// an outside client).
+			liveCtx, liveDenied := context.WithCancelCause(cmd.Context())
+			defer liveDenied(nil)
+			c.optional = func(pe *PermissionError) bool {
+				if strings.Contains(pe.Subject, ".KV_"+bucket) || strings.HasPrefix(pe.Subject, "$KV."+bucket+".") {
+					liveDenied(pe)
+					return true
+				}
+				return false
+			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				js, err := jetstream.New(nc)
 				if err != nil {
@@ -71,8 +85,12 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 				// Tenures granted before the window and live through it
 				// have no record in it: the bucket has them. Without it
 				// (a user allowed the history only), the window's rows.
-				live, err := liveLeases(ctx, &c, nc, bucket, prefix)
+				lctx, stop := context.WithCancel(ctx)
+				defer stop()
+				defer context.AfterFunc(liveCtx, stop)()
+				live, err := liveLeases(lctx, &c, nc, bucket, prefix)
 				if err != nil {
+					err = permissionCause(liveCtx, err)
 					fmt.Fprintf(cmd.ErrOrStderr(), "leased: warning: the live leases were not read (%s): a lease granted before --since and still live is not listed\n",
 						api.Message(err))
 				}
