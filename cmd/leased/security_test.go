@@ -302,6 +302,13 @@ func TestClientCertificateRequired(t *testing.T) {
 	if r.code != cli.ExitDenied || !strings.Contains(r.stderr, "TLS failed") || !strings.Contains(r.stderr, "--tls-cert") {
 		t.Fatalf("ls without a client certificate: exit %d, stderr %q; want %d, TLS failed and the --tls-cert hint", r.code, r.stderr, cli.ExitDenied)
 	}
+	// The client's own refusal of the server's certificate (no --tls-ca)
+	// is a failure of its set-up, not a permission denied (found by an
+	// outside client).
+	r = leased(t, url, "ls", "--tls-cert", cert, "--tls-key", key)
+	if r.code != cli.ExitError || !strings.Contains(r.stderr, "not trusted") || !strings.Contains(r.stderr, "--tls-ca") {
+		t.Fatalf("ls without --tls-ca: exit %d, stderr %q; want %d, the server's certificate not trusted and the --tls-ca hint", r.code, r.stderr, cli.ExitError)
+	}
 }
 
 // --config lies under the flags: the file's listen address and store

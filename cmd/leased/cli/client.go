@@ -3,6 +3,8 @@ package cli
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,6 +132,12 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 		// Not "unavailable": waiting or retrying will not help.
 		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused the credentials (none given, or not its: --user and LEASED_PASSWORD, --creds, or a user in the URL): %w",
 			ErrPermissionDenied, RedactURL(url), err)
+	case serverNotTrusted(err):
+		// This client's refusal of the server's certificate: a failure of
+		// its set-up (exit 1), not the server's refusal of its
+		// credentials (exit 7; found by an outside client).
+		return nil, fmt.Errorf("connect to %s: the server's TLS certificate is not trusted (--tls-ca: the CA that signed it; "+
+			"a host name or address it names): %w", RedactURL(url), err)
 	case tlsFailure(err):
 		// Most often the server's refusal of this client's certificate,
 		// which it names only in its own log.
@@ -145,6 +153,16 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 // tlsFailure reports whether err is a failed TLS handshake: nats.go's, or
 // the server's alert, which with TLS 1.3 comes after the client's
 // handshake is done (a client certificate missing or refused).
+// serverNotTrusted reports whether err is this client's verification of
+// the server's certificate failing.
+func serverNotTrusted(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid)
+}
+
 func tlsFailure(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, nats.ErrTLS) || errors.As(err, &op) && op.Op == "remote error"
