@@ -324,6 +324,10 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 		},
 	}
 	c.register(cmd.Flags())
+	// One object, not one a line: the instances and the threshold they
+	// were judged by (the shared help said one per row: found by an
+	// outside client).
+	cmd.Flags().Lookup("output").Usage = `output format: text or json (one JSON object: {"instances":[…],"threshold":…})`
 	cmd.Flags().Float64Var(&maxSuspicion, "max-suspicion", 0, "leave out instances whose suspicion is at or above this (0: keep all)")
 	return cmd
 }
