@@ -64,7 +64,8 @@ func keyByte(c byte) bool {
 }
 
 // ValidateHolder reports whether holder can identify a lease holder: 1 to
-// [MaxHolderLen] bytes of printable UTF-8, without U+FFFD.
+// [MaxHolderLen] bytes of printable UTF-8, without U+FFFD, neither beginning
+// nor ending with a space.
 func ValidateHolder(holder string) error {
 	switch {
 	case holder == "":
@@ -80,6 +81,10 @@ func ValidateHolder(holder string) error {
 		return fmt.Errorf("%w: %q has U+FFFD, the replacement character (invalid UTF-8 on its way here?)", ErrInvalidHolder, holder)
 	case strings.IndexFunc(holder, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
 		return fmt.Errorf("%w: %q has a non-printable character", ErrInvalidHolder, holder)
+	case strings.TrimSpace(holder) != holder:
+		// "  " was a holder, a blank column in ls and history (found by
+		// an outside client); " web-1" and "web-1" two.
+		return fmt.Errorf("%w: %q begins or ends with a space", ErrInvalidHolder, holder)
 	}
 	return nil
 }

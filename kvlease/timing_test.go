@@ -265,6 +265,10 @@ func TestValidateHolder(t *testing.T) {
 		{"C1 control", "a\u0085b", true},
 		{"zero-width space", "a\u200bb", true},
 		{"replacement character", "a\ufffdb", true}, // what JSON made of "\xff" and "\ud800"
+		{"spaces only", "  ", true},
+		{"leading space", " a", true},
+		{"trailing space", "a ", true},
+		{"trailing no-break space", "a\u00a0", true},
 		// A holder is printable text, not a NATS key: these are fine.
 		{"space", "a b", false},
 		{"leading dot", ".a", false},
