@@ -126,6 +126,7 @@ func WithRequestTimeout(d time.Duration) Option {
 
 // Service is the lease service on NATS request/reply.
 type Service struct {
+	failed  chan error // Failed's
 	store   *kvlease.Store
 	nc      *nats.Conn
 	cfg     Config
@@ -195,6 +196,7 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 		return nil, err
 	}
 	s := &Service{
+		failed:  make(chan error, 1),
 		store:   store,
 		nc:      nc,
 		cfg:     cfg,
@@ -270,6 +272,9 @@ func (s *Service) Start(ctx context.Context) error {
 		s.holders.follow(w, s.log, s.observe,
 			func(n int) { s.metrics.LiveLeases(context.Background(), int64(n)) }, s.feed.pass)
 		s.feed.close()
+		if err := w.Err(); errors.Is(err, kvlease.ErrBucketReplaced) {
+			s.failed <- err // buffered: the first and only
+		}
 	}()
 	select {
 	case <-w.Synced():
@@ -348,6 +353,15 @@ func (s *Service) stopExtensions() {
 	}
 	s.started = nil
 }
+
+// Failed delivers an error if the service can no longer answer truly and
+// must be stopped: its bucket was deleted and made anew under it
+// ([kvlease.ErrBucketReplaced]; a NATS server restarted on an empty
+// store). Its index of the old bucket's leases answered lists and counts
+// with leases that no longer existed, and its reads stayed unavailable
+// (found by an outside client). Restarted, a grantor serves the new bucket,
+// whose tokens started again (docs/safety.md).
+func (s *Service) Failed() <-chan error { return s.failed }
 
 // Stop stops taking requests, waits for those in flight to be answered, and
 // stops the holder index and the extensions. Requests that still arrive

@@ -86,6 +86,12 @@ var (
 	ErrConnClosed = errors.New("kvlease: NATS connection closed")
 	// ErrBucket: the lease bucket is missing or misconfigured.
 	ErrBucket = errors.New("kvlease: lease bucket unusable")
+	// ErrBucketReplaced (always with ErrBucket): the bucket was deleted
+	// and made anew under a watch (a NATS server restarted on an empty
+	// store, a bucket recreated), so its revisions, the fencing tokens,
+	// started again (docs/safety.md). A watch ends with it; a grantor
+	// stops on it, to be restarted on the new bucket knowingly.
+	ErrBucketReplaced = fmt.Errorf("%w: it was deleted and made anew: its revisions, the fencing tokens, started again", ErrBucket)
 	// ErrClockRate (always with ErrExpired): the measured rate error between
 	// the holder's and the grantor's clocks exceeds the lease's bound ρ, so
 	// the holder's deadline can no longer be trusted.

@@ -261,7 +261,8 @@ const WatchHeartbeat = time.Second
 // every grant, renewal, release, revocation and expiry as the server stores
 // it. It is driven by the server's messages, including the marker the server
 // writes when a TTL lapses: nothing polls. The watch ends when ctx ends or
-// Stop is called.
+// Stop is called, or with [Watcher.Err]: the connection closed, the bucket
+// gone ([ErrUnavailable]), or deleted and made anew ([ErrBucketReplaced]).
 //
 // The bucket keeps one message per lease (history 1), so a watcher that
 // falls behind reads only the latest change of each lease it has not read
@@ -386,6 +387,9 @@ func (f Follow) Next() (jetstream.Msg, error) {
 }
 
 func followError(op string, err error) error {
+	if errors.Is(err, follow.ErrStreamReplaced) {
+		return fmt.Errorf("%w: %s: %w", ErrBucketReplaced, op, err)
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("%w: %s: %w (a node without its copy of the stream yet, or the bucket deleted?)", ErrUnavailable, op, err)
 	}

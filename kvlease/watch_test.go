@@ -291,3 +291,49 @@ func TestWatchExactName(t *testing.T) {
 		t.Errorf("an exact watch of no lease name: %v, want ErrInvalidName", err)
 	}
 }
+
+// A watch whose bucket is deleted and made anew (a NATS server restarted
+// on an empty store) ends with ErrBucketReplaced: the new bucket's
+// revisions started again below where the watch was, and it waited for
+// good, silent through every grant and expiry on the new bucket (found by
+// an outside client).
+func TestWatchEndsWhenTheBucketIsReplaced(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	for i := range 3 {
+		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("old.%d", i), Holder: "h", Duration: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := st.Watch(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := w.CatchUp(ctx, func(kvlease.Event) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	if err := js.DeleteKeyValue(ctx, kvlease.DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	fresh := kvleasetest.OpenStore(t, srv.ClientURL()) // makes the bucket anew
+	if _, err := fresh.Grant(ctx, kvlease.GrantRequest{Name: "new.0", Holder: "h", Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case _, ok := <-w.Events():
+			if ok {
+				continue
+			}
+			if err := w.Err(); !errors.Is(err, kvlease.ErrBucketReplaced) || !errors.Is(err, kvlease.ErrBucket) {
+				t.Fatalf("the watch ended with %v, want ErrBucketReplaced", err)
+			}
+			return
+		case <-timeout:
+			t.Fatal("the watch of the replaced bucket still runs 30 s on")
+		}
+	}
+}

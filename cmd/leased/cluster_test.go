@@ -1109,3 +1109,27 @@ func TestClusterRefusesADuplicateName(t *testing.T) {
 		t.Fatalf("a grant after the duplicate left: %+v, %v; want a token above %d", after, err, before.Token)
 	}
 }
+
+// A grantor whose bucket is deleted and made anew under it (a NATS server
+// restarted on an empty store, a bucket recreated) stops, exit 1, saying
+// why, to be started again on the new bucket knowingly: it answered lists
+// and counts from its index of the old bucket, and its reads stayed
+// unavailable (found by an outside client).
+func TestServeStopsWhenItsBucketIsReplaced(t *testing.T) {
+	s := startServe(t, "")
+	if r := leased(t, s.url, "acquire", "old.a", "--ttl", "60s"); r.code != 0 {
+		t.Fatalf("acquire: %+v", r)
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, s.url))
+	if err := js.DeleteKeyValue(t.Context(), kvlease.DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.OpenStore(t, s.url) // makes it anew
+	err := waitExit(s.cmd, 30*time.Second)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("serve with its bucket made anew: %v, want exit 1\n%s", err, s.logs.text())
+	}
+	s.logs.wait(t, time.Second, func(l string) bool {
+		return strings.Contains(l, "cannot serve on") && strings.Contains(l, "made anew")
+	})
+}

@@ -79,6 +79,11 @@ type Follower struct {
 	opened    time.Time
 	wait      time.Duration
 
+	// created is the stream's creation time when the Follower started
+	// (zero if it could not be read): one made anew since is another
+	// stream, whose sequence numbers started again (see ErrStreamReplaced).
+	created time.Time
+
 	mu   sync.Mutex // guards what Stop and reconnects touch
 	cons jetstream.Consumer
 	it   jetstream.MessagesContext // nil between consumers
@@ -107,6 +112,7 @@ func Start(ctx context.Context, js jetstream.JetStream, cfg Config) (*Follower, 
 		return nil, err
 	}
 	f.info = cons.CachedInfo()
+	f.created = f.streamCreated(actx)
 	if f.cfg.Deliver == jetstream.DeliverNewPolicy {
 		// Resume after what was there at creation, not after what is
 		// there when the first consumer is replaced.
@@ -122,8 +128,9 @@ func (f *Follower) Info() *jetstream.ConsumerInfo { return f.info }
 
 // Next returns the next message. It returns an error only once the
 // Follower is stopped (jetstream.ErrMsgIteratorClosed), its connection
-// closed (nats.ErrConnectionClosed), or its stream is gone (not found by
-// streamMissingAttempts creations in a row); anything else a consumer
+// closed (nats.ErrConnectionClosed), its stream is gone (not found by
+// streamMissingAttempts creations in a row) or was made anew
+// (ErrStreamReplaced); anything else a consumer
 // meets (missed heartbeats, deletion, a gap, a reconnect, a creation
 // unanswered or refused, as for a limit on consumers) makes a new one,
 // at most a second after the last attempt, starting after the last
@@ -256,10 +263,17 @@ func (f *Follower) reopen() error {
 		}
 		actx, cancel := context.WithTimeout(f.ctx, AttemptTimeout)
 		_, err := f.open(actx)
+		var created time.Time
+		if err == nil {
+			created = f.streamCreated(actx)
+		}
 		cancel()
 		switch {
 		case f.ctx.Err() != nil:
 			return jetstream.ErrMsgIteratorClosed
+		case err == nil && !created.IsZero() && !f.created.IsZero() && !created.Equal(f.created):
+			f.drop(false)
+			return ErrStreamReplaced
 		case err == nil:
 			return nil
 		case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -272,6 +286,25 @@ func (f *Follower) reopen() error {
 			missing = 0
 		}
 	}
+}
+
+// ErrStreamReplaced: the stream was deleted and made anew since the
+// Follower started (a NATS server restarted on an empty store, a bucket
+// recreated). Its sequence numbers started again, below where the
+// Follower was, and it waited for good for messages past that point: a
+// lease watch went silent, missing every grant and expiry on the new
+// bucket (found by an outside client).
+var ErrStreamReplaced = errors.New("the stream was deleted and made anew since the follow began: its sequence numbers started again")
+
+// streamCreated is the stream's creation time, zero if it cannot be read.
+// It is the same on every node of a cluster (the stream's assignment) and
+// across restarts on the same store.
+func (f *Follower) streamCreated(ctx context.Context) time.Time {
+	st, err := f.js.Stream(ctx, f.cfg.Stream)
+	if err != nil {
+		return time.Time{}
+	}
+	return st.CachedInfo().Created
 }
 
 // streamMissingAttempts is how many creations in a row, about 3 s apart

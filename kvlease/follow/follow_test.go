@@ -289,6 +289,28 @@ func TestNextEndsWhenTheStreamIsGone(t *testing.T) {
 	}
 }
 
+// A stream deleted and made anew (a server restarted on an empty store, a
+// bucket recreated) ends Next with ErrStreamReplaced: its sequence numbers
+// started again below where the Follower was, which waited for good (a
+// lease watch went silent: found by an outside client).
+func TestNextEndsWhenTheStreamIsReplaced(t *testing.T) {
+	js, _ := newStream(t)
+	publish(t, js, 1, 3)
+	f := start(t, js, jetstream.DeliverAllPolicy)
+	next(t, f, 1, 2, 3)
+	ended := nextErr(f)
+	if err := js.DeleteStream(t.Context(), "S"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, 1, 1)
+	if err := waitErr(t, ended); !errors.Is(err, follow.ErrStreamReplaced) {
+		t.Fatalf("Next on a stream made anew: %v, want ErrStreamReplaced", err)
+	}
+}
+
 // A refusal that passes, here the stream's limit on consumers taken by
 // another for a while, leaves Next waiting, and it goes on once the place
 // is free: a watch must not end for good on a limit that frees up.

@@ -456,14 +456,19 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		}
 	}
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching())
-	<-ctx.Done()
+	var failed error
+	select {
+	case <-ctx.Done():
+	case failed = <-svc.Failed():
+		log.Error("cannot serve on: stopping (start again to serve the new bucket; fenced resources need their fences reset: docs/safety.md)", "err", failed)
+	}
 	log.Info("shutting down: answering requests in flight")
 	stopHTTP()
 	svc.Stop()
 	if err := nc.Drain(); err != nil {
 		log.Warn("drain", "err", err)
 	}
-	return nil
+	return failed
 }
 
 func nodeName(f serveFlags) string {
