@@ -277,6 +277,12 @@ type openTenure struct {
 	// recorded: the history has the tenure's end already (see
 	// endOverdue); its end in the bucket is not recorded again.
 	recorded bool
+	// unchecked: opened without its begin (replayed at a takeover, or by
+	// rescan), so its end may be one the history has already: a tenure a
+	// server brought back whose lapse came before EndResurrected's end
+	// was recorded twice (found in review). Its end is checked against
+	// the history first.
+	unchecked bool
 	// durationMS and traceID are the tenure's D and grant trace, if known,
 	// for its end's record.
 	durationMS int64
@@ -631,7 +637,7 @@ func (o *observer) rescan(ctx context.Context, handled uint64, open map[string]*
 			continue
 		}
 		if t := open[name]; t == nil || t.token != rec.Token {
-			t = &openTenure{token: rec.Token}
+			t = &openTenure{token: rec.Token, unchecked: true}
 			t.seen(&rec)
 			open[name] = t
 			back = append(back, rec)
@@ -928,6 +934,7 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 				prev.renewals, history.EndUnknown)
 		}
 		if uint64(ev.Token) <= after {
+			open[ev.Name].unchecked = true
 			return nil // began before: its predecessor reported it
 		}
 		o.recordBegin(ev)
@@ -938,16 +945,21 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		if ev.Reason == kvlease.ResurrectedReason {
 			return nil // the history has its end (endEndedAgain)
 		}
-		if ev.Revision <= after && ev.Token != 0 {
+		tok := ev.Token
+		if tok == 0 && t != nil {
+			tok = t.token // a marker names none
+		}
+		if ev.Revision <= after && ev.Token != 0 || t != nil && t.unchecked && tok == t.token {
 			// Its watch reports an end from before it began only of a
 			// tenure it replayed live from a node behind the stream
 			// (kvlease.Watch). A predecessor has recorded it, unless its
 			// own watch lagged past it (the bucket keeps one entry per
-			// lease): the history says which.
+			// lease): the history says which. So too for a tenure opened
+			// without its begin (unchecked).
 			lctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 			r, ok, err := o.hist.LastFor(lctx, ev.Name)
 			cancel()
-			if err == nil && ok && (r.Token > uint64(ev.Token) || r.Token == uint64(ev.Token) && r.Kind == history.KindEnded) {
+			if err == nil && ok && (r.Token > uint64(tok) || r.Token == uint64(tok) && r.Kind == history.KindEnded) {
 				return nil
 			}
 		}
