@@ -908,12 +908,13 @@ func TestAcquireHoldLosesOnRevokeAtOnce(t *testing.T) {
 	}
 }
 
-// A run paused past its command's deadline (SIGSTOP of run alone: the
-// command, in a group of its own, runs on) learns of the loss only when
-// it resumes, and then kills the command at once: its deadline is long
-// gone, no grace is left (it gave the command a full --grace more, during
-// which an outside client saw the old command write beside the new
-// leader's).
+// A run paused past its command's deadline (SIGSTOP of run alone) learns
+// of the loss only when it resumes; its command, in a group of its own,
+// ran on until then (the guard now kills it at the deadline:
+// TestRunStoppedStopsItsCommandAtItsDeadline), and run then killed it at
+// once: its deadline long gone, no grace is left (it gave the command a
+// full --grace more, during which an outside client saw the old command
+// write beside the new leader's).
 func TestRunPausedPastItsDeadlineKillsAtOnce(t *testing.T) {
 	s := startServe(t, "")
 	const grace = 2 * time.Second

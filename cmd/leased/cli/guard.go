@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -156,14 +157,19 @@ func guard(argv []string, stderr io.Writer) error {
 		close(exited)
 	}()
 	deadlines := make(chan int64)
+	var runStops atomic.Bool // run is stopping the command itself
 	go func() {
 		for {
 			d, err := readDeadline(fromRun)
-			if err != nil { // EOF: run is gone, or done
+			switch {
+			case err != nil: // EOF: run is gone, or done
 				close(deadlines)
 				return
+			case d == stopping:
+				runStops.Store(true)
+			default:
+				deadlines <- d
 			}
-			deadlines <- d
 		}
 	}()
 	killed := false
@@ -177,7 +183,9 @@ func guard(argv []string, stderr io.Writer) error {
 				select {
 				case <-exited: // run had stopped it; nothing to say
 				default:
-					fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal from run (stopped or frozen?); killing its process group %d\n", pgid)
+					if !runStops.Load() { // else run kills it now too
+						fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal from run (stopped or frozen?); killing its process group %d\n", pgid)
+					}
 				}
 				killAll(pgid)
 				continue
@@ -280,7 +288,13 @@ func procState(pid int) byte {
 	return b[i+2]
 }
 
-// readDeadline reads one of run's deadlines: a line of commandDeadline.
+// stopping, in place of a deadline, says that run is stopping the command
+// (SIGTERM, then SIGKILL at its deadline): the guard's own kill at that
+// deadline then goes without a word.
+const stopping = -1
+
+// readDeadline reads one of run's deadlines: a line of commandDeadline, or
+// stopping.
 func readDeadline(r *bufio.Reader) (int64, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
@@ -355,6 +369,8 @@ type guarded struct {
 	closed    chan struct{} // by close
 	written   chan struct{} // writeDeadlines is done
 	closeOnce sync.Once
+	stops     chan struct{} // closed by stopping
+	stopOnce  sync.Once
 }
 
 // startGuarded starts argv through the guard with env and standard
@@ -402,7 +418,7 @@ func startGuarded(argv, env []string, deadline int64, stdin io.Reader, stdout, s
 		return nil, false, err
 	}
 	g = &guarded{guard: cmd, life: lifeW, report: bufio.NewReader(reportR), closer: reportR,
-		deadlines: make(chan int64, 1), closed: make(chan struct{}), written: make(chan struct{})}
+		deadlines: make(chan int64, 1), closed: make(chan struct{}), written: make(chan struct{}), stops: make(chan struct{})}
 	go g.writeDeadlines()
 	line, _ := g.report.ReadString('\n')
 	if g.pid, err = strconv.Atoi(strings.TrimSpace(line)); err != nil {
@@ -451,17 +467,25 @@ func (g *guarded) extend(deadline int64) {
 // writeDeadlines writes extend's deadlines to the guard until close.
 func (g *guarded) writeDeadlines() {
 	defer close(g.written)
+	stops := g.stops
 	for {
+		var d int64
 		select {
-		case d := <-g.deadlines:
-			if _, err := fmt.Fprintln(g.life, d); err != nil {
-				return // the guard is gone, or close closed the pipe
-			}
+		case d = <-g.deadlines:
+		case <-stops:
+			d, stops = stopping, nil
 		case <-g.closed:
 			return
 		}
+		if _, err := fmt.Fprintln(g.life, d); err != nil {
+			return // the guard is gone, or close closed the pipe
+		}
 	}
 }
+
+// stopping tells the guard that run is stopping the command itself. It
+// never blocks.
+func (g *guarded) stopping() { g.stopOnce.Do(func() { close(g.stops) }) }
 
 // close closes run's end of the life pipe, so that the guard kills what is
 // left of the command (killAll) and exits, and waits for it. Once.

@@ -228,6 +228,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		log.Warn("lease lost; stopping the command", "reason", k.Err(),
 			"sigterm_at", l.Deadline().Format(time.RFC3339Nano),
 			"deadline", l.Deadline().Add(grace).Format(time.RFC3339Nano), "kill_at", killAt.Format(time.RFC3339Nano))
+		g.stopping()
 		if waitErr = stop(pgid, exited, time.Until(killAt)); waitErr == nil {
 			// It caught the SIGTERM and exited 0: stopped all the same,
 			// its work cut short, which a caller must not take for success.
@@ -235,6 +236,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 			waitErr = exitStatus(ExitLost)
 		}
 	case <-ctx.Done():
+		g.stopping()
 		waitErr = stop(pgid, exited, time.Until(killTime(l, grace)))
 	}
 	// Before the release: the guard kills what is left, what left the
