@@ -185,7 +185,8 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	defer g.close()
 	commandGuard.Store(g)
 	g.extend(commandDeadline(remaining)) // a renewal made while the guard started
-	if !started {                        // the guard said why
+
+	if !started { // the guard said why
 		err := g.wait()
 		_ = k.Close(context.Background())
 		return err
