@@ -150,9 +150,6 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 	return nc, nil
 }
 
-// tlsFailure reports whether err is a failed TLS handshake: nats.go's, or
-// the server's alert, which with TLS 1.3 comes after the client's
-// handshake is done (a client certificate missing or refused).
 // serverNotTrusted reports whether err is this client's verification of
 // the server's certificate failing.
 func serverNotTrusted(err error) bool {
@@ -163,6 +160,9 @@ func serverNotTrusted(err error) bool {
 	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid)
 }
 
+// tlsFailure reports whether err is a failed TLS handshake: nats.go's, or
+// the server's alert, which with TLS 1.3 comes after the client's
+// handshake is done (a client certificate missing or refused).
 func tlsFailure(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, nats.ErrTLS) || errors.As(err, &op) && op.Op == "remote error"
