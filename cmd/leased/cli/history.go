@@ -73,7 +73,8 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 					// No history stream: a failure (exit 1), as watch and
 					// status say of a missing bucket, not "no such live
 					// lease" (exit 4).
-					return errors.New(err.Error())
+					return fmt.Errorf("no history of bucket %q: its stream %s is missing (a grantor of the bucket creates it)",
+						bucket, history.StreamName(bucket))
 				}
 				if err != nil {
 					return err
