@@ -88,7 +88,7 @@ func TestHistoryCommand(t *testing.T) {
 	}
 	// A bucket no grantor keeps: a failure, as watch and status say, not
 	// "no such live lease" (4).
-	if r := leased(t, s.url, "history", "--bucket", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, "no history stream") {
+	if r := leased(t, s.url, "history", "--bucket", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, "no history of bucket") {
 		t.Errorf("history of a bucket with no history: exit %d (%s), want 1", r.code, r.stderr)
 	}
 }
