@@ -3,7 +3,9 @@ package grantor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,10 +195,14 @@ func TestGrantorMetrics(t *testing.T) {
 	}
 }
 
-// An empty prefix would label every lease: refused.
+// An empty prefix would label every lease, and one no lease name can
+// begin with (a NATS wildcard) labels none: refused (">" and "a*" were
+// accepted: found by an outside client).
 func TestMetricNamePrefixRefusesEmpty(t *testing.T) {
-	srvless := grantor.WithMetricNamePrefixes("")
-	if _, err := grantor.New(nil, nil, grantor.DefaultConfig(), srvless); err == nil {
-		t.Fatal("empty metric name prefix accepted")
+	for _, p := range []string{"", ">", "a*", "a b"} {
+		_, err := grantor.New(nil, nil, grantor.DefaultConfig(), grantor.WithMetricNamePrefixes(p))
+		if !errors.Is(err, grantor.ErrConfig) || !strings.Contains(err.Error(), "prefix") {
+			t.Errorf("metric name prefix %q: %v, want ErrConfig for the prefix", p, err)
+		}
 	}
 }

@@ -87,6 +87,9 @@ func WithMetricNamePrefixes(prefixes ...string) Option {
 			if p == "" {
 				return fmt.Errorf("%w: empty metric name prefix (it would label every lease)", ErrConfig)
 			}
+			if err := kvlease.ValidatePrefix(p); err != nil {
+				return fmt.Errorf("%w: metric name prefix: no lease name begins with it: %w", ErrConfig, err)
+			}
 		}
 		s.namePrefixes = append(s.namePrefixes, prefixes...)
 		return nil
