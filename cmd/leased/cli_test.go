@@ -459,24 +459,20 @@ func TestRunStoppedStopsItsCommandAtItsDeadline(t *testing.T) {
 	p.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, "deadline passed with no renewal from run") })
 }
 
-// At a terminal, the command has it while it runs: it was in a background
-// process group, so a command that read the terminal was stopped (SIGTTIN)
-// and run waited for good. Ctrl-Z stops the command and run's job, whose
-// shell gets the terminal back (without that, the terminal stayed with a
-// stopped group and the shell waited on run); fg gives the command the
-// terminal again. The shell is bash with job control, the session's
-// leader on a new terminal.
-func TestRunGivesTheCommandTheTerminal(t *testing.T) {
+// onTerminal runs script with bash as the leader of a new session on a new
+// pseudo-terminal, with LEASED and URL in its environment, and returns the
+// terminal's master side and its output lines.
+func onTerminal(t *testing.T, url, script string) (*os.File, *lines) {
+	t.Helper()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Skip("no bash")
 	}
-	s := startServe(t, "")
 	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
 	if err != nil {
 		t.Skipf("no pseudo-terminal: %v", err)
 	}
-	defer ptm.Close()
+	t.Cleanup(func() { ptm.Close() })
 	if err := unix.IoctlSetPointerInt(int(ptm.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -489,43 +485,99 @@ func TestRunGivesTheCommandTheTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pts.Close()
-	shell := exec.Command(bash, "-c", `set -m
-"$LEASED" run --url "$URL" --lease tty -- sh -c 'read x; echo got-$x'
-echo stopped-status=$?
-fg
-echo run-exit=$?`)
-	shell.Env = append(os.Environ(), "LEASED="+leasedBin, "URL="+s.url)
+	shell := exec.Command(bash, "-c", script)
+	shell.Env = append(os.Environ(), "LEASED="+leasedBin, "URL="+url)
 	shell.Stdin, shell.Stdout, shell.Stderr = pts, pts, pts
 	shell.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := shell.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-shell.Process.Pid, syscall.SIGKILL); _ = shell.Wait() })
-	pts.Close()
-	out := readLines(ptm)
-	started := out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "command started") })
-	pid := regexp.MustCompile(` pid=(\d+)`).FindStringSubmatch(started)
-	if pid == nil {
-		t.Fatalf("no pid in %q", started)
-	}
-	// Ctrl-Z once the command has the terminal (bounded poll: no event).
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if fg, err := unix.IoctlGetInt(int(ptm.Fd()), unix.TIOCGPGRP); err == nil && strconv.Itoa(fg) == pid[1] {
-			break
+	return ptm, readLines(ptm)
+}
+
+// At a terminal, the command has it while it runs: it was in a background
+// process group, so a command that read the terminal was stopped (SIGTTIN)
+// and run waited for good. Ctrl-Z stops the command and run's job, whose
+// shell gets the terminal back (without that, the terminal stayed with a
+// stopped group and the shell waited on run); fg gives the command the
+// terminal again. The shell is bash with job control, the session's
+// leader on a new terminal. And from review: a run that is one member of
+// a group among others (a & job of a script without job control) leaves
+// the terminal to that group (it took it, and the script's next read
+// stopped the script); a run that leads its session (exec), with no shell
+// to fg it, has Ctrl-Z discarded, as the kernel does for such a group (the
+// command stayed stopped for good).
+func TestRunGivesTheCommandTheTerminal(t *testing.T) {
+	s := startServe(t, "")
+	t.Run("Ctrl-Z and fg", func(t *testing.T) {
+		ptm, out := onTerminal(t, s.url, `set -m
+"$LEASED" run --url "$URL" --lease tty -- sh -c 'read x; echo got-$x'
+echo stopped-status=$?
+fg
+echo run-exit=$?`)
+		started := out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "command started") })
+		pid := regexp.MustCompile(` pid=(\d+)`).FindStringSubmatch(started)
+		if pid == nil {
+			t.Fatalf("no pid in %q", started)
 		}
-		if time.Now().After(end) {
-			t.Fatalf("the command (pid %s) never had the terminal", pid[1])
+		// Ctrl-Z once the command has the terminal (bounded poll: no event).
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if fg, err := unix.IoctlGetInt(int(ptm.Fd()), unix.TIOCGPGRP); err == nil && strconv.Itoa(fg) == pid[1] {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the command (pid %s) never had the terminal", pid[1])
+			}
 		}
-	}
-	if _, err := ptm.WriteString("\x1a"); err != nil { // Ctrl-Z
-		t.Fatal(err)
-	}
-	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "stopped-status=148") }) // 128+SIGTSTP
-	if _, err := ptm.WriteString("hello\n"); err != nil {
-		t.Fatal(err)
-	}
-	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "got-hello") })
-	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "run-exit=0") })
+		if _, err := ptm.WriteString("\x1a"); err != nil { // Ctrl-Z
+			t.Fatal(err)
+		}
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "stopped-status=148") }) // 128+SIGTSTP
+		if _, err := ptm.WriteString("hello\n"); err != nil {
+			t.Fatal(err)
+		}
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "got-hello") })
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "run-exit=0") })
+	})
+	t.Run("a & job of a script", func(t *testing.T) {
+		// The script reads once the command runs (it took the terminal
+		// then, and the read of the script's group, orphaned here, failed
+		// at once).
+		ptm, out := onTerminal(t, s.url, `"$LEASED" run --url "$URL" --lease tty.bg -- sleep 3 &
+sleep 1; read x; echo script-got-$x.; wait; echo script-done`)
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "command started") })
+		if _, err := ptm.WriteString("typed\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got := out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "script-got-") }); !strings.Contains(got, "script-got-typed.") {
+			t.Fatalf("the script read %q, want what was typed", got)
+		}
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "script-done") })
+	})
+	t.Run("stty tostop and run stopped", func(t *testing.T) {
+		// The guard, in a background group, writes its line at the
+		// deadline to a terminal that stops such writers: it stopped,
+		// and kept nothing to the deadline (found in review).
+		_, out := onTerminal(t, s.url, `stty tostop
+f=$(mktemp)
+"$LEASED" run --url "$URL" --lease tty.tostop --ttl 3s -- sh -c "echo \$\$ > $f; exec sleep 60" &
+p=$!
+until [ -s $f ]; do sleep 0.05; done
+kill -STOP $p
+echo cmd-pid=$(cat $f)
+sleep 60`)
+		line := out.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "cmd-pid=") })
+		pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "cmd-pid=")))
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		waitGone(t, pid, "the command, run stopped, at a terminal with tostop", 3*time.Second+5*time.Second)
+	})
+	t.Run("run leads its session", func(t *testing.T) {
+		_, out := onTerminal(t, s.url, `exec "$LEASED" run --url "$URL" --lease tty.exec -- sh -c 'kill -TSTP $$; echo resumed'`)
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "resumed") })
+	})
 }
 
 // What the command leaves in its group when it exits gets run's grace,

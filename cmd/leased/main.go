@@ -20,9 +20,10 @@ func main() {
 // as it does when done (run and elect stop their command, then release).
 // SIGHUP (a terminal or ssh session closed) killed run outright: its
 // command got SIGKILL with no SIGTERM nor grace, and the lease stayed held
-// for its TTL (found in review). A signal the process was started ignoring
-// stays ignored (nohup; a background job of a shell without job control
-// ignores SIGINT), and so for run's command, which inherits it.
+// for its TTL (found in review). SIGHUP or SIGINT the process was started
+// ignoring stays ignored (nohup; a background job of a shell without job
+// control ignores SIGINT), and so for run's command, which inherits it;
+// Go's runtime takes SIGTERM whatever its disposition was.
 func stopContext() (context.Context, context.CancelFunc) {
 	var sigs []os.Signal
 	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} {

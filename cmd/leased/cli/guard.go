@@ -114,13 +114,23 @@ func guard(argv []string, stderr io.Writer) error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(stderr, "leased: warning: cannot adopt what the command leaves (PR_SET_CHILD_SUBREAPER: %v): processes that leave its group may outlive the lease\n", err)
 	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d/children", os.Getpid(), os.Getpid())); err != nil {
+		fmt.Fprintf(stderr, "leased: warning: this kernel lists no children in /proc (CONFIG_PROC_CHILDREN): processes that leave the command's group may outlive the lease\n")
+	}
 	if bootClock() >= deadline {
 		// run was held up past the deadline between taking the lease and
 		// starting the guard: the lease is not the command's to run under.
+		quietTTOU()
 		fmt.Fprintf(stderr, "leased: the lease's deadline passed before %s could start; not started\n", argv[0])
 		return exitStatus(ExitLost)
 	}
-	if err := c.Start(); err != nil {
+	err = c.Start()
+	// Set after the start, which the command would inherit it from: the
+	// guard, in a background group, writes to a terminal that may stop
+	// such writers (stty tostop), and stopped it kept nothing to its
+	// deadline and run waited on it for good (found in review).
+	quietTTOU()
+	if err != nil {
 		fmt.Fprintf(stderr, "leased: start %s: %v\n", argv[0], err)
 		return exitStatus(127) // as shells do for a command that cannot run
 	}
@@ -146,7 +156,9 @@ func guard(argv []string, stderr io.Writer) error {
 				continue
 			}
 			if err == nil && ws.Stopped() {
-				stopJob(pgid, runGroup)
+				if sig := ws.StopSignal(); sig == syscall.SIGTSTP || sig == syscall.SIGSTOP {
+					stopJob(pgid, runGroup) // not SIGTTIN: a read before it had the terminal
+				}
 				continue
 			}
 			if err == nil {
@@ -180,14 +192,16 @@ func guard(argv []string, stderr io.Writer) error {
 			left := time.Duration(deadline - bootClock())
 			if left <= 0 {
 				killed = true
+				say := false
 				select {
 				case <-exited: // run had stopped it; nothing to say
 				default:
-					if !runStops.Load() { // else run kills it now too
-						fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal from run (stopped or frozen?); killing its process group %d\n", pgid)
-					}
+					say = !runStops.Load() // else run kills it now too
 				}
 				killAll(pgid)
+				if say {
+					fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal from run (stopped or frozen?); killed its process group %d\n", pgid)
+				}
 				continue
 			}
 			// Looked at again at least every second: Go's timers stop
@@ -220,7 +234,7 @@ func killAll(pgid int) {
 	for range 100 {
 		alive := false
 		for _, pid := range descendants(os.Getpid()) {
-			if procState(pid) != 'Z' {
+			if state, _, _, ok := procStat(pid); ok && state != 'Z' {
 				alive = true
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
@@ -273,19 +287,46 @@ func children(pid int) []int {
 	return out
 }
 
-// procState is pid's state letter in /proc/PID/stat ('Z' for a zombie),
-// or 0 if it is gone.
-func procState(pid int) byte {
+// procStat is pid's state letter ('Z' for a zombie), parent and process
+// group, from /proc/PID/stat; ok is false if it is gone.
+func procStat(pid int) (state byte, ppid, pgrp int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return 0, 0, 0, false
 	}
-	// pid (comm) state ...: the state follows the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0
+	i := bytes.LastIndexByte(b, ')') // pid (comm) state ppid pgrp ...
+	if i < 0 {
+		return 0, 0, 0, false
 	}
-	return b[i+2]
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, 0, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgrp, err2 := strconv.Atoi(f[2])
+	return f[0][0], ppid, pgrp, err1 == nil && err2 == nil
+}
+
+// soleMember reports whether this process is the only one in its process
+// group: a job of its own, not one member of a pipeline (another member
+// may use the terminal: | less) nor of a script's group (a & job without
+// job control).
+func soleMember() bool {
+	self, own := os.Getpid(), unix.Getpgrp()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if _, _, pgrp, ok := procStat(pid); ok && pgrp == own {
+			return false
+		}
+	}
+	return true
 }
 
 // stopping, in place of a deadline, says that run is stopping the command
@@ -518,33 +559,64 @@ func stopJob(pgid, runGroup int) {
 	if fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err != nil || fg != pgid || runGroup <= 1 {
 		return
 	}
-	signal.Ignore(syscall.SIGTTOU) // the guard's group is in the background
+	if orphaned(os.Getppid()) {
+		// No shell to take the terminal back and fg the job (run leads
+		// its session: ssh -t, script, exec): the kernel discards a stop
+		// of such a group, and so does the guard, which continues the
+		// command. It stayed stopped for good (found in review).
+		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+		return
+	}
 	if unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, runGroup) == nil {
 		_ = syscall.Kill(-runGroup, syscall.SIGTSTP)
 	}
 }
+
+// orphaned reports whether the process group of pid, its only member
+// (see soleMember), is orphaned: its parent is not in another group of
+// its session, so no job control stops or continues it.
+func orphaned(pid int) bool {
+	_, parent, _, ok := procStat(pid)
+	if !ok {
+		return true
+	}
+	pgrp, err1 := syscall.Getpgid(pid)
+	ppgrp, err2 := syscall.Getpgid(parent)
+	sid, err3 := unix.Getsid(pid)
+	psid, err4 := unix.Getsid(parent)
+	return errors.Join(err1, err2, err3, err4) != nil || ppgrp == pgrp || psid != sid
+}
+
+// quietTTOU makes the guard ignore SIGTTOU (see guard).
+func quietTTOU() { signal.Ignore(syscall.SIGTTOU) }
 
 // terminal is run's controlling terminal, which the command's group has
 // while it runs, as a shell's job would: from a background group, a
 // command that read it was stopped (SIGTTIN) and run waited for good.
 type terminal struct {
 	mu        sync.Mutex
-	tty       *os.File // nil: run has none, or is not its foreground
+	tty       *os.File // nil: no handover (see foreground)
 	own, pgid int      // run's group, the command's
 	cont      chan os.Signal
 }
 
-// foreground gives the command's group pgid run's controlling terminal, if
-// run has one and its group is the terminal's foreground group (not a job
-// in the background). The command keeps it until giveBack; run continued
-// after stopJob stopped it gives it to the command again.
+// foreground gives the command's group pgid run's controlling terminal
+// whenever run's group has it, if run reads that terminal (its standard
+// input) and is alone in its group: a job of its own (see soleMember; one
+// among others, run took the terminal from a script or a pipeline's
+// | less, which stopped: found in review). The command keeps it until
+// giveBack; run continued (fg, after a start in the background or after
+// stopJob stopped it) gives it to the command again.
 func foreground(pgid int) *terminal {
 	t := &terminal{own: unix.Getpgrp(), pgid: pgid}
+	if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err != nil {
+		return t // standard input is no terminal
+	}
 	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
 	if err != nil {
 		return t // no controlling terminal
 	}
-	if fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP); err != nil || fg != t.own {
+	if !soleMember() {
 		tty.Close()
 		return t
 	}

@@ -49,8 +49,9 @@ it started (what left the group, with setsid, gets SIGKILL before the
 lease is released). If run itself is killed, even with SIGKILL, that whole group is
 killed too (by a guard process between run and the command); if run is
 stopped (SIGSTOP, Ctrl-Z), the guard kills the group at the command's
-deadline. At a terminal, the command has it while it runs, as a shell's
-job: Ctrl-C and Ctrl-Z go to it (Ctrl-Z stops run's job with it).
+deadline. At a terminal run reads, run alone in its process group, the
+command has the terminal while it runs, as a shell's job: Ctrl-C and
+Ctrl-Z go to it (Ctrl-Z stops run's job with it).
 
 The command does not get run's own secrets: LEASED_PASSWORD, LEASED_SECRET
 and LEASED_GOSSIP_KEY are taken out of its environment, and any user,
@@ -58,8 +59,9 @@ password or token out of the URLs in LEASED_URL.
 
 The exit code is the command's (128+signal if it was stopped, 127 if it could
 not be started; 5 if it was stopped because the lease was lost and exited 0
-all the same, having caught the SIGTERM), or 3 if the lease was held by
-someone else and the command never started. On SIGINT, SIGTERM or SIGHUP, run stops the command the same way
+all the same, having caught the SIGTERM, or if the lease's deadline passed
+before it could start), or 3 if the lease was held by someone else and the
+command never started. On SIGINT, SIGTERM or SIGHUP, run stops the command the same way
 (SIGTERM, then SIGKILL after --grace) and releases the lease.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
@@ -296,6 +298,7 @@ func graceTiming(ttl, grace time.Duration) (time.Duration, time.Duration, error)
 func stop(pgid int, exited <-chan error, grace time.Duration) error {
 	end := time.Now().Add(grace)
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	_ = syscall.Kill(-pgid, syscall.SIGCONT) // a stopped command acts on it only once continued, as shells do
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	var err error
@@ -317,6 +320,7 @@ func reapGroup(pgid int, grace time.Duration) {
 		return // nothing left
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	_ = syscall.Kill(-pgid, syscall.SIGCONT)
 	for end := time.Now().Add(grace); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if syscall.Kill(-pgid, 0) != nil {
 			return
