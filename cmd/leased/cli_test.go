@@ -574,6 +574,27 @@ sleep 60`)
 		}
 		waitGone(t, pid, "the command, run stopped, at a terminal with tostop", 3*time.Second+5*time.Second)
 	})
+	t.Run("stty tostop and run logging", func(t *testing.T) {
+		// run, in the background while the command has the terminal,
+		// logs each renewal there: with tostop it stopped at the first,
+		// and renewed no more.
+		ptm, out := onTerminal(t, s.url, `set -m
+stty tostop
+"$LEASED" run --verbose --url "$URL" --lease tty.v --ttl 3s -- sh -c 'read x; echo got-$x'
+echo run-exit=$?`)
+		renewals := 0
+		out.wait(t, 20*time.Second, func(l string) bool {
+			if strings.Contains(l, "msg=renewed") {
+				renewals++
+			}
+			return renewals == 4
+		})
+		if _, err := ptm.WriteString("typed\n"); err != nil {
+			t.Fatal(err)
+		}
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "got-typed") })
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "run-exit=0") })
+	})
 	t.Run("run leads its session", func(t *testing.T) {
 		_, out := onTerminal(t, s.url, `exec "$LEASED" run --url "$URL" --lease tty.exec -- sh -c 'kill -TSTP $$; echo resumed'`)
 		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "resumed") })

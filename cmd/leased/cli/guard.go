@@ -598,6 +598,9 @@ type terminal struct {
 	tty       *os.File // nil: no handover (see foreground)
 	own, pgid int      // run's group, the command's
 	cont      chan os.Signal
+	// ttouIgnored: run was started ignoring SIGTTOU, which it ignores
+	// while the command has the terminal.
+	ttouIgnored bool
 }
 
 // foreground gives the command's group pgid run's controlling terminal
@@ -621,6 +624,11 @@ func foreground(pgid int) *terminal {
 		return t
 	}
 	t.tty = tty
+	// run writes its log lines to the terminal while in the background:
+	// one that stops such writers (stty tostop) would have stopped run,
+	// and its renewals; and giveBack sets the foreground from there.
+	t.ttouIgnored = signal.Ignored(syscall.SIGTTOU)
+	signal.Ignore(syscall.SIGTTOU)
 	t.give()
 	t.cont = make(chan os.Signal, 1)
 	signal.Notify(t.cont, syscall.SIGCONT)
@@ -660,15 +668,10 @@ func (t *terminal) giveBack() {
 	close(t.cont)
 	fd := int(t.tty.Fd())
 	if fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && fg == t.pgid {
-		// run is in the background now: a terminal stops a background
-		// process that sets its foreground group (SIGTTOU) unless the
-		// signal is ignored.
-		ignored := signal.Ignored(syscall.SIGTTOU)
-		signal.Ignore(syscall.SIGTTOU)
 		_ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, t.own)
-		if !ignored {
-			signal.Reset(syscall.SIGTTOU)
-		}
+	}
+	if !t.ttouIgnored {
+		signal.Reset(syscall.SIGTTOU)
 	}
 	t.tty.Close()
 	t.tty = nil
