@@ -152,6 +152,10 @@ func (s *Service) startObserver(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if was := hist.Shortened(); was > 0 {
+		s.log.Warn("shortened the history's retention: records older than it are deleted", "retention", s.historyOptions().Retention,
+			"was", was)
+	}
 	e, err := election.New(s.store, ObserverLease)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // Every client subcommand against a real `leased serve` process.
@@ -449,7 +450,7 @@ func TestRunStoppedStopsItsCommandAtItsDeadline(t *testing.T) {
 	if !running(grandchild) {
 		t.Fatalf("the command's child (pid %d) is gone while run renewed:\n%s", grandchild, p.logs.text())
 	}
-	stopProcess(t, p.cmd.Process)
+	kvleasetest.StopProcess(t, p.cmd.Process)
 	defer p.cmd.Process.Signal(syscall.SIGCONT)
 	if !running(grandchild) {
 		t.Fatalf("the command's child (pid %d) is gone as run stopped: the test proves nothing", grandchild)
@@ -994,7 +995,7 @@ func TestRunPausedPastItsDeadlineKillsAtOnce(t *testing.T) {
 	p := startRun(t, s.url, "--lease", "paused", "--ttl", "10s", "--grace", grace.String(), "--",
 		"sh", "-c", `trap "" TERM; exec sleep 600`) // ignores SIGTERM: only SIGKILL stops it
 	deadline := p.deadline(t)
-	stopProcess(t, p.cmd.Process)
+	kvleasetest.StopProcess(t, p.cmd.Process)
 	time.Sleep(time.Until(deadline.Add(500 * time.Millisecond))) // until an instant the lease set, not a hope
 	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sys/unix"
 
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor/client"
@@ -605,7 +604,7 @@ func TestClusterPausedNodeServiceHolders(t *testing.T) {
 	hold(svc(all, nats.DontRandomize()), "svc.roaming")
 
 	p := c.procs[paused].cmd.Process
-	stopProcess(t, p)
+	kvleasetest.StopProcess(t, p)
 	t.Cleanup(func() { _ = p.Signal(syscall.SIGCONT) })
 	pausedAt := time.Now()
 	// Every holder renews after a lease's duration of the pause: had none
@@ -958,28 +957,6 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 	}
 	t.Logf("%d wrong answers (not_holder or expired) among %d renewals by a live holder in %d leader pauses; "+
 		"the resumed node answered reads from its frozen state after %d of them", wrong, answers, rounds, staleRounds)
-}
-
-// stopProcess sends p SIGSTOP and returns once all its threads have
-// stopped (waitid WSTOPPED, without reaping it). kill returns before the
-// signal has stopped every thread: a thread still running can carry out a
-// request sent just after it, which a test that means the request to wait
-// in the stopped process must not allow.
-func stopProcess(t *testing.T, p *os.Process) {
-	t.Helper()
-	if err := p.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, p.Pid, &info, unix.WSTOPPED|unix.WNOWAIT, nil)
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, unix.EINTR) {
-			t.Fatalf("waiting for pid %d to stop: %v", p.Pid, err)
-		}
-	}
 }
 
 // SIGKILL a node that serves the consumers of lease watches (not the

@@ -69,7 +69,7 @@ func TestClusterPausedNodeHoldsGrantRequest(t *testing.T) {
 	// waits in the node's socket until the node resumes.
 	sendStuck := func(msg *nats.Msg) {
 		t.Helper()
-		stopProcess(t, proc)
+		kvleasetest.StopProcess(t, proc)
 		t.Cleanup(func() { _ = proc.Signal(syscall.SIGCONT) })
 		if err := stuck.PublishMsg(msg); err != nil {
 			t.Fatal(err)

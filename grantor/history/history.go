@@ -138,7 +138,17 @@ type Stream struct {
 	bucket  string
 	prefix  string // "leased.history.<bucket>."
 	singles bool   // Options.Singles
+	// shortened is the retention the stream had if Open shortened it
+	// (Retention); zero otherwise.
+	shortened time.Duration
 }
+
+// Shortened returns the retention the stream had before Open (with
+// Create) shortened it, which deleted the records older than the new
+// one; zero if it did not. A grantor logs it: an operator's restart with
+// a shorter --history-retention deleted history without a word (found
+// by an outside client).
+func (h *Stream) Shortened() time.Duration { return h.shortened }
 
 // StreamName is the name of bucket's history stream.
 func StreamName(bucket string) string { return "LEASED_HISTORY_" + bucket }
@@ -180,6 +190,9 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 	h := &Stream{js: js, bucket: bucket, prefix: Subject(bucket, ""), singles: o.Singles}
 	var err error
 	if o.Create {
+		if old, err := js.Stream(ctx, StreamName(bucket)); err == nil && old.CachedInfo().Config.MaxAge > o.Retention {
+			h.shortened = old.CachedInfo().Config.MaxAge
+		}
 		h.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        StreamName(bucket),
 			Description: "leased: history of the tenures of lease bucket " + bucket,

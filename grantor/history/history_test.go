@@ -77,6 +77,17 @@ func TestStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Opened again with a shorter retention, it says what it was (records
+	// older than the new one are gone: a grantor logs it).
+	for _, c := range []struct{ retention, shortened time.Duration }{{30 * time.Minute, time.Hour}, {time.Hour, 0}} {
+		s, err := history.Open(ctx, js, "leases", history.Options{Create: true, Retention: c.retention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Shortened() != c.shortened || h.Shortened() != 0 {
+			t.Fatalf("open with retention %v: shortened %v; want %v", c.retention, s.Shortened(), c.shortened)
+		}
+	}
 	if _, ok, err := h.Last(ctx); ok || err != nil {
 		t.Fatalf("last of an empty history: %v, %v", ok, err)
 	}

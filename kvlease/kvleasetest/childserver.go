@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sys/unix"
 
 	"github.com/leased/leased/kvlease"
 )
@@ -107,10 +108,35 @@ func (c *ChildServer) Kill() {
 	_ = c.proc.Wait()
 }
 
-// Pause stops the server with SIGSTOP: it keeps its connections and
-// answers nothing until [ChildServer.Resume], as a process paused by the
-// kernel, a debugger or a VM's host does.
-func (c *ChildServer) Pause() { c.signal(syscall.SIGSTOP) }
+// Pause stops the server with SIGSTOP, and returns once it has stopped
+// ([StopProcess]): it keeps its connections and answers nothing until
+// [ChildServer.Resume], as a process paused by the kernel, a debugger or a
+// VM's host does.
+func (c *ChildServer) Pause() { StopProcess(c.tb, c.proc.Process) }
+
+// StopProcess sends p, a child of this process, SIGSTOP and returns once
+// all its threads have stopped (waitid WSTOPPED, without reaping it). kill
+// returns before the signal has stopped every thread: a thread still
+// running can carry out a request sent just after it, which a test that
+// means the request to wait in the stopped process must not allow (a
+// paused server answered a read at once: TestUnansweredReadsEndWithoutADeadline
+// failed so in a CI run).
+func StopProcess(tb testing.TB, p *os.Process) {
+	tb.Helper()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		tb.Fatal(err)
+	}
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, p.Pid, &info, unix.WSTOPPED|unix.WNOWAIT, nil)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, unix.EINTR) {
+			tb.Fatalf("kvleasetest: waiting for pid %d to stop: %v", p.Pid, err)
+		}
+	}
+}
 
 // Resume continues a paused server (SIGCONT).
 func (c *ChildServer) Resume() { c.signal(syscall.SIGCONT) }
