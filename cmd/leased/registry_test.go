@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"encoding/json"
+	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -9,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
@@ -145,6 +149,31 @@ func TestDuplicateRegisterLeavesTheLiveOne(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// A register whose gossip address is taken fails before it is granted:
+// it bound its gossip port after the grant, so the registration showed in
+// discovery until the failure released it.
+func TestRegisterWithGossipPortTakenIsNeverGranted(t *testing.T) {
+	s, gossip := startGossipServe(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	r := leased(t, s.url, "register", "web", "b1", "--addr", "127.0.0.1:8080", "--ttl", "30s",
+		"--gossip-seeds", gossip, "--gossip-listen", taken.Addr().String(), "--gossip-profile", "fast")
+	if r.code == 0 || !strings.Contains(r.stderr, "address already in use") {
+		t.Fatalf("register on a taken gossip port: exit %d %s, want a failure naming the port", r.code, r.stderr)
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, s.url))
+	stream, err := js.Stream(t.Context(), "KV_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.GetLastMsgForSubject(t.Context(), "$KV.leases.svc.web.b1"); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the lease was written (%v, %v): granted before gossip failed", m, err)
 	}
 }
 

@@ -142,13 +142,26 @@ func (g *gossipFlags) config(name string) (membership.Config, time.Duration, err
 
 // start joins gossip as name with meta; it returns nil if gossip is off.
 func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logger) (*membership.Node, error) {
+	node, err := g.bind(name, meta, log)
+	if node == nil || err != nil {
+		return nil, err
+	}
+	if err := g.join(node, log); err != nil {
+		return nil, err
+	}
+	return node, nil
+}
+
+// bind starts gossip as name with meta on its address, joining no one yet
+// (no member knows it until join); it returns nil if gossip is off.
+func (g *gossipFlags) bind(name string, meta map[string]string, log *slog.Logger) (*membership.Node, error) {
 	if !g.enabled() {
 		return nil, nil
 	}
 	if err := g.check(); err != nil {
 		return nil, err
 	}
-	cfg, rejoin, _ := g.config(name)
+	cfg, _, _ := g.config(name)
 	if g.listen != "" {
 		host, port, _ := net.SplitHostPort(g.listen) // checked
 		cfg.BindPort, _ = strconv.Atoi(port)
@@ -158,16 +171,19 @@ func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logge
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{err}
 	}
-	node, err := membership.Start(cfg)
-	if err != nil {
-		return nil, err
-	}
+	return membership.Start(cfg)
+}
+
+// join joins node, started by bind, to the seeds and keeps it joined; it
+// shuts node down if the seeds cannot be reached.
+func (g *gossipFlags) join(node *membership.Node, log *slog.Logger) error {
 	if len(g.seeds) > 0 {
 		if _, err := node.Join(g.seeds); err != nil {
 			_ = node.Shutdown()
-			return nil, err
+			return err
 		}
 	}
+	_, rejoin, _ := g.config(node.Name())
 	node.KeepJoined(g.seeds, rejoin) // the seeds may restart: a grantor that was the only one
 	log.Info("joined gossip", "node", node.Name(), "addr", node.Addr(), "seeds", g.seeds)
 	if other, ok := node.NameConflict(); ok {
@@ -175,7 +191,7 @@ func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logge
 			"give each process a name of its own (unless that member is this node before a restart, which gossip forgets once it is declared dead)",
 			"node", node.Name(), "other", other)
 	}
-	return node, nil
+	return nil
 }
 
 func newRegister(stdout, stderr io.Writer) *cobra.Command {
@@ -229,6 +245,20 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 			}
 			defer stopMetrics()
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
+				// Gossip binds its address before the grant, so a taken
+				// port fails with nothing registered, and joins once the
+				// registration is held: a second process with the same
+				// --node that joined first, and left when its grant was
+				// refused (held), had the grantors take the node for dead
+				// and remove the live instance's registration (both found
+				// by outside clients).
+				gn, err := g.bind(node, map[string]string{"role": "instance", "service": args[0]}, log)
+				if err != nil {
+					return err
+				}
+				if gn != nil {
+					defer func() { _ = gn.Leave(time.Second); _ = gn.Shutdown() }()
+				}
 				gctx, cancel := c.grantContext(ctx)
 				k, err := client.Register(gctx, cl, reg, c.holder, ttl, c.keeperOptions()...)
 				cancel()
@@ -236,20 +266,13 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					return err
 				}
 				l := k.Lease()
-				// Gossip is joined once the registration is held: a second
-				// process with the same --node that joined first, and left
-				// when its grant was refused (held), had the grantors take
-				// the node for dead and remove the live instance's
-				// registration (found by an outside client).
-				gn, err := g.start(node, map[string]string{"role": "instance", "service": args[0]}, log)
-				if err != nil {
-					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					defer cancel()
-					_ = k.Close(rctx)
-					return err
-				}
 				if gn != nil {
-					defer func() { _ = gn.Leave(time.Second); _ = gn.Shutdown() }()
+					if err := g.join(gn, log); err != nil {
+						rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer cancel()
+						_ = k.Close(rctx)
+						return err
+					}
 				}
 				if p := c.printer(stdout); p.json {
 					p.obj(map[string]any{"service": reg.Service, "instance": reg.Instance, "addr": reg.Addr,
