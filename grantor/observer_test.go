@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -268,22 +269,25 @@ func handOver(t *testing.T, from, to fixture, name string) {
 	}
 }
 
-// campaignLog is a slog.Handler that reports when the observer logs a
-// failed campaign.
-type campaignLog struct{ at chan time.Time }
+// logRecords is a slog.Handler that passes on the records whose message
+// is one of msgs, without blocking (a full channel drops them).
+type logRecords struct {
+	msgs []string
+	out  chan slog.Record
+}
 
-func (h campaignLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h campaignLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "observer campaign" || r.Message == "observer stopped" {
+func (h logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (h logRecords) Handle(_ context.Context, r slog.Record) error {
+	if slices.Contains(h.msgs, r.Message) {
 		select {
-		case h.at <- time.Now():
+		case h.out <- r:
 		default:
 		}
 	}
 	return nil
 }
-func (h campaignLog) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h campaignLog) WithGroup(string) slog.Handler      { return h }
+func (h logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h logRecords) WithGroup(string) slog.Handler      { return h }
 
 // While JetStream answers every request at once with a failure (here:
 // a cluster node whose two peers are gone, "JetStream system temporarily
@@ -296,7 +300,7 @@ func (h campaignLog) WithGroup(string) slog.Handler      { return h }
 func TestObserverCampaignBacksOff(t *testing.T) {
 	servers := kvleasetest.NewCluster(t, 3)
 	st := kvleasetest.OpenStore(t, servers[0].ClientURL(), kvlease.WithReplicas(3))
-	log := campaignLog{at: make(chan time.Time, 16)}
+	log := logRecords{msgs: []string{"observer campaign", "observer stopped"}, out: make(chan slog.Record, 16)}
 	svc, err := grantor.New(st, kvleasetest.Connect(t, servers[0].ClientURL()), grantor.DefaultConfig(),
 		grantor.WithLogger(slog.New(log)))
 	if err != nil {
@@ -311,8 +315,8 @@ func TestObserverCampaignBacksOff(t *testing.T) {
 	var at []time.Time
 	for len(at) < 4 {
 		select {
-		case ts := <-log.at:
-			at = append(at, ts)
+		case r := <-log.out:
+			at = append(at, r.Time)
 		case <-time.After(60 * time.Second):
 			t.Fatalf("%d failed campaigns logged in 60 s without a quorum, want 4", len(at))
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -263,6 +264,46 @@ func TestObserverEndsAReleasedTenureTheServerBroughtBack(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the new grant was not announced")
+	}
+}
+
+// An unclean restart that brings back many ended tenures is logged in a
+// few lines, not one per lease: an outside client's run logged 3,001.
+func TestObserverLogsManyBroughtBackInAFewLines(t *testing.T) {
+	srv := kvleasetest.StartChildServer(t)
+	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
+	nc := kvleasetest.Connect(t, srv.URL)
+	var names []string
+	for i := range 12 {
+		name := fmt.Sprintf("crowd.%d", i)
+		endedInHistory(t, nc, grantReleased(t, st, name), history.EndReleased)
+		names = append(names, name)
+	}
+	srv.LoseExpiries(st, names...)
+	const ended = "ended a lease the NATS server brought back after it had ended"
+	log := logRecords{msgs: []string{ended}, out: make(chan slog.Record, 100)}
+	startOnStore(t, srv.URL, []kvlease.Option{kvlease.WithoutCreate()}, grantor.DefaultConfig(),
+		grantor.WithOverdueSweep(100*time.Millisecond), grantor.WithLogger(slog.New(log)))
+	var lines []slog.Record
+	for total := int64(0); total == 0; {
+		select {
+		case r := <-log.out:
+			lines = append(lines, r)
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == "leases" {
+					total = a.Value.Int64()
+				}
+				return true
+			})
+			if len(lines) > 6 {
+				t.Fatalf("%d lines for %d leases brought back, and no count yet", len(lines), len(names))
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d lines and no count for the %d leases brought back", len(lines), len(names))
+		}
+		if total != 0 && total != int64(len(names)) {
+			t.Fatalf("counted %d leases brought back, want %d", total, len(names))
+		}
 	}
 }
 

@@ -1643,13 +1643,10 @@ const opExpire = "expire"
 // whether it did. Nothing else is touched: a record that is live, gone, or
 // changed meanwhile is left as it is. A grantor's observer calls it for
 // the tenures it sees outlive their TTL, so that watchers and the history
-// see them end.
+// see them end. It logs nothing: the caller reports what it ended (an
+// unclean restart can bring back thousands).
 func (s *Store) EndOverdue(ctx context.Context, name string) (bool, error) {
-	rec, ended, err := s.endIf(ctx, name, opExpire, overdueReason, func(rec Record) bool { return s.overdue(ctx, rec) })
-	if ended {
-		s.log.Warn("ended a lease the NATS server kept past its TTL", "lease", name, "holder", rec.Holder,
-			"token", rec.Token, "expired_at", rec.ExpiresAt())
-	}
+	_, ended, err := s.endIf(ctx, name, opExpire, overdueReason, func(rec Record) bool { return s.overdue(ctx, rec) })
 	return ended, err
 }
 
@@ -1691,14 +1688,10 @@ const opEndAgain = "end-again"
 // resigned leader back for ten minutes). A watch that has not seen the
 // tenure live does not report this end.
 func (s *Store) EndResurrected(ctx context.Context, tenure Record) (bool, error) {
-	rec, ended, err := s.endIf(ctx, tenure.Name, opEndAgain, ResurrectedReason, func(rec Record) bool {
+	_, ended, err := s.endIf(ctx, tenure.Name, opEndAgain, ResurrectedReason, func(rec Record) bool {
 		return rec.Token == tenure.Token && rec.Holder == tenure.Holder && rec.GrantedAt.Equal(tenure.GrantedAt) &&
 			rec.Revision == tenure.Revision
 	})
-	if ended {
-		s.log.Warn("ended a lease the NATS server brought back after it had ended", "lease", tenure.Name, "holder", rec.Holder,
-			"token", rec.Token)
-	}
 	return ended, err
 }
 
