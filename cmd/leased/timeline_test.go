@@ -130,6 +130,8 @@ type barView struct {
 	Title   string  `json:"title"`
 	X       float64 `json:"x"`
 	W       float64 `json:"w"`
+	// BeginUnknown: drawn as a tenure whose begin no record gave.
+	BeginUnknown bool `json:"begin_unknown"`
 }
 
 // lanesJS reads the drawn lanes; the page redraws its SVG as data and
@@ -141,7 +143,7 @@ const lanesJS = `[...document.querySelectorAll('#timeline .lane')].map(l => ({
 		const r = b.querySelector('.bar-body');
 		return {holder: b.dataset.holder, token: Number(b.dataset.token), ended_by: b.dataset.endedBy,
 			title: b.querySelector('title').textContent,
-			x: r.x.baseVal.value, w: r.width.baseVal.value};
+			x: r.x.baseVal.value, w: r.width.baseVal.value, begin_unknown: b.classList.contains('begin-unknown')};
 	}),
 }))`
 
@@ -295,13 +297,22 @@ func TestTimelineInBrowser(t *testing.T) {
 	if _, err := kvleasetest.JetStream(t, nc).Publish(t.Context(), history.Subject(kvlease.DefaultBucket, "tl.alt"), again); err != nil {
 		t.Fatal(err)
 	}
+	// An end whose begin no observer saw (token 0), after a tenure that
+	// ended: it began after that end, not at the window's start.
+	release(grant("tl.unk", "ivan", 30*time.Second))
+	seen.wait(t, "tl.unk", "released")
+	unknown, _ := json.Marshal(history.Record{Kind: history.KindEnded, Name: "tl.unk", Revision: third.Revision + 2000,
+		Time: time.Now(), EndedBy: history.EndUnknown})
+	if _, err := kvleasetest.JetStream(t, nc).Publish(t.Context(), history.Subject(kvlease.DefaultBucket, "tl.unk"), unknown); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("scenario recorded in %v", time.Since(start).Round(time.Millisecond))
 
 	loaded := time.Now()
 	if err := chromedp.Do(ctx, chromedp.Navigate(listening.URL)); err != nil {
 		t.Fatal(err)
 	}
-	lanes := waitLanes(t, ctx, "the scenario", `lanes.length >= 4 && lane('tl.alt').bars.length === 3 && lane('tl.flap').bars.length === 6`)
+	lanes := waitLanes(t, ctx, "the scenario", `lanes.length >= 5 && lane('tl.alt').bars.length === 3 && lane('tl.flap').bars.length === 6 && lane('tl.unk').bars.length === 2`)
 	t.Logf("page drawn %v after navigating", time.Since(loaded).Round(time.Millisecond))
 
 	type bar struct{ holder, endedBy string }
@@ -309,6 +320,7 @@ func TestTimelineInBrowser(t *testing.T) {
 		"tl.alt":  {{"alice", "released"}, {"bob", "released"}, {"alice", "revoked"}},
 		"tl.exp":  {{"carol", "expired"}, {"dave", "expired"}, {"carol", "expired"}},
 		"tl.flap": {{"flip", "released"}, {"flop", "released"}, {"flip", "released"}, {"flop", "released"}, {"flip", "released"}, {"flop", "expired"}},
+		"tl.unk":  {{"ivan", "released"}, {"", "unknown"}},
 		"tl.xss":  {{xssHolder, "live"}},
 	}
 	var names []string
@@ -317,7 +329,7 @@ func TestTimelineInBrowser(t *testing.T) {
 		var got []bar
 		for i, b := range l.Bars {
 			got = append(got, bar{b.Holder, b.EndedBy})
-			if i > 0 && (b.Token <= l.Bars[i-1].Token || b.X < l.Bars[i-1].X) {
+			if i > 0 && (b.Token != 0 && b.Token <= l.Bars[i-1].Token || b.X < l.Bars[i-1].X) {
 				t.Errorf("%s: bar %d (token %d at x=%.1f) drawn out of order after token %d at x=%.1f",
 					l.Name, i, b.Token, b.X, l.Bars[i-1].Token, l.Bars[i-1].X)
 			}
@@ -332,8 +344,14 @@ func TestTimelineInBrowser(t *testing.T) {
 			t.Errorf("lane %s: flapping %v", l.Name, l.Flapping)
 		}
 	}
-	if wantNames := []string{"tl.alt", "tl.exp", "tl.flap", "tl.xss"}; !slices.Equal(names, wantNames) {
+	if wantNames := []string{"tl.alt", "tl.exp", "tl.flap", "tl.unk", "tl.xss"}; !slices.Equal(names, wantNames) {
 		t.Errorf("lanes %q, want %q", names, wantNames)
+	}
+	// The tenure whose begin is unknown is drawn from the end of the one
+	// before it, not from the window's start, and marked as such.
+	if unk := lanes[3].Bars; len(unk) == 2 && (unk[1].X < unk[0].X+unk[0].W-2.5 || !unk[1].BeginUnknown) { // a bar is 2 px at least
+		t.Errorf("tl.unk: the tenure of unknown begin drawn from x=%.1f (marked %v), the one before it ends at x=%.1f",
+			unk[1].X, unk[1].BeginUnknown, unk[0].X+unk[0].W)
 	}
 	// The gap while tl.alt was free (alice released it, bob took it only
 	// after dave's lease expired) is visible.

@@ -195,12 +195,23 @@
       lanes.get(t.name).push(t);
     }
     const names = [...lanes.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    // A tenure whose begin no record gave began after the end of the one
+    // before it in its lane (a lease has one tenure at a time), or before
+    // the window: it is drawn from there, marked (drawn from the window's
+    // start, it read as held all that time).
+    const drawFrom = new Map();
     for (const ts of lanes.values()) {
       ts.sort((a, b) => (start(a) - start(b)) || (a.token - b.token));
+      let prevEnd = windowStart;
+      for (const t of ts) {
+        const from = t.from !== null ? t.from : Math.min(prevEnd, start(t) !== null ? start(t) : now);
+        drawFrom.set(t.key, Math.max(from, windowStart));
+        if (t.to !== null) prevEnd = Math.max(prevEnd, t.to);
+      }
     }
     let t0 = now;
     for (const ts of lanes.values()) {
-      for (const t of ts) t0 = Math.min(t0, t.from !== null ? t.from : windowStart);
+      for (const t of ts) t0 = Math.min(t0, drawFrom.get(t.key));
     }
     t0 = Math.max(t0, windowStart);
     let t1 = now;
@@ -239,8 +250,7 @@
       const ends = []; // drawn over every bar: an end where the next tenure begins stays visible
       for (const t of ts) {
         const cause = t.endedBy || 'live';
-        const from = t.from !== null ? Math.max(t.from, t0) : windowStart;
-        const x0 = x(from);
+        const x0 = x(Math.max(drawFrom.get(t.key), t0));
         const x1 = x(t.to !== null ? t.to : now);
         const w = Math.max(2, x1 - x0);
         const g = el('g', { class: 'bar' + (t.key === pinned ? ' pinned' : '') + (t.from === null ? ' begin-unknown' : ''),
