@@ -460,6 +460,35 @@ func TestRunStoppedStopsItsCommandAtItsDeadline(t *testing.T) {
 	p.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, "deadline passed with no renewal from run") })
 }
 
+// The command's process group's id is the pid of its first process: once
+// that process is reaped, the pid can go to another process, and the
+// guard's later kill of the group (at the deadline, or as run ends) can
+// reach a group that is not the command's. The guard keeps the first
+// process a zombie, its pid taken, until it has killed the group for the
+// last time; it reaped it at once.
+func TestRunKeepsTheCommandsGroupIDUntilItsLastKill(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "zombie", "--ttl", "3s", "--", "sh", "-c",
+		"echo leader-pid=$$ >&2; sleep 60 & echo child-pid=$! >&2; wait")
+	line := p.logs.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "leader-pid=") })
+	leader, err := strconv.Atoi(strings.TrimPrefix(line, "leader-pid="))
+	if err != nil {
+		t.Fatalf("leader pid line %q: %v", line, err)
+	}
+	member := p.childPID(t)
+	kvleasetest.StopProcess(t, p.cmd.Process)
+	defer p.cmd.Process.Signal(syscall.SIGCONT)
+	if err := syscall.Kill(leader, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The guard kills the group at the deadline, run being stopped: by
+	// then it has long seen the first process exit.
+	waitGone(t, member, "the command's group's other member, run stopped", 3*time.Second+5*time.Second)
+	if _, err := os.Stat("/proc/" + strconv.Itoa(leader)); err != nil {
+		t.Fatalf("the command's first process (pid %d, the group's id) was reaped before the guard's last kill: %v", leader, err)
+	}
+}
+
 // onTerminal runs script with bash as the leader of a new session on a new
 // pseudo-terminal, with LEASED and URL in its environment, and returns the
 // terminal's master side and its output lines.

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -147,11 +148,10 @@ func guard(argv []string, stderr io.Writer) error {
 	}()
 	exited := make(chan struct{})
 	go func() {
-		// Waited for with WUNTRACED, not c.Wait: a command stopped at the
+		// Waited for with stops, not c.Wait: a command stopped at the
 		// terminal run gave it stops run's job too (stopJob).
-		var ws syscall.WaitStatus
 		for {
-			_, err := syscall.Wait4(pgid, &ws, syscall.WUNTRACED, nil)
+			ws, err := waitCommand(pgid)
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
@@ -224,6 +224,49 @@ func guard(argv []string, stderr io.Writer) error {
 		}
 	}
 }
+
+// waitCommand waits until the command (pid) stops or exits, and returns
+// its status. An exited command is left a zombie, not reaped (WNOWAIT):
+// its pid is its group's id, which the guard kills until it exits itself,
+// and a reaped pid may go to another process, the leader of a group that
+// is not the command's. The zombie is reaped as the guard exits.
+func waitCommand(pid int) (syscall.WaitStatus, error) {
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT, nil); err != nil {
+		return 0, err
+	}
+	ch := (*sigchldInfo)(unsafe.Pointer(&info))
+	switch ch.Code {
+	case cldExited:
+		return syscall.WaitStatus(ch.Status&0xff) << 8, nil
+	case cldKilled:
+		return syscall.WaitStatus(ch.Status & 0x7f), nil
+	case cldDumped:
+		return syscall.WaitStatus(ch.Status&0x7f) | 0x80, nil
+	}
+	// Stopped: the report is taken, so the next wait does not find it
+	// again (WSTOPPED alone, which leaves an exit where it is).
+	_ = unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED|unix.WNOHANG, nil)
+	return syscall.WaitStatus(ch.Status&0xff)<<8 | 0x7f, nil
+}
+
+// sigchldInfo is the kernel's siginfo_t of SIGCHLD (the fields that
+// unix.Siginfo leaves unnamed): the union after the three ints is aligned
+// as a pointer.
+type sigchldInfo struct {
+	Signo, Errno, Code int32
+	_                  [0]uintptr
+	Pid                int32
+	UID                uint32
+	Status             int32
+}
+
+// si_code of SIGCHLD (asm-generic/siginfo.h).
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
 
 // killAll SIGKILLs the command's group and every process descended from
 // the guard, the guard's adopted orphans among them (it is their child
@@ -312,21 +355,38 @@ func procStat(pid int) (state byte, ppid, pgrp int, ok bool) {
 // may use the terminal: | less) nor of a script's group (a & job without
 // job control).
 func soleMember() bool {
-	self, own := os.Getpid(), unix.Getpgrp()
+	self := os.Getpid()
+	other, ok := groupHas(unix.Getpgrp(), func(pid int, _ byte) bool { return pid != self })
+	return ok && !other
+}
+
+// groupLive reports whether a process of group pgid is alive: a zombie
+// is not (the guard keeps the command's first one unreaped: waitCommand).
+func groupLive(pgid int) bool {
+	if syscall.Kill(-pgid, 0) != nil {
+		return false
+	}
+	live, ok := groupHas(pgid, func(_ int, state byte) bool { return state != 'Z' })
+	return live || !ok
+}
+
+// groupHas reports whether a process of group pgid for which match holds
+// is in /proc; ok is false if /proc cannot be read.
+func groupHas(pgid int, match func(pid int, state byte) bool) (found, ok bool) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return false
+		return false, false
 	}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
+		if err != nil {
 			continue
 		}
-		if _, _, pgrp, ok := procStat(pid); ok && pgrp == own {
-			return false
+		if state, _, pgrp, ok := procStat(pid); ok && pgrp == pgid && match(pid, state) {
+			return true, true
 		}
 	}
-	return true
+	return false, true
 }
 
 // stopping, in place of a deadline, says that run is stopping the command

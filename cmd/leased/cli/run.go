@@ -316,13 +316,13 @@ func stop(pgid int, exited <-chan error, grace time.Duration) error {
 // after grace. The group's members are not our children, so there is no
 // event for their exit: it checks every 20 ms.
 func reapGroup(pgid int, grace time.Duration) {
-	if syscall.Kill(-pgid, 0) != nil {
+	if !groupLive(pgid) {
 		return // nothing left
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	_ = syscall.Kill(-pgid, syscall.SIGCONT)
 	for end := time.Now().Add(grace); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if syscall.Kill(-pgid, 0) != nil {
+		if !groupLive(pgid) {
 			return
 		}
 	}
