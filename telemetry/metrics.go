@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,8 @@ type Metrics struct {
 	storeWrites     metric.Int64Histogram
 
 	namePrefixes []string
+	namedMu      sync.Mutex
+	named        map[string]struct{} // the names with series of their own: MaxNamedLeases at most
 
 	// The attribute sets of requests (by op and outcome) and lease events
 	// (by event), made once each: a set is sorted and hashed when made,
@@ -210,13 +213,37 @@ func (m *Metrics) OwnershipChanged(ctx context.Context, lease string, flapping b
 		return
 	}
 	attrs := []attribute.KeyValue{AttrFlapping.Bool(flapping)}
-	for _, p := range m.namePrefixes {
-		if strings.HasPrefix(lease, p) {
-			attrs = append(attrs, AttrName.String(lease))
-			break
-		}
+	if m.nameLabelled(lease) {
+		attrs = append(attrs, AttrName.String(lease))
 	}
 	m.ownership.Add(ctx, 1, metric.WithAttributes(attrs...))
+}
+
+// MaxNamedLeases bounds the leases whose ownership changes are counted
+// under their own name ([WithLeaseNamePrefixes]): past it, new names are
+// counted without it. The SDK's own limit (2,000 series an instrument)
+// put every series past it in one without the lease.flapping label.
+const MaxNamedLeases = 1000
+
+// nameLabelled reports whether lease's changes carry its name: it matches
+// a prefix, and it has a series already or there is room for one.
+func (m *Metrics) nameLabelled(lease string) bool {
+	if !slices.ContainsFunc(m.namePrefixes, func(p string) bool { return strings.HasPrefix(lease, p) }) {
+		return false
+	}
+	m.namedMu.Lock()
+	defer m.namedMu.Unlock()
+	if _, ok := m.named[lease]; ok {
+		return true
+	}
+	if len(m.named) >= MaxNamedLeases {
+		return false
+	}
+	if m.named == nil {
+		m.named = map[string]struct{}{}
+	}
+	m.named[lease] = struct{}{}
+	return true
 }
 
 // Request records a request the grantor answered: its operation (a bounded

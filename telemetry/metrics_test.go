@@ -70,3 +70,49 @@ func TestSeriesIndependentOfLeases(t *testing.T) {
 		t.Error("a nil option was accepted")
 	}
 }
+
+// Names under the asked-for prefixes get series of their own up to
+// MaxNamedLeases; the leases past it are counted without their name,
+// still by whether they flap. Past the SDK's own limit of 2,000 series,
+// every new series went to one overflow series without the flapping
+// label.
+func TestNamedSeriesBounded(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	m, err := NewMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), WithLeaseNamePrefixes("job."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const leases = 2_500
+	for i := range leases {
+		m.OwnershipChanged(ctx, fmt.Sprintf("job.%d", i), i%2 == 0)
+	}
+	m.OwnershipChanged(ctx, "job.0", true) // named: still its own series
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	named, total := 0, int64(0)
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if mt.Name != "leased.ownership.changes" {
+				continue
+			}
+			for _, dp := range mt.Data.(metricdata.Sum[int64]).DataPoints {
+				total += dp.Value
+				if _, ok := dp.Attributes.Value(AttrFlapping); !ok {
+					t.Fatalf("a series without %s: %v", AttrFlapping, dp.Attributes.ToSlice())
+				}
+				if v, ok := dp.Attributes.Value(AttrName); ok {
+					named++
+					if v.AsString() == "job.0" && dp.Value != 2 {
+						t.Errorf("job.0 counted %d, want 2", dp.Value)
+					}
+				}
+			}
+		}
+	}
+	if named != MaxNamedLeases || total != leases+1 {
+		t.Errorf("%d named series and %d changes counted, want %d and %d", named, total, MaxNamedLeases, leases+1)
+	}
+}
