@@ -60,13 +60,29 @@ func apiPrefix(js jetstream.JetStream) string {
 // partitioned after it took the request) waited for good, and so did a
 // Store renewal under such a ctx (13 minutes in a CI run, until killed).
 func (s *Store) leaderGet(ctx context.Context, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
-	if _, ok := ctx.Deadline(); !ok && s.js.Options().DefaultTimeout > 0 {
+	return leaderGet(ctx, s.js, s.msgGetSubject, req)
+}
+
+// LeaderLast reads the last message of subject in stream through the
+// stream's leader, as the Store's reads that decide something are (a
+// work queue's sink, say): direct get, which nats.go's KV Get uses, may be
+// answered by a replica that has not applied the latest write. It waits
+// as [Store] reads do under a ctx without a deadline.
+//
+// Errors: [jetstream.ErrMsgNotFound] if subject has no message;
+// JetStream's and the connection's otherwise.
+func LeaderLast(ctx context.Context, js jetstream.JetStream, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	return leaderGet(ctx, js, apiPrefix(js)+"STREAM.MSG.GET."+stream, msgGetRequest{LastFor: subject})
+}
+
+func leaderGet(ctx context.Context, js jetstream.JetStream, apiSubject string, req msgGetRequest) (*jetstream.RawStreamMsg, error) {
+	if _, ok := ctx.Deadline(); !ok && js.Options().DefaultTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.js.Options().DefaultTimeout)
+		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
 		defer cancel()
 	}
 	body, _ := json.Marshal(req)
-	reply, err := s.nc.RequestWithContext(ctx, s.msgGetSubject, body)
+	reply, err := js.Conn().RequestWithContext(ctx, apiSubject, body)
 	if err != nil {
 		return nil, err
 	}

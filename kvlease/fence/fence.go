@@ -153,7 +153,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 	if err != nil {
 		return nil, err
 	}
-	return &KV{doc: kvcas.Doc[Value]{KV: kv, ReadOp: "fence read", WriteOp: "fenced write", Corrupt: "fence: value"}}, nil
+	return &KV{doc: kvcas.Doc[Value]{KV: kv, JS: js, ReadOp: "fence read", WriteOp: "fenced write", Corrupt: "fence: value"}}, nil
 }
 
 // Write stores data for resource if token is at least the token of the

@@ -104,7 +104,7 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	if err != nil {
 		return nil, err
 	}
-	q.done = kvcas.Doc[doneRecord]{KV: done, ReadOp: "read sink", WriteOp: "write sink", Corrupt: "workqueue: sink record"}
+	q.done = kvcas.Doc[doneRecord]{KV: done, JS: js, ReadOp: "read sink", WriteOp: "write sink", Corrupt: "workqueue: sink record"}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	q.stop, q.closed = cancel, wctx
 	// Followed as the lease watches are, not with nats.go's KV watcher:
@@ -249,10 +249,9 @@ func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
 	// then deleted the pending one, which made room for this: added, it
 	// would be found done by the next claim and dropped, its payload never
 	// worked, though Add said nil (found by an outside client: 7 of 300
-	// racing Adds). The sink is never undone, so a second look is exact
-	// on one replica; on several, the replica that answers it may lag the
-	// Complete by a moment (KV reads go to any replica), and the race
-	// stays open that long.
+	// racing Adds). The sink is never undone and read through its
+	// stream's leader (a direct get, from any replica, could lag the
+	// Complete on R3), so a second look is exact.
 	switch done, _, _, _, err := q.Result(ctx, id); {
 	case err != nil && !errors.Is(err, kvlease.ErrNotFound):
 		// It said nil, and a Complete it raced dropped the item unseen

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -360,6 +361,60 @@ func TestOpenKeepsTheBucketsReplicas(t *testing.T) {
 		if n := s.CachedInfo().Config.Replicas; n != 3 {
 			t.Errorf("%s: replicas %d after an open without WithReplicas, want the bucket's 3", bucket, n)
 		}
+	}
+}
+
+// The sink is read through its stream's leader, not by direct get, which
+// any replica may answer before it has applied the latest write: Add's
+// second look at the sink, made to catch a Complete that raced it, then
+// missed it on R3, and the item was dropped unworked while Add said nil.
+func TestSinkReadsGoToTheStreamLeader(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 3)
+	nc := kvleasetest.Connect(t, servers[0].ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	ctx := t.Context()
+	st, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*kvlease.Store, error) {
+		return kvlease.Open(ctx, js, kvlease.WithReplicas(3))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*workqueue.Queue, error) {
+		return workqueue.Open(ctx, js, st, "lq", workqueue.WithReplicas(3))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	monitor := kvleasetest.Connect(t, servers[0].ClientURL())
+	var direct, leader atomic.Int64
+	for subject, n := range map[string]*atomic.Int64{
+		"$JS.API.DIRECT.GET.KV_lq-done": &direct, "$JS.API.DIRECT.GET.KV_lq-done.>": &direct,
+		"$JS.API.STREAM.MSG.GET.KV_lq-done": &leader,
+	} {
+		kvleasetest.Subscribe(t, monitor, subject, func(*nats.Msg) { n.Add(1) })
+	}
+	if err := monitor.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Add(ctx, "item", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Complete(ctx, []byte("done")); err != nil {
+		t.Fatal(err)
+	}
+	if done, _, _, _, err := q.Result(ctx, "item"); !done || err != nil {
+		t.Fatalf("Result after Complete: done %v, %v", done, err)
+	}
+	if err := monitor.Flush(); err != nil { // the requests came before the flush's reply
+		t.Fatal(err)
+	}
+	if direct.Load() != 0 || leader.Load() < 3 {
+		t.Fatalf("sink reads: %d direct gets, %d through the leader; want none direct", direct.Load(), leader.Load())
 	}
 }
 

@@ -50,29 +50,33 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 // Doc is the document type V stored as JSON under each key of KV.
 type Doc[V any] struct {
 	KV jetstream.KeyValue
+	JS jetstream.JetStream // KV's, for reads through its stream's leader
 	// ReadOp and WriteOp name the reads and writes in errors ("fence
 	// read"); Corrupt names an undecodable value ("fence: value").
 	ReadOp, WriteOp, Corrupt string
 }
 
 // Get returns key's document and its revision, or the zero V and revision
-// 0 if key has none.
+// 0 if key has none. It reads through the stream's leader
+// ([kvlease.LeaderLast]): what it returns was the latest when read, on
+// any number of replicas.
 //
 // Errors: [kvlease.ErrUnavailable]; [kvlease.ErrBucket]; a document that
 // does not decode.
 func (d Doc[V]) Get(ctx context.Context, key string) (v V, rev uint64, err error) {
-	e, err := d.KV.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	bucket := d.KV.Bucket()
+	m, err := kvlease.LeaderLast(ctx, d.JS, "KV_"+bucket, "$KV."+bucket+"."+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && kvlease.Removed(m.Header) {
 		return v, 0, nil
 	}
 	if err != nil {
 		return v, 0, kvlease.JetStreamError(d.ReadOp, err)
 	}
-	if err := json.Unmarshal(e.Value(), &v); err != nil {
+	if err := json.Unmarshal(m.Data, &v); err != nil {
 		var zero V
 		return zero, 0, fmt.Errorf("%s of %q is corrupt: %w", d.Corrupt, key, err)
 	}
-	return v, e.Revision(), nil
+	return v, m.Sequence, nil
 }
 
 // Update replaces key's document with what decide makes of the current one

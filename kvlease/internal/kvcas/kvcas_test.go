@@ -25,7 +25,7 @@ func newDoc(t *testing.T) kvcas.Doc[counter] {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kvcas.Doc[counter]{KV: kv, ReadOp: "read doc", WriteOp: "write doc", Corrupt: "test: doc"}
+	return kvcas.Doc[counter]{KV: kv, JS: js, ReadOp: "read doc", WriteOp: "write doc", Corrupt: "test: doc"}
 }
 
 // Writers that race on one key each land exactly once: a lost
