@@ -331,19 +331,26 @@ func TestWorkQueueClaimAfterServerRestart(t *testing.T) {
 	}
 }
 
-// Opening a queue whose buckets exist without WithReplicas keeps their
-// replica count: it made R3 buckets R1 (found by an outside client).
-func TestOpenKeepsTheBucketsReplicas(t *testing.T) {
+// clusterStore starts a three-node cluster and opens an R3 lease store
+// on its first node, once the cluster has a leader for it.
+func clusterStore(t *testing.T) ([]*kvleasetest.Server, jetstream.JetStream, *kvlease.Store) {
+	t.Helper()
 	servers := kvleasetest.NewCluster(t, 3)
-	nc := kvleasetest.Connect(t, servers[0].ClientURL())
-	js := kvleasetest.JetStream(t, nc)
-	ctx := t.Context()
-	st, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*kvlease.Store, error) {
-		return kvlease.Open(ctx, js, kvlease.WithReplicas(3))
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
+	st, err := kvlease.RetryUnavailable(t.Context(), 30*time.Second, nil, func() (*kvlease.Store, error) {
+		return kvlease.Open(t.Context(), js, kvlease.WithReplicas(3))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return servers, js, st
+}
+
+// Opening a queue whose buckets exist without WithReplicas keeps their
+// replica count: it made R3 buckets R1 (found by an outside client).
+func TestOpenKeepsTheBucketsReplicas(t *testing.T) {
+	_, js, st := clusterStore(t)
+	ctx := t.Context()
 	for _, opts := range [][]workqueue.OpenOption{{workqueue.WithReplicas(3)}, nil} {
 		q, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*workqueue.Queue, error) {
 			return workqueue.Open(ctx, js, st, "rq", opts...)
@@ -369,16 +376,8 @@ func TestOpenKeepsTheBucketsReplicas(t *testing.T) {
 // second look at the sink, made to catch a Complete that raced it, then
 // missed it on R3, and the item was dropped unworked while Add said nil.
 func TestSinkReadsGoToTheStreamLeader(t *testing.T) {
-	servers := kvleasetest.NewCluster(t, 3)
-	nc := kvleasetest.Connect(t, servers[0].ClientURL())
-	js := kvleasetest.JetStream(t, nc)
+	servers, js, st := clusterStore(t)
 	ctx := t.Context()
-	st, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*kvlease.Store, error) {
-		return kvlease.Open(ctx, js, kvlease.WithReplicas(3))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	q, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*workqueue.Queue, error) {
 		return workqueue.Open(ctx, js, st, "lq", workqueue.WithReplicas(3))
 	})
