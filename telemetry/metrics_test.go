@@ -7,6 +7,8 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/leased/leased/telemetry/telemetrytest"
 )
 
 // series counts the data points (one per attribute set) of each metric.
@@ -88,27 +90,17 @@ func TestNamedSeriesBounded(t *testing.T) {
 		m.OwnershipChanged(ctx, fmt.Sprintf("job.%d", i), i%2 == 0)
 	}
 	m.OwnershipChanged(ctx, "job.0", true) // named: still its own series
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
 	named, total := 0, int64(0)
-	for _, sm := range rm.ScopeMetrics {
-		for _, mt := range sm.Metrics {
-			if mt.Name != "leased.ownership.changes" {
-				continue
-			}
-			for _, dp := range mt.Data.(metricdata.Sum[int64]).DataPoints {
-				total += dp.Value
-				if _, ok := dp.Attributes.Value(AttrFlapping); !ok {
-					t.Fatalf("a series without %s: %v", AttrFlapping, dp.Attributes.ToSlice())
-				}
-				if v, ok := dp.Attributes.Value(AttrName); ok {
-					named++
-					if v.AsString() == "job.0" && dp.Value != 2 {
-						t.Errorf("job.0 counted %d, want 2", dp.Value)
-					}
-				}
+	sum, _ := telemetrytest.Metric(t, reader, "leased.ownership.changes").(metricdata.Sum[int64])
+	for _, dp := range sum.DataPoints {
+		total += dp.Value
+		if _, ok := dp.Attributes.Value(AttrFlapping); !ok {
+			t.Fatalf("a series without %s: %v", AttrFlapping, dp.Attributes.ToSlice())
+		}
+		if v, ok := dp.Attributes.Value(AttrName); ok {
+			named++
+			if v.AsString() == "job.0" && dp.Value != 2 {
+				t.Errorf("job.0 counted %d, want 2", dp.Value)
 			}
 		}
 	}
