@@ -489,6 +489,76 @@ func TestRunKeepsTheCommandsGroupIDUntilItsLastKill(t *testing.T) {
 	}
 }
 
+// A command whose exit run sees only after the lease's deadline (run and
+// the guard stopped meanwhile, the command not) makes run exit 5, not the
+// command's 0: it may have worked on without the lease. run exited 0 (found
+// by an outside client, 2 of 3 runs) when it saw the exit before it saw the
+// lease lost: here 1 of 4 runs before the fix, whichever run takes first.
+func TestRunSeesItsCommandExitAfterTheDeadline(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "late", "--ttl", "3s", "--", "sh", "-c", "echo child-pid=$$ >&2; kill -STOP $$; exit 0")
+	command := p.childPID(t)
+	waitStopped(t, command)
+	_, guard, _, ok := procStatOf(command)
+	if !ok {
+		t.Fatal("the command is gone")
+	}
+	kvleasetest.StopProcess(t, p.cmd.Process)
+	stopped := time.Now()
+	defer p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = syscall.Kill(guard, syscall.SIGSTOP)
+	defer syscall.Kill(guard, syscall.SIGCONT)
+	waitStopped(t, guard)
+	// No renewal since run stopped: the deadline is a TTL away at most.
+	<-time.After(time.Until(stopped.Add(3*time.Second + 500*time.Millisecond)))
+	if err := syscall.Kill(command, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, command, "the command, continued", 5*time.Second)
+	_ = syscall.Kill(guard, syscall.SIGCONT)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	if err, ee := waitExit(p.cmd, 20*time.Second), (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 5 {
+		t.Fatalf("run: %v, want exit 5 (lost)\n%s", err, p.logs.text())
+	}
+}
+
+// waitStopped waits until every thread of pid, not a child of this
+// process, has stopped.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) { // bounded poll: no event for another's stop
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+		all := len(tasks) > 0
+		for _, task := range tasks {
+			tid, _ := strconv.Atoi(filepath.Base(task))
+			if st, _, _, ok := procStatOf(tid); !ok || st != 'T' && st != 't' {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("pid %d did not stop", pid)
+		}
+	}
+}
+
+// procStatOf is pid's state letter, parent and process group.
+func procStatOf(pid int) (state byte, ppid, pgrp int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 3 {
+		return 0, 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	pgrp, _ = strconv.Atoi(f[2])
+	return f[0][0], ppid, pgrp, true
+}
+
 // onTerminal runs script with bash as the leader of a new session on a new
 // pseudo-terminal, with LEASED and URL in its environment, and returns the
 // terminal's master side and its output lines.
@@ -743,14 +813,8 @@ func TestRunStopsCommandWhenServerStops(t *testing.T) {
 // running reports whether pid is a live process (not gone, not a zombie
 // waiting for init to reap it).
 func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	state, _, _, ok := procStatOf(pid)
+	return ok && state != 'Z'
 }
 
 // `leased elect`: the second candidate's command starts only when the first

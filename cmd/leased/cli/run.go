@@ -242,6 +242,15 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		g.stopping()
 		waitErr = stop(pgid, exited, time.Until(killTime(l, grace)))
 	}
+	if waitErr == nil && l.Remaining()+grace <= 0 {
+		// Its exit was seen only after its deadline: run (and the guard)
+		// were stopped, or the machine suspended, meanwhile, and the
+		// command may have worked on without the lease, which a 0 must
+		// not hide. It exited 0 (found by an outside client, 2 of 3 runs
+		// with run, the guard and the command stopped and resumed).
+		log.Warn("the command exited 0, seen only after the lease's deadline had passed; exiting 5 (lost the lease)")
+		waitErr = exitStatus(ExitLost)
+	}
 	// Before the release: the guard kills what is left, what left the
 	// command's group too, so that nothing the command started outlives
 	// the lease.
