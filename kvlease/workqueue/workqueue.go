@@ -2,6 +2,7 @@ package workqueue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,13 @@ type Queue struct {
 	claimsW *kvlease.Watcher
 	stop    context.CancelFunc
 	closed  context.Context // ends when Close is called
-	wg      sync.WaitGroup
+	// broken ends, with the cause, when a follow of the buckets ends while
+	// the queue is open (the connection closed, a bucket deleted or made
+	// anew): the state above changes no more, and a Claim waiting on it
+	// waited for good (found by an outside client, on a closed connection).
+	broken   context.Context
+	breakOff context.CancelCauseFunc
+	wg       sync.WaitGroup
 
 	beforeCreate func() // tests: called by Add between its check and its create
 }
@@ -107,6 +114,7 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	q.done = kvcas.Doc[doneRecord]{KV: done, JS: js, ReadOp: "read sink", WriteOp: "write sink", Corrupt: "workqueue: sink record"}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	q.stop, q.closed = cancel, wctx
+	q.broken, q.breakOff = context.WithCancelCause(context.Background())
 	// Followed as the lease watches are, not with nats.go's KV watcher:
 	// its consumer is made anew when the connection comes back or misses
 	// two heartbeats (nats.go's watcher saw nothing for 6-8 s after its
@@ -188,7 +196,8 @@ func (q *Queue) followItems() {
 	for {
 		m, err := q.itemsF.Next()
 		if err != nil {
-			return // closed, or the connection or the bucket is gone
+			q.ended(err) // closed, or the connection or the bucket is gone
+			return
 		}
 		key, removed := strings.TrimPrefix(m.Subject(), q.itemsPrefix()), kvlease.Removed(m.Headers())
 		q.update(func() {
@@ -201,8 +210,16 @@ func (q *Queue) followItems() {
 	}
 }
 
+// ended breaks the queue with err, a follow's end, unless it was closed.
+func (q *Queue) ended(err error) {
+	if q.closed.Err() == nil {
+		q.breakOff(fmt.Errorf("workqueue %s: %w", q.name, err))
+	}
+}
+
 func (q *Queue) followClaims() {
 	defer q.wg.Done()
+	defer func() { q.ended(cmp.Or(q.claimsW.Err(), error(kvlease.ErrUnavailable))) }()
 	for ev := range q.claimsW.Events() {
 		item := strings.TrimPrefix(ev.Name, q.claimPrefix())
 		q.update(func() {
@@ -282,7 +299,11 @@ func (c *Claim) Token() kvlease.Token { return c.Lease().Token() }
 // options (a holder margin, a clock guard) and kept with [kvlease.WithKeeper]'s.
 //
 // Errors: ctx's; [kvlease.ErrInvalidOption]; the lease's and keeper's
-// validation errors; [kvlease.ErrUnavailable].
+// validation errors; [kvlease.ErrUnavailable]; once the queue's follows of
+// its buckets have ended, their error, for every Claim after
+// ([kvlease.ErrConnClosed] on a connection its owner closed,
+// [kvlease.ErrBucketReplaced] for a bucket made anew): open the queue
+// again.
 func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts ...kvlease.HoldOption) (*Claim, error) {
 	o, err := kvlease.NewHold(opts...)
 	if err != nil {
@@ -299,6 +320,9 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 	for {
 		if q.closed.Err() != nil {
 			return nil, errClosed()
+		}
+		if q.broken.Err() != nil {
+			return nil, context.Cause(q.broken)
 		}
 		q.mu.Lock()
 		var candidates []string
@@ -339,6 +363,7 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 		case <-changed:
 		case <-holdEnds:
 		case <-q.closed.Done():
+		case <-q.broken.Done():
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

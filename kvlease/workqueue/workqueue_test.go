@@ -417,6 +417,45 @@ func TestSinkReadsGoToTheStreamLeader(t *testing.T) {
 	}
 }
 
+// A Claim on a queue whose connection its owner closed returns at once
+// (ErrConnClosed, as Add and Acquire do); its follows of the buckets had
+// ended, and it waited for a change until its context ended (found by an
+// outside client), for good under context.Background.
+func TestClaimOnAClosedConnectionReturns(t *testing.T) {
+	srv, _ := kvleasetest.NewStore(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := kvleasetest.JetStream(t, nc)
+	st, err := kvlease.Open(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := workqueue.Open(t.Context(), js, st, "closing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := q.Claim(t.Context(), "w", 5*time.Second) // waits: the queue is empty
+		claimed <- err
+	}()
+	nc.Close()
+	select {
+	case err := <-claimed:
+		if !errors.Is(err, kvlease.ErrConnClosed) {
+			t.Fatalf("Claim on a closed connection: %v; want ErrConnClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Claim on a closed connection still waits 10 s later")
+	}
+	if _, err := q.Claim(t.Context(), "w", 5*time.Second); !errors.Is(err, kvlease.ErrConnClosed) {
+		t.Fatalf("a second Claim: %v; want ErrConnClosed", err)
+	}
+}
+
 // Complete may be called again after an error whose outcome is unknown:
 // once the sink has the claim's result, a second call finishes the rest
 // and succeeds. Retries after ErrUnavailable were told ErrDone, or that
