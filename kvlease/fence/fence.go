@@ -161,8 +161,10 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 // an acceptable token got there first).
 //
 // Errors: [kvlease.ErrInvalidName]; [ErrInvalidToken] (0, or above what
-// the fence stores); [*StaleTokenError]; [kvlease.ErrTooLarge] (data over
-// the server's max_payload: nothing sent); [kvlease.ErrUnavailable].
+// the fence stores); [*StaleTokenError]; [kvlease.ErrTooLarge] (the value
+// over the server's max_payload, nothing sent: it is JSON with data
+// base64-encoded, so data may be about ¾ of max_payload);
+// [kvlease.ErrUnavailable].
 func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, data []byte) error {
 	if err := kvlease.ValidateName(resource); err != nil {
 		return err

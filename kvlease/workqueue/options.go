@@ -12,8 +12,10 @@ type OpenOption func(*openOptions) error
 
 type openOptions struct{ replicas int }
 
-func newOpenOptions(opts []OpenOption) (openOptions, error) {
-	o := openOptions{replicas: 1}
+// newOpenOptions applies opts over the default: the lease store's
+// replicas.
+func newOpenOptions(store *kvlease.Store, opts []OpenOption) (openOptions, error) {
+	o := openOptions{replicas: store.Replicas()}
 	for _, opt := range opts {
 		if opt == nil {
 			return openOptions{}, fmt.Errorf("%w: nil workqueue open option", kvlease.ErrInvalidOption)
@@ -26,8 +28,9 @@ func newOpenOptions(opts []OpenOption) (openOptions, error) {
 }
 
 // WithReplicas sets the replica count of the queue's buckets where Open
-// creates them: 1 on a single server (the default), 3 on a cluster;
-// existing buckets keep their own. A count outside 1..5 (JetStream's
+// creates them: by default the lease bucket's (the sink is the fence of
+// the items' completions: one replica on a cluster, and a lost node loses
+// it); existing buckets keep their own. A count outside 1..5 (JetStream's
 // range) is an error.
 func WithReplicas(n int) OpenOption {
 	return func(o *openOptions) error {

@@ -80,8 +80,8 @@ type doneRecord struct {
 }
 
 // Open opens (creating if missing) the queue's buckets, replicated as
-// [WithReplicas] says, and starts following its items and claims. Close it
-// when done.
+// [WithReplicas] says (by default as the lease store's bucket), and starts
+// following its items and claims. Close it when done.
 //
 // Errors: [kvlease.ErrInvalidName]; [kvlease.ErrInvalidOption] (nothing
 // sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket] (also for an
@@ -93,7 +93,7 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	if err := validQueueName(name); err != nil {
 		return nil, err
 	}
-	oo, err := newOpenOptions(opts)
+	oo, err := newOpenOptions(store, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -347,26 +347,33 @@ func clusterStore(t *testing.T) ([]*kvleasetest.Server, jetstream.JetStream, *kv
 }
 
 // Opening a queue whose buckets exist without WithReplicas keeps their
-// replica count: it made R3 buckets R1 (found by an outside client).
+// replica count: it made R3 buckets R1 (found by an outside client). Made
+// without WithReplicas, they have the lease bucket's: they had one replica
+// on a cluster, and a node's loss lost the queue and its sink, the fence
+// of its completions (found by an outside client).
 func TestOpenKeepsTheBucketsReplicas(t *testing.T) {
 	_, js, st := clusterStore(t)
 	ctx := t.Context()
-	for _, opts := range [][]workqueue.OpenOption{{workqueue.WithReplicas(3)}, nil} {
+	open := func(name string, opts ...workqueue.OpenOption) {
+		t.Helper()
 		q, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*workqueue.Queue, error) {
-			return workqueue.Open(ctx, js, st, "rq", opts...)
+			return workqueue.Open(ctx, js, st, name, opts...)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		q.Close()
 	}
-	for _, bucket := range []string{"rq-items", "rq-done"} {
+	open("rq", workqueue.WithReplicas(3))
+	open("rq")
+	open("dq") // made without WithReplicas
+	for _, bucket := range []string{"rq-items", "rq-done", "dq-items", "dq-done"} {
 		s, err := js.Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n := s.CachedInfo().Config.Replicas; n != 3 {
-			t.Errorf("%s: replicas %d after an open without WithReplicas, want the bucket's 3", bucket, n)
+			t.Errorf("%s: replicas %d, want 3 (the lease bucket's)", bucket, n)
 		}
 	}
 }
