@@ -165,7 +165,7 @@ func (s *Service) startObserver(ctx context.Context) error {
 	if candidate == "" {
 		candidate = "grantor-" + nuid.Next()
 	}
-	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	rctx, stop := context.WithCancel(kvlease.GrantorContext(context.WithoutCancel(ctx)))
 	o := &observer{s: s, hist: hist, candidate: candidate, instance: nuid.Next(), ready: make(chan struct{}), stop: stop,
 		flaps: telemetry.NewFlapDetector(s.flaps.Window, s.flaps.Threshold),
 		done:  make(chan struct{}), state: "standby"}

@@ -1095,7 +1095,6 @@ func (s *Service) checkAttributes(attrs map[string]string) error {
 	return nil
 }
 
-// toWire is r in its wire form, with the server's time now.
 // reservedName is the refusal of a request naming one of the grantor's
 // own leases.
 func reservedName() error {
@@ -1117,6 +1116,7 @@ func ValidateName(name string) error {
 	return nil
 }
 
+// toWire is r in its wire form, with the server's time now.
 func toWire(r kvlease.Record, now time.Time) api.Lease {
 	l := api.LeaseOf(r)
 	l.ServerTime = now

@@ -1,6 +1,7 @@
 package kvlease
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -22,6 +23,30 @@ const (
 	MinSecretLen = 16
 	MaxSecretLen = 256
 )
+
+// ReservedPrefix begins the names of a grantor's own leases (its
+// observer's, package grantor): [Store.Grant] refuses them unless its ctx
+// comes from [GrantorContext]. An election for the observer's lease, made
+// through a Store, stopped the grantors' history and change events for as
+// long as it held the lease (found by an outside client).
+const ReservedPrefix = "_leased."
+
+type grantorKey struct{}
+
+// GrantorContext returns ctx marked as a grantor's own, whose grants may
+// name leases beginning [ReservedPrefix]. Only a grantor's code uses it.
+func GrantorContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, grantorKey{}, true)
+}
+
+// checkReserved refuses name, if it begins [ReservedPrefix], for a grant
+// whose ctx is not a grantor's own.
+func checkReserved(ctx context.Context, name string) error {
+	if strings.HasPrefix(name, ReservedPrefix) && ctx.Value(grantorKey{}) == nil {
+		return fmt.Errorf("%w: lease names beginning %q are the grantor's own", ErrInvalidName, ReservedPrefix)
+	}
+	return nil
+}
 
 // ValidateName reports whether name can be a lease name: 1 to [MaxNameLen]
 // bytes of letters, digits and - / _ = . , not starting or ending with a dot

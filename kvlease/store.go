@@ -598,8 +598,8 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 		}
 		endSpan(span, &rec, err)
 	}()
-	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), s.CheckDuration(req.Duration),
-		checkRequestID(req)); err != nil {
+	if err := errors.Join(cmp.Or(ValidateName(req.Name), checkReserved(ctx, req.Name)), ValidateHolder(req.Holder),
+		s.CheckDuration(req.Duration), checkRequestID(req)); err != nil {
 		return Record{}, err
 	}
 	ttl := ServerTTL(req.Duration, s.o.grantorMargin)

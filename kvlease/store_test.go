@@ -928,3 +928,23 @@ func TestOpenWhileDisconnected(t *testing.T) {
 		t.Fatalf("Open while disconnected: %v, want ErrUnavailable saying it is not connected", err)
 	}
 }
+
+// Names beginning ReservedPrefix are a grantor's own (its observer's
+// lease): a program on the bucket cannot take them, only a grantor's own
+// grant (GrantorContext). An election for the observer's lease, through
+// the Store, stopped the grantors' history and change events for as long
+// as it held it (found by an outside client); the service and the CLI
+// refused such names, the Store did not.
+func TestGrantRefusesTheGrantorsOwnNames(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	for _, name := range []string{kvlease.ReservedPrefix + "observer", kvlease.ReservedPrefix + "x"} {
+		if _, err := kvlease.Acquire(ctx, st, name, "intruder", time.Minute); !errors.Is(err, kvlease.ErrInvalidName) {
+			t.Errorf("Acquire(%q): %v; want ErrInvalidName", name, err)
+		}
+	}
+	if _, err := st.Grant(kvlease.GrantorContext(ctx), kvlease.GrantRequest{Name: kvlease.ReservedPrefix + "observer",
+		Holder: "grantor", Duration: time.Minute}); err != nil {
+		t.Fatalf("the grantor's own grant: %v", err)
+	}
+}

@@ -48,7 +48,7 @@ const (
 	// ReservedPrefix begins the names of the leases the grantor keeps for
 	// itself in its bucket; ObserverLease is the one whose holder observes
 	// the bucket for the cluster (package grantor).
-	ReservedPrefix = "_leased."
+	ReservedPrefix = kvlease.ReservedPrefix
 	ObserverLease  = ReservedPrefix + "observer"
 
 	// SubjectEvents prefixes the subjects on which the service publishes
