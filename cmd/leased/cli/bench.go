@@ -316,7 +316,7 @@ was live at the end, or the serve process named exited during the run).`,
 					return err
 				}
 				r.print(p)
-				if r.Ops == 0 {
+				if r.Ops == 0 && !r.StoppedEarly { // interrupted, it measured what it could
 					return fmt.Errorf("%w: no %s succeeded", ErrBenchFailed, f.op)
 				}
 				return nil
@@ -411,9 +411,21 @@ func fatalBenchError(err error) bool {
 	return exitCode(err) == ExitUsage || errors.Is(err, ErrPermissionDenied)
 }
 
-// errorKind names an error's kind, for the errors-by-kind counts.
+// errorKind names an error's kind, for the errors-by-kind counts: the
+// service's code for its refusals (docs/api.md), the same names for the
+// Store's.
 func errorKind(err error) string {
+	if se := (*api.ServiceError)(nil); errors.As(err, &se) && se.Code != "" {
+		return se.Code // a lapsed lease's release is "expired", not "not_found"
+	}
 	switch {
+	case errors.Is(err, kvlease.ErrDurationOutOfRange):
+		return "ttl_out_of_range"
+	case errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder),
+		errors.Is(err, kvlease.ErrInvalidOption), errors.Is(err, kvlease.ErrInvalidTiming):
+		return "invalid_argument"
+	case errors.Is(err, ErrPermissionDenied):
+		return "permission_denied"
 	case errors.Is(err, kvlease.ErrHeld):
 		return "held"
 	case errors.Is(err, kvlease.ErrExpired):
@@ -590,6 +602,9 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 			octx, ocancel := opCtx()
 			defer ocancel()
 			l, err := kvlease.Acquire(octx, b.g, b.name("renew", w), b.holderOf(w, 0), f.ttl)
+			if err != nil && ctx.Err() != nil {
+				return // cut off by an interrupt, or by another caller's refusal: not the server's
+			}
 			if err != nil {
 				s.fail(err)
 				if fatalBenchError(err) {
@@ -606,6 +621,9 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 				octx, ocancel := opCtx()
 				rec, err := b.g.Grant(octx, kvlease.GrantRequest{Name: b.name("release", w, n), Holder: b.holderOf(w, n), Duration: f.ttl})
 				ocancel()
+				if err != nil && ctx.Err() != nil {
+					return // cut off by an interrupt, or by another caller's refusal: not the server's
+				}
 				if err != nil {
 					s.fail(err)
 					if fatalBenchError(err) {
@@ -619,6 +637,11 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 		})
 	}
 	switch {
+	case parent.Err() == nil && context.Cause(ctx) != nil:
+		// A refusal every grant would meet (a --ttl out of the grantor's
+		// range): said, not counted as "no renew succeeded" (found by an
+		// outside client).
+		return OpsResult{}, fmt.Errorf("bench %s: %w", f.op, context.Cause(ctx))
 	case parent.Err() != nil || setup != nil && setup.Granted == 0:
 		// Interrupted while granting, or nothing granted to time: what
 		// was measured is printed, and no timed phase runs (it printed
@@ -626,8 +649,6 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 		// when the setup granted nothing; found by an outside client).
 		return OpsResult{Op: f.op, Via: b.via, URL: b.url, Clients: f.clients, TTL: f.ttl.String(), Setup: setup,
 			StoppedEarly: parent.Err() != nil}, nil
-	case context.Cause(ctx) != nil:
-		return OpsResult{}, fmt.Errorf("bench %s: %w", f.op, context.Cause(ctx))
 	}
 
 	stats := make([]benchStats, f.clients)

@@ -67,6 +67,13 @@ func TestBenchErrorKind(t *testing.T) {
 		{fmt.Errorf("%w: renew: %w", kvlease.ErrUnavailable, nats.ErrTimeout), "timeout"},
 		{fmt.Errorf("%w: renew: %w", kvlease.ErrUnavailable, nats.ErrNoResponders), "no_responders"},
 		{fmt.Errorf("%w: not connected", kvlease.ErrUnavailable), "unavailable"},
+		{fmt.Errorf("%w: 5s not in [10s, 1m]", kvlease.ErrDurationOutOfRange), "ttl_out_of_range"},
+		{fmt.Errorf("%w: empty", kvlease.ErrInvalidHolder), "invalid_argument"},
+		{fmt.Errorf("%w: revoke", ErrPermissionDenied), "permission_denied"},
+		// The service's refusals by their code: a lapsed lease's release
+		// is "expired", which the client reports as ErrNotFound.
+		{&api.ServiceError{Code: api.CodeExpired, Message: "lapsed"}, "expired"},
+		{fmt.Errorf("release: %w", &api.ServiceError{Code: api.CodeNotFound}), "not_found"},
 		{errors.New("boom"), "other"},
 	} {
 		if got := errorKind(c.err); got != c.want {
