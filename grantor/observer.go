@@ -573,8 +573,12 @@ func (o *observer) endOverdue(ctx context.Context, open map[string]*openTenure) 
 		return
 	}
 	ends := passLog{log: o.s.log, msg: "ended a lease the NATS server kept past its TTL"}
+	// Those whose end the history has: released or lapsed long ago, and
+	// brought back (it read as lapsed only; found by an outside client).
+	endedAgain := passLog{log: o.s.log, msg: "ended a lease the NATS server brought back after it had ended (and kept past its TTL)"}
 	fails := passLog{log: o.s.log, msg: "cannot end a lease the server kept past its TTL"}
 	defer ends.done()
+	defer endedAgain.done()
 	defer fails.done()
 	for _, name := range names {
 		t := open[name]
@@ -598,6 +602,8 @@ func (o *observer) endOverdue(ctx context.Context, open map[string]*openTenure) 
 		switch {
 		case err != nil:
 			fails.add("lease", name, "err", err)
+		case ended && t.recorded:
+			endedAgain.add("lease", name, "token", t.token, "expired_at", t.expires)
 		case ended:
 			ends.add("lease", name, "token", t.token, "expired_at", t.expires)
 		default:

@@ -84,8 +84,9 @@ var (
 	// [Acquire] and [RetryUnavailable] stop at it instead of retrying
 	// until their context ends ([NotConnected]).
 	ErrConnClosed = errors.New("kvlease: NATS connection closed")
-	// ErrBucket: the lease bucket is missing or misconfigured.
-	ErrBucket = errors.New("kvlease: lease bucket unusable")
+	// ErrBucket: the lease bucket (or a fence's or work queue's) is
+	// missing or misconfigured.
+	ErrBucket = errors.New("kvlease: bucket unusable")
 	// ErrBucketReplaced (always with ErrBucket): the bucket was deleted
 	// and made anew under a watch (a NATS server restarted on an empty
 	// store, a bucket recreated), so its revisions, the fencing tokens,

@@ -238,8 +238,11 @@ func (k *Keeper) apply(d, margin time.Duration, rho float64, opts []KeeperOption
 // Lease returns the lease being kept.
 func (k *Keeper) Lease() *Lease { return k.l }
 
-// Context is cancelled the moment the lease is lost, closed or orphaned;
-// context.Cause gives the reason.
+// Context is cancelled the moment the keeper finds the lease lost, or it
+// is closed or orphaned; context.Cause gives the reason. A process paused
+// past its deadline finds that only once it runs again, and a
+// [Lease.Check] then (before each effect) can say so before the keeper
+// has cancelled Context: Check is the test, Context the signal.
 func (k *Keeper) Context() context.Context { return k.ctx }
 
 // Done is closed when the keeper stops for any reason.
@@ -294,7 +297,9 @@ func (k *Keeper) halt(ctx context.Context) {
 // the lease was already lost. A renewal in flight is let finish first (at
 // most half a renewal interval, and no longer than ctx allows): cut short,
 // it could have moved the lease to a revision the release would not know. It returns the release error, if
-// any. Close may be called more than once (defer it).
+// any. Close may be called more than once (defer it). A ctx already done
+// sends no release: the lease stays held until its deadline, and others
+// wait that long (so give Close a fresh ctx, not one that has ended).
 //
 // A lease lost because the grantor found its tenure gone ([ErrNotFound]:
 // revoked, or lapsed) is released all the same: a revocation holds the

@@ -891,8 +891,11 @@ func (s *Store) renew(ctx context.Context, req RenewRequest, span trace.Span) (r
 			// acknowledged renewal lost. A holder that keeps its deadline never
 			// renews this late; one that does (a zombie, a client that ignores
 			// its deadline) is told the lease is gone.
-			return fmt.Errorf("%w: %q expires in %v, too late to renew; acquire a new tenure",
-				ErrNotFound, req.Name, left.Round(time.Millisecond))
+			when := fmt.Sprintf("expires in %v", left.Round(time.Millisecond))
+			if left <= 0 {
+				when = fmt.Sprintf("expired %v ago", (-left).Round(time.Millisecond))
+			}
+			return fmt.Errorf("%w: %q %s, too late to renew; acquire a new tenure", ErrNotFound, req.Name, when)
 		}
 		return nil
 	}

@@ -457,7 +457,7 @@ func TestRunStoppedStopsItsCommandAtItsDeadline(t *testing.T) {
 	}
 	// The deadline is at most the TTL away.
 	waitGone(t, grandchild, "the command's child, run stopped", 3*time.Second+5*time.Second)
-	p.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, "deadline passed with no renewal from run") })
+	p.logs.wait(t, 5*time.Second, func(l string) bool { return strings.Contains(l, "deadline passed with no renewal") })
 }
 
 // The command's process group's id is the pid of its first process: once
@@ -557,6 +557,26 @@ func procStatOf(pid int) (state byte, ppid, pgrp int, ok bool) {
 	ppid, _ = strconv.Atoi(f[1])
 	pgrp, _ = strconv.Atoi(f[2])
 	return f[0][0], ppid, pgrp, true
+}
+
+// With -o json, run's and elect's log lines are JSON objects, as the flag
+// says of every command's output; they were text whatever -o said (found
+// by an outside client).
+func TestRunLogsJSON(t *testing.T) {
+	s := startServe(t, "")
+	for _, args := range [][]string{{"run", "--lease", "json.run"}, {"elect", "json.elect"}} {
+		r := leased(t, s.url, append(args, "-o", "json", "--", "true")...)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		if r.code != 0 || len(lines) == 0 {
+			t.Fatalf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+		for _, l := range lines {
+			var line struct{ Msg string }
+			if err := json.Unmarshal([]byte(l), &line); err != nil || line.Msg == "" {
+				t.Errorf("%v -o json: log line %q is no JSON object with a msg", args, l)
+			}
+		}
+	}
 }
 
 // onTerminal runs script with bash as the leader of a new session on a new

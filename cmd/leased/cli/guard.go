@@ -200,7 +200,7 @@ func guard(argv []string, stderr io.Writer) error {
 				}
 				killAll(pgid)
 				if say {
-					fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal from run (stopped or frozen?); killed its process group %d\n", pgid)
+					fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal (leased run or elect stopped, or frozen?); killed its process group %d\n", pgid)
 				}
 				continue
 			}

@@ -216,7 +216,10 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 			if err != nil {
 				return err
 			}
-			log, _ := newLogger(stderr, "text", slog.LevelInfo)
+			if err := c.check(); err != nil {
+				return err
+			}
+			log, _ := newLogger(stderr, c.output, slog.LevelInfo) // -o json: its log lines are JSON objects
 			reg := api.Registration{Service: args[0], Instance: args[1], Addr: addr, Meta: m}
 			if err := reg.Validate(); err != nil {
 				return usageError{err}

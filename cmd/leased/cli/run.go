@@ -140,7 +140,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	if verbose {
 		level = slog.LevelDebug
 	}
-	log, _ := newLogger(stderr, "text", level)
+	log, _ := newLogger(stderr, c.output, level) // -o json: its log lines are JSON objects (checked)
 	log = log.With("lease", name)
 	log.Debug("taking the lease") // elect: waiting while another candidate leads
 	// The command's guard, once it has started: each renewal extends the
