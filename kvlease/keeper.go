@@ -196,7 +196,10 @@ func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
 }
 
 // Keep starts keeping l renewed until it is lost, [Keeper.Close]d, or ctx
-// ends (which, like Close, releases the lease).
+// ends (which, like Close, releases the lease). It is lost at once when a
+// renewal is refused or the connection has been closed ([ErrConnClosed]),
+// and at the deadline when renewals go unanswered (each retried while
+// time remains).
 //
 // Errors: [ErrInvalidOption] for an option that refuses its value;
 // [ErrInvalidTiming] if the interval does not fit the lease.
@@ -472,8 +475,10 @@ func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 		if errors.Is(err, ErrStaleRevision) {
 			k.spurious.Add(1)
 		}
-		if !errors.Is(err, ErrUnavailable) {
-			// Refused, expired or invalid: authority is gone now.
+		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConnClosed) {
+			// Refused, expired or invalid, or a connection its owner
+			// closed, which never comes back: authority is gone now (it
+			// retried a closed connection until the deadline).
 			reason = err
 			return
 		}

@@ -566,6 +566,39 @@ func TestAcquireOnAClosedConnectionFailsAtOnce(t *testing.T) {
 	}
 }
 
+// A keeper whose connection its owner closed loses the lease at its next
+// renewal, not at the deadline: a closed connection never comes back, and
+// a renewal failure that cannot be retried is a loss of authority (it
+// retried until the deadline; found by an outside client, 4.5 s of a 5 s
+// lease).
+func TestKeeperOnAClosedConnectionLosesAtOnce(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := kvlease.Acquire(t.Context(), st, "closing", "h1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := make(chan struct{}, 1)
+	k, err := kvlease.Keep(t.Context(), l, kvlease.WithRenewNow(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	now <- struct{}{} // renew now: the next renewal, not 20 s away
+	select {
+	case <-k.Done():
+		if !errors.Is(k.Err(), kvlease.ErrConnClosed) {
+			t.Fatalf("keeper ended with %v; want ErrConnClosed", k.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the keeper still holds the lease 10 s after its connection closed (%v left)", l.Remaining())
+	}
+}
+
 // Acquire with a ctx that has already ended sends nothing: it granted and
 // released a tenure for a caller that had gone, which an election's
 // Observe showed as leader and other callers were refused for (found by
