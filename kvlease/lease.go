@@ -284,8 +284,9 @@ type LateBounder interface {
 // grant sends req until it is answered or ctx ends, every attempt with one
 // request ID and secret and bounded by attempt, and returns the record,
 // the send time of the first attempt (t0) and the number of attempts. A
-// request whose tenure has ended ([ErrRequestUsed]), or was recovered too
-// late to leave any validity, is replaced by a new one, from a new t0.
+// request whose tenure has ended ([ErrRequestUsed]), or was answered
+// (recovered or not) too late to leave any validity, is given back and
+// replaced by a new one, from a new t0.
 //
 // A refusal (held) after unanswered attempts is not final at once: an
 // unanswered attempt may still be carried out, when the lease has become
@@ -330,9 +331,12 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			unanswered = &u
 		}
 		switch {
-		case err == nil && rec.Recovered && !t0.Add(HolderValidity(granted(req.Duration, rec), l.rho, l.margin)).After(l.now()):
-			// The holder's deadline passed while it asked: give the tenure
-			// back (best effort; it lapses by its TTL otherwise), ask anew.
+		case err == nil && !t0.Add(HolderValidity(granted(req.Duration, rec), l.rho, l.margin)).After(l.now()):
+			// The holder's deadline passed while it asked (recovered, or
+			// granted by a late attempt: the deadline counts from the
+			// first): give the tenure back (best effort; it lapses by its
+			// TTL otherwise), ask anew. A grant answered after a quorum
+			// loss was returned expired (found by an outside client).
 			_ = l.g.Release(ctx, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: rec.Token,
 				Revision: rec.Revision, Secret: req.Secret})
 			renew()
