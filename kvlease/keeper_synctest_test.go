@@ -1267,3 +1267,30 @@ func TestAcquireAnsweredAfterItsDeadlineAsksAnew(t *testing.T) {
 		}
 	})
 }
+
+// slowGrantor answers every grant after delay.
+type slowGrantor struct {
+	*kvleasetest.FakeGrantor
+	delay time.Duration
+}
+
+func (g slowGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	time.Sleep(g.delay)
+	return g.FakeGrantor.Grant(ctx, req)
+}
+
+// A grantor that answers every grant after the holder's deadline makes
+// Acquire give up after a few (ErrUnavailable), each given back, rather
+// than grant and release for as long as its ctx lasts.
+func TestAcquireGivesUpOnAGrantorSlowerThanTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := slowGrantor{kvleasetest.NewFakeGrantor(), 3 * time.Second}
+		_, err := kvlease.Acquire(context.Background(), g, "slow", "h", 2*time.Second)
+		if !errors.Is(err, kvlease.ErrUnavailable) || !strings.Contains(err.Error(), "after the holder's deadline") {
+			t.Fatalf("Acquire from a grantor slower than the lease: %v; want ErrUnavailable saying so", err)
+		}
+		if n, rel := g.Grants(), len(g.Releases()); n != 3 || rel != 3 {
+			t.Fatalf("%d grants and %d releases; want each of the 3 late grants given back", n, rel)
+		}
+	})
+}

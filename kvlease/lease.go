@@ -310,6 +310,13 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 		t0, lateUntil, lateKnown, unanswered = l.now(), time.Time{}, true, nil
 	}
 	renew()
+	// late: rec, an answer, leaves the holder no time, though its duration
+	// would (one too short for the margin is Acquire's to refuse).
+	late := func(rec Record) bool {
+		v := HolderValidity(granted(req.Duration, rec), l.rho, l.margin)
+		return v > 0 && !t0.Add(v).After(l.now())
+	}
+	lateAnswers := 0
 	const firstWait, maxWait = 50 * time.Millisecond, time.Second
 	for wait := firstWait; ; wait = min(2*wait, maxWait) {
 		if err := ctx.Err(); err != nil {
@@ -331,7 +338,7 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			unanswered = &u
 		}
 		switch {
-		case err == nil && !t0.Add(HolderValidity(granted(req.Duration, rec), l.rho, l.margin)).After(l.now()):
+		case err == nil && late(rec):
 			// The holder's deadline passed while it asked (recovered, or
 			// granted by a late attempt: the deadline counts from the
 			// first): give the tenure back (best effort; it lapses by its
@@ -339,6 +346,10 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			// loss was returned expired (found by an outside client).
 			_ = l.g.Release(ctx, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: rec.Token,
 				Revision: rec.Revision, Secret: req.Secret})
+			if lateAnswers++; lateAnswers == maxLateAnswers {
+				return Record{}, t0, n, nil, fmt.Errorf("%w: grant: %q was granted %d times in a row only after the holder's deadline had passed "+
+					"(the grantor answers slower than the lease's validity)", ErrUnavailable, req.Name, lateAnswers)
+			}
 			renew()
 		case err == nil:
 			return rec, t0, n, nil, nil
@@ -381,6 +392,10 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 		}
 	}
 }
+
+// maxLateAnswers bounds the grants in a row answered after the holder's
+// deadline that Acquire gives back and asks again for.
+const maxLateAnswers = 3
 
 // giveBackTimeout bounds [Lease.giveBack].
 const giveBackTimeout = time.Second
