@@ -221,9 +221,11 @@ func (m *Metrics) OwnershipChanged(ctx context.Context, lease string, flapping b
 
 // MaxNamedLeases bounds the leases whose ownership changes are counted
 // under their own name ([WithLeaseNamePrefixes]): past it, new names are
-// counted without it. The SDK's own limit (2,000 series an instrument)
-// put every series past it in one without the lease.flapping label.
-const MaxNamedLeases = 1000
+// counted without it. The SDK's own limit (2,000 series an instrument, the
+// last its overflow series) put every series past it in one without the
+// lease.flapping label: each name has two series (flapping or not), and
+// the unnamed two, so 900 names stay below it.
+const MaxNamedLeases = 900
 
 // nameLabelled reports whether lease's changes carry its name: it matches
 // a prefix, and it has a series already or there is room for one.

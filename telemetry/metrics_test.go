@@ -86,8 +86,9 @@ func TestNamedSeriesBounded(t *testing.T) {
 	}
 	ctx := context.Background()
 	const leases = 2_500
-	for i := range leases {
-		m.OwnershipChanged(ctx, fmt.Sprintf("job.%d", i), i%2 == 0)
+	for i := range leases { // each name flapping and not: two series each
+		m.OwnershipChanged(ctx, fmt.Sprintf("job.%d", i), false)
+		m.OwnershipChanged(ctx, fmt.Sprintf("job.%d", i), true)
 	}
 	m.OwnershipChanged(ctx, "job.0", true) // named: still its own series
 	named, total := 0, int64(0)
@@ -99,12 +100,12 @@ func TestNamedSeriesBounded(t *testing.T) {
 		}
 		if v, ok := dp.Attributes.Value(AttrName); ok {
 			named++
-			if v.AsString() == "job.0" && dp.Value != 2 {
-				t.Errorf("job.0 counted %d, want 2", dp.Value)
+			if f, _ := dp.Attributes.Value(AttrFlapping); v.AsString() == "job.0" && f.AsBool() && dp.Value != 2 {
+				t.Errorf("job.0 flapping counted %d, want 2", dp.Value)
 			}
 		}
 	}
-	if named != MaxNamedLeases || total != leases+1 {
-		t.Errorf("%d named series and %d changes counted, want %d and %d", named, total, MaxNamedLeases, leases+1)
+	if named != 2*MaxNamedLeases || total != 2*leases+1 {
+		t.Errorf("%d named series and %d changes counted, want %d and %d", named, total, 2*MaxNamedLeases, 2*leases+1)
 	}
 }
