@@ -44,6 +44,7 @@ import (
 type Queue struct {
 	name  string
 	store *kvlease.Store
+	js    jetstream.JetStream // the buckets'
 	items jetstream.KeyValue
 	done  kvcas.Doc[doneRecord]
 
@@ -102,7 +103,7 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 		return kvcas.OpenBucket(ctx, js, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
 			Storage: jetstream.FileStorage, Replicas: oo.replicas}, keep, "open "+bucket)
 	}
-	q := &Queue{name: name, store: store, pending: map[string]bool{}, claimed: map[string]bool{},
+	q := &Queue{name: name, store: store, js: js, pending: map[string]bool{}, claimed: map[string]bool{},
 		changed: make(chan struct{})}
 	if q.items, err = open(name+"-items", false); err != nil {
 		return nil, err
@@ -391,21 +392,37 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 		}
 		return nil, err
 	}
-	e, err := q.items.Get(ctx, id)
+	payload, err := q.item(ctx, id)
 	if err != nil {
 		_ = l.Release(context.WithoutCancel(ctx))
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if errors.Is(err, kvlease.ErrNotFound) {
 			q.update(func() { delete(q.pending, id) })
-			return nil, fmt.Errorf("%w: item %q", kvlease.ErrNotFound, id)
 		}
-		return nil, kvlease.JetStreamError("read item", err)
+		return nil, err
 	}
 	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, o.Keeper...)
 	if err != nil {
 		_ = l.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	return &Claim{Keeper: k, Item: id, Payload: e.Value(), q: q}, nil
+	return &Claim{Keeper: k, Item: id, Payload: payload, q: q}, nil
+}
+
+// item reads the pending item id's payload through the items stream's
+// leader: a direct get, from any replica, could miss an item just added on
+// R3, and the item was then dropped from pending for good (found in
+// review).
+//
+// Errors: [kvlease.ErrNotFound] if id is not pending; [kvlease.ErrUnavailable].
+func (q *Queue) item(ctx context.Context, id string) ([]byte, error) {
+	m, err := kvlease.LeaderLast(ctx, q.js, "KV_"+q.items.Bucket(), q.itemsPrefix()+id)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && kvlease.Removed(m.Header):
+		return nil, fmt.Errorf("%w: item %q", kvlease.ErrNotFound, id)
+	case err != nil:
+		return nil, kvlease.JetStreamError("read item", err)
+	}
+	return m.Data, nil
 }
 
 // sink applies fn to the item's sink record with a compare-and-set, if the
@@ -505,11 +522,11 @@ func (q *Queue) Result(ctx context.Context, id string) (done bool, worker string
 		return false, "", 0, nil, err
 	}
 	if rev == 0 {
-		switch _, err := q.items.Get(ctx, id); {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
+		switch _, err := q.item(ctx, id); {
+		case errors.Is(err, kvlease.ErrNotFound):
 			return false, "", 0, nil, fmt.Errorf("%w: no item %q on the queue, pending or done", kvlease.ErrNotFound, id)
 		case err != nil:
-			return false, "", 0, nil, kvlease.JetStreamError("read item", err)
+			return false, "", 0, nil, err
 		}
 	}
 	return r.Done, r.Worker, r.Token, r.Result, nil

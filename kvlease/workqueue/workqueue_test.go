@@ -378,11 +378,13 @@ func TestOpenKeepsTheBucketsReplicas(t *testing.T) {
 	}
 }
 
-// The sink is read through its stream's leader, not by direct get, which
-// any replica may answer before it has applied the latest write: Add's
-// second look at the sink, made to catch a Complete that raced it, then
-// missed it on R3, and the item was dropped unworked while Add said nil.
-func TestSinkReadsGoToTheStreamLeader(t *testing.T) {
+// The sink and the items are read through their streams' leaders, not by
+// direct get, which any replica may answer before it has applied the
+// latest write: Add's second look at the sink, made to catch a Complete
+// that raced it, then missed it on R3, and the item was dropped unworked
+// while Add said nil; a Claim's read of an item just added found nothing,
+// and the item left pending for good (found in review).
+func TestQueueReadsGoToTheStreamLeader(t *testing.T) {
 	servers, js, st := clusterStore(t)
 	ctx := t.Context()
 	q, err := kvlease.RetryUnavailable(ctx, 30*time.Second, nil, func() (*workqueue.Queue, error) {
@@ -396,7 +398,8 @@ func TestSinkReadsGoToTheStreamLeader(t *testing.T) {
 	var direct, leader atomic.Int64
 	for subject, n := range map[string]*atomic.Int64{
 		"$JS.API.DIRECT.GET.KV_lq-done": &direct, "$JS.API.DIRECT.GET.KV_lq-done.>": &direct,
-		"$JS.API.STREAM.MSG.GET.KV_lq-done": &leader,
+		"$JS.API.DIRECT.GET.KV_lq-items": &direct, "$JS.API.DIRECT.GET.KV_lq-items.>": &direct,
+		"$JS.API.STREAM.MSG.GET.KV_lq-done": &leader, "$JS.API.STREAM.MSG.GET.KV_lq-items": &leader,
 	} {
 		kvleasetest.Subscribe(t, monitor, subject, func(*nats.Msg) { n.Add(1) })
 	}
@@ -420,7 +423,7 @@ func TestSinkReadsGoToTheStreamLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	if direct.Load() != 0 || leader.Load() < 3 {
-		t.Fatalf("sink reads: %d direct gets, %d through the leader; want none direct", direct.Load(), leader.Load())
+		t.Fatalf("sink and item reads: %d direct gets, %d through the leader; want none direct", direct.Load(), leader.Load())
 	}
 }
 
