@@ -275,15 +275,15 @@ const (
 func killAll(pgid int) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	for range 100 {
-		alive := false
+		left := false
 		for _, pid := range descendants(os.Getpid()) {
-			if state, _, _, ok := procStat(pid); ok && state != 'Z' {
-				alive = true
+			if state, _, _, ok := procStat(pid); ok && alive(pid, state) {
+				left = true
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
 		reapAdopted(pgid)
-		if !alive {
+		if !left {
 			return
 		}
 		time.Sleep(10 * time.Millisecond) // dying: no event for a process not the guard's child
@@ -366,8 +366,27 @@ func groupLive(pgid int) bool {
 	if syscall.Kill(-pgid, 0) != nil {
 		return false
 	}
-	live, ok := groupHas(pgid, func(_ int, state byte) bool { return state != 'Z' })
+	live, ok := groupHas(pgid, alive)
 	return live || !ok
+}
+
+// alive reports whether process pid, in state (from its stat), runs: a
+// zombie does not, unless only its main thread has exited
+// (pthread_exit) while others run, which its stat shows as a zombie too
+// (found in review).
+func alive(pid int, state byte) bool {
+	if state != 'Z' {
+		return true
+	}
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	for _, task := range tasks {
+		if tid, err := strconv.Atoi(task.Name()); err == nil && tid != pid {
+			if st, _, _, ok := procStat(tid); ok && st != 'Z' {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // groupHas reports whether a process of group pgid for which match holds
