@@ -229,43 +229,50 @@ func guard(argv []string, stderr io.Writer) error {
 // its status. An exited command is left a zombie, not reaped (WNOWAIT):
 // its pid is its group's id, which the guard kills until it exits itself,
 // and a reaped pid may go to another process, the leader of a group that
-// is not the command's. The zombie is reaped as the guard exits.
+// is not the command's. As the guard exits, the zombie goes to init (or
+// the nearest subreaper), which reaps it.
 func waitCommand(pid int) (syscall.WaitStatus, error) {
 	var info unix.Siginfo
 	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT, nil); err != nil {
 		return 0, err
 	}
-	ch := (*sigchldInfo)(unsafe.Pointer(&info))
-	switch ch.Code {
+	code, status := info.Code, (*sigchldInfo)(unsafe.Pointer(&info)).Status // read before the next wait reuses info
+	switch code {
 	case cldExited:
-		return syscall.WaitStatus(ch.Status&0xff) << 8, nil
+		return syscall.WaitStatus(status&0xff) << 8, nil
 	case cldKilled:
-		return syscall.WaitStatus(ch.Status & 0x7f), nil
+		return syscall.WaitStatus(status & 0x7f), nil
 	case cldDumped:
-		return syscall.WaitStatus(ch.Status&0x7f) | 0x80, nil
+		return syscall.WaitStatus(status&0x7f) | 0x80, nil
+	case cldTrapped, cldStopped:
+		// The report is taken, so that the next wait does not find it
+		// again (WSTOPPED alone, which leaves an exit where it is).
+		_ = unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED|unix.WNOHANG, nil)
+		return syscall.WaitStatus(status&0xff)<<8 | 0x7f, nil
 	}
-	// Stopped: the report is taken, so the next wait does not find it
-	// again (WSTOPPED alone, which leaves an exit where it is).
-	_ = unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED|unix.WNOHANG, nil)
-	return syscall.WaitStatus(ch.Status&0xff)<<8 | 0x7f, nil
+	// Another code would be found again by every wait (WNOWAIT): the
+	// caller gives up waiting rather than spin.
+	return 0, fmt.Errorf("waitid: unexpected si_code %d", code)
 }
 
-// sigchldInfo is the kernel's siginfo_t of SIGCHLD (the fields that
-// unix.Siginfo leaves unnamed): the union after the three ints is aligned
-// as a pointer.
+// sigchldInfo overlays the kernel's siginfo_t of SIGCHLD for its status
+// (unix.Siginfo names only signo, errno and code, in each architecture's
+// order): the union after those three ints is aligned as a pointer.
 type sigchldInfo struct {
-	Signo, Errno, Code int32
-	_                  [0]uintptr
-	Pid                int32
-	UID                uint32
-	Status             int32
+	_      [3]int32
+	_      [0]uintptr
+	Pid    int32
+	UID    uint32
+	Status int32
 }
 
 // si_code of SIGCHLD (asm-generic/siginfo.h).
 const (
-	cldExited = 1
-	cldKilled = 2
-	cldDumped = 3
+	cldExited  = 1
+	cldKilled  = 2
+	cldDumped  = 3
+	cldTrapped = 4
+	cldStopped = 5
 )
 
 // killAll SIGKILLs the command's group and every process descended from

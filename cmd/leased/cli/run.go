@@ -200,8 +200,10 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	term := foreground(pgid)
 	defer term.giveBack()
 	exited := make(chan error, 1)
+	var seenLate atomic.Bool // the command's exit seen only after its deadline
 	go func() {
 		err := g.wait()
+		seenLate.Store(l.Remaining()+grace <= 0)
 		term.giveBack()
 		exited <- err
 	}()
@@ -242,7 +244,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		g.stopping()
 		waitErr = stop(pgid, exited, time.Until(killTime(l, grace)))
 	}
-	if waitErr == nil && l.Remaining()+grace <= 0 {
+	if waitErr == nil && seenLate.Load() {
 		// Its exit was seen only after its deadline: run (and the guard)
 		// were stopped, or the machine suspended, meanwhile, and the
 		// command may have worked on without the lease, which a 0 must
