@@ -64,19 +64,34 @@ type Doc[V any] struct {
 // Errors: [kvlease.ErrUnavailable]; [kvlease.ErrBucket]; a document that
 // does not decode.
 func (d Doc[V]) Get(ctx context.Context, key string) (v V, rev uint64, err error) {
+	v, rev, removed, err := d.read(ctx, key)
+	if removed {
+		rev = 0
+	}
+	return v, rev, err
+}
+
+// read is Get that also returns the revision of a key's delete or purge
+// marker (removed true, with the zero V): a write over it names that
+// revision (a create would be checked by a direct get, which a lagging
+// replica answers with the value the marker removed, and Update would
+// try again until it caught up; found in review).
+func (d Doc[V]) read(ctx context.Context, key string) (v V, rev uint64, removed bool, err error) {
 	bucket := d.KV.Bucket()
 	m, err := kvlease.LeaderLast(ctx, d.JS, "KV_"+bucket, "$KV."+bucket+"."+key)
-	if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && kvlease.Removed(m.Header) {
-		return v, 0, nil
-	}
-	if err != nil {
-		return v, 0, kvlease.JetStreamError(d.ReadOp, err)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return v, 0, false, nil
+	case err != nil:
+		return v, 0, false, kvlease.JetStreamError(d.ReadOp, err)
+	case kvlease.Removed(m.Header):
+		return v, m.Sequence, true, nil
 	}
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		var zero V
-		return zero, 0, fmt.Errorf("%s of %q is corrupt: %w", d.Corrupt, key, err)
+		return zero, 0, false, fmt.Errorf("%s of %q is corrupt: %w", d.Corrupt, key, err)
 	}
-	return v, m.Sequence, nil
+	return v, m.Sequence, false, nil
 }
 
 // Update replaces key's document with what decide makes of the current one
@@ -91,7 +106,7 @@ func (d Doc[V]) Update(ctx context.Context, key string, decide func(cur V) (V, e
 		if err := ctx.Err(); err != nil {
 			return kvlease.JetStreamError(d.WriteOp, err)
 		}
-		cur, rev, err := d.Get(ctx, key)
+		cur, rev, _, err := d.read(ctx, key)
 		if err != nil {
 			return err
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
@@ -86,5 +88,41 @@ func TestUpdateDecideAndCorrupt(t *testing.T) {
 	cancel()
 	if err := d.Update(canceled, "k", func(c counter) (counter, error) { return c, nil }); !errors.Is(err, kvlease.ErrUnavailable) {
 		t.Fatalf("Update with ctx ended = %v, want ErrUnavailable", err)
+	}
+}
+
+// A key that was deleted is written over its delete marker by revision:
+// a create there is checked by nats.go with a direct get, which a lagging
+// R3 replica answers with the deleted value, and Update tried again until
+// it caught up (found in review). The write reads no replica, and Get says
+// the key has no document until then.
+func TestUpdateOverADeletedKey(t *testing.T) {
+	d := newDoc(t)
+	ctx := t.Context()
+	if err := d.Update(ctx, "k", func(c counter) (counter, error) { c.N = 7; return c, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.KV.Delete(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if got, rev, err := d.Get(ctx, "k"); err != nil || rev != 0 || got != (counter{}) {
+		t.Fatalf("Get of a deleted key = %+v at %d, %v; want none", got, rev, err)
+	}
+	var direct atomic.Int64
+	kvleasetest.Subscribe(t, d.JS.Conn(), "$JS.API.DIRECT.GET.>", func(*nats.Msg) { direct.Add(1) })
+	if err := d.Update(ctx, "k", func(c counter) (counter, error) {
+		if c != (counter{}) {
+			t.Errorf("decide saw %+v over the delete marker; want the zero document", c)
+		}
+		c.N = 1
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.JS.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := d.Get(ctx, "k"); err != nil || got.N != 1 || direct.Load() != 0 {
+		t.Fatalf("after the write over the marker: %+v, %v, %d direct gets; want n = 1 and none", got, err, direct.Load())
 	}
 }
