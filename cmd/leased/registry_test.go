@@ -152,6 +152,26 @@ func TestDuplicateRegisterLeavesTheLiveOne(t *testing.T) {
 	}
 }
 
+// A second register of a live instance on the live one's fixed
+// --gossip-listen is held (exit 3), as with a free port: binding gossip
+// before the grant made it exit 1 on the taken port (found in review).
+func TestDuplicateRegisterOnItsGossipPortIsHeld(t *testing.T) {
+	s, gossip := startGossipServe(t)
+	listen := "127.0.0.1:" + itoa(freePorts(t, 1)[0])
+	args := []string{"register", "web", "f1", "--addr", "127.0.0.1:8080", "--ttl", "30s", "--url", s.url,
+		"--gossip-seeds", gossip, "--gossip-listen", listen, "--gossip-profile", "fast"}
+	live := exec.Command(timingBin(t), append(args, "-o", "json")...)
+	out, _ := live.StdoutPipe()
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
+	readLines(out).wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"instance":"f1"`) })
+	if r := leased(t, "", args...); r.code != 3 || !strings.Contains(r.stderr, "in use") {
+		t.Fatalf("the second register on the live one's gossip port: exit %d %s, want 3 (held) naming the port in use", r.code, r.stderr)
+	}
+}
+
 // A register whose gossip address is taken fails before it is granted:
 // it bound its gossip port after the grant, so the registration showed in
 // discovery until the failure released it.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
+	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/membership"
 )
 
@@ -257,6 +258,15 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				// by outside clients).
 				gn, err := g.bind(node, map[string]string{"role": "instance", "service": args[0]}, log)
 				if err != nil {
+					// A second register of a live instance on its fixed
+					// --gossip-listen: held (exit 3), as it said before it
+					// bound first (found in review).
+					if strings.Contains(err.Error(), "address already in use") {
+						if rec, gerr := cl.Get(ctx, reg.LeaseName()); gerr == nil {
+							return fmt.Errorf("%w (and its --gossip-listen %s is in use): %w", &kvlease.HeldError{Name: rec.Name,
+								Holder: rec.Holder, Token: kvlease.Token(rec.Token)}, g.listen, err)
+						}
+					}
 					return err
 				}
 				if gn != nil {
