@@ -59,8 +59,9 @@ password or token out of the URLs in LEASED_URL.
 
 The exit code is the command's (128+signal if it was stopped, 127 if it could
 not be started; 5 if it was stopped because the lease was lost and exited 0
-all the same, having caught the SIGTERM, or if the lease's deadline passed
-before it could start), or 3 if the lease was held by someone else and the
+all the same, having caught the SIGTERM, if its exit 0 was seen only after
+the lease's deadline (run stopped meanwhile), or if the lease's deadline
+passed before it could start), or 3 if the lease was held by someone else and the
 command never started. On SIGINT, SIGTERM or SIGHUP, run stops the command the same way
 (SIGTERM, then SIGKILL after --grace) and releases the lease.`,
 		Args: func(cmd *cobra.Command, args []string) error {
