@@ -174,21 +174,24 @@ const (
 	restartMaxFails   = 5                // consecutive short runs after which a node is given up
 )
 
-// restartDelay is the wait before restarting a node after its fails-th
-// consecutive short run (fails ≥ 1): restartFirstDelay, doubling, at most
-// restartMaxDelay.
-func restartDelay(fails int) time.Duration {
+// restartDelay is the wait before restarting a node after its n-th short
+// run in a row (n ≥ 1; after a stable run, as after the first short one):
+// restartFirstDelay, doubling, at most restartMaxDelay.
+func restartDelay(n int) time.Duration {
 	d := restartFirstDelay
-	for i := 1; i < fails && d < restartMaxDelay; i++ {
+	for i := 1; i < n && d < restartMaxDelay; i++ {
 		d *= 2
 	}
 	return min(d, restartMaxDelay)
 }
 
-// nextFails is the count of consecutive short runs after a run of ran.
+// nextFails is the count of consecutive short runs (deaths within
+// restartStable of starting) after a run of ran: a death after a stable
+// run starts none (it counted as the first, and a node was given up after
+// four short runs; found by an outside client).
 func nextFails(fails int, ran time.Duration) int {
 	if ran >= restartStable {
-		return 1
+		return 0
 	}
 	return fails + 1
 }
@@ -302,7 +305,7 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 					say("%s ended %d times in a row within %v of starting: not restarting it", n.Name, fails, restartStable)
 					return
 				}
-				d := restartDelay(fails)
+				d := restartDelay(max(fails, 1))
 				say("restarting %s on its data in %v", n.Name, d)
 				select {
 				case <-ctx.Done():
