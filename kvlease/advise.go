@@ -62,11 +62,29 @@ func Advise(m Measurements) Advice {
 	if r := d % time.Second; r != 0 {
 		d += time.Second - r
 	}
+	// A large ρ takes its share of every window: a second more at a time
+	// until the timing holds, if it can (it gave up at the first D, though
+	// a longer one would do; found by an outside client).
+	grown := 0
+	for ; grown < maxGrowth; grown++ {
+		if ValidateTiming(d, a.HolderMargin, DefaultRenewInterval(d).Truncate(time.Millisecond), a.ClockRate) == nil {
+			break
+		}
+		d += time.Second
+	}
 	a.Duration = d
 	// Whole milliseconds (rounded down: renewing a little early is safe).
 	a.RenewInterval = DefaultRenewInterval(d).Truncate(time.Millisecond)
-	a.Reasons = append(a.Reasons, fmt.Sprintf("D %v: three renewal intervals of at least %v (a pause of %v plus two round trips of %v) and the holder margin, rounded up to whole seconds",
-		a.Duration, interval, m.Pause, m.RenewRTT))
+	need := fmt.Sprintf("a pause of %v plus two round trips of %v", m.Pause, m.RenewRTT)
+	if m.Pause+2*m.RenewRTT < interval {
+		need = fmt.Sprintf("the floor; %s is less", need)
+	}
+	grew := ""
+	if grown > 0 {
+		grew = fmt.Sprintf(", and %ds more for ρ %g", grown, a.ClockRate)
+	}
+	a.Reasons = append(a.Reasons, fmt.Sprintf("D %v: three renewal intervals of at least %v (%s) and the holder margin, rounded up to whole seconds%s",
+		a.Duration, interval, need, grew))
 	a.Reasons = append(a.Reasons, fmt.Sprintf("renew every %v (D/3): two attempts fit before the holder's deadline", a.RenewInterval))
 	switch w := HolderValidity(d, a.ClockRate, a.HolderMargin).Truncate(time.Millisecond); {
 	case m.Work <= 0: // not measured: nothing to say of it
@@ -82,6 +100,10 @@ func Advise(m Measurements) Advice {
 	a.Reasons = append(a.Reasons, fmt.Sprintf("grantor margin %v: absorbs a forward step of the server's clock; after a crash the lease is free within %v", a.GrantorMargin, a.Failover))
 	return a
 }
+
+// maxGrowth bounds the seconds Advise adds to D for a large clock-rate
+// error.
+const maxGrowth = 600
 
 // Check reports whether leases can be kept as a advises: whether its
 // timing passes [ValidateTiming]. Measurements beyond what a lease can

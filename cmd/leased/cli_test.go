@@ -951,6 +951,18 @@ func TestAdvise(t *testing.T) {
 	if r := leased(t, "", "advise", "--rtt-p99", "3ms"); r.code != 0 || strings.Contains(r.stdout, "work unit") {
 		t.Errorf("advise without --work-p99: exit %d\n%s", r.code, r.stdout)
 	}
+	// From an outside client: -o took any value and printed text; a round
+	// trip of 500,000 h overflowed to advice of 1 s; measurements a longer
+	// D absorbs were refused at the first D tried.
+	for _, args := range [][]string{{"--rtt-p99", "3ms", "-o", "yaml"}, {"--rtt-p99", "500000h"}, {"--rtt-p99", "3ms", "--pause-p99", "2h"}} {
+		if r := leased(t, "", append([]string{"advise"}, args...)...); r.code != 2 || r.stdout != "" {
+			t.Errorf("advise %v: exit %d, stdout %q, stderr %q; want 2 and no advice", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := leased(t, "", "advise", "--rtt-p99", "1ms", "--pause-p99", "740ms", "--clock-rate", "0.009"); r.code != 0 ||
+		!strings.Contains(r.stdout, "more for ρ") {
+		t.Errorf("advise with ρ 0.09: exit %d\n%s%s\nwant a D grown for ρ", r.code, r.stdout, r.stderr)
+	}
 }
 
 // Bad input to client commands is exit 2 with a message that names it,

@@ -20,7 +20,8 @@ func newAdvise(stdout io.Writer) *cobra.Command {
 		Long: `advise turns measurements taken on the holder into a lease configuration and
 says why for each figure (docs/safety.md). Measure p99 values: the work done
 between two checks of the lease, a renewal's round trip (leased.renewal.duration),
-a pause of the holder process (e.g. Go's /gc/pauses:seconds from runtime/metrics),
+a pause of the holder process (e.g. Go's /sched/pauses/total/gc:seconds from
+runtime/metrics, kvlease.GCPauseP99),
 and, if known, the clock-rate error against the grantor (client.Client's
 Clock().Estimate).`,
 		Args: noArgs,
@@ -30,6 +31,15 @@ Clock().Estimate).`,
 			}
 			if m.Work < 0 || m.Pause < 0 || m.ClockRate < 0 {
 				return usageError{fmt.Errorf("measurements cannot be negative")}
+			}
+			if output != "text" && output != "json" {
+				return usageError{fmt.Errorf("-o %q: want text or json", output)}
+			}
+			// Beyond any lease (whose durations are at most hours): the
+			// arithmetic overflowed, and advice wrapped to 1 s (found by
+			// an outside client).
+			if m.RenewRTT > maxMeasured || m.Pause > maxMeasured || m.Work > 1000*maxMeasured {
+				return usageError{fmt.Errorf("--rtt-p99 and --pause-p99 over %v are no lease's to absorb", maxMeasured)}
 			}
 			if math.IsNaN(m.ClockRate) || math.IsInf(m.ClockRate, 0) {
 				return usageError{fmt.Errorf("--clock-rate %v: want a number, such as 0.0001", m.ClockRate)}
@@ -57,3 +67,6 @@ Clock().Estimate).`,
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
 }
+
+// maxMeasured bounds a round trip or pause advise takes.
+const maxMeasured = time.Hour
