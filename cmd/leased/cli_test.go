@@ -1021,6 +1021,11 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--name", "x", "--cluster-name", "solo",
 			"--cluster-listen", "127.0.0.1:0"}, "--cluster-name needs --routes"},
 		{"", []string{"dev-cluster", "--cluster-port", "70000", "--data", t.TempDir()}, "--cluster-port 70000"},
+		// From an outside client: standalone and R1, silently; and run
+		// given elect's form.
+		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--name", "x",
+			"--cluster-listen", "127.0.0.1:0"}, "--cluster-listen needs --cluster-name"},
+		{nowhere, []string{"run", "x.two", "--", "echo", "hi"}, "--lease NAME"},
 	} {
 		r := leased(t, c.url, c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "s3cret") {

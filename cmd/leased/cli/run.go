@@ -65,6 +65,10 @@ passed before it could start), or 3 if the lease was held by someone else and th
 command never started. On SIGINT, SIGTERM or SIGHUP, run stops the command the same way
 (SIGTERM, then SIGKILL after --grace) and releases the lease.`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if at := cmd.ArgsLenAtDash(); at > 0 {
+				// `run NAME -- cmd`: elect's form (found by an outside client).
+				return usageError{fmt.Errorf("the lease is --lease NAME, not an argument (got %q before --)", args[0])}
+			}
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
 				return usageError{errors.New("want -- COMMAND [ARGS...] after the flags")}
 			}

@@ -222,6 +222,11 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 					return err
 				}
 			}
+			if cmd.Flags().Changed("cluster-listen") && f.clusterName == "" {
+				// It ran standalone, R1, as if the flag were not there
+				// (found by an outside client).
+				return usageError{errors.New("--cluster-listen needs --cluster-name (and --routes)")}
+			}
 			return serve(cmd.Context(), f, stderr)
 		},
 	}
