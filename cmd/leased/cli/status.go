@@ -42,7 +42,7 @@ type PeerStatus struct {
 	Active  time.Duration `json:"active_ns"` // since the leader last heard from it; 0: not since it became leader
 	Offline bool          `json:"offline,omitempty"`
 	// Unreachable: the leader has not heard from the follower recently
-	// (see [peerUnreachable]); Current and Lag are then stale.
+	// (see [peerUnreachable]); Current is then false and Lag stale.
 	Unreachable bool `json:"unreachable,omitempty"`
 }
 
@@ -120,8 +120,11 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 	if cl := info.Cluster; cl != nil {
 		s.Leader = cl.Leader
 		for _, p := range cl.Replicas {
-			s.Peers = append(s.Peers, PeerStatus{Name: p.Name, Current: p.Current, Lag: p.Lag, Active: p.Active, Offline: p.Offline,
-				Unreachable: peerUnreachable(p.Offline, p.Current, p.Active)})
+			unreachable := peerUnreachable(p.Offline, p.Current, p.Active)
+			// The server's current is stale for a peer it no longer hears
+			// from: a dead one showed current (found by an outside client).
+			s.Peers = append(s.Peers, PeerStatus{Name: p.Name, Current: p.Current && !unreachable && !p.Offline, Lag: p.Lag,
+				Active: p.Active, Offline: p.Offline, Unreachable: unreachable})
 		}
 	}
 	if s.NoLeader = s.Replicas > 1 && s.Leader == ""; !s.NoLeader {
