@@ -300,9 +300,10 @@ func (k *Keeper) halt(ctx context.Context) {
 // the lease was already lost. A renewal in flight is let finish first (at
 // most half a renewal interval, and no longer than ctx allows): cut short,
 // it could have moved the lease to a revision the release would not know. It returns the release error, if
-// any. Close may be called more than once (defer it). A ctx already done
-// sends no release: the lease stays held until its deadline, and others
-// wait that long (so give Close a fresh ctx, not one that has ended).
+// any. Close may be called more than once (defer it). Under a ctx already
+// done (a deferred Close whose ctx a shutdown signal ended) it still sends
+// the release, for up to [closeGrace]: it sent none, and others waited for
+// the lease's deadline (found by an outside client, with Resign).
 //
 // A lease lost because the grantor found its tenure gone ([ErrNotFound]:
 // revoked, or lapsed) is released all the same: a revocation holds the
@@ -310,9 +311,15 @@ func (k *Keeper) halt(ctx context.Context) {
 // has stopped, frees it at once ([Store.Revoke]). So call Close once the
 // work under the lease has stopped, not before.
 func (k *Keeper) Close(ctx context.Context) error {
+	ended := ctx.Err() != nil // a ctx that ends during Close bounds it, as the caller meant
 	k.halt(ctx)
 	if k.handover.Load() {
 		return nil
+	}
+	if ended {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), min(max(k.l.Remaining(), 0)+k.l.margin, closeGrace))
+		defer cancel()
 	}
 	if err := k.Err(); errors.Is(err, ErrClosed) || errors.Is(err, ErrNotFound) {
 		return k.l.Release(ctx)
@@ -567,6 +574,9 @@ func (k *Keeper) watchDeadline(asleep time.Duration) {
 
 // releaseAfterCancel releases when the keeper's parent context ends, bounded
 // by the lease's remaining time (after which there is nothing to release).
+// closeGrace bounds the release Close sends under a ctx already done.
+const closeGrace = 2 * time.Second
+
 func (k *Keeper) releaseAfterCancel() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(k.l.Remaining(), 0)+k.l.margin)
 	defer cancel()

@@ -715,3 +715,27 @@ func TestUnansweredReadsEndWithoutADeadline(t *testing.T) {
 		}
 	}
 }
+
+// Close under a ctx already done (defer lead.Resign(ctx), whose ctx a
+// shutdown signal ended) still releases: it sent nothing (nats.go sends no
+// request on an ended ctx), and the other candidates waited out the lease
+// (found by an outside client).
+func TestKeeperCloseWithAnEndedContextReleases(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	l, err := kvlease.Acquire(t.Context(), st, "bye", "h1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kvlease.Keep(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := k.Close(ctx); err != nil {
+		t.Fatalf("Close under an ended ctx: %v", err)
+	}
+	if rec, err := st.Get(t.Context(), "bye"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("after Close: %+v, %v; want the lease released", rec, err)
+	}
+}

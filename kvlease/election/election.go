@@ -43,9 +43,9 @@ type Leadership struct {
 func (l *Leadership) Token() kvlease.Token { return l.Lease().Token() }
 
 // Resign gives leadership up: it releases the lease, and the candidates
-// waiting see the release at once. As [kvlease.Keeper.Close]: a ctx
-// already done releases nothing, and the candidates wait for the lease's
-// deadline.
+// waiting see the release at once. As [kvlease.Keeper.Close], under a ctx
+// already done (defer lead.Resign(ctx) at shutdown) it still sends the
+// release, for a moment.
 func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
 
 // Campaign blocks until candidate leads, or ctx ends. It tries to take the
