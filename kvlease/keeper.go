@@ -572,11 +572,11 @@ func (k *Keeper) watchDeadline(asleep time.Duration) {
 	}
 }
 
-// releaseAfterCancel releases when the keeper's parent context ends, bounded
-// by the lease's remaining time (after which there is nothing to release).
 // closeGrace bounds the release Close sends under a ctx already done.
 const closeGrace = 2 * time.Second
 
+// releaseAfterCancel releases when the keeper's parent context ends, bounded
+// by the lease's remaining time (after which there is nothing to release).
 func (k *Keeper) releaseAfterCancel() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(k.l.Remaining(), 0)+k.l.margin)
 	defer cancel()
