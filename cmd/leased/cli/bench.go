@@ -221,7 +221,7 @@ the errors by kind. Names are PREFIX.RUN.…, RUN a random id of this run;
 holders are HOLDER-cC-bN (caller C), one per 100 leases, far under the
 service's --max-leases-per-holder. Interrupted (SIGINT), it stops and
 prints what it measured; the requests the interrupt cut off are not
-counted.
+counted, and the leases an interrupted setup granted are released.
 
 With --direct the lease store commits concurrent writes together (group
 commit), as serve does; --batching=false sends each on its own. --direct --raw
@@ -647,6 +647,7 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 		// was measured is printed, and no timed phase runs (it printed
 		// nothing when interrupted, and timed nothing for --duration
 		// when the setup granted nothing; found by an outside client).
+		b.releaseUntimed(pools, leases)
 		return OpsResult{Op: f.op, Via: b.via, URL: b.url, Clients: f.clients, TTL: f.ttl.String(), Setup: setup,
 			StoppedEarly: parent.Err() != nil}, nil
 	}
@@ -747,6 +748,33 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 		OpsPerSec: math.Round(float64(len(lat))/elapsed.Seconds()*10) / 10, Latency: summarize(lat), Setup: setup,
 		StoppedEarly: ctx.Err() != nil}, nil
 }
+
+// releaseUntimed gives back, within releaseUntimedFor, what a setup that
+// is not timed granted (interrupted): it was left held for --ttl, 1,600
+// leases of --op release interrupted after 1.5 s (found by an outside
+// client).
+func (b *bench) releaseUntimed(pools [][]kvlease.Record, leases []*kvlease.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseUntimedFor)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range pools {
+		wg.Go(func() {
+			for _, rec := range pools[w] {
+				if ctx.Err() != nil {
+					return
+				}
+				_ = b.g.Release(ctx, releaseOf(rec))
+			}
+			if l := leases[w]; l != nil {
+				_ = l.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// releaseUntimedFor bounds releaseUntimed.
+const releaseUntimedFor = 5 * time.Second
 
 // setup runs fn on every caller, untimed: --op release's pool (claim says
 // whether to grant one more: --ops in all, or for --duration), --op renew's
