@@ -39,6 +39,13 @@ func startRegister(t *testing.T, url, seed, inst, ttl string) *exec.Cmd {
 	if seed != "" {
 		args = append(args, "--gossip-seeds", seed, "--gossip-profile", "fast")
 	}
+	return startRegistered(t, args, inst)
+}
+
+// startRegistered runs `leased register` with args (-o json among them)
+// and waits until it says inst is registered.
+func startRegistered(t *testing.T, args []string, inst string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(timingBin(t), args...)
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -124,13 +131,7 @@ func TestDuplicateRegisterLeavesTheLiveOne(t *testing.T) {
 	defer w.Stop()
 	args := []string{"register", "web", "d1", "--addr", "127.0.0.1:8080", "--ttl", "30s", "--url", s.url,
 		"--node", "dn", "--gossip-seeds", gossip, "--gossip-profile", "fast"}
-	live := exec.Command(timingBin(t), append(args, "-o", "json")...)
-	out, _ := live.StdoutPipe()
-	if err := live.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
-	readLines(out).wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"instance":"d1"`) })
+	startRegistered(t, append(args, "-o", "json"), "d1")
 	if r := leased(t, "", args...); r.code != 3 {
 		t.Fatalf("the second register: exit %d %s, want 3 (held)", r.code, r.stderr)
 	}
@@ -160,13 +161,7 @@ func TestDuplicateRegisterOnItsGossipPortIsHeld(t *testing.T) {
 	listen := "127.0.0.1:" + itoa(freePorts(t, 1)[0])
 	args := []string{"register", "web", "f1", "--addr", "127.0.0.1:8080", "--ttl", "30s", "--url", s.url,
 		"--gossip-seeds", gossip, "--gossip-listen", listen, "--gossip-profile", "fast"}
-	live := exec.Command(timingBin(t), append(args, "-o", "json")...)
-	out, _ := live.StdoutPipe()
-	if err := live.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
-	readLines(out).wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"instance":"f1"`) })
+	startRegistered(t, append(args, "-o", "json"), "f1")
 	if r := leased(t, "", args...); r.code != 3 || !strings.Contains(r.stderr, "in use") {
 		t.Fatalf("the second register on the live one's gossip port: exit %d %s, want 3 (held) naming the port in use", r.code, r.stderr)
 	}
