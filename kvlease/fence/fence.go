@@ -166,7 +166,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 // base64-encoded, so data may be about ¾ of max_payload);
 // [kvlease.ErrUnavailable].
 func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, data []byte) error {
-	if err := kvlease.ValidateName(resource); err != nil {
+	if err := validResource(resource); err != nil {
 		return err
 	}
 	if err := checkToken(token); err != nil {
@@ -186,7 +186,7 @@ func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, da
 //
 // Errors: [kvlease.ErrNotFound]; [kvlease.ErrUnavailable].
 func (f *KV) Read(ctx context.Context, resource string) (Value, error) {
-	if err := kvlease.ValidateName(resource); err != nil {
+	if err := validResource(resource); err != nil {
 		return Value{}, err
 	}
 	v, rev, err := f.doc.Get(ctx, resource)
@@ -194,6 +194,15 @@ func (f *KV) Read(ctx context.Context, resource string) (Value, error) {
 		err = fmt.Errorf("%w: no value for %q", kvlease.ErrNotFound, resource)
 	}
 	return v, err
+}
+
+// validResource refuses a resource name that could not be a key: it
+// follows the lease names' rules, and the error says it is the resource's.
+func validResource(resource string) error {
+	if err := kvlease.ValidateName(resource); err != nil {
+		return fmt.Errorf("fence: resource name (named as leases are): %w", err)
+	}
+	return nil
 }
 
 // Rejected counts refused tokens.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -277,8 +278,12 @@ func TestKVFenceInvalidName(t *testing.T) {
 	defer cancel()
 	for _, name := range []string{"", "a b", ".a", "a.", "a..b", "a*", "a>", "caf\u00e9"} {
 		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
-			if err := f.Write(ctx, name, 1, []byte("x")); !errors.Is(err, kvlease.ErrInvalidName) {
+			err := f.Write(ctx, name, 1, []byte("x"))
+			if !errors.Is(err, kvlease.ErrInvalidName) {
 				t.Errorf("Write(%q) = %v, want ErrInvalidName", name, err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "resource name") {
+				t.Errorf("Write(%q) = %v, want it to say it is the resource name", name, err)
 			}
 		})
 	}
