@@ -136,26 +136,31 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 	return s, err
 }
 
-// quorumHint is what a user can check when JetStream does not answer (a
-// 503, or no answer at all): in a cluster it answers only while a majority
-// of its nodes is up and connected, which is the usual cause.
+// quorumHint is what a user of status can check when JetStream does not
+// answer (a 503, or no answer at all): in a cluster it answers only while
+// a majority of its nodes is up and connected, which is the usual cause.
+// Not "leased status", which is what failed (it suggested itself).
 func quorumHint(err error) string {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.Code == 503 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return " (" + noQuorum + ")"
+		return " (" + noQuorumCause + ": check that the others run and reach each other, or ask another node with --url)"
 	}
 	return ""
 }
 
-// noQuorum is the hint for JetStream's "temporarily unavailable".
-const noQuorum = "in a cluster, JetStream answers only while a majority of its nodes is up and connected, and a new cluster " +
-	"only once every node of its routes has started: check the others (leased status)"
+// noQuorumCause is why JetStream says "temporarily unavailable", and
+// noQuorum the hint other commands get for it.
+const (
+	noQuorumCause = "in a cluster, JetStream answers only while a majority of its nodes is up and connected, and a new cluster " +
+		"only once every node of its routes has started"
+	noQuorum = noQuorumCause + ": check the others (leased status)"
+)
 
 // noQuorumHint is the hint a command's error message gets when it says
 // JetStream did not answer for want of a quorum (err_code 10008, through
 // the service too, or a stream that gave no response), once.
 func noQuorumHint(msg string) string {
-	if strings.Contains(msg, noQuorum) ||
+	if strings.Contains(msg, noQuorumCause) ||
 		!strings.Contains(msg, "JetStream system temporarily unavailable") && !strings.Contains(msg, "no response from stream") {
 		return ""
 	}

@@ -108,8 +108,14 @@ func TestQuorumHint(t *testing.T) {
 		{"no answer", fmt.Errorf("stream info: %w", context.DeadlineExceeded), true},
 		{"not found", &jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"}, false},
 	} {
-		if got := quorumHint(c.err) != ""; got != c.hint {
+		hint := quorumHint(c.err)
+		if got := hint != ""; got != c.hint {
 			t.Errorf("%s: hint %t, want %t", c.name, got, c.hint)
+		}
+		// status's own hint must not send the user to status, which is
+		// what failed (found by an outside client).
+		if strings.Contains(hint, "leased status") {
+			t.Errorf("%s: hint %q suggests leased status", c.name, hint)
 		}
 	}
 }
@@ -135,7 +141,7 @@ func TestNoQuorumHint(t *testing.T) {
 	for msg, want := range map[string]bool{
 		"unavailable: grantor unavailable: last revision: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable": true,
 		"unavailable: grantor unavailable: grant: nats: no response from stream":                                                                         true,
-		"unavailable: lease bucket: context deadline exceeded (" + noQuorum + ")":                                                                        false, // status said it already
+		"unavailable: lease bucket: context deadline exceeded" + quorumHint(context.DeadlineExceeded):                                                    false, // status said it already
 		"held: lease \"a\" is held by \"b\" (token 3)":                                                                                                   false,
 	} {
 		if got := noQuorumHint(msg) != ""; got != want {
