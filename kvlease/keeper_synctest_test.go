@@ -1294,3 +1294,76 @@ func TestAcquireGivesUpOnAGrantorSlowerThanTheLease(t *testing.T) {
 		}
 	})
 }
+
+// lateAnswerGrantor answers its first grant after delay, and refuses to answer
+// releases until unreachableUntil; a release takes a round trip and is not
+// sent on an ended ctx, as over NATS.
+type lateAnswerGrantor struct {
+	*kvleasetest.FakeGrantor
+	delay            time.Duration
+	unreachableUntil time.Time
+	grants           *atomic.Int32
+}
+
+func (g lateAnswerGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	if g.grants.Add(1) == 1 {
+		time.Sleep(g.delay)
+	}
+	return g.FakeGrantor.Grant(ctx, req)
+}
+
+func (g lateAnswerGrantor) Release(ctx context.Context, req kvlease.ReleaseRequest) error {
+	time.Sleep(5 * time.Millisecond)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", kvlease.ErrUnavailable, err)
+	}
+	if time.Now().Before(g.unreachableUntil) {
+		return fmt.Errorf("%w: release: no answer", kvlease.ErrUnavailable)
+	}
+	return g.FakeGrantor.Release(ctx, req)
+}
+
+// A grant answered after the holder's deadline is given back even when
+// the caller's ctx ends during the release, or the release goes unanswered
+// for a while: it was sent once on the caller's ctx, and the tenure was
+// left held by no one for its TTL, and refused the next attempt (found in
+// review).
+func TestAcquireGivesBackALateGrantWhateverItsRelease(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		ctx         time.Duration // the caller's; 0 for none
+		unreachable time.Duration // releases unanswered for this long after the late answer
+		wantErr     bool
+	}{
+		{name: "ctx ends during the release", ctx: 3*time.Second + 2*time.Millisecond, wantErr: true},
+		{name: "release unanswered once", unreachable: 10 * time.Millisecond},
+		{name: "release unanswered past its budget", unreachable: 1500 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := lateAnswerGrantor{FakeGrantor: kvleasetest.NewFakeGrantor(), delay: 3 * time.Second, grants: new(atomic.Int32)}
+				g.unreachableUntil = time.Now().Add(g.delay + c.unreachable)
+				ctx := context.Background()
+				if c.ctx > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, c.ctx)
+					defer cancel()
+				}
+				l, err := kvlease.Acquire(ctx, g, "late", "h", 2*time.Second)
+				if (err != nil) != c.wantErr {
+					t.Fatalf("Acquire: %v; want an error: %t", err, c.wantErr)
+				}
+				rec, held := g.Lookup("late")
+				switch {
+				case err != nil && held:
+					t.Fatalf("Acquire failed (%v), and the lease is held by %q (token %d) for %v more: no one holds it",
+						err, rec.Holder, rec.Token, time.Until(rec.ExpiresAt()))
+				case err == nil && (!held || rec.Token != l.Token()):
+					t.Fatalf("Acquire granted token %d; the grantor has %+v (held: %t)", l.Token(), rec, held)
+				case err == nil && l.Token() == 1:
+					t.Fatalf("Acquire returned the late tenure (token 1)")
+				}
+			})
+		})
+	}
+}

@@ -195,10 +195,19 @@ func WithAttributes(attrs map[string]string) LeaseOption {
 // lease, held by no one, for its TTL. Through the service ([LateBounder])
 // it is not carried out that late.
 //
+// A grant answered only after the holder's deadline (counted from the
+// first attempt) had passed, a grantor that stalled (a quorum loss), is
+// no lease to return: Acquire gives that tenure back (its release sent
+// past ctx, within a second, again while unanswered) and asks anew, and
+// gives up with [ErrUnavailable] after 3 such answers in a
+// row. A refusal by a late tenure it could not give back is its own: it
+// releases it once more and asks again.
+//
 // Errors: [ErrInvalidOption] for an option that refuses its value, and
 // [ErrInvalidTiming] if the margins leave no validity (nothing sent either
-// way); otherwise those of [Store.Grant], including [HeldError], and the
-// last [ErrUnavailable] once ctx has ended.
+// way); otherwise those of [Store.Grant], including [HeldError], the last
+// [ErrUnavailable] once ctx has ended, or [ErrUnavailable] after late
+// answers, as above.
 func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duration, opts ...LeaseOption) (*Lease, error) {
 	if st, ok := g.(*Store); g == nil || ok && st == nil {
 		return nil, fmt.Errorf("%w: nil grantor", ErrInvalidOption)
@@ -317,6 +326,10 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 		return v > 0 && !t0.Add(v).After(l.now())
 	}
 	lateAnswers := 0
+	// orphan is a late tenure of ours that releaseBack could not give
+	// back: a refusal naming it is ours to clear, not a holder's.
+	var orphan *Record
+	var orphanSecret string
 	const firstWait, maxWait = 50 * time.Millisecond, time.Second
 	for wait := firstWait; ; wait = min(2*wait, maxWait) {
 		if err := ctx.Err(); err != nil {
@@ -344,8 +357,14 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			// first): give the tenure back (best effort; it lapses by its
 			// TTL otherwise), ask anew. A grant answered after a quorum
 			// loss was returned expired (found by an outside client).
-			_ = l.g.Release(ctx, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: rec.Token,
-				Revision: rec.Revision, Secret: req.Secret})
+			// Given back past ctx and retried: a release on the caller's ctx,
+			// sent once, left the tenure held by no one when ctx ended
+			// during it or its answer was lost, and the next attempt was
+			// refused by it (found in review).
+			if !l.releaseBack(ctx, req, rec) {
+				orphan = &Record{Name: req.Name, Holder: req.Holder, Token: rec.Token, Revision: rec.Revision}
+				orphanSecret = req.Secret
+			}
 			if lateAnswers++; lateAnswers == maxLateAnswers {
 				return Record{}, t0, n, nil, fmt.Errorf("%w: grant: %q was granted %d times in a row only after the holder's deadline had passed "+
 					"(the grantor answers slower than the lease's validity)", ErrUnavailable, req.Name, lateAnswers)
@@ -368,6 +387,13 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			if ends.Add(w).After(lateUntil) {
 				lateUntil = ends.Add(w)
 			}
+		case orphan != nil && heldBy(err, *orphan):
+			// Refused by the late tenure not given back: once more.
+			r := *orphan
+			if !l.releaseBack(ctx, GrantRequest{Name: r.Name, Holder: r.Holder, Secret: orphanSecret}, r) {
+				return Record{}, t0, n, unanswered, err
+			}
+			orphan, wait = nil, 0
 		case errors.Is(err, ErrHeld) && lateKnown && sent.Before(lateUntil):
 			// An unanswered attempt may still be carried out after this
 			// one's read: wait it out, then ask once more.
@@ -397,7 +423,27 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 // deadline that Acquire gives back and asks again for.
 const maxLateAnswers = 3
 
-// giveBackTimeout bounds [Lease.giveBack].
+// heldBy says err is a refusal because of the tenure rec (not revoked).
+func heldBy(err error, rec Record) bool {
+	var held *HeldError
+	return errors.As(err, &held) && held.HeldBack == 0 && held.Holder == rec.Holder && held.Token == rec.Token
+}
+
+// releaseBack releases rec, a tenure granted for req that no caller will
+// hold, best effort: past ctx, within giveBackTimeout, asked again while
+// the grantor does not answer. It reports whether the tenure is gone.
+func (l *Lease) releaseBack(ctx context.Context, req GrantRequest, rec Record) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	_, err := RetryUnavailable(ctx, 200*time.Millisecond, nil, func() (struct{}, error) {
+		return struct{}{}, l.g.Release(ctx, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: rec.Token,
+			Revision: rec.Revision, Secret: req.Secret})
+	})
+	return err == nil || errors.Is(err, ErrNotFound)
+}
+
+// giveBackTimeout bounds [Lease.giveBack] (its grant, then its release)
+// and [Lease.releaseBack].
 const giveBackTimeout = time.Second
 
 // giveBack returns, best effort, the tenure an unanswered attempt of req
@@ -424,10 +470,7 @@ func (l *Lease) giveBack(ctx context.Context, req GrantRequest) {
 	}
 	// A budget of its own: a slow grant must not leave the tenure it made
 	// without the time to release it (found in review).
-	rctx, cancel := context.WithTimeout(ctx, giveBackTimeout)
-	defer cancel()
-	_ = l.g.Release(rctx, ReleaseRequest{Name: req.Name, Holder: req.Holder, Token: rec.Token, Revision: rec.Revision,
-		Secret: req.Secret})
+	l.releaseBack(ctx, req, rec)
 }
 
 // startSpan starts the holder's span of an operation on the lease. The
