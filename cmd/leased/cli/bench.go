@@ -636,6 +636,11 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 			}
 		})
 	}
+	// What the setup granted and the timed phase did not release is given
+	// back however the run ends: an interrupted --op release left the rest
+	// of its pool, and every --op renew its callers' leases, held for
+	// --ttl (found in review).
+	defer b.releaseUntimed(pools, leases)
 	switch {
 	case parent.Err() == nil && context.Cause(ctx) != nil:
 		// A refusal every grant would meet (a --ttl out of the grantor's
@@ -647,7 +652,6 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 		// was measured is printed, and no timed phase runs (it printed
 		// nothing when interrupted, and timed nothing for --duration
 		// when the setup granted nothing; found by an outside client).
-		b.releaseUntimed(pools, leases)
 		return OpsResult{Op: f.op, Via: b.via, URL: b.url, Clients: f.clients, TTL: f.ttl.String(), Setup: setup,
 			StoppedEarly: parent.Err() != nil}, nil
 	}
@@ -728,11 +732,12 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 					}
 				}
 			case benchRelease:
-				for _, rec := range pools[w] {
-					if ctx.Err() != nil {
-						return
-					}
+				for len(pools[w]) > 0 && ctx.Err() == nil {
+					rec := pools[w][0]
 					timed(func(ctx context.Context) error { return b.g.Release(ctx, releaseOf(rec)) })
+					if ctx.Err() == nil { // else cut off: given back with the rest
+						pools[w] = pools[w][1:]
+					}
 				}
 			}
 		})
@@ -749,10 +754,10 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 		StoppedEarly: ctx.Err() != nil}, nil
 }
 
-// releaseUntimed gives back, within releaseUntimedFor, what a setup that
-// is not timed granted (interrupted): it was left held for --ttl, 1,600
-// leases of --op release interrupted after 1.5 s (found by an outside
-// client).
+// releaseUntimed gives back, within releaseUntimedFor, what the setup
+// granted and the timed phase did not release (interrupted, or --op
+// renew's leases): it was left held for --ttl, 1,600 leases of --op
+// release interrupted after 1.5 s (found by an outside client).
 func (b *bench) releaseUntimed(pools [][]kvlease.Record, leases []*kvlease.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseUntimedFor)
 	defer cancel()

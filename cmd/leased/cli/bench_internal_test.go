@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 func TestBenchPercentile(t *testing.T) {
@@ -268,6 +271,85 @@ func TestBenchFlags(t *testing.T) {
 				t.Fatalf("check: %v", err)
 			default:
 				c.check(t, f)
+			}
+		})
+	}
+}
+
+// recordingGrantor records the names it granted and calls onRelease
+// before each release.
+type recordingGrantor struct {
+	*kvleasetest.FakeGrantor
+	mu        sync.Mutex
+	names     []string
+	onRelease func()
+}
+
+func (g *recordingGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	rec, err := g.FakeGrantor.Grant(ctx, req)
+	if err == nil {
+		g.mu.Lock()
+		g.names = append(g.names, req.Name)
+		g.mu.Unlock()
+	}
+	return rec, err
+}
+
+func (g *recordingGrantor) Release(ctx context.Context, req kvlease.ReleaseRequest) error {
+	if g.onRelease != nil {
+		g.onRelease()
+	}
+	return g.FakeGrantor.Release(ctx, req)
+}
+
+// held is how many of the leases it granted are still held.
+func (g *recordingGrantor) held() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, name := range g.names {
+		if _, ok := g.Lookup(name); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// The bench gives back what its setup granted and its timed phase did not
+// release: the rest of --op release's pool when interrupted there (150 of
+// 452 were left held for --ttl), and --op renew's leases at the end of
+// every run (found in review).
+func TestBenchGivesBackWhatItDidNotRelease(t *testing.T) {
+	for _, c := range []struct {
+		op        string
+		interrupt int // the parent ctx is cancelled at this release (0: never)
+	}{
+		{op: benchRenew},
+		{op: benchRelease, interrupt: 5},
+		{op: benchRelease},
+	} {
+		t.Run(fmt.Sprintf("%s, interrupt at release %d", c.op, c.interrupt), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			g := &recordingGrantor{FakeGrantor: kvleasetest.NewFakeGrantor()}
+			var releases atomic.Int32
+			g.onRelease = func() {
+				if releases.Add(1) == int32(c.interrupt) {
+					cancel()
+				}
+			}
+			f := defaultBenchFlags()
+			f.op, f.clients, f.ops, f.duration, f.ttl = c.op, 2, 20, 0, time.Minute
+			b := &bench{f: &f, g: g, via: "direct", run: "r", holder: "h", timeout: 5 * time.Second}
+			r, err := b.runOps(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.StoppedEarly != (c.interrupt > 0) {
+				t.Errorf("stopped early: %t; want %t", r.StoppedEarly, c.interrupt > 0)
+			}
+			if n := g.held(); n != 0 {
+				t.Errorf("%d of the %d leases the bench granted are left held for --ttl; want none", n, len(g.names))
 			}
 		})
 	}
