@@ -564,10 +564,20 @@ func procStatOf(pid int) (state byte, ppid, pgrp int, ok bool) {
 // by an outside client).
 func TestRunLogsJSON(t *testing.T) {
 	s := startServe(t, "")
-	for _, args := range [][]string{{"run", "--lease", "json.run"}, {"elect", "json.elect"}} {
-		r := leased(t, s.url, append(args, "-o", "json", "--", "true")...)
+	// The guard's lines too: a command that cannot start (it wrote "leased:
+	// start …" as text; found in review).
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"run", "--lease", "json.run", "-o", "json", "--", "true"}, 0},
+		{[]string{"elect", "json.elect", "-o", "json", "--", "true"}, 0},
+		{[]string{"run", "--lease", "json.nostart", "-o", "json", "--", "/nonexistent/command"}, 127},
+	} {
+		args := c.args
+		r := leased(t, s.url, args...)
 		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
-		if r.code != 0 || len(lines) == 0 {
+		if r.code != c.code || len(lines) == 0 {
 			t.Fatalf("%v: exit %d, stderr %q", args, r.code, r.stderr)
 		}
 		for _, l := range lines {

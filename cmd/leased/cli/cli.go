@@ -53,6 +53,32 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitCode(err)
 }
 
+// lineLog writes the lines of run, elect and the guard that are not their
+// logger's records (warnings, a command that cannot start): "leased: TEXT"
+// as text, or with -o json a JSON record like the logger's, whose msg is
+// TEXT without its "warning: ". They were text under -o json too, and
+// broke a reader of its stderr exactly on the lost lease (found in review).
+type lineLog struct {
+	w    io.Writer
+	json *slog.Logger // nil for text
+}
+
+func newLineLog(w io.Writer, format string) lineLog {
+	if format == "json" {
+		return lineLog{w: w, json: slog.New(slog.NewJSONHandler(w, nil))}
+	}
+	return lineLog{w: w}
+}
+
+// print writes text at level.
+func (l lineLog) print(level slog.Level, text string) {
+	if l.json != nil {
+		l.json.Log(context.Background(), level, strings.TrimPrefix(text, "warning: "))
+		return
+	}
+	fmt.Fprintf(l.w, "leased: %s\n", text)
+}
+
 type usageError struct{ error }
 
 // unknownCommand is cobra's unknown-command error on one line: its

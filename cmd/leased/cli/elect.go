@@ -3,8 +3,8 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,7 +67,7 @@ exits 1, saying the command did not run.`,
 							kvlease.WithOnUnavailable(func(err error) {
 								if !waiting { // once: a cluster without a quorum can take minutes
 									waiting = true
-									fmt.Fprintf(stderr, "leased: waiting for the grantor, which does not answer: %s\n", api.Message(err))
+									newLineLog(stderr, c.output).print(slog.LevelWarn, "waiting for the grantor, which does not answer: "+api.Message(err))
 								}
 							}))
 						if err != nil {

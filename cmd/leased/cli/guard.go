@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -40,10 +41,11 @@ import (
 const guardCommand = "__guard"
 
 // guardEnv tells the guard that run started it, and on which descriptors
-// it has the two pipes: "LIFE,REPORT". On LIFE it reads the command's
+// it has the two pipes, and run's -o: "LIFE,REPORT,FORMAT". On LIFE it reads the command's
 // deadlines (see commandDeadline), one a line, until run is gone;
 // on REPORT it tells run the command's pid once it has started (nothing if
-// it could not start), then its wait status once it has exited. They come
+// it could not start), then its wait status once it has exited, and 1 if
+// it saw that exit at or past the deadline, else 0 ("STATUS LATE"). They come
 // after every descriptor run inherited without close-on-exec, which pass
 // on to the command at their own numbers as they did before the guard (a
 // socket-activated server's listener on 3, a shell's 3>file): the pipes
@@ -77,10 +79,11 @@ func newGuard() *cobra.Command {
 // another holder took it. The guard, another process, does not stop with
 // run, and kills at the deadline run would have.
 func guard(argv []string, stderr io.Writer) error {
-	lifeFD, reportFD, ok := guardFDs(os.Getenv(guardEnv))
+	lifeFD, reportFD, format, ok := guardFDs(os.Getenv(guardEnv))
 	if !ok { // not started by run: no pipes of run's
 		return usageError{errors.New(guardCommand + " is run's own: it starts a command for run or elect")}
 	}
+	say := newLineLog(stderr, format)
 	syscall.CloseOnExec(lifeFD)
 	syscall.CloseOnExec(reportFD)
 	life, report := os.NewFile(uintptr(lifeFD), "run-life"), os.NewFile(uintptr(reportFD), "run-report")
@@ -113,16 +116,18 @@ func guard(argv []string, stderr io.Writer) error {
 	// (setsid; GNU timeout makes a group of its own) is still found and
 	// killed with the rest (killAll).
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		fmt.Fprintf(stderr, "leased: warning: cannot adopt what the command leaves (PR_SET_CHILD_SUBREAPER: %v): processes that leave its group may outlive the lease\n", err)
+		say.print(slog.LevelWarn, fmt.Sprintf("warning: cannot adopt what the command leaves (PR_SET_CHILD_SUBREAPER: %v): "+
+			"processes that leave its group may outlive the lease", err))
 	}
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d/children", os.Getpid(), os.Getpid())); err != nil {
-		fmt.Fprintf(stderr, "leased: warning: this kernel lists no children in /proc (CONFIG_PROC_CHILDREN): processes that leave the command's group may outlive the lease\n")
+		say.print(slog.LevelWarn, "warning: this kernel lists no children in /proc (CONFIG_PROC_CHILDREN): "+
+			"processes that leave the command's group may outlive the lease")
 	}
 	if bootClock() >= deadline {
 		// run was held up past the deadline between taking the lease and
 		// starting the guard: the lease is not the command's to run under.
 		quietTTOU()
-		fmt.Fprintf(stderr, "leased: the lease's deadline passed before %s could start; not started\n", argv[0])
+		say.print(slog.LevelWarn, fmt.Sprintf("the lease's deadline passed before %s could start; not started", argv[0]))
 		return exitStatus(ExitLost)
 	}
 	err = c.Start()
@@ -132,7 +137,7 @@ func guard(argv []string, stderr io.Writer) error {
 	// deadline and run waited on it for good (found in review).
 	quietTTOU()
 	if err != nil {
-		fmt.Fprintf(stderr, "leased: start %s: %v\n", argv[0], err)
+		say.print(slog.LevelError, fmt.Sprintf("start %s: %v", argv[0], err))
 		return exitStatus(127) // as shells do for a command that cannot run
 	}
 	pgid := c.Process.Pid
@@ -147,6 +152,8 @@ func guard(argv []string, stderr io.Writer) error {
 		}
 	}()
 	exited := make(chan struct{})
+	var current atomic.Int64 // the deadline, for the exit's report
+	current.Store(deadline)
 	go func() {
 		// Waited for with stops, not c.Wait: a command stopped at the
 		// terminal run gave it stops run's job too (stopJob).
@@ -162,7 +169,15 @@ func guard(argv []string, stderr io.Writer) error {
 				continue
 			}
 			if err == nil {
-				fmt.Fprintln(report, uint32(ws))
+				// Late if seen at or past the deadline: run, which reads
+				// this when it can, took the time itself, and a run held
+				// up after an exit in time took it for late (found in
+				// review).
+				late := 0
+				if bootClock() >= current.Load() {
+					late = 1
+				}
+				fmt.Fprintln(report, uint32(ws), late)
 			}
 			break
 		}
@@ -192,15 +207,16 @@ func guard(argv []string, stderr io.Writer) error {
 			left := time.Duration(deadline - bootClock())
 			if left <= 0 {
 				killed = true
-				say := false
+				tell := false
 				select {
 				case <-exited: // run had stopped it; nothing to say
 				default:
-					say = !runStops.Load() // else run kills it now too
+					tell = !runStops.Load() // else run kills it now too
 				}
 				killAll(pgid)
-				if say {
-					fmt.Fprintf(stderr, "leased: the command's deadline passed with no renewal (leased run or elect stopped, or frozen?); killed its process group %d\n", pgid)
+				if tell {
+					say.print(slog.LevelWarn, fmt.Sprintf("the command's deadline passed with no renewal (leased run or elect stopped, or frozen?); "+
+						"killed its process group %d", pgid))
 				}
 				continue
 			}
@@ -217,6 +233,7 @@ func guard(argv []string, stderr io.Writer) error {
 				return nil
 			}
 			deadline = max(deadline, d)
+			current.Store(deadline)
 		case <-check:
 		}
 		if t != nil {
@@ -451,11 +468,14 @@ func bootClock() int64 {
 }
 
 // guardFDs parses guardEnv's value.
-func guardFDs(v string) (life, report int, ok bool) {
-	a, b, found := strings.Cut(v, ",")
-	life, err1 := strconv.Atoi(a)
-	report, err2 := strconv.Atoi(b)
-	return life, report, found && err1 == nil && err2 == nil && life > 2 && report > 2 && life != report
+func guardFDs(v string) (life, report int, format string, ok bool) {
+	f := strings.Split(v, ",")
+	if len(f) != 3 {
+		return 0, 0, "", false
+	}
+	life, err1 := strconv.Atoi(f[0])
+	report, err2 := strconv.Atoi(f[1])
+	return life, report, f[2], err1 == nil && err2 == nil && life > 2 && report > 2 && life != report
 }
 
 // inheritedFDs returns, as exec.Cmd.ExtraFiles, the descriptors from 3 up
@@ -504,7 +524,7 @@ type guarded struct {
 // streams, to be killed at deadline (commandDeadline) unless extended. ok
 // is false if the guard did not start the command (it said why, on
 // stderr); g.wait gives its status (127, or 5 past the deadline) then.
-func startGuarded(argv, env []string, deadline int64, stdin io.Reader, stdout, stderr io.Writer) (g *guarded, ok bool, err error) {
+func startGuarded(argv, env []string, deadline int64, stdin io.Reader, stdout, stderr io.Writer, format string) (g *guarded, ok bool, err error) {
 	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
 		return nil, false, err
@@ -529,7 +549,7 @@ func startGuarded(argv, env []string, deadline int64, stdin io.Reader, stdout, s
 	passed := inheritedFDs()
 	lifeFD := 3 + len(passed)
 	cmd.ExtraFiles = append(passed, lifeR, reportW)
-	cmd.Env = append(slices.Clip(env), fmt.Sprintf("%s=%d,%d", guardEnv, lifeFD, lifeFD+1))
+	cmd.Env = append(slices.Clip(env), fmt.Sprintf("%s=%d,%d,%s", guardEnv, lifeFD, lifeFD+1, format))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	// A group of its own: the terminal's signals are run's to pass on.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -555,23 +575,26 @@ func startGuarded(argv, env []string, deadline int64, stdin io.Reader, stdout, s
 }
 
 // wait waits for the command's status and returns it as run reports it:
-// nil for 0, an exitStatus otherwise (128+signal for one killed). A guard
-// that reports none (killed itself, with the command's group, at SIGKILL
-// time; or it could not start the command) is waited for, and its own
-// status stands for the command's.
-func (g *guarded) wait() error {
+// nil for 0, an exitStatus otherwise (128+signal for one killed); late if
+// the guard saw the exit at or past the command's deadline. A guard that
+// reports none (killed itself, with the command's group, at SIGKILL time;
+// or it could not start the command) is waited for, and its own status
+// stands for the command's.
+func (g *guarded) wait() (late bool, err error) {
 	line, _ := g.report.ReadString('\n')
-	n, perr := strconv.ParseUint(strings.TrimSpace(line), 10, 32)
+	status, lateFlag, _ := strings.Cut(strings.TrimSpace(line), " ")
+	n, perr := strconv.ParseUint(status, 10, 32)
 	if perr != nil {
-		return childStatus(g.guard.Wait())
+		return false, childStatus(g.guard.Wait())
 	}
+	late = lateFlag == "1"
 	switch ws := syscall.WaitStatus(n); {
 	case ws.Signaled():
-		return exitStatus(128 + int(ws.Signal()))
+		return late, exitStatus(128 + int(ws.Signal()))
 	case ws.ExitStatus() != 0:
-		return exitStatus(ws.ExitStatus())
+		return late, exitStatus(ws.ExitStatus())
 	}
-	return nil
+	return late, nil
 }
 
 // extend tells the guard the command's new deadline (commandDeadline). It

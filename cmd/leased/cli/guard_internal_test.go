@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -15,6 +17,17 @@ import (
 const mainThreadExitsRole = "LEASED_TEST_MAIN_THREAD_EXITS"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == guardCommand { // startGuarded's /proc/self/exe
+		err := guard(os.Args[2:], os.Stderr)
+		var status exitStatus
+		switch {
+		case errors.As(err, &status):
+			os.Exit(int(status))
+		case err != nil:
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(mainThreadExitsRole) != "" {
 		runtime.LockOSThread() // the main goroutine on the main thread
 		go func() {
@@ -60,5 +73,58 @@ func TestGroupLiveWithAMainThreadGone(t *testing.T) {
 	if !alive(pid, 'Z') || !groupLive(pid) {
 		t.Fatalf("pid %d, its main thread gone and its others running: alive %v, group live %v; want both",
 			pid, alive(pid, 'Z'), groupLive(pid))
+	}
+}
+
+// The guard says whether it saw the command's exit past the deadline: run
+// took the time itself when it read the report, and a run held up after
+// an exit in time made it exit 5 (found in review). Here the guard is
+// stopped across the deadline while its command exits 0, and then is not.
+func TestGuardSaysWhetherTheExitWasLate(t *testing.T) {
+	for _, stopGuard := range []bool{true, false} {
+		t.Run(fmt.Sprintf("guard stopped %t", stopGuard), func(t *testing.T) { guardReportsLate(t, stopGuard) })
+	}
+}
+
+func guardReportsLate(t *testing.T, stopGuard bool) {
+	deadline := bootClock() + int64(time.Second)
+	g, ok, err := startGuarded([]string{"sh", "-c", "kill -STOP $$; exit 0"}, os.Environ(), deadline, nil, os.Stdout, os.Stderr, "text")
+	if err != nil || !ok {
+		t.Fatalf("startGuarded: %v, started %t", err, ok)
+	}
+	defer g.close()
+	waitState(t, g.pid, 'T')
+	if stopGuard {
+		if err := g.guard.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, g.guard.Process.Pid, 'T')
+		time.Sleep(time.Duration(deadline-bootClock()) + 10*time.Millisecond) // past the deadline, by the guard's clock
+	}
+	if err := syscall.Kill(g.pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, g.pid, 'Z') // exited; the guard keeps it a zombie
+	if stopGuard {
+		if err := g.guard.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if late, err := g.wait(); err != nil || late != stopGuard {
+		t.Errorf("guard stopped across the deadline %t: wait() = late %t, %v; want late %t, nil", stopGuard, late, err, stopGuard)
+	}
+}
+
+// waitState waits until pid's state is state.
+func waitState(t *testing.T, pid int, state byte) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) { // bounded poll: no event for another's state
+		if st, _, _, ok := procStat(pid); ok && st == state {
+			return
+		}
+		if time.Now().After(end) {
+			st, _, _, _ := procStat(pid)
+			t.Fatalf("pid %d in state %q, not %q, after 10 s", pid, st, state)
+		}
 	}
 }

@@ -122,8 +122,8 @@ func runHolding(ctx context.Context, c *connFlags, nc *nats.Conn, name string, t
 				if !warned && client.Clock().Warns(kvlease.DefaultClockRate) {
 					warned = true
 					_, _, rate, bound, _ := client.Clock().Estimate()
-					fmt.Fprintf(stderr, "leased: warning: clock rate error against the grantor %.2g ± %.2g is past half the lease's bound %g; at the bound the lease stops counting as held\n",
-						rate, bound, kvlease.DefaultClockRate)
+					newLineLog(stderr, c.output).print(slog.LevelWarn, fmt.Sprintf("warning: clock rate error against the grantor %.2g ± %.2g "+
+						"is past half the lease's bound %g; at the bound the lease stops counting as held", rate, bound, kvlease.DefaultClockRate))
 				}
 			}))
 			opts = append(opts, renewOnEnd(ctx, client, l)...)
@@ -183,10 +183,10 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	// The guard kills the command's group at its deadline unless run, with
 	// each renewal, has sent it a later one (see guard).
 	remaining := func() time.Duration { return l.Remaining() + grace }
-	g, started, err := startGuarded(args, env, commandDeadline(remaining), os.Stdin, stdout, stderr)
+	g, started, err := startGuarded(args, env, commandDeadline(remaining), os.Stdin, stdout, stderr, c.output)
 	if err != nil {
 		_ = k.Close(context.Background())
-		fmt.Fprintf(stderr, "leased: start %s: %v\n", args[0], err)
+		newLineLog(stderr, c.output).print(slog.LevelError, fmt.Sprintf("start %s: %v", args[0], err))
 		return exitStatus(127) // as shells do for a command that cannot run
 	}
 	defer g.close()
@@ -194,7 +194,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	g.extend(commandDeadline(remaining)) // a renewal made while the guard started
 
 	if !started { // the guard said why
-		err := g.wait()
+		_, err := g.wait()
 		_ = k.Close(context.Background())
 		return err
 	}
@@ -205,10 +205,10 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	term := foreground(pgid)
 	defer term.giveBack()
 	exited := make(chan error, 1)
-	var seenLate atomic.Bool // the command's exit seen only after its deadline
+	var seenLate atomic.Bool // the command's exit seen by the guard only after its deadline
 	go func() {
-		err := g.wait()
-		seenLate.Store(l.Remaining()+grace <= 0)
+		late, err := g.wait()
+		seenLate.Store(late)
 		term.giveBack()
 		exited <- err
 	}()
