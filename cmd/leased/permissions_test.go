@@ -1,15 +1,21 @@
 package main_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/leased/leased/cmd/leased/cli"
 )
 
 // docsAuthServer starts a JetStream nats-server whose authorization block is
@@ -21,15 +27,27 @@ func docsAuthServer(t *testing.T) string {
 	if n := strings.Count(auth, "-test-password"); n < 4 {
 		t.Fatalf("authorization block of docs/api.md has %d users with a password, want app, billing, operator and leased:\n%s", n, auth)
 	}
+	hostPort, _ := authServer(t, auth)
+	return hostPort
+}
+
+// authServer starts a JetStream nats-server with the authorization block
+// auth, and returns its host:port and a function that gives it another
+// block (a config reload, as SIGHUP does).
+func authServer(t *testing.T, auth string) (hostPort string, reload func(auth string)) {
+	t.Helper()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "nats.conf")
-	body := "listen: \"127.0.0.1:-1\"\njetstream { store_dir: \"" + filepath.Join(dir, "js") + "\" }\n" + string(auth) + "\n"
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
+	write := func(auth string, port int) {
+		body := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\n%s\n", port, filepath.Join(dir, "js"), auth)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	write(auth, -1)
 	opts, err := natsserver.ProcessConfigFile(conf)
 	if err != nil {
-		t.Fatalf("docs/api.md's authorization block: %v\n%s", err, body)
+		t.Fatalf("authorization block: %v\n%s", err, auth)
 	}
 	opts.NoSigs = true
 	ns, err := natsserver.NewServer(opts)
@@ -41,7 +59,75 @@ func docsAuthServer(t *testing.T) string {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	return strings.TrimPrefix(ns.ClientURL(), "nats://")
+	return strings.TrimPrefix(ns.ClientURL(), "nats://"), func(auth string) {
+		write(auth, ns.Addr().(*net.TCPAddr).Port)
+		if err := ns.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Refusals that come after a command has started are reported as such,
+// at once: a release denied after SIGTERM (acquire --hold waited 5 s and
+// said "unavailable", exit 1), and credentials the server stops accepting
+// (reported as a lost connection, or a lost lease, exit 5). Found by an
+// outside client.
+func TestRefusalsAfterTheStart(t *testing.T) {
+	users := func(more string) string {
+		return `authorization { users = [
+	{ user: leased, password: "leased-pw" }
+	{ user: norelease, password: "norelease-pw", permissions: {
+		publish: { allow: ["lease.v1.>"], deny: ["lease.v1.release"] }
+		subscribe: { allow: ["_INBOX.>", "lease.events.v1.>"] } } }
+	` + more + `
+] }`
+	}
+	hostPort, reload := authServer(t, users(`{ user: temp, password: "temp-pw" }`))
+	as := func(user string) string { return "nats://" + user + ":" + user + "-pw@" + hostPort }
+	serve := exec.Command(leasedBin, "serve", "--nats-url", as("leased"), "--log-format", "json")
+	logs, _ := serve.StderrPipe()
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
+	readLines(logs).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+
+	hold := func(user, name string) (*exec.Cmd, *bytes.Buffer) {
+		cmd := exec.Command(leasedBin, "acquire", name, "--hold", "--ttl", "30s", "--url", as(user))
+		out, _ := cmd.StdoutPipe()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		readLines(out).wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, name) })
+		return cmd, &stderr
+	}
+	check := func(what string, cmd *exec.Cmd, stderr *bytes.Buffer, start time.Time, want string) {
+		t.Helper()
+		err := waitExit(cmd, 20*time.Second)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != cli.ExitDenied || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%s: %v, stderr %q; want exit %d saying %q", what, err, stderr.String(), cli.ExitDenied, want)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("%s: exited %v after the refusal; want at once", what, took.Round(time.Millisecond))
+		}
+		if strings.Contains(stderr.String(), "-pw") {
+			t.Errorf("%s: a password in stderr %q", what, stderr.String())
+		}
+	}
+
+	cmd, stderr := hold("norelease", "perm.norelease")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	check("acquire --hold whose release is denied, after SIGTERM", cmd, stderr, time.Now(), `publish to "lease.v1.release"`)
+
+	cmd, stderr = hold("temp", "perm.temp")
+	start := time.Now()
+	reload(users(""))
+	check("acquire --hold whose user is removed", cmd, stderr, start, "ended this connection's authorization")
 }
 
 // The permissions of docs/api.md with the shipped binary (issue 10 items 7

@@ -553,6 +553,12 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	}
 	ctx, cancel := context.WithCancelCause(cmd.Context())
 	defer cancel(nil)
+	// denied ends with a refusal only, not with an interrupt: the release
+	// a command sends after one (cleanupContext) ends at a refusal too.
+	denied, deny := context.WithCancelCause(context.Background())
+	defer deny(nil)
+	ctx = context.WithValue(ctx, deniedKey{}, denied)
+	refuse := func(err error) { cancel(err); deny(err) }
 	warned := false
 	start := time.Now()
 	servers := max(1, strings.Count(c.url, ",")+1) // tried one after another: together within --timeout
@@ -560,6 +566,9 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 		pe := permissionError(err)
 		switch {
 		case pe == nil:
+			if ae := authorizationEnded(err); ae != nil {
+				refuse(ae)
+			}
 		case c.optional != nil && c.optional(pe):
 		case pe.Op == "subscribe" && strings.HasPrefix(pe.Subject, api.SubjectEvents):
 			// The change events only hasten finding a loss (client.Ends):
@@ -569,7 +578,7 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 				fmt.Fprintf(cmd.ErrOrStderr(), "leased: warning: the NATS server does not let this user subscribe to %q: a revocation is noticed at the next renewal\n", pe.Subject)
 			}
 		default:
-			cancel(pe)
+			refuse(pe)
 		}
 	})
 	if err != nil {
@@ -588,14 +597,57 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	return permissionCause(ctx, fn(ctx, nc))
 }
 
-// permissionCause returns the PermissionError that cancelled ctx, if one
-// did, in place of err (what the cancellation caused, or nil).
+// permissionCause returns the refusal ([ErrPermissionDenied]) that
+// cancelled ctx, or that came after an interrupt had (a release denied),
+// if one did, in place of err (what the cancellation caused, or nil). A
+// release denied after SIGTERM ended as "unavailable" after its timeout,
+// exit 1 (found by an outside client).
 func permissionCause(ctx context.Context, err error) error {
-	var pe *PermissionError
-	if errors.As(context.Cause(ctx), &pe) {
-		return pe
+	for _, cause := range []error{context.Cause(ctx), deniedCause(ctx)} {
+		if errors.Is(cause, ErrPermissionDenied) {
+			return cause
+		}
 	}
 	return err
+}
+
+type deniedKey struct{}
+
+// deniedCause is the refusal withConn saw, or nil.
+func deniedCause(ctx context.Context) error {
+	if denied, ok := ctx.Value(deniedKey{}).(context.Context); ok {
+		return context.Cause(denied)
+	}
+	return nil
+}
+
+// cleanupContext is the context of what a command sends as it ends (a
+// release), for up to d: not ended by an interrupt that ended ctx, but at
+// once by a refusal of the server that withConn sees (a release the
+// user may not send waited for d).
+func cleanupContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	rctx, tcancel := context.WithTimeout(rctx, d)
+	stop := func() bool { return false }
+	if denied, ok := ctx.Value(deniedKey{}).(context.Context); ok {
+		stop = context.AfterFunc(denied, func() { cancel(context.Cause(denied)) })
+	}
+	return rctx, func() { stop(); tcancel(); cancel(nil) }
+}
+
+// authorizationEnded is the error of a connection whose authorization the
+// server ended after it had connected (credentials that expired, a user
+// revoked), or nil: the command cannot go on, which waiting will not
+// change. It was reported as a lost connection or a lost lease (found by
+// an outside client).
+func authorizationEnded(err error) error {
+	for _, e := range []error{nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked, nats.ErrAccountAuthExpired} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%w: the NATS server ended this connection's authorization (%w): renew the credentials (--creds), or check the user",
+				ErrPermissionDenied, err)
+		}
+	}
+	return nil
 }
 
 // withClient is withConn for a command that needs only the service's

@@ -72,7 +72,7 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 	}
 	select {
 	case <-ctx.Done():
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rctx, cancel := cleanupContext(ctx, 5*time.Second)
 		defer cancel()
 		if err := k.Close(rctx); err != nil {
 			return fmt.Errorf("release: %w", err)
@@ -84,7 +84,7 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 		// holder's deadline; nothing runs under it here, so the release
 		// Close sends frees it for the next holder at once.
 		lost := fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rctx, cancel := cleanupContext(ctx, 5*time.Second)
 		defer cancel()
 		if err := k.Close(rctx); err != nil && !errors.Is(err, kvlease.ErrNotHolder) && !errors.Is(err, kvlease.ErrNotFound) {
 			fmt.Fprintf(stderr, "leased: release after the loss: %v\n", err)

@@ -281,7 +281,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				l := k.Lease()
 				if gn != nil {
 					if err := g.join(gn, log); err != nil {
-						rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						rctx, cancel := cleanupContext(ctx, 5*time.Second)
 						defer cancel()
 						_ = k.Close(rctx)
 						return err
@@ -296,7 +296,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				}
 				select {
 				case <-ctx.Done():
-					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					rctx, cancel := cleanupContext(ctx, 5*time.Second)
 					defer cancel()
 					return k.Close(rctx)
 				case <-k.Done():

@@ -262,7 +262,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	// command's group too, so that nothing the command started outlives
 	// the lease.
 	g.close()
-	rctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	rctx, cancel := cleanupContext(ctx, c.timeout)
 	defer cancel()
 	if err := k.Close(rctx); err != nil {
 		log.Warn("release failed", "err", err)
