@@ -259,7 +259,8 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 // Start registers the service on NATS. It first replays the bucket to count
 // leases per holder (for the per-holder limit) and keeps counting from the
 // bucket's stream until Stop; then it starts the extensions, in the order
-// given.
+// given. It refuses to serve beside a lease service of another bucket on
+// its NATS account ([ErrOtherBucket]), which it listens for 200 ms.
 func (s *Service) Start(ctx context.Context) error {
 	// The watch lives until stopped, not until ctx ends; ctx bounds the
 	// retries while JetStream is unavailable: a node that has just rejoined
@@ -299,6 +300,11 @@ func (s *Service) Start(ctx context.Context) error {
 		s.started = append(s.started, ext)
 	}
 
+	if err := s.checkBuckets(""); err != nil {
+		w.Stop()
+		s.stopExtensions()
+		return err
+	}
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        api.ServiceName,
 		Version:     api.ServiceVersion,
@@ -338,6 +344,16 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.nc.Flush(); err != nil {
 		return s.fail(err)
 	}
+	// Once more, now that a service of another bucket started at the same
+	// time would see this one too: both fail (Failed).
+	go func() {
+		if err := s.checkBuckets(svc.Info().ID); errors.Is(err, ErrOtherBucket) {
+			select {
+			case s.failed <- err:
+			default: // failed already
+			}
+		}
+	}()
 	s.log.Info("lease service started", "service", api.ServiceName, "id", svc.Info().ID)
 	return nil
 }
@@ -360,7 +376,9 @@ func (s *Service) stopExtensions() {
 // Failed delivers an error if the service can no longer answer truly and
 // must be stopped: its bucket was deleted and made anew under it
 // ([kvlease.ErrBucketReplaced]; a NATS server restarted on an empty
-// store). Its index of the old bucket's leases answered lists and counts
+// store), or a service of another bucket started on its NATS account at
+// the same time as it did ([ErrOtherBucket]; one that starts later is
+// refused by Start). Its index of the old bucket's leases answered lists and counts
 // with leases that no longer existed, and its reads stayed unavailable
 // (found by an outside client). Restarted, a grantor serves the new bucket,
 // whose tokens started again (docs/safety.md).

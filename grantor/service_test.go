@@ -1113,3 +1113,67 @@ func TestClientAcquireOnAClosedConnectionFailsAtOnce(t *testing.T) {
 		t.Fatalf("Acquire: %v (ctx %v); want ErrConnClosed before its ctx ends", err, ctx.Err())
 	}
 }
+
+// newOn makes a service of bucket on a connection of its own to url.
+func newOn(t *testing.T, url, bucket string) *grantor.Service {
+	t.Helper()
+	nc := kvleasetest.Connect(t, url)
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc), kvlease.WithBucket(bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := grantor.New(st, nc, grantor.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	return svc
+}
+
+// Lease services of two buckets on one NATS account share their subjects
+// and their queue group, so each request went to one of them at random:
+// a lease was granted twice at once, once in each bucket (found by an
+// outside client, with a second `serve --bucket other`). A service refuses
+// to start beside another bucket's; one of the same bucket is welcome.
+func TestServiceRefusesToServeBesideAnotherBucket(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	if err := newOn(t, f.url, kvlease.DefaultBucket).Start(t.Context()); err != nil {
+		t.Fatalf("a second service of the same bucket: %v", err)
+	}
+	err := newOn(t, f.url, "other").Start(t.Context())
+	if !errors.Is(err, grantor.ErrOtherBucket) || !strings.Contains(err.Error(), `"other"`) {
+		t.Fatalf("a service of another bucket: Start = %v; want ErrOtherBucket naming both", err)
+	}
+	for i := range 4 {
+		if _, err := f.client.Grant(t.Context(), kvlease.GrantRequest{Name: "twice", Holder: fmt.Sprint("h", i), Duration: time.Minute}); i > 0 && !errors.Is(err, kvlease.ErrHeld) {
+			t.Fatalf("grant %d of one lease: %v; want held (granted in another bucket?)", i, err)
+		}
+	}
+
+	// Two started at once: not both serve.
+	srv := kvleasetest.NewServer(t)
+	a, b := newOn(t, srv.ClientURL(), "a"), newOn(t, srv.ClientURL(), "b")
+	var errA, errB error
+	var wg sync.WaitGroup
+	wg.Go(func() { errA = a.Start(t.Context()) })
+	wg.Go(func() { errB = b.Start(t.Context()) })
+	wg.Wait()
+	if errA != nil || errB != nil {
+		if !errors.Is(errA, grantor.ErrOtherBucket) && !errors.Is(errB, grantor.ErrOtherBucket) {
+			t.Fatalf("started at once: %v, %v; want one ErrOtherBucket", errA, errB)
+		}
+		return
+	}
+	select {
+	case err := <-a.Failed():
+		if !errors.Is(err, grantor.ErrOtherBucket) {
+			t.Fatalf("a failed with %v", err)
+		}
+	case err := <-b.Failed():
+		if !errors.Is(err, grantor.ErrOtherBucket) {
+			t.Fatalf("b failed with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("two services of two buckets started at once both serve")
+	}
+}

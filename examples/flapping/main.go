@@ -14,6 +14,10 @@
 //	OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 OTEL_METRICS_EXPORTER=none \
 //	  go run ./examples/flapping [-nats-url URL] [-changes 6]
 //
+// It runs a lease service of its own, on the bucket "flapping": with
+// -nats-url, give it a NATS account where no `leased serve` runs (a lease
+// service refuses to start beside another bucket's).
+//
 // Then open Jaeger (http://localhost:16686), service "leased-flapping":
 // search for operation lease.ownership_change, or tag lease.flapping=true.
 // Without OTEL_EXPORTER_OTLP_ENDPOINT nothing is exported; the narrative

@@ -465,7 +465,11 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	select {
 	case <-ctx.Done():
 	case failed = <-svc.Failed():
-		log.Error("cannot serve on: stopping (start again to serve the new bucket; fenced resources need their fences reset: docs/safety.md)", "err", failed)
+		if errors.Is(failed, kvlease.ErrBucketReplaced) {
+			log.Error("cannot serve on: stopping (start again to serve the new bucket; fenced resources need their fences reset: docs/safety.md)", "err", failed)
+		} else {
+			log.Error("cannot serve on: stopping", "err", failed)
+		}
 	}
 	log.Info("shutting down: answering requests in flight")
 	stopHTTP()

@@ -2,20 +2,17 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/spf13/cobra"
 
-	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 )
@@ -170,35 +167,12 @@ func noQuorumHint(msg string) string {
 // grantorNodes asks every running lease service for its info and collects
 // the answers that arrive within wait.
 func grantorNodes(nc *nats.Conn, wait time.Duration) ([]GrantorNode, error) {
-	subj, err := micro.ControlSubject(micro.InfoVerb, api.ServiceName, "")
-	if err != nil {
-		return nil, err
+	found, err := grantor.Nodes(nc, wait)
+	nodes := make([]GrantorNode, 0, len(found))
+	for _, n := range found {
+		nodes = append(nodes, GrantorNode{Node: n.Node, ID: n.ID, NATSURL: RedactURL(n.NATSURL), Version: n.Version})
 	}
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(subj, inbox, nil); err != nil {
-		return nil, err
-	}
-	var nodes []GrantorNode
-	deadline := time.Now().Add(wait)
-	for {
-		msg, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			break // the wait is over
-		}
-		var info micro.Info
-		if json.Unmarshal(msg.Data, &info) != nil {
-			continue
-		}
-		nodes = append(nodes, GrantorNode{Node: info.Metadata["node"], ID: info.ID,
-			NATSURL: RedactURL(info.Metadata["nats_url"]), Version: info.Version})
-	}
-	slices.SortFunc(nodes, func(a, b GrantorNode) int { return strings.Compare(a.Node, b.Node) })
-	return nodes, nil
+	return nodes, err
 }
 
 func printStatus(p printer, s Status) {

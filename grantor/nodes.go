@@ -1,0 +1,87 @@
+package grantor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/leased/leased/grantor/api"
+)
+
+// Node is a running lease service, as it answers the NATS service
+// discovery's INFO request.
+type Node struct {
+	Node    string // its node name
+	ID      string // the service instance's id
+	Bucket  string // the lease bucket it serves
+	NATSURL string // the NATS URL it is connected to (redacted)
+	Version string // the service API's version
+}
+
+// Nodes asks every lease service that nc's account reaches for its info
+// and returns the answers that arrive within wait, by node name.
+func Nodes(nc *nats.Conn, wait time.Duration) ([]Node, error) {
+	subj, err := micro.ControlSubject(micro.InfoVerb, api.ServiceName, "")
+	if err != nil {
+		return nil, err
+	}
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subj, inbox, nil); err != nil {
+		return nil, err
+	}
+	var nodes []Node
+	deadline := time.Now().Add(wait)
+	for {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			break // the wait is over
+		}
+		var info micro.Info
+		if json.Unmarshal(msg.Data, &info) != nil {
+			continue
+		}
+		nodes = append(nodes, Node{Node: info.Metadata["node"], ID: info.ID, Bucket: info.Metadata["bucket"],
+			NATSURL: info.Metadata["nats_url"], Version: info.Version})
+	}
+	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Node, b.Node) })
+	return nodes, nil
+}
+
+// ErrOtherBucket: another lease service that the connection's NATS
+// account reaches serves another bucket. The services share their
+// subjects and their queue group, so NATS would hand each request to one
+// of them at random, and a lease could be granted twice at once, once in
+// each bucket (found by an outside client: a second `serve --bucket
+// other` on the same NATS server, or an example's own grantor). One NATS
+// account serves one bucket; give another bucket an account of its own.
+var ErrOtherBucket = errors.New("grantor: another lease service on this NATS account serves another bucket")
+
+// otherBucketWait is how long Start listens for the other services' info.
+const otherBucketWait = 200 * time.Millisecond
+
+// checkBuckets refuses to serve beside a lease service of another bucket
+// ([ErrOtherBucket]); self is this service's instance id, if started.
+func (s *Service) checkBuckets(self string) error {
+	nodes, err := Nodes(s.nc, otherBucketWait)
+	if err != nil {
+		return fmt.Errorf("grantor: look for other lease services: %w", err)
+	}
+	for _, n := range nodes {
+		if n.ID != self && n.Bucket != s.store.Bucket() {
+			return fmt.Errorf("%w: node %q (service %s) serves bucket %q, this one %q: one NATS account serves one bucket",
+				ErrOtherBucket, n.Node, n.ID, n.Bucket, s.store.Bucket())
+		}
+	}
+	return nil
+}
