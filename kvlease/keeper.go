@@ -305,11 +305,17 @@ func (k *Keeper) halt(ctx context.Context) {
 // the release, for up to [closeGrace]: it sent none, and others waited for
 // the lease's deadline (found by an outside client, with Resign).
 //
-// A lease lost because the grantor found its tenure gone ([ErrNotFound]:
-// revoked, or lapsed) is released all the same: a revocation holds the
-// lease until this holder's deadline, and a release, which says the holder
-// has stopped, frees it at once ([Store.Revoke]). So call Close once the
-// work under the lease has stopped, not before.
+// A lease lost is released all the same (a release names this holder's
+// tenure, token and secret: it frees nothing of another's). Lost because
+// the grantor found its tenure gone ([ErrNotFound]: revoked, or lapsed),
+// it frees the lease at once from a revocation's hold ([Store.Revoke]).
+// Lost at its deadline with renewals unanswered ([ErrExpired]: a stalled
+// or paused NATS server), it frees the tenure that such a renewal, carried
+// out once the server resumes, would bring back, live for a whole TTL with
+// no holder (found by an outside client: elect's leases held for 10 s
+// more by their stopped leaders). So call Close once the work under the
+// lease has stopped, not before. After a loss, a release refused because
+// the tenure is another's ([ErrNotHolder]) is no error.
 func (k *Keeper) Close(ctx context.Context) error {
 	ended := ctx.Err() != nil // a ctx that ends during Close bounds it, as the caller meant
 	k.halt(ctx)
@@ -321,10 +327,11 @@ func (k *Keeper) Close(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), min(max(k.l.Remaining(), 0)+k.l.margin, closeGrace))
 		defer cancel()
 	}
-	if err := k.Err(); errors.Is(err, ErrClosed) || errors.Is(err, ErrNotFound) {
-		return k.l.Release(ctx)
+	err := k.l.Release(ctx)
+	if errors.Is(err, ErrNotHolder) && !errors.Is(k.Err(), ErrClosed) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // KeeperStats are the keeper's counters.

@@ -1367,3 +1367,36 @@ func TestAcquireGivesBackALateGrantWhateverItsRelease(t *testing.T) {
 		})
 	}
 }
+
+// A keeper that lost its lease while its renewals went unanswered, though
+// carried out (a stalled server that resumes carries out what it was
+// sent), releases on Close: the tenure such a renewal brought back stayed
+// live for a whole TTL with no holder, and the next candidate waited
+// (found by an outside client: elect's leases held 10 s more after a
+// serve's SIGSTOP).
+func TestKeeperCloseAfterALossReleasesWhatALateRenewalBroughtBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := kvleasetest.NewFakeGrantor()
+		l := mustAcquire(t, g, "late.renewal", d)
+		g.SetMode(kvleasetest.FakeLoseReply)
+		k, err := kvlease.Keep(context.Background(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-k.Done()
+		if errors.Is(k.Err(), kvlease.ErrClosed) {
+			t.Fatalf("keeper ended with %v; want a loss", k.Err())
+		}
+		if _, ok := g.Lookup("late.renewal"); !ok {
+			t.Fatal("no renewal was carried out: nothing to test")
+		}
+		g.SetMode(kvleasetest.FakeOK)
+		if err := k.Close(context.Background()); err != nil {
+			t.Fatalf("Close after the loss (%v): %v", k.Err(), err)
+		}
+		if rec, ok := g.Lookup("late.renewal"); ok {
+			t.Fatalf("after Close the lost tenure is still live (%+v), with no holder", rec)
+		}
+	})
+}
