@@ -71,8 +71,11 @@
 // Heartbeats are sent point to point over UDP with memberlist's
 // SendBestEffort, so a cluster of n members sends n·(n−1) packets of a few
 // dozen bytes per interval: meant for clusters of tens of members, not
-// thousands. Lost heartbeats look like lateness; the window absorbs
-// occasional loss.
+// thousands. Members that only a few need to judge (service instances, by
+// their grantors) set [Config.HeartbeatRole]: they heartbeat only the
+// members of that role, n·k packets for k such members, and the others do
+// not judge their silence. Lost heartbeats look like lateness; the window
+// absorbs occasional loss.
 //
 // # Events
 //

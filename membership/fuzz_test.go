@@ -19,7 +19,7 @@ import (
 // interval in [0, 1h] that the detector turns into a finite suspicion, and
 // encodes canonically into metadata that decodes to the same.
 func FuzzDecodeMeta(f *testing.F) {
-	valid, err := encodeMeta(map[string]string{"grpc": "10.0.0.7:9090", "zone": "a"}, time.Second)
+	valid, err := encodeMeta(map[string]string{"grpc": "10.0.0.7:9090", "zone": "a"}, time.Second, "")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -44,7 +44,8 @@ func FuzzDecodeMeta(f *testing.F) {
 		if s := detectorSuspicion(&w, false, 3*time.Second, hb, 50*time.Millisecond); hb > 0 && (math.IsNaN(s) || s < 0) {
 			t.Fatalf("heartbeat %v gives suspicion %v", hb, s)
 		}
-		enc, err := encodeMeta(meta, hb)
+		meta, role := splitHeartbeatRole(meta)
+		enc, err := encodeMeta(meta, hb, role)
 		if err != nil {
 			if len(b) <= MaxMetaSize {
 				t.Fatalf("metadata of %d bytes decodes but does not encode: %v", len(b), err)
@@ -55,10 +56,11 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("canonical encoding %d bytes, input %d", len(enc), len(b))
 		}
 		meta2, hb2, err := decodeMeta(enc)
-		if err != nil || hb2 != hb || !maps.Equal(meta2, meta) {
-			t.Fatalf("round trip: %v %v %v, want %v %v", meta2, hb2, err, meta, hb)
+		meta2, role2 := splitHeartbeatRole(meta2)
+		if err != nil || hb2 != hb || !maps.Equal(meta2, meta) || role2 != role {
+			t.Fatalf("round trip: %v %v %q %v, want %v %v %q", meta2, hb2, role2, err, meta, hb, role)
 		}
-		again, _ := encodeMeta(meta2, hb2)
+		again, _ := encodeMeta(meta2, hb2, role2)
 		if !bytes.Equal(again, enc) {
 			t.Fatalf("encoding is not canonical: %x then %x", enc, again)
 		}

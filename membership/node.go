@@ -95,7 +95,8 @@ func newNode(cfg Config) (*Node, error) {
 		stop:    make(chan struct{}),
 	}
 	n.r = newRoster(cfg.PhiThreshold, pp.minStdDev, cfg.DeadRetention, n.queue.push)
-	meta, err := encodeMeta(cfg.Meta, cfg.HeartbeatInterval)
+	n.r.role, n.r.heartbeatRole = cfg.Meta["role"], cfg.HeartbeatRole
+	meta, err := encodeMeta(cfg.Meta, cfg.HeartbeatInterval, cfg.HeartbeatRole)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err) // unreachable after Validate
 	}
@@ -354,7 +355,7 @@ func (n *Node) ClockOffset(name string) (offset, rtt time.Duration, ok bool) {
 // Errors wrap [ErrMeta], [ErrTimeout] (the update stays in effect and
 // gossip carries it later) or [ErrClosed].
 func (n *Node) UpdateMeta(meta map[string]string, timeout time.Duration) error {
-	enc, err := encodeMeta(meta, n.cfg.HeartbeatInterval)
+	enc, err := encodeMeta(meta, n.cfg.HeartbeatInterval, n.cfg.HeartbeatRole)
 	if err != nil {
 		return err
 	}
@@ -365,6 +366,7 @@ func (n *Node) UpdateMeta(meta map[string]string, timeout time.Duration) error {
 	}
 	n.mu.Lock()
 	n.metaMap = maps.Clone(meta)
+	n.r.role = meta["role"]
 	n.mu.Unlock()
 	n.meta.Store(&enc)
 	if timeout <= 0 {

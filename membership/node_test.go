@@ -445,3 +445,37 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// Members with a HeartbeatRole send heartbeats only to members of that
+// role, which judge them as any other; the others do not judge their
+// silence. 50 service instances heartbeating each other saturated two
+// cores (found by an outside client); their grantors are all that judge
+// them.
+func TestHeartbeatRole(t *testing.T) {
+	cfg := func(name, role, hbRole string) membership.Config {
+		c := membership.TestConfig(name)
+		c.Meta, c.HeartbeatRole = map[string]string{"role": role}, hbRole
+		return c
+	}
+	nodes := membershiptest.Start(t, cfg("g", "grantor", ""), cfg("i1", "instance", "grantor"), cfg("i2", "instance", "grantor"))
+	g, i1, i2 := nodes[0], nodes[1], nodes[2]
+	if got := membership.HeartbeatTargets(g); !slices.Equal(got, []string{"i1", "i2"}) {
+		t.Errorf("g heartbeats %v; want every member", got)
+	}
+	if got := membership.HeartbeatTargets(i1); !slices.Equal(got, []string{"g"}) {
+		t.Errorf("i1 heartbeats %v; want the grantor only", got)
+	}
+	if m, _ := g.Member("i1"); len(m.Meta) != 1 || m.Meta["role"] != "instance" {
+		t.Errorf("g sees i1's meta %v; want its own keys only", m.Meta)
+	}
+
+	paused := time.Now()
+	membership.PauseHeartbeats(i1, true)
+	e, _ := membershiptest.WaitFor(t, g, wait, func(e membership.Event) bool {
+		return e.Type == membership.EventSuspect && e.Member.Name == "i1" && !e.Time.Before(paused)
+	})
+	t.Logf("g: i1 suspect %v after its heartbeats stopped", e.Time.Sub(paused).Round(time.Millisecond))
+	if m, _ := i2.Member("i1"); m.Suspicion != 0 || m.State != membership.StateAlive {
+		t.Errorf("i2, which i1 sends no heartbeats, judges it: %+v", m)
+	}
+}

@@ -15,17 +15,20 @@ import (
 // caller, which holds the lock around it, so it is tested with made-up
 // times. Transitions are reported through emit, in order.
 type roster struct {
-	threshold float64
-	minStd    time.Duration
-	retention time.Duration
-	peers     map[string]*peer
-	emit      func(Event)
+	threshold     float64
+	minStd        time.Duration
+	retention     time.Duration
+	peers         map[string]*peer
+	emit          func(Event)
+	role          string // this node's Meta["role"]
+	heartbeatRole string // Config.HeartbeatRole: heartbeats go only to members of this role
 }
 
 type peer struct {
 	node      memberlist.Node // copy, for SendBestEffort and Addr
 	meta      map[string]string
 	nominal   time.Duration // its heartbeat interval; 0: passive, sends none
+	hbRole    string        // its Config.HeartbeatRole: it heartbeats only members of this role
 	gone      State         // StateAlive, or StateDead/StateLeft once memberlist says so
 	suspect   bool          // as last reported by an event
 	win       window
@@ -64,8 +67,8 @@ func (r *roster) suspicion(p *peer, now time.Time, health int) float64 {
 	switch {
 	case p.gone.Gone():
 		return MaxSuspicion
-	case p.nominal <= 0:
-		return 0
+	case p.nominal <= 0, p.hbRole != "" && p.hbRole != r.role:
+		return 0 // it sends this node no heartbeats
 	}
 	return discount(detectorSuspicion(&p.win, p.heard, now.Sub(p.lastHeard), p.nominal, r.minStd), health)
 }
@@ -98,6 +101,7 @@ func (r *roster) join(n *memberlist.Node, now time.Time, health int) {
 	if err != nil {
 		meta, nominal = nil, 0
 	}
+	meta, hbRole := splitHeartbeatRole(meta)
 	if old, ok := r.peers[n.Name]; ok {
 		r.flush(old, health)
 	}
@@ -105,6 +109,7 @@ func (r *roster) join(n *memberlist.Node, now time.Time, health int) {
 		node:      copyNode(n),
 		meta:      meta,
 		nominal:   nominal,
+		hbRole:    hbRole,
 		lastHeard: now,
 		changed:   now,
 	}
@@ -125,6 +130,7 @@ func (r *roster) update(n *memberlist.Node, now time.Time, health int) {
 	if err != nil {
 		meta, nominal = nil, 0
 	}
+	meta, p.hbRole = splitHeartbeatRole(meta)
 	p.node = copyNode(n)
 	p.meta = meta
 	if nominal != p.nominal {
@@ -289,11 +295,12 @@ func (r *roster) all(now time.Time, health int) []Member {
 }
 
 // targets returns the members that should get heartbeats: alive (in
-// memberlist's view, suspect or not) and running this package.
+// memberlist's view, suspect or not), running this package, and of the
+// heartbeat role if there is one.
 func (r *roster) targets() []memberlist.Node {
 	var ts []memberlist.Node
 	for _, p := range r.peers {
-		if !p.gone.Gone() && p.nominal > 0 {
+		if !p.gone.Gone() && p.nominal > 0 && (r.heartbeatRole == "" || p.meta["role"] == r.heartbeatRole) {
 			ts = append(ts, p.node)
 		}
 	}

@@ -48,7 +48,7 @@ func (rig *rosterRig) expect(want string) []Event {
 func node(name string, heartbeat time.Duration, meta map[string]string) *memberlist.Node {
 	b := []byte("foreign")
 	if heartbeat > 0 {
-		b, _ = encodeMeta(meta, heartbeat)
+		b, _ = encodeMeta(meta, heartbeat, "")
 	}
 	return &memberlist.Node{Name: name, Addr: net.IPv4(127, 0, 0, 1), Port: 7946, Meta: b, PMax: 5}
 }

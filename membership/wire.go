@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -36,12 +37,21 @@ const (
 
 var errWire = errors.New("malformed")
 
-func encodeMeta(meta map[string]string, heartbeat time.Duration) ([]byte, error) {
+func encodeMeta(meta map[string]string, heartbeat time.Duration, heartbeatRole string) ([]byte, error) {
+	if heartbeatRole != "" {
+		meta = maps.Clone(meta)
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[heartbeatRoleKey] = heartbeatRole
+	}
 	keys := make([]string, 0, len(meta))
 	for k, v := range meta {
 		switch {
 		case k == "":
 			return nil, fmt.Errorf("%w: empty key", ErrMeta)
+		case k == heartbeatRoleKey && v != heartbeatRole:
+			return nil, fmt.Errorf("%w: key %q is this package's own", ErrMeta, k)
 		case !utf8.ValidString(k):
 			return nil, fmt.Errorf("%w: key %q is not valid UTF-8", ErrMeta, k)
 		case !utf8.ValidString(v):
@@ -73,6 +83,19 @@ func appendString(b []byte, s string) []byte {
 
 // decodeMeta parses metadata written by encodeMeta. Metadata from a member
 // that does not run this package fails to parse; such a member is passive.
+// heartbeatRoleKey carries Config.HeartbeatRole in the metadata; decoded,
+// it is taken out of the member's Meta.
+const heartbeatRoleKey = "membership.heartbeat_role"
+
+// splitHeartbeatRole takes Config.HeartbeatRole out of decoded meta.
+func splitHeartbeatRole(meta map[string]string) (map[string]string, string) {
+	role, ok := meta[heartbeatRoleKey]
+	if ok {
+		delete(meta, heartbeatRoleKey)
+	}
+	return meta, role
+}
+
 func decodeMeta(b []byte) (meta map[string]string, heartbeat time.Duration, err error) {
 	if len(b) == 0 || b[0] != metaVersion {
 		return nil, 0, errWire

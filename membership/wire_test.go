@@ -22,7 +22,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := encodeMeta(tt.meta, tt.heartbeat)
+			b, err := encodeMeta(tt.meta, tt.heartbeat, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,9 +44,9 @@ func TestMetaEncodingIsDeterministic(t *testing.T) {
 	for _, k := range strings.Split("a b c d e f g h i j k l m n o p", " ") {
 		meta[k] = k + k
 	}
-	first, _ := encodeMeta(meta, time.Second)
+	first, _ := encodeMeta(meta, time.Second, "")
 	for range 20 {
-		b, _ := encodeMeta(maps.Clone(meta), time.Second)
+		b, _ := encodeMeta(maps.Clone(meta), time.Second, "")
 		if !bytes.Equal(b, first) {
 			t.Fatal("encoding depends on map order")
 		}
@@ -72,7 +72,7 @@ func TestMetaRejected(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := encodeMeta(tt.meta, time.Second); !errors.Is(err, ErrMeta) {
+			if _, err := encodeMeta(tt.meta, time.Second, ""); !errors.Is(err, ErrMeta) {
 				t.Errorf("err = %v, want ErrMeta", err)
 			}
 		})
@@ -80,18 +80,18 @@ func TestMetaRejected(t *testing.T) {
 	t.Run("largest that fits", func(t *testing.T) {
 		// header: version + 3-byte uvarint(1e6 µs) + count; entry: 1 + 1 + 2 + n
 		n := MaxMetaSize - 1 - 3 - 1 - 1 - 1 - 2
-		b, err := encodeMeta(map[string]string{"k": strings.Repeat("x", n)}, time.Second)
+		b, err := encodeMeta(map[string]string{"k": strings.Repeat("x", n)}, time.Second, "")
 		if err != nil || len(b) != MaxMetaSize {
 			t.Errorf("len %d, err %v; want %d, nil", len(b), err, MaxMetaSize)
 		}
-		if _, err := encodeMeta(map[string]string{"k": strings.Repeat("x", n+1)}, time.Second); err == nil {
+		if _, err := encodeMeta(map[string]string{"k": strings.Repeat("x", n+1)}, time.Second, ""); err == nil {
 			t.Error("one byte more fits")
 		}
 	})
 }
 
 func TestMetaMalformed(t *testing.T) {
-	good, _ := encodeMeta(map[string]string{"role": "grantor"}, time.Second)
+	good, _ := encodeMeta(map[string]string{"role": "grantor"}, time.Second, "")
 	tests := []struct {
 		name string
 		b    []byte

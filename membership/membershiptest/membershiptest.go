@@ -48,9 +48,10 @@ func Start(t testing.TB, cfgs ...membership.Config) []*membership.Node {
 	for _, n := range nodes {
 		WaitJoined(t, n, nodes...)
 	}
-	for _, n := range nodes {
-		for _, o := range nodes {
-			if o != n {
+	for i, n := range nodes {
+		for j, o := range nodes {
+			// o heartbeats n unless its HeartbeatRole is not n's role.
+			if o != n && (cfgs[j].HeartbeatRole == "" || cfgs[i].Meta["role"] == cfgs[j].HeartbeatRole) {
 				WaitHeard(t, n, o.Name())
 			}
 		}

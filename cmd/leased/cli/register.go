@@ -141,6 +141,12 @@ func (g *gossipFlags) config(name string) (membership.Config, time.Duration, err
 	return membership.Config{}, 0, usageError{fmt.Errorf("--gossip-profile %q: want lan, fast or test", g.profile)}
 }
 
+// The gossip roles (membership Meta["role"]) of serve and register.
+const (
+	roleGrantor  = "grantor"
+	roleInstance = "instance"
+)
+
 // start joins gossip as name with meta; it returns nil if gossip is off.
 func (g *gossipFlags) start(name string, meta map[string]string, log *slog.Logger) (*membership.Node, error) {
 	node, err := g.bind(name, meta, log)
@@ -169,6 +175,12 @@ func (g *gossipFlags) bind(name string, meta map[string]string, log *slog.Logger
 		cfg.BindAddr = host
 	}
 	cfg.Meta, cfg.Logger, cfg.SecretKey = meta, log.With("component", "gossip"), g.key
+	if meta["role"] != roleGrantor {
+		// Only grantors judge a member's silence (discover's suspicion,
+		// removal of the dead): heartbeats to the others were n·(n−1)
+		// packets a period, and 50 instances saturated two cores.
+		cfg.HeartbeatRole = roleGrantor
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{err}
 	}
@@ -256,7 +268,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				// refused (held), had the grantors take the node for dead
 				// and remove the live instance's registration (both found
 				// by outside clients).
-				gn, err := g.bind(node, map[string]string{"role": "instance", "service": args[0]}, log)
+				gn, err := g.bind(node, map[string]string{"role": roleInstance, "service": args[0]}, log)
 				if err != nil {
 					// A second register of a live instance on its fixed
 					// --gossip-listen: held (exit 3), as it said before it

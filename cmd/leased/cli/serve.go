@@ -421,7 +421,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	regOpts := []registry.Option{registry.WithLogger(log)}
 	if f.gossip.enabled() {
-		gn, err := f.gossip.start(gossipName(f), map[string]string{"role": "grantor", "nats_url": RedactURL(url)}, log)
+		gn, err := f.gossip.start(gossipName(f), map[string]string{"role": roleGrantor, "nats_url": RedactURL(url)}, log)
 		if err != nil {
 			return err
 		}
