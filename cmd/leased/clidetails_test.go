@@ -177,9 +177,12 @@ func TestCLIDetails(t *testing.T) {
 
 	t.Run("discover refuses a negative --max-suspicion", func(t *testing.T) {
 		// It used to list every instance, as if no limit were given.
-		r := run(t, 2, "discover", "web", "--max-suspicion", "-1")
-		if !strings.Contains(r.stderr, "--max-suspicion") {
-			t.Fatalf("stderr %q", r.stderr)
+		// +Inf failed to encode (exit 1; found by an outside client).
+		for _, v := range []string{"-1", "Inf", "+Inf", "NaN"} {
+			r := run(t, 2, "discover", "web", "--max-suspicion", v)
+			if !strings.Contains(r.stderr, "--max-suspicion") {
+				t.Fatalf("--max-suspicion %s: stderr %q", v, r.stderr)
+			}
 		}
 	})
 

@@ -90,12 +90,19 @@ func ValidateServiceName(what, v string) error {
 	return nil
 }
 
-// ValidateAddr checks an instance's address: host:port, with a host and a
-// port number.
+// ValidateAddr checks an instance's address: host:port, with a host (a
+// host name or an IP address) and a port number.
 func ValidateAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err == nil && host == "" {
 		err = errors.New("missing host")
+	}
+	for i, r := range host {
+		if err == nil && !strings.ContainsRune(hostChars, r) {
+			// Control characters went into discover's output and the
+			// registering command's own line (found by an outside client).
+			err = fmt.Errorf("host has %q at byte %d: want a host name or an IP address", r, i)
+		}
 	}
 	if err == nil {
 		var n int
@@ -108,6 +115,9 @@ func ValidateAddr(addr string) error {
 	}
 	return nil
 }
+
+// hostChars are those of host names and IP addresses (an IPv6 zone too).
+const hostChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_:%"
 
 // Attributes encodes r into the attributes of its lease.
 func (r Registration) Attributes() map[string]string {

@@ -20,6 +20,11 @@ func TestRegistrationValidate(t *testing.T) {
 		{Service: "web", Instance: "i", Addr: "notanaddr"},
 		{Service: "web", Instance: "i", Addr: ":80"},
 		{Service: "web", Instance: "i", Addr: "a:0"},
+		// Control characters and spaces in the host went into discover's
+		// output (found by an outside client).
+		{Service: "web", Instance: "i", Addr: "ho\nst\x1b:80"},
+		{Service: "web", Instance: "i", Addr: "a b:80"},
+		{Service: "web", Instance: "i", Addr: "caf\u00e9:80"},
 		{Service: "web", Instance: "i", Addr: "a:1", Meta: map[string]string{"": "v"}},
 		{Service: "*", Instance: "i", Addr: "a:1"},
 		// Node names as gossip takes them (anything went; found by an
@@ -31,8 +36,10 @@ func TestRegistrationValidate(t *testing.T) {
 			t.Errorf("%+v: accepted", r)
 		}
 	}
-	if err := (api.Registration{Service: "web", Instance: "i-1", Addr: "a:1"}).Validate(); err != nil {
-		t.Fatal(err)
+	for _, addr := range []string{"a:1", "10.0.0.7:8080", "[fe80::1%eth0]:80", "[::1]:443", "db-1.prod.example.com:5432", "my_host:9"} {
+		if err := (api.Registration{Service: "web", Instance: "i-1", Addr: addr}).Validate(); err != nil {
+			t.Errorf("addr %q: %v", addr, err)
+		}
 	}
 	if err := (api.Registration{Service: "web", Instance: "i-1", Addr: "a:1", Node: "web-i-1-4711"}).Validate(); err != nil {
 		t.Fatal(err)

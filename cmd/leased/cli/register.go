@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -341,7 +342,7 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 			if err := api.ValidateServiceName("SERVICE", args[0]); err != nil {
 				return usageError{err}
 			}
-			if !(maxSuspicion >= 0) { // NaN too
+			if !(maxSuspicion >= 0) || math.IsInf(maxSuspicion, 1) { // NaN too; +Inf could not be sent (JSON)
 				return usageError{fmt.Errorf("--max-suspicion %v: want 0 (keep all) or a positive suspicion level", maxSuspicion)}
 			}
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
