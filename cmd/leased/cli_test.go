@@ -1036,6 +1036,12 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--name", "x",
 			"--cluster-listen", "127.0.0.1:0"}, "--cluster-listen needs --cluster-name"},
 		{nowhere, []string{"run", "x.two", "--", "echo", "hi"}, "--lease NAME"},
+		// Gossip that no grantor would hear of, and a --node that names
+		// nothing (they registered all the same; found by an outside
+		// client).
+		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-listen", "127.0.0.1:0"}, "--gossip-listen needs --gossip-seeds"},
+		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--node", "n1"}, "--node names this instance's gossip member"},
+		{"", []string{"dev-cluster", "--host", "10.1.2.3", "--data", t.TempDir()}, "loopback"},
 	} {
 		r := leased(t, c.url, c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "s3cret") {

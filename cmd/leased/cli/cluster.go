@@ -131,6 +131,9 @@ secured cluster.`,
 			if n < 3 {
 				return usageError{fmt.Errorf("--nodes %d: a replicated bucket needs at least 3", n)}
 			}
+			if host == "localhost" { // a loopback address by name (refused as none; found by an outside client)
+				host = "127.0.0.1"
+			}
 			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 				return usageError{fmt.Errorf("--host %q: dev-cluster runs without authorization, for one trusted host: "+
 					"give a loopback address (for a secured cluster run serve --config, README \"Security\")", host)}

@@ -238,6 +238,14 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 			if err := reg.Validate(); err != nil {
 				return usageError{err}
 			}
+			switch {
+			case g.listen != "" && len(g.seeds) == 0:
+				// No grantor would hear of it: a node on the registration
+				// that nothing judges (found by an outside client).
+				return usageError{errors.New("--gossip-listen needs --gossip-seeds: the gossip address of a grantor (serve --gossip-listen)")}
+			case node != "" && !g.enabled():
+				return usageError{errors.New("--node names this instance's gossip member: it goes with --gossip-seeds")}
+			}
 			if g.enabled() {
 				if node == "" {
 					node = args[0] + "-" + args[1] + "-" + strconv.Itoa(os.Getpid())
