@@ -37,7 +37,7 @@ type gossipFlags struct {
 func (g *gossipFlags) register(fs *pflag.FlagSet, listenHelp string) {
 	fs.StringVar(&g.listen, "gossip-listen", "", listenHelp)
 	fs.StringSliceVar(&g.seeds, "gossip-seeds", nil, "gossip addresses host:port of members to join (comma-separated)")
-	fs.StringVar(&g.profile, "gossip-profile", "lan", "gossip timing: lan (memberlist's: dead after ~5 s, longer while several members fail at once), fast (suspect after ~0.4 s, dead after ~3 s; loopback), test (dead after ~1 s)")
+	fs.StringVar(&g.profile, "gossip-profile", "lan", "gossip timing: lan (memberlist's: dead after ~5 s, longer while several members fail at once), fast (suspect after ~0.4 s, dead after ~3 s; loopback), test (dead after ~1 s); give every member the same: the fastest member's probes decide for all")
 	fs.StringVar(&g.keyFile, "gossip-key-file", "", "file holding the gossip key, base64 of 16, 24 or 32 random bytes (head -c 32 /dev/urandom | base64), "+
 		"the same on every member: gossip is then encrypted and authenticated (env LEASED_GOSSIP_KEY)")
 }
