@@ -81,6 +81,10 @@ func TestHistoryCommand(t *testing.T) {
 		{"history", "--since", "-1h"},
 		{"history", "a b"},
 		{"history", "--since", "soon"},
+		// From an outside client: a bucket name that cannot be (exit 1,
+		// "grantor unavailable"), a duration past what one holds.
+		{"history", "--bucket", "bad bucket"},
+		{"history", "--since", "10000000h"},
 	} {
 		if r := leased(t, s.url, args...); r.code != 2 {
 			t.Errorf("%v: exit %d (%s), want 2", args, r.code, r.stderr)

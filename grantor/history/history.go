@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -417,18 +418,39 @@ func filterFor(subjectPrefix, prefix string) string {
 
 // ParseSince reads the start of a window of history: a duration ≥ 0
 // back from now, or an RFC 3339 time. It returns the time and, for a
-// duration, the duration.
+// duration, the duration. A start before 1970 is 1970, one after now is
+// now (nothing is older, or newer), and so within the years 1678–2262 the
+// history's reads count in nanoseconds (2300 read as all of it, 1600 as
+// nothing; found by an outside client).
 func ParseSince(s string, now time.Time) (time.Time, time.Duration, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return time.Time{}, 0, fmt.Errorf("since %q: negative (give how far back, e.g. 1h)", s)
-		}
-		return now.Add(-d), d, nil
+	epoch := time.Unix(0, 0)
+	d, err := time.ParseDuration(s)
+	switch {
+	case err == nil && d < 0:
+		return time.Time{}, 0, fmt.Errorf("since %q: negative (give how far back, e.g. 1h)", s)
+	case err == nil:
+		return laterOf(now.Add(-d), epoch), d, nil
+	case durationLike.MatchString(s):
+		return time.Time{}, 0, fmt.Errorf("since %q: too far back for a duration (at most about 290 years); give an RFC 3339 time", s)
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, 0, nil
+	t, err := time.Parse(time.RFC3339Nano, s)
+	switch {
+	case err != nil:
+		return time.Time{}, 0, fmt.Errorf("since %q: want a duration back from now (30m, 1h, 24h) or an RFC 3339 time", s)
+	case t.After(now):
+		return now, 0, nil // a window of the live leases only
 	}
-	return time.Time{}, 0, fmt.Errorf("since %q: want a duration back from now (30m, 1h, 24h) or an RFC 3339 time", s)
+	return laterOf(t, epoch), 0, nil
+}
+
+// durationLike matches what ParseDuration reads, though it may overflow.
+var durationLike = regexp.MustCompile(`^([0-9]*(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$`)
+
+func laterOf(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }
 
 // Live returns a grant record of each of leases, the live leases as the

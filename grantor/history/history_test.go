@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -279,5 +280,36 @@ func TestReadWhileTheStreamHasNoLeader(t *testing.T) {
 		t.Logf("read answered %v after a quorum was back", time.Since(back).Round(time.Millisecond))
 	case <-time.After(30 * time.Second):
 		t.Fatal("the read still waits 30 s after a quorum was back")
+	}
+}
+
+// A --since the history cannot count in nanoseconds since 1970 (before
+// 1678, after 2262) read as its opposite: 2300 as all of it, 1600 as
+// nothing (found by an outside client). Before 1970 is 1970, the future
+// now; durations past 290 years are refused with a message that says so.
+func TestParseSince(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	epoch := time.Unix(0, 0)
+	for s, want := range map[string]time.Time{
+		"1h":                   now.Add(-time.Hour),
+		"0s":                   now,
+		"2026-12-06T11:00:00Z": now.Add(-time.Hour),
+		"1600-01-01T00:00:00Z": epoch,
+		"2000000h":             epoch, // 228 years back
+		"2300-01-01T00:00:00Z": now,
+		"9999-12-31T23:59:59Z": now,
+	} {
+		if got, _, err := history.ParseSince(s, now); err != nil || !got.Equal(want) {
+			t.Errorf("ParseSince(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for s, msg := range map[string]string{
+		"-1h":                  "negative",
+		"soon":                 "want a duration",
+		"10000000h":            "too far back",
+	} {
+		if _, _, err := history.ParseSince(s, now); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("ParseSince(%q): %v; want an error saying %q", s, err, msg)
+		}
 	}
 }

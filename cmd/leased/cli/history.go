@@ -48,6 +48,11 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 			if err := kvlease.ValidatePrefix(prefix); err != nil {
 				return usageError{err}
 			}
+			if err := kvlease.ValidateBucket(bucket); err != nil {
+				// It said "grantor unavailable: invalid stream name", exit
+				// 1 (found by an outside client).
+				return usageError{fmt.Errorf("--bucket: %w", err)}
+			}
 			// The live leases are optional (the bucket): a user allowed the
 			// history only gets a warning. Its refusal ended the command
 			// (exit 7), and the warning said "context canceled" (found by
