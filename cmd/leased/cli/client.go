@@ -448,6 +448,18 @@ func textSafe(s string) string {
 	return q[1 : len(q)-1]
 }
 
+// field is s as one field of a line of fields (a table's column, a
+// key=value): quoted if it has a space, a quote or an '=', or is not
+// printable, so that the line still splits into its fields. A holder
+// named with spaces could not be told from the fields after it (found by
+// an outside client).
+func field(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r == ' ' || r == '"' || r == '=' || !unicode.IsPrint(r) }) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
 // printer writes results as text or JSON lines.
 type printer struct {
 	w    io.Writer
@@ -505,7 +517,7 @@ func (p printer) leases(ls []api.Lease) {
 		if in.(time.Duration) <= 0 {
 			in = "lapsing" // due, and the server has not removed it yet (it does so late, never early)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\t%s\n", l.Name, l.Holder, l.Token, time.Duration(l.TTL), in, flag)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\t%s\n", l.Name, field(l.Holder), l.Token, time.Duration(l.TTL), in, flag)
 	}
 	tw.Flush()
 }

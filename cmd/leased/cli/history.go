@@ -143,8 +143,8 @@ func printTenures(p printer, ts []history.Tenure, now time.Time) {
 		if t.Reason != "" {
 			ended += " (" + textSafe(t.Reason) + ")"
 		}
-		holder := t.Holder
-		if holder == "" {
+		holder := field(t.Holder)
+		if t.Holder == "" {
 			holder = "?"
 		}
 		flag := ""

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/kvlease"
 )
 
 // Times of day are today's; an earlier day's tenure shows its date (the
@@ -25,5 +27,25 @@ func TestHistoryTimesCarryTheirDay(t *testing.T) {
 	// A live tenure's renewals are counted at its end: not shown as 0.
 	if live := strings.Split(strings.TrimSpace(out), "\n")[2]; !strings.Contains(live, " -  ") || !strings.Contains(live, "live") {
 		t.Fatalf("live row %q: want its renewals shown as -", live)
+	}
+}
+
+// A holder named with spaces, quotes or '=' is quoted in watch's text and
+// in the tables, so that a line still splits into its fields (it printed
+// `holder=odd holder <b>"x"`; found by an outside client).
+func TestTextFieldsQuoteHolders(t *testing.T) {
+	var b strings.Builder
+	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	printEvent(printer{w: &b}, kvlease.Event{Type: kvlease.EventGranted, Name: "x", Holder: `odd holder <b>"x"`, Token: 3, Revision: 3, Time: at})
+	printEvent(printer{w: &b}, kvlease.Event{Type: kvlease.EventGranted, Name: "y", Holder: "plain-1", Token: 4, Revision: 4, Time: at})
+	want := "2026-12-06T12:00:00Z granted  x holder=\"odd holder <b>\\\"x\\\"\" token=3 revision=3\n" +
+		"2026-12-06T12:00:00Z granted  y holder=plain-1 token=4 revision=4\n"
+	if b.String() != want {
+		t.Errorf("watch text:\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	printer{w: &b}.leases([]api.Lease{{Name: "x", Holder: "a b", Token: 3}})
+	if !strings.Contains(b.String(), `x     "a b"`) {
+		t.Errorf("ls table:\n%s\nwant the holder quoted", b.String())
 	}
 }

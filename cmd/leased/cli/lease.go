@@ -424,7 +424,7 @@ func printEvent(p printer, ev kvlease.Event) {
 		reason = " reason=" + fmt.Sprintf("%q", out.Reason)
 	}
 	fmt.Fprintf(p.w, "%s %-8s %s holder=%s token=%d revision=%d%s\n",
-		out.Time.Format(time.RFC3339Nano), out.Type, out.Name, out.Holder, out.Token, out.Revision, reason)
+		out.Time.Format(time.RFC3339Nano), out.Type, out.Name, field(out.Holder), out.Token, out.Revision, reason)
 }
 
 func exactArgs(n int) cobra.PositionalArgs {
