@@ -390,10 +390,13 @@ func waitReady(ns *server.Server, log *logger, timeout time.Duration) error {
 // clients, routes or gateways on a non-loopback address that does not
 // require authentication.
 func checkExposure(o *server.Options) error {
-	if !loopback(o.Host) && !clientAuth(o) {
+	if !loopback(o.Host) && (!clientAuth(o) || passwordless(o) != "") {
 		what := "no authorization (users, nkeys, token, operator JWTs or verified TLS client certificates)"
-		if o.NoAuthUser != "" {
+		switch {
+		case o.NoAuthUser != "":
 			what = fmt.Sprintf("a no_auth_user (%s): clients without credentials are let in as that user", o.NoAuthUser)
+		case passwordless(o) != "":
+			what = fmt.Sprintf("a user without a password (%s): clients that name it are let in", passwordless(o))
 		}
 		return fmt.Errorf("%w: client port on %s has %s: anyone who can reach it can write the lease bucket directly",
 			ErrInsecure, net.JoinHostPort(o.Host, strconv.Itoa(max(o.Port, 0))), what)
@@ -433,6 +436,26 @@ func clientAuth(o *server.Options) bool {
 	return len(o.Users) > 0 || len(o.Nkeys) > 0 || o.Username != "" || o.Authorization != "" ||
 		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.CustomClientAuthentication != nil ||
 		o.AuthCallout != nil || (o.TLSConfig != nil && o.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
+}
+
+// passwordless is the name of a user that needs no password, or "": with
+// none, anyone who names the user is let in as it (found by an outside
+// client: the user the docs name, with all the bucket's permissions).
+// Where client certificates are verified, users are those certificates'
+// subjects, and need none.
+func passwordless(o *server.Options) string {
+	if o.TLSConfig != nil && o.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert {
+		return ""
+	}
+	if o.Username != "" && o.Password == "" {
+		return o.Username
+	}
+	for _, u := range o.Users {
+		if u.Password == "" {
+			return u.Username
+		}
+	}
+	return ""
 }
 
 // routeAuth reports whether routes must authenticate. Cluster TLS from a

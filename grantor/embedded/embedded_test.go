@@ -66,6 +66,10 @@ func TestStartRefusesUnauthenticatedExposure(t *testing.T) {
 		// Users, but a client without credentials is let in as one of them.
 		{"client port, no_auth_user", embedded.Config{Base: &server.Options{Host: "0.0.0.0",
 			Users: []*server.User{{Username: "u", Password: "p"}}, NoAuthUser: "u"}}},
+		// A user without a password lets in anyone who names it (found
+		// by an outside client).
+		{"client port, a user without a password", embedded.Config{Base: &server.Options{Host: "0.0.0.0",
+			Users: []*server.User{{Username: "u", Password: "p"}, {Username: "leased"}}}}},
 		{"gateway port", embedded.Config{Base: &server.Options{Users: users.Users,
 			Gateway: server.GatewayOpts{Name: "gw", Host: "0.0.0.0", Port: -1}}, Name: "n1", ClusterName: "gw"}},
 	} {
@@ -80,6 +84,9 @@ func TestStartRefusesUnauthenticatedExposure(t *testing.T) {
 			}
 			if tc.cfg.Base != nil && tc.cfg.Base.NoAuthUser != "" && !strings.Contains(err.Error(), "no_auth_user") {
 				t.Errorf("Start: %v; want it to name the no_auth_user", err)
+			}
+			if strings.Contains(tc.name, "without a password") && !strings.Contains(err.Error(), "a user without a password (leased)") {
+				t.Errorf("Start: %v; want it to name the user without a password", err)
 			}
 			if _, err := os.Stat(tc.cfg.DataDir + "/" + embedded.LockFile); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("lock file after refusal: %v", err)
