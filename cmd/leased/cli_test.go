@@ -1041,6 +1041,9 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		// client).
 		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-listen", "127.0.0.1:0"}, "--gossip-listen needs --gossip-seeds"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--node", "n1"}, "--node names this instance's gossip member"},
+		// The URL's user was used and --user ignored (found by an outside
+		// client).
+		{"nats://operator:s3cret@127.0.0.1:1", []string{"ls", "--user", "app"}, "carries credentials, and so do --user"},
 		{"", []string{"dev-cluster", "--host", "10.1.2.3", "--data", t.TempDir()}, "loopback"},
 	} {
 		r := leased(t, c.url, c.args...)

@@ -121,6 +121,13 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 	if err := checkURLs(url); err != nil {
 		return nil, err
 	}
+	if urlCredentials(url) && (n.user != "" || n.creds != "") {
+		// nats.go used the URL's and ignored the flags: a command could
+		// run as a user with more permissions than the one asked for
+		// (found by an outside client).
+		return nil, usageError{fmt.Errorf("NATS URL %s carries credentials, and so do --user (or LEASED_USER) or --creds: give them one way",
+			RedactURL(url))}
+	}
 	nc, err := nats.Connect(url, opts...)
 	var badURL *neturl.Error
 	switch {
@@ -214,6 +221,20 @@ func checkURLs(urls string) error {
 		}
 	}
 	return nil
+}
+
+// urlCredentials reports whether a URL of urls names a user (or token).
+func urlCredentials(urls string) bool {
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u
+		}
+		if p, err := neturl.Parse(u); err == nil && p.User != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrPermissionDenied: the NATS server's permissions refused a publish or a
