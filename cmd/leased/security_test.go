@@ -100,6 +100,22 @@ func TestServeOwnCredentialsRefused(t *testing.T) {
 	}
 }
 
+// serve as a user whose account has no JetStream on its own standalone
+// server says so and exits 2: it waited for JetStream for good (found by
+// an outside client).
+func TestServeAccountWithoutJetStream(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "accounts.conf")
+	if err := os.WriteFile(conf, []byte(`accounts { L { users = [ { user: leased, password: right } ] } }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := leased(t, "", "serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--config", conf, "--user", "leased",
+		"--password", "right")
+	if r.code != 2 || !strings.Contains(r.stderr, "no JetStream") || time.Since(start) > 30*time.Second {
+		t.Fatalf("exit %d after %v, stderr:\n%s\nwant exit 2 saying the account has no JetStream", r.code, time.Since(start), r.stderr)
+	}
+}
+
 // A three-node cluster secured by a nats-server configuration file: TLS on
 // client and route ports, and exactly the users of docs/api.md. An
 // unauthenticated client is refused; the app user leases through the service

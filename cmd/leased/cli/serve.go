@@ -403,6 +403,18 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if srv != nil && f.clusterName == "" {
+		// On its own standalone server an account without JetStream never
+		// gets it: serve waited for it for good (found by an outside
+		// client, with --config accounts).
+		actx, cancel := context.WithTimeout(startCtx, 5*time.Second)
+		_, err := js.AccountInfo(actx)
+		cancel()
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return usageError{errors.New("the account of serve's user has no JetStream on the embedded server (err_code 10039): " +
+				"give it jetstream in --config (accounts { NAME { jetstream: enabled, users: [...] } })")}
+		}
+	}
 	octx, cancel := context.WithCancel(startCtx)
 	defer cancel()
 	if limit := f.jetStreamWaitLimit(srv != nil); limit > 0 {
