@@ -691,6 +691,18 @@ func withClient(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, c
 		if err != nil {
 			return err
 		}
-		return fn(ctx, cl)
+		return inboxHint(fn(ctx, cl), c.inboxPrefix)
 	})
+}
+
+// inboxHint adds to err, a service that did not answer, that it drops
+// requests whose replies go to an inbox its default --reply-prefixes do
+// not cover, if prefix is one: only its log said so (found by an outside
+// client, with --inbox-prefix myinbox).
+func inboxHint(err error, prefix string) error {
+	if prefix == "" || !errors.Is(err, kvlease.ErrUnavailable) || api.ReplySubjectOK(prefix+".x", nil) {
+		return err
+	}
+	return fmt.Errorf("%w (--inbox-prefix %q: the lease service drops requests whose replies go elsewhere than its --reply-prefixes, "+
+		"_INBOX… by default: use a prefix that begins _INBOX, or have serve name this one)", err, prefix)
 }

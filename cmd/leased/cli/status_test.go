@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease"
 )
 
 // A follower the stream leader has not heard from is unreachable, whatever
@@ -146,6 +149,28 @@ func TestNoQuorumHint(t *testing.T) {
 	} {
 		if got := noQuorumHint(msg) != ""; got != want {
 			t.Errorf("noQuorumHint(%q) given: %v, want %v", msg, got, want)
+		}
+	}
+}
+
+// A request the service dropped for its reply subject (an --inbox-prefix
+// outside its --reply-prefixes) was reported as a grantor that did not
+// answer, with no word of why (found by an outside client).
+func TestInboxHint(t *testing.T) {
+	unavailable := fmt.Errorf("%w: the grantor did not answer", kvlease.ErrUnavailable)
+	for _, c := range []struct {
+		err    error
+		prefix string
+		hint   bool
+	}{
+		{unavailable, "myinbox", true},
+		{unavailable, "_INBOX_app", false},
+		{unavailable, "", false},
+		{errors.New("held"), "myinbox", false},
+	} {
+		err := inboxHint(c.err, c.prefix)
+		if got := strings.Contains(err.Error(), "--reply-prefixes"); got != c.hint || !errors.Is(err, c.err) {
+			t.Errorf("inboxHint(%v, %q) = %v; want a hint %t, and the error kept", c.err, c.prefix, err, c.hint)
 		}
 	}
 }
