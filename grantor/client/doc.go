@@ -18,6 +18,16 @@
 // view is behind (a stream leader cut off from its peers) said it, and
 // kvlease.Acquire asks again rather than stopping on it.
 //
+// A request the NATS server's permissions refuse (a publish the user may
+// not make, replies on an inbox it may not subscribe to) gets no reply:
+// nats.go reports the refusal, an error wrapping nats.ErrPermissionViolation
+// that names the subject, to the connection's error handler
+// (nats.ErrorHandler), not to the request, which ends as
+// kvlease.ErrUnavailable when its ctx does, and would be retried as if the
+// grantor were down. A program whose users' permissions are narrow should
+// install a handler that stops it on such an error, as the leased command
+// does (it exits 7 at once).
+//
 // # Clocks
 //
 // Every reply carries the answering grantor's clock. [ClockEstimator]
