@@ -14,6 +14,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 
 	"github.com/leased/leased/cmd/leased/cli"
 )
@@ -247,5 +248,46 @@ func TestDocumentedPermissions(t *testing.T) {
 	}
 	if strings.Contains(strings.ToLower(all), "permissions violation") {
 		t.Fatalf("the documented permissions refuse the service something:\n%s", all)
+	}
+}
+
+// A server that lists its users by nkey: serve and a client connect with
+// --nkey (a seed file). No command could (found by an outside client);
+// the seed is never printed.
+func TestNkeyUsers(t *testing.T) {
+	dir := t.TempDir()
+	seedFile := func(name string) (pub, file string) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, _ := kp.Seed()
+		pub, _ = kp.PublicKey()
+		file = filepath.Join(dir, name+".nk")
+		if err := os.WriteFile(file, seed, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return pub, file
+	}
+	leasedPub, leasedSeed := seedFile("leased")
+	appPub, appSeed := seedFile("app")
+	hostPort, _ := authServer(t, fmt.Sprintf(`authorization { users = [ { nkey: %s }, { nkey: %s } ] }`, leasedPub, appPub))
+	url := "nats://" + hostPort
+	serve := exec.Command(leasedBin, "serve", "--nats-url", url, "--nkey", leasedSeed, "--log-format", "json")
+	logs, _ := serve.StderrPipe()
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
+	readLines(logs).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	if r := leased(t, url, "acquire", "nk.a", "--nkey", appSeed); r.code != 0 {
+		t.Fatalf("acquire --nkey: exit %d %s", r.code, r.stderr)
+	}
+	if r := leased(t, url, "ls"); r.code != 7 {
+		t.Errorf("ls without a credential: exit %d %s; want 7", r.code, r.stderr)
+	}
+	seed, _ := os.ReadFile(appSeed)
+	if r := leased(t, url, "ls", "--nkey", appSeed, "--user", "x"); r.code != 2 || strings.Contains(r.stderr, string(seed)) {
+		t.Errorf("--nkey with --user: exit %d %s; want 2, no seed", r.code, r.stderr)
 	}
 }

@@ -44,13 +44,14 @@ const (
 
 // natsFlags say how to reach NATS, as NATS clients usually take them.
 type natsFlags struct {
-	creds, tlsCA, tlsCert, tlsKey string
-	inboxPrefix                   string
-	user, password                string
+	creds, nkey, tlsCA, tlsCert, tlsKey string
+	inboxPrefix                         string
+	user, password                      string
 }
 
 func (n *natsFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&n.creds, "creds", "", "NATS user credentials file")
+	fs.StringVar(&n.creds, "creds", "", "NATS user credentials file (a JWT and its seed)")
+	fs.StringVar(&n.nkey, "nkey", "", "NATS nkey seed file (a user's SU… seed, for a server that lists users by nkey)")
 	fs.StringVar(&n.tlsCA, "tls-ca", "", "CA certificate to verify the NATS server")
 	fs.StringVar(&n.tlsCert, "tls-cert", "", "client certificate for NATS (with --tls-key)")
 	fs.StringVar(&n.tlsKey, "tls-key", "", "client key for NATS (with --tls-cert)")
@@ -77,6 +78,19 @@ func (n *natsFlags) options() ([]nats.Option, error) {
 			return nil, err
 		}
 		opts = append(opts, nats.UserCredentials(n.creds))
+	}
+	if n.nkey != "" {
+		// nkeys were listed as supported, and no command could use them
+		// (found by an outside client).
+		if n.creds != "" || n.user != "" {
+			return nil, usageError{errors.New("--nkey is a user's whole credential: not with --creds or --user")}
+		}
+		opt, err := nats.NkeyOptionFromSeed(n.nkey)
+		if err != nil {
+			// Its text names the file, never the seed.
+			return nil, usageError{fmt.Errorf("--nkey %s: want a file with a user's nkey seed (SU…): %v", n.nkey, err)}
+		}
+		opts = append(opts, opt)
 	}
 	if n.user != "" {
 		opts = append(opts, nats.UserInfo(n.user, cmp.Or(n.password, os.Getenv("LEASED_PASSWORD"))))
@@ -121,11 +135,11 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 	if err := checkURLs(url); err != nil {
 		return nil, err
 	}
-	if urlCredentials(url) && (n.user != "" || n.creds != "") {
+	if urlCredentials(url) && (n.user != "" || n.creds != "" || n.nkey != "") {
 		// nats.go used the URL's and ignored the flags: a command could
 		// run as a user with more permissions than the one asked for
 		// (found by an outside client).
-		return nil, usageError{fmt.Errorf("NATS URL %s carries credentials, and so do --user (or LEASED_USER) or --creds: give them one way",
+		return nil, usageError{fmt.Errorf("NATS URL %s carries credentials, and so do --user (or LEASED_USER), --creds or --nkey: give them one way",
 			RedactURL(url))}
 	}
 	nc, err := nats.Connect(url, opts...)
