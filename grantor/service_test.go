@@ -1177,3 +1177,54 @@ func TestServiceRefusesToServeBesideAnotherBucket(t *testing.T) {
 		t.Fatal("two services of two buckets started at once both serve")
 	}
 }
+
+// Ends hints when the connection comes back: an end announced while it was
+// down was not heard, and a keeper waiting out its retry's backoff lost a
+// registration with time left to renew it (found by an outside client,
+// with a server paused 5 s).
+func TestEndsHintsOnReconnect(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	f := startOn(t, srv.ClientURL(), grantor.DefaultConfig())
+	rec, err := f.client.Grant(t.Context(), kvlease.GrantRequest{Name: "back", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := f.client.Ends(t.Context(), "back", rec.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cid, err := f.nc.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.NATS().DisconnectClientByID(cid); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ends:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no hint within 10 s of a reconnect (reconnects: %d)", f.nc.Stats().Reconnects)
+	}
+}
+
+// A registration kept through the service hears its end announced: revoked
+// (or removed by gossip), it is lost at once, not at its next renewal, D/3
+// later; and its keeper renews as soon as the connection comes back
+// (Client.Ends).
+func TestRegisterHearsItsEnd(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	reg := api.Registration{Service: "web", Instance: "i1", Addr: "10.0.0.1:80"}
+	k, err := client.Register(t.Context(), f.client, reg, "h", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close(context.Background())
+	if _, err := f.store.Revoke(t.Context(), reg.LeaseName(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the registration's keeper did not hear its revocation within 5 s (its renewal is due 10 s after the grant)")
+	}
+}

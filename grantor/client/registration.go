@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/leased/leased/grantor/api"
@@ -30,10 +31,21 @@ func Register(ctx context.Context, g kvlease.Grantor, reg api.Registration, hold
 	if err != nil {
 		return nil, err
 	}
+	// Through the service, the keeper also renews at once when the
+	// registration's end is announced (revoked, removed by gossip) and
+	// when the connection comes back ([Client.Ends]).
+	hints, stopHints := context.WithCancel(context.WithoutCancel(ctx))
+	if c, ok := g.(*Client); ok {
+		if ends, err := c.Ends(hints, l.Name(), l.Token()); err == nil {
+			opts = append(slices.Clip(opts), kvlease.WithRenewNow(ends))
+		}
+	}
 	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
 	if err != nil {
+		stopHints()
 		_ = l.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	context.AfterFunc(k.Context(), stopHints)
 	return k, nil
 }
