@@ -30,7 +30,8 @@ func WithFeedHook(buffer int, f func(on bool)) Option {
 }
 
 // WithOverdueSweep makes s's observer look for tenures the server kept
-// past their TTL every d instead of every 5 s.
+// past their TTL every d instead of every 5 s, the first time after d
+// (instead of 1 s).
 func WithOverdueSweep(d time.Duration) Option {
 	return func(s *Service) error {
 		s.overdueSweep = d

@@ -372,8 +372,10 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	linger := time.NewTimer(lingerFor)
 	defer linger.Stop()
 	// The first sweep comes soon: a server that lost expiries did so as it
-	// restarted, which is often why this observer was elected.
-	sweep := time.NewTicker(min(time.Second, sweepEvery(o.s)))
+	// restarted, which is often why this observer was elected. (Not
+	// sooner than a sweep period a test set: one that keeps the sweep out
+	// of its way keeps the first one out too.)
+	sweep := time.NewTicker(cmp.Or(o.s.overdueSweep, min(time.Second, overdueSweep)))
 	defer sweep.Stop()
 	swept := false
 	var handled uint64 // the revision of the last change handled
@@ -903,7 +905,12 @@ func (o *observer) catchUp(ctx context.Context, w *kvlease.Watcher, pass func(kv
 // fromFeed passes sub's events after revision last, until the feed cuts
 // sub off (nil: the caller catches up on a watch of its own) or ctx ends.
 func (o *observer) fromFeed(ctx context.Context, sub *feedSub, last uint64, pass func(kvlease.Event) error) error {
-	skipping := true // the events w passed already
+	// The events w passed already. An end a grant carries comes just
+	// before that grant with the revision of its tombstone, older, or of
+	// the record the server kept past its TTL, which w may have passed
+	// live: it is skipped though its grant is not, whose event has it
+	// (endReplaced).
+	skipping := true
 	take := func(ev kvlease.Event) error {
 		if skipping && ev.Revision <= last {
 			return nil
@@ -974,14 +981,7 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		}
 		open[ev.Name] = &openTenure{token: ev.Token}
 		open[ev.Name].seen(ev.Record)
-		if prev != nil && prev.token != ev.Token {
-			// The watch lagged past the end of the tenure before (history 1
-			// keeps one entry per lease) and the grant did not carry its
-			// tombstone (kvlease.Store.Watch): record that it ended, cause
-			// unknown.
-			o.recordEnd(kvlease.Event{Name: ev.Name, Token: prev.token, Revision: ev.Revision, Time: ev.Time},
-				prev.renewals, history.EndUnknown)
-		}
+		o.endReplaced(ctx, ev, prev, after)
 		if uint64(ev.Token) <= after {
 			open[ev.Name].unchecked = true
 			return nil // began before: its predecessor reported it
@@ -1049,6 +1049,76 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		}
 		return nil
 	}
+}
+
+// endReplaced records the end of the tenure before grant ev, which the
+// observer's watch did not report: prev, if the observer has it open, or
+// one a predecessor saw begin. The grant carries that end, if its Store
+// knew it (kvlease.Event.Replaced), and the history records it as such,
+// not as an end of cause unknown at the grant: an observer on the
+// service's watch skips the events its own watch passed (fromFeed), by
+// revision, and the end of a record the server kept past its TTL, which
+// comes just before the grant that took the lease over, has that record's
+// own revision, which its own watch had passed as the live record. So
+// `leased history` showed such a tenure, after serve was SIGKILLed and
+// restarted, ended "unknown" at the new grant, 13 s after its TTL, while
+// watches showed it expire (found by an outside client).
+//
+// Without prev, the end is recorded only for a tenure the history shows
+// begun and not ended, as a predecessor left it: an observer whose watch
+// began after the grant never sees the tenure before (the bucket keeps
+// the grant alone), and recorded no end at all (the history's fold ended
+// it "unknown" at the grant). That is looked up only for a tenure that
+// began by revision after (this observer's start): a later one this
+// observer saw begin, and end if it ended, or missed both.
+func (o *observer) endReplaced(ctx context.Context, ev kvlease.Event, prev *openTenure, after uint64) {
+	end, carried := ev.Replaced()
+	carried = carried && end.Token != 0 && end.Token != ev.Token
+	switch {
+	case prev != nil && (!carried || end.Token != prev.token):
+		// The watch lagged past the end of the tenure before (history 1
+		// keeps one entry per lease) and the grant did not carry its
+		// tombstone (kvlease.Store.Watch), or carried that of a later
+		// tenure: record that it ended, cause unknown.
+		o.recordEnd(kvlease.Event{Name: ev.Name, Token: prev.token, Revision: ev.Revision, Time: ev.Time},
+			prev.renewals, history.EndUnknown)
+		return
+	case prev != nil && prev.recorded: // the history has its end (endOverdue)
+		return
+	case prev == nil && (!carried || uint64(end.Token) > after || o.pendingEnd(ev.Name, end.Token)):
+		return
+	}
+	var renewals int
+	var durationMS int64
+	var traceID string
+	if prev != nil {
+		renewals, durationMS, traceID = prev.renewals, prev.durationMS, prev.traceID
+	}
+	if prev == nil || prev.unchecked {
+		// As for an end (report): the history may have it already.
+		lctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		r, ok, err := o.hist.LastFor(lctx, ev.Name)
+		cancel()
+		switch {
+		case prev == nil && (err != nil || !ok || r.Kind != history.KindGranted || r.Token != uint64(end.Token)):
+			return // not a tenure the history has open (or it cannot tell)
+		case prev == nil:
+			durationMS, traceID = r.DurationMS, r.TraceID
+		case err == nil && ok && (r.Token > uint64(end.Token) || r.Token == uint64(end.Token) && r.Kind == history.KindEnded):
+			return
+		}
+	}
+	o.recordEnd(end, renewals, endCause(end))
+	last := &o.pending[len(o.pending)-1].rec
+	last.DurationMS, last.TraceID = cmp.Or(last.DurationMS, durationMS), cmp.Or(last.TraceID, traceID)
+}
+
+// pendingEnd reports whether a record waiting to be appended is the end
+// of tenure tok of lease name.
+func (o *observer) pendingEnd(name string, tok kvlease.Token) bool {
+	return slices.ContainsFunc(o.pending, func(p pendingRecord) bool {
+		return p.rec.Kind == history.KindEnded && p.rec.Name == name && p.rec.Token == uint64(tok)
+	})
 }
 
 // endCause is the history's cause of the end ev reports.

@@ -71,6 +71,130 @@ func TestObserverEndsLeasesTheServerKeptPastTheirTTL(t *testing.T) {
 	}
 }
 
+// A grant that takes over a lease the server kept past its TTL carries
+// the kept record's end, an expiry at its TTL; the history records that
+// end, not one of cause "unknown" at the new grant. Found by an outside
+// client: serve SIGKILLed and restarted on its data, the first grant of
+// such a lease was seen by watches to end the old tenure at its TTL, while
+// `leased history` showed it ended "unknown" at the new grant, 13 s later.
+// An observer already on the service's watch (observed) skipped the end:
+// it comes just before the grant, with the kept record's own revision,
+// which the observer's own watch had passed (as the live record), so it
+// recorded an end of cause unknown. One whose watch began after the grant
+// (granted first) never saw the old tenure and recorded no end at all (the
+// history's fold ended it "unknown" at the new grant): it now takes the
+// end from the grant, which carries it.
+func TestObserverRecordsTheExpiryAGrantOverAKeptLeaseCarries(t *testing.T) {
+	for _, observed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "observed", false: "granted first"}[observed], func(t *testing.T) {
+			srv := kvleasetest.StartChildServer(t)
+			ctx := t.Context()
+			st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithMarkerTTL(time.Second), kvlease.WithGrantorMargin(0))
+			old, err := st.Grant(ctx, kvlease.GrantRequest{Name: "stuck", Holder: "old", Duration: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The history as the observer of the old grant left it, killed
+			// with the server: the begin, no end.
+			nc := kvleasetest.Connect(t, srv.URL)
+			begunInHistory(t, nc, old)
+			srv.LoseExpiries(st, "stuck")
+			restarted := time.Now()
+			events := &eventLog{ch: make(chan api.ChangeEvent, 4)}
+			kvleasetest.Subscribe(t, nc, api.SubjectEvents+"stuck", func(m *nats.Msg) {
+				var ev api.ChangeEvent
+				if json.Unmarshal(m.Data, &ev) == nil {
+					events.ch <- ev
+				}
+			})
+
+			// Reads take the kept record as lapsed at once (grace 0), and the
+			// observer does not sweep in the test's time: the grant ends it.
+			storeOpts := []kvlease.Option{kvlease.WithoutCreate(), kvlease.WithOverdueGrace(0)}
+			grant := kvlease.GrantRequest{Name: "stuck", Holder: "new", Duration: time.Minute}
+			var f fixture
+			if observed {
+				onFeed := make(chan struct{})
+				var once sync.Once
+				f = startOnStore(t, srv.URL, storeOpts, grantor.DefaultConfig(), grantor.WithOverdueSweep(time.Hour),
+					grantor.WithFeedHook(0, func(on bool) {
+						if on {
+							once.Do(func() { close(onFeed) })
+						}
+					}))
+				select {
+				case <-onFeed:
+				case <-time.After(15 * time.Second):
+					t.Fatal("the observer did not move to the service's watch")
+				}
+				if _, err := f.client.Grant(ctx, grant); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if _, err := kvleasetest.OpenStore(t, srv.URL, storeOpts...).Grant(ctx, grant); err != nil {
+					t.Fatal(err)
+				}
+				f = startOnStore(t, srv.URL, storeOpts, grantor.DefaultConfig(), grantor.WithOverdueSweep(time.Hour))
+			}
+
+			recs := recordsThrough(t, f.svc.History(), "stuck", func(r history.Record) bool { return r.Holder == "new" })
+			if len(recs) != 3 {
+				t.Fatalf("history of stuck: %+v; want old's begin and end, new's begin", recs)
+			}
+			// The end is the kept record's expiry (its StoredAt is the
+			// server's, old's the acknowledgement's here: about the same).
+			end := recs[1]
+			if end.Kind != history.KindEnded || end.EndedBy != history.EndExpired || end.Token != uint64(old.Token) ||
+				end.Holder != "old" || end.Reason == "" || !end.Time.Before(restarted) ||
+				end.Time.Sub(old.ExpiresAt()).Abs() > time.Second {
+				t.Errorf("the end of old's tenure (expired at about %v, restart at %v): %+v", old.ExpiresAt(), restarted, end)
+			}
+			if tenures := history.Fold(recs); tenures[0].EndedBy != history.EndExpired || tenures[0].Held(time.Now()) > 2*time.Second {
+				t.Errorf("old's tenure: %+v; want expired after about 1 s", tenures[0])
+			}
+			// Announced, as an expiry, before the new grant (an end of
+			// cause unknown is not announced).
+			if got := events.next(t, 2); got[0].Type != "expired" || got[0].Token != uint64(old.Token) || got[1].Holder != "new" {
+				t.Errorf("announced %+v; want the expiry of old's tenure %d, then new's grant", got, old.Token)
+			}
+		})
+	}
+}
+
+// begunInHistory writes the history as an observer left it for tenure
+// rec that it saw begin: its begin only.
+func begunInHistory(t *testing.T, nc *nats.Conn, rec kvlease.Record) {
+	t.Helper()
+	js := kvleasetest.JetStream(t, nc)
+	if _, err := history.Open(t.Context(), js, kvlease.DefaultBucket, history.Options{Create: true}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(history.Granted(rec))
+	if _, err := js.Publish(t.Context(), history.Subject(kvlease.DefaultBucket, rec.Name), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordsThrough follows h until a record of a lease under prefix
+// satisfies last and returns the records up to it.
+func recordsThrough(t *testing.T, h *history.Stream, prefix string, last func(history.Record) bool) []history.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	var recs []history.Record
+	err := h.Follow(ctx, prefix, time.Now().Add(-time.Hour), func(r history.Record, caughtUp bool) bool {
+		if caughtUp {
+			return true
+		}
+		recs = append(recs, r)
+		return !last(r)
+	})
+	if err != nil {
+		t.Fatalf("history of %s up to the record awaited: %v (%+v)", prefix, err, recs)
+	}
+	return recs
+}
+
 // Until the observer ends them, the leases the server kept past their TTL
 // are left out of the service's pages and counts, which come from its own
 // index, and do not count against their holder's limit (an outside client

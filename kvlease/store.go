@@ -81,7 +81,7 @@ const (
 )
 
 // tombstoneHeaders are the headers of a tombstone or marker that say how a
-// tenure ended (see Store.endEvent).
+// tenure ended (see endEvent).
 var tombstoneHeaders = [...]string{hdrOp, hdrHolder, hdrToken, hdrReason, hdrGranted, hdrKVOp, jetstream.MarkerReasonHeader, hdrRequest,
 	hdrDuration, hdrTrace, hdrHold, hdrExpired}
 

@@ -102,6 +102,29 @@ type Event struct {
 	// it replayed live then comes with Replay false, so that a fold of
 	// the events is the state.
 	Replay bool
+
+	// replaced is the tombstone a grant replaced, as the grant carries it
+	// (see Replaced).
+	replaced *tombstone
+}
+
+// Replaced is, for a grant that replaced the tombstone of the tenure
+// before it and carries it (a grant by a Store that knew it: see
+// [Store.Watch]), that tenure's end as the tombstone has it: whether or
+// not this watcher saw the tenure, so that one that took over from
+// another ([ChangesAfter]) learns how a tenure it never saw live ended.
+// Its Revision and Time are the tombstone's: for the end of a record the
+// server kept past its TTL, which a grant takes over with no end stored
+// in between, that record's own revision and expiry. Its Record is nil;
+// a server marker names no tenure (Token 0). ok is false for other
+// events, and for a grant that carries no end.
+func (e Event) Replaced() (end Event, ok bool) {
+	t := e.replaced
+	if t == nil {
+		return Event{}, false
+	}
+	end, ok = endEvent(Event{Name: e.Name, Revision: t.rev, Time: t.at}, t.header(), &tenures{}, false)
+	return end, ok && end.Type.Ends()
 }
 
 // Lateness is, for an expiry the watcher saw live, how long after the
@@ -571,13 +594,17 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		// is that record's own revision.
 		// A replayed grant can follow a tenure this watcher has reported
 		// live only if that report came from a node behind the stream
-		// (see endEvent): the end is reported all the same.
-		if t, ok := replacedTombstone(h); ok && prev != nil && prev.Token != rec.Token &&
-			t.rev >= prev.Revision && t.rev < ev.Revision {
-			if e, ok := s.endEvent(Event{Name: name, Revision: t.rev, Time: t.at}, t.header(), live, false); ok {
+		// (see endEvent): the end is reported all the same. Reported or
+		// not, the end is the grant event's (Event.Replaced).
+		t, carried := replacedTombstone(h)
+		if carried && prev != nil && prev.Token != rec.Token && t.rev >= prev.Revision && t.rev < ev.Revision {
+			if e, ok := endEvent(Event{Name: name, Revision: t.rev, Time: t.at}, t.header(), live, false); ok {
 				before = &e
 			}
 			prev = nil
+		}
+		if carried {
+			ev.replaced = t
 		}
 		ev.Type = EventRenewed
 		if uint64(rec.Token) == rec.Revision || knowsAll && !replay && (prev == nil || prev.Token != rec.Token) {
@@ -602,7 +629,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 			missed = &g
 		}
 	}
-	ev, ok = s.endEvent(ev, h, live, replay)
+	ev, ok = endEvent(ev, h, live, replay)
 	return ev, missed, ok
 }
 
@@ -623,7 +650,7 @@ func missedGrant(name string, tok Token, h nats.Header, end time.Time) Event {
 
 // endEvent is the event of a tombstone or marker with headers h, stored
 // as ev says (name, revision, time), updating live.
-func (s *Store) endEvent(ev Event, h nats.Header, live *tenures, replay bool) (Event, bool) {
+func endEvent(ev Event, h nats.Header, live *tenures, replay bool) (Event, bool) {
 	prev := live.end(ev.Name)
 	if replay {
 		if prev == nil {

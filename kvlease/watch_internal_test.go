@@ -295,3 +295,38 @@ func TestReplayFromABehindNodeEndsWhatItReplayedLive(t *testing.T) {
 		}
 	})
 }
+
+// A grant's event gives the end of the tenure before it that it carries
+// (Event.Replaced), whether or not the watcher saw that tenure: an
+// observer whose watch began after a grant over a record the server had
+// kept past its TTL never saw the record, and the history's fold ended
+// its tenure "unknown" at the grant (found by an outside client). The end
+// of a kept record has that record's revision, and its expiry for time.
+func TestGrantEventCarriesTheEndItReplaced(t *testing.T) {
+	s := &Store{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	stored := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	kept := Record{Name: "a", Holder: "old", Token: 3, Revision: 4, StoredAt: stored, GrantedAt: stored.Add(-time.Second),
+		TTL: 2 * time.Second, Duration: 2 * time.Second}
+	h := nats.Header{}
+	h.Set(hdrOp, "grant")
+	overdueTombstone(kept).addTo(h)
+	md := &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: 9}, Timestamp: stored.Add(time.Minute)}
+	for _, knowsAll := range []bool{true, false} {
+		ev, before, ok := s.classify("a", md, storedMsg{h: h, data: value{Holder: "new", DurationMS: 10_000}.encode()}, newTenures(), false, knowsAll)
+		if !ok || before != nil || ev.Type != EventGranted || ev.Token != 9 {
+			t.Fatalf("the grant: %+v, %+v, %v; want the grant of token 9 alone (the watcher never saw token 3)", ev, before, ok)
+		}
+		end, ok := ev.Replaced()
+		if !ok || end.Type != EventExpired || end.Name != "a" || end.Token != 3 || end.Holder != "old" || end.Revision != 4 ||
+			!end.Time.Equal(kept.ExpiresAt()) || !end.GrantedAt.Equal(kept.GrantedAt) || end.Reason != overdueReason || end.Record != nil {
+			t.Errorf("the end the grant replaced: %+v, %v; want the expiry of token 3 at %v, revision 4", end, ok, kept.ExpiresAt())
+		}
+	}
+	// A grant of a free name carries none.
+	plain := nats.Header{}
+	plain.Set(hdrOp, "grant")
+	ev, _, _ := s.classify("a", md, storedMsg{h: plain, data: value{Holder: "new", DurationMS: 10_000}.encode()}, newTenures(), false, true)
+	if end, ok := ev.Replaced(); ok {
+		t.Errorf("a grant that carries no tombstone: replaced %+v", end)
+	}
+}
