@@ -314,7 +314,12 @@ func TestWatchSaysWhenTheServerIsAway(t *testing.T) {
 	}
 	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "away.before") })
 	s.stop(t)
-	errs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "connection to the server lost") })
+	// With the time it was lost, and no promise of every change: the
+	// catch-up gives each lease's latest (found by an outside client).
+	lost := errs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "connection to the server lost") })
+	if !regexp.MustCompile(`^leased: watch: \d{4}-\d\d-\d\dT[0-9:.]+Z: `).MatchString(lost) || !strings.Contains(lost, "each lease's latest change") {
+		t.Errorf("stderr line %q: want the time it was lost, and what the catch-up gives", lost)
+	}
 	s = startServe(t, dir, "--listen", strings.TrimPrefix(s.url, "nats://"))
 	errs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "reconnected to") })
 	if r := leased(t, s.url, "acquire", "away.after", "--ttl", "30s"); r.code != 0 {

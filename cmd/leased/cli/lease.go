@@ -366,10 +366,16 @@ after the last change it printed.`,
 					if err == nil || nc.IsClosed() {
 						return // our own Close, at the end
 					}
-					fmt.Fprintln(stderr, "leased: watch: connection to the server lost; reconnecting (the changes made meanwhile follow once it is back)")
+					// Said as it is: the bucket keeps one entry a lease, so
+					// the catch-up gives each lease's latest change, and a
+					// tenure that began and ended meanwhile is only in the
+					// history. It promised "the changes made meanwhile"
+					// (found by an outside client).
+					fmt.Fprintf(stderr, "leased: watch: %s: connection to the server lost; reconnecting (then each lease's latest change "+
+						"follows; a tenure begun and ended meanwhile is only in leased history)\n", time.Now().UTC().Format(time.RFC3339Nano))
 				})
 				nc.SetReconnectHandler(func(nc *nats.Conn) {
-					fmt.Fprintf(stderr, "leased: watch: reconnected to %s\n", RedactURL(nc.ConnectedUrl()))
+					fmt.Fprintf(stderr, "leased: watch: %s: reconnected to %s\n", time.Now().UTC().Format(time.RFC3339Nano), RedactURL(nc.ConnectedUrl()))
 				})
 				var opts []kvlease.WatchOption
 				if updatesOnly {
