@@ -262,6 +262,11 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 // given. It refuses to serve beside a lease service of another bucket on
 // its NATS account ([ErrOtherBucket]), which it listens for 200 ms.
 func (s *Service) Start(ctx context.Context) error {
+	// First, before anything that acts (its observer would campaign and
+	// publish change events; found in review).
+	if err := s.checkBuckets(""); err != nil {
+		return err
+	}
 	// The watch lives until stopped, not until ctx ends; ctx bounds the
 	// retries while JetStream is unavailable: a node that has just rejoined
 	// its cluster can open the bucket and still fail to create a consumer
@@ -277,7 +282,10 @@ func (s *Service) Start(ctx context.Context) error {
 			func(n int) { s.metrics.LiveLeases(context.Background(), int64(n)) }, s.feed.pass)
 		s.feed.close()
 		if err := w.Err(); errors.Is(err, kvlease.ErrBucketReplaced) {
-			s.failed <- err // buffered: the first and only
+			select {
+			case s.failed <- err:
+			default: // failed already (ErrOtherBucket)
+			}
 		}
 	}()
 	select {
@@ -300,11 +308,6 @@ func (s *Service) Start(ctx context.Context) error {
 		s.started = append(s.started, ext)
 	}
 
-	if err := s.checkBuckets(""); err != nil {
-		w.Stop()
-		s.stopExtensions()
-		return err
-	}
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        api.ServiceName,
 		Version:     api.ServiceVersion,

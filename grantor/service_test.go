@@ -1140,7 +1140,8 @@ func TestServiceRefusesToServeBesideAnotherBucket(t *testing.T) {
 	if err := newOn(t, f.url, kvlease.DefaultBucket).Start(t.Context()); err != nil {
 		t.Fatalf("a second service of the same bucket: %v", err)
 	}
-	err := newOn(t, f.url, "other").Start(t.Context())
+	other := newOn(t, f.url, "other")
+	err := other.Start(t.Context())
 	if !errors.Is(err, grantor.ErrOtherBucket) || !strings.Contains(err.Error(), `"other"`) {
 		t.Fatalf("a service of another bucket: Start = %v; want ErrOtherBucket naming both", err)
 	}
@@ -1148,6 +1149,13 @@ func TestServiceRefusesToServeBesideAnotherBucket(t *testing.T) {
 		if _, err := f.client.Grant(t.Context(), kvlease.GrantRequest{Name: "twice", Holder: fmt.Sprint("h", i), Duration: time.Minute}); i > 0 && !errors.Is(err, kvlease.ErrHeld) {
 			t.Fatalf("grant %d of one lease: %v; want held (granted in another bucket?)", i, err)
 		}
+	}
+
+	// Refused before anything that acts: its observer campaigned, won its
+	// bucket's election (within a second: by now) and published change
+	// events (found in review).
+	if other.Observing() {
+		t.Error("the refused service observes its bucket")
 	}
 
 	// Two started at once: not both serve.
@@ -1209,8 +1217,8 @@ func TestEndsHintsOnReconnect(t *testing.T) {
 
 // A registration kept through the service hears its end announced: revoked
 // (or removed by gossip), it is lost at once, not at its next renewal, D/3
-// later; and its keeper renews as soon as the connection comes back
-// (Client.Ends).
+// later (client.Register passes Client.Ends to its keeper; the reconnect
+// hint is TestEndsHintsOnReconnect's).
 func TestRegisterHearsItsEnd(t *testing.T) {
 	f := start(t, grantor.DefaultConfig())
 	reg := api.Registration{Service: "web", Instance: "i1", Addr: "10.0.0.1:80"}

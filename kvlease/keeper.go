@@ -296,11 +296,11 @@ func (k *Keeper) halt(ctx context.Context) {
 	<-k.done
 }
 
-// Close stops renewing and releases the lease, unless Orphan came first or
-// the lease was already lost. A renewal in flight is let finish first (at
-// most half a renewal interval, and no longer than ctx allows): cut short,
-// it could have moved the lease to a revision the release would not know. It returns the release error, if
-// any. Close may be called more than once (defer it). Under a ctx already
+// Close stops renewing and releases the lease, unless Orphan came first.
+// A renewal in flight is let finish first (at most half a renewal
+// interval, and no longer than ctx allows): cut short, it could have moved
+// the lease to a revision the release would not know. It returns the
+// release error, if any. Close may be called more than once (defer it). Under a ctx already
 // done (a deferred Close whose ctx a shutdown signal ended) it still sends
 // the release, for up to [closeGrace]: it sent none, and others waited for
 // the lease's deadline (found by an outside client, with Resign).
@@ -314,8 +314,11 @@ func (k *Keeper) halt(ctx context.Context) {
 // out once the server resumes, would bring back, live for a whole TTL with
 // no holder (found by an outside client: elect's leases held for 10 s
 // more by their stopped leaders). So call Close once the work under the
-// lease has stopped, not before. After a loss, a release refused because
-// the tenure is another's ([ErrNotHolder]) is no error.
+// lease has stopped, not before. After a loss that release is best
+// effort: it gets [closeGrace] at most, whatever ctx allows (a defer'd
+// Close after a paused server's loss waited out the lease's duration), none
+// on a connection closed, and Close returns nil whatever its outcome (the
+// loss is [Keeper.Err]).
 func (k *Keeper) Close(ctx context.Context) error {
 	ended := ctx.Err() != nil // a ctx that ends during Close bounds it, as the caller meant
 	k.halt(ctx)
@@ -327,11 +330,16 @@ func (k *Keeper) Close(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), min(max(k.l.Remaining(), 0)+k.l.margin, closeGrace))
 		defer cancel()
 	}
-	err := k.l.Release(ctx)
-	if errors.Is(err, ErrNotHolder) && !errors.Is(k.Err(), ErrClosed) {
+	if lost := k.Err(); !errors.Is(lost, ErrClosed) {
+		if errors.Is(lost, ErrConnClosed) {
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
+		defer cancel()
+		_ = k.l.Release(rctx)
 		return nil
 	}
-	return err
+	return k.l.Release(ctx)
 }
 
 // KeeperStats are the keeper's counters.
@@ -579,7 +587,8 @@ func (k *Keeper) watchDeadline(asleep time.Duration) {
 	}
 }
 
-// closeGrace bounds the release Close sends under a ctx already done.
+// closeGrace bounds the release Close sends under a ctx already done, and
+// the one it sends after a loss.
 const closeGrace = 2 * time.Second
 
 // releaseAfterCancel releases when the keeper's parent context ends, bounded

@@ -1302,12 +1302,24 @@ type lateAnswerGrantor struct {
 	*kvleasetest.FakeGrantor
 	delay            time.Duration
 	unreachableUntil time.Time
+	notSentFrom      int // from this grant on (0: never), none is sent for notSentFor
+	notSentFor       time.Duration
+	notSentUntil     *time.Time
 	grants           *atomic.Int32
 }
 
 func (g lateAnswerGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
-	if g.grants.Add(1) == 1 {
+	n := g.grants.Add(1)
+	if n == 1 {
 		time.Sleep(g.delay)
+	}
+	if g.notSentFrom > 0 && int(n) >= g.notSentFrom {
+		if g.notSentUntil.IsZero() {
+			*g.notSentUntil = time.Now().Add(g.notSentFor)
+		}
+		if time.Now().Before(*g.notSentUntil) {
+			return kvlease.Record{}, fmt.Errorf("%w: not connected", kvlease.ErrNotSent)
+		}
 	}
 	return g.FakeGrantor.Grant(ctx, req)
 }
@@ -1333,15 +1345,23 @@ func TestAcquireGivesBackALateGrantWhateverItsRelease(t *testing.T) {
 		name        string
 		ctx         time.Duration // the caller's; 0 for none
 		unreachable time.Duration // releases unanswered for this long after the late answer
+		notSentFrom int
+		notSentFor  time.Duration
+		maxGrants   int32
 		wantErr     bool
 	}{
 		{name: "ctx ends during the release", ctx: 3*time.Second + 2*time.Millisecond, wantErr: true},
 		{name: "release unanswered once", unreachable: 10 * time.Millisecond},
 		{name: "release unanswered past its budget", unreachable: 1500 * time.Millisecond},
+		// Then nothing can be sent for 5 s: retried with backoff, not in
+		// a loop (the wait after clearing the orphan was 0, and stayed 0;
+		// found in review).
+		{name: "then not connected", unreachable: 1500 * time.Millisecond, notSentFrom: 3, notSentFor: 5 * time.Second, maxGrants: 30},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := lateAnswerGrantor{FakeGrantor: kvleasetest.NewFakeGrantor(), delay: 3 * time.Second, grants: new(atomic.Int32)}
+				g := lateAnswerGrantor{FakeGrantor: kvleasetest.NewFakeGrantor(), delay: 3 * time.Second, grants: new(atomic.Int32),
+					notSentFrom: c.notSentFrom, notSentFor: c.notSentFor, notSentUntil: new(time.Time)}
 				g.unreachableUntil = time.Now().Add(g.delay + c.unreachable)
 				ctx := context.Background()
 				if c.ctx > 0 {
@@ -1362,6 +1382,9 @@ func TestAcquireGivesBackALateGrantWhateverItsRelease(t *testing.T) {
 					t.Fatalf("Acquire granted token %d; the grantor has %+v (held: %t)", l.Token(), rec, held)
 				case err == nil && l.Token() == 1:
 					t.Fatalf("Acquire returned the late tenure (token 1)")
+				}
+				if n := g.grants.Load(); c.maxGrants > 0 && n > c.maxGrants {
+					t.Errorf("%d grant attempts; want at most %d (backoff)", n, c.maxGrants)
 				}
 			})
 		})
@@ -1397,6 +1420,30 @@ func TestKeeperCloseAfterALossReleasesWhatALateRenewalBroughtBack(t *testing.T) 
 		}
 		if rec, ok := g.Lookup("late.renewal"); ok {
 			t.Fatalf("after Close the lost tenure is still live (%+v), with no holder", rec)
+		}
+	})
+}
+
+// After a loss, Close's release is bounded by closeGrace whatever ctx
+// allows, and Close returns nil: a defer'd Close after a paused server's
+// loss blocked for the lease's whole duration (30 s here) and returned
+// ErrUnavailable (found in review).
+func TestKeeperCloseAfterALossIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := kvleasetest.NewFakeGrantor()
+		l := mustAcquire(t, g, "paused", 30*time.Second)
+		g.SetMode(kvleasetest.FakeUnreachable)
+		k, err := kvlease.Keep(context.Background(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-k.Done()
+		start := time.Now()
+		if err := k.Close(context.Background()); err != nil {
+			t.Errorf("Close after the loss (%v): %v; want nil", k.Err(), err)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("Close after the loss took %v; want at most about 2 s", took)
 		}
 	})
 }

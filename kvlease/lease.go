@@ -393,7 +393,7 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			if !l.releaseBack(ctx, GrantRequest{Name: r.Name, Holder: r.Holder, Secret: orphanSecret}, r) {
 				return Record{}, t0, n, unanswered, err
 			}
-			orphan, wait = nil, 0
+			orphan, wait = nil, firstWait/2 // soon, and the backoff grows again from there (0 stayed 0)
 		case errors.Is(err, ErrHeld) && lateKnown && sent.Before(lateUntil):
 			// An unanswered attempt may still be carried out after this
 			// one's read: wait it out, then ask once more.

@@ -158,6 +158,7 @@ func (r *roster) leave(n *memberlist.Node, now time.Time, health int) {
 		p = &peer{node: copyNode(n), lastHeard: now}
 		if meta, nominal, err := decodeMeta(n.Meta); err == nil {
 			p.meta, p.nominal = meta, nominal
+			p.meta, p.hbRole = splitHeartbeatRole(p.meta)
 		}
 		r.peers[n.Name] = p
 	}

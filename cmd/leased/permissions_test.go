@@ -105,14 +105,14 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 		readLines(out).wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, name) })
 		return cmd, &stderr
 	}
-	check := func(what string, cmd *exec.Cmd, stderr *bytes.Buffer, start time.Time, want string) {
+	check := func(what string, cmd *exec.Cmd, stderr *bytes.Buffer, start time.Time, within time.Duration, want string) {
 		t.Helper()
 		err := waitExit(cmd, 20*time.Second)
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != cli.ExitDenied || !strings.Contains(stderr.String(), want) {
 			t.Errorf("%s: %v, stderr %q; want exit %d saying %q", what, err, stderr.String(), cli.ExitDenied, want)
 		}
-		if took := time.Since(start); took > 3*time.Second {
-			t.Errorf("%s: exited %v after the refusal; want at once", what, took.Round(time.Millisecond))
+		if took := time.Since(start); took > within {
+			t.Errorf("%s: exited %v after the refusal; want within %v", what, took.Round(time.Millisecond), within)
 		}
 		if strings.Contains(stderr.String(), "-pw") {
 			t.Errorf("%s: a password in stderr %q", what, stderr.String())
@@ -123,12 +123,15 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	check("acquire --hold whose release is denied, after SIGTERM", cmd, stderr, time.Now(), `publish to "lease.v1.release"`)
+	check("acquire --hold whose release is denied, after SIGTERM", cmd, stderr, time.Now(), 3*time.Second, `publish to "lease.v1.release"`)
 
 	cmd, stderr = hold("temp", "perm.temp")
 	start := time.Now()
 	reload(users(""))
-	check("acquire --hold whose user is removed", cmd, stderr, start, "ended this connection's authorization")
+	// A plain refusal counts at the second, after nats.go's reconnect
+	// wait (2 s): one alone may be a server whose authorization is
+	// briefly away. Before the fix: exit 5, "lease lost", 10 s later.
+	check("acquire --hold whose user is removed", cmd, stderr, start, 8*time.Second, "ended this connection's authorization")
 }
 
 // The permissions of docs/api.md with the shipped binary (issue 10 items 7

@@ -21,7 +21,12 @@ func (c *Client) Discover(ctx context.Context, service string, maxSuspicion floa
 // kvlease.Store) and keeps the registration renewed until the returned
 // keeper is closed (which deregisters) or the registration is lost. It is
 // the instance's side of service registration; package
-// [github.com/leased/leased/grantor/registry] is the grantor's.
+// [github.com/leased/leased/grantor/registry] is the grantor's. Through a
+// Client it subscribes to the registration's change events ([Client.Ends]),
+// so that a revocation or a removal by gossip ends it at once: a user the
+// server does not let subscribe there gets a permissions error on the
+// connection's error handler, and the registration is found lost at its
+// next renewal instead.
 func Register(ctx context.Context, g kvlease.Grantor, reg api.Registration, holder string, ttl time.Duration,
 	opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
 	if err := reg.Validate(); err != nil {

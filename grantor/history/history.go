@@ -444,7 +444,7 @@ func ParseSince(s string, now time.Time) (time.Time, time.Duration, error) {
 }
 
 // durationLike matches what ParseDuration reads, though it may overflow.
-var durationLike = regexp.MustCompile(`^([0-9]*(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$`)
+var durationLike = regexp.MustCompile(`^(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+$`)
 
 func laterOf(a, b time.Time) time.Time {
 	if a.Before(b) {

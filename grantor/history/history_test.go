@@ -306,6 +306,8 @@ func TestParseSince(t *testing.T) {
 	for s, msg := range map[string]string{
 		"-1h":                  "negative",
 		"soon":                 "want a duration",
+		"h":                    "want a duration",
+		"ms":                   "want a duration",
 		"10000000h":            "too far back",
 	} {
 		if _, _, err := history.ParseSince(s, now); err == nil || !strings.Contains(err.Error(), msg) {

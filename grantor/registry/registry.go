@@ -88,9 +88,13 @@ type Option func(*Registry) error
 
 // WithGossip gives the registry a gossip view: discovery reports each
 // instance's suspicion level (suspect at or above threshold), and the
-// registrations of nodes gossip declares dead, or that leave it, are removed at once. Default:
-// no gossip. A nil g or a threshold that is not positive and finite is an
-// error.
+// registrations of nodes gossip declares dead, or that leave it, are
+// removed at once. Default: no gossip. A nil g or a threshold that is not
+// positive and finite is an error. `leased register` instances send their
+// heartbeats only to members whose gossip Meta["role"] is "grantor"
+// (membership.Config.HeartbeatRole): give the grantor's node that role,
+// as `leased serve` does, or their suspicion stays 0 in its view (gossip's
+// dead and left verdicts still come).
 func WithGossip(g Gossip, threshold float64) Option {
 	return func(r *Registry) error {
 		if g == nil {

@@ -732,13 +732,23 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 					}
 				}
 			case benchRelease:
-				for len(pools[w]) > 0 && ctx.Err() == nil {
-					rec := pools[w][0]
-					timed(func(ctx context.Context) error { return b.g.Release(ctx, releaseOf(rec)) })
-					if ctx.Err() == nil { // else cut off: given back with the rest
-						pools[w] = pools[w][1:]
+				// What is not released (cut off, or failed: a release that
+				// timed out leaves its lease held; found in review) stays
+				// in the pool, given back at the end.
+				var kept []kvlease.Record
+				i := 0
+				for ; i < len(pools[w]) && ctx.Err() == nil; i++ {
+					rec := pools[w][i]
+					var err error
+					timed(func(ctx context.Context) error {
+						err = b.g.Release(ctx, releaseOf(rec))
+						return err
+					})
+					if err != nil && !errors.Is(err, kvlease.ErrNotFound) {
+						kept = append(kept, rec)
 					}
 				}
+				pools[w] = append(kept, pools[w][i:]...)
 			}
 		})
 	}

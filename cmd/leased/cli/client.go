@@ -606,6 +606,7 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	defer deny(nil)
 	ctx = context.WithValue(ctx, deniedKey{}, denied)
 	refuse := func(err error) { cancel(err); deny(err) }
+	authRefusals := 0 // nats.go's error handler calls are in order, on one goroutine
 	warned := false
 	start := time.Now()
 	servers := max(1, strings.Count(c.url, ",")+1) // tried one after another: together within --timeout
@@ -613,7 +614,7 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 		pe := permissionError(err)
 		switch {
 		case pe == nil:
-			if ae := authorizationEnded(err); ae != nil {
+			if ae := authorizationEnded(err, &authRefusals); ae != nil {
 				refuse(ae)
 			}
 		case c.optional != nil && c.optional(pe):
@@ -686,15 +687,22 @@ func cleanupContext(ctx context.Context, d time.Duration) (context.Context, cont
 // server ended after it had connected (credentials that expired, a user
 // revoked), or nil: the command cannot go on, which waiting will not
 // change. It was reported as a lost connection or a lost lease (found by
-// an outside client).
-func authorizationEnded(err error) error {
-	for _, e := range []error{nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked, nats.ErrAccountAuthExpired} {
-		if errors.Is(err, e) {
-			return fmt.Errorf("%w: the NATS server ended this connection's authorization (%w): renew the credentials (--creds), or check the user",
-				ErrPermissionDenied, err)
-		}
+// an outside client). A plain refusal ("Authorization Violation") counts
+// only the second time (refusals counts them): one may come from a server
+// whose authorization is briefly unavailable (an auth callout restarting)
+// as a reconnect tries it, and nats.go gives up only at the second on one
+// server (found in review).
+func authorizationEnded(err error, refusals *int) error {
+	ended := errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)
+	if errors.Is(err, nats.ErrAuthorization) {
+		*refusals++
+		ended = *refusals >= 2
 	}
-	return nil
+	if !ended {
+		return nil
+	}
+	return fmt.Errorf("%w: the NATS server ended this connection's authorization (%w): renew the credentials (--creds), or check the user",
+		ErrPermissionDenied, err)
 }
 
 // withClient is withConn for a command that needs only the service's
