@@ -175,17 +175,18 @@ type Service struct {
 	flapLog      limitedLog // "lease is flapping"
 	replyLog     limitedLog // "dropped a request whose reply subject is not an inbox"
 
-	svc      micro.Service
-	sem      chan struct{}
-	work     chan request // to an idle worker (unbuffered)
-	mu       sync.Mutex   // guards stopping and inflight.Add
-	stopping bool
-	inflight sync.WaitGroup
-	holders  holderIndex
-	watcher  *kvlease.Watcher
-	feed     feed // watcher's events, to the observer
-	handlers map[string]Handler
-	apis     []string // the API prefixes the catch-alls answer: lease.v1, …
+	svc         micro.Service
+	sem         chan struct{}
+	work        chan request // to an idle worker (unbuffered)
+	mu          sync.Mutex   // guards stopping, startedOnce and inflight.Add
+	stopping    bool
+	startedOnce bool // Start was called
+	inflight    sync.WaitGroup
+	holders     holderIndex
+	watcher     *kvlease.Watcher
+	feed        feed // watcher's events, to the observer
+	handlers    map[string]Handler
+	apis        []string // the API prefixes the catch-alls answer: lease.v1, …
 }
 
 // New returns a service for store, answering on nc. The durations a lease
@@ -222,6 +223,9 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrConfig)
 	}
+	if nc == nil { // Start panicked on it (found by an outside client)
+		return nil, fmt.Errorf("%w: nil NATS connection", ErrConfig)
+	}
 	if err := cfg.ValidateFor(store.DurationRange()); err != nil {
 		return nil, err
 	}
@@ -256,12 +260,27 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 	return s, nil
 }
 
+// ErrStarted: Start was called on a service already started, or stopped.
+// A service starts once; make a new one with [New] to start again.
+var ErrStarted = errors.New("grantor: the service starts once (make a new one)")
+
 // Start registers the service on NATS. It first replays the bucket to count
 // leases per holder (for the per-holder limit) and keeps counting from the
 // bucket's stream until Stop; then it starts the extensions, in the order
 // given. It refuses to serve beside a lease service of another bucket on
-// its NATS account ([ErrOtherBucket]), which it listens for 200 ms.
+// its NATS account ([ErrOtherBucket]), which it listens for 200 ms. A
+// service starts once ([ErrStarted]).
 func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	again := s.startedOnce || s.stopping
+	s.startedOnce = true
+	s.mu.Unlock()
+	if again {
+		// Started after Stop it returned nil and answered every request
+		// "shutting down", taking a share of them (found by an outside
+		// client).
+		return ErrStarted
+	}
 	// First, before anything that acts (its observer would campaign and
 	// publish change events; found in review).
 	if err := s.checkBuckets(""); err != nil {

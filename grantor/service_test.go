@@ -1236,3 +1236,23 @@ func TestRegisterHearsItsEnd(t *testing.T) {
 		t.Fatal("the registration's keeper did not hear its revocation within 5 s (its renewal is due 10 s after the grant)")
 	}
 }
+
+// A service starts once: started again after Stop (or after a Stop before
+// any Start) it answered every request "shutting down" and took a share
+// of them; and New refuses a nil connection, on which Start panicked
+// (found by an outside client).
+func TestServiceStartsOnce(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	f.svc.Stop()
+	if err := f.svc.Start(t.Context()); !errors.Is(err, grantor.ErrStarted) {
+		t.Errorf("Start after Stop: %v; want ErrStarted", err)
+	}
+	never := newOn(t, f.url, kvlease.DefaultBucket)
+	never.Stop()
+	if err := never.Start(t.Context()); !errors.Is(err, grantor.ErrStarted) {
+		t.Errorf("Start after a Stop before it: %v; want ErrStarted", err)
+	}
+	if _, err := grantor.New(f.store, nil, grantor.DefaultConfig()); !errors.Is(err, grantor.ErrConfig) {
+		t.Errorf("New with a nil connection: %v; want ErrConfig", err)
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -211,5 +214,43 @@ func TestAcquireNilStore(t *testing.T) {
 	var st *kvlease.Store
 	if _, err := kvlease.Acquire(t.Context(), st, "a", "h", 5*time.Second); !errors.Is(err, kvlease.ErrInvalidOption) {
 		t.Errorf("acquire from a nil store: %v, want ErrInvalidOption", err)
+	}
+}
+
+// A holder's connection (ConnOptions) is back within about a quarter of a
+// second of its server's restart: nats.go's default wait of 2 s cost a
+// lease of 3 s its tenure over a restart that took 1.25 s (found by an
+// outside client).
+func TestConnOptionsReconnectSoon(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	srv := kvleasetest.NewServer(t, kvleasetest.WithPort(port))
+	nc, err := nats.Connect(srv.ClientURL(), kvlease.ConnOptions()...) // not kvleasetest.Connect, whose wait is short
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	back := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(back)
+	away := nc.StatusChanged(nats.RECONNECTING)
+	defer nc.RemoveStatusListener(away)
+	srv.Shutdown()
+	<-away
+	time.Sleep(600 * time.Millisecond) // the outage: the client has tried the server and waits
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	select {
+	case <-back:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not reconnected within 10 s")
+	}
+	if took := time.Since(restarted); took > time.Second {
+		t.Errorf("reconnected %v after the server was back; want within about 350 ms (ReconnectWait and jitter)", took.Round(time.Millisecond))
 	}
 }

@@ -304,11 +304,11 @@ func TestParseSince(t *testing.T) {
 		}
 	}
 	for s, msg := range map[string]string{
-		"-1h":                  "negative",
-		"soon":                 "want a duration",
-		"h":                    "want a duration",
-		"ms":                   "want a duration",
-		"10000000h":            "too far back",
+		"-1h":       "negative",
+		"soon":      "want a duration",
+		"h":         "want a duration",
+		"ms":        "want a duration",
+		"10000000h": "too far back",
 	} {
 		if _, _, err := history.ParseSince(s, now); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("ParseSince(%q): %v; want an error saying %q", s, err, msg)
