@@ -62,9 +62,10 @@ type Keeper struct {
 // KeeperOption configures [Keep].
 type KeeperOption func(*Keeper) error
 
-// WithRenewInterval sets how often the keeper renews. It must be positive
-// (else an error, also [ErrInvalidTiming]) and, from [Keep], at most half
-// the holder's validity window (see [ValidateTiming]). Default D/3.
+// WithRenewInterval sets how often the keeper renews. It must be at least
+// [MinRenewInterval] (else an error, also [ErrInvalidTiming]) and, from
+// [Keep], at most half the holder's validity window (see
+// [ValidateTiming]). Default D/3.
 func WithRenewInterval(d time.Duration) KeeperOption {
 	return func(k *Keeper) error {
 		if err := validateInterval(d); err != nil {

@@ -90,12 +90,12 @@ const DefaultAttemptTimeout = 2 * time.Second
 
 // WithAttemptTimeout bounds each attempt of [Acquire]'s grant (default
 // [DefaultAttemptTimeout]): an attempt that gets no answer by then is sent
-// again, with the same request ID, until Acquire's context ends. A
-// duration ≤ 0 is an error.
+// again, with the same request ID, until Acquire's context ends. One below
+// [MinAttemptTimeout] is an error.
 func WithAttemptTimeout(d time.Duration) LeaseOption {
 	return func(o *leaseOptions) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: attempt timeout %v", ErrInvalidOption, d)
+		if d < MinAttemptTimeout {
+			return fmt.Errorf("%w: attempt timeout %v: at least %v", ErrInvalidOption, d, MinAttemptTimeout)
 		}
 		o.attempt = d
 		return nil

@@ -91,6 +91,9 @@ func TestOptionsRejectBadValues(t *testing.T) {
 			"NaN clock rate":              {opt: kvlease.WithClockRate(math.NaN()), timing: true},
 			"infinite clock rate":         {opt: kvlease.WithClockRate(math.Inf(1)), timing: true},
 			"attribute with an empty key": {opt: kvlease.WithAttributes(map[string]string{"": "v"})},
+			// Below the least, Acquire spun (found by an outside client).
+			"attempt timeout 1ns":  {opt: kvlease.WithAttemptTimeout(time.Nanosecond)},
+			"zero attempt timeout": {opt: kvlease.WithAttemptTimeout(0)},
 		} {
 			t.Run(name, func(t *testing.T) {
 				g := &fixedGrantor{}
@@ -126,6 +129,7 @@ func TestOptionsRejectBadValues(t *testing.T) {
 			"nil option":              {opt: nil},
 			"zero renew interval":     {opt: kvlease.WithRenewInterval(0), timing: true},
 			"negative renew interval": {opt: kvlease.WithRenewInterval(-time.Second), timing: true},
+			"renew interval 1ms":      {opt: kvlease.WithRenewInterval(time.Millisecond), timing: true},
 			"nil OnLost":              {opt: kvlease.WithOnLost(nil)},
 			"nil OnRenew":             {opt: kvlease.WithOnRenew(nil)},
 			"nil meter provider":      {opt: kvlease.WithMeterProvider(nil)},

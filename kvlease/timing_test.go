@@ -171,7 +171,10 @@ func TestValidateTiming(t *testing.T) {
 		{"interval above half window", d, m, w/2 + time.Nanosecond, rho, true},
 		{"interval equals window", d, m, w, rho, true},
 		{"interval equals half window", d, m, w / 2, rho, false},
-		{"interval one nanosecond", d, m, time.Nanosecond, rho, false},
+		// Below it the keeper retried in a tight loop (found by an
+		// outside client).
+		{"interval one nanosecond", d, m, time.Nanosecond, rho, true},
+		{"interval the least", d, m, kvlease.MinRenewInterval, rho, false},
 		{"interval third of d", d, m, d / 3, rho, false},
 	}
 	for _, tt := range tests {
