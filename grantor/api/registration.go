@@ -131,7 +131,9 @@ func (r Registration) Attributes() map[string]string {
 	return a
 }
 
-// RegistrationOf decodes a lease record; ok is false for other leases.
+// RegistrationOf decodes a lease record; ok is false for other leases. A
+// lease under svc. granted other than by registering may decode to a
+// Registration that does not Validate (no address, say).
 func RegistrationOf(rec kvlease.Record) (Registration, bool) {
 	rest, ok := strings.CutPrefix(rec.Name, RegistrationPrefix)
 	if !ok {

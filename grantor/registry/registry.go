@@ -198,7 +198,9 @@ func (r *Registry) follow() {
 			rec = &kvlease.Record{Name: ev.Name, Holder: ev.Holder, Token: ev.Token}
 		}
 		reg, ok := api.RegistrationOf(*rec)
-		if !ok {
+		if !ok || !ev.Type.Ends() && reg.Validate() != nil {
+			// A plain grant under svc. (no address): discovered as an
+			// instance with none (found by an outside client).
 			continue
 		}
 		r.mu.Lock()

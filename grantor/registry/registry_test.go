@@ -139,6 +139,11 @@ func TestServiceRegistrationAPI(t *testing.T) {
 		}
 		return reply.Data
 	}
+	// A plain grant under svc. is no registration: it was discovered as
+	// an instance with no address (found by an outside client).
+	if _, err := store.Grant(t.Context(), kvlease.GrantRequest{Name: "svc.api.fake", Holder: "me", Duration: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
 	var lease api.Lease
 	mustJSON(t, req(api.SubjectRegister, `{"service":"api","instance":"a1","addr":"10.0.0.1:80","holder":"a1","ttl":"10s","meta":{"v":"2"}}`), &lease)
 	if lease.Name != "svc.api.a1" || lease.Secret == "" {
