@@ -197,10 +197,10 @@ func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
 }
 
 // Keep starts keeping l renewed until it is lost, [Keeper.Close]d, or ctx
-// ends (which, like Close, releases the lease). It is lost at once when a
-// renewal is refused or the connection has been closed ([ErrConnClosed]),
-// and at the deadline when renewals go unanswered (each retried while
-// time remains).
+// ends (which, like Close, releases the lease). It is lost at the renewal
+// that is refused or finds the connection closed ([ErrConnClosed]), the
+// next one due (or one a [WithRenewNow] hint brings forward), and at the
+// deadline when renewals go unanswered (each retried while time remains).
 //
 // Errors: [ErrInvalidOption] for an option that refuses its value;
 // [ErrInvalidTiming] if the interval does not fit the lease.
@@ -303,7 +303,7 @@ func (k *Keeper) halt(ctx context.Context) {
 // the lease to a revision the release would not know. It returns the
 // release error, if any. Close may be called more than once (defer it). Under a ctx already
 // done (a deferred Close whose ctx a shutdown signal ended) it still sends
-// the release, for up to [closeGrace]: it sent none, and others waited for
+// the release, for up to 2 s: it sent none, and others waited for
 // the lease's deadline (found by an outside client, with Resign).
 //
 // A lease lost is released all the same (a release names this holder's
@@ -316,7 +316,7 @@ func (k *Keeper) halt(ctx context.Context) {
 // no holder (found by an outside client: elect's leases held for 10 s
 // more by their stopped leaders). So call Close once the work under the
 // lease has stopped, not before. After a loss that release is best
-// effort: it gets [closeGrace] at most, whatever ctx allows (a defer'd
+// effort: it gets 2 s at most, whatever ctx allows (a defer'd
 // Close after a paused server's loss waited out the lease's duration), none
 // on a connection closed, and Close returns nil whatever its outcome (the
 // loss is [Keeper.Err]).

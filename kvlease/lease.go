@@ -513,7 +513,7 @@ func (l *Lease) Record() Record {
 // Deadline returns the holder's deadline as a time of time.Now's clock
 // (with a monotonic reading), for timers and logs: time.Until of it is
 // [Lease.Remaining]. The lease counts on a clock that also counts the
-// time the machine is suspended (see holderNow): a suspension after the
+// time the machine is suspended (CLOCK_BOOTTIME on Linux): a suspension after the
 // call brings the deadline nearer than the time returned, which Check,
 // Remaining and a keeper count and a timer set from it does not.
 func (l *Lease) Deadline() time.Time {
@@ -623,7 +623,8 @@ func (l *Lease) LateEffects() int64 { return l.lateEffects.Load() }
 // [*LeaseExpiredError] whose Refused is the refusal, and Renew sends
 // nothing more.
 //
-// Errors: [*LeaseExpiredError]; those of [Store.Renew].
+// Errors: [*LeaseExpiredError]; [ErrNotFound] once the lease was
+// released ([Lease.Release]); those of [Store.Renew].
 func (l *Lease) Renew(ctx context.Context) error {
 	select {
 	case l.renewing <- struct{}{}:

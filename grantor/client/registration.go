@@ -27,6 +27,9 @@ func (c *Client) Discover(ctx context.Context, service string, maxSuspicion floa
 // server does not let subscribe there gets a permissions error on the
 // connection's error handler, and the registration is found lost at its
 // next renewal instead.
+//
+// Errors: [api.ErrInvalidRequest] for a registration that does not
+// Validate (nothing sent); those of [kvlease.Acquire] and [kvlease.Keep].
 func Register(ctx context.Context, g kvlease.Grantor, reg api.Registration, holder string, ttl time.Duration,
 	opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
 	if err := reg.Validate(); err != nil {

@@ -205,7 +205,10 @@ type LeaderChange struct {
 }
 
 // Observe delivers the current leader (or vacancy: Leader nil and Cause 0),
-// then every change of leader, until ctx ends; the channel is closed then.
+// then every change of leader, until ctx ends; the channel is closed then,
+// and also when the watch under it ends (its connection closed, its
+// bucket deleted and made anew: see [kvlease.Watcher.Err]), with ctx
+// still live: check ctx.Err() to tell which, and Observe again.
 // Renewals are not changes. Changes are seen as the bucket's stream delivers
 // them: a new leader learns of its win (its grant's reply) a moment before
 // observers do. A reader that falls behind by 16 changes stalls the stream of
