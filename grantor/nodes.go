@@ -68,19 +68,29 @@ func Nodes(nc *nats.Conn, wait time.Duration) ([]Node, error) {
 var ErrOtherBucket = errors.New("grantor: another lease service on this NATS account serves another bucket")
 
 // otherBucketWait is how long Start listens for the other services' info.
-const otherBucketWait = 200 * time.Millisecond
+const otherBucketWait = 100 * time.Millisecond
 
 // checkBuckets refuses to serve beside a lease service of another bucket
 // ([ErrOtherBucket]); self is this service's instance id, if started.
 func (s *Service) checkBuckets(self string) error {
-	nodes, err := Nodes(s.nc, otherBucketWait)
+	return CheckBucket(s.nc, s.store.Bucket(), self)
+}
+
+// CheckBucket returns [ErrOtherBucket] if a lease service that nc's
+// account reaches, other than the one whose instance id is self (""
+// for none), serves a bucket other than bucket; it listens 100 ms for
+// their answers. [Service.Start] checks it; a grantor program calls it
+// before it opens (and so creates) its bucket (a refused `serve` left a
+// bucket behind; found by an outside client).
+func CheckBucket(nc *nats.Conn, bucket, self string) error {
+	nodes, err := Nodes(nc, otherBucketWait)
 	if err != nil {
 		return fmt.Errorf("grantor: look for other lease services: %w", err)
 	}
 	for _, n := range nodes {
-		if n.ID != self && n.Bucket != s.store.Bucket() {
+		if n.ID != self && n.Bucket != bucket {
 			return fmt.Errorf("%w: node %q (service %s) serves bucket %q, this one %q: one NATS account serves one bucket",
-				ErrOtherBucket, n.Node, n.ID, n.Bucket, s.store.Bucket())
+				ErrOtherBucket, n.Node, n.ID, n.Bucket, bucket)
 		}
 	}
 	return nil

@@ -268,8 +268,10 @@ var ErrStarted = errors.New("grantor: the service starts once (make a new one)")
 // leases per holder (for the per-holder limit) and keeps counting from the
 // bucket's stream until Stop; then it starts the extensions, in the order
 // given. It refuses to serve beside a lease service of another bucket on
-// its NATS account ([ErrOtherBucket]), which it listens for 200 ms. A
-// service starts once ([ErrStarted]).
+// its NATS account ([ErrOtherBucket]), which it listens for twice 100 ms:
+// as it begins, and once it answers the others' INFO itself, before it
+// serves any request (two that start at once both refuse). A service
+// starts once ([ErrStarted]).
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	again := s.startedOnce || s.stopping
@@ -301,10 +303,7 @@ func (s *Service) Start(ctx context.Context) error {
 			func(n int) { s.metrics.LiveLeases(context.Background(), int64(n)) }, s.feed.pass)
 		s.feed.close()
 		if err := w.Err(); errors.Is(err, kvlease.ErrBucketReplaced) {
-			select {
-			case s.failed <- err:
-			default: // failed already (ErrOtherBucket)
-			}
+			s.failed <- err // buffered: the first and only
 		}
 	}()
 	select {
@@ -315,13 +314,12 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.watcher = w
 	if err := s.startObserver(ctx); err != nil {
-		w.Stop()
+		s.undo()
 		return err
 	}
 	for _, ext := range s.extensions {
 		if err := ext.Start(ctx); err != nil {
-			w.Stop()
-			s.stopExtensions()
+			s.undo() // the observer too: it ran on (found in review)
 			return err
 		}
 		s.started = append(s.started, ext)
@@ -338,11 +336,22 @@ func (s *Service) Start(ctx context.Context) error {
 		StatsHandler: func(e *micro.Endpoint) any { return s.stats.of(e.Subject) },
 	})
 	if err != nil {
-		w.Stop()
-		s.stopExtensions()
+		s.undo()
 		return fmt.Errorf("grantor: add service: %w", err)
 	}
 	s.svc = svc
+	// Once more, before any endpoint: a service of another bucket that
+	// starts at the same time answers INFO now, as this one does, so each
+	// sees the other and neither serves a request. Checked after the
+	// endpoints, both served for some 200 ms, the window of a lease
+	// granted twice (found by an outside client).
+	if err := s.nc.Flush(); err != nil {
+		return s.fail(err)
+	}
+	if err := s.checkBuckets(svc.Info().ID); err != nil {
+		s.undo()
+		return err
+	}
 	for _, subject := range slices.Sorted(maps.Keys(s.handlers)) {
 		// lease.v1.grant → lease-grant, svc.v1.discover → svc-discover
 		name := strings.ReplaceAll(strings.ReplaceAll(subject, ".v1.", "-"), ".", "-")
@@ -366,25 +375,28 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.nc.Flush(); err != nil {
 		return s.fail(err)
 	}
-	// Once more, now that a service of another bucket started at the same
-	// time would see this one too: both fail (Failed).
-	go func() {
-		if err := s.checkBuckets(svc.Info().ID); errors.Is(err, ErrOtherBucket) {
-			select {
-			case s.failed <- err:
-			default: // failed already
-			}
-		}
-	}()
 	s.log.Info("lease service started", "service", api.ServiceName, "id", svc.Info().ID)
 	return nil
 }
 
 func (s *Service) fail(err error) error {
-	_ = s.svc.Stop()
-	s.watcher.Stop()
-	s.stopExtensions()
+	s.undo()
 	return fmt.Errorf("grantor: add endpoint: %w", err)
+}
+
+// undo stops what a Start that fails has started: the service, the
+// observer, the watch and the extensions.
+func (s *Service) undo() {
+	if s.svc != nil {
+		_ = s.svc.Stop()
+	}
+	if s.obs != nil {
+		s.obs.halt()
+	}
+	if s.watcher != nil {
+		s.watcher.Stop()
+	}
+	s.stopExtensions()
 }
 
 // stopExtensions stops the started extensions, last first.
@@ -398,9 +410,7 @@ func (s *Service) stopExtensions() {
 // Failed delivers an error if the service can no longer answer truly and
 // must be stopped: its bucket was deleted and made anew under it
 // ([kvlease.ErrBucketReplaced]; a NATS server restarted on an empty
-// store), or a service of another bucket started on its NATS account at
-// the same time as it did ([ErrOtherBucket]; one that starts later is
-// refused by Start). Its index of the old bucket's leases answered lists and counts
+// store). Its index of the old bucket's leases answered lists and counts
 // with leases that no longer existed, and its reads stayed unavailable
 // (found by an outside client). Restarted, a grantor serves the new bucket,
 // whose tokens started again (docs/safety.md).

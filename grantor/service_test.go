@@ -1158,7 +1158,9 @@ func TestServiceRefusesToServeBesideAnotherBucket(t *testing.T) {
 		t.Error("the refused service observes its bucket")
 	}
 
-	// Two started at once: not both serve.
+	// Two started at once: not both serve, not even for a moment (both
+	// were ready, and then both failed, 200 ms later; found by an outside
+	// client).
 	srv := kvleasetest.NewServer(t)
 	a, b := newOn(t, srv.ClientURL(), "a"), newOn(t, srv.ClientURL(), "b")
 	var errA, errB error
@@ -1166,23 +1168,9 @@ func TestServiceRefusesToServeBesideAnotherBucket(t *testing.T) {
 	wg.Go(func() { errA = a.Start(t.Context()) })
 	wg.Go(func() { errB = b.Start(t.Context()) })
 	wg.Wait()
-	if errA != nil || errB != nil {
-		if !errors.Is(errA, grantor.ErrOtherBucket) && !errors.Is(errB, grantor.ErrOtherBucket) {
-			t.Fatalf("started at once: %v, %v; want one ErrOtherBucket", errA, errB)
-		}
-		return
-	}
-	select {
-	case err := <-a.Failed():
-		if !errors.Is(err, grantor.ErrOtherBucket) {
-			t.Fatalf("a failed with %v", err)
-		}
-	case err := <-b.Failed():
-		if !errors.Is(err, grantor.ErrOtherBucket) {
-			t.Fatalf("b failed with %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("two services of two buckets started at once both serve")
+	// At least one refuses, before it has served anything (both may).
+	if !errors.Is(errA, grantor.ErrOtherBucket) && !errors.Is(errB, grantor.ErrOtherBucket) {
+		t.Fatalf("started at once: %v, %v; want ErrOtherBucket from one at least", errA, errB)
 	}
 }
 

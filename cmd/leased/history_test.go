@@ -95,6 +95,11 @@ func TestHistoryCommand(t *testing.T) {
 	if r := leased(t, s.url, "history", "--bucket", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, "no history of bucket") {
 		t.Errorf("history of a bucket with no history: exit %d (%s), want 1", r.code, r.stderr)
 	}
+	// So too status (it said "grantor unavailable"; found by an outside
+	// client).
+	if r := leased(t, s.url, "status", "--bucket", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, `no lease bucket "nosuch"`) {
+		t.Errorf("status of a bucket that does not exist: exit %d (%s), want 1 saying so", r.code, r.stderr)
+	}
 }
 
 // A lease granted before the window and live through it is a row of

@@ -243,3 +243,19 @@ func TestServeNamedOnItsNATS(t *testing.T) {
 		t.Fatalf("status: exit %d, stdout %q, stderr %q; want the grantor named grantor-7", r.code, r.stdout, r.stderr)
 	}
 }
+
+// A serve of another bucket on the NATS server of a running one is
+// refused, and before it has made its bucket: a lease was granted twice at
+// once, once in each bucket, and the refused serve left its bucket
+// behind, which status then showed served by the other's grantor (found
+// by outside clients).
+func TestServeRefusesAnotherBucketBesideIt(t *testing.T) {
+	s := startServe(t, "")
+	r := leased(t, "", "serve", "--nats-url", s.url, "--bucket", "other")
+	if r.code == 0 || !strings.Contains(r.stderr, `serves bucket "leases", this one "other"`) {
+		t.Fatalf("serve --bucket other beside a serve of leases: exit %d, stderr %q; want a refusal naming both", r.code, r.stderr)
+	}
+	if r := leased(t, s.url, "status", "--bucket", "other"); r.code != 1 || !strings.Contains(r.stderr, `no lease bucket "other"`) {
+		t.Errorf("status --bucket other after the refusal: exit %d, stdout %q, stderr %q; want no such bucket", r.code, r.stdout, r.stderr)
+	}
+}

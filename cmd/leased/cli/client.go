@@ -151,7 +151,7 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		errors.Is(err, nats.ErrAccountAuthExpired):
 		// Not "unavailable": waiting or retrying will not help.
-		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused the credentials (none given, or not its: --user and LEASED_PASSWORD, --creds, or a user in the URL): %w",
+		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused the credentials (none given, or not its: --user and LEASED_PASSWORD, --creds, --nkey, or a user in the URL): %w",
 			ErrPermissionDenied, RedactURL(url), err)
 	case serverNotTrusted(err):
 		// This client's refusal of the server's certificate: a failure of

@@ -415,6 +415,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 				"give it jetstream in --config (accounts { NAME { jetstream: enabled, users: [...] } })")}
 		}
 	}
+	if err := grantor.CheckBucket(nc, f.bucket, ""); err != nil {
+		return err // before the bucket is opened, and so made
+	}
 	octx, cancel := context.WithCancel(startCtx)
 	defer cancel()
 	if limit := f.jetStreamWaitLimit(srv != nil); limit > 0 {

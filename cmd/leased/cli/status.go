@@ -109,6 +109,11 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 		return Status{}, err
 	}
 	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// It said "grantor unavailable" (found by an outside client).
+		return Status{}, fmt.Errorf("no lease bucket %q on this NATS account (its stream KV_%s is missing; a grantor of the bucket creates it)",
+			bucket, bucket)
+	}
 	if err != nil {
 		return Status{}, fmt.Errorf("%w: lease bucket %q: %w%s", kvlease.ErrUnavailable, bucket, err, quorumHint(err))
 	}
@@ -129,7 +134,7 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 			return Status{}, err
 		}
 	}
-	s.Grantors, err = grantorNodes(nc, min(timeout, 500*time.Millisecond))
+	s.Grantors, err = grantorNodes(nc, bucket, min(timeout, 500*time.Millisecond))
 	return s, err
 }
 
@@ -165,11 +170,15 @@ func noQuorumHint(msg string) string {
 }
 
 // grantorNodes asks every running lease service for its info and collects
-// the answers that arrive within wait.
-func grantorNodes(nc *nats.Conn, wait time.Duration) ([]GrantorNode, error) {
+// the answers of those of bucket that arrive within wait (another's was
+// listed as the bucket's; found by an outside client).
+func grantorNodes(nc *nats.Conn, bucket string, wait time.Duration) ([]GrantorNode, error) {
 	found, err := grantor.Nodes(nc, wait)
 	nodes := make([]GrantorNode, 0, len(found))
 	for _, n := range found {
+		if n.Bucket != bucket {
+			continue
+		}
 		nodes = append(nodes, GrantorNode{Node: n.Node, ID: n.ID, NATSURL: RedactURL(n.NATSURL), Version: n.Version})
 	}
 	return nodes, err
