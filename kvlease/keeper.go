@@ -316,10 +316,11 @@ func (k *Keeper) halt(ctx context.Context) {
 // no holder (found by an outside client: elect's leases held for 10 s
 // more by their stopped leaders). So call Close once the work under the
 // lease has stopped, not before. After a loss that release is best
-// effort: it gets 2 s at most, whatever ctx allows (a defer'd
-// Close after a paused server's loss waited out the lease's duration), none
-// on a connection closed, and Close returns nil whatever its outcome (the
-// loss is [Keeper.Err]).
+// effort: one attempt, of 2 s at most whatever ctx allows (a defer'd
+// Close after a paused server's loss waited out the lease's duration),
+// none on a connection closed, given up at once if it cannot be sent (a
+// connection reconnecting), and Close returns nil whatever its outcome
+// (the loss is [Keeper.Err]).
 func (k *Keeper) Close(ctx context.Context) error {
 	ended := ctx.Err() != nil // a ctx that ends during Close bounds it, as the caller meant
 	k.halt(ctx)
@@ -337,7 +338,7 @@ func (k *Keeper) Close(ctx context.Context) error {
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
 		defer cancel()
-		_ = k.l.Release(rctx)
+		_ = k.l.release(rctx, false)
 		return nil
 	}
 	return k.l.Release(ctx)

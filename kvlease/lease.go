@@ -737,6 +737,15 @@ func (l *Lease) takeUnconfirmed() bool {
 // lapsed) is not an error here. Calling Release again after it succeeded
 // does nothing; after it failed ([ErrUnavailable]) it tries again.
 func (l *Lease) Release(ctx context.Context) (err error) {
+	return l.release(ctx, true)
+}
+
+// release is Release; retry says whether a grantor that does not answer,
+// or a request that cannot be sent, is asked again (Release), or given up
+// at once (a keeper's release after a loss, which must not hold up a
+// holder that has lost its lease: with its server stopped, run exited
+// 2 s after the deadline).
+func (l *Lease) release(ctx context.Context, retry bool) (err error) {
 	l.mu.Lock()
 	rec, freed, now := l.rec, l.freed, l.now()
 	remaining := l.deadline.Sub(now)
@@ -759,13 +768,18 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	rctx, cancel := context.WithTimeout(ctx, l.d)
 	defer cancel()
 	release := func(rev uint64) error {
-		_, err := RetryUnavailable(rctx, time.Second, nil, func() (struct{}, error) {
+		attempt := func() (struct{}, error) {
 			// Each attempt bounded, as a grant's: one sent to a stream
 			// leader that has just died waits for its whole context.
 			actx, cancel := context.WithTimeout(rctx, DefaultAttemptTimeout)
 			defer cancel()
 			return struct{}{}, l.g.Release(actx, ReleaseRequest{Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rev, Secret: l.secret})
-		})
+		}
+		if !retry {
+			_, err := attempt()
+			return err
+		}
+		_, err := RetryUnavailable(rctx, time.Second, nil, attempt)
 		return err
 	}
 	err = release(rec.Revision)
