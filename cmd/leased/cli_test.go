@@ -571,6 +571,9 @@ func TestRunLogsJSON(t *testing.T) {
 	s := startServe(t, "")
 	// The guard's lines too: a command that cannot start (it wrote "leased:
 	// start …" as text; found in review).
+	if r := leased(t, s.url, "acquire", "json.held", "--ttl", "1m"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
 	for _, c := range []struct {
 		args []string
 		code int
@@ -578,6 +581,9 @@ func TestRunLogsJSON(t *testing.T) {
 		{[]string{"run", "--lease", "json.run", "-o", "json", "--", "true"}, 0},
 		{[]string{"elect", "json.elect", "-o", "json", "--", "true"}, 0},
 		{[]string{"run", "--lease", "json.nostart", "-o", "json", "--", "/nonexistent/command"}, 127},
+		// Its own error too: a held lease was "leased: held: …" as text
+		// (found by an outside client).
+		{[]string{"run", "--lease", "json.held", "--holder", "other", "-o", "json", "--", "true"}, 3},
 	} {
 		args := c.args
 		r := leased(t, s.url, args...)

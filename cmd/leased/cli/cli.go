@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -37,17 +38,25 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return int(status)
 	}
 	msg := api.Message(err)
-	fmt.Fprintf(stderr, "leased: %s\n", msg) // no Go package names
+	say := lineLog{w: stderr}
+	if logsJSON(cmd) {
+		// run, elect and register log JSON records with -o json: their
+		// last line, the error, was text (found by an outside client).
+		say = newLineLog(stderr, "json")
+	}
+	say.print(slog.LevelError, msg) // no Go package names
 	if hint := noQuorumHint(msg); hint != "" {
 		// Every command said only "503 … temporarily unavailable" while a
 		// cluster had no quorum (found by an outside client).
-		fmt.Fprintf(stderr, "leased: %s\n", hint)
+		say.print(slog.LevelError, hint)
 	}
 	if errors.As(err, new(usageError)) {
 		if cmd == root {
 			fmt.Fprintln(stderr, `"leased --help" lists the commands`)
+		} else if usage := fmt.Sprintf("usage: %s (%q says more)", cmd.UseLine(), cmd.CommandPath()+" --help"); say.json != nil {
+			say.print(slog.LevelInfo, usage)
 		} else {
-			fmt.Fprintf(stderr, "usage: %s (%q says more)\n", cmd.UseLine(), cmd.CommandPath()+" --help")
+			fmt.Fprintln(stderr, usage)
 		}
 	}
 	return exitCode(err)
@@ -77,6 +86,16 @@ func (l lineLog) print(level slog.Level, text string) {
 		return
 	}
 	fmt.Fprintf(l.w, "leased: %s\n", text)
+}
+
+// logsJSON reports whether cmd is one whose stderr is a log, run, elect
+// or register, given -o json.
+func logsJSON(cmd *cobra.Command) bool {
+	if cmd == nil || !slices.Contains([]string{"run", "elect", "register"}, cmd.Name()) {
+		return false
+	}
+	f := cmd.Flags().Lookup("output")
+	return f != nil && f.Value.String() == "json"
 }
 
 type usageError struct{ error }
