@@ -302,8 +302,19 @@ func TestNextEndsWhenTheStreamIsReplaced(t *testing.T) {
 	if err := js.DeleteStream(t.Context(), "S"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
-		t.Fatal(err)
+	// Made anew at once, the server may still be removing the old one's
+	// store: it answers 500, err_code 10049, "error creating store for
+	// stream" (CI, once), and takes it a moment later.
+	for end := time.Now().Add(10 * time.Second); ; {
+		_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+		var apiErr *jetstream.APIError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049 || time.Now().After(end) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // bounded retry of the server's transient refusal
 	}
 	publish(t, js, 1, 1)
 	if err := waitErr(t, ended); !errors.Is(err, follow.ErrStreamReplaced) {
