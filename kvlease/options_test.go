@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -226,13 +225,7 @@ func TestAcquireNilStore(t *testing.T) {
 // lease of 3 s its tenure over a restart that took 1.25 s (found by an
 // outside client).
 func TestConnOptionsReconnectSoon(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	srv := kvleasetest.NewServer(t, kvleasetest.WithPort(port))
+	srv := kvleasetest.NewServer(t, kvleasetest.WithPort(kvleasetest.FreePort(t)))
 	nc, err := nats.Connect(srv.ClientURL(), kvlease.ConnOptions()...) // not kvleasetest.Connect, whose wait is short
 	if err != nil {
 		t.Fatal(err)

@@ -47,24 +47,6 @@ type testCluster struct {
 	logDir    string                      // if set, each node's log is also appended to <logDir>/<name>.log
 }
 
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
-
 func startCluster(t *testing.T) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, nodes: clusterNodes(t, nil)}
@@ -89,7 +71,7 @@ func clusterNodes(t *testing.T, net *privateNet) []cli.ClusterNode {
 	var nodes []cli.ClusterNode
 	ports := []int{4222, 4222, 4222, 6222, 6222, 6222}
 	if net == nil {
-		ports = freePorts(t, 6)
+		ports = kvleasetest.FreePorts(t, 6)
 	}
 	for i := range 3 {
 		host := "127.0.0.1"
@@ -1043,7 +1025,7 @@ func TestClusterRefusesADuplicateName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 2)
+	ports := kvleasetest.FreePorts(t, 2)
 	args := cli.ClusterServeArgs(c.nodes, 1) // n2's name and the cluster's routes
 	for i := 0; i+1 < len(args); i++ {
 		switch args[i] {

@@ -208,7 +208,7 @@ func (n *nemesis) startNodes() {
 		// Batches from 2 writes (and the linger, 1 ms on R1), under the
 		// background load (startLoad), so that group commit is under the
 		// faults too; the metrics show that it batched.
-		ports := freePorts(t, 2)
+		ports := kvleasetest.FreePorts(t, 2)
 		port, mport := ports[0], ports[1]
 		n.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
 		n.c = &testCluster{t: t, bin: bin, single: true, logDir: n.dir,

@@ -24,7 +24,7 @@ import (
 // within about three).
 func startGossipServe(t *testing.T) (*server, string) {
 	t.Helper()
-	gossip := "127.0.0.1:" + itoa(freePorts(t, 1)[0])
+	gossip := "127.0.0.1:" + itoa(kvleasetest.FreePort(t))
 	s := startServeWith(t, timingBin(t), "", "--name", "grantor-1", "--gossip-listen", gossip, "--gossip-profile", "fast")
 	return s, gossip
 }
@@ -158,7 +158,7 @@ func TestDuplicateRegisterLeavesTheLiveOne(t *testing.T) {
 // before the grant made it exit 1 on the taken port (found in review).
 func TestDuplicateRegisterOnItsGossipPortIsHeld(t *testing.T) {
 	s, gossip := startGossipServe(t)
-	listen := "127.0.0.1:" + itoa(freePorts(t, 1)[0])
+	listen := "127.0.0.1:" + itoa(kvleasetest.FreePort(t))
 	args := []string{"register", "web", "f1", "--addr", "127.0.0.1:8080", "--ttl", "30s", "--url", s.url,
 		"--gossip-seeds", gossip, "--gossip-listen", listen, "--gossip-profile", "fast"}
 	startRegistered(t, append(args, "-o", "json"), "f1")

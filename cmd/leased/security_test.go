@@ -27,6 +27,7 @@ import (
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // Two serve processes on one data directory would each grant from their own
@@ -130,7 +131,7 @@ func TestServeSecuredCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ports := freePorts(t, 6)
+	ports := kvleasetest.FreePorts(t, 6)
 	var nodes []cli.ClusterNode
 	for i := range 3 {
 		nodes = append(nodes, cli.ClusterNode{Name: "n" + strconv.Itoa(i+1), Host: "127.0.0.1",
@@ -330,7 +331,7 @@ func TestClientCertificateRequired(t *testing.T) {
 // --config lies under the flags: the file's listen address and store
 // directory apply when no flag names them, and flags given explicitly win.
 func TestServeConfigFileUnderFlags(t *testing.T) {
-	port, fileData := freePorts(t, 1)[0], t.TempDir()
+	port, fileData := kvleasetest.FreePort(t), t.TempDir()
 	conf := filepath.Join(t.TempDir(), "nats.conf")
 	body := fmt.Sprintf("server_name: fromfile\nlisten: \"127.0.0.1:%d\"\njetstream {\n  store_dir: %q\n}\n", port, fileData)
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {

@@ -212,12 +212,7 @@ func TestServeUnsyncedDoesNotBatch(t *testing.T) {
 // Once running, it logs losing that server and finding it again (it said
 // nothing either way).
 func TestServeWaitsForItsNATS(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := kvleasetest.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	logs := serveOn(t, url)
 	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"waiting for NATS"`) })

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -65,12 +64,7 @@ type ChildServer struct {
 // directory, waits until it is ready, and kills it on cleanup.
 func StartChildServer(tb testing.TB) *ChildServer {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := FreePort(tb)
 	c := &ChildServer{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), Dir: tb.TempDir(), tb: tb}
 	c.env = []string{envServerDir + "=" + c.Dir, envServerPort + "=" + strconv.Itoa(port)}
 	c.Restart()
