@@ -129,7 +129,7 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 	start := time.Now()
 	reload(users(""))
 	// A plain refusal counts at the second, after nats.go's reconnect
-	// wait (2 s): one alone may be a server whose authorization is
+	// wait (kvlease.ReconnectWait): one alone may be a server whose authorization is
 	// briefly away. Before the fix: exit 5, "lease lost", 10 s later.
 	check("acquire --hold whose user is removed", cmd, stderr, start, 8*time.Second, "ended this connection's authorization")
 }

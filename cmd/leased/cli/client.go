@@ -606,7 +606,13 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	defer deny(nil)
 	ctx = context.WithValue(ctx, deniedKey{}, denied)
 	refuse := func(err error) { cancel(err); deny(err) }
-	authRefusals := 0 // nats.go's error handler calls are in order, on one goroutine
+	// nats.go's error and reconnect handler calls are in order, on one
+	// goroutine. A successful reconnect forgives a refusal, as nats.go
+	// does (it forgets a server's last error then): counted for the whole
+	// session, two brief refusals hours apart, each recovered from, ended
+	// the command (found in review).
+	authRefusals := 0
+	forgive := nats.ReconnectHandler(func(*nats.Conn) { authRefusals = 0 })
 	warned := false
 	start := time.Now()
 	servers := max(1, strings.Count(c.url, ",")+1) // tried one after another: together within --timeout
@@ -628,7 +634,7 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 		default:
 			refuse(pe)
 		}
-	})
+	}, forgive)
 	if err != nil {
 		return err
 	}
@@ -688,9 +694,10 @@ func cleanupContext(ctx context.Context, d time.Duration) (context.Context, cont
 // revoked), or nil: the command cannot go on, which waiting will not
 // change. It was reported as a lost connection or a lost lease (found by
 // an outside client). A plain refusal ("Authorization Violation") counts
-// only the second time (refusals counts them): one may come from a server
-// whose authorization is briefly unavailable (an auth callout restarting)
-// as a reconnect tries it, and nats.go gives up only at the second on one
+// only the second time in a row (refusals counts them, withConn sets
+// them to 0 at a successful reconnect): one may come from a server whose
+// authorization is briefly unavailable (an auth callout restarting) as a
+// reconnect tries it, and nats.go gives up only at the second on one
 // server (found in review).
 func authorizationEnded(err error, refusals *int) error {
 	ended := errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)

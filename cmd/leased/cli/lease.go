@@ -374,7 +374,11 @@ after the last change it printed.`,
 					fmt.Fprintf(stderr, "leased: watch: %s: connection to the server lost; reconnecting (then each lease's latest change "+
 						"follows; a tenure begun and ended meanwhile is only in leased history)\n", time.Now().UTC().Format(time.RFC3339Nano))
 				})
+				prev := nc.ReconnectHandler() // withConn's, which forgives a refusal recovered from
 				nc.SetReconnectHandler(func(nc *nats.Conn) {
+					if prev != nil {
+						prev(nc)
+					}
 					fmt.Fprintf(stderr, "leased: watch: %s: reconnected to %s\n", time.Now().UTC().Format(time.RFC3339Nano), RedactURL(nc.ConnectedUrl()))
 				})
 				var opts []kvlease.WatchOption
