@@ -320,7 +320,10 @@ func (k *Keeper) halt(ctx context.Context) {
 // Close after a paused server's loss waited out the lease's duration),
 // none on a connection closed, given up at once if it cannot be sent (a
 // connection reconnecting), and Close returns nil whatever its outcome
-// (the loss is [Keeper.Err]).
+// (the loss is [Keeper.Err]). A server still paused 2 s after the loss
+// gets the release late or not at all (the service drops a request past
+// its deadline), and the tenure its late renewal brought back then runs
+// out at its TTL.
 func (k *Keeper) Close(ctx context.Context) error {
 	ended := ctx.Err() != nil // a ctx that ends during Close bounds it, as the caller meant
 	k.halt(ctx)

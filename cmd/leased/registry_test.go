@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -302,4 +303,24 @@ func TestRegistrationLapsesByTTLWithoutGossip(t *testing.T) {
 		t.Fatalf("registration ended by %v, want expiry by TTL", ev.Type)
 	}
 	t.Logf("lapsed by TTL %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
+}
+
+// A register whose registration is revoked exits lost and releases it as
+// it goes, as acquire --hold does: the revocation's hold (until the
+// registration's deadline, 30 s away) kept the instance from registering
+// again (found in review).
+func TestRegisterReleasesWhatItLost(t *testing.T) {
+	s := startServe(t, "")
+	args := []string{"register", "web", "rv", "--addr", "127.0.0.1:8080", "--ttl", "30s", "--url", s.url, "-o", "json"}
+	reg := startRegistered(t, args, "rv")
+	if r := leased(t, s.url, "revoke", "svc.web.rv"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	err := waitExit(reg, 5*time.Second)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != cli.ExitLost {
+		t.Fatalf("register after its revocation: %v; want exit %d within 5 s", err, cli.ExitLost)
+	}
+	if r := leased(t, s.url, "acquire", "svc.web.rv", "--ttl", "30s"); r.code != 0 {
+		t.Fatalf("acquire after register lost it: exit %d %s, want the lease free", r.code, r.stderr)
+	}
 }

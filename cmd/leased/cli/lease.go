@@ -86,9 +86,7 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 		lost := fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
 		rctx, cancel := cleanupContext(ctx, 5*time.Second)
 		defer cancel()
-		if err := k.Close(rctx); err != nil && !errors.Is(err, kvlease.ErrNotHolder) && !errors.Is(err, kvlease.ErrNotFound) {
-			fmt.Fprintf(stderr, "leased: release after the loss: %v\n", err)
-		}
+		_ = k.Close(rctx) // best effort after a loss: nil whatever its outcome
 		return lost
 	}
 }
