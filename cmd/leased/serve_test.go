@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -252,5 +256,30 @@ func TestServeRefusesAnotherBucketBesideIt(t *testing.T) {
 	}
 	if r := leased(t, s.url, "status", "--bucket", "other"); r.code != 1 || !strings.Contains(r.stderr, `no lease bucket "other"`) {
 		t.Errorf("status --bucket other after the refusal: exit %d, stdout %q, stderr %q; want no such bucket", r.code, r.stdout, r.stderr)
+	}
+}
+
+// status warns of a lease service of another bucket on the same account
+// (one that started without the check: an older leased): it was left out,
+// which hid the hazard it is, a lease granted twice (found in review).
+func TestStatusWarnsOfAnotherBucketsGrantor(t *testing.T) {
+	s := startServe(t, "")
+	other, err := micro.AddService(kvleasetest.Connect(t, s.url), micro.Config{Name: api.ServiceName, Version: api.ServiceVersion,
+		Metadata: map[string]string{"node": "old-node", "bucket": "other", "nats_url": s.url}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Stop()
+	r := leased(t, s.url, "status")
+	if r.code != 0 || !strings.Contains(r.stdout, `WARNING   grantor old-node (id `+other.Info().ID) || !strings.Contains(r.stdout, `serves bucket "other"`) {
+		t.Fatalf("status beside another bucket's service: exit %d, stdout %q, stderr %q; want a warning naming it", r.code, r.stdout, r.stderr)
+	}
+	var st struct {
+		Grantors     []struct{ Node string }
+		OtherBuckets []struct{ Node, Bucket string } `json:"other_buckets"`
+	}
+	if r := leased(t, s.url, "status", "-o", "json"); json.Unmarshal([]byte(r.stdout), &st) != nil ||
+		len(st.Grantors) != 1 || len(st.OtherBuckets) != 1 || st.OtherBuckets[0].Node != "old-node" || st.OtherBuckets[0].Bucket != "other" {
+		t.Fatalf("status -o json: %q (%+v); want one grantor and old-node of bucket other", r.stdout, st)
 	}
 }

@@ -29,6 +29,11 @@ type Status struct {
 	Peers    []PeerStatus  `json:"peers,omitempty"`
 	Leases   int           `json:"leases"`
 	Grantors []GrantorNode `json:"grantors"`
+	// OtherBuckets are lease services on the same NATS account that serve
+	// another bucket (an older leased, or a start that missed the other's
+	// answer): they share the grantors' subjects, so a lease can be
+	// granted twice at once, once in each bucket ([grantor.ErrOtherBucket]).
+	OtherBuckets []GrantorNode `json:"other_buckets,omitempty"`
 }
 
 // PeerStatus is one follower of the lease stream, as its leader sees it.
@@ -65,6 +70,7 @@ type GrantorNode struct {
 	ID      string `json:"id"`
 	NATSURL string `json:"nats_url"`
 	Version string `json:"version"`
+	Bucket  string `json:"bucket,omitempty"` // in Status.OtherBuckets: the bucket it serves
 }
 
 func newStatus(stdout io.Writer) *cobra.Command {
@@ -134,7 +140,7 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 			return Status{}, err
 		}
 	}
-	s.Grantors, err = grantorNodes(nc, bucket, min(timeout, 500*time.Millisecond))
+	s.Grantors, s.OtherBuckets, err = grantorNodes(nc, bucket, min(timeout, 500*time.Millisecond))
 	return s, err
 }
 
@@ -169,19 +175,24 @@ func noQuorumHint(msg string) string {
 	return noQuorum
 }
 
-// grantorNodes asks every running lease service for its info and collects
-// the answers of those of bucket that arrive within wait (another's was
-// listed as the bucket's; found by an outside client).
-func grantorNodes(nc *nats.Conn, bucket string, wait time.Duration) ([]GrantorNode, error) {
+// grantorNodes asks every running lease service for its info and sorts
+// the answers that arrive within wait into those of bucket and those of
+// other buckets on the same account (another's was listed as the
+// bucket's, found by an outside client; then left out, which hid the
+// hazard, found in review).
+func grantorNodes(nc *nats.Conn, bucket string, wait time.Duration) (nodes, others []GrantorNode, err error) {
 	found, err := grantor.Nodes(nc, wait)
-	nodes := make([]GrantorNode, 0, len(found))
+	nodes = make([]GrantorNode, 0, len(found))
 	for _, n := range found {
+		g := GrantorNode{Node: n.Node, ID: n.ID, NATSURL: RedactURL(n.NATSURL), Version: n.Version}
 		if n.Bucket != bucket {
+			g.Bucket = n.Bucket
+			others = append(others, g)
 			continue
 		}
-		nodes = append(nodes, GrantorNode{Node: n.Node, ID: n.ID, NATSURL: RedactURL(n.NATSURL), Version: n.Version})
+		nodes = append(nodes, g)
 	}
-	return nodes, err
+	return nodes, others, err
 }
 
 func printStatus(p printer, s Status) {
@@ -218,6 +229,10 @@ func printStatus(p printer, s Status) {
 			continue
 		}
 		fmt.Fprintf(p.w, "grantor   %s %s\n", g.Node, g.NATSURL)
+	}
+	for _, g := range s.OtherBuckets {
+		fmt.Fprintf(p.w, "WARNING   grantor %s (id %s, %s) serves bucket %q on this NATS account: requests reach either, "+
+			"so a lease can be granted twice; one account serves one bucket\n", g.Node, g.ID, g.NATSURL, g.Bucket)
 	}
 }
 
