@@ -346,7 +346,8 @@ func (s *Service) Start(ctx context.Context) error {
 	// endpoints, both served for some 200 ms, the window of a lease
 	// granted twice (found by an outside client).
 	if err := s.nc.Flush(); err != nil {
-		return s.fail(err)
+		s.undo()
+		return fmt.Errorf("grantor: announce the service: %w", err)
 	}
 	if err := s.checkBuckets(svc.Info().ID); err != nil {
 		s.undo()
