@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/grantor/embedded"
-	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // One server per data directory, in one process as across processes; the
@@ -194,7 +193,15 @@ func TestLoadConfigFileErrors(t *testing.T) {
 // whose --cluster-name was not its peers' only said it waited for
 // JetStream; found by an outside client).
 func TestClusterNameMismatchReported(t *testing.T) {
-	ports := kvleasetest.FreePorts(t, 2)
+	ports := make([]int, 2)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	}
 	route := func(i int) string { return "nats-route://127.0.0.1:" + strconv.Itoa(ports[i]) }
 	started := make(chan *embedded.Server, 2)
 	for i, cluster := range []string{"leased", "other"} {
