@@ -25,3 +25,13 @@ func (q *Queue) WaitStateSize(ctx context.Context, ok func(pending, claimed int)
 // SetBeforeCreate makes Add call f between its check that the item is not
 // done and its create of the item.
 func (q *Queue) SetBeforeCreate(f func()) { q.beforeCreate = f }
+
+// MarkPending marks ids pending in the queue's own view, as the view of a
+// worker that was paused while others completed them still has them.
+func (q *Queue) MarkPending(ids ...string) {
+	q.update(func() {
+		for _, id := range ids {
+			q.pending[id] = true
+		}
+	})
+}

@@ -342,6 +342,14 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 		// was revoked).
 		var heldBack time.Duration
 		for _, id := range candidates {
+			// The snapshot ages while its items are tried: one a follow
+			// has since seen done or claimed is no candidate any more.
+			q.mu.Lock()
+			still := q.pending[id] && !q.claimed[id]
+			q.mu.Unlock()
+			if !still {
+				continue
+			}
 			c, err := q.tryClaim(ctx, worker, id, d, o)
 			if err == nil {
 				return c, nil
@@ -372,6 +380,21 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 }
 
 func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration, o kvlease.Hold) (*Claim, error) {
+	// Read the item before claiming it: one completed (and so deleted)
+	// since this queue's view was made is passed by without a claim. A
+	// view can be far behind (a worker paused while others worked), and
+	// each claim on a gone item was a grant and a release, a tenure in the
+	// history and on the timeline of a worker that never worked the item
+	// (found by an outside client: 599 of them after a 6 s pause). An
+	// item's payload never changes (ids are not reused), so it is the one
+	// the claim works on.
+	payload, err := q.item(ctx, id)
+	if err != nil {
+		if errors.Is(err, kvlease.ErrNotFound) {
+			q.update(func() { delete(q.pending, id) })
+		}
+		return nil, err
+	}
 	l, err := kvlease.Acquire(ctx, q.store, q.claimPrefix()+id, worker, d, o.Lease...)
 	if err != nil {
 		// Held: the claims stream reports that claim (and its end), so the
@@ -392,8 +415,9 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 		}
 		return nil, err
 	}
-	payload, err := q.item(ctx, id)
-	if err != nil {
+	// Still there now that the bar is raised (an item of a bucket whose
+	// entries expire can have gone since the read above).
+	if _, err := q.item(ctx, id); err != nil {
 		_ = l.Release(context.WithoutCancel(ctx))
 		if errors.Is(err, kvlease.ErrNotFound) {
 			q.update(func() { delete(q.pending, id) })
