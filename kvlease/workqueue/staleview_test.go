@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,7 +19,7 @@ import (
 // by an outside client: a worker SIGSTOPped for 6 s made 599 such claims,
 // one on every item of a 600-item queue, when it resumed).
 func TestClaimOnAStaleViewGrantsNothingForGoneItems(t *testing.T) {
-	srv := kvleasetest.NewServer(t, testPort(t)...)
+	srv := kvleasetest.NewServer(t)
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx := t.Context()
 	st, err := kvlease.Open(ctx, js, kvlease.WithBucket("stale-view"), kvlease.WithGrantorMargin(0))
@@ -96,18 +94,4 @@ func TestClaimOnAStaleViewGrantsNothingForGoneItems(t *testing.T) {
 	if n := after.State.LastSeq - before.State.LastSeq; n != 0 {
 		t.Fatalf("%d writes to the lease bucket (grants and releases of claims on completed items), want 0", n)
 	}
-}
-
-// testPort fixes the server's port to LEASED_TEST_PORT if that is set (a
-// sandbox that allows only some ports); otherwise the server takes a free one.
-func testPort(t *testing.T) []kvleasetest.ServerOption {
-	s := os.Getenv("LEASED_TEST_PORT")
-	if s == "" {
-		return nil
-	}
-	p, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []kvleasetest.ServerOption{kvleasetest.WithPort(p)}
 }
