@@ -29,7 +29,11 @@
 // it done and passes it by. Effects of the work itself, outside the sink,
 // are not fenced: a worker paused past its claim can still act on other
 // systems, before or after its successor raises the bar. Fence those
-// effects with the claim's token ([Claim.Token]). Item ids are never
+// effects with the claim's token ([Claim.Token]), and raise that fence as
+// the claim is made, before the work: a fence refuses a late worker's
+// write only once a newer token has reached it, so one fenced only at the
+// write accepts a paused worker's write that comes before its successor's
+// (docs/fencing.md; examples/pg-work-queue does both). Item ids are never
 // reused: the sink keeps each item's result, and [Queue.Add] refuses a
 // completed id with [ErrDone].
 //
