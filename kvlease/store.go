@@ -1943,6 +1943,11 @@ func translate(op string, err error) error {
 	case errors.Is(err, nats.ErrMaxPayload):
 		// Refused by the client before it was sent: too large, every time.
 		return fmt.Errorf("%w: %s: %w", ErrTooLarge, op, err)
+	case errors.Is(err, nats.ErrReconnectBufExceeded):
+		// ConnOptions buffers nothing while reconnecting: nats.go's
+		// "outbound buffer limit exceeded" means not sent, as NotConnected
+		// says (a newcomer did not recognise it: found by an outside client).
+		return fmt.Errorf("%w: %w: %s: not connected to NATS (reconnecting): %w", ErrUnavailable, ErrNotSent, op, err)
 	case errors.Is(err, nats.ErrConnectionClosed):
 		// Closed before or while it went: it never comes back, so a read
 		// or write retried on it waits in vain (found in review: an
