@@ -25,10 +25,15 @@ type Status struct {
 	// NoLeader: the replicated stream has no leader (no quorum): nothing
 	// is granted, renewed or read until it has one. The peers are as the
 	// node that answered last knew them, and no lease count is given.
-	NoLeader bool          `json:"no_leader,omitempty"`
-	Peers    []PeerStatus  `json:"peers,omitempty"`
-	Leases   int           `json:"leases"`
-	Grantors []GrantorNode `json:"grantors"`
+	NoLeader bool `json:"no_leader,omitempty"`
+	// LostQuorum: the stream has a leader, but it has not heard lately
+	// from enough followers to make a majority with itself (see
+	// [peerUnreachable]): it commits nothing, and nats-server makes it
+	// step down only some seconds later. No lease count is given.
+	LostQuorum bool          `json:"lost_quorum,omitempty"`
+	Peers      []PeerStatus  `json:"peers,omitempty"`
+	Leases     int           `json:"leases"`
+	Grantors   []GrantorNode `json:"grantors"`
 	// OtherBuckets are lease services on the same NATS account that serve
 	// another bucket (an older leased, or a start that missed the other's
 	// answer): they share the grantors' subjects, so a lease can be
@@ -91,14 +96,7 @@ func newStatus(stdout io.Writer) *cobra.Command {
 					return err
 				}
 				printStatus(c.printer(stdout), st)
-				if st.NoLeader {
-					// Printed, and a failure: a script that checks the
-					// exit status must not take this for a healthy cluster
-					// (it exited 0; found by an outside client).
-					return fmt.Errorf("%w: the lease bucket's stream has no leader%s", kvlease.ErrUnavailable,
-						quorumHint(context.DeadlineExceeded))
-				}
-				return nil
+				return statusErr(st)
 			})
 		},
 	}
@@ -135,13 +133,50 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 				Active: p.Active, Offline: p.Offline, Unreachable: unreachable})
 		}
 	}
-	if s.NoLeader = s.Replicas > 1 && s.Leader == ""; !s.NoLeader {
+	s.NoLeader = s.Replicas > 1 && s.Leader == ""
+	s.LostQuorum = lostQuorum(s)
+	if !s.NoLeader && !s.LostQuorum {
 		if s.Leases, err = client.Count(ctx, ""); err != nil {
 			return Status{}, err
 		}
 	}
 	s.Grantors, s.OtherBuckets, err = grantorNodes(nc, bucket, min(timeout, 500*time.Millisecond))
 	return s, err
+}
+
+// statusErr is status's exit: a failure when the bucket's stream cannot
+// commit, printed and then reported, so that a script that checks the exit
+// status does not take it for a healthy cluster (it exited 0 without a
+// leader, and, found by an outside client, for 10-15 s after the leader
+// lost both its followers, while every grant failed).
+func statusErr(s Status) error {
+	switch {
+	case s.NoLeader:
+		return fmt.Errorf("%w: the lease bucket's stream has no leader%s", kvlease.ErrUnavailable,
+			quorumHint(context.DeadlineExceeded))
+	case s.LostQuorum:
+		return fmt.Errorf("%w: the lease bucket's stream leader %s hears from %d of its %d followers, too few for a majority%s",
+			kvlease.ErrUnavailable, s.Leader, reachablePeers(s), len(s.Peers), quorumHint(context.DeadlineExceeded))
+	}
+	return nil
+}
+
+// reachablePeers counts the followers the stream leader has heard from lately.
+func reachablePeers(s Status) int {
+	n := 0
+	for _, p := range s.Peers {
+		if !p.Unreachable {
+			n++
+		}
+	}
+	return n
+}
+
+// lostQuorum says whether a replicated stream's leader, with the followers
+// it has heard from lately, is no majority of the stream's replicas: it
+// can commit nothing until they answer again.
+func lostQuorum(s Status) bool {
+	return s.Replicas > 1 && s.Leader != "" && 2*(1+reachablePeers(s)) <= s.Replicas
 }
 
 // quorumHint is what a user of status can check when JetStream does not
@@ -209,13 +244,19 @@ func printStatus(p printer, s Status) {
 			fmt.Fprintf(p.w, "replica   %s\n", peerName(peer.Name))
 		}
 	} else {
-		if s.Leader != "" {
+		switch {
+		case s.LostQuorum:
+			fmt.Fprintf(p.w, "leader    %s (no quorum: hears from %d of %d followers; nothing is granted or renewed)\n",
+				s.Leader, reachablePeers(s), len(s.Peers))
+		case s.Leader != "":
 			fmt.Fprintf(p.w, "leader    %s\n", s.Leader)
 		}
 		for _, peer := range s.Peers {
 			fmt.Fprintf(p.w, "follower  %s %s\n", peerName(peer.Name), peerState(peer))
 		}
-		fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
+		if !s.LostQuorum {
+			fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
+		}
 	}
 	named := map[string]int{}
 	for _, g := range s.Grantors {

@@ -174,3 +174,53 @@ func TestInboxHint(t *testing.T) {
 		}
 	}
 }
+
+// A stream leader that has not heard lately from enough followers to make
+// a majority commits nothing: status says so and fails. It printed
+// "leader n2", both followers unreachable and a lease count, and exited 0,
+// for 10-15 s after the leader lost its two followers, while every grant
+// failed (found by an outside client, 2 of 2 tries).
+func TestStatusLeaderWithoutQuorum(t *testing.T) {
+	gone := PeerStatus{Name: "n1", Active: 9 * time.Second, Unreachable: true}
+	live := PeerStatus{Name: "n3", Current: true, Active: 300 * time.Millisecond}
+	for _, c := range []struct {
+		name string
+		s    Status
+		lost bool
+	}{
+		{"both followers gone", Status{Bucket: "leases", Replicas: 3, Leader: "n2", Peers: []PeerStatus{gone, {Name: "n3", Unreachable: true}}}, true},
+		{"one follower gone", Status{Bucket: "leases", Replicas: 3, Leader: "n2", Peers: []PeerStatus{gone, live}, Leases: 4}, false},
+		{"all current", Status{Bucket: "leases", Replicas: 3, Leader: "n2", Peers: []PeerStatus{live, {Name: "n1", Current: true}}}, false},
+		{"R5, two of four", Status{Bucket: "leases", Replicas: 5, Leader: "n1", Peers: []PeerStatus{live, live, gone, gone}}, false},
+		{"R5, one of four", Status{Bucket: "leases", Replicas: 5, Leader: "n1", Peers: []PeerStatus{live, gone, gone, gone}}, true},
+		{"R1", Status{Bucket: "leases", Replicas: 1}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := lostQuorum(c.s); got != c.lost {
+				t.Fatalf("lostQuorum = %t, want %t", got, c.lost)
+			}
+			c.s.LostQuorum = c.lost
+			var b strings.Builder
+			printStatus(printer{w: &b}, c.s)
+			err := statusErr(c.s)
+			if c.lost {
+				if err == nil || !errors.Is(err, kvlease.ErrUnavailable) {
+					t.Errorf("status exits with %v, want ErrUnavailable", err)
+				}
+				if !strings.Contains(b.String(), "no quorum") || strings.Contains(b.String(), "\nleases ") {
+					t.Errorf("status:\n%s\nwant no quorum said, and no lease count", b.String())
+				}
+				if strings.Contains(err.Error(), "leased status") {
+					t.Errorf("status's error %q suggests leased status", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Errorf("status exits with %v, want success", err)
+			}
+			if strings.Contains(b.String(), "no quorum") {
+				t.Errorf("status:\n%s\nsays no quorum", b.String())
+			}
+		})
+	}
+}
