@@ -65,6 +65,45 @@ then releases it; if the lease is lost first it exits with code 5.`,
 	return cmd
 }
 
+// lossReleaseWait is how long acquire --hold and register wait for the
+// release they send after losing their lease at the deadline, before they
+// report the loss.
+const lossReleaseWait = 100 * time.Millisecond
+
+// releaseAfterLoss sends the release [kvlease.Keeper.Close] makes after k's
+// loss: it frees a revoked lease's hold, or the tenure a paused server's
+// late renewal brings back. After a refusal or revocation it waits for it
+// (the grantor answers); after a loss at the deadline with no renewal
+// answered only lossReleaseWait, since the release has no better chance
+// of an answer: waiting out its attempt (2 s) reported the loss, and
+// exited 5, that long after the holder's deadline, all of a 20 s lease's
+// holder margin (found by an outside client).
+func releaseAfterLoss(ctx context.Context, k *kvlease.Keeper) {
+	rctx, cancel := cleanupContext(ctx, 5*time.Second)
+	released := make(chan struct{})
+	go func() {
+		defer cancel()
+		defer close(released)
+		_ = k.Close(rctx) // nil after a loss, whatever its outcome
+	}()
+	var wait <-chan time.Time // nil: until it is done
+	if deadlineLoss(k.Err()) {
+		wait = time.After(lossReleaseWait)
+	}
+	select {
+	case <-released:
+	case <-wait:
+	}
+}
+
+// deadlineLoss says whether a keeper's end is its holder's deadline passing
+// with no renewal answered, as opposed to a refusal or a revocation, after
+// which the grantor answers and a release frees the lease at once.
+func deadlineLoss(err error) bool {
+	var exp *kvlease.LeaseExpiredError
+	return errors.As(err, &exp) && exp.Refused == nil && !exp.Released
+}
+
 func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...kvlease.KeeperOption) error {
 	k, err := kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
 	if err != nil {
@@ -84,9 +123,7 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 		// holder's deadline; nothing runs under it here, so the release
 		// Close sends frees it for the next holder at once.
 		lost := fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
-		rctx, cancel := cleanupContext(ctx, 5*time.Second)
-		defer cancel()
-		_ = k.Close(rctx) // best effort after a loss: nil whatever its outcome
+		releaseAfterLoss(ctx, k)
 		return lost
 	}
 }

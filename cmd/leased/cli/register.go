@@ -321,13 +321,8 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					defer cancel()
 					return k.Close(rctx)
 				case <-k.Done():
-					_ = l.Check() // lost while the instance served: counted (leased.expiries_during_work)
-					// Released all the same, as acquire --hold does: it frees a
-					// revoked registration's hold, or the tenure a paused
-					// server's late renewal brought back (Keeper.Close).
-					rctx, cancel := cleanupContext(ctx, 5*time.Second)
-					defer cancel()
-					_ = k.Close(rctx)
+					_ = l.Check()            // lost while the instance served: counted (leased.expiries_during_work)
+					releaseAfterLoss(ctx, k) // as acquire --hold does
 					return fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
 				}
 			})

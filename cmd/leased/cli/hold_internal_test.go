@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// acquire --hold reports a lease lost at its deadline (no renewal
+// answered) at once. It first sent a release that had no more chance of
+// an answer than the renewals, and waited out that attempt: "lease lost"
+// and exit 5 came 2 s after the holder's deadline, which with D = 20 s is
+// all of the holder margin, 1 s before the server's expiry (found by an
+// outside client: two of three cluster nodes killed, 3 of 3 tries with
+// 20 s leases, lost some 18 s into the outage; 0 of 3 with 5-8 s leases,
+// lost 3-5 s into it).
+func TestHoldReportsADeadlineLossAtOnce(t *testing.T) {
+	g := kvleasetest.NewFakeGrantor()
+	ctx := context.Background()
+	l, err := kvlease.Acquire(ctx, g, "jobs.hold", "h1", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetMode(kvleasetest.FakeUnreachable) // the cluster lost its quorum: nothing answers
+	deadline := l.Deadline()
+	err = holdLease(ctx, l, io.Discard)
+	late := time.Since(deadline)
+	if !errors.Is(err, errLost) {
+		t.Fatalf("holdLease = %v, want the lease lost", err)
+	}
+	if late > 500*time.Millisecond {
+		t.Errorf("the loss was reported %v after the holder's deadline, want at once", late.Round(time.Millisecond))
+	}
+}
+
+// A revoked holder still releases (the service answers), which frees the
+// lease for the next holder at once (README "Safety").
+func TestHoldReleasesAfterARefusal(t *testing.T) {
+	g := kvleasetest.NewFakeGrantor()
+	ctx := context.Background()
+	l, err := kvlease.Acquire(ctx, g, "jobs.hold", "h1", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetMode(kvleasetest.FakeRefuse)
+	if err := holdLease(ctx, l, io.Discard); !errors.Is(err, errLost) {
+		t.Fatalf("holdLease = %v, want the lease lost", err)
+	}
+	if n := len(g.Releases()); n != 1 {
+		t.Errorf("%d releases after the refusal, want 1", n)
+	}
+}
