@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/kvlease"
 )
 
 // Node is a running lease service, as it answers the NATS service
@@ -22,6 +23,33 @@ type Node struct {
 	Bucket  string // the lease bucket it serves
 	NATSURL string // the NATS URL it is connected to (redacted)
 	Version string // the service API's version
+	// Policy is the grantor margin and duration range it grants with, as
+	// its INFO says it ("" from a service too old to say): the grantors
+	// of a bucket should agree, or one request is granted by one node and
+	// refused by another (found by an outside client, mid-way through a
+	// rolling change of serve --max-ttl).
+	Policy string
+}
+
+// The service INFO's metadata keys.
+const (
+	metaBucket  = "bucket"
+	metaNode    = "node"
+	metaNATSURL = "nats_url"
+	metaPolicy  = "policy"
+)
+
+// infoMetadata is the metadata the service's INFO answers with.
+func (s *Service) infoMetadata() map[string]string {
+	return map[string]string{metaBucket: s.store.Bucket(), metaNode: s.node, metaNATSURL: s.nc.ConnectedUrlRedacted(),
+		metaPolicy: policyOf(s.store)}
+}
+
+// policyOf says a Store's grantor margin and duration range, as a service
+// reports them: "grantor margin 1s, durations 1s to 1h0m0s".
+func policyOf(st *kvlease.Store) string {
+	minD, maxD := st.DurationRange()
+	return fmt.Sprintf("grantor margin %v, durations %v to %v", st.GrantorMargin(), minD, maxD)
 }
 
 // Nodes asks every lease service that nc's account reaches for its info
@@ -51,8 +79,8 @@ func Nodes(nc *nats.Conn, wait time.Duration) ([]Node, error) {
 		if json.Unmarshal(msg.Data, &info) != nil {
 			continue
 		}
-		nodes = append(nodes, Node{Node: info.Metadata["node"], ID: info.ID, Bucket: info.Metadata["bucket"],
-			NATSURL: info.Metadata["nats_url"], Version: info.Version})
+		nodes = append(nodes, Node{Node: info.Metadata[metaNode], ID: info.ID, Bucket: info.Metadata[metaBucket],
+			NATSURL: info.Metadata[metaNATSURL], Version: info.Version, Policy: info.Metadata[metaPolicy]})
 	}
 	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Node, b.Node) })
 	return nodes, nil

@@ -329,7 +329,7 @@ func (s *Service) Start(ctx context.Context) error {
 		Name:        api.ServiceName,
 		Version:     api.ServiceVersion,
 		Description: "leased: leases that lapse on their own (docs/api.md)",
-		Metadata:    map[string]string{"bucket": s.store.Bucket(), "node": s.node, "nats_url": s.nc.ConnectedUrlRedacted()},
+		Metadata:    s.infoMetadata(),
 		// micro counts an error only if it is answered before the handler
 		// returns; ours answer from their own goroutines, so the service's
 		// own counts go in each endpoint's stats data.

@@ -283,3 +283,16 @@ func TestStatusWarnsOfAnotherBucketsGrantor(t *testing.T) {
 		t.Fatalf("status -o json: %q (%+v); want one grantor and old-node of bucket other", r.stdout, st)
 	}
 }
+
+// Two grantors of one bucket started with different --max-ttl grant one
+// request on one node and refuse it on the other; status says so (found
+// by an outside client, mid-way through a rolling change).
+func TestStatusWarnsOfGrantorsThatDisagree(t *testing.T) {
+	s := startServe(t, "")
+	serveOn(t, s.url, "--name", "strict", "--max-ttl", "30s").wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	r := leased(t, s.url, "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "(grantor margin 1s, durations 1s to 30s)") ||
+		!strings.Contains(r.stdout, "(grantor margin 1s, durations 1s to 1h0m0s)") || !strings.Contains(r.stdout, "WARNING   the grantors grant with different policies") {
+		t.Fatalf("status with grantors of two policies: exit %d, stdout %q, stderr %q; want each one's policy and a warning", r.code, r.stdout, r.stderr)
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,7 @@ type GrantorNode struct {
 	NATSURL string `json:"nats_url"`
 	Version string `json:"version"`
 	Bucket  string `json:"bucket,omitempty"` // in Status.OtherBuckets: the bucket it serves
+	Policy  string `json:"policy,omitempty"` // its grantor margin and duration range (grantor.Node.Policy)
 }
 
 func newStatus(stdout io.Writer) *cobra.Command {
@@ -219,7 +221,7 @@ func grantorNodes(nc *nats.Conn, bucket string, wait time.Duration) (nodes, othe
 	found, err := grantor.Nodes(nc, wait)
 	nodes = make([]GrantorNode, 0, len(found))
 	for _, n := range found {
-		g := GrantorNode{Node: n.Node, ID: n.ID, NATSURL: RedactURL(n.NATSURL), Version: n.Version}
+		g := GrantorNode{Node: n.Node, ID: n.ID, NATSURL: RedactURL(n.NATSURL), Version: n.Version, Policy: n.Policy}
 		if n.Bucket != bucket {
 			g.Bucket = n.Bucket
 			others = append(others, g)
@@ -258,18 +260,33 @@ func printStatus(p printer, s Status) {
 			fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
 		}
 	}
-	named := map[string]int{}
+	named, policies := map[string]int{}, map[string]bool{}
 	for _, g := range s.Grantors {
 		named[g.Node]++
+		policies[g.Policy] = true
+	}
+	// One policy, said once; several, said per grantor, with a warning: a
+	// request is then granted by one node and refused by another (found by
+	// an outside client, mid-way through a rolling change of --max-ttl).
+	disagree := len(policies) > 1
+	if len(policies) == 1 && !policies[""] {
+		fmt.Fprintf(p.w, "policy    %s\n", s.Grantors[0].Policy)
 	}
 	for _, g := range s.Grantors {
+		line := fmt.Sprintf("grantor   %s %s", g.Node, g.NATSURL)
 		if named[g.Node] > 1 {
 			// Grantors that share a node name (serve --nats-url on one
 			// host: the host name) are told apart by their service ID.
-			fmt.Fprintf(p.w, "grantor   %s %s (id %s)\n", g.Node, g.NATSURL, g.ID)
-			continue
+			line += " (id " + g.ID + ")"
 		}
-		fmt.Fprintf(p.w, "grantor   %s %s\n", g.Node, g.NATSURL)
+		if disagree {
+			line += " (" + cmp.Or(g.Policy, "policy not said: an older leased") + ")"
+		}
+		fmt.Fprintln(p.w, line)
+	}
+	if disagree {
+		fmt.Fprintf(p.w, "WARNING   the grantors grant with different policies (serve's --grantor-margin, --min-ttl, --max-ttl): "+
+			"one request is granted by one and refused by another; give them the same\n")
 	}
 	for _, g := range s.OtherBuckets {
 		fmt.Fprintf(p.w, "WARNING   grantor %s (id %s, %s) serves bucket %q on this NATS account: requests reach either, "+

@@ -224,3 +224,39 @@ func TestStatusLeaderWithoutQuorum(t *testing.T) {
 		})
 	}
 }
+
+// status says the grantors' policy once when they agree, and each one's
+// with a warning when they do not: mid-way through a rolling change of
+// serve --max-ttl, one request was granted by one node and refused by
+// another, and nothing said why (found by an outside client).
+func TestStatusSaysThePolicy(t *testing.T) {
+	const p1, p2 = "grantor margin 1s, durations 1s to 1h0m0s", "grantor margin 3s, durations 1s to 30s"
+	for _, c := range []struct {
+		name     string
+		policies []string
+		want     []string
+		not      []string
+	}{
+		{"agree", []string{p1, p1}, []string{"\npolicy    " + p1 + "\n", "grantor   n1 nats://a\n", "grantor   n2 nats://b\n"}, []string{"WARNING"}},
+		{"disagree", []string{p1, p2}, []string{"grantor   n1 nats://a (" + p1 + ")\n", "grantor   n2 nats://b (" + p2 + ")\n", "WARNING   the grantors grant with different policies"}, []string{"\npolicy "}},
+		{"an older grantor", []string{p1, ""}, []string{"grantor   n2 nats://b (policy not said: an older leased)\n", "WARNING"}, []string{"\npolicy "}},
+		{"none said", []string{"", ""}, []string{"grantor   n1 nats://a\n"}, []string{"WARNING", "\npolicy "}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := Status{Bucket: "leases", Replicas: 1, Grantors: []GrantorNode{
+				{Node: "n1", ID: "i1", NATSURL: "nats://a", Policy: c.policies[0]}, {Node: "n2", ID: "i2", NATSURL: "nats://b", Policy: c.policies[1]}}}
+			var b strings.Builder
+			printStatus(printer{w: &b}, s)
+			for _, w := range c.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("status:\n%s\nwant %q", b.String(), w)
+				}
+			}
+			for _, n := range c.not {
+				if strings.Contains(b.String(), n) {
+					t.Errorf("status:\n%s\nwant no %q", b.String(), n)
+				}
+			}
+		})
+	}
+}
