@@ -1961,6 +1961,11 @@ func translate(op string, err error) error {
 		// tests). With another reason beside it (tags, storage), it stays
 		// a refusal: that would not pass.
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers:
+		// Said in words: a two-node cluster's serve exited with only
+		// "no suitable peers for placement" (found by an outside client).
+		return fmt.Errorf("%w: %s refused: %w (the cluster has fewer JetStream servers than the replicas asked for, "+
+			"or too few with room or matching tags: start them all, or ask for fewer replicas)", ErrBucket, op, err)
 	case errors.As(err, &apiErr) && apiErr.Code >= 500:
 		// Cluster unavailable, no quorum, store failure: try again.
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
