@@ -159,7 +159,7 @@ func TestCLIDetails(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		out := readLines(stdout)
 		line := out.wait(t, 10*time.Second, func(string) bool { return true })
-		if !strings.HasPrefix(line, "registered web/i1 addr=127.0.0.1:8080") {
+		if !strings.HasPrefix(line, "registered web/i1 addr=127.0.0.1:8080 lease=svc.web.i1 token=") { // no "node=" without gossip
 			t.Fatalf("register in text mode printed %q", line)
 		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)

@@ -312,8 +312,12 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					p.obj(map[string]any{"service": reg.Service, "instance": reg.Instance, "addr": reg.Addr,
 						"node": reg.Node, "token": l.Token(), "lease": l.Name()})
 				} else {
-					p.line("registered %s/%s addr=%s node=%s lease=%s token=%d", reg.Service, reg.Instance, reg.Addr,
-						reg.Node, l.Name(), l.Token())
+					node := "" // none without gossip: "node=" said nothing (found by an outside client)
+					if reg.Node != "" {
+						node = " node=" + reg.Node
+					}
+					p.line("registered %s/%s addr=%s%s lease=%s token=%d", reg.Service, reg.Instance, reg.Addr,
+						node, l.Name(), l.Token())
 				}
 				select {
 				case <-ctx.Done():
