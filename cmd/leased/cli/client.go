@@ -165,10 +165,21 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 		return nil, fmt.Errorf("%w: connect to %s: TLS failed (check --tls-ca; a server that verifies client certificates "+
 			"refuses a missing one, an expired one or one of another CA: --tls-cert and --tls-key; its log says which): %w",
 			ErrPermissionDenied, RedactURL(url), err)
+	case silent(err):
+		// A raw "i/o timeout" said nothing of the likely cause (found by
+		// an outside client, asking a stopped node for its status).
+		return nil, fmt.Errorf("%w: connect to %s: no NATS server answered within %v (one that accepts connections "+
+			"and says nothing is stopped or overloaded): %w", kvlease.ErrUnavailable, RedactURL(url), timeout, err)
 	case err != nil:
 		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, RedactURL(url), err)
 	}
 	return nc, nil
+}
+
+// silent says whether a connection attempt ended for want of an answer.
+func silent(err error) bool {
+	var ne net.Error
+	return errors.Is(err, nats.ErrTimeout) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // serverNotTrusted reports whether err is this client's verification of
