@@ -3,10 +3,7 @@ package main_test
 import (
 	"bytes"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,38 +26,9 @@ func TestAuthorizationBlipsAreForgivenOnReconnect(t *testing.T) {
 		}
 		return "authorization { users = [\n{ user: leased, password: \"leased-pw\" }\n" + more + "\n] }"
 	}
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "nats.conf")
-	write := func(auth string, port int) {
-		body := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\n%s\n", port, filepath.Join(dir, "js"), auth)
-		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(users(true), -1)
-	opts, err := natsserver.ProcessConfigFile(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.NoSigs = true
-	ns, err := natsserver.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	refused := make(chan struct{}, 16)
-	ns.SetLogger(refusalLog{refused}, false, false)
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	port := ns.Addr().(*net.TCPAddr).Port
-	reload := func(temp bool) {
-		write(users(temp), port)
-		if err := ns.Reload(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ns, reloadAuth := startAuthServer(t, users(true), refusalLog{refused})
+	reload := func(temp bool) { reloadAuth(users(temp)) }
 	// tempConn is the id of temp's connection, 0 for none.
 	tempConn := func() uint64 {
 		cz, err := ns.Connz(&natsserver.ConnzOptions{Username: true})

@@ -37,6 +37,13 @@ func docsAuthServer(t *testing.T) string {
 // block (a config reload, as SIGHUP does).
 func authServer(t *testing.T, auth string) (hostPort string, reload func(auth string)) {
 	t.Helper()
+	ns, reload := startAuthServer(t, auth, nil)
+	return strings.TrimPrefix(ns.ClientURL(), "nats://"), reload
+}
+
+// startAuthServer is authServer's server, logging to logger if not nil.
+func startAuthServer(t *testing.T, auth string, logger natsserver.Logger) (*natsserver.Server, func(auth string)) {
+	t.Helper()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "nats.conf")
 	write := func(auth string, port int) {
@@ -55,12 +62,15 @@ func authServer(t *testing.T, auth string) (hostPort string, reload func(auth st
 	if err != nil {
 		t.Fatal(err)
 	}
+	if logger != nil {
+		ns.SetLogger(logger, false, false)
+	}
 	ns.Start()
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	return strings.TrimPrefix(ns.ClientURL(), "nats://"), func(auth string) {
+	return ns, func(auth string) {
 		write(auth, ns.Addr().(*net.TCPAddr).Port)
 		if err := ns.Reload(); err != nil {
 			t.Fatal(err)
