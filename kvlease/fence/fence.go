@@ -182,6 +182,32 @@ func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, da
 	})
 }
 
+// Raise raises resource's fence to token, keeping its data, if token is
+// at least the token it stores: from then on every Write with a lower
+// token is refused. Call it as the lease is taken, before the work, when
+// the work must take effect once (docs/fencing.md): fenced only at the
+// Write, a late holder's write that comes before its successor's first
+// is accepted. A resource never written reads, once raised, as token with
+// no data.
+//
+// Errors: as [KV.Write]'s.
+func (f *KV) Raise(ctx context.Context, resource string, token kvlease.Token) error {
+	if err := validResource(resource); err != nil {
+		return err
+	}
+	if err := checkToken(token); err != nil {
+		return err
+	}
+	return f.doc.Update(ctx, resource, func(cur Value) (Value, error) {
+		if token < cur.Token {
+			f.rejected.Add(1)
+			f.Metrics.StaleTokenRejected(ctx, resource)
+			return cur, &StaleTokenError{Resource: resource, Token: token, Highest: cur.Token}
+		}
+		return Value{Token: token, Data: cur.Data}, nil
+	})
+}
+
 // Read returns the resource's value and the token that wrote it.
 //
 // Errors: [kvlease.ErrNotFound]; [kvlease.ErrUnavailable].

@@ -516,3 +516,39 @@ func TestOpenKVRefusesABucketThatExpires(t *testing.T) {
 		}
 	}
 }
+
+// A KV fence can be raised as the lease is taken, before the work, without
+// writing a value (docs/fencing.md, "Raise the fence when you take the
+// lease"): the doc pointed at a fence.KV Check that did not exist, and a
+// Write to raise it replaced the stored data.
+func TestKVFenceRaise(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	f, _ := openTestFence(t, srv.ClientURL(), "fence")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	const res = "db/row-raise"
+	if err := f.Write(ctx, res, 5, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Raise(ctx, res, 7); err != nil {
+		t.Fatalf("Raise to 7: %v", err)
+	}
+	if v, err := f.Read(ctx, res); err != nil || v.Token != 7 || string(v.Data) != "v1" {
+		t.Fatalf("Read after Raise = {%d %q}, %v; want {7 \"v1\"}", v.Token, v.Data, err)
+	}
+	if err := f.Write(ctx, res, 6, []byte("late")); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("Write of a token below the raised one = %v, want ErrStaleToken", err)
+	}
+	if err := f.Raise(ctx, res, 6); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("Raise to a lower token = %v, want ErrStaleToken", err)
+	}
+	if err := f.Write(ctx, res, 7, []byte("v2")); err != nil {
+		t.Fatalf("Write with the raised token: %v", err)
+	}
+	if err := f.Raise(ctx, "db/row-new", 3); err != nil {
+		t.Fatalf("Raise of a resource never written: %v", err)
+	}
+	if v, err := f.Read(ctx, "db/row-new"); err != nil || v.Token != 3 || len(v.Data) != 0 {
+		t.Fatalf("Read of a raised, never written resource = {%d %q}, %v; want {3 \"\"}", v.Token, v.Data, err)
+	}
+}
