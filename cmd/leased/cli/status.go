@@ -288,7 +288,20 @@ func printStatus(p printer, s Status) {
 		fmt.Fprintf(p.w, "WARNING   the grantors grant with different policies (serve's --grantor-margin, --min-ttl, --max-ttl): "+
 			"one request is granted by one and refused by another; give them the same\n")
 	}
+	// Services of two buckets share the subjects: a hazard only if this
+	// bucket has one too, or the others serve more than one bucket. A
+	// bucket written directly (elect --bucket, bench --direct) beside one
+	// grantor's is not one (it was warned of as "granted twice": review).
+	buckets := map[string]bool{}
 	for _, g := range s.OtherBuckets {
+		buckets[g.Bucket] = true
+	}
+	shared := len(s.Grantors) > 0 || len(buckets) > 1
+	for _, g := range s.OtherBuckets {
+		if !shared {
+			fmt.Fprintf(p.w, "elsewhere grantor %s (id %s, %s) serves bucket %q, not this one\n", g.Node, g.ID, g.NATSURL, g.Bucket)
+			continue
+		}
 		fmt.Fprintf(p.w, "WARNING   grantor %s (id %s, %s) serves bucket %q on this NATS account: requests reach either, "+
 			"so a lease can be granted twice; one account serves one bucket\n", g.Node, g.ID, g.NATSURL, g.Bucket)
 	}

@@ -260,3 +260,36 @@ func TestStatusSaysThePolicy(t *testing.T) {
 		})
 	}
 }
+
+// status warns of another bucket's grantor only where two buckets' lease
+// services share the account's subjects: asked about a bucket written
+// directly (elect --bucket, bench --direct), with no service of its own,
+// beside one grantor of the default bucket, it said "a lease can be
+// granted twice" of a healthy set-up (review).
+func TestStatusOtherBucketsWarnOnlyOfTwoServices(t *testing.T) {
+	g := func(node, bucket string) GrantorNode {
+		return GrantorNode{Node: node, ID: "id-" + node, NATSURL: "nats://" + node, Bucket: bucket}
+	}
+	for _, c := range []struct {
+		name string
+		s    Status
+		warn bool
+	}{
+		{"beside this bucket's grantor", Status{Bucket: "leases", Replicas: 1, Grantors: []GrantorNode{g("n1", "")}, OtherBuckets: []GrantorNode{g("old", "other")}}, true},
+		{"a direct bucket beside one grantor", Status{Bucket: "elections", Replicas: 1, OtherBuckets: []GrantorNode{g("n1", "leases"), g("n2", "leases")}}, false},
+		{"a direct bucket beside two buckets' grantors", Status{Bucket: "elections", Replicas: 1, OtherBuckets: []GrantorNode{g("n1", "leases"), g("n2", "other")}}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b strings.Builder
+			printStatus(printer{w: &b}, c.s)
+			if got := strings.Contains(b.String(), "granted twice"); got != c.warn {
+				t.Errorf("status:\n%s\nwarns of a lease granted twice: %t, want %t", b.String(), got, c.warn)
+			}
+			for _, o := range c.s.OtherBuckets {
+				if !strings.Contains(b.String(), "grantor "+o.Node+" (id ") {
+					t.Errorf("status:\n%s\nwant grantor %s named", b.String(), o.Node)
+				}
+			}
+		})
+	}
+}
