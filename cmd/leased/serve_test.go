@@ -271,8 +271,9 @@ func TestStatusWarnsOfAnotherBucketsGrantor(t *testing.T) {
 	}
 	defer other.Stop()
 	r := leased(t, s.url, "status")
-	if r.code != 0 || !strings.Contains(r.stdout, `WARNING   grantor old-node (id `+other.Info().ID) || !strings.Contains(r.stdout, `serves bucket "other"`) {
-		t.Fatalf("status beside another bucket's service: exit %d, stdout %q, stderr %q; want a warning naming it", r.code, r.stdout, r.stderr)
+	if r.code != 1 || !strings.Contains(r.stdout, `WARNING   grantor old-node (id `+other.Info().ID) || !strings.Contains(r.stdout, `serves bucket "other"`) ||
+		!strings.Contains(r.stderr, "another lease service on this NATS account serves another bucket") {
+		t.Fatalf("status beside another bucket's service: exit %d, stdout %q, stderr %q; want a warning naming it, and exit 1", r.code, r.stdout, r.stderr)
 	}
 	var st struct {
 		Grantors     []struct{ Node string }
@@ -294,5 +295,27 @@ func TestStatusWarnsOfGrantorsThatDisagree(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "(grantor margin 1s, durations 1s to 30s)") ||
 		!strings.Contains(r.stdout, "(grantor margin 1s, durations 1s to 1h0m0s)") || !strings.Contains(r.stdout, "WARNING   the grantors grant with different policies") {
 		t.Fatalf("status with grantors of two policies: exit %d, stdout %q, stderr %q; want each one's policy and a warning", r.code, r.stdout, r.stderr)
+	}
+}
+
+// status of a bucket no grantor serves, written directly beside a serve of
+// another, counts its own leases (it printed the other bucket's count,
+// from that grantor's answer) and says the grantor is another's, without
+// the warning of two buckets' services (review).
+func TestStatusOfABucketWrittenDirectly(t *testing.T) {
+	s := startServe(t, "")
+	for _, name := range []string{"a.one", "a.two"} {
+		if r := leased(t, s.url, "acquire", name, "--ttl", "30s"); r.code != 0 {
+			t.Fatal(r.stderr)
+		}
+	}
+	st := kvleasetest.OpenStore(t, s.url, kvlease.WithBucket("elections"))
+	if _, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "leader.x", Holder: "c1", Duration: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	r := leased(t, s.url, "status", "--bucket", "elections")
+	if r.code != 0 || !strings.Contains(r.stdout, "leases    1 live") || !strings.Contains(r.stdout, `serves bucket "leases", not this one`) ||
+		strings.Contains(r.stdout, "WARNING") {
+		t.Fatalf("status --bucket elections: exit %d, stdout %q, stderr %q; want its 1 lease and leases's grantor named elsewhere", r.code, r.stdout, r.stderr)
 	}
 }

@@ -93,7 +93,11 @@ func newStatus(stdout io.Writer) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				st, err := status(ctx, nc, cl, bucket, c.timeout)
+				direct := func(ctx context.Context) (int, error) {
+					live, err := liveLeases(ctx, &c, nc, bucket, "")
+					return len(live), err
+				}
+				st, err := status(ctx, nc, cl, bucket, c.timeout, direct)
 				if err != nil {
 					return err
 				}
@@ -107,7 +111,12 @@ func newStatus(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket string, timeout time.Duration) (Status, error) {
+// status reads the bucket's state. Its leases are counted by its grantors
+// (client), or by reading the bucket (direct) when none serves it: the
+// service that answered was another bucket's, whose count status printed
+// (found in review), or none, and status failed.
+func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket string, timeout time.Duration,
+	direct func(context.Context) (int, error)) (Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	js, err := jetstream.New(nc)
@@ -137,13 +146,33 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 	}
 	s.NoLeader = s.Replicas > 1 && s.Leader == ""
 	s.LostQuorum = lostQuorum(s)
+	if s.Grantors, s.OtherBuckets, err = grantorNodes(nc, bucket, min(timeout, 500*time.Millisecond)); err != nil {
+		return Status{}, err
+	}
 	if !s.NoLeader && !s.LostQuorum {
-		if s.Leases, err = client.Count(ctx, ""); err != nil {
+		count := client.Count
+		if len(s.Grantors) == 0 {
+			count = func(ctx context.Context, _ string) (int, error) { return direct(ctx) }
+		}
+		if s.Leases, err = count(ctx, ""); err != nil {
 			return Status{}, err
 		}
 	}
-	s.Grantors, s.OtherBuckets, err = grantorNodes(nc, bucket, min(timeout, 500*time.Millisecond))
-	return s, err
+	return s, nil
+}
+
+// bucketsShareSubjects says whether lease services of two buckets answer on
+// this account: this bucket's and another's, or two others'. They share
+// the service's subjects and queue group, so a lease can be granted twice
+// ([grantor.ErrOtherBucket]). A bucket written directly (elect --bucket,
+// bench --direct) beside one grantor's is not such a case (it was warned
+// of as one: review).
+func (s Status) bucketsShareSubjects() bool {
+	buckets := map[string]bool{}
+	for _, g := range s.OtherBuckets {
+		buckets[g.Bucket] = true
+	}
+	return len(buckets) > 0 && (len(s.Grantors) > 0 || len(buckets) > 1)
 }
 
 // statusErr is status's exit: a failure when the bucket's stream cannot
@@ -159,6 +188,9 @@ func statusErr(s Status) error {
 	case s.LostQuorum:
 		return fmt.Errorf("%w: the lease bucket's stream leader %s hears from %d of its %d followers, too few for a majority%s",
 			kvlease.ErrUnavailable, s.Leader, reachablePeers(s), len(s.Peers), quorumHint(context.DeadlineExceeded))
+	case s.bucketsShareSubjects():
+		// The worst hazard of all exited 0 with a warning (review).
+		return fmt.Errorf("%w: stop all but one bucket's services, or give each bucket a NATS account of its own", grantor.ErrOtherBucket)
 	}
 	return nil
 }
@@ -263,14 +295,18 @@ func printStatus(p printer, s Status) {
 	named, policies := map[string]int{}, map[string]bool{}
 	for _, g := range s.Grantors {
 		named[g.Node]++
-		policies[g.Policy] = true
+		if g.Policy != "" { // "": a grantor too old to say
+			policies[g.Policy] = true
+		}
 	}
 	// One policy, said once; several, said per grantor, with a warning: a
 	// request is then granted by one node and refused by another (found by
 	// an outside client, mid-way through a rolling change of --max-ttl).
 	disagree := len(policies) > 1
-	if len(policies) == 1 && !policies[""] {
-		fmt.Fprintf(p.w, "policy    %s\n", s.Grantors[0].Policy)
+	for policy := range policies {
+		if !disagree {
+			fmt.Fprintf(p.w, "policy    %s\n", policy)
+		}
 	}
 	for _, g := range s.Grantors {
 		line := fmt.Sprintf("grantor   %s %s", g.Node, g.NATSURL)
@@ -279,7 +315,7 @@ func printStatus(p printer, s Status) {
 			// host: the host name) are told apart by their service ID.
 			line += " (id " + g.ID + ")"
 		}
-		if disagree {
+		if disagree || g.Policy == "" && len(policies) > 0 {
 			line += " (" + cmp.Or(g.Policy, "policy not said: an older leased") + ")"
 		}
 		fmt.Fprintln(p.w, line)
@@ -288,15 +324,7 @@ func printStatus(p printer, s Status) {
 		fmt.Fprintf(p.w, "WARNING   the grantors grant with different policies (serve's --grantor-margin, --min-ttl, --max-ttl): "+
 			"one request is granted by one and refused by another; give them the same\n")
 	}
-	// Services of two buckets share the subjects: a hazard only if this
-	// bucket has one too, or the others serve more than one bucket. A
-	// bucket written directly (elect --bucket, bench --direct) beside one
-	// grantor's is not one (it was warned of as "granted twice": review).
-	buckets := map[string]bool{}
-	for _, g := range s.OtherBuckets {
-		buckets[g.Bucket] = true
-	}
-	shared := len(s.Grantors) > 0 || len(buckets) > 1
+	shared := s.bucketsShareSubjects()
 	for _, g := range s.OtherBuckets {
 		if !shared {
 			fmt.Fprintf(p.w, "elsewhere grantor %s (id %s, %s) serves bucket %q, not this one\n", g.Node, g.ID, g.NATSURL, g.Bucket)

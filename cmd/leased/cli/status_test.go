@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -239,7 +240,7 @@ func TestStatusSaysThePolicy(t *testing.T) {
 	}{
 		{"agree", []string{p1, p1}, []string{"\npolicy    " + p1 + "\n", "grantor   n1 nats://a\n", "grantor   n2 nats://b\n"}, []string{"WARNING"}},
 		{"disagree", []string{p1, p2}, []string{"grantor   n1 nats://a (" + p1 + ")\n", "grantor   n2 nats://b (" + p2 + ")\n", "WARNING   the grantors grant with different policies"}, []string{"\npolicy "}},
-		{"an older grantor", []string{p1, ""}, []string{"grantor   n2 nats://b (policy not said: an older leased)\n", "WARNING"}, []string{"\npolicy "}},
+		{"an older grantor", []string{p1, ""}, []string{"\npolicy    " + p1 + "\n", "grantor   n1 nats://a\n", "grantor   n2 nats://b (policy not said: an older leased)\n"}, []string{"WARNING"}},
 		{"none said", []string{"", ""}, []string{"grantor   n1 nats://a\n"}, []string{"WARNING", "\npolicy "}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -284,6 +285,9 @@ func TestStatusOtherBucketsWarnOnlyOfTwoServices(t *testing.T) {
 			printStatus(printer{w: &b}, c.s)
 			if got := strings.Contains(b.String(), "granted twice"); got != c.warn {
 				t.Errorf("status:\n%s\nwarns of a lease granted twice: %t, want %t", b.String(), got, c.warn)
+			}
+			if err := statusErr(c.s); (err != nil) != c.warn || c.warn && !errors.Is(err, grantor.ErrOtherBucket) {
+				t.Errorf("status exits with %v; want ErrOtherBucket: %t", err, c.warn)
 			}
 			for _, o := range c.s.OtherBuckets {
 				if !strings.Contains(b.String(), "grantor "+o.Node+" (id ") {
