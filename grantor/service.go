@@ -374,7 +374,8 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	// Make sure the server has our subscriptions before we say we serve.
 	if err := s.nc.Flush(); err != nil {
-		return s.fail(err)
+		s.undo()
+		return fmt.Errorf("grantor: subscribe the endpoints: %w", err)
 	}
 	s.log.Info("lease service started", "service", api.ServiceName, "id", svc.Info().ID)
 	return nil

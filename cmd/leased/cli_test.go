@@ -1105,7 +1105,7 @@ func TestTimeoutBoundsConnecting(t *testing.T) {
 	}
 	start := time.Now()
 	r := leased(t, stuck()+","+stuck(), "ls", "--timeout", "3s")
-	if took := time.Since(start); r.code != 1 || took > 4*time.Second || !strings.Contains(r.stderr, "no NATS server answered within") {
+	if took := time.Since(start); r.code != 1 || took > 4*time.Second || !strings.Contains(r.stderr, "no NATS server answered in time") {
 		t.Fatalf("ls against two silent servers: exit %d after %v (stderr %q); want 1 within about 3 s, saying no server answered", r.code, took, r.stderr)
 	}
 	s := startServe(t, "")

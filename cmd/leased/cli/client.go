@@ -168,7 +168,7 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 	case silent(err):
 		// A raw "i/o timeout" said nothing of the likely cause (found by
 		// an outside client, asking a stopped node for its status).
-		return nil, fmt.Errorf("%w: connect to %s: no NATS server answered within %v (one that accepts connections "+
+		return nil, fmt.Errorf("%w: connect to %s: no NATS server answered in time (%v each; one that accepts connections "+
 			"and says nothing is stopped or overloaded): %w", kvlease.ErrUnavailable, RedactURL(url), timeout, err)
 	case err != nil:
 		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, RedactURL(url), err)
