@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +106,9 @@ func ValidateAddr(addr string) error {
 		}
 	}
 	if err == nil {
+		err = hostShape(host)
+	}
+	if err == nil {
 		var n int
 		if n, err = strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
 			err = errors.New("port out of range")
@@ -112,6 +116,34 @@ func ValidateAddr(addr string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%w: addr %q: want HOST:PORT: %v", ErrInvalidRequest, addr, err)
+	}
+	return nil
+}
+
+// hostShape checks that host, of hostChars only, is an IP address or a
+// host name: dot-separated labels of 1 to 63 letters, digits, '-' (not
+// first or last) or '_', 253 bytes at most, the last not all digits (so
+// that 1.2.3.4.5 and 999.1.1.1 are neither); a..b and -a passed the
+// check by characters alone (found in review).
+func hostShape(host string) error {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if strings.ContainsAny(host, ":%") {
+		return fmt.Errorf("host %q is not an IP address", host)
+	}
+	name := strings.TrimSuffix(host, ".") // a fully qualified name
+	if len(name) > 253 {
+		return fmt.Errorf("host name of %d bytes: at most 253", len(name))
+	}
+	labels := strings.Split(name, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return fmt.Errorf("host %q: want a host name (labels of 1 to 63 characters, no '-' first or last) or an IP address", host)
+		}
+	}
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return fmt.Errorf("host %q is neither an IP address nor a host name (its last label is a number)", host)
 	}
 	return nil
 }

@@ -25,6 +25,14 @@ func TestRegistrationValidate(t *testing.T) {
 		{Service: "web", Instance: "i", Addr: "ho\nst\x1b:80"},
 		{Service: "web", Instance: "i", Addr: "a b:80"},
 		{Service: "web", Instance: "i", Addr: "caf\u00e9:80"},
+		// Characters of host names, not in their shape (review).
+		{Service: "web", Instance: "i", Addr: "1.2.3.4.5:80"},
+		{Service: "web", Instance: "i", Addr: "999.1.1.1:80"},
+		{Service: "web", Instance: "i", Addr: "a..b:80"},
+		{Service: "web", Instance: "i", Addr: "-a:80"},
+		{Service: "web", Instance: "i", Addr: "a-.b:80"},
+		{Service: "web", Instance: "i", Addr: "[fe80::zz]:80"},
+		{Service: "web", Instance: "i", Addr: "a%b:80"},
 		{Service: "web", Instance: "i", Addr: "a:1", Meta: map[string]string{"": "v"}},
 		{Service: "*", Instance: "i", Addr: "a:1"},
 		// Node names as gossip takes them (anything went; found by an
@@ -36,7 +44,8 @@ func TestRegistrationValidate(t *testing.T) {
 			t.Errorf("%+v: accepted", r)
 		}
 	}
-	for _, addr := range []string{"a:1", "10.0.0.7:8080", "[fe80::1%eth0]:80", "[::1]:443", "db-1.prod.example.com:5432", "my_host:9"} {
+	for _, addr := range []string{"a:1", "10.0.0.7:8080", "[fe80::1%eth0]:80", "[::1]:443", "db-1.prod.example.com:5432", "my_host:9",
+		"db.example.com.:5432", "10-0-0-7.pods:80", "1e100.net:443", "localhost:8080"} {
 		if err := (api.Registration{Service: "web", Instance: "i-1", Addr: addr}).Validate(); err != nil {
 			t.Errorf("addr %q: %v", addr, err)
 		}
