@@ -3,10 +3,14 @@ package otelsetup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
@@ -46,11 +50,19 @@ type Providers struct {
 //     (Jaeger accepts traces only).
 //   - OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the service
 //     (default service name: the given one).
+//   - A malformed endpoint (not an http:// or https:// URL with a host:
+//     "localhost:4318", say) or header variable (not key=value,…, values
+//     URL-escaped: "Authorization: Bearer …", say) turns off that signal's
+//     OTLP export, with a warning on log that names the variable but not
+//     its value; the program runs on. (The SDK would log the value, a
+//     header's token or a URL's password, and send to
+//     https://localhost:4318 or without the header.)
 //
 // Metrics are also kept for a Prometheus scrape: see MetricsHandler.
 // OpenTelemetry's own errors (an exporter that cannot reach its endpoint)
-// go to log as warnings (nil: slog's default logger), not to the standard
-// logger, whose lines would break a JSON log.
+// go to log as warnings (nil: slog's default logger), and the SDK's own log
+// lines to log too, not to a standard logger, whose lines would break a
+// JSON log.
 //
 // attrs describe the process further (semconv.ServiceInstanceID, say: which
 // node of a cluster answered); the variables override them.
@@ -61,6 +73,9 @@ func Setup(ctx context.Context, serviceName string, log *slog.Logger, attrs ...a
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("telemetry", "err", err)
 	}))
+	// The SDK's own log (a variable it cannot parse, say) goes to log too,
+	// in its format, rather than to a standard logger of its own on stderr.
+	otel.SetLogger(logr.FromSlogHandler(log.Handler()))
 	res, err := resource.Merge(resource.Default(),
 		resource.NewSchemaless(append([]attribute.KeyValue{semconv.ServiceName(serviceName)}, attrs...)...))
 	if err != nil {
@@ -78,7 +93,24 @@ func Setup(ctx context.Context, serviceName string, log *slog.Logger, attrs ...a
 	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
 	p.Tracer = idProvider{}
-	if otlpConfigured("TRACES") {
+	traces, metrics := otlpConfigured("TRACES"), otlpConfigured("METRICS")
+	// A malformed endpoint or header variable turns that signal's export
+	// off, with a warning that names the variable but not its value: the
+	// SDK would log the value itself (an Authorization header's token, a
+	// URL's password) and fall back to https://localhost:4318.
+	if traces {
+		if err := checkOTLPEnv("TRACES"); err != nil {
+			log.Warn("telemetry: traces are not exported", "err", err)
+			traces = false
+		}
+	}
+	if metrics {
+		if err := checkOTLPEnv("METRICS"); err != nil {
+			log.Warn("telemetry: metrics are not exported over OTLP (the Prometheus endpoint still serves them)", "err", err)
+			metrics = false
+		}
+	}
+	if traces {
 		exp, err := otlptracehttp.New(ctx)
 		if err != nil {
 			return nil, err
@@ -86,7 +118,7 @@ func Setup(ctx context.Context, serviceName string, log *slog.Logger, attrs ...a
 		p.sdkTrace = sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithBatcher(exp))
 		p.Tracer = p.sdkTrace
 	}
-	if otlpConfigured("METRICS") {
+	if metrics {
 		exp, err := otlpmetrichttp.New(ctx)
 		if err != nil {
 			return nil, err
@@ -121,4 +153,86 @@ func (p *Providers) Shutdown(ctx context.Context) error {
 		err = p.sdkTrace.Shutdown(ctx)
 	}
 	return errors.Join(err, p.Meter.Shutdown(ctx))
+}
+
+// checkOTLPEnv checks the OTLP variables the exporter of signal (TRACES or
+// METRICS) reads that the SDK would otherwise parse with a log line of the
+// value and a fallback: the endpoints (an http:// or https:// URL with a
+// host) and the headers (key=value pairs, comma-separated, values
+// URL-escaped). Its errors name the variable, never a header's value or a
+// URL's password.
+func checkOTLPEnv(signal string) error {
+	var errs []error
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_" + signal + "_ENDPOINT"} {
+		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+			if err := checkEndpoint(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%s: %w", name, redactURL(v), err))
+			}
+		}
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_" + signal + "_HEADERS"} {
+		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+			if err := checkHeaders(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkEndpoint(v string) error {
+	u, err := url.Parse(v)
+	if err != nil || (!strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https")) || u.Host == "" {
+		return errors.New("not an http:// or https:// URL with a host (e.g. http://localhost:4318; OTLP/HTTP only)")
+	}
+	return nil
+}
+
+// redactURL is v with whatever comes before an '@' (a user and password)
+// as xxxxx.
+func redactURL(v string) string {
+	if i := strings.LastIndex(v, "@"); i >= 0 {
+		scheme, _, ok := strings.Cut(v[:i], "://")
+		if ok {
+			return scheme + "://xxxxx" + v[i:]
+		}
+		return "xxxxx" + v[i:]
+	}
+	return v
+}
+
+// checkHeaders checks v as the SDK parses it (key=value,…, the value
+// URL-escaped), saying which entry is wrong without its value.
+func checkHeaders(v string) error {
+	entries := strings.Split(v, ",")
+	for i, e := range entries {
+		k, val, ok := strings.Cut(e, "=")
+		if !ok {
+			return fmt.Errorf("entry %d of %d has no '=' (the form is key=value,key2=value2, values URL-escaped; the value is not shown)", i+1, len(entries))
+		}
+		k = strings.TrimSpace(k)
+		if !validHeaderKey(k) {
+			return fmt.Errorf("entry %d of %d: the key is not an HTTP header name (the form is key=value,key2=value2; the value is not shown)", i+1, len(entries))
+		}
+		if _, err := url.PathUnescape(val); err != nil {
+			return fmt.Errorf("header %q: the value is not URL-escaped correctly (a %% must begin %%XX; the value is not shown)", k)
+		}
+	}
+	return nil
+}
+
+// validHeaderKey: a token of RFC 9110, as the SDK checks it.
+func validHeaderKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, c := range k {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.ContainsRune("!#$%&'*+-.^_`|~", c):
+		default:
+			return false
+		}
+	}
+	return true
 }
