@@ -149,7 +149,7 @@ func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error
 		metric.WithDescription("Estimated clock offset to a peer (grantor or gossip member)"))
 	set(e)
 	x.clockMargin, e = m.Float64Gauge(MetricClockMargin, metric.WithUnit("s"),
-		metric.WithDescription("The margin the clock offset must stay within"))
+		metric.WithDescription("Error bound of the clock offset estimate (half the round trip of the sample it rests on): the offset is known to within it"))
 	set(e)
 	x.live, e = m.Int64Gauge(MetricLeasesLive, metric.WithDescription("Live leases seen by this grantor"))
 	set(e)
@@ -296,8 +296,10 @@ func (m *Metrics) StaleTokenRejected(ctx context.Context, resource string) {
 	}
 }
 
-// ClockOffset records the estimated offset to peer and the margin it must
-// stay within.
+// ClockOffset records the estimated offset to peer and the estimate's
+// error bound (leased.clock.margin): not a limit the offset must keep
+// within (deadlines are counted on monotonic clocks; only the clock rate
+// matters for safety).
 func (m *Metrics) ClockOffset(ctx context.Context, peer string, offset, margin time.Duration) {
 	if m != nil {
 		m.clockOffset.Record(ctx, offset.Seconds(), metric.WithAttributes(AttrPeer.String(peer)))

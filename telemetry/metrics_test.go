@@ -3,7 +3,9 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -108,4 +110,37 @@ func TestNamedSeriesBounded(t *testing.T) {
 	if named != 2*MaxNamedLeases || total != 2*leases+1 {
 		t.Errorf("%d named series and %d changes counted, want %d and %d", named, total, 2*MaxNamedLeases, 2*leases+1)
 	}
+}
+
+// leased.clock.margin is the offset estimate's error bound, as the README's
+// metrics table and client.WithMeterProvider say, and its description says
+// so: it said "the margin the clock offset must stay within", which invites
+// an alert on offset > margin that fires on any offset larger than half a
+// round trip and means nothing for safety.
+func TestClockMarginIsTheOffsetsErrorBound(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	m, err := NewMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ClockOffset(context.Background(), "grantor", 3*time.Millisecond, 750*time.Microsecond)
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, x := range sm.Metrics {
+			if x.Name != MetricClockMargin {
+				continue
+			}
+			if d := strings.ToLower(x.Description); !strings.Contains(d, "error bound") || strings.Contains(d, "must stay within") {
+				t.Errorf("%s is described as %q: want the offset estimate's error bound", x.Name, x.Description)
+			}
+			if g, ok := x.Data.(metricdata.Gauge[float64]); !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 0.00075 {
+				t.Errorf("%s = %+v, want the bound 0.00075 s", x.Name, x.Data)
+			}
+			return
+		}
+	}
+	t.Fatalf("no %s recorded", MetricClockMargin)
 }
