@@ -9,6 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -65,7 +68,7 @@ func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logg
 		// What net/http/pprof registers on http.DefaultServeMux, on this
 		// listener only.
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/cmdline", redactedCmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -78,6 +81,41 @@ func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logg
 		log.Info("profiles", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 	}
 	return tel.Meter, func() { _ = hs.Close(); <-served; shutdown() }, nil
+}
+
+// redactedCmdline is pprof.Cmdline with the values of the flags that
+// carry a secret (--password, --secret) and the passwords and tokens in
+// URLs as xxxxx: the listener has no authorization, and pprof.Cmdline
+// served the NATS password given with --password to anyone reaching it.
+func redactedCmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprint(w, strings.Join(redactArgs(os.Args), "\x00"))
+}
+
+// secretFlags are the flags whose values redactArgs hides.
+var secretFlags = []string{"--password", "--secret"}
+
+// redactArgs returns args with the values of secretFlags (as "--flag V"
+// or "--flag=V") replaced by xxxxx, and every other argument through
+// RedactURL.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	hideNext := false
+	for i, a := range args {
+		switch {
+		case hideNext:
+			out[i], hideNext = "xxxxx", false
+		case slices.Contains(secretFlags, a):
+			out[i], hideNext = a, true
+		default:
+			out[i] = RedactURL(a)
+			if name, _, ok := strings.Cut(a, "="); ok && slices.Contains(secretFlags, name) {
+				out[i] = name + "=xxxxx"
+			}
+		}
+	}
+	return out
 }
 
 // startMetrics starts a holder command's telemetry (see metricsFlags.start)
