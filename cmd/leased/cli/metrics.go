@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/telemetry/otelsetup"
@@ -121,10 +122,13 @@ func redactArgs(args []string) []string {
 // startMetrics starts a holder command's telemetry (see metricsFlags.start)
 // and makes c's client and keepers record on it: renewal latency and
 // failures, expiries during work, and (through the service) the clock
-// offset to the grantor.
+// offset to the grantor. The process is service.instance.id HOST-PID
+// (OTEL_RESOURCE_ATTRIBUTES may say otherwise): without it the holders of a
+// service pushed over OTLP are one series, each process's counters
+// overwriting the others'.
 func (c *connFlags) startMetrics(ctx context.Context, m metricsFlags, service string, stderr io.Writer) (func(), error) {
 	log, _ := newLogger(stderr, "text", slog.LevelInfo)
-	mp, stop, err := m.start(ctx, service, log)
+	mp, stop, err := m.start(ctx, service, log, semconv.ServiceInstanceID(defaultHolder()))
 	if err != nil {
 		return nil, err
 	}

@@ -51,3 +51,30 @@ func TestPprofCmdlineHidesSecrets(t *testing.T) {
 		t.Errorf("/debug/pprof/cmdline = %q, want %q", got, want)
 	}
 }
+
+// A holder command's telemetry names its process (service.instance.id
+// HOST-PID): holders of one service that push over OTLP were one series
+// (service.name alone), each process's counters overwriting the others'.
+func TestHolderTelemetryNamesItsProcess(t *testing.T) {
+	var logs bytes.Buffer
+	c := &connFlags{}
+	stop, err := c.startMetrics(context.Background(), metricsFlags{listen: "127.0.0.1:0"}, "leased-run", &logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	u := regexp.MustCompile(`url=(http://\S+/metrics)`).FindStringSubmatch(logs.String())
+	if u == nil {
+		t.Fatalf("no metrics URL logged: %s", logs.String())
+	}
+	resp, err := http.Get(u[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `service_instance_id="` + defaultHolder() + `"`
+	if !strings.Contains(string(body), want) {
+		t.Errorf("target_info has no %s:\n%s", want, body)
+	}
+}
