@@ -692,6 +692,14 @@ func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (
 	next, err := l.g.Renew(ctx, RenewRequest{
 		Name: l.name, Holder: l.holder, Token: rec.Token, Revision: rec.Revision, Duration: l.d, Secret: l.secret,
 	})
+	if now := l.now(); errors.Is(err, ErrUnavailable) && !now.Before(deadline) {
+		// Unanswered until the deadline passed, the lease lapsed: say so,
+		// not "unavailable", which blamed the grantor for a holder paused
+		// while its renewal was out (found by an outside client: a
+		// SIGSTOPped run's renewal, answered in 4 ms, was counted as a
+		// renewal failure "unavailable" 8 s later).
+		return Record{}, &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(now), Margin: l.margin}
+	}
 	if err != nil {
 		return Record{}, err
 	}
