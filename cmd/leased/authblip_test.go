@@ -45,13 +45,7 @@ func TestAuthorizationBlipsAreForgivenOnReconnect(t *testing.T) {
 	hostPort := strings.TrimPrefix(ns.ClientURL(), "nats://")
 	as := func(user string) string { return "nats://" + user + ":" + user + "-pw@" + hostPort }
 
-	serve := exec.Command(leasedBin, "serve", "--nats-url", as("leased"), "--log-format", "json")
-	logs, _ := serve.StderrPipe()
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
-	readLines(logs).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	serveOn(t, as("leased")).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
 
 	hold := exec.Command(leasedBin, "acquire", "blip", "--hold", "--ttl", "30s", "--url", as("temp"))
 	out, _ := hold.StdoutPipe()

@@ -95,13 +95,7 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 	}
 	hostPort, reload := authServer(t, users(`{ user: temp, password: "temp-pw" }`))
 	as := func(user string) string { return "nats://" + user + ":" + user + "-pw@" + hostPort }
-	serve := exec.Command(leasedBin, "serve", "--nats-url", as("leased"), "--log-format", "json")
-	logs, _ := serve.StderrPipe()
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
-	readLines(logs).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	serveOn(t, as("leased")).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
 
 	hold := func(user, name string) (*exec.Cmd, *bytes.Buffer) {
 		cmd := exec.Command(leasedBin, "acquire", name, "--hold", "--ttl", "30s", "--url", as(user))

@@ -166,20 +166,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 // base64-encoded, so data may be about ¾ of max_payload);
 // [kvlease.ErrUnavailable].
 func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, data []byte) error {
-	if err := validResource(resource); err != nil {
-		return err
-	}
-	if err := checkToken(token); err != nil {
-		return err
-	}
-	return f.doc.Update(ctx, resource, func(cur Value) (Value, error) {
-		if token < cur.Token {
-			f.rejected.Add(1)
-			f.Metrics.StaleTokenRejected(ctx, resource)
-			return cur, &StaleTokenError{Resource: resource, Token: token, Highest: cur.Token}
-		}
-		return Value{Token: token, Data: data}, nil
-	})
+	return f.update(ctx, resource, token, func(Value) []byte { return data })
 }
 
 // Raise raises resource's fence to token, keeping its data, if token is
@@ -192,6 +179,12 @@ func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, da
 //
 // Errors: as [KV.Write]'s.
 func (f *KV) Raise(ctx context.Context, resource string, token kvlease.Token) error {
+	return f.update(ctx, resource, token, func(cur Value) []byte { return cur.Data })
+}
+
+// update stores token, with the data data gives for the current value,
+// if token is at least the token the resource stores (Write, Raise).
+func (f *KV) update(ctx context.Context, resource string, token kvlease.Token, data func(cur Value) []byte) error {
 	if err := validResource(resource); err != nil {
 		return err
 	}
@@ -204,7 +197,7 @@ func (f *KV) Raise(ctx context.Context, resource string, token kvlease.Token) er
 			f.Metrics.StaleTokenRejected(ctx, resource)
 			return cur, &StaleTokenError{Resource: resource, Token: token, Highest: cur.Token}
 		}
-		return Value{Token: token, Data: cur.Data}, nil
+		return Value{Token: token, Data: data(cur)}, nil
 	})
 }
 
