@@ -122,9 +122,10 @@ func ValidateAddr(addr string) error {
 
 // hostShape checks that host, of hostChars only, is an IP address or a
 // host name: dot-separated labels of 1 to 63 letters, digits, '-' (not
-// first or last) or '_', 253 bytes at most, the last not all digits (so
-// that 1.2.3.4.5 and 999.1.1.1 are neither); a..b and -a passed the
-// check by characters alone (found in review).
+// first or last) or '_', 253 bytes at most, not two or more labels all of
+// digits (so that 1.2.3.4.5 and 999.1.1.1 are neither, while a container's
+// host name of 12 digits is one); a..b and -a passed the check by
+// characters alone (found in review).
 func hostShape(host string) error {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return nil
@@ -142,10 +143,12 @@ func hostShape(host string) error {
 			return fmt.Errorf("host %q: want a host name (labels of 1 to 63 characters, no '-' first or last) or an IP address", host)
 		}
 	}
-	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
-		return fmt.Errorf("host %q is neither an IP address nor a host name (its last label is a number)", host)
+	for _, l := range labels {
+		if len(labels) == 1 || strings.Trim(l, "0123456789") != "" {
+			return nil // a host name (a container's, 12 digits, is one label: review)
+		}
 	}
-	return nil
+	return fmt.Errorf("host %q is neither an IP address nor a host name (dotted numbers)", host)
 }
 
 // hostChars are those of host names and IP addresses (an IPv6 zone too).

@@ -45,7 +45,8 @@ func TestRegistrationValidate(t *testing.T) {
 		}
 	}
 	for _, addr := range []string{"a:1", "10.0.0.7:8080", "[fe80::1%eth0]:80", "[::1]:443", "db-1.prod.example.com:5432", "my_host:9",
-		"db.example.com.:5432", "10-0-0-7.pods:80", "1e100.net:443", "localhost:8080"} {
+		"db.example.com.:5432", "10-0-0-7.pods:80", "1e100.net:443", "localhost:8080",
+		"123456789012:8080", "svc.123:80"} { // a container's host name (12 digits), a numeric last label
 		if err := (api.Registration{Service: "web", Instance: "i-1", Addr: addr}).Validate(); err != nil {
 			t.Errorf("addr %q: %v", addr, err)
 		}

@@ -206,6 +206,9 @@ func redactURL(v string) string {
 func checkHeaders(v string) error {
 	entries := strings.Split(v, ",")
 	for i, e := range entries {
+		if strings.TrimSpace(e) == "" {
+			continue // skipped by the SDK too ("a=b," or "a=b,,c=d": review)
+		}
 		k, val, ok := strings.Cut(e, "=")
 		if !ok {
 			return fmt.Errorf("entry %d of %d has no '=' (the form is key=value,key2=value2, values URL-escaped; the value is not shown)", i+1, len(entries))
