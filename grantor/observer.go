@@ -72,6 +72,26 @@ func WithHistoryRetention(d time.Duration) Option {
 	}
 }
 
+// WithSuccession names this service instance in the observer lease's
+// attributes (default: a new [nuid]) and, if predecessor is not empty,
+// says that the instance so named has stopped: an observer lease it still
+// holds is ended when the service starts, rather than waited out. The
+// observer would otherwise be back only when that lease lapsed (about
+// [ObserverDuration]), and a lease granted, ended and granted again
+// meanwhile would have only its last tenure in the history. serve passes
+// the names its embedded server keeps in the data directory
+// (embedded.Server.Instance and Predecessor), which its lock makes sure
+// of: a predecessor must not be a process that may still run.
+func WithSuccession(instance, predecessor string) Option {
+	return func(s *Service) error {
+		if instance == "" || instance == predecessor {
+			return fmt.Errorf("%w: succession of %q after %q: an instance must be named, and not as its predecessor", ErrConfig, instance, predecessor)
+		}
+		s.instance, s.predecessor = instance, predecessor
+		return nil
+	}
+}
+
 // observer runs the service's campaign for [ObserverLease] and, while it
 // leads, the observation.
 type observer struct {
@@ -166,10 +186,13 @@ func (s *Service) startObserver(ctx context.Context) error {
 		candidate = "grantor-" + nuid.Next()
 	}
 	rctx, stop := context.WithCancel(kvlease.GrantorContext(context.WithoutCancel(ctx)))
-	o := &observer{s: s, hist: hist, candidate: candidate, instance: nuid.Next(), ready: make(chan struct{}), stop: stop,
+	o := &observer{s: s, hist: hist, candidate: candidate, instance: cmp.Or(s.instance, nuid.Next()), ready: make(chan struct{}), stop: stop,
 		flaps: telemetry.NewFlapDetector(s.flaps.Window, s.flaps.Threshold),
 		done:  make(chan struct{}), state: "standby"}
 	s.obs = o
+	if s.predecessor != "" {
+		o.endPredecessors(ctx)
+	}
 	go o.campaign(rctx, e)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -207,6 +230,31 @@ func (o *observer) awaitObserver(ctx context.Context) {
 		}
 	}
 }
+
+// endPredecessors ends the observer lease if the service's predecessor
+// (WithSuccession), which has stopped, holds it. Failing that (JetStream
+// unavailable), the lease is waited out, as any other node's.
+func (o *observer) endPredecessors(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	rec, err := o.s.store.Get(ctx, ObserverLease)
+	if err != nil || rec.Attributes[instanceAttr] != o.s.predecessor {
+		if err != nil && !errors.Is(err, kvlease.ErrNotFound) {
+			o.s.log.Warn("could not read the observer lease to end its stopped predecessor's; waiting for it to lapse", "err", err)
+		}
+		return
+	}
+	switch ended, err := o.s.store.EndAbandoned(ctx, rec, predecessorReason); {
+	case err != nil:
+		o.s.log.Warn("could not end the observer lease of this node's stopped predecessor; waiting for it to lapse", "err", err)
+	case ended:
+		o.s.log.Info("ended the observer lease of this node's stopped predecessor", "instance", o.s.predecessor, "token", rec.Token)
+	}
+}
+
+// predecessorReason is the reason of the observer lease's revocation by
+// endPredecessors.
+const predecessorReason = "its holder, the grantor that used this data directory before, had stopped"
 
 // halt ends the campaign and, if observing, resigns.
 func (o *observer) halt() {

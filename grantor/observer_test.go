@@ -3,6 +3,7 @@ package grantor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync/atomic"
@@ -377,5 +378,47 @@ func TestStoppingObserverPublishesWhatItRecorded(t *testing.T) {
 	}
 	if got := waitRecords(t, f.svc.History(), "stop.a", 1); got[0].Token != uint64(rec.Token) {
 		t.Errorf("history: %+v", got)
+	}
+}
+
+// A service whose predecessor (WithSuccession) still holds the observer
+// lease ends that lease and observes at once; it waited out the lease, and
+// the history missed what happened meanwhile (a lone serve restarted after
+// a SIGKILL). The lease of any other instance is left to lapse.
+func TestObserverSucceedsItsStoppedPredecessor(t *testing.T) {
+	for _, tc := range []struct {
+		holder  string // the instance holding the observer lease
+		observe bool
+	}{
+		{holder: "before", observe: true},
+		{holder: "another", observe: false},
+	} {
+		t.Run(tc.holder, func(t *testing.T) {
+			srv := kvleasetest.NewServer(t)
+			st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, err := st.Grant(kvlease.GrantorContext(t.Context()), kvlease.GrantRequest{Name: grantor.ObserverLease, Holder: "n1", Duration: grantor.ObserverDuration,
+				Attributes: map[string]string{"instance": tc.holder}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := startOn(t, srv.ClientURL(), grantor.DefaultConfig(), grantor.WithNodeName("n1"), grantor.WithSuccession("now", "before"))
+			if f.svc.Observing() != tc.observe {
+				t.Fatalf("observing once started: %v, want %v", f.svc.Observing(), tc.observe)
+			}
+			rec, err := st.Get(t.Context(), grantor.ObserverLease)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]string{true: "now", false: tc.holder}[tc.observe]; rec.Attributes["instance"] != want ||
+				!tc.observe && rec.Token != held.Token {
+				t.Errorf("observer lease %+v, want %q's", rec, want)
+			}
+		})
+	}
+	if _, err := grantor.New(nil, nil, grantor.DefaultConfig(), grantor.WithSuccession("same", "same")); !errors.Is(err, grantor.ErrConfig) {
+		t.Errorf("a successor named as its predecessor: %v, want ErrConfig", err)
 	}
 }

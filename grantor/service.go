@@ -147,6 +147,8 @@ type Service struct {
 	flaps     *telemetry.FlapDetector
 	retention time.Duration // of the history stream; 0: the default
 	obs       *observer     // set by Start
+	// instance and predecessor are WithSuccession's.
+	instance, predecessor string
 	// onObserved, if set (tests), is called by the observer with the
 	// revision of each change of the bucket its watch has handled.
 	onObserved func(rev uint64)

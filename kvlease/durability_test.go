@@ -210,34 +210,51 @@ func TestLapsedLeaseStaysLapsedAfterSIGKILL(t *testing.T) {
 	}
 }
 
-// EndResurrected ends only the record it is given: a tenure renewed since
-// has its holder at work (found in review: it was ended, without hold).
-func TestEndResurrectedLeavesATenureRenewedSince(t *testing.T) {
+// EndResurrected and EndAbandoned end only the record they are given: a
+// tenure renewed since has its holder at work (found in review: it was
+// ended, without hold). What they end is free at once.
+func TestEndingAGivenTenureLeavesOneRenewedSince(t *testing.T) {
+	for name, end := range map[string]func(*kvlease.Store, context.Context, kvlease.Record) (bool, error){
+		"EndResurrected": (*kvlease.Store).EndResurrected,
+		"EndAbandoned": func(st *kvlease.Store, ctx context.Context, rec kvlease.Record) (bool, error) {
+			return st.EndAbandoned(ctx, rec, "its holder stopped")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, st := kvleasetest.NewStore(t)
+			ctx := t.Context()
+			g, err := st.Grant(ctx, kvlease.GrantRequest{Name: "r", Holder: "h", Duration: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen, err := st.Get(ctx, "r") // as an observer's replay shows it
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := st.Renew(ctx, kvlease.RenewRequest{Name: "r", Holder: "h", Token: g.Token, Revision: g.Revision, Secret: g.Secret})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ended, err := end(st, ctx, seen); ended || err != nil {
+				t.Fatalf("%s of revision %d, renewed since: ended %v, %v; want it left alone", name, seen.Revision, ended, err)
+			}
+			cur, err := st.Get(ctx, "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ended, err := end(st, ctx, cur); !ended || err != nil {
+				t.Fatalf("%s of the live revision %d (renewed to %d): ended %v, %v", name, cur.Revision, r.Revision, ended, err)
+			}
+			if _, err := st.Get(ctx, "r"); !errors.Is(err, kvlease.ErrNotFound) {
+				t.Fatalf("after %s: %v; want not found", name, err)
+			}
+			if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "r", Holder: "next", Duration: time.Minute}); err != nil {
+				t.Errorf("a grant after %s: %v; want the lease free", name, err)
+			}
+		})
+	}
 	_, st := kvleasetest.NewStore(t)
-	ctx := t.Context()
-	g, err := st.Grant(ctx, kvlease.GrantRequest{Name: "r", Holder: "h", Duration: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen, err := st.Get(ctx, "r") // as an observer's replay shows it
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := st.Renew(ctx, kvlease.RenewRequest{Name: "r", Holder: "h", Token: g.Token, Revision: g.Revision, Secret: g.Secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ended, err := st.EndResurrected(ctx, seen); ended || err != nil {
-		t.Fatalf("EndResurrected of revision %d, renewed since: ended %v, %v; want it left alone", seen.Revision, ended, err)
-	}
-	cur, err := st.Get(ctx, "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ended, err := st.EndResurrected(ctx, cur); !ended || err != nil {
-		t.Fatalf("EndResurrected of the live revision %d (renewed to %d): ended %v, %v", cur.Revision, r.Revision, ended, err)
-	}
-	if _, err := st.Get(ctx, "r"); !errors.Is(err, kvlease.ErrNotFound) {
-		t.Fatalf("after EndResurrected: %v; want not found", err)
+	if _, err := st.EndAbandoned(t.Context(), kvlease.Record{Name: "r"}, kvlease.ResurrectedReason); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("EndAbandoned with the grantor's own reason: %v, want ErrInvalidOption", err)
 	}
 }

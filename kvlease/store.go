@@ -1698,6 +1698,27 @@ func (s *Store) EndResurrected(ctx context.Context, tenure Record) (bool, error)
 	return ended, err
 }
 
+// EndAbandoned ends tenure (its name, holder, token and revision) if its
+// record is still the lease's live one, as a revocation for reason that
+// frees the lease at once ([FreeNow]), with a compare-and-set on the
+// revision, and reports whether it did: a tenure renewed or ended since
+// tenure was read is left alone. It is for a tenure whose holder is known
+// to have stopped without ending it, never one that may still be at work:
+// its holder's deadline does not move, and a paused holder would go on
+// past the end. A grantor ends so the observer lease its own process held
+// before a restart (grantor.WithSuccession). Errors: [ErrInvalidName],
+// [ErrInvalidOption] for a reason [ValidateReason] refuses,
+// [ErrUnavailable].
+func (s *Store) EndAbandoned(ctx context.Context, tenure Record, reason string) (bool, error) {
+	if err := ValidateReason(reason); err != nil {
+		return false, err
+	}
+	_, ended, err := s.endIf(ctx, tenure.Name, "revoke", reason, func(rec Record) bool {
+		return rec.Token == tenure.Token && rec.Holder == tenure.Holder && rec.Revision == tenure.Revision
+	})
+	return ended, err
+}
+
 // endIf ends name's live tenure, read through the stream leader, with a
 // tombstone of op and reason if cond holds for its record, with a
 // compare-and-set on its revision, and reports whether it did: nothing is

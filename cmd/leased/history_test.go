@@ -119,3 +119,42 @@ func TestHistoryShowsALeaseHeldSinceBeforeTheWindow(t *testing.T) {
 		t.Fatalf("history since after the grant: %+v (%+v)", rows, r)
 	}
 }
+
+// A lone serve killed (SIGKILL) and started again on its data observes at
+// once: the observer lease its predecessor on the directory still held is
+// ended, not waited out. The history kept a tenure begun and ended in the
+// first seconds after such a restart only if the observer was back by
+// then; it was back about 5 s later, when the dead process's lease lapsed,
+// and a lease granted, released and granted again meanwhile had only its
+// last tenure recorded (found in review of the history's gaps).
+func TestHistoryHasNoGapAfterAnUncleanRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, dir)
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.cmd.Wait()
+	s = startServe(t, dir)
+	if r := leased(t, s.url, "run", "--lease", "gap.job", "--holder", "w1", "--ttl", "5s", "--", "true"); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	if r := leased(t, s.url, "acquire", "gap.job", "--holder", "w2", "--ttl", "20s"); r.code != 0 {
+		t.Fatalf("acquire: %+v", r)
+	}
+	var rows []history.Tenure
+	for i := 0; ; i++ { // the observer records a change moments after it is stored
+		r := leased(t, s.url, "history", "gap.", "-o", "json")
+		if r.code != 0 {
+			t.Fatalf("history: %+v", r)
+		}
+		if rows = tenureRows(t, r.stdout); len(rows) == 2 {
+			break
+		}
+		if i == 200 { // each try is a process: seconds in all, past the 5 s lapse
+			t.Fatalf("history after an unclean restart: %+v, want w1's released tenure and w2's", rows)
+		}
+	}
+	if rows[0].Holder != "w1" || rows[0].EndedBy != history.EndReleased || rows[1].Holder != "w2" {
+		t.Errorf("history after an unclean restart: %+v, want w1's released tenure and w2's", rows)
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 )
 
 // SyncMode says when the JetStream file store flushes writes to disk.
@@ -254,6 +255,8 @@ type Server struct {
 	lock       *os.File
 	unlockOnce sync.Once
 	log        *logger
+
+	instance, predecessor string // see Instance and Predecessor
 }
 
 // Start validates cfg, locks the data directory, starts the server and waits
@@ -316,12 +319,19 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	instance, predecessor := nuid.Next(), ""
+	if lock != nil { // without a lock, the process before may still run
+		if instance, predecessor, err = succeed(cfg.DataDir); err != nil {
+			unlock(lock)
+			return nil, err
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		unlock(lock)
 		return nil, fmt.Errorf("embedded: new server: %w", err)
 	}
-	s := &Server{ns: ns, cfg: cfg, lock: lock, log: newLogger(cfg.Logger)}
+	s := &Server{ns: ns, cfg: cfg, lock: lock, log: newLogger(cfg.Logger), instance: instance, predecessor: predecessor}
 	if err := run(ns, s.log, cfg.Debug, cfg.ReadyTimeout); err != nil {
 		s.Shutdown()
 		return nil, err
@@ -516,6 +526,19 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 // is optional on the pipe (nats-server accepts an in-process client with
 // or without it), so a client certificate still authenticates.
 func (s *Server) InProcess() nats.Option { return nats.InProcessServer(s.ns) }
+
+// Instance is a name of this process's use of the data directory, unique
+// to it (a [nuid]), kept in the directory's [InstanceFile].
+func (s *Server) Instance() string { return s.instance }
+
+// Predecessor is the [Server.Instance] of the process that used the data
+// directory before this one, or "" (the first use, or a system without
+// flock, where that process may still run). That process has stopped:
+// this one holds the directory's lock. Whatever it held in the cluster
+// and did not give back (a grantor's observer lease, after a SIGKILL or a
+// power loss) may be ended at once rather than waited out
+// (grantor.WithSuccession).
+func (s *Server) Predecessor() string { return s.predecessor }
 
 // Shutdown stops the server, waits until it has stopped, and releases the
 // data directory. It may be called more than once.

@@ -51,6 +51,37 @@ func TestStartLocksDataDir(t *testing.T) {
 	again.Shutdown()
 }
 
+// Each server on a data directory has an instance name of its own, and
+// knows the name of the one before it on the directory (a grantor ends
+// what that one left held). A name the file should not hold is no
+// predecessor.
+func TestStartNamesThePredecessor(t *testing.T) {
+	dir := t.TempDir()
+	start := func() *embedded.Server {
+		t.Helper()
+		srv, err := embedded.Start(embedded.Config{DataDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Shutdown()
+		return srv
+	}
+	first := start()
+	if first.Instance() == "" || first.Predecessor() != "" {
+		t.Fatalf("first server: instance %q, predecessor %q; want a name and none", first.Instance(), first.Predecessor())
+	}
+	second := start()
+	if second.Predecessor() != first.Instance() || second.Instance() == first.Instance() {
+		t.Errorf("second server: instance %q, predecessor %q; want a new name after %q", second.Instance(), second.Predecessor(), first.Instance())
+	}
+	if err := os.WriteFile(filepath.Join(dir, embedded.InstanceFile), []byte("../../etc/passwd\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if third := start(); third.Predecessor() != "" {
+		t.Errorf("after a file that names no instance: predecessor %q, want none", third.Predecessor())
+	}
+}
+
 // Non-loopback listeners without authentication are refused before
 // anything is bound or locked.
 func TestStartRefusesUnauthenticatedExposure(t *testing.T) {

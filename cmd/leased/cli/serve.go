@@ -447,8 +447,14 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	svc, err := grantor.New(st, nc, f.policy, grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(mp),
-		grantor.WithMetricNamePrefixes(f.namePrefixes...), grantor.WithExtension(reg), grantor.WithHistoryRetention(f.retention))
+	svcOpts := []grantor.Option{grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(mp),
+		grantor.WithMetricNamePrefixes(f.namePrefixes...), grantor.WithExtension(reg), grantor.WithHistoryRetention(f.retention)}
+	if srv != nil {
+		// What this node's process before held is ended, not waited out:
+		// its observer lease, after an unclean stop.
+		svcOpts = append(svcOpts, grantor.WithSuccession(srv.Instance(), srv.Predecessor()))
+	}
+	svc, err := grantor.New(st, nc, f.policy, svcOpts...)
 	if err != nil {
 		return usageError{err}
 	}
