@@ -191,7 +191,7 @@ func (s *Service) startObserver(ctx context.Context) error {
 		done:  make(chan struct{}), state: "standby"}
 	s.obs = o
 	if s.predecessor != "" {
-		o.endPredecessors(ctx)
+		o.endPredecessor(ctx)
 	}
 	go o.campaign(rctx, e)
 	wctx, cancel := context.WithCancel(ctx)
@@ -231,10 +231,10 @@ func (o *observer) awaitObserver(ctx context.Context) {
 	}
 }
 
-// endPredecessors ends the observer lease if the service's predecessor
+// endPredecessor ends the observer lease if the service's predecessor
 // (WithSuccession), which has stopped, holds it. Failing that (JetStream
 // unavailable), the lease is waited out, as any other node's.
-func (o *observer) endPredecessors(ctx context.Context) {
+func (o *observer) endPredecessor(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	rec, err := o.s.store.Get(ctx, ObserverLease)
@@ -253,7 +253,7 @@ func (o *observer) endPredecessors(ctx context.Context) {
 }
 
 // predecessorReason is the reason of the observer lease's revocation by
-// endPredecessors.
+// endPredecessor.
 const predecessorReason = "its holder, the grantor that used this data directory before, had stopped"
 
 // halt ends the campaign and, if observing, resigns.
