@@ -179,8 +179,11 @@ type Service struct {
 
 	svc         micro.Service
 	sem         chan struct{}
-	work        chan request // to an idle worker (unbuffered)
-	mu          sync.Mutex   // guards stopping, startedOnce and inflight.Add
+	work        chan request  // to an idle worker (unbuffered)
+	quit        chan struct{} // closed by Stop: idle workers exit
+	quitOnce    sync.Once
+	workers     sync.WaitGroup
+	mu          sync.Mutex // guards stopping, startedOnce and inflight.Add
 	stopping    bool
 	startedOnce bool // Start was called
 	inflight    sync.WaitGroup
@@ -211,6 +214,7 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 		timeout: 5 * time.Second,
 		sem:     make(chan struct{}, cfg.MaxInFlight),
 		work:    make(chan request),
+		quit:    make(chan struct{}),
 		holders: newHolderIndex(),
 		flaps:   telemetry.NewFlapDetector(0, 0),
 	}
@@ -433,6 +437,11 @@ func (s *Service) Stop() {
 		_ = s.svc.Stop() // drains the endpoint subscriptions (asynchronously)
 	}
 	s.inflight.Wait()
+	// No request is served now, nor handed to a worker: the idle ones
+	// would wait out workerIdle after Stop returned (found by an outside
+	// client counting goroutines after Stop).
+	s.quitOnce.Do(func() { close(s.quit) })
+	s.workers.Wait()
 	if s.obs != nil {
 		s.obs.halt()
 		// The change events it published last are buffered in the
@@ -485,6 +494,7 @@ func (s *Service) handler() micro.Handler {
 		select {
 		case s.work <- r:
 		default:
+			s.workers.Add(1) // before inflight.Done, which Stop waits for
 			go s.worker(r)
 		}
 	})
@@ -545,8 +555,9 @@ const workerIdle = 10 * time.Second
 // grown are reused: a goroutine per request started small and grew its
 // stack on every request, about 5% of a loaded grantor's CPU. Each request
 // holds its MaxInFlight slot while served, so at most MaxInFlight workers
-// are busy; idle ones are the few that the load left.
+// are busy; idle ones are the few that the load left. Stop ends them.
 func (s *Service) worker(r request) {
+	defer s.workers.Done()
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
@@ -557,6 +568,8 @@ func (s *Service) worker(r request) {
 		select {
 		case r = <-s.work:
 		case <-idle.C:
+			return
+		case <-s.quit:
 			return
 		}
 	}

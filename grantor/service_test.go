@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -1243,4 +1244,46 @@ func TestServiceStartsOnce(t *testing.T) {
 	if _, err := grantor.New(f.store, nil, grantor.DefaultConfig()); !errors.Is(err, grantor.ErrConfig) {
 		t.Errorf("New with a nil connection: %v; want ErrConfig", err)
 	}
+}
+
+// workerGoroutines counts the goroutines serving requests of any Service.
+func workerGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "grantor.(*Service).worker(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// Stop ends the service's workers: idle ones waited out workerIdle (10 s)
+// after Stop had returned, and a program that checks for leaked goroutines
+// once its grantor is stopped found them (found by an outside client).
+func TestStopEndsIdleWorkers(t *testing.T) {
+	before := workerGoroutines()
+	f := start(t, grantor.DefaultConfig())
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			l, err := kvlease.Acquire(t.Context(), f.client, fmt.Sprintf("workers.%d", i), "h", 5*time.Second)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := l.Release(t.Context()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := workerGoroutines(); n <= before {
+		t.Fatalf("%d workers while serving, %d before: the test shows nothing", n, before)
+	}
+	f.svc.Stop()
+	if n := workerGoroutines(); n > before {
+		t.Errorf("%d workers after Stop, %d before it", n, before)
+	}
+	f.svc.Stop() // a second Stop is harmless
 }
