@@ -425,7 +425,7 @@ func (s *Service) stopExtensions() {
 func (s *Service) Failed() <-chan error { return s.failed }
 
 // Stop stops taking requests, waits for those in flight to be answered, and
-// stops the holder index and the extensions. Requests that still arrive
+// stops its request workers, the holder index and the extensions. Requests that still arrive
 // while the endpoints drain are answered "unavailable" at once, so that
 // clients retry on another node instead of waiting. It releases nothing:
 // leases belong to holders.
