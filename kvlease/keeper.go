@@ -77,7 +77,8 @@ func WithRenewInterval(d time.Duration) KeeperOption {
 }
 
 // WithOnLost sets a callback for the loss of the lease (not for Close or
-// Orphan). It is called once, on the keeper's goroutine, after Context is
+// Orphan, nor for the end of Keep's ctx, which releases the lease as Close
+// does: [Keeper.Err] then gives ctx's cause). It is called once, on the keeper's goroutine, after Context is
 // cancelled and Done is closed; it may block and may call Close. A nil func
 // is an error.
 func WithOnLost(fn func(reason error)) KeeperOption {
