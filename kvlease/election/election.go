@@ -75,8 +75,10 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	// keeper of the leadership's end (see watchEnd).
 	// A candidate started while JetStream has no quorum waits for it, as
 	// one already waiting does (it exited at once; found by an outside client).
-	w, err := kvlease.RetryUnavailable(ctx, time.Second, o.OnUnavailable, func() (*kvlease.Watcher, error) {
-		return e.store.Watch(context.WithoutCancel(ctx), e.name, kvlease.ExactName(), kvlease.ReportFrees())
+	var unwatch context.CancelFunc
+	w, err := kvlease.RetryUnavailable(ctx, time.Second, o.OnUnavailable, func() (w *kvlease.Watcher, err error) {
+		w, unwatch, err = e.watch(ctx)
+		return w, err
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -88,6 +90,7 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	defer func() {
 		if !won {
 			w.Stop()
+			unwatch()
 		}
 	}()
 	for {
@@ -104,7 +107,10 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 				return nil, err
 			}
 			won = true
-			go e.watchEnd(w, k, now)
+			go func() {
+				defer unwatch()
+				e.watchEnd(w, k, now)
+			}()
 			return &Leadership{k}, nil
 		case errors.Is(err, kvlease.ErrHeld):
 			// A revoked leader holds the lease until its deadline has
@@ -124,6 +130,27 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 			return nil, err
 		}
 	}
+}
+
+// watch starts the campaign's watch of the lease. ctx bounds its start
+// only: the watch's first read of the bucket waited up to 2 s for a server
+// that did not answer, past a shorter ctx (found by an outside client), and
+// once started the watch outlives ctx, until unwatch (after Stop).
+func (e *Election) watch(ctx context.Context) (w *kvlease.Watcher, unwatch context.CancelFunc, err error) {
+	wctx, unwatch := context.WithCancel(context.WithoutCancel(ctx))
+	detach := context.AfterFunc(ctx, unwatch)
+	w, err = e.store.Watch(wctx, e.name, kvlease.ExactName(), kvlease.ReportFrees())
+	if !detach() { // ctx ended while the watch started: it was cut short
+		if err == nil {
+			w.Stop()
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		unwatch()
+		return nil, nil, err
+	}
+	return w, unwatch, nil
 }
 
 // watchEnd hints k to renew at once (now) when w shows the end of k's

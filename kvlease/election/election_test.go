@@ -358,3 +358,27 @@ func TestCampaignWaitsForAQuorum(t *testing.T) {
 		t.Fatalf("campaign without a quorum: %v after %v, %d waits; want the context's end after %v, waiting", err, time.Since(start), waits, wait)
 	}
 }
+
+// A Campaign ends with its ctx while the server does not answer: the
+// watch it starts first read the bucket for up to 2 s whatever ctx allowed
+// (a campaign of 200 ms against a SIGSTOPped server returned after 2 s;
+// found by an outside client).
+func TestCampaignEndsWithContextWhileTheServerIsSilent(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	nc := kvleasetest.Connect(t, p.URL())
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := election.New(st, "leader.silent")
+	p.Cut()
+	defer p.Heal()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = e.Campaign(ctx, "c1", 5*time.Second)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+		t.Fatalf("Campaign: %v after %v; want its ctx's error within a second", err, took)
+	}
+}
