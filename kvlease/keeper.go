@@ -95,7 +95,7 @@ func WithOnLost(fn func(reason error)) KeeperOption {
 // record and the holder's new deadline. Callbacks are called on the
 // keeper's goroutine, in order, and delay the next renewal while they run:
 // keep them short, and do not call Orphan or Close from them (those wait for
-// that goroutine). Context is still cancelled at the deadline while one runs.
+// that goroutine, past their ctx). Context is still cancelled at the deadline while one runs.
 // A nil func is an error.
 func WithOnRenew(fn func(rec Record, deadline time.Time)) KeeperOption {
 	return func(k *Keeper) error {
@@ -301,7 +301,9 @@ func (k *Keeper) halt(ctx context.Context) {
 // Close stops renewing and releases the lease, unless Orphan came first.
 // A renewal in flight is let finish first (at most half a renewal
 // interval, and no longer than ctx allows): cut short, it could have moved
-// the lease to a revision the release would not know. It returns the
+// the lease to a revision the release would not know. A callback
+// ([WithOnRenew], [WithOnLost]) running on the keeper's goroutine is
+// waited for whatever ctx allows: Close cannot cut it short. It returns the
 // release error, if any. Close may be called more than once (defer it). Under a ctx already
 // done (a deferred Close whose ctx a shutdown signal ended) it still sends
 // the release, for up to 2 s: it sent none, and others waited for
