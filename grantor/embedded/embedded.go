@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,16 @@ var ErrNameConflict = errors.New("embedded: another server of the cluster has th
 // then retries it quietly, while JetStream waits for a quorum it will not
 // get; neither side can tell which name is wrong.
 var ErrClusterNameMismatch = errors.New("embedded: a route was refused: the two servers have different cluster names")
+
+// ErrStandaloneStore is wrapped by the error [Start] returns when a
+// cluster member's data directory holds the JetStream streams of a server
+// that ran without a cluster (no JetStream cluster metadata beside them).
+// nats-server does not carry such streams into a cluster: the cluster's
+// metadata does not know them, so the lease bucket was made anew in the
+// cluster, its revisions (the fencing tokens) starting over, while the
+// node's old copy served stale leases to some readers (found by an
+// outside client who added --cluster-name to a single node).
+var ErrStandaloneStore = errors.New("embedded: the data directory holds the streams of a server that ran without a cluster")
 
 // LockedError says which directory is locked and, when the lock file
 // names one, by which process.
@@ -319,6 +330,15 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Cluster.Name != "" {
+		if streams := standaloneStreams(cfg.DataDir); len(streams) > 0 {
+			unlock(lock)
+			return nil, fmt.Errorf("%w: %s has %s and no JetStream cluster metadata; a cluster would make the lease "+
+				"bucket anew, its revisions (the fencing tokens) starting over: run this node without a cluster name, "+
+				"or start the cluster on new data directories (moving the streams there with nats stream backup and restore)",
+				ErrStandaloneStore, cfg.DataDir, strings.Join(streams, ", "))
+		}
+	}
 	instance, predecessor := nuid.Next(), ""
 	if lock != nil { // without a lock, the process before may still run
 		if instance, predecessor, err = succeed(cfg.DataDir); err != nil {
@@ -337,6 +357,26 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// standaloneStreams lists the streams ("ACCOUNT > STREAM") of the
+// JetStream store in dir when the store has no JetStream cluster metadata:
+// a server that ran without a cluster made them. A store that has been a
+// cluster member's, or has no streams, gives none.
+func standaloneStreams(dir string) []string {
+	store := filepath.Join(dir, server.JetStreamStoreDir)
+	// The metadata group's raft state: <store>/<system account>/_js_/_meta_.
+	if metas, _ := filepath.Glob(filepath.Join(store, "*", "_js_", "_meta_")); len(metas) > 0 {
+		return nil
+	}
+	dirs, _ := filepath.Glob(filepath.Join(store, "*", "streams", "*"))
+	var streams []string
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			streams = append(streams, filepath.Base(filepath.Dir(filepath.Dir(d)))+" > "+filepath.Base(d))
+		}
+	}
+	return streams
 }
 
 // NameConflicts delivers an error wrapping [ErrNameConflict] when another

@@ -1,6 +1,7 @@
 package embedded_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -265,4 +266,111 @@ func TestClusterNameMismatchReported(t *testing.T) {
 			t.Errorf("%s: no cluster name mismatch reported", srv.Name())
 		}
 	}
+}
+
+// A data directory whose streams a server without a cluster made is
+// refused as a cluster member's: nats-server does not carry them into the
+// cluster, which made the lease bucket anew, its revisions (the fencing
+// tokens) starting over, while the old copy served stale leases (found by
+// an outside client who added --cluster-name to a single node). The same
+// directory still starts without a cluster, and a cluster member's own
+// directory starts again as one.
+func TestStartRefusesAStandaloneStoreInACluster(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := srv.Connect()
+	if err != nil {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "leases", History: 1}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	srv.Shutdown()
+
+	ports := make([]int, 3)
+	var routes []string
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[i]))
+	}
+	dirs := []string{dir, t.TempDir(), t.TempDir()}
+	member := func(i int) embedded.Config {
+		return embedded.Config{DataDir: dirs[i], Name: "n" + strconv.Itoa(i), ClusterName: "leased", ClusterPort: ports[i],
+			Routes: routes, ReadyTimeout: 30 * time.Second}
+	}
+	_, err = embedded.Start(member(0))
+	if !errors.Is(err, embedded.ErrStandaloneStore) || !strings.Contains(err.Error(), "$G > KV_leases") {
+		t.Fatalf("cluster member on a standalone store: %v, want ErrStandaloneStore naming $G > KV_leases", err)
+	}
+	if pid, err := embedded.LockHolder(dir); !errors.Is(err, embedded.ErrNotLocked) {
+		t.Fatalf("the refusal left the directory locked: %d, %v", pid, err)
+	}
+	again, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		t.Fatalf("without a cluster: %v", err)
+	}
+	again.Shutdown()
+
+	// Members of a cluster with a stream of their own start again on
+	// their stores.
+	dirs[0] = t.TempDir()
+	servers := make([]*embedded.Server, 3)
+	errs := make(chan error, 3)
+	for i := range servers {
+		go func() {
+			var err error
+			servers[i], err = embedded.Start(member(i))
+			errs <- err
+		}()
+	}
+	for range servers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for _, s := range servers {
+		if s != nil {
+			defer s.Shutdown()
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	mnc, err := servers[0].Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mjs, _ := jetstream.New(mnc)
+	for deadline := time.Now().Add(30 * time.Second); ; { // the cluster may still be forming
+		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := mjs.CreateKeyValue(actx, jetstream.KeyValueConfig{Bucket: "leases", History: 1, Replicas: 3})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mnc.Close()
+	servers[0].Shutdown()
+	m, err := embedded.Start(member(0))
+	if err != nil {
+		t.Fatalf("a cluster member restarted on its own store: %v", err)
+	}
+	m.Shutdown()
 }
