@@ -88,10 +88,21 @@ func (l lineLog) print(level slog.Level, text string) {
 	fmt.Fprintf(l.w, "leased: %s\n", text)
 }
 
-// logsJSON reports whether cmd is one whose stderr is a log, run, elect
-// or register, given -o json.
+// logsJSON reports whether cmd is one whose stderr is a JSON log: run,
+// elect or register given -o json, or serve given --log-format json.
 func logsJSON(cmd *cobra.Command) bool {
-	if cmd == nil || !slices.Contains([]string{"run", "elect", "register"}, cmd.Name()) {
+	if cmd == nil {
+		return false
+	}
+	if cmd.Name() == "serve" {
+		// Its last line says why the node stopped (a refused data
+		// directory, an unfit bucket): it was text under --log-format
+		// json, the one line a JSON log pipeline could not read (found by
+		// an outside client).
+		f := cmd.Flags().Lookup("log-format")
+		return f != nil && f.Value.String() == "json"
+	}
+	if !slices.Contains([]string{"run", "elect", "register"}, cmd.Name()) {
 		return false
 	}
 	f := cmd.Flags().Lookup("output")
