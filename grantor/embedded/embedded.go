@@ -89,6 +89,14 @@ var ErrClusterNameMismatch = errors.New("embedded: a route was refused: the two 
 // outside client who added --cluster-name to a single node).
 var ErrStandaloneStore = errors.New("embedded: the data directory holds the streams of a server that ran without a cluster")
 
+// ErrClusterStore is wrapped by the error [Start] returns when a server
+// without a cluster is given the data directory of a JetStream cluster's
+// member. It would serve its own copy of the cluster's streams, which may
+// be behind the cluster's: a node restarted without --cluster-name granted
+// a fencing token the cluster had already given, and that grant was gone
+// once it rejoined (found by an outside client).
+var ErrClusterStore = errors.New("embedded: the data directory is a JetStream cluster member's")
+
 // LockedError says which directory is locked and, when the lock file
 // names one, by which process.
 type LockedError struct {
@@ -330,14 +338,20 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Cluster.Name != "" {
-		if streams := standaloneStreams(cfg.DataDir); len(streams) > 0 {
-			unlock(lock)
-			return nil, fmt.Errorf("%w: %s has %s and no JetStream cluster metadata; a cluster would make the lease "+
-				"bucket anew, its revisions (the fencing tokens) starting over: run this node without a cluster name, "+
-				"or start the cluster on new data directories (moving the streams there with nats stream backup and restore)",
-				ErrStandaloneStore, cfg.DataDir, strings.Join(streams, ", "))
-		}
+	member, streams := storeOf(cfg.DataDir)
+	if opts.Cluster.Name == "" && member && len(streams) > 0 {
+		unlock(lock)
+		return nil, fmt.Errorf("%w: %s has %s and JetStream cluster metadata; without a cluster name this server would serve "+
+			"its own copy of the cluster's streams, which may be behind, and grant fencing tokens the cluster has given: "+
+			"start it with its cluster name and routes, or on a new data directory",
+			ErrClusterStore, cfg.DataDir, strings.Join(streams, ", "))
+	}
+	if opts.Cluster.Name != "" && !member && len(streams) > 0 {
+		unlock(lock)
+		return nil, fmt.Errorf("%w: %s has %s and no JetStream cluster metadata; a cluster would make the lease "+
+			"bucket anew, its revisions (the fencing tokens) starting over: run this node without a cluster name, "+
+			"or start the cluster on new data directories (moving the streams there with nats stream backup and restore)",
+			ErrStandaloneStore, cfg.DataDir, strings.Join(streams, ", "))
 	}
 	instance, predecessor := nuid.Next(), ""
 	if lock != nil { // without a lock, the process before may still run
@@ -359,24 +373,20 @@ func Start(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// standaloneStreams lists the streams ("ACCOUNT > STREAM") of the
-// JetStream store in dir when the store has no JetStream cluster metadata:
-// a server that ran without a cluster made them. A store that has been a
-// cluster member's, or has no streams, gives none.
-func standaloneStreams(dir string) []string {
+// storeOf says whether the JetStream store in dir has the raft state of a
+// cluster's metadata group (<store>/<system account>/_js_/_meta_), which a
+// cluster member's has and a server's without a cluster has not, and lists
+// its streams ("ACCOUNT > STREAM").
+func storeOf(dir string) (member bool, streams []string) {
 	store := filepath.Join(dir, server.JetStreamStoreDir)
-	// The metadata group's raft state: <store>/<system account>/_js_/_meta_.
-	if metas, _ := filepath.Glob(filepath.Join(store, "*", "_js_", "_meta_")); len(metas) > 0 {
-		return nil
-	}
+	metas, _ := filepath.Glob(filepath.Join(store, "*", "_js_", "_meta_"))
 	dirs, _ := filepath.Glob(filepath.Join(store, "*", "streams", "*"))
-	var streams []string
 	for _, d := range dirs {
 		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
 			streams = append(streams, filepath.Base(filepath.Dir(filepath.Dir(d)))+" > "+filepath.Base(d))
 		}
 	}
-	return streams
+	return len(metas) > 0, streams
 }
 
 // NameConflicts delivers an error wrapping [ErrNameConflict] when another

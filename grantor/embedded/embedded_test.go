@@ -295,23 +295,8 @@ func TestStartRefusesAStandaloneStoreInACluster(t *testing.T) {
 	nc.Close()
 	srv.Shutdown()
 
-	ports := make([]int, 3)
-	var routes []string
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[i]))
-	}
-	dirs := []string{dir, t.TempDir(), t.TempDir()}
-	member := func(i int) embedded.Config {
-		return embedded.Config{DataDir: dirs[i], Name: "n" + strconv.Itoa(i), ClusterName: "leased", ClusterPort: ports[i],
-			Routes: routes, ReadyTimeout: 30 * time.Second}
-	}
-	_, err = embedded.Start(member(0))
+	member, _ := clusterWithABucket(t)
+	_, err = embedded.Start(member(dir))
 	if !errors.Is(err, embedded.ErrStandaloneStore) || !strings.Contains(err.Error(), "$G > KV_leases") {
 		t.Fatalf("cluster member on a standalone store: %v, want ErrStandaloneStore naming $G > KV_leases", err)
 	}
@@ -323,16 +308,56 @@ func TestStartRefusesAStandaloneStoreInACluster(t *testing.T) {
 		t.Fatalf("without a cluster: %v", err)
 	}
 	again.Shutdown()
+}
 
-	// Members of a cluster with a stream of their own start again on
-	// their stores.
-	dirs[0] = t.TempDir()
+// A cluster member's data directory is refused to a server without a
+// cluster: it served its own copy of the cluster's bucket, behind the
+// cluster's, and granted a fencing token the cluster had given (a node
+// restarted without --cluster-name; found by an outside client). With its
+// cluster it starts again.
+func TestStartRefusesAClusterStoreWithoutACluster(t *testing.T) {
+	member, dir := clusterWithABucket(t)
+	_, err := embedded.Start(embedded.Config{DataDir: dir})
+	if !errors.Is(err, embedded.ErrClusterStore) {
+		t.Fatalf("a server without a cluster on a cluster member's store: %v, want ErrClusterStore", err)
+	}
+	if pid, err := embedded.LockHolder(dir); !errors.Is(err, embedded.ErrNotLocked) {
+		t.Fatalf("the refusal left the directory locked: %d, %v", pid, err)
+	}
+	m, err := embedded.Start(member(dir))
+	if err != nil {
+		t.Fatalf("a cluster member restarted on its own store: %v", err)
+	}
+	m.Shutdown()
+}
+
+// clusterWithABucket runs a cluster of three members that makes an R3 KV
+// bucket, and stops it. It returns the configuration of its first member
+// on a given data directory, and that member's data directory.
+func clusterWithABucket(t *testing.T) (func(dir string) embedded.Config, string) {
+	t.Helper()
+	ports := make([]int, 3)
+	var routes []string
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[i]))
+	}
+	config := func(i int, dir string) embedded.Config {
+		return embedded.Config{DataDir: dir, Name: "n" + strconv.Itoa(i), ClusterName: "leased", ClusterPort: ports[i],
+			Routes: routes, ReadyTimeout: 30 * time.Second}
+	}
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	servers := make([]*embedded.Server, 3)
 	errs := make(chan error, 3)
 	for i := range servers {
 		go func() {
 			var err error
-			servers[i], err = embedded.Start(member(i))
+			servers[i], err = embedded.Start(config(i, dirs[i]))
 			errs <- err
 		}()
 	}
@@ -341,22 +366,25 @@ func TestStartRefusesAStandaloneStoreInACluster(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	for _, s := range servers {
-		if s != nil {
-			defer s.Shutdown()
+	defer func() {
+		for _, s := range servers {
+			if s != nil {
+				s.Shutdown()
+			}
 		}
-	}
+	}()
 	if t.Failed() {
 		t.FailNow()
 	}
-	mnc, err := servers[0].Connect()
+	nc, err := servers[0].Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
-	mjs, _ := jetstream.New(mnc)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
 	for deadline := time.Now().Add(30 * time.Second); ; { // the cluster may still be forming
-		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := mjs.CreateKeyValue(actx, jetstream.KeyValueConfig{Bucket: "leases", History: 1, Replicas: 3})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "leases", History: 1, Replicas: 3})
 		cancel()
 		if err == nil {
 			break
@@ -366,11 +394,5 @@ func TestStartRefusesAStandaloneStoreInACluster(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	mnc.Close()
-	servers[0].Shutdown()
-	m, err := embedded.Start(member(0))
-	if err != nil {
-		t.Fatalf("a cluster member restarted on its own store: %v", err)
-	}
-	m.Shutdown()
+	return func(dir string) embedded.Config { return config(0, dir) }, dirs[0]
 }
