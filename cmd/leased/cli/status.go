@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,20 @@ type Status struct {
 	// answer): they share the grantors' subjects, so a lease can be
 	// granted twice at once, once in each bucket ([grantor.ErrOtherBucket]).
 	OtherBuckets []GrantorNode `json:"other_buckets,omitempty"`
+}
+
+// MarshalJSON leaves the lease count out when none was taken (NoLeader,
+// LostQuorum), as the text does: -o json said "leases":0 while a cluster
+// without a quorum held leases (found by an outside client).
+func (s Status) MarshalJSON() ([]byte, error) {
+	type plain Status // without this method
+	if s.NoLeader || s.LostQuorum {
+		return json.Marshal(struct {
+			plain
+			Leases *int `json:"leases,omitempty"` // hides plain's
+		}{plain: plain(s)})
+	}
+	return json.Marshal(plain(s))
 }
 
 // PeerStatus is one follower of the lease stream, as its leader sees it.

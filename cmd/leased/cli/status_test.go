@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -295,5 +296,36 @@ func TestStatusOtherBucketsWarnOnlyOfTwoServices(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// -o json gives no lease count where the text gives none, the stream
+// without a leader or its leader without a quorum: it said "leases":0
+// while the cluster held leases (found by an outside client).
+func TestStatusJSONCountsOnlyWithAQuorum(t *testing.T) {
+	peers := []PeerStatus{{Name: "n1", Unreachable: true}, {Name: "n3", Unreachable: true}}
+	for _, c := range []struct {
+		name string
+		s    Status
+		want bool
+	}{
+		{"no leader", Status{Bucket: "leases", Replicas: 3, NoLeader: true, Peers: peers}, false},
+		{"no quorum", Status{Bucket: "leases", Replicas: 3, Leader: "n2", LostQuorum: true, Peers: peers}, false},
+		{"a quorum, no leases", Status{Bucket: "leases", Replicas: 3, Leader: "n2"}, true},
+		{"a quorum", Status{Bucket: "leases", Replicas: 3, Leader: "n2", Leases: 4}, true},
+	} {
+		var b strings.Builder
+		printStatus(printer{w: &b, json: true}, c.s)
+		var got map[string]any
+		if err := json.Unmarshal([]byte(b.String()), &got); err != nil {
+			t.Fatalf("%s: %q: %v", c.name, b.String(), err)
+		}
+		n, ok := got["leases"]
+		if ok != c.want || ok && n != float64(c.s.Leases) {
+			t.Errorf("%s: %s\nwant a lease count: %t", c.name, b.String(), c.want)
+		}
+		if got["bucket"] != "leases" || got["replicas"] != float64(3) {
+			t.Errorf("%s: %s\nwant the bucket and its replicas", c.name, b.String())
+		}
 	}
 }
