@@ -298,8 +298,15 @@ func (e *PermissionError) Error() string {
 		return fmt.Sprintf("%v: %v", ErrPermissionDenied, e.Err)
 	}
 	msg := fmt.Sprintf("%v: the NATS server does not let this user %s to %q", ErrPermissionDenied, e.Op, e.Subject)
-	if e.Op == "subscribe" {
+	switch {
+	case e.Op == "subscribe":
 		msg += " (replies come back on the inbox: give the prefix this user may subscribe to with --inbox-prefix)"
+	case strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.KV_") || strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.LEASED_HISTORY_"):
+		// serve refused to start, exit 7, saying only this (found by an
+		// outside client with a user of its own for leased).
+		msg += " (opening the lease bucket updates its stream to allow atomic batches, and serve updates it to record " +
+			"its --grantor-margin, --min-ttl and --max-ttl, and the history's stream for --history-retention: " +
+			"allow this user to update them, as the leased user of docs/api.md may)"
 	}
 	return msg
 }

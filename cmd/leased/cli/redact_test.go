@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +40,15 @@ func TestPermissionError(t *testing.T) {
 		}
 		if !errors.Is(pe, ErrPermissionDenied) || !errors.Is(pe, nats.ErrPermissionViolation) || exitCode(pe) != ExitDenied {
 			t.Errorf("%v: does not match its sentinels or exit code", pe)
+		}
+	}
+	// A refused update of the bucket's stream says why serve sends one,
+	// and how to do without: it said only the subject (found by an outside
+	// client).
+	for _, stream := range []string{"KV_leases", "LEASED_HISTORY_leases"} {
+		pe := permissionError(fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Publish to "$JS.API.STREAM.UPDATE.`+stream+`"`))
+		if pe == nil || !strings.Contains(pe.Error(), "--grantor-margin") || !strings.Contains(pe.Error(), "docs/api.md") {
+			t.Errorf("update of %s refused: %v, want why serve updates it and the user that may", stream, pe)
 		}
 	}
 	if pe := permissionError(nats.ErrMaxSubscriptionsExceeded); pe != nil {
