@@ -42,14 +42,20 @@ func TestStartLocksDataDir(t *testing.T) {
 	first.Shutdown()
 	first.Shutdown() // idempotent
 	// The lock file stays, naming this process, but no one holds it.
-	if pid, err := embedded.LockHolder(dir); !errors.Is(err, embedded.ErrNotLocked) {
-		t.Fatalf("LockHolder after Shutdown: %d, %v; want ErrNotLocked", pid, err)
-	}
+	unlocked(t, dir, "Shutdown")
 	again, err := embedded.Start(embedded.Config{DataDir: dir})
 	if err != nil {
 		t.Fatalf("after Shutdown: %v", err)
 	}
 	again.Shutdown()
+}
+
+// unlocked fails t unless no process holds dir's lock after what.
+func unlocked(t *testing.T, dir, after string) {
+	t.Helper()
+	if pid, err := embedded.LockHolder(dir); !errors.Is(err, embedded.ErrNotLocked) {
+		t.Fatalf("LockHolder after %s: %d, %v; want ErrNotLocked", after, pid, err)
+	}
 }
 
 // Each server on a data directory has an instance name of its own, and
@@ -300,9 +306,7 @@ func TestStartRefusesAStandaloneStoreInACluster(t *testing.T) {
 	if !errors.Is(err, embedded.ErrStandaloneStore) || !strings.Contains(err.Error(), "$G > KV_leases") {
 		t.Fatalf("cluster member on a standalone store: %v, want ErrStandaloneStore naming $G > KV_leases", err)
 	}
-	if pid, err := embedded.LockHolder(dir); !errors.Is(err, embedded.ErrNotLocked) {
-		t.Fatalf("the refusal left the directory locked: %d, %v", pid, err)
-	}
+	unlocked(t, dir, "the refusal")
 	again, err := embedded.Start(embedded.Config{DataDir: dir})
 	if err != nil {
 		t.Fatalf("without a cluster: %v", err)
@@ -321,9 +325,7 @@ func TestStartRefusesAClusterStoreWithoutACluster(t *testing.T) {
 	if !errors.Is(err, embedded.ErrClusterStore) {
 		t.Fatalf("a server without a cluster on a cluster member's store: %v, want ErrClusterStore", err)
 	}
-	if pid, err := embedded.LockHolder(dir); !errors.Is(err, embedded.ErrNotLocked) {
-		t.Fatalf("the refusal left the directory locked: %d, %v", pid, err)
-	}
+	unlocked(t, dir, "the refusal")
 	m, err := embedded.Start(member(dir))
 	if err != nil {
 		t.Fatalf("a cluster member restarted on its own store: %v", err)
