@@ -319,7 +319,8 @@ func (k *Keeper) halt(ctx context.Context) {
 // no holder (found by an outside client: elect's leases held for 10 s
 // more by their stopped leaders). So call Close once the work under the
 // lease has stopped, not before. After a loss that release is best
-// effort: one attempt, of 2 s at most whatever ctx allows (a defer'd
+// effort: one attempt, of 2 s at most whatever ctx allows (and up to
+// nats.go's connect timeout more while it reconnects, see [Grantor]; a defer'd
 // Close after a paused server's loss waited out the lease's duration),
 // none on a connection closed, given up at once if it cannot be sent (a
 // connection reconnecting), and Close returns nil whatever its outcome

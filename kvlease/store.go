@@ -553,7 +553,10 @@ type ReleaseRequest struct {
 // bucket directly; [github.com/leased/leased/grantor/client.Client]
 // implements it over the service API.
 //
-// Every method must return soon after its ctx ends (as both do): a
+// Every method must return soon after its ctx ends (as both do, but for
+// one case in nats.go: while it reconnects, an attempt holds the
+// connection's lock for up to its connect timeout, nats.Timeout, 2 s by
+// default, and a request sent meanwhile waits for it past ctx): a
 // [Keeper] waits for the renewal in flight before it stops, so one that
 // ignores ctx keeps [Keeper.Close], [Keeper.Orphan] and [Keeper.Done]
 // waiting for it. The holder's deadline does not wait: [Keeper.Context]
