@@ -301,9 +301,10 @@ func (k *Keeper) halt(ctx context.Context) {
 // Close stops renewing and releases the lease, unless Orphan came first.
 // A renewal in flight is let finish first (at most half a renewal
 // interval, and no longer than ctx allows): cut short, it could have moved
-// the lease to a revision the release would not know. A callback
-// ([WithOnRenew], [WithOnLost]) running on the keeper's goroutine is
-// waited for whatever ctx allows: Close cannot cut it short. It returns the
+// the lease to a revision the release would not know. A [WithOnRenew]
+// callback running on the keeper's goroutine is waited for whatever ctx
+// allows: Close cannot cut it short. A [WithOnLost] callback is not waited
+// for (it runs after Done is closed, and may itself call Close). It returns the
 // release error, if any. Close may be called more than once (defer it). Under a ctx already
 // done (a deferred Close whose ctx a shutdown signal ended) it still sends
 // the release, for up to 2 s: it sent none, and others waited for
