@@ -583,8 +583,13 @@ func (s *Server) Instance() string { return s.instance }
 
 // Predecessor is the [Server.Instance] of the process that used the data
 // directory before this one, or "" (the first use, or a system without
-// flock, where that process may still run). That process has stopped:
-// this one holds the directory's lock. Whatever it held in the cluster
+// flock, where that process may still run). That process has stopped,
+// or at least shut its Server down ([Server.Shutdown] releases the lock
+// too): this one holds the directory's lock. A program that starts a
+// server again on the directory in the same process must first stop what
+// it ran on the one before (serve stops its grantor before Shutdown), and
+// a data directory copied while its server ran names a process that still
+// runs. Whatever it held in the cluster
 // and did not give back (a grantor's observer lease, after a SIGKILL or a
 // power loss) may be ended at once rather than waited out
 // (grantor.WithSuccession).
