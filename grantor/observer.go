@@ -75,7 +75,8 @@ func WithHistoryRetention(d time.Duration) Option {
 // WithSuccession names this service instance in the observer lease's
 // attributes (default: a new [nuid]) and, if predecessor is not empty,
 // says that the instance so named has stopped: an observer lease it still
-// holds is ended when the service starts, rather than waited out. The
+// holds under this node's name ([WithNodeName]) is ended when the service
+// starts, rather than waited out. The
 // observer would otherwise be back only when that lease lapsed (about
 // [ObserverDuration]), and a lease granted, ended and granted again
 // meanwhile would have only its last tenure in the history. serve passes
@@ -232,13 +233,15 @@ func (o *observer) awaitObserver(ctx context.Context) {
 }
 
 // endPredecessor ends the observer lease if the service's predecessor
-// (WithSuccession), which has stopped, holds it. Failing that (JetStream
+// (WithSuccession), which has stopped, holds it under this node's name. Failing that (JetStream
 // unavailable), the lease is waited out, as any other node's.
 func (o *observer) endPredecessor(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	rec, err := o.s.store.Get(ctx, ObserverLease)
-	if err != nil || rec.Attributes[instanceAttr] != o.s.predecessor {
+	// The node's name too: a data directory restored from a copy made
+	// while its server ran, on another node, names a live instance.
+	if err != nil || rec.Attributes[instanceAttr] != o.s.predecessor || rec.Holder != o.candidate {
 		if err != nil && !errors.Is(err, kvlease.ErrNotFound) {
 			o.s.log.Warn("could not read the observer lease to end its stopped predecessor's; waiting for it to lapse", "err", err)
 		}

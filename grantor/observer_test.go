@@ -384,22 +384,25 @@ func TestStoppingObserverPublishesWhatItRecorded(t *testing.T) {
 // A service whose predecessor (WithSuccession) still holds the observer
 // lease ends that lease and observes at once; it waited out the lease, and
 // the history missed what happened meanwhile (a lone serve restarted after
-// a SIGKILL). The lease of any other instance is left to lapse.
+// a SIGKILL). The lease of any other instance, or of the predecessor's
+// instance under another node's name (a data directory copied while its
+// server ran, restored on another node), is left to lapse.
 func TestObserverSucceedsItsStoppedPredecessor(t *testing.T) {
 	for _, tc := range []struct {
-		holder  string // the instance holding the observer lease
-		observe bool
+		holder, node string // the instance holding the observer lease, and its node
+		observe      bool
 	}{
-		{holder: "before", observe: true},
-		{holder: "another", observe: false},
+		{holder: "before", node: "n1", observe: true},
+		{holder: "another", node: "n1", observe: false},
+		{holder: "before", node: "n2", observe: false},
 	} {
-		t.Run(tc.holder, func(t *testing.T) {
+		t.Run(tc.holder+"@"+tc.node, func(t *testing.T) {
 			srv := kvleasetest.NewServer(t)
 			st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL())))
 			if err != nil {
 				t.Fatal(err)
 			}
-			held, err := st.Grant(kvlease.GrantorContext(t.Context()), kvlease.GrantRequest{Name: grantor.ObserverLease, Holder: "n1", Duration: grantor.ObserverDuration,
+			held, err := st.Grant(kvlease.GrantorContext(t.Context()), kvlease.GrantRequest{Name: grantor.ObserverLease, Holder: tc.node, Duration: grantor.ObserverDuration,
 				Attributes: map[string]string{"instance": tc.holder}})
 			if err != nil {
 				t.Fatal(err)

@@ -353,22 +353,23 @@ func Start(cfg Config) (*Server, error) {
 			"or start the cluster on new data directories (moving the streams there with nats stream backup and restore)",
 			ErrStandaloneStore, cfg.DataDir, strings.Join(streams, ", "))
 	}
-	instance, predecessor := nuid.Next(), ""
-	if lock != nil { // without a lock, the process before may still run
-		if instance, predecessor, err = succeed(cfg.DataDir); err != nil {
-			unlock(lock)
-			return nil, err
-		}
-	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		unlock(lock)
 		return nil, fmt.Errorf("embedded: new server: %w", err)
 	}
-	s := &Server{ns: ns, cfg: cfg, lock: lock, log: newLogger(cfg.Logger), instance: instance, predecessor: predecessor}
+	s := &Server{ns: ns, cfg: cfg, lock: lock, log: newLogger(cfg.Logger), instance: nuid.Next()}
 	if err := run(ns, s.log, cfg.Debug, cfg.ReadyTimeout); err != nil {
 		s.Shutdown()
 		return nil, err
+	}
+	// Once it runs: a start that failed (a port in use) named itself the
+	// predecessor of the next, in place of the process before it.
+	if lock != nil { // without a lock, the process before may still run
+		if s.instance, s.predecessor, err = succeed(cfg.DataDir); err != nil {
+			s.Shutdown()
+			return nil, err
+		}
 	}
 	return s, nil
 }

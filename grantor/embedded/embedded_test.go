@@ -60,8 +60,8 @@ func unlocked(t *testing.T, dir, after string) {
 
 // Each server on a data directory has an instance name of its own, and
 // knows the name of the one before it on the directory (a grantor ends
-// what that one left held). A name the file should not hold is no
-// predecessor.
+// what that one left held), once it runs. A name the file should not
+// hold is no predecessor.
 func TestStartNamesThePredecessor(t *testing.T) {
 	dir := t.TempDir()
 	start := func() *embedded.Server {
@@ -76,6 +76,17 @@ func TestStartNamesThePredecessor(t *testing.T) {
 	first := start()
 	if first.Instance() == "" || first.Predecessor() != "" {
 		t.Fatalf("first server: instance %q, predecessor %q; want a name and none", first.Instance(), first.Predecessor())
+	}
+	// A start that fails (its port taken) names no one: the next one's
+	// predecessor is still the last that ran.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: ln.Addr().(*net.TCPAddr).Port}); err == nil {
+		srv.Shutdown()
+		t.Fatal("a server started on a port in use")
 	}
 	second := start()
 	if second.Predecessor() != first.Instance() || second.Instance() == first.Instance() {
