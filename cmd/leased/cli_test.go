@@ -1032,6 +1032,10 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"elect", "x", "--ttl", "-5s", "--", "true"}, "--ttl -5s: want a positive"},
 		{nowhere, []string{"run", "--lease", "x", "--ttl", "100ms", "--", "true"}, "--ttl 100ms is too short"},
 		{"nats://127.0.0.1:99999", []string{"ls"}, "port"},
+		// nats.go dials any scheme but tls and wss in plain TCP: https://
+		// connected without TLS, the password in the clear.
+		{"https://app:s3cret@127.0.0.1:1", []string{"ls"}, `scheme "https"`},
+		{"nats://127.0.0.1:1,http://127.0.0.1:1", []string{"ls"}, `scheme "http"`},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--gossip-seeds", "nonsense"}, "want host:port"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--meta", "novalue"}, `--meta "novalue"`},
 		// A grantor elsewhere would probe it at its own 127.0.0.1.

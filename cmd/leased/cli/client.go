@@ -221,14 +221,20 @@ func checkOption(flag string, opt nats.Option) error {
 // server can listen on (nats.go tried to dial it, and that failed as
 // "unavailable"), or with a '#', '?' or '/' before its last '@': a URL
 // parser ends the host there, and its error quoted the password's pieces
-// (an outside client's "invalid port \":<password>\" after host"). Other
-// malformations are left to nats.go's parser.
+// (an outside client's "invalid port \":<password>\" after host"), or
+// with a scheme nats.go does not know: it dials any other in plain TCP,
+// so https:// connected without TLS. Other malformations are left to
+// nats.go's parser.
 func checkURLs(urls string) error {
 	for _, u := range strings.Split(urls, ",") {
 		u = strings.TrimSpace(u)
 		start := 0
 		if j := strings.Index(u, "://"); j >= 0 {
 			start = j + len("://")
+			if scheme := strings.ToLower(u[:j]); !slices.Contains(natsSchemes, scheme) {
+				return usageError{fmt.Errorf("NATS URL %s: scheme %q: want nats://, tls:// (TLS required), ws:// or wss://",
+					RedactURL(u), u[:j])}
+			}
 		}
 		if at := strings.LastIndexByte(u, '@'); at > start && strings.ContainsAny(u[start:at], "#?/") {
 			return usageError{fmt.Errorf("NATS URL %s: the user or password has a '#', '?' or '/', which ends a URL's host: write them %%23, %%3F and %%2F",
@@ -247,6 +253,10 @@ func checkURLs(urls string) error {
 	}
 	return nil
 }
+
+// natsSchemes are the URL schemes nats.go dials as they say: tls and wss
+// require TLS, nats and ws take it if the server offers it.
+var natsSchemes = []string{"nats", "tls", "ws", "wss"}
 
 // urlCredentials reports whether a URL of urls names a user (or token).
 func urlCredentials(urls string) bool {
