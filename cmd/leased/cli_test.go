@@ -1042,6 +1042,11 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-seeds", "10.0.0.1:7946"}, "need --gossip-listen"},
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--gossip-listen", "localhost:7946"}, "want an IP address"},
 		{nowhere, []string{"bench", "--prefix", "_leased", "--ops", "1"}, "the grantor's own"},
+		// A bucket name no stream can have is bad input, as history says
+		// (status and bench --compare said "grantor unavailable", exit 1).
+		{nowhere, []string{"status", "--bucket", "a b"}, "--bucket: invalid option"},
+		{nowhere, []string{"status", "--bucket", ""}, "--bucket: invalid option"},
+		{nowhere, []string{"bench", "--compare", "1", "--ops", "1", "--bucket", "x.y"}, "--bucket: invalid option"},
 		{"", []string{"dev-cluster", "--port", "-5", "--data", t.TempDir()}, "--port -5"},
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--name", "x", "--cluster-name", "solo",
 			"--cluster-listen", "127.0.0.1:0"}, "--cluster-name needs --routes"},

@@ -110,6 +110,10 @@ func (f *benchFlags) check(changed func(string) bool) error {
 	case changed("bucket") && !f.direct && !changed("compare"):
 		return bad("--bucket goes with --direct or --compare (through the service, the bucket is its serve's)")
 	}
+	if err := kvlease.ValidateBucket(f.bucket); err != nil {
+		// --compare said "grantor unavailable: invalid bucket name", exit 1.
+		return bad("--bucket: %w", err)
+	}
 	if !changed("ttl") && f.op == benchRelease && !changed("live") {
 		// The pool is granted first, then released: it must outlive both.
 		f.ttl = time.Minute

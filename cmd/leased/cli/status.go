@@ -103,6 +103,11 @@ func newStatus(stdout io.Writer) *cobra.Command {
 		Short: "Show the grantor nodes, the lease bucket's replicas and stream leader, and the lease count",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := kvlease.ValidateBucket(bucket); err != nil {
+				// It said "grantor unavailable: invalid stream name", exit 1,
+				// as history did.
+				return usageError{fmt.Errorf("--bucket: %w", err)}
+			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				cl, err := c.client(nc)
 				if err != nil {
