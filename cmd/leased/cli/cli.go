@@ -85,7 +85,10 @@ func (l lineLog) print(level slog.Level, text string) {
 		l.json.Log(context.Background(), level, strings.TrimPrefix(text, "warning: "))
 		return
 	}
-	fmt.Fprintf(l.w, "leased: %s\n", text)
+	// Errors carry strings others chose: a revocation's reason ("lease
+	// lost: … was revoked: REASON") reached the terminal with its ESC and
+	// BEL raw, as history once printed them.
+	fmt.Fprintf(l.w, "leased: %s\n", textSafe(text))
 }
 
 // logsJSON reports whether cmd is one whose stderr is a JSON log: run,

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -70,5 +71,17 @@ func TestTextSafe(t *testing.T) {
 		if got := textSafe(in); got != want {
 			t.Errorf("textSafe(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The "leased: …" line of an error or warning carries strings others
+// chose: a revocation's reason reached the terminal of acquire --hold,
+// register and renew with its ESC and BEL raw ("lease lost: … was revoked:
+// REASON"; found by an outside client).
+func TestLineLogEscapesText(t *testing.T) {
+	var b strings.Builder
+	newLineLog(&b, "text").print(slog.LevelError, "lease lost: a: was revoked: x\x1b]0;pwned\x07y")
+	if got, want := b.String(), `leased: lease lost: a: was revoked: x\x1b]0;pwned\ay`+"\n"; got != want {
+		t.Errorf("printed %q, want %q", got, want)
 	}
 }
