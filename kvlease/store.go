@@ -493,6 +493,14 @@ func applyOptions(opts []Option) (options, error) {
 			return options{}, err
 		}
 	}
+	// A server TTL (ServerTTL: D plus the grantor margin, rounded up to
+	// whole seconds) past time.Duration's range wrapped negative, and such
+	// a grant was stored without a TTL: a lease that never lapsed (serve
+	// --max-ttl 2562047h47m16s).
+	if o.maxDuration > math.MaxInt64-o.grantorMargin-time.Second {
+		return options{}, fmt.Errorf("%w: maximum duration %v plus the grantor margin %v is past the longest server TTL",
+			ErrInvalidOption, o.maxDuration, o.grantorMargin)
+	}
 	return o, nil
 }
 

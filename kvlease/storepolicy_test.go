@@ -2,6 +2,7 @@ package kvlease_test
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -38,6 +39,10 @@ func TestCheckOptions(t *testing.T) {
 		{"max below min", []kvlease.Option{kvlease.WithDurationRange(2*time.Second, time.Second)}},
 		{"negative margin", []kvlease.Option{kvlease.WithGrantorMargin(-time.Second)}},
 		{"empty bucket", []kvlease.Option{kvlease.WithBucket("")}},
+		// Their server TTL wrapped negative, and a grant was stored
+		// without a TTL: a lease that never lapsed.
+		{"max past the server TTL's range", []kvlease.Option{kvlease.WithDurationRange(time.Second, math.MaxInt64)}},
+		{"margin past the server TTL's range", []kvlease.Option{kvlease.WithGrantorMargin(math.MaxInt64 - time.Minute)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := kvlease.CheckOptions(c.opts...); !errors.Is(err, kvlease.ErrInvalidOption) {
