@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1177,5 +1178,47 @@ func TestRunPausedPastItsDeadlineKillsAtOnce(t *testing.T) {
 	}
 	if took > grace/2 {
 		t.Errorf("command killed %v after run resumed past its deadline, want at once (grace %v)\n%s", took, grace, p.logs.text())
+	}
+}
+
+// What acquire and renew print is what the next renew needs: a write that
+// fails (a full disk) is a failure, not exit 0 with the grant's secret
+// gone, and acquire gives back the lease no one can renew or release (it
+// stayed held for its TTL).
+func TestLeaseOutputThatCannotBeWritten(t *testing.T) {
+	s := startServe(t, "")
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	defer full.Close()
+	toFull := func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(leasedBin, append(args, "--url", s.url)...)
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = full, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), stderr.String()
+	}
+	if code, stderr := toFull("acquire", "full.a", "--ttl", "30s", "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "writing the grant") {
+		t.Errorf("acquire -o json > /dev/full: exit %d, stderr %q; want %d, writing the grant", code, stderr, cli.ExitError)
+	}
+	if r := leased(t, s.url, "acquire", "full.a", "--ttl", "30s"); r.code != 0 {
+		t.Errorf("acquire after one that could not print its grant: exit %d %s; want the lease free", r.code, r.stderr)
+	}
+	r := leased(t, s.url, "acquire", "full.b", "--ttl", "30s", "-o", "json")
+	if r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	file := filepath.Join(t.TempDir(), "lease.json")
+	if err := os.WriteFile(file, []byte(r.stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, stderr := toFull("renew", "full.b", "--lease-file", file, "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "to revision") {
+		t.Errorf("renew -o json > /dev/full: exit %d, stderr %q; want %d, naming the new revision", code, stderr, cli.ExitError)
 	}
 }

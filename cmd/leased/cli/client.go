@@ -539,14 +539,15 @@ type leaseJSON struct {
 	ServerTime *time.Time `json:"server_time,omitempty"`
 }
 
-func (p printer) lease(l api.Lease) {
+// lease prints l, and returns the error of writing it (a full disk, a
+// closed stdout): acquire and renew print what the next renew needs.
+func (p printer) lease(l api.Lease) error {
 	if p.json {
 		out := leaseJSON{Lease: l}
 		if !l.ServerTime.IsZero() {
 			out.ServerTime = &l.ServerTime
 		}
-		p.obj(out)
-		return
+		return p.obj(out)
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 1, ' ', 0)
 	fmt.Fprintf(tw, "name\t%s\nholder\t%s\ntoken\t%d\nrevision\t%d\nttl\t%v\nserver_ttl\t%v\nexpires_at\t%s\n",
@@ -558,7 +559,7 @@ func (p printer) lease(l api.Lease) {
 	for _, k := range slices.Sorted(maps.Keys(l.Attributes)) {
 		fmt.Fprintf(tw, "attr.%s\t%s\n", textSafe(k), textSafe(l.Attributes[k]))
 	}
-	tw.Flush()
+	return tw.Flush()
 }
 
 func (p printer) leases(ls []api.Lease) {
@@ -585,9 +586,10 @@ func (p printer) leases(ls []api.Lease) {
 	tw.Flush()
 }
 
-func (p printer) obj(v any) {
+func (p printer) obj(v any) error {
 	b, _ := json.Marshal(v)
-	fmt.Fprintln(p.w, string(b))
+	_, err := fmt.Fprintln(p.w, string(b))
+	return err
 }
 
 func (p printer) line(format string, args ...any) {

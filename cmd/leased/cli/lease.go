@@ -49,8 +49,17 @@ then releases it; if the lease is lost first it exits with code 5.`,
 				if err != nil {
 					return err
 				}
-				p.lease(api.LeaseOf(l.Record()))
+				err = p.lease(api.LeaseOf(l.Record()))
 				if !hold {
+					if err != nil {
+						// Its secret went nowhere: no one could renew or
+						// release it, and it stayed held for its TTL while
+						// acquire exited 0 (acquire -o json > a full disk).
+						rctx, cancel := cleanupContext(ctx, c.timeout)
+						defer cancel()
+						_ = l.Release(rctx)
+						return fmt.Errorf("writing the grant: %w; released %s", err, args[0])
+					}
 					return nil
 				}
 				return holdLease(ctx, l, stderr, renewOnEnd(ctx, cl, l)...)
@@ -150,7 +159,11 @@ func newRenew(stdout io.Writer) *cobra.Command {
 				// the next --lease-file.
 				out := api.LeaseOf(rec)
 				out.Secret = h.secret
-				c.printer(stdout).lease(out)
+				if err := c.printer(stdout).lease(out); err != nil {
+					// It exited 0, and a script's "renew -o json > new &&
+					// mv new lease.json" took the empty file for the next.
+					return fmt.Errorf("renewed %s to revision %d, but writing it failed: %w", args[0], rec.Revision, err)
+				}
 				return nil
 			})
 		},
