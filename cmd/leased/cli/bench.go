@@ -707,11 +707,21 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 			case benchGrantRelease:
 				for n := 0; claim(); n++ {
 					timed(func(ctx context.Context) error {
+						// An interrupt lets the pair finish (within --timeout):
+						// a grant it cut off in flight was carried out
+						// unanswered, and a release it cut off was never sent,
+						// each lease left held for --ttl.
+						ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
+						defer cancel()
 						rec, err := b.g.Grant(ctx, kvlease.GrantRequest{Name: b.name("gr", w, n), Holder: b.holderOf(w, n), Duration: f.ttl})
 						if err != nil {
 							return err
 						}
-						return b.g.Release(ctx, releaseOf(rec))
+						if err := b.g.Release(ctx, releaseOf(rec)); err != nil {
+							pools[w] = append(pools[w], rec) // given back at the end
+							return err
+						}
+						return nil
 					})
 				}
 			case benchRenew:
