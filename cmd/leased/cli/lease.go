@@ -257,6 +257,21 @@ func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, std
 		h.secret = os.Getenv("LEASED_SECRET") // read here, so that --help cannot print it
 	}
 	if c.holder == "" || h.token == 0 || h.revision == 0 || h.secret == "" {
+		if h.leaseFile != "" {
+			// It said "--lease-file, or --holder, … are required" of a
+			// file given: one "get -o json" wrote, which has no secret.
+			var missing []string
+			for _, m := range []struct {
+				field string
+				none  bool
+			}{{"holder", c.holder == ""}, {"token", h.token == 0}, {"revision", h.revision == 0}, {"secret", h.secret == ""}} {
+				if m.none {
+					missing = append(missing, m.field)
+				}
+			}
+			return usageError{fmt.Errorf("--lease-file %s has no %s: give what \"leased acquire -o json\" (or \"leased renew -o json\") printed; \"get\" and \"ls\" print no secret",
+				h.leaseFile, strings.Join(missing, ", "))}
+		}
 		return usageError{errors.New("--lease-file, or --holder, --token, --revision and --secret, are required")}
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -65,3 +67,22 @@ func TestLeaseFileIsBounded(t *testing.T) {
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// A --lease-file without a secret (what "get -o json" prints) is named as
+// such: renew said "--lease-file, or --holder, --token, --revision and
+// --secret, are required" of the file it was given.
+func TestLeaseFileWithoutSecret(t *testing.T) {
+	t.Setenv("LEASED_SECRET", "")
+	file := filepath.Join(t.TempDir(), "get.json")
+	got := `{"name":"jobs.a","holder":"w1","token":7,"revision":9,"ttl":"30s"}`
+	if err := os.WriteFile(file, []byte(got), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"renew", "release"} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), []string{verb, "jobs.a", "--lease-file", file, "--url", "nats://127.0.0.1:1"}, &stdout, &stderr)
+		if code != ExitUsage || !strings.Contains(stderr.String(), "has no secret") {
+			t.Errorf("%s --lease-file of get's output: exit %d, stderr %q; want %d, has no secret", verb, code, stderr.String(), ExitUsage)
+		}
+	}
+}
