@@ -37,7 +37,7 @@ import (
 const (
 	ExitHeld     = 3 // acquire: the lease is held by someone else
 	ExitNotFound = 4 // the lease is not live (get, renew, release, revoke)
-	ExitLost     = 5 // acquire --hold: the lease was lost while held; run, elect: lost, and the command exited 0 all the same
+	ExitLost     = 5 // acquire --hold, register: the lease was lost while held; run, elect: lost, and the command exited 0 all the same
 	ExitRefused  = 6 // renew/release: not the holder, or a stale revision
 	ExitDenied   = 7 // the NATS server refused the credentials, or its permissions a publish or subscription
 )
