@@ -242,15 +242,7 @@ func TestLoadConfigFileErrors(t *testing.T) {
 // whose --cluster-name was not its peers' only said it waited for
 // JetStream; found by an outside client).
 func TestClusterNameMismatchReported(t *testing.T) {
-	ports := make([]int, 2)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-	}
+	ports := freePorts(t, 2)
 	route := func(i int) string { return "nats-route://127.0.0.1:" + strconv.Itoa(ports[i]) }
 	started := make(chan *embedded.Server, 2)
 	for i, cluster := range []string{"leased", "other"} {
@@ -349,16 +341,10 @@ func TestStartRefusesAClusterStoreWithoutACluster(t *testing.T) {
 // on a given data directory, and that member's data directory.
 func clusterWithABucket(t *testing.T) (func(dir string) embedded.Config, string) {
 	t.Helper()
-	ports := make([]int, 3)
+	ports := freePorts(t, 3)
 	var routes []string
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[i]))
+	for _, p := range ports {
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
 	}
 	config := func(i int, dir string) embedded.Config {
 		return embedded.Config{DataDir: dir, Name: "n" + strconv.Itoa(i), ClusterName: "leased", ClusterPort: ports[i],
@@ -408,4 +394,21 @@ func clusterWithABucket(t *testing.T) (func(dir string) embedded.Config, string)
 		time.Sleep(100 * time.Millisecond)
 	}
 	return func(dir string) embedded.Config { return config(0, dir) }, dirs[0]
+}
+
+// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago (kvleasetest.FreePorts, which this package's tests may not
+// import: it is above grantor/embedded).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close() // held until all n are found: distinct
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
 }
