@@ -29,6 +29,7 @@ type Node struct {
 	// refused by another (found by an outside client, mid-way through a
 	// rolling change of serve --max-ttl).
 	Policy string
+	Build  string // which build of leased it runs ([Build]; "" if it does not say)
 }
 
 // The service INFO's metadata keys.
@@ -37,12 +38,13 @@ const (
 	metaNode    = "node"
 	metaNATSURL = "nats_url"
 	metaPolicy  = "policy"
+	metaBuild   = "build"
 )
 
 // infoMetadata is the metadata the service's INFO answers with.
 func (s *Service) infoMetadata() map[string]string {
 	return map[string]string{metaBucket: s.store.Bucket(), metaNode: s.node, metaNATSURL: s.nc.ConnectedUrlRedacted(),
-		metaPolicy: policyOf(s.store)}
+		metaPolicy: policyOf(s.store), metaBuild: Build()}
 }
 
 // policyOf says a Store's grantor margin and duration range, as a service
@@ -80,7 +82,8 @@ func Nodes(nc *nats.Conn, wait time.Duration) ([]Node, error) {
 			continue
 		}
 		nodes = append(nodes, Node{Node: info.Metadata[metaNode], ID: info.ID, Bucket: info.Metadata[metaBucket],
-			NATSURL: info.Metadata[metaNATSURL], Version: info.Version, Policy: info.Metadata[metaPolicy]})
+			NATSURL: info.Metadata[metaNATSURL], Version: info.Version, Policy: info.Metadata[metaPolicy],
+			Build: info.Metadata[metaBuild]})
 	}
 	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Node, b.Node) })
 	return nodes, nil

@@ -481,7 +481,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			return err
 		}
 	}
-	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching())
+	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
+		"build", grantor.Build())
 	var failed error
 	select {
 	case <-ctx.Done():

@@ -93,6 +93,7 @@ type GrantorNode struct {
 	Version string `json:"version"`
 	Bucket  string `json:"bucket,omitempty"` // in Status.OtherBuckets: the bucket it serves
 	Policy  string `json:"policy,omitempty"` // its grantor margin and duration range (grantor.Node.Policy)
+	Build   string `json:"build,omitempty"`  // which build of leased it runs (grantor.Build)
 }
 
 func newStatus(stdout io.Writer) *cobra.Command {
@@ -273,7 +274,7 @@ func grantorNodes(nc *nats.Conn, bucket string, wait time.Duration) (nodes, othe
 	found, err := grantor.Nodes(nc, wait)
 	nodes = make([]GrantorNode, 0, len(found))
 	for _, n := range found {
-		g := GrantorNode{Node: n.Node, ID: n.ID, NATSURL: RedactURL(n.NATSURL), Version: n.Version, Policy: n.Policy}
+		g := GrantorNode{Node: n.Node, ID: n.ID, NATSURL: RedactURL(n.NATSURL), Version: n.Version, Policy: n.Policy, Build: n.Build}
 		if n.Bucket != bucket {
 			g.Bucket = n.Bucket
 			others = append(others, g)
@@ -312,9 +313,10 @@ func printStatus(p printer, s Status) {
 			fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
 		}
 	}
-	named, policies := map[string]int{}, map[string]bool{}
+	named, policies, builds := map[string]int{}, map[string]bool{}, map[string]bool{}
 	for _, g := range s.Grantors {
 		named[g.Node]++
+		builds[g.Build] = true
 		if g.Policy != "" { // "": a grantor too old to say
 			policies[g.Policy] = true
 		}
@@ -337,6 +339,10 @@ func printStatus(p printer, s Status) {
 		}
 		if disagree || g.Policy == "" && len(policies) > 0 {
 			line += " (" + cmp.Or(g.Policy, "policy not said: an older leased") + ")"
+		}
+		if len(builds) > 1 {
+			// Mid-way through a rolling upgrade: which node runs which.
+			line += " (build " + cmp.Or(g.Build, "not said") + ")"
 		}
 		fmt.Fprintln(p.w, line)
 	}

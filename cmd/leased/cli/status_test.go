@@ -243,10 +243,17 @@ func TestStatusSaysThePolicy(t *testing.T) {
 		{"disagree", []string{p1, p2}, []string{"grantor   n1 nats://a (" + p1 + ")\n", "grantor   n2 nats://b (" + p2 + ")\n", "WARNING   the grantors grant with different policies"}, []string{"\npolicy "}},
 		{"an older grantor", []string{p1, ""}, []string{"\npolicy    " + p1 + "\n", "grantor   n1 nats://a\n", "grantor   n2 nats://b (policy not said: an older leased)\n"}, []string{"WARNING"}},
 		{"none said", []string{"", ""}, []string{"grantor   n1 nats://a\n"}, []string{"WARNING", "\npolicy "}},
+		// Builds are named only where they differ: mid-way through a
+		// rolling upgrade, which node runs which (every build said
+		// version 0.1.0; found by an outside client).
+		{"builds differ", []string{p1, p1}, []string{"grantor   n1 nats://a (build 0123456789ab)\n", "grantor   n2 nats://b (build not said)\n"}, []string{"WARNING"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := Status{Bucket: "leases", Replicas: 1, Grantors: []GrantorNode{
 				{Node: "n1", ID: "i1", NATSURL: "nats://a", Policy: c.policies[0]}, {Node: "n2", ID: "i2", NATSURL: "nats://b", Policy: c.policies[1]}}}
+			if c.name == "builds differ" {
+				s.Grantors[0].Build = "0123456789ab"
+			}
 			var b strings.Builder
 			printStatus(printer{w: &b}, s)
 			for _, w := range c.want {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
 )
 
@@ -24,6 +25,9 @@ func newVersion(stdout io.Writer) *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(stdout, "leased %s (%s)\n", api.ServiceVersion, bi.GoVersion)
+			if b := grantor.Build(); b != "" {
+				fmt.Fprintf(stdout, "  build %s\n", b)
+			}
 			for _, d := range bi.Deps {
 				switch d.Path {
 				case "github.com/nats-io/nats-server/v2", "github.com/nats-io/nats.go":
