@@ -80,6 +80,8 @@ func TestCLI(t *testing.T) {
 		{"ttl too short", []string{"acquire", "jobs.b", "--ttl", "100ms"}, 2, ""},
 		// Refused by the service as too large: bad arguments (it was exit 1).
 		{"attributes too large", []string{"acquire", "jobs.c", "--attr", "k=" + strings.Repeat("x", 20000)}, 2, ""},
+		// The last was kept, silently (found by an outside client).
+		{"an attribute given twice", []string{"acquire", "jobs.c", "--attr", "k=1", "--attr", "k=2"}, 2, ""},
 		{"bad output format", []string{"ls", "-o", "xml"}, 2, ""},
 		{"unknown flag", []string{"get", "jobs.a", "--frob"}, 2, ""},
 		{"revoke missing", []string{"revoke", "jobs.none"}, 4, ""},
@@ -969,6 +971,12 @@ func TestAdvise(t *testing.T) {
 		if r := leased(t, "", "advise", "--rtt-p99", "3ms", "--clock-rate", rate); r.code != 2 || r.stdout != "" {
 			t.Errorf("advise --clock-rate %s: exit %d, stdout %q, stderr %q; want 2 and no advice", rate, r.code, r.stdout, r.stderr)
 		}
+	}
+	// The refusal names the figure given: a measurement of 2 was refused
+	// as "clock-rate bound 20" (found by an outside client).
+	if r := leased(t, "", "advise", "--rtt-p99", "3ms", "--clock-rate", "2"); r.code != 2 || !strings.Contains(r.stderr, "--clock-rate 2:") ||
+		strings.Contains(r.stderr, "20") {
+		t.Errorf("advise --clock-rate 2: exit %d, stderr %q; want 2, naming the figure given", r.code, r.stderr)
 	}
 	if r := leased(t, "", "advise", "--rtt-p99", "3ms"); r.code != 0 || strings.Contains(r.stdout, "work unit") {
 		t.Errorf("advise without --work-p99: exit %d\n%s", r.code, r.stdout)

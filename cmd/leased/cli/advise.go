@@ -44,6 +44,13 @@ Clock().Estimate).`,
 			if math.IsNaN(m.ClockRate) || math.IsInf(m.ClockRate, 0) {
 				return usageError{fmt.Errorf("--clock-rate %v: want a number, such as 0.0001", m.ClockRate)}
 			}
+			// Advise takes ρ ten times the measured error, which must stay
+			// under 0.1: a measurement of 2 was refused as "clock-rate bound
+			// 20", a figure the user never gave (found by an outside client).
+			if math.Abs(m.ClockRate) >= maxClockRate {
+				return usageError{fmt.Errorf("--clock-rate %v: a clock-rate error of %g or more is no clock's to lease with (advice takes ρ ten times it, under 0.1); "+
+					"it is a rate, such as 0.0001 for 100 µs a second, not a percentage", m.ClockRate, maxClockRate)}
+			}
 			a := kvlease.Advise(m)
 			if err := a.Check(); err != nil {
 				// Advice no lease takes is no advice.
@@ -70,3 +77,7 @@ Clock().Estimate).`,
 
 // maxMeasured bounds a round trip or pause advise takes.
 const maxMeasured = time.Hour
+
+// maxClockRate bounds --clock-rate: ten times it is the largest ρ
+// kvlease.ValidateTiming takes.
+const maxClockRate = 0.01

@@ -609,6 +609,10 @@ func parseAttrs(flag string, kvs []string) (map[string]string, error) {
 		if !ok || k == "" {
 			return nil, usageError{fmt.Errorf("--%s %q: want key=value", flag, kv)}
 		}
+		if _, twice := m[k]; twice {
+			// The last one was kept, silently (found by an outside client).
+			return nil, usageError{fmt.Errorf("--%s %q: key %q given twice", flag, kv, k)}
+		}
 		m[k] = v
 	}
 	return m, nil

@@ -143,7 +143,7 @@ func newRenew(stdout io.Writer) *cobra.Command {
 	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "renew NAME (--lease-file F | --holder H --token N --revision R --secret S)",
-		Short: "Renew a lease once (prints the new revision)",
+		Short: "Renew a lease once (prints the renewed lease, with its new revision and its secret: the next --lease-file)",
 		Args:  nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
