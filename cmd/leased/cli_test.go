@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1202,7 +1203,9 @@ func TestLeaseOutputThatCannotBeWritten(t *testing.T) {
 	defer full.Close()
 	toFull := func(args ...string) (int, string) {
 		t.Helper()
-		cmd := exec.Command(leasedBin, append(args, "--url", s.url)...)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, leasedBin, append(args, "--url", s.url)...)
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = full, &stderr
 		err := cmd.Run()
@@ -1228,5 +1231,13 @@ func TestLeaseOutputThatCannotBeWritten(t *testing.T) {
 	}
 	if code, stderr := toFull("renew", "full.b", "--lease-file", file, "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "to revision") {
 		t.Errorf("renew -o json > /dev/full: exit %d, stderr %q; want %d, naming the new revision", code, stderr, cli.ExitError)
+	}
+	// --hold too: it held and renewed the lease until interrupted, its
+	// token printed nowhere.
+	if code, stderr := toFull("acquire", "full.c", "--ttl", "30s", "--hold", "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "writing the grant") {
+		t.Errorf("acquire --hold -o json > /dev/full: exit %d, stderr %q; want %d, writing the grant", code, stderr, cli.ExitError)
+	}
+	if r := leased(t, s.url, "acquire", "full.c", "--ttl", "30s"); r.code != 0 {
+		t.Errorf("acquire after an --hold that could not print its grant: exit %d %s; want the lease free", r.code, r.stderr)
 	}
 }

@@ -49,17 +49,18 @@ then releases it; if the lease is lost first it exits with code 5.`,
 				if err != nil {
 					return err
 				}
-				err = p.lease(api.LeaseOf(l.Record()))
+				if err := p.lease(api.LeaseOf(l.Record())); err != nil {
+					// Its secret and token went nowhere: no one could renew
+					// or release it, and it stayed held for its TTL while
+					// acquire exited 0 (acquire -o json > a full disk); with
+					// --hold it was kept renewed, its token known to no one
+					// that would fence a write with it.
+					rctx, cancel := cleanupContext(ctx, c.timeout)
+					defer cancel()
+					_ = l.Release(rctx)
+					return fmt.Errorf("writing the grant: %w; released %s", err, args[0])
+				}
 				if !hold {
-					if err != nil {
-						// Its secret went nowhere: no one could renew or
-						// release it, and it stayed held for its TTL while
-						// acquire exited 0 (acquire -o json > a full disk).
-						rctx, cancel := cleanupContext(ctx, c.timeout)
-						defer cancel()
-						_ = l.Release(rctx)
-						return fmt.Errorf("writing the grant: %w; released %s", err, args[0])
-					}
 					return nil
 				}
 				return holdLease(ctx, l, stderr, renewOnEnd(ctx, cl, l)...)
