@@ -391,7 +391,7 @@ func TestBenchOpsSetupFailures(t *testing.T) {
 
 	s := startServe(t, "")
 	cmd, out, errOut := startBenchHolding(t, s.url, "setupintr", 20,
-		"--op", "release", "--clients", "4", "--duration", "1m", "--ttl", "1m")
+		"--op", "release", "--clients", "16", "--duration", "1m", "--ttl", "1m")
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -403,11 +403,12 @@ func TestBenchOpsSetupFailures(t *testing.T) {
 		t.Errorf("bench interrupted in its setup: %v; want exit 0, as for an interrupted --op grant", err)
 	}
 	// What the setup granted is given back, not left held for --ttl (a
-	// minute here; found by an outside client: 1,600 leases). A grant the
-	// interrupt cut off, one per client at most, may have been carried out
-	// unanswered: the bench cannot know it.
-	if r := leased(t, s.url, "ls", "setupintr.", "-o", "json"); r.code != 0 || strings.Count(r.stdout, `"name"`) > 4 {
-		t.Errorf("leases of the interrupted setup: exit %d\n%s%s\nwant at most one a client (4) left", r.code, r.stdout, r.stderr)
+	// minute here; found by an outside client: 1,600 leases), the grants
+	// in flight at the interrupt too: one cut off was carried out
+	// unanswered (45 of 64 clients' left held; found by an outside client),
+	// so the interrupt lets it finish, as --op grant-release does.
+	if r := leased(t, s.url, "ls", "setupintr.", "-o", "json"); r.code != 0 || strings.Count(r.stdout, `"name"`) != 0 {
+		t.Errorf("leases of the interrupted setup: exit %d\n%s%s\nwant none left", r.code, r.stdout, r.stderr)
 	}
 }
 
