@@ -348,12 +348,12 @@ func bucketPolicy(ctx context.Context, js jetstream.JetStream, stream jetstream.
 			v, err := time.ParseDuration(have[key])
 			return v, err == nil
 		}
-		if m, ok := d(policyMargin); ok && !o.marginSet && m >= 0 {
+		if m, ok := d(policyMargin); ok && !o.marginSet && m >= 0 && serverTTLFits(o.maxDuration, m) {
 			o.grantorMargin = m
 		}
 		minD, okMin := d(policyMinD)
 		maxD, okMax := d(policyMaxD)
-		if okMin && okMax && !o.rangeSet && minD >= MinDuration && maxD >= minD {
+		if okMin && okMax && !o.rangeSet && minD >= MinDuration && maxD >= minD && serverTTLFits(maxD, o.grantorMargin) {
 			o.minDuration, o.maxDuration = minD, maxD
 		}
 		return stream, nil
@@ -493,15 +493,28 @@ func applyOptions(opts []Option) (options, error) {
 			return options{}, err
 		}
 	}
-	// A server TTL (ServerTTL: D plus the grantor margin, rounded up to
-	// whole seconds) past time.Duration's range wrapped negative, and such
-	// a grant was stored without a TTL: a lease that never lapsed (serve
-	// --max-ttl 2562047h47m16s).
-	if o.maxDuration > math.MaxInt64-o.grantorMargin-time.Second {
-		return options{}, fmt.Errorf("%w: maximum duration %v plus the grantor margin %v is past the longest server TTL",
-			ErrInvalidOption, o.maxDuration, o.grantorMargin)
+	if !serverTTLFits(o.maxDuration, o.grantorMargin) {
+		return options{}, fmt.Errorf("%w: maximum duration %v plus the grantor margin %v is past the longest server TTL (%v)",
+			ErrInvalidOption, o.maxDuration, o.grantorMargin, maxServerTTL)
 	}
 	return o, nil
+}
+
+// maxServerTTL is the longest server TTL (ServerTTL: D plus the grantor
+// margin, rounded up to whole seconds) a Store writes. nats-server takes a
+// message's expiry as its time in Unix nanoseconds plus the TTL, an int64
+// that wraps past 2262-04-11: a lease whose expiry lay beyond was lapsed at
+// once (serve --max-ttl 2562047h granted a lease said to last until 2319,
+// which the server removed within a second and granted to another holder;
+// found by an outside client). A century keeps clear of it until 2162.
+const maxServerTTL = 100 * 365 * 24 * time.Hour
+
+// serverTTLFits reports whether a lease of maxD granted with margin has a
+// server TTL of at most maxServerTTL. One past time.Duration's range
+// wrapped negative, too, and such a grant was stored without a TTL: a
+// lease that never lapsed (serve --max-ttl 2562047h47m16s).
+func serverTTLFits(maxD, margin time.Duration) bool {
+	return maxD >= 0 && margin >= 0 && margin <= maxServerTTL && maxD <= maxServerTTL-margin-time.Second
 }
 
 // GrantRequest asks for a new tenure.

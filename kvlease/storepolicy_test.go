@@ -43,6 +43,12 @@ func TestCheckOptions(t *testing.T) {
 		// without a TTL: a lease that never lapsed.
 		{"max past the server TTL's range", []kvlease.Option{kvlease.WithDurationRange(time.Second, math.MaxInt64)}},
 		{"margin past the server TTL's range", []kvlease.Option{kvlease.WithGrantorMargin(math.MaxInt64 - time.Minute)}},
+		// nats-server adds the TTL to the message's time in Unix
+		// nanoseconds, which wraps past 2262: such a grant said it lasted
+		// until 2319 and the server lapsed it within a second, the name
+		// then granted to another holder (serve --max-ttl 2562047h).
+		{"max whose expiry is past the server's clock", []kvlease.Option{kvlease.WithDurationRange(time.Second, 2562047*time.Hour)}},
+		{"margin whose expiry is past the server's clock", []kvlease.Option{kvlease.WithGrantorMargin(2100000 * time.Hour)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := kvlease.CheckOptions(c.opts...); !errors.Is(err, kvlease.ErrInvalidOption) {
