@@ -382,3 +382,33 @@ func TestCampaignEndsWithContextWhileTheServerIsSilent(t *testing.T) {
 		t.Fatalf("Campaign: %v after %v; want its ctx's error within a second", err, took)
 	}
 }
+
+// A candidate already waiting for a leader's lease, its watch running,
+// ends with its ctx too when the server falls silent: it waited for its
+// watch to stop, whose consumer's deletion waits up to a second for the
+// server (a 1.5 s campaign against a serve SIGSTOPped 0.5 s in returned
+// after 2.5 s; found by an outside client).
+func TestWaitingCampaignEndsWithContextWhenTheServerFallsSilent(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	nc := kvleasetest.Connect(t, p.URL())
+	st, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, nc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := election.New(st, "leader.falls-silent")
+	lead, err := e.Campaign(t.Context(), "c1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Orphan()
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	time.AfterFunc(500*time.Millisecond, p.Cut)
+	defer p.Heal()
+	start := time.Now()
+	_, err = e.Campaign(ctx, "c2", 10*time.Second)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 1800*time.Millisecond {
+		t.Fatalf("Campaign: %v after %v; want its ctx's error at 1.5 s", err, took)
+	}
+}
