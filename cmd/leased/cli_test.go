@@ -1046,6 +1046,11 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		// connected without TLS, the password in the clear.
 		{"https://app:s3cret@127.0.0.1:1", []string{"ls"}, `scheme "https"`},
 		{"nats://127.0.0.1:1,http://127.0.0.1:1", []string{"ls"}, `scheme "http"`},
+		// A URL without a host, and a registration without its address,
+		// are named as such (they said "grantor unavailable", exit 1, and
+		// `addr "": want HOST:PORT: missing port`; found by an outside client).
+		{"nats://", []string{"ls"}, "no host"},
+		{nowhere, []string{"register", "web", "i3"}, "--addr HOST:PORT is required"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--gossip-seeds", "nonsense"}, "want host:port"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "127.0.0.1:80", "--meta", "novalue"}, `--meta "novalue"`},
 		// A grantor elsewhere would probe it at its own 127.0.0.1.

@@ -223,11 +223,14 @@ func checkOption(flag string, opt nats.Option) error {
 // parser ends the host there, and its error quoted the password's pieces
 // (an outside client's "invalid port \":<password>\" after host"), or
 // with a scheme nats.go does not know: it dials any other in plain TCP,
-// so https:// connected without TLS. Other malformations are left to
-// nats.go's parser.
+// so https:// connected without TLS, or with no host (nats://). Other
+// malformations are left to nats.go's parser.
 func checkURLs(urls string) error {
 	for _, u := range strings.Split(urls, ",") {
 		u = strings.TrimSpace(u)
+		if u == "" {
+			continue // an empty entry (a trailing comma): nats.go's to skip
+		}
 		start := 0
 		if j := strings.Index(u, "://"); j >= 0 {
 			start = j + len("://")
@@ -244,6 +247,10 @@ func checkURLs(urls string) error {
 			u = "nats://" + u // as nats.go reads a URL without a scheme
 		}
 		p, err := neturl.Parse(u)
+		if err == nil && p.Host == "" {
+			// "nats://" was "grantor unavailable", exit 1.
+			return usageError{fmt.Errorf("NATS URL %s: no host: want, for example, nats://127.0.0.1:4222", RedactURL(u))}
+		}
 		if err != nil || p.Port() == "" {
 			continue
 		}

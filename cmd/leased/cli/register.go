@@ -234,6 +234,10 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				return err
 			}
 			log, _ := newLogger(stderr, c.output, slog.LevelInfo) // -o json: its log lines are JSON objects
+			if addr == "" {
+				// It said `addr "": want HOST:PORT: missing port in address`.
+				return usageError{errors.New("--addr HOST:PORT is required: the instance's address, as discover gives it")}
+			}
 			reg := api.Registration{Service: args[0], Instance: args[1], Addr: addr, Meta: m}
 			if err := reg.Validate(); err != nil {
 				return usageError{err}
