@@ -1234,7 +1234,8 @@ func TestLeaseOutputThatCannotBeWritten(t *testing.T) {
 	if err := os.WriteFile(file, []byte(r.stdout), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, stderr := toFull("renew", "full.b", "--lease-file", file, "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "to revision") {
+	if code, stderr := toFull("renew", "full.b", "--lease-file", file, "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "to revision") ||
+		!strings.Contains(stderr, "and --revision") {
 		t.Errorf("renew -o json > /dev/full: exit %d, stderr %q; want %d, naming the new revision", code, stderr, cli.ExitError)
 	}
 	// --hold too: it held and renewed the lease until interrupted, its

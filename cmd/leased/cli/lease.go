@@ -163,7 +163,8 @@ func newRenew(stdout io.Writer) *cobra.Command {
 				if err := c.printer(stdout).lease(out); err != nil {
 					// It exited 0, and a script's "renew -o json > new &&
 					// mv new lease.json" took the empty file for the next.
-					return fmt.Errorf("renewed %s to revision %d, but writing it failed: %w", args[0], rec.Revision, err)
+					return fmt.Errorf("renewed %s to revision %d, but writing it failed: %w; the lease file given is behind: "+
+						"renew or release with it and --revision %d", args[0], rec.Revision, err, rec.Revision)
 				}
 				return nil
 			})
