@@ -442,7 +442,7 @@ func TestBenchGrantReleaseInterruptedGivesBack(t *testing.T) {
 	s := startServe(t, "")
 	cmd, out, errOut := startBenchHolding(t, s.url, "grintr", 1,
 		"--op", "grant-release", "--clients", "16", "--duration", "1m", "--ttl", "1m")
-	time.Sleep(500 * time.Millisecond) // all 16 at work
+	// Interrupted once its clients are granting (a lease of theirs was seen).
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
