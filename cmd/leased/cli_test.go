@@ -1196,54 +1196,75 @@ func TestRunPausedPastItsDeadlineKillsAtOnce(t *testing.T) {
 }
 
 // What acquire and renew print is what the next renew needs: a write that
-// fails (a full disk) is a failure, not exit 0 with the grant's secret
-// gone, and acquire gives back the lease no one can renew or release (it
-// stayed held for its TTL).
+// fails (a full disk, a reader gone) is a failure, not exit 0 with the
+// grant's secret gone, and acquire gives back the lease no one can renew or
+// release (it stayed held for its TTL). A reader gone is a closed pipe:
+// `acquire -o json | (exit 0)` was killed by SIGPIPE, Go's default for a
+// write to stdout, before it could release (found by an outside client).
 func TestLeaseOutputThatCannotBeWritten(t *testing.T) {
 	s := startServe(t, "")
-	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-	if err != nil {
-		t.Skipf("no /dev/full: %v", err)
+	sinks := map[string]func(t *testing.T) *os.File{
+		"full": func(t *testing.T) *os.File {
+			full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+			if err != nil {
+				t.Skipf("no /dev/full: %v", err)
+			}
+			return full
+		},
+		"closed-pipe": func(t *testing.T) *os.File {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			return w
+		},
 	}
-	defer full.Close()
-	toFull := func(args ...string) (int, string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, leasedBin, append(args, "--url", s.url)...)
-		var stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = full, &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatal(err)
-		}
-		return cmd.ProcessState.ExitCode(), stderr.String()
-	}
-	if code, stderr := toFull("acquire", "full.a", "--ttl", "30s", "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "writing the grant") {
-		t.Errorf("acquire -o json > /dev/full: exit %d, stderr %q; want %d, writing the grant", code, stderr, cli.ExitError)
-	}
-	if r := leased(t, s.url, "acquire", "full.a", "--ttl", "30s"); r.code != 0 {
-		t.Errorf("acquire after one that could not print its grant: exit %d %s; want the lease free", r.code, r.stderr)
-	}
-	r := leased(t, s.url, "acquire", "full.b", "--ttl", "30s", "-o", "json")
-	if r.code != 0 {
-		t.Fatal(r.stderr)
-	}
-	file := filepath.Join(t.TempDir(), "lease.json")
-	if err := os.WriteFile(file, []byte(r.stdout), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if code, stderr := toFull("renew", "full.b", "--lease-file", file, "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "to revision") ||
-		!strings.Contains(stderr, "and --revision") {
-		t.Errorf("renew -o json > /dev/full: exit %d, stderr %q; want %d, naming the new revision", code, stderr, cli.ExitError)
-	}
-	// --hold too: it held and renewed the lease until interrupted, its
-	// token printed nowhere.
-	if code, stderr := toFull("acquire", "full.c", "--ttl", "30s", "--hold", "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "writing the grant") {
-		t.Errorf("acquire --hold -o json > /dev/full: exit %d, stderr %q; want %d, writing the grant", code, stderr, cli.ExitError)
-	}
-	if r := leased(t, s.url, "acquire", "full.c", "--ttl", "30s"); r.code != 0 {
-		t.Errorf("acquire after an --hold that could not print its grant: exit %d %s; want the lease free", r.code, r.stderr)
+	for sink, open := range sinks {
+		t.Run(sink, func(t *testing.T) {
+			toSink := func(args ...string) (int, string) {
+				t.Helper()
+				out := open(t)
+				defer out.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, leasedBin, append(args, "--url", s.url)...)
+				var stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = out, &stderr
+				err := cmd.Run()
+				var ee *exec.ExitError
+				if err != nil && !errors.As(err, &ee) {
+					t.Fatal(err)
+				}
+				return cmd.ProcessState.ExitCode(), stderr.String()
+			}
+			name := func(n string) string { return sink + "." + n }
+			if code, stderr := toSink("acquire", name("a"), "--ttl", "30s", "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "writing the grant") {
+				t.Errorf("acquire -o json > %s: exit %d, stderr %q; want %d, writing the grant", sink, code, stderr, cli.ExitError)
+			}
+			if r := leased(t, s.url, "acquire", name("a"), "--ttl", "30s"); r.code != 0 {
+				t.Errorf("acquire after one that could not print its grant: exit %d %s; want the lease free", r.code, r.stderr)
+			}
+			r := leased(t, s.url, "acquire", name("b"), "--ttl", "30s", "-o", "json")
+			if r.code != 0 {
+				t.Fatal(r.stderr)
+			}
+			file := filepath.Join(t.TempDir(), "lease.json")
+			if err := os.WriteFile(file, []byte(r.stdout), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if code, stderr := toSink("renew", name("b"), "--lease-file", file, "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "to revision") ||
+				!strings.Contains(stderr, "and --revision") {
+				t.Errorf("renew -o json > %s: exit %d, stderr %q; want %d, naming the new revision", sink, code, stderr, cli.ExitError)
+			}
+			// --hold too: it held and renewed the lease until interrupted,
+			// its token printed nowhere.
+			if code, stderr := toSink("acquire", name("c"), "--ttl", "30s", "--hold", "-o", "json"); code != cli.ExitError || !strings.Contains(stderr, "writing the grant") {
+				t.Errorf("acquire --hold -o json > %s: exit %d, stderr %q; want %d, writing the grant", sink, code, stderr, cli.ExitError)
+			}
+			if r := leased(t, s.url, "acquire", name("c"), "--ttl", "30s"); r.code != 0 {
+				t.Errorf("acquire after an --hold that could not print its grant: exit %d %s; want the lease free", r.code, r.stderr)
+			}
+		})
 	}
 }

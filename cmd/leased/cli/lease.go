@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +43,7 @@ then releases it; if the lease is lost first it exits with code 5.`,
 			if err != nil {
 				return err
 			}
+			brokenPipeIsAnError()
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				p := c.printer(stdout)
 				gctx, cancel := c.grantContext(ctx)
@@ -74,6 +77,14 @@ then releases it; if the lease is lost first it exits with code 5.`,
 	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "attribute key=value (repeatable)")
 	return cmd
 }
+
+// brokenPipeIsAnError makes a write to a pipe whose reader is gone fail
+// with EPIPE rather than kill the process by SIGPIPE (Go's default for
+// stdout and stderr), for acquire and renew, whose output is the only copy
+// of a lease's proof of tenure: a failed write is handled as any other
+// (acquire gives the lease back), where `acquire -o json | (exit 0)` died
+// with the lease held for its TTL.
+func brokenPipeIsAnError() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) }
 
 // lossReleaseWait is how long acquire --hold and register wait for the
 // release they send after losing their lease at the deadline, before they
@@ -150,6 +161,7 @@ func newRenew(stdout io.Writer) *cobra.Command {
 			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
 				return err
 			}
+			brokenPipeIsAnError()
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				rec, err := cl.Renew(ctx, kvlease.RenewRequest{Name: args[0], Holder: c.holder,
 					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret, Duration: ttl})
