@@ -391,7 +391,10 @@ func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 			k.releaseAfterCancel()
 		}
 		close(k.done)
-		if k.onLost != nil && !errors.Is(reason, ErrClosed) && parent.Err() == nil {
+		// Not parent.Err(): a holder that cancels ctx once Context ends
+		// (a deferred cancel) would have ended it by now, and its loss
+		// gone unreported (found in review).
+		if k.onLost != nil && !errors.Is(reason, ErrClosed) && !release {
 			k.onLost(reason)
 		}
 	}()

@@ -686,6 +686,53 @@ func TestKeeperParentCancelReleases(t *testing.T) {
 	})
 }
 
+// endsWithKeeper is a context that ends the moment a keeper's Context
+// does: a holder whose deferred cancel of Keep's ctx runs as soon as
+// k.Context() ends, without a scheduler in between.
+type endsWithKeeper struct {
+	context.Context
+	k atomic.Pointer[kvlease.Keeper]
+}
+
+func (c *endsWithKeeper) Done() <-chan struct{} {
+	if k := c.k.Load(); k != nil {
+		return k.Context().Done()
+	}
+	return nil
+}
+
+func (c *endsWithKeeper) Err() error {
+	if k := c.k.Load(); k != nil && k.Context().Err() != nil {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A loss is a loss even when Keep's ctx ends right after it: OnLost was
+// skipped whenever ctx had ended by the time the keeper called it, so a
+// holder that cancels ctx once Context ends (a deferred cancel) could miss
+// the refusal it was told of nowhere else (found in review).
+func TestKeeperLossReportedWhenContextEndsRightAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := kvleasetest.NewFakeGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		var lost lostRecorder
+		ctx := &endsWithKeeper{Context: t.Context()}
+		k, err := kvlease.Keep(ctx, l, kvlease.WithOnLost(lost.onLost))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx.k.Store(k)
+		g.SetMode(kvleasetest.FakeRefuse)
+		<-k.Done()
+		synctest.Wait()
+		if calls := lost.get(); len(calls) != 1 || !errors.Is(calls[0].err, kvlease.ErrNotHolder) {
+			t.Errorf("OnLost calls = %+v, want one with ErrNotHolder", calls)
+		}
+	})
+}
+
 func TestLeaseCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
