@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -823,6 +824,37 @@ func TestRenewAtExpiryRefused(t *testing.T) {
 	}
 	if cur, err := st.Get(ctx, "edge"); err == nil && cur.Revision != rec.Revision {
 		t.Fatalf("the refused renewal was written: %+v", cur)
+	}
+}
+
+// A renewal that passed that guard as it went out but was acknowledged
+// only as its revision expired is refused all the same: it may have
+// reached the server after the expiry timer took the old revision, and
+// the marker then rolls it up. The fault suite found one: a renewal held
+// 1.9 s in a stream with no leader, acknowledged as the old revision
+// expired, and the lease granted to another holder 0.5 s later.
+func TestRenewAcknowledgedAtExpiryRefused(t *testing.T) {
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+	ctx := t.Context()
+	var renewing atomic.Bool
+	var granted time.Time
+	kvlease.SetSendHook(st, func(bool, []string) {
+		if renewing.Load() {
+			// Held on its way until the 1 s TTL is all but spent (the
+			// revision expires 1 s after the grant was sent, at the latest
+			// when its answer came).
+			time.Sleep(time.Until(granted.Add(950 * time.Millisecond)))
+		}
+	})
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "held-up", Holder: "h", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted = time.Now()
+	renewing.Store(true)
+	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision})
+	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "too late to renew") {
+		t.Fatalf("renewal acknowledged 50 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
 	}
 }
 
