@@ -101,6 +101,27 @@ func TestServeOwnCredentialsRefused(t *testing.T) {
 	}
 }
 
+// serve as a user that may not subscribe to the service's subjects exits 7
+// naming them, not with the inbox hint: it said "replies come back on the
+// inbox: give the prefix this user may subscribe to with --inbox-prefix"
+// for "lease.v1.>", which no --inbox-prefix mends (found by an outside
+// client writing its own permissions for the leased user).
+func TestServeMayNotSubscribeToTheService(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "users.conf")
+	if err := os.WriteFile(conf, []byte(`authorization { users = [ { user: leased, password: right, permissions: {
+		publish: { allow: [">"] }
+		subscribe: { allow: ["svc.v1.>", "$SRV.>", "_INBOX_leased.>"] } } } ] }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := leased(t, "", "serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--config", conf, "--user", "leased",
+		"--password", "right", "--inbox-prefix", "_INBOX_leased")
+	if r.code != cli.ExitDenied || !strings.Contains(r.stderr, `subscribe to "lease.`) ||
+		strings.Contains(r.stderr, "--inbox-prefix") || !strings.Contains(r.stderr, "lease.admin.v1.revoke") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d naming the service's subjects, without the --inbox-prefix hint",
+			r.code, r.stderr, cli.ExitDenied)
+	}
+}
+
 // serve as a user whose account has no JetStream on its own standalone
 // server says so and exits 2: it waited for JetStream for good (found by
 // an outside client).

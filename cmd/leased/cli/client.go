@@ -316,6 +316,11 @@ func (e *PermissionError) Error() string {
 	}
 	msg := fmt.Sprintf("%v: the NATS server does not let this user %s to %q", ErrPermissionDenied, e.Op, e.Subject)
 	switch {
+	case e.Op == "subscribe" && serviceSubject(e.Subject):
+		// serve's own endpoints: no --inbox-prefix mends that (it said
+		// so for "lease.v1.>"; found by an outside client).
+		msg += " (serve answers the lease service on lease.v1.>, lease.admin.v1.revoke, svc.v1.> and $SRV.> " +
+			"(nats micro's discovery, which leased status uses): allow this user to subscribe to them, as the leased user of docs/api.md may)"
 	case e.Op == "subscribe":
 		msg += " (replies come back on the inbox: give the prefix this user may subscribe to with --inbox-prefix)"
 	case strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.KV_") || strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.LEASED_HISTORY_"):
@@ -326,6 +331,17 @@ func (e *PermissionError) Error() string {
 			"allow this user to update them, as the leased user of docs/api.md may)"
 	}
 	return msg
+}
+
+// serviceSubject reports whether subject is one the lease service
+// subscribes to (its endpoints, the registry's and micro's), not an inbox.
+func serviceSubject(subject string) bool {
+	for _, p := range []string{"lease.", "svc.", "$SRV."} {
+		if strings.HasPrefix(subject, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *PermissionError) Unwrap() []error { return []error{ErrPermissionDenied, e.Err} }
