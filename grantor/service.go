@@ -474,8 +474,17 @@ func (s *Service) handler() micro.Handler {
 			// a reply into $KV.leases.<name>, ending a tenure without its
 			// secret, and into another application's stream).
 			if skipped, ok := s.replyLog.allow(); ok {
-				s.log.Warn("dropped a request whose reply subject is not an inbox (serve --reply-prefixes)",
-					"subject", subject, "reply", reply, "others_not_logged", skipped)
+				if strings.HasPrefix(reply, api.ServiceImportReplyPrefix) {
+					// It said only "not an inbox" (found by an outside
+					// client putting leased in an account of its own).
+					s.log.Warn("dropped a request whose reply subject is not an inbox: it came through a service import from another account, "+
+						"whose replies nats-server routes through "+api.ServiceImportReplyPrefix+"…; to answer those, serve "+
+						"--reply-prefixes _INBOX,"+api.ServiceImportReplyPrefix+" (docs/api.md, Revoke)",
+						"subject", subject, "reply", reply, "others_not_logged", skipped)
+				} else {
+					s.log.Warn("dropped a request whose reply subject is not an inbox (serve --reply-prefixes)",
+						"subject", subject, "reply", reply, "others_not_logged", skipped)
+				}
 			}
 			s.count(context.Background(), subject, api.CodeInvalidArgument, 0)
 			return

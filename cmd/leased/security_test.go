@@ -122,6 +122,42 @@ func TestServeMayNotSubscribeToTheService(t *testing.T) {
 	}
 }
 
+// docs/api.md's stronger separation: leased in an account of its own that
+// exports the service, an application's account importing it. nats-server
+// replies through an import on _R_.…, which the default --reply-prefixes
+// do not cover: serve drops those requests, and its log must say what to
+// do (it said only "not an inbox", and the client "grantor unavailable";
+// found by an outside client following the docs). With --reply-prefixes
+// _INBOX,_R_. the application leases through the import.
+func TestServeBehindAServiceImport(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "accounts.conf")
+	if err := os.WriteFile(conf, []byte(`accounts {
+	LEASED { jetstream: enabled
+		users = [ { user: leased, password: leased-pw } ]
+		exports = [ { service: "lease.v1.>" } ] }
+	APP {
+		users = [ { user: app, password: app-pw, permissions: {
+			publish: { allow: ["lease.v1.>"] }, subscribe: { allow: ["_INBOX_app.>"] } } } ]
+		imports = [ { service: { account: LEASED, subject: "lease.v1.>" } } ] }
+}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	get := func(s *server) result {
+		return leased(t, s.url, "get", "imported.x", "--user", "app", "--password", "app-pw", "--inbox-prefix", "_INBOX_app", "--timeout", "3s")
+	}
+	s := startServe(t, "", "--config", conf, "--user", "leased", "--password", "leased-pw")
+	if r := get(s); r.code != 1 {
+		t.Fatalf("get through the import with the default --reply-prefixes: exit %d, stderr %q; want 1 (unanswered)", r.code, r.stderr)
+	}
+	s.logs.wait(t, 10*time.Second, func(l string) bool {
+		return strings.Contains(l, "dropped a request") && strings.Contains(l, "_R_.") && strings.Contains(l, "--reply-prefixes _INBOX,_R_.")
+	})
+	s = startServe(t, "", "--config", conf, "--user", "leased", "--password", "leased-pw", "--reply-prefixes", "_INBOX,_R_.")
+	if r := get(s); r.code != 4 || !strings.Contains(r.stderr, "not_found") {
+		t.Fatalf("get through the import with --reply-prefixes _INBOX,_R_.: exit %d, stderr %q; want 4, not_found", r.code, r.stderr)
+	}
+}
+
 // serve as a user whose account has no JetStream on its own standalone
 // server says so and exits 2: it waited for JetStream for good (found by
 // an outside client).

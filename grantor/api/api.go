@@ -364,6 +364,14 @@ func ReplySubjectOK(subject string, inboxes []string) bool {
 // every custom one of the form docs/api.md gives (_INBOX_app.).
 var DefaultInboxPrefixes = []string{"_INBOX"}
 
+// ServiceImportReplyPrefix begins the reply subject of a request that came
+// through a service import from another NATS account: nats-server replaces
+// the caller's with one of its own, _R_.…, and routes the reply back. It
+// is not among [DefaultInboxPrefixes]: the reply goes on to whatever
+// subject the caller named in its own account, where its permissions do
+// not apply (docs/api.md, Revoke).
+const ServiceImportReplyPrefix = "_R_."
+
 // reservedReplyPrefixes begin the subjects ReplySubjectOK refuses: NATS's
 // own ($JS, $KV, $SYS, $SRV …), the lease service's and its change events
 // (lease.), the registry's (svc.) and the history's (leased.).
