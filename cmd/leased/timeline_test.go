@@ -451,6 +451,78 @@ func TestTimelineInBrowser(t *testing.T) {
 	watch.check(t)
 }
 
+// A tenure whose end no record gives, followed by a later tenure of its
+// lease (its end was lost while observers took over), ended by that one's
+// begin, cause unknown, on the page as in the history: the page drew it
+// live, under its successor, two holders at once (found by an outside
+// client).
+func TestTimelineInBrowserEndLostBeforeLaterTenure(t *testing.T) {
+	ctx := browser(t)
+	watch := watchPage(t, ctx)
+	s := startServe(t, "", "--http-listen", "127.0.0.1:0")
+	line := s.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"http listening"`) })
+	var listening struct{ URL string }
+	if err := json.Unmarshal([]byte(line), &listening); err != nil || listening.URL == "" {
+		t.Fatalf("http listening line %q: %v", line, err)
+	}
+	nc := kvleasetest.Connect(t, s.url)
+	cl, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := followChanges(t, nc, "lost.")
+
+	// The begin of a tenure as an observer recorded it before it died;
+	// its end went unrecorded. Token 1 is below any grant's.
+	begun := time.Now().Add(-2 * time.Second)
+	lost, _ := json.Marshal(history.Record{Kind: history.KindGranted, Name: "lost.x", Token: 1, Holder: "ann",
+		Revision: 1, Time: begun, GrantedAt: begun, DurationMS: 30000})
+	if _, err := kvleasetest.JetStream(t, nc).Publish(t.Context(), history.Subject(kvlease.DefaultBucket, "lost.x"), lost); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Grant(t.Context(), kvlease.GrantRequest{Name: "lost.x", Holder: "ben", Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	seen.wait(t, "lost.x", "granted")
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(listening.URL+"?prefix=lost."), chromedp.Evaluate[chromedp.Void](`window.__sameDocument = true`)); err != nil {
+		t.Fatal(err)
+	}
+	lanes := waitLanes(t, ctx, "both tenures", `lane('lost.x').bars.length === 2`)
+	bars := lanes[0].Bars
+	if bars[0].Holder != "ann" || bars[0].EndedBy != "unknown" || bars[1].Holder != "ben" || bars[1].EndedBy != "live" {
+		t.Errorf("lost.x: bars %+v, want ann's ended (unknown), then ben's live", bars)
+	}
+	if end := bars[0].X + bars[0].W; end > bars[1].X+0.5 {
+		t.Errorf("lost.x: ann's tenure drawn to x=%.1f, past the begin of ben's at x=%.1f", end, bars[1].X)
+	}
+	if !strings.Contains(bars[0].Title, "unknown") || strings.Contains(bars[0].Title, "live") {
+		t.Errorf("lost.x: ann's tenure titled %q", bars[0].Title)
+	}
+
+	// `leased history` says the same.
+	r := leased(t, s.url, "history", "lost.", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("leased history: %+v", r)
+	}
+	var ended []string
+	for _, row := range tenureRows(t, r.stdout) {
+		ended = append(ended, row.Holder+":"+cmp.Or(row.EndedBy, "live"))
+	}
+	if want := []string{"ann:unknown", "ben:live"}; !slices.Equal(ended, want) {
+		t.Errorf("leased history: %q, want %q", ended, want)
+	}
+
+	// Its end, when a record of it comes after all, stands.
+	end, _ := json.Marshal(history.Record{Kind: history.KindEnded, Name: "lost.x", Token: 1, Holder: "ann",
+		Revision: 2, Time: begun.Add(time.Second), GrantedAt: begun, EndedBy: history.EndReleased})
+	if _, err := kvleasetest.JetStream(t, nc).Publish(t.Context(), history.Subject(kvlease.DefaultBucket, "lost.x"), end); err != nil {
+		t.Fatal(err)
+	}
+	waitLanes(t, ctx, "ann's recorded end", `lane('lost.x').bars.length === 2 && lane('lost.x').bars[0].ended_by === 'released' && window.__sameDocument === true`)
+	watch.check(t)
+}
+
 // click clicks the element css selects, failing t if there is none within
 // 10 s (chromedp waits for it for as long as its context lasts).
 func click(t *testing.T, ctx context.Context, css string) {

@@ -51,7 +51,7 @@
     let t = tenures.get(key);
     if (!t) {
       t = { key, name: r.name, token: r.token || 0, holder: '', from: null, to: null, durationMS: 0,
-        renewals: 0, endedBy: '', reason: '', flapping: false, traceID: '' };
+        renewals: 0, endedBy: '', reason: '', flapping: false, traceID: '', inferredTo: null };
       tenures.set(key, t);
     }
     t.holder = t.holder || String(r.holder || '');
@@ -69,6 +69,12 @@
   }
 
   function start(t) { return t.from !== null ? t.from : t.to; }
+  // A tenure's end and its cause ('' while live): its end record's, or, as
+  // history.Fold has it, the begin of the next tenure of its lease when
+  // no record ended it (render sets inferredTo; a record that comes later
+  // stands).
+  function endOf(t) { return t.to !== null ? t.to : t.inferredTo; }
+  function causeOf(t) { return t.endedBy || (t.inferredTo !== null ? 'unknown' : ''); }
 
   // A holder's colour: a hue from a hash of its name, the same on every
   // page and every load.
@@ -172,8 +178,8 @@
     return s.length <= chars ? s : s.slice(0, Math.max(0, chars - 1)) + '…';
   }
   function summary(t, now) {
-    const end = t.endedBy || 'live';
-    const held = t.from !== null ? ' for ' + dur((t.to !== null ? t.to : now) - t.from) : '';
+    const end = causeOf(t) || 'live';
+    const held = t.from !== null ? ' for ' + dur((endOf(t) !== null ? endOf(t) : now) - t.from) : '';
     return t.name + ': ' + (t.holder || '(holder unknown)') + ', token ' + (t.token || '?') + held + ', ' + end +
       (t.reason ? ' (' + t.reason + ')' : '');
   }
@@ -186,13 +192,25 @@
     const now = serverNow();
     const windowStart = windowMS ? now - windowMS : sinceMS;
     const lanes = new Map();
-    for (const [key, t] of tenures) {
-      if (t.to !== null && t.to < windowStart) { // slid out of the window: forgotten
-        tenures.delete(key);
-        continue;
-      }
+    for (const t of tenures.values()) {
       if (!lanes.has(t.name)) lanes.set(t.name, []);
       lanes.get(t.name).push(t);
+    }
+    // A lease has one tenure at a time (history.Fold): one with no end
+    // record that a later tenure followed had ended by that one's begin.
+    // Drawn live, it lay under its successor: two holders at once.
+    for (const ts of lanes.values()) {
+      const byToken = ts.filter((t) => t.token).sort((a, b) => a.token - b.token);
+      byToken.forEach((t, i) => { t.inferredTo = i + 1 < byToken.length ? start(byToken[i + 1]) : null; });
+    }
+    for (const [name, ts] of lanes) {
+      const kept = [];
+      for (const t of ts) {
+        const end = endOf(t);
+        if (end !== null && end < windowStart) tenures.delete(t.key); // slid out of the window: forgotten
+        else kept.push(t);
+      }
+      if (kept.length) lanes.set(name, kept); else lanes.delete(name);
     }
     const names = [...lanes.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     // A tenure whose begin no record gave began after the end of the one
@@ -206,7 +224,7 @@
       for (const t of ts) {
         const from = t.from !== null ? t.from : Math.min(prevEnd, start(t) !== null ? start(t) : now);
         drawFrom.set(t.key, Math.max(from, windowStart));
-        if (t.to !== null) prevEnd = Math.max(prevEnd, t.to);
+        if (endOf(t) !== null) prevEnd = Math.max(prevEnd, endOf(t));
       }
     }
     let t0 = now;
@@ -249,9 +267,9 @@
       el('rect', { class: 'track', x: LABEL_W, y: mid - BAR_H / 2, width: plotW, height: BAR_H }, lane);
       const ends = []; // drawn over every bar: an end where the next tenure begins stays visible
       for (const t of ts) {
-        const cause = t.endedBy || 'live';
+        const cause = causeOf(t) || 'live';
         const x0 = x(Math.max(drawFrom.get(t.key), t0));
-        const x1 = x(t.to !== null ? t.to : now);
+        const x1 = x(endOf(t) !== null ? endOf(t) : now);
         const w = Math.max(2, x1 - x0);
         const g = el('g', { class: 'bar' + (t.key === pinned ? ' pinned' : '') + (t.from === null ? ' begin-unknown' : ''),
           'data-key': t.key, 'data-holder': t.holder, 'data-token': t.token, 'data-ended-by': cause,
@@ -310,11 +328,12 @@
     row('holder', 'Holder', t.holder || '(unknown)');
     row('token', 'Token', t.token ? String(t.token) : '(unknown)');
     row('from', 'From', stamp(t.from));
-    row('to', 'To', t.to !== null ? stamp(t.to) : 'now (live)');
-    row('held', 'Held', t.from !== null ? dur((t.to !== null ? t.to : now) - t.from) + (t.to === null ? ' so far' : '') : '(begin unknown)');
+    const to = endOf(t);
+    row('to', 'To', to !== null ? stamp(to) : 'now (live)');
+    row('held', 'Held', t.from !== null ? dur((to !== null ? to : now) - t.from) + (to === null ? ' so far' : '') : '(begin unknown)');
     if (t.durationMS) row('ttl', 'TTL', dur(t.durationMS));
-    row('renewals', 'Renewals', String(t.renewals) + (t.to === null ? ' (counted at the end)' : ''));
-    row('ended-by', 'Ended by', t.endedBy || 'live (not ended)');
+    row('renewals', 'Renewals', String(t.renewals) + (to === null ? ' (counted at the end)' : ''));
+    row('ended-by', 'Ended by', causeOf(t) || 'live (not ended)');
     if (t.reason) row('reason', 'Reason', t.reason);
     if (t.flapping) row('flapping', 'Flapping', 'yes: granted anew more often than the threshold allows');
     if (t.traceID) {
