@@ -2,12 +2,15 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // tenureRows parses `leased history -o json`.
@@ -156,5 +159,56 @@ func TestHistoryHasNoGapAfterAnUncleanRestart(t *testing.T) {
 	}
 	if rows[0].Holder != "w1" || rows[0].EndedBy != history.EndReleased || rows[1].Holder != "w2" {
 		t.Errorf("history after an unclean restart: %+v, want w1's released tenure and w2's", rows)
+	}
+}
+
+// A long history is read in full: --timeout bounds the wait for each
+// message, not the whole read. It bounded the whole read, so that a
+// history of some hundred thousand records (a day of a few changes a
+// second) failed with "grantor unavailable: follow history: context
+// deadline exceeded", exit 1, from a server streaming it steadily (found
+// by an outside client). A prefix that is not whole dot-separated tokens
+// reads the records of other leases too, which count as progress.
+func TestHistoryReadsALongHistory(t *testing.T) {
+	s := startServe(t, "")
+	nc := kvleasetest.Connect(t, s.url)
+	js := kvleasetest.JetStream(t, nc)
+	const tenures = 10000 // 20000 records: seconds for the race-built CLI, well past 1 s
+	at := time.Now().Add(-time.Minute)
+	stored := func() {
+		t.Helper()
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			t.Fatal("records not all stored within a minute")
+		}
+	}
+	n := 0
+	publish := func(r history.Record) {
+		t.Helper()
+		b, _ := json.Marshal(r)
+		if _, err := js.PublishAsync(history.Subject(kvlease.DefaultBucket, r.Name), b); err != nil {
+			t.Fatal(err)
+		}
+		if n++; n%1000 == 0 { // under the publisher's limit of messages in flight
+			stored()
+		}
+	}
+	for i := range tenures {
+		name := fmt.Sprintf("bulk.l%02d", i%10)
+		tok := uint64(1_000_000 + 2*i)
+		publish(history.Record{Kind: history.KindGranted, Name: name, Token: tok, Holder: "h", Revision: tok, Time: at, GrantedAt: at})
+		publish(history.Record{Kind: history.KindEnded, Name: name, Token: tok, Holder: "h", Revision: tok + 1, Time: at,
+			GrantedAt: at, EndedBy: history.EndReleased})
+	}
+	publish(history.Record{Kind: history.KindGranted, Name: "bulkx.one", Token: 5, Holder: "x", Revision: 5, Time: at, GrantedAt: at})
+	stored()
+	r := leased(t, s.url, "history", "bulk.", "--timeout", "1s", "-o", "json")
+	if rows := tenureRows(t, r.stdout); r.code != 0 || len(rows) != tenures {
+		t.Errorf("history bulk. --timeout 1s: exit %d, %d rows, want %d; stderr:\n%s", r.code, len(rows), tenures, r.stderr)
+	}
+	r = leased(t, s.url, "history", "bulkx", "--timeout", "1s", "-o", "json")
+	if rows := tenureRows(t, r.stdout); r.code != 0 || len(rows) != 1 || rows[0].Holder != "x" {
+		t.Errorf("history bulkx --timeout 1s: exit %d, rows %+v; stderr:\n%s", r.code, rows, r.stderr)
 	}
 }

@@ -325,11 +325,43 @@ func (h *Stream) Read(ctx context.Context, prefix string, since time.Time) ([]Re
 	return out, err
 }
 
+// ReadIdle is [Stream.Read] bounded by idle instead of a deadline: it
+// fails, wrapping [kvlease.ErrUnavailable], once the stream has sent no
+// message for idle (setting the read up included), and reads a history
+// however long, while it keeps coming. Read within a deadline, a long
+// history (some hundred thousand records: a day of a few changes a
+// second) failed, its server streaming it steadily (found by an outside
+// client). Messages of leases not under prefix, which a prefix that is
+// not whole dot-separated tokens reads too, count as coming.
+func (h *Stream) ReadIdle(ctx context.Context, prefix string, since time.Time, idle time.Duration) ([]Record, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	errIdle := fmt.Errorf("%w: read history: nothing received for %v", kvlease.ErrUnavailable, idle.Round(time.Millisecond))
+	timer := time.AfterFunc(idle, func() { cancel(errIdle) })
+	defer timer.Stop()
+	var out []Record
+	err := h.follow(ctx, prefix, since, func() { timer.Reset(idle) }, func(r Record, caughtUp bool) bool {
+		if !caughtUp {
+			out = append(out, r)
+		}
+		return !caughtUp
+	})
+	if err != nil && context.Cause(ctx) == errIdle {
+		return nil, errIdle
+	}
+	return out, err
+}
+
 // Follow calls fn with every record of leases whose names start with
 // prefix stored since the time given, then with each new one as it is
 // stored, until fn returns false or ctx ends. Once the stored records have
 // been delivered it calls fn once with caughtUp set (and a zero record).
 func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn func(r Record, caughtUp bool) bool) error {
+	return h.follow(ctx, prefix, since, nil, fn)
+}
+
+// follow is Follow, calling received (if not nil) on each message.
+func (h *Stream) follow(ctx context.Context, prefix string, since time.Time, received func(), fn func(r Record, caughtUp bool) bool) error {
 	filter := filterFor(h.prefix, prefix)
 	// Caught up once the newest record under the filter now is delivered
 	// (the consumer's own "nothing pending" can come early, as the lease
@@ -373,6 +405,9 @@ func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn 
 				return kvlease.JetStreamError("follow history", ctx.Err())
 			}
 			return err
+		}
+		if received != nil {
+			received()
 		}
 		var r Record
 		if err := json.Unmarshal(m.Data(), &r); err == nil && strings.HasPrefix(r.Name, prefix) {

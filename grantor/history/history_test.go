@@ -221,6 +221,42 @@ func TestAppendAll(t *testing.T) {
 // again once a leader is back, not waited on for the caller's whole
 // deadline: a timeline read used to fail after 30 s while the new leader
 // had been serving for 25.
+// ReadIdle reads what Read does, and fails once nothing comes for its
+// idle bound: here, the server gone.
+func TestReadIdle(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	h, err := history.Open(ctx, js, "leases", history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []history.Record{
+		{Kind: history.KindGranted, Name: "job.a", Token: 3, Holder: "h", Revision: 3, Time: time.Now()},
+		{Kind: history.KindGranted, Name: "other", Token: 4, Holder: "h", Revision: 4, Time: time.Now()},
+		{Kind: history.KindEnded, Name: "job.a", Token: 3, Holder: "h", Revision: 5, Time: time.Now(), EndedBy: history.EndReleased},
+	} {
+		if _, err := h.Append(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	since := time.Now().Add(-time.Minute)
+	recs, err := h.ReadIdle(ctx, "job", since, time.Second)
+	if err != nil || len(recs) != 2 || recs[0].Name != "job.a" || recs[1].Kind != history.KindEnded {
+		t.Fatalf("read idle: %+v, %v; want job.a's begin and end", recs, err)
+	}
+	srv.Shutdown()
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if recs, err := h.ReadIdle(rctx, "", since, 500*time.Millisecond); !errors.Is(err, kvlease.ErrUnavailable) || recs != nil {
+		t.Fatalf("read idle from a server gone: %+v, %v; want ErrUnavailable", recs, err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("read idle from a server gone failed after %v, its bound 500ms", took)
+	}
+}
+
 func TestReadWhileTheStreamHasNoLeader(t *testing.T) {
 	servers := kvleasetest.NewCluster(t, 3)
 	nc := kvleasetest.Connect(t, servers[0].ClientURL())

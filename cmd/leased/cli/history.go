@@ -84,7 +84,9 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 				if err != nil {
 					return err
 				}
-				recs, err := h.Read(octx, prefix, from)
+				// --timeout bounds each wait, not the whole read of a
+				// history however long (found by an outside client).
+				recs, err := h.ReadIdle(ctx, prefix, from, c.timeout)
 				if err != nil {
 					return err
 				}
