@@ -18,7 +18,7 @@
 // directory, removed on exit. It uses the lease bucket "leader-election".
 // On a server of your own, a run that was killed leaves its leader's lease
 // until the server lapses it (a few seconds): a run started before that
-// sees one leader more than it made, and says so (exit 1).
+// finds that leader before it campaigns, and says so (exit 1).
 //
 // The leases are short (D = 1 s) and the store adds no grantor margin, so
 // that a lapse takes about a second. In production keep the default grantor
@@ -56,6 +56,10 @@ const (
 	leaseD        = time.Second
 	writesPerTerm = 3
 )
+
+// errEarlierLeader is run's error when the election has a leader before
+// any of its candidates campaigned: one an earlier run left.
+var errEarlierLeader = errors.New("the election has a leader left by an earlier run")
 
 // The candidates, in no particular order: whoever wins first leads first.
 var candidates = []string{"alpha", "bravo", "charlie"}
@@ -296,6 +300,22 @@ func run(ctx context.Context, w io.Writer, natsURL string) error {
 	changes, err := e.Observe(ctx)
 	if err != nil {
 		return err
+	}
+	// Its first report is the election as it stands, before any campaign:
+	// a leader now is one an earlier run left, killed before it resigned.
+	select {
+	case c, ok := <-changes:
+		switch {
+		case !ok:
+			return fmt.Errorf("observing %q: the watch ended: %w", electionName, ctx.Err())
+		case c.Leader != nil:
+			return fmt.Errorf("%w: %s (token %d) leads %q before any candidate of this run campaigned; "+
+				"its lease lapses within seconds of that run's end: run again then",
+				errEarlierLeader, c.Leader.Holder, c.Leader.Token, electionName)
+		}
+		s.say("observer: no leader")
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 
 	s.say("%s campaign for %q (D = %v)", strings.Join(candidates, ", "), electionName, leaseD)

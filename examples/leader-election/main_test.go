@@ -90,3 +90,31 @@ func TestRun(t *testing.T) {
 		t.Errorf("Leader() after the story = %+v, %v; want ErrNotFound", rec, err)
 	}
 }
+
+// A run started while the lease still has a leader that an earlier run
+// left (killed before it resigned) says so, before any campaign: it said
+// "charlie led twice" after telling the whole story, as if the election
+// had given one candidate two terms (found by an outside client).
+func TestRunRefusesALeaderLeftByAnEarlierRun(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithBucket(leaseBucket), kvlease.WithGrantorMargin(0))
+	left, err := kvlease.Acquire(ctx, st, electionName, candidates[2], leaseD) // never renewed nor released
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var out strings.Builder
+	err = run(ctx, &out, srv.ClientURL())
+	if !errors.Is(err, errEarlierLeader) {
+		t.Fatalf("run with %s (token %d) left leading: %v, want errEarlierLeader\noutput:\n%s",
+			left.Holder(), left.Token(), err, out.String())
+	}
+	if want := "(token " + strconv.FormatUint(uint64(left.Token()), 10) + ")"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name the leader left, %s", err, want)
+	}
+	if strings.Contains(out.String(), "campaign for") {
+		t.Errorf("the candidates campaigned beside the leader left:\n%s", out.String())
+	}
+}
