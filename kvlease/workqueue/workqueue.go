@@ -299,6 +299,12 @@ func (c *Claim) Token() kvlease.Token { return c.Lease().Token() }
 // polling. The claim is a lease of duration d, taken with [kvlease.WithLease]'s
 // options (a holder margin, a clock guard) and kept with [kvlease.WithKeeper]'s.
 //
+// ctx bounds the wait only, as it bounds an election's Campaign: once made,
+// the claim is kept renewed until [Claim.Complete], Close, Orphan or its
+// loss, whatever becomes of ctx (unlike [kvlease.Keep], whose ctx ending
+// releases the lease). Close a claim whose work you give up: the item is
+// then free at once, not when the claim's lease would have lapsed.
+//
 // Errors: ctx's; [kvlease.ErrInvalidOption]; the lease's and keeper's
 // validation errors; [kvlease.ErrUnavailable]; once the queue's follows of
 // its buckets have ended, their error, for every Claim after

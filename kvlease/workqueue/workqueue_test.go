@@ -692,3 +692,52 @@ func TestCompleteTooLargeKeepsTheClaim(t *testing.T) {
 		t.Fatalf("the claim after Close: %v; want it released", err)
 	}
 }
+
+// A claim outlives the ctx of the Claim that made it (ctx bounds the wait
+// only), unlike kvlease.Keep's lease, which its ctx's end releases; Close
+// frees the item at once. The doc said neither (found by an outside client,
+// who expected a claim made under a cancelled ctx to have been released).
+func TestClaimOutlivesItsContext(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	q, err := workqueue.Open(t.Context(), js, st, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(t.Context(), "item-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	c, err := q.Claim(ctx, "w1", time.Second)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewed past its first deadline, with ctx long gone.
+	first := c.Lease().Deadline()
+	for deadline := time.Now().Add(10 * time.Second); !c.Lease().Deadline().After(first.Add(time.Second)); {
+		select {
+		case <-c.Done():
+			t.Fatalf("the claim ended with its Claim's ctx: %v", c.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the claim was not renewed after its Claim's ctx ended (renewals %d)", c.Stats().Renewals)
+		}
+	}
+	if err := c.Lease().Check(); err != nil {
+		t.Fatalf("the claim, renewed: %v", err)
+	}
+	// Given up: free at once for the next worker, not at the lease's lapse.
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	next, err := q.Claim(ctx, "w2", time.Second)
+	if err != nil || next.Item != "item-1" || next.Token() <= c.Token() {
+		t.Fatalf("claim after Close: %v, %v", next, err)
+	}
+	_ = next.Close(t.Context())
+}
