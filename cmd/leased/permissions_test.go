@@ -129,6 +129,19 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 	}
 	check("acquire --hold whose release is denied, after SIGTERM", cmd, stderr, time.Now(), 3*time.Second, `publish to "lease.v1.release"`)
 
+	// A grant that could not be written, whose release is denied, says
+	// both: it said "released", the lease held for its TTL.
+	if full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0); err == nil {
+		a := exec.Command(leasedBin, "acquire", "perm.unwritten", "--ttl", "30s", "-o", "json", "--url", as("norelease"))
+		var stderr bytes.Buffer
+		a.Stdout, a.Stderr = full, &stderr
+		_ = a.Run()
+		full.Close()
+		if s := stderr.String(); !strings.Contains(s, "writing the grant") || !strings.Contains(s, "stays held") || strings.Contains(s, "released perm.unwritten") {
+			t.Errorf("acquire > /dev/full whose release is denied: stderr %q; want writing the grant, and that it stays held", s)
+		}
+	}
+
 	cmd, stderr = hold("temp", "perm.temp")
 	start := time.Now()
 	reload(users(""))

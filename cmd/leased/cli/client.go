@@ -714,6 +714,9 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 // release denied after SIGTERM ended as "unavailable" after its timeout,
 // exit 1 (found by an outside client).
 func permissionCause(ctx context.Context, err error) error {
+	if errors.Is(err, ErrPermissionDenied) {
+		return err // says so already, with what it was doing
+	}
 	for _, cause := range []error{context.Cause(ctx), deniedCause(ctx)} {
 		if errors.Is(cause, ErrPermissionDenied) {
 			return cause

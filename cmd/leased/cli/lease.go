@@ -60,7 +60,12 @@ then releases it; if the lease is lost first it exits with code 5.`,
 					// that would fence a write with it.
 					rctx, cancel := cleanupContext(ctx, c.timeout)
 					defer cancel()
-					_ = l.Release(rctx)
+					if rerr := l.Release(rctx); rerr != nil {
+						// It said "released" whatever the release's outcome.
+						rerr = permissionCause(ctx, rerr)
+						return fmt.Errorf("writing the grant: %w; and releasing %s failed, so it stays held until its TTL lapses: %w",
+							err, args[0], rerr)
+					}
 					return fmt.Errorf("writing the grant: %w; released %s", err, args[0])
 				}
 				if !hold {
