@@ -20,7 +20,7 @@
 // [ErrLocked]: two servers on one store would each grant from their own copy
 // and hand out one fencing token twice. The lock is released by
 // [Server.Shutdown], and by the kernel when the process exits, however it
-// exits. Once locked, a server names itself in the directory's
+// exits. Once it runs, a server names itself in the directory's
 // [InstanceFile] ([Server.Instance]) and knows the name of the process
 // before it there ([Server.Predecessor]), which the lock says has stopped.
 //

@@ -280,7 +280,8 @@ type Server struct {
 
 // Start validates cfg, locks the data directory, starts the server and waits
 // until it accepts clients and JetStream is ready. Errors wrap [ErrConfig],
-// [ErrInsecure] or [ErrLocked], or say why the server did not start.
+// [ErrInsecure], [ErrLocked], [ErrStandaloneStore] or [ErrClusterStore],
+// or say why the server did not start.
 func Start(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -10,7 +10,8 @@ import (
 )
 
 // InstanceFile is the file in the data directory that names the process
-// using it ([Server.Instance]), written once the directory is locked.
+// using it ([Server.Instance]), written once its server runs (a start
+// that fails leaves the name before it there).
 const InstanceFile = "leased.instance"
 
 // succeed names this process in dir's instance file and returns the name
