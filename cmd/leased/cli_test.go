@@ -1027,6 +1027,7 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"ls", "--tls-cert", junk, "--tls-key", junk}, "--tls-cert/--tls-key"},
 		{nowhere, []string{"ls", "--creds", junk}, "--creds"},
 		{nowhere, []string{"ls", "--creds", noSeed}, "--creds"},
+		{nowhere, []string{"ls", "--creds", noSeed, "--user", "app"}, "--creds is a user's whole credential"},
 		{nowhere, []string{"ls", "a b"}, "invalid lease name"},
 		{nowhere, []string{"ls", "*"}, "invalid lease name"},
 		{nowhere, []string{"get", "a b"}, "invalid lease name"},

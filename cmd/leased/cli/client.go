@@ -74,6 +74,11 @@ func (n *natsFlags) options() ([]nats.Option, error) {
 		opts = append(opts, nats.CustomInboxPrefix(p))
 	}
 	if n.creds != "" {
+		if n.user != "" {
+			// Taken silently, the password with it unused, where --nkey
+			// with --user was refused (found by an outside client).
+			return nil, usageError{errors.New("--creds is a user's whole credential: not with --user (or LEASED_USER)")}
+		}
 		if err := checkOption("--creds", nats.UserCredentials(n.creds)); err != nil {
 			return nil, err
 		}
