@@ -276,7 +276,12 @@ func work(ctx context.Context, resume <-chan struct{}, out io.Writer, name, nats
 		// Done in PostgreSQL; now take the item off the queue. If this is
 		// refused (the claim lapsed meanwhile), the next claim of the item
 		// finds its row and only takes it off the queue.
-		switch err := cl.Complete(ctx, []byte(res)); {
+		// Complete may be called again after an error: an unanswered one
+		// (a cluster electing a leader) is tried again while ctx allows.
+		_, err = kvlease.RetryUnavailable(ctx, time.Second, nil, func() (struct{}, error) {
+			return struct{}{}, cl.Complete(ctx, []byte(res))
+		})
+		switch {
 		case err == nil:
 			say("dequeued %s %d", cl.Item, token)
 		case !errors.Is(err, kvlease.ErrExpired) && !errors.Is(err, fence.ErrStaleToken) && !errors.Is(err, workqueue.ErrDone):

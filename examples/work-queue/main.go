@@ -198,7 +198,12 @@ func (f *floor) work(ctx context.Context, name, natsURL string) error {
 			return nil
 		}
 		result := fmt.Sprintf("thumbs/%s-128.jpg", cl.Item)
-		switch err := cl.Complete(ctx, []byte(result)); {
+		// Complete may be called again after an error: an unanswered one
+		// (a cluster electing a leader) is tried again while ctx allows.
+		_, err = kvlease.RetryUnavailable(ctx, time.Second, nil, func() (struct{}, error) {
+			return struct{}{}, cl.Complete(ctx, []byte(result))
+		})
+		switch {
 		case err == nil:
 			done++
 			f.completed(name, cl.Item)
