@@ -80,7 +80,10 @@ func main() {
 // run starts a grantor service and two pausing holders, and returns once
 // the lease has had n leaders and been flagged as flapping.
 func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
-	ctx, cancel := context.WithCancel(ctx)
+	// Each tenure takes about 2 s (work, then a pause past the lease):
+	// without a bound, a server gone mid-run left it waiting for good
+	// (found by an outside client).
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(n)*5*time.Second)
 	defer cancel()
 	open := func(name string) (*nats.Conn, *kvlease.Store, error) {
 		nc, err := nats.Connect(natsURL, append(kvlease.ConnOptions(), nats.Name(name))...)
@@ -131,6 +134,9 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 			for ctx.Err() == nil {
 				lead, err := e.Campaign(ctx, name, leaseD)
 				if err != nil {
+					if ctx.Err() == nil {
+						say("%s: campaign: %v", name, err)
+					}
 					return
 				}
 				start := time.Now()
@@ -153,11 +159,11 @@ func run(ctx context.Context, w io.Writer, natsURL string, n int) error {
 			}
 		})
 	}
-	for range n {
+	for i := range n {
 		select {
 		case <-leads:
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("%d of %d leaders seen: %w", i, n, ctx.Err())
 		}
 	}
 	// The service saw the same changes on the bucket's stream.

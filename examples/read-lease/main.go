@@ -70,6 +70,10 @@ func (l *leader) read(ctx context.Context) (string, readlease.ServedFrom, error)
 }
 
 func run(ctx context.Context, w io.Writer, natsURL string) error {
+	// A server that never answers (one without JetStream) left it
+	// waiting for good (found by an outside client).
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	join := func(name string) (_ *leader, done func(), err error) {
 		nc, err := nats.Connect(natsURL, append(kvlease.ConnOptions(), nats.Name(name))...)
 		if err != nil {
