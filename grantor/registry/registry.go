@@ -72,6 +72,10 @@ type Registry struct {
 	watchers  map[chan Change]string               // subscriber → service ("" for all)
 
 	started bool // guarded by mu
+	// removed holds the tenures gossip's verdict ended, by lease name,
+	// until the bucket's watch delivers their end: the sweep does not
+	// revoke such a name again (it would end a new tenure of that name).
+	removed map[string]kvlease.Token // guarded by mu
 	watcher *kvlease.Watcher
 	done    chan struct{} // closed when following stops
 }
@@ -94,7 +98,9 @@ type Option func(*Registry) error
 // heartbeats only to members whose gossip Meta["role"] is "grantor"
 // (membership.Config.HeartbeatRole): give the grantor's node that role,
 // as `leased serve` does, or their suspicion stays 0 in its view (gossip's
-// dead and left verdicts still come).
+// dead and left verdicts still come). The registry reads g's Events;
+// what another reader takes is found within a second from g's member list
+// instead.
 func WithGossip(g Gossip, threshold float64) Option {
 	return func(r *Registry) error {
 		if g == nil {
@@ -130,6 +136,7 @@ func New(store *kvlease.Store, opts ...Option) (*Registry, error) {
 		store: store, log: slog.New(slog.DiscardHandler),
 		instances: map[string]map[string]kvlease.Record{},
 		watchers:  map[chan Change]string{},
+		removed:   map[string]kvlease.Token{},
 		done:      make(chan struct{}),
 	}
 	for _, opt := range opts {
@@ -204,6 +211,9 @@ func (r *Registry) follow() {
 			continue
 		}
 		r.mu.Lock()
+		if tok, ok := r.removed[ev.Name]; ok && (ev.Type.Ends() || rec.Token != tok) {
+			delete(r.removed, ev.Name)
+		}
 		byInst := r.instances[reg.Service]
 		ch := Change{Time: ev.Time}
 		switch {
@@ -252,10 +262,18 @@ func causeOf(ev kvlease.Event) string {
 	}
 }
 
+// sweepInterval is how often the registry looks for registrations of
+// nodes gossip lists as gone whose verdict it missed (see sweep).
+const sweepInterval = time.Second
+
 // reap removes the registrations of nodes gossip declares dead or that leave.
 func (r *Registry) reap() {
+	tick := time.NewTicker(sweepInterval)
+	defer tick.Stop()
 	for {
 		select {
+		case <-tick.C:
+			r.sweep()
 		case ev, ok := <-r.gossip.Events():
 			if !ok {
 				return
@@ -276,6 +294,45 @@ func (r *Registry) reap() {
 	}
 }
 
+// sweep removes the registrations of nodes that gossip lists as dead or
+// departed, as their verdict's event would have: the event can be missed.
+// It went to another reader of the node's Events (a program that logs
+// membership too); it came before the registration reached this registry
+// (one queued while Start waited, then handled before the bucket's
+// registrations were loaded); or its revocation failed (the bucket
+// unavailable longer than the attempt). Each left the registration listed
+// until its TTL. A node's last heartbeat bounds its verdict's time from
+// below: what was granted after it stays, as after an event.
+func (r *Registry) sweep() {
+	type verdict struct {
+		reason string
+		at     time.Time
+	}
+	gone := map[string]verdict{}
+	checked := map[string]bool{}
+	r.mu.Lock()
+	for _, byInst := range r.instances {
+		for _, rec := range byInst {
+			reg, _ := api.RegistrationOf(rec)
+			if checked[reg.Node] || reg.Node == "" || r.removed[rec.Name] == rec.Token {
+				continue
+			}
+			checked[reg.Node] = true
+			if m, ok := r.gossip.Member(reg.Node); ok && m.State.Gone() {
+				v := verdict{reasonDead, m.LastHeard}
+				if m.State == membership.StateLeft {
+					v.reason = reasonLeft
+				}
+				gone[reg.Node] = v
+			}
+		}
+	}
+	r.mu.Unlock()
+	for node, v := range gone {
+		r.removeNode(node, v.reason, v.at)
+	}
+}
+
 // removeNode revokes the registrations on node, which gossip says is gone
 // since at (reason says how). A registration granted after that is a new
 // process's, on a node of the same name (a restart with a fixed --node):
@@ -285,8 +342,9 @@ func (r *Registry) removeNode(node, reason string, at time.Time) {
 	var names []string
 	for _, byInst := range r.instances {
 		for _, rec := range byInst {
-			if reg, _ := api.RegistrationOf(rec); reg.Node == node && !rec.GrantedAt.After(at) {
+			if reg, _ := api.RegistrationOf(rec); reg.Node == node && !rec.GrantedAt.After(at) && r.removed[rec.Name] != rec.Token {
 				names = append(names, rec.Name)
+				r.removed[rec.Name] = rec.Token // before the revocation, whose end the watch may deliver first
 			}
 		}
 	}
@@ -303,6 +361,9 @@ func (r *Registry) removeNode(node, reason string, at time.Time) {
 			r.log.Info("removed registration of a node gossip says is gone", "lease", name, "node", node, "reason", reason+node)
 		case errors.Is(err, kvlease.ErrNotFound): // gone already, or another grantor node was first
 		default:
+			r.mu.Lock()
+			delete(r.removed, name) // the sweep tries again
+			r.mu.Unlock()
 			r.log.Warn("could not remove registration of a node gossip says is gone", "lease", name, "node", node, "err", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/leased/leased/grantor/registry"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/membership"
 	"github.com/leased/leased/membership/membershiptest"
 )
 
@@ -309,5 +310,62 @@ func TestRegistryRemovesRegistrationsOfANodeThatLeft(t *testing.T) {
 	}
 	if _, err := st.Get(ctx, r.LeaseName()); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Errorf("the registration after its node left: %v, want ErrNotFound", err)
+	}
+}
+
+// A node's death whose event the registry never reads (another reader of
+// the gossip node's Events took it: a program that logs membership too,
+// as the membership package shows; or it came before the registry had
+// loaded the registrations) still removes the node's registrations, long
+// before their TTL; one granted on that node name after its death (a
+// restart with a fixed node name) stays. They were listed until their TTL
+// (found by an outside client).
+func TestRegistryRemovesRegistrationsOfANodeWhoseDeathItsEventsMissed(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "grantor", "web-1")
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	old := api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:8080", Node: "web-1"}
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: old.LeaseName(), Holder: "web-1", Duration: time.Minute,
+		Attributes: old.Attributes()}); err != nil {
+		t.Fatal(err)
+	}
+	membershiptest.WaitHeard(t, nodes[0], "web-1") // alive after its registration
+	died := time.Now()
+	if err := nodes[1].Shutdown(); err != nil { // no Leave: to the others it just stops answering
+		t.Fatal(err)
+	}
+	// The program's own reader takes the verdict.
+	membershiptest.WaitFor(t, nodes[0], membershiptest.Timeout, membershiptest.Is(membership.EventDead, "web-1"))
+
+	reg, err := registry.New(st, registry.WithGossip(nodes[0], 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := reg.Watch(ctx, "web")
+	if err := reg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	if c := nextChange(t, changes, registry.ChangeRemoved); c.Cause != registry.CauseGossip || c.Instance.Instance != "i1" {
+		t.Fatalf("removed: %+v, want i1 with cause gossip", c)
+	}
+	t.Logf("removed %v after its node stopped (TTL 1m)", time.Since(died).Round(time.Millisecond))
+
+	// A new process on the same node name registers before it joins gossip
+	// again: its node is still listed dead, but its registration is newer.
+	again := api.Registration{Service: "web", Instance: "i2", Addr: "127.0.0.1:8081", Node: "web-1"}
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: again.LeaseName(), Holder: "web-1", Duration: time.Minute,
+		Attributes: again.Attributes()}); err != nil {
+		t.Fatal(err)
+	}
+	nextChange(t, changes, registry.ChangeAdded)
+	// The registry looks for missed verdicts every second: several looks.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got := reg.Discover(ctx, "web", 0); len(got) != 1 || got[0].Instance != "i2" {
+			t.Fatalf("discover: %+v, want i2, registered after its node's death", got)
+		}
+	}
+	if m, ok := nodes[0].Member("web-1"); !ok || !m.State.Gone() {
+		t.Fatalf("web-1 is %+v to the grantor, want it still listed gone", m)
 	}
 }
