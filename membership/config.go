@@ -22,7 +22,10 @@ const (
 	// awareness and suspicion multipliers lengthen detection while this
 	// node misses acks, so with few members, several that die together
 	// are declared dead 11–26 s later, or not before their registrations
-	// lapse (measured by an outside client). Detector floor: 100 ms.
+	// lapse (measured by an outside client). Detector floor: 100 ms. As in
+	// the other profiles, a member dead for a second gives its name to a
+	// node on another address (memberlist's DeadNodeReclaimTime, 0 in
+	// DefaultLANConfig).
 	ProfileLAN Profile = iota
 	// ProfileTest is for tests on 127.0.0.1: 100 ms probes, 50 ms probe
 	// timeout, 50 ms gossip, suspicion timeout 8 · max(1, log10 n) · 100 ms
@@ -68,7 +71,15 @@ func (p Profile) params() (profileParams, bool) {
 			minStdDev: 100 * time.Millisecond,
 			retention: 5 * time.Minute,
 			port:      DefaultPort,
-			tune:      func(*memberlist.Config) {}, // DefaultLANConfig as is
+			tune: func(c *memberlist.Config) {
+				// DefaultLANConfig's timing as is, but a dead member's name
+				// goes to a node on another address, as in the other
+				// profiles: memberlist's default never let it (a restarted
+				// `leased register --node NAME`, on a free port, was
+				// ignored as a conflict and listed dead until the old
+				// member was forgotten: 50 s; found by an outside client).
+				c.DeadNodeReclaimTime = time.Second
+			},
 		}, true
 	case ProfileTest:
 		return profileParams{

@@ -479,3 +479,41 @@ func TestHeartbeatRole(t *testing.T) {
 		t.Errorf("i2, which i1 sends no heartbeats, judges it: %+v", m)
 	}
 }
+
+// A node started again under its name on another address, once its old
+// self is dead (a supervisor's restart of `leased register --node NAME`,
+// whose gossip port is a free one), is that member again at once, with
+// the LAN profile too: memberlist kept the dead member's address and
+// ignored the new one as a conflict until it forgot the dead one, and the
+// restarted instance was listed dead, suspicion 1000000, for 50 s (found
+// by an outside client).
+func TestRestartOnAnotherAddressReclaimsADeadName(t *testing.T) {
+	lan := func(name string) membership.Config {
+		cfg := membership.DefaultConfig(name)
+		cfg.BindPort = 0
+		return cfg
+	}
+	nodes := membershiptest.Start(t, lan("a"), lan("b"))
+	oldAddr := nodes[1].Addr()
+	if err := nodes[1].Shutdown(); err != nil { // no Leave: to a it just stops answering
+		t.Fatal(err)
+	}
+	dead, _ := membershiptest.WaitFor(t, nodes[0], 30*time.Second, membershiptest.Is(membership.EventDead, "b"))
+	// A name is reclaimed once its member has been dead for a second.
+	time.Sleep(time.Until(dead.Time.Add(1100 * time.Millisecond)))
+	again, err := membership.Start(lan("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = again.Shutdown() })
+	if again.Addr() == oldAddr {
+		t.Fatalf("restarted on the old address %s", oldAddr)
+	}
+	if _, err := again.Join([]string{nodes[0].Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	membershiptest.WaitFor(t, nodes[0], 5*time.Second, membershiptest.Is(membership.EventJoin, "b"))
+	if m, _ := nodes[0].Member("b"); m.State.Gone() || m.Addr != again.Addr() {
+		t.Errorf("b after its restart: %+v, want alive at %s", m, again.Addr())
+	}
+}
