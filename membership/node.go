@@ -134,7 +134,11 @@ func (n *Node) Join(seeds []string) (int, error) {
 // own, so when the seeds restart (a grantor that is the only one: to the
 // others, a dead member that never comes back) the members that joined
 // through them went on without them for good, and their deaths reached
-// no grantor (found by an outside client). Seeds given by host name are
+// no grantor (found by an outside client). A suspect seed counts as not
+// live: one that restarted on its address before the members declared it
+// dead answers their probes but knows none of them, and sends them no
+// heartbeats (it heard of its members only at memberlist's next
+// push-pull, 30 s with the LAN profile). Seeds given by host name are
 // compared by the addresses it resolves to. A Join in progress when
 // Shutdown or Leave is called delays it, at most the profile's TCP timeout
 // per unreachable seed.
@@ -179,11 +183,11 @@ func (n *Node) KeepJoined(seeds []string, every time.Duration) {
 }
 
 // seedLive reports whether one of seeds is the address of a member other
-// than this node that is alive or suspect.
+// than this node that is alive and not suspect.
 func (n *Node) seedLive(seeds []string) bool {
 	live := map[string]bool{}
 	for _, m := range n.Members() {
-		if m.Name != n.cfg.Name && (m.State == StateAlive || m.State == StateSuspect) {
+		if m.Name != n.cfg.Name && m.State == StateAlive {
 			live[m.Addr] = true
 		}
 	}

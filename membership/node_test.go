@@ -437,6 +437,42 @@ func TestKeepJoinedRejoinsARestartedSeed(t *testing.T) {
 	membershiptest.WaitFor(t, again, wait, membershiptest.Is(membership.EventJoin, "member"))
 }
 
+// A seed that restarts on its address before its members declare it dead
+// (a lone grantor under a supervisor) knows none of them, and to them it
+// never left: it answers their probes. But its heartbeats stopped, so it
+// turns suspect, and KeepJoined joins it again: it hears of its members
+// within seconds, not at memberlist's next push-pull (30 s with the LAN
+// profile: an outside client's restarted grantor learnt of its instance
+// after 42 s, and gossip removed no registration meanwhile).
+func TestKeepJoinedRejoinsASeedThatRestartedUnnoticed(t *testing.T) {
+	lan := func(name, role, hbRole string) membership.Config {
+		c := membership.DefaultConfig(name)
+		c.BindPort = 0
+		c.Meta, c.HeartbeatRole = map[string]string{"role": role}, hbRole
+		return c
+	}
+	nodes := membershiptest.Start(t, lan("seed", "grantor", ""), lan("member", "instance", "grantor"))
+	seedAddr := nodes[0].Addr()
+	_, port, _ := net.SplitHostPort(seedAddr)
+	nodes[1].KeepJoined([]string{seedAddr}, 100*time.Millisecond)
+	if err := nodes[0].Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := lan("seed", "grantor", "")
+	cfg.BindPort = mustAtoi(t, port)
+	again, err := membership.Start(cfg) // the same name and address, at once, joining no one
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = again.Shutdown() })
+	restarted := time.Now()
+	membershiptest.WaitFor(t, again, wait, membershiptest.Is(membership.EventJoin, "member"))
+	t.Logf("the restarted seed knew its member after %v", time.Since(restarted).Round(time.Millisecond))
+	if m, _ := nodes[1].Member("seed"); m.State.Gone() {
+		t.Fatalf("the member took the seed for gone (%+v): it noticed the restart", m)
+	}
+}
+
 func mustAtoi(t *testing.T, s string) int {
 	t.Helper()
 	n, err := strconv.Atoi(s)
