@@ -1077,6 +1077,13 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		// client).
 		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-listen", "127.0.0.1:0"}, "--gossip-listen needs --gossip-seeds"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--node", "n1"}, "--node names this instance's gossip member"},
+		// A gossip member name too long, the default one of a long
+		// instance name included, names --node (it said "invalid config:
+		// node name is 130 bytes", once connected; an outside client).
+		{nowhere, []string{"register", "web", strings.Repeat("y", 120), "--addr", "10.0.0.7:80", "--gossip-seeds", "127.0.0.1:1"}, "give a shorter --node"},
+		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-seeds", "127.0.0.1:1", "--node", strings.Repeat("n", 129)}, "give a shorter --node"},
+		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--name", strings.Repeat("g", 129)},
+			"(the gossip member name"},
 		// The URL's user was used and --user ignored (found by an outside
 		// client).
 		{"nats://operator:s3cret@127.0.0.1:1", []string{"ls", "--user", "app"}, "carries credentials, and so do --user"},

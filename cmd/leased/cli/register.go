@@ -254,6 +254,13 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				if node == "" {
 					node = args[0] + "-" + args[1] + "-" + strconv.Itoa(os.Getpid())
 				}
+				if err := membership.DefaultConfig(node).Validate(); err != nil {
+					// A long instance name made the default too long, which
+					// said "invalid config: node name is 130 bytes", once
+					// connected, and named no flag (found by an outside
+					// client).
+					return usageError{fmt.Errorf("--node %q (gossip member name; default SERVICE-INSTANCE-PID): %w: give a shorter --node", node, err)}
+				}
 				if err := g.check(); err != nil {
 					return err
 				}

@@ -28,6 +28,7 @@ import (
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/registry"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/membership"
 )
 
 type serveFlags struct {
@@ -312,6 +313,13 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	if f.gossip.enabled() && (!(f.threshold > 0) || math.IsInf(f.threshold, 1)) { // before anything starts; NaN too
 		return usageError{fmt.Errorf("--suspicion-threshold %v: want a positive, finite number", f.threshold)}
+	}
+	if f.gossip.enabled() {
+		if err := membership.DefaultConfig(gossipName(f)).Validate(); err != nil {
+			// It was found once the bucket was made, naming no flag (an
+			// outside client).
+			return usageError{fmt.Errorf("--name %q (the gossip member name; default the host name): %w", gossipName(f), err)}
+		}
 	}
 	if _, err := f.natsFlags.options(); err != nil { // before the embedded server starts
 		return err
