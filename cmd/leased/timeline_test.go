@@ -221,6 +221,18 @@ func (c *changes) wait(t *testing.T, name, typ string) {
 	}
 }
 
+// timelineURL is the URL of the timeline page a serve logs once it
+// listens (--http-listen).
+func timelineURL(t *testing.T, logs *lines, within time.Duration) string {
+	t.Helper()
+	line := logs.wait(t, within, func(l string) bool { return strings.Contains(l, `"msg":"http listening"`) })
+	var listening struct{ URL string }
+	if err := json.Unmarshal([]byte(line), &listening); err != nil || listening.URL == "" {
+		t.Fatalf("http listening line %q: %v", line, err)
+	}
+	return listening.URL
+}
+
 // The timeline page in a real headless Chromium, served by a real `leased
 // serve --http-listen`: a scenario with known tenures (two holders
 // alternating, a revocation, an expiry by TTL, a flapping lease, a holder
@@ -231,11 +243,7 @@ func TestTimelineInBrowser(t *testing.T) {
 	ctx := browser(t)
 	watch := watchPage(t, ctx)
 	s := startServe(t, "", "--http-listen", "127.0.0.1:0", "--jaeger-ui", "http://jaeger.example:16686/")
-	line := s.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"http listening"`) })
-	var listening struct{ Addr, URL string }
-	if err := json.Unmarshal([]byte(line), &listening); err != nil || listening.URL == "" {
-		t.Fatalf("http listening line %q: %v", line, err)
-	}
+	pageURL := timelineURL(t, s.logs, 10*time.Second)
 
 	nc := kvleasetest.Connect(t, s.url)
 	cl, err := client.New(nc)
@@ -309,7 +317,7 @@ func TestTimelineInBrowser(t *testing.T) {
 	t.Logf("scenario recorded in %v", time.Since(start).Round(time.Millisecond))
 
 	loaded := time.Now()
-	if err := chromedp.Do(ctx, chromedp.Navigate(listening.URL)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL)); err != nil {
 		t.Fatal(err)
 	}
 	lanes := waitLanes(t, ctx, "the scenario", `lanes.length >= 5 && lane('tl.alt').bars.length === 3 && lane('tl.flap').bars.length === 6 && lane('tl.unk').bars.length === 2`)
@@ -441,7 +449,7 @@ func TestTimelineInBrowser(t *testing.T) {
 	}
 
 	// The prefix filter: one lane.
-	if err := chromedp.Do(ctx, chromedp.Navigate(listening.URL+"?prefix=tl.f&since=1h")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL+"?prefix=tl.f&since=1h")); err != nil {
 		t.Fatal(err)
 	}
 	lanes = waitLanes(t, ctx, "the lanes of prefix tl.f", `lanes.length >= 1`)
@@ -460,11 +468,7 @@ func TestTimelineInBrowserEndLostBeforeLaterTenure(t *testing.T) {
 	ctx := browser(t)
 	watch := watchPage(t, ctx)
 	s := startServe(t, "", "--http-listen", "127.0.0.1:0")
-	line := s.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"http listening"`) })
-	var listening struct{ URL string }
-	if err := json.Unmarshal([]byte(line), &listening); err != nil || listening.URL == "" {
-		t.Fatalf("http listening line %q: %v", line, err)
-	}
+	pageURL := timelineURL(t, s.logs, 10*time.Second)
 	nc := kvleasetest.Connect(t, s.url)
 	cl, err := client.New(nc)
 	if err != nil {
@@ -485,7 +489,7 @@ func TestTimelineInBrowserEndLostBeforeLaterTenure(t *testing.T) {
 	}
 	seen.wait(t, "lost.x", "granted")
 
-	if err := chromedp.Do(ctx, chromedp.Navigate(listening.URL+"?prefix=lost."), chromedp.Evaluate[chromedp.Void](`window.__sameDocument = true`)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL+"?prefix=lost."), chromedp.Evaluate[chromedp.Void](`window.__sameDocument = true`)); err != nil {
 		t.Fatal(err)
 	}
 	lanes := waitLanes(t, ctx, "both tenures", `lane('lost.x').bars.length === 2`)
@@ -580,15 +584,11 @@ func TestServeTimelineFromAnyNode(t *testing.T) {
 	first.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "observing the lease bucket") })
 	logs := serveOn(t, first.url)
 	logs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
-	var listening struct{ URL string }
-	line := logs.wait(t, time.Second, func(l string) bool { return strings.Contains(l, `"msg":"http listening"`) })
-	if err := json.Unmarshal([]byte(line), &listening); err != nil {
-		t.Fatal(err)
-	}
+	pageURL := timelineURL(t, logs, time.Second)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, listening.URL+"events?prefix=any.", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, pageURL+"events?prefix=any.", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
