@@ -180,8 +180,8 @@ func TestRegisterWithGossipPortTakenIsNeverGranted(t *testing.T) {
 	defer taken.Close()
 	r := leased(t, s.url, "register", "web", "b1", "--addr", "127.0.0.1:8080", "--ttl", "30s",
 		"--gossip-seeds", gossip, "--gossip-listen", taken.Addr().String(), "--gossip-profile", "fast")
-	if r.code == 0 || !strings.Contains(r.stderr, "address already in use") {
-		t.Fatalf("register on a taken gossip port: exit %d %s, want a failure naming the port", r.code, r.stderr)
+	if r.code == 0 || !strings.Contains(r.stderr, "address already in use") || !strings.Contains(r.stderr, "--gossip-listen "+taken.Addr().String()) {
+		t.Fatalf("register on a taken gossip port: exit %d %s, want a failure naming --gossip-listen and the port", r.code, r.stderr)
 	}
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, s.url))
 	stream, err := js.Stream(t.Context(), "KV_leases")

@@ -185,7 +185,13 @@ func (g *gossipFlags) bind(name string, meta map[string]string, log *slog.Logger
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{err}
 	}
-	return membership.Start(cfg)
+	node, err := membership.Start(cfg)
+	if err != nil && g.listen != "" {
+		// "could not set up network transport", naming no flag (found by
+		// an outside client).
+		return nil, fmt.Errorf("--gossip-listen %s: %w", g.listen, err)
+	}
+	return node, err
 }
 
 // join joins node, started by bind, to the seeds and keeps it joined; it
