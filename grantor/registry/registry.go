@@ -86,6 +86,10 @@ var _ grantor.Extension = (*Registry)(nil)
 // refuse a value.
 var ErrOption = errors.New("registry: invalid option")
 
+// ErrStarted: Start was called again. A registry starts once; make a new
+// one with [New] to start again.
+var ErrStarted = errors.New("registry: a registry starts once (make a new one)")
+
 // Option configures [New]. An option returns an error for a value it
 // cannot use.
 type Option func(*Registry) error
@@ -160,7 +164,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.started = true
 	r.mu.Unlock()
 	if started {
-		return errors.New("registry: already started")
+		return ErrStarted
 	}
 	// As the service's own watch: it lives until stopped, and ctx bounds
 	// the retries while JetStream is unavailable (a node that has just

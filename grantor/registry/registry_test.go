@@ -123,6 +123,9 @@ func serve(t *testing.T) (*kvlease.Store, *nats.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Stop)
+	if err := reg.Start(t.Context()); !errors.Is(err, registry.ErrStarted) {
+		t.Fatalf("a second Start: %v, want ErrStarted", err)
+	}
 	return st, kvleasetest.Connect(t, srv.ClientURL())
 }
 
