@@ -959,6 +959,17 @@ func (s *Store) renew(ctx context.Context, req RenewRequest, span trace.Span) (r
 		rev, err = s.write(w)
 		return err
 	})
+	if stale := (*StaleRevisionError)(nil); errors.As(err, &stale) {
+		// Refused for a newer revision of the tenure, learned of only now:
+		// if the revision named has expired by now, that newer one may be
+		// an earlier attempt that reached the server as it expired, which
+		// the marker rolls up, as below. Answered with it, the Store's
+		// retry and the holder's Lease.Renew renew it, and that renewal,
+		// acknowledged in time for the newer revision, is lost with it.
+		if lerr := tooLate(); lerr != nil {
+			return Record{}, fmt.Errorf("%w (the tenure's revision %d was learned of only then)", lerr, stale.Revision)
+		}
+	}
 	if err != nil {
 		return Record{}, err
 	}

@@ -980,3 +980,38 @@ func TestGrantRefusesTheGrantorsOwnNames(t *testing.T) {
 		t.Fatalf("the grantor's own grant: %v", err)
 	}
 }
+
+// A renewal whose compare-and-set is refused for a newer revision of its
+// tenure only as the revision it names expires is refused as too late, as
+// its acknowledgement would have been (TestRenewAcknowledgedAtExpiryRefused),
+// not answered with that newer revision (StaleRevisionError), which the
+// Store's own retry and a holder's Lease.Renew then renew: the newer
+// revision may be an unanswered earlier attempt that reached the server
+// only as the old revision expired, which the expiry marker rolls up.
+func TestRenewRefusedForANewerRevisionAtExpiryIsTooLate(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+	other := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithGrantorMargin(0))
+	ctx := t.Context()
+	var renewing atomic.Bool
+	var granted time.Time
+	kvlease.SetSendHook(st, func(bool, []string) {
+		if renewing.Load() {
+			time.Sleep(time.Until(granted.Add(950 * time.Millisecond)))
+		}
+	})
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "held-up", Holder: "h", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted = time.Now()
+	// The tenure renewed elsewhere (as an attempt whose answer was lost
+	// would have been), in time.
+	if _, err := other.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	renewing.Store(true)
+	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision})
+	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "too late to renew") {
+		t.Fatalf("renewal refused for a newer revision 50 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
+	}
+}
