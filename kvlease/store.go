@@ -981,8 +981,11 @@ func (s *Store) renew(ctx context.Context, req RenewRequest, span trace.Span) (r
 		// up, acknowledged and lost (the fault suite: a grant to another
 		// holder 0.5 s after such an ack). Not a renewal: the caller
 		// acquires anew, as after any loss; what this write left, if it
-		// stands, lapses by its TTL.
-		s.cache.unsure(req.Name)
+		// stands, lapses by its TTL. The cache keeps its bound on the old
+		// revision's expiry (from when the write that made it was sent):
+		// forgotten, a retry naming that revision was measured against
+		// the record's StoredAt (the ack's arrival), later by the round
+		// trip and sureUntil's 1%, and went out.
 		return Record{}, fmt.Errorf("%w (the renewal was acknowledged only then, revision %d)", err, rev)
 	}
 	rec = cur

@@ -1015,3 +1015,38 @@ func TestRenewRefusedForANewerRevisionAtExpiryIsTooLate(t *testing.T) {
 		t.Fatalf("renewal refused for a newer revision 50 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
 	}
 }
+
+// Once a renewal was refused as acknowledged too late, a retry naming the
+// same revision is refused too late as well: the store keeps the bound it
+// had on the revision's expiry (from the time its own write was sent), not
+// the later one its record's StoredAt gives (the ack's arrival: later by
+// the round trip, and the 1% sureUntil keeps for the clocks). It forgot
+// the first (unsure), and a retry just after the refusal went out, was
+// refused for the refused write's revision (StaleRevisionError), which the
+// holder then renews: the hazard the refusal was for.
+func TestRenewRetriedAfterATooLateAckIsTooLate(t *testing.T) {
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+	ctx := t.Context()
+	const d = 9 * time.Second // the 1% sureUntil keeps is 90 ms
+	var renewing atomic.Bool
+	var granted time.Time
+	kvlease.SetSendHook(st, func(bool, []string) {
+		if renewing.CompareAndSwap(true, false) {
+			time.Sleep(time.Until(granted.Add(d - 150*time.Millisecond)))
+		}
+	})
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "held-up", Holder: "h", Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted = time.Now()
+	renewing.Store(true)
+	req := kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision}
+	if _, err := st.Renew(ctx, req); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("renewal acknowledged 150 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
+	}
+	_, err = st.Renew(ctx, req)
+	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "too late to renew") {
+		t.Fatalf("renewal retried after one refused as too late: %v, want ErrNotFound (too late to renew)", err)
+	}
+}
