@@ -97,6 +97,10 @@ type tombstone struct {
 	// secretHash is the ended tenure's (hdrSecretHash), kept to check a
 	// claim against; a grant does not carry it (see addTo).
 	secretHash string
+	// overdue: not stored, but the end of a record a read found the
+	// server had kept past its TTL (overdueTombstone): at rev is that
+	// record, not an end.
+	overdue bool
 }
 
 // tombstoneOf is the tombstone stored at rev and at with headers h.
@@ -668,6 +672,32 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (rec Record, err er
 				return s.heldAnswer(req, cur)
 			}
 			confirmed, expect = true, cur.Revision
+			_, ended = s.cache.lastGone(req.Name)
+			continue
+		}
+		if ended != nil && ended.rev == expect && ended.overdue {
+			// At expect is a record the server kept past its TTL, taken as
+			// lapsed: live on the server, not an end. Its expiry marker
+			// may yet come (a stream's new leader expires what it kept as
+			// it gets to it), and the marker rolls up the subject, with it
+			// a grant written over the record, acknowledged: the long
+			// cluster fault run saw one lost so, and another holder
+			// granted the lease 40 ms later. So the record is ended first,
+			// on its own: once that end is acknowledged, the stream leader
+			// has dropped the record, and no marker for it follows; one
+			// already on its way is ordered before the grant.
+			if _, err := s.EndOverdue(ctx, req.Name); err != nil {
+				return Record{}, err
+			}
+			cur, live, err := s.lastAtLeast(ctx, req.Name, expect, 0)
+			switch {
+			case err != nil:
+				return Record{}, err
+			case live:
+				return s.heldAnswer(req, cur)
+			}
+			changed++
+			expect = cur.Revision
 			_, ended = s.cache.lastGone(req.Name)
 			continue
 		}
@@ -1658,7 +1688,9 @@ func overdueTombstone(rec Record) *tombstone {
 	h := nats.Header{}
 	h.Set(hdrOp, opExpire)
 	setEnd(h, rec, overdueReason)
-	return tombstoneOf(rec.Revision, rec.ExpiresAt(), h)
+	t := tombstoneOf(rec.Revision, rec.ExpiresAt(), h)
+	t.overdue = true
+	return t
 }
 
 // setEnd sets in h the headers of an end that say which tenure, cur,
