@@ -19,6 +19,7 @@
   const LANE_H = 28;
   const BAR_H = 16;
   const MIN_SPAN = 5000; // ms: the narrowest window drawn
+  const MIN_BAR_W = 2; // px: the narrowest bar drawn
 
   const tenures = new Map(); // key → tenure
   let offset = 0; // the server's clock less the browser's, ms
@@ -28,6 +29,11 @@
   let pinned = null; // key of the tenure whose details stay shown
   let shown = null; // key of the tenure whose details are shown
   let scheduled = false;
+  // The clusters of the last drawing (key → cluster): in a lane with more
+  // tenures than it has room for, a run of tenures too short to draw one
+  // by one is drawn as one (render).
+  let clusters = new Map();
+  let clusterOf = new Map(); // key of a clustered tenure → its cluster's key
 
   const $ = (id) => document.getElementById(id);
   $('prefix').value = prefix;
@@ -254,6 +260,14 @@
     }
     el('line', { x1: x(now), y1: AXIS_H - 6, x2: x(now), y2: height, class: 'now' }, axis);
 
+    const before = clusters;
+    clusters = new Map();
+    clusterOf = new Map();
+    const defs = el('defs', {}, svg);
+    const hatch = el('pattern', { id: 'cluster-fill', width: 6, height: 6, patternUnits: 'userSpaceOnUse',
+      patternTransform: 'rotate(45)' }, defs);
+    el('rect', { class: 'cluster-bg', width: 6, height: 6 }, hatch);
+    el('line', { class: 'cluster-stripe', x1: 1.5, y1: 0, x2: 1.5, y2: 6 }, hatch);
     names.forEach((name, i) => {
       const ts = lanes.get(name);
       const flapping = ts.some((t) => t.flapping);
@@ -266,11 +280,13 @@
       if (flapping) text(lane, { class: 'flap-badge', x: LABEL_W - 8, y: mid + 4, 'text-anchor': 'end' }, 'FLAPPING');
       el('rect', { class: 'track', x: LABEL_W, y: mid - BAR_H / 2, width: plotW, height: BAR_H }, lane);
       const ends = []; // drawn over every bar: an end where the next tenure begins stays visible
-      for (const t of ts) {
+      for (const run of runs(ts, ts.length * MIN_BAR_W > plotW, x, t0, now, drawFrom)) {
+        if (run.length > 1) {
+          ends.push(drawCluster(lane, name, run, mid));
+          continue;
+        }
+        const { t, x0, w } = run[0];
         const cause = causeOf(t) || 'live';
-        const x0 = x(Math.max(drawFrom.get(t.key), t0));
-        const x1 = x(endOf(t) !== null ? endOf(t) : now);
-        const w = Math.max(2, x1 - x0);
         const g = el('g', { class: 'bar' + (t.key === pinned ? ' pinned' : '') + (t.from === null ? ' begin-unknown' : ''),
           'data-key': t.key, 'data-holder': t.holder, 'data-token': t.token, 'data-ended-by': cause,
           tabindex: 0, role: 'button', 'aria-label': summary(t, now) }, lane);
@@ -283,23 +299,125 @@
       const marks = el('g', { class: 'ends' }, lane);
       for (const [cause, at] of ends) endMark(marks, cause, at, mid);
     });
-    const focused = document.activeElement instanceof Element && document.activeElement.closest('#timeline .bar');
+    const focused = document.activeElement instanceof Element && document.activeElement.closest('#timeline .bar, #timeline .cluster');
     chart.replaceChildren(svg);
+    pinned = regrouped(pinned, before);
+    shown = regrouped(shown, before);
     if (focused) { // keep the keyboard's place across redraws
-      for (const g of svg.querySelectorAll('.bar')) {
-        if (g.dataset.key === focused.dataset.key) g.focus({ preventScroll: true });
+      const key = regrouped(focused.dataset.key, before);
+      for (const g of svg.querySelectorAll('.bar, .cluster')) {
+        if (g.dataset.key === key) g.focus({ preventScroll: true });
       }
     }
     $('empty').hidden = names.length > 0;
     const n = [...lanes.values()].reduce((a, ts) => a + ts.length, 0);
     status('live · ' + names.length + (names.length === 1 ? ' lease, ' : ' leases, ') + n + (n === 1 ? ' tenure' : ' tenures'));
-    if (shown !== null) details(tenures.get(shown));
+    if (shown !== null) details(find(shown));
+  }
+
+  // runs are the lane's tenures as drawn, in order ({t, from, x0, w}
+  // each, w MIN_BAR_W at least): each alone, but in a dense lane (coalesce:
+  // more tenures than room to draw them MIN_BAR_W wide)
+  // a run of tenures too short to draw (narrower than MIN_BAR_W), each
+  // less than a pixel after the one before, is one cluster, counted, not
+  // drawn tenure by tenure: a lane has at most an element or two per
+  // pixel of the plot, however many tenures it had.
+  function runs(ts, coalesce, x, t0, now, drawFrom) {
+    const out = [];
+    let open = null; // the run the next narrow tenure may join
+    let openEnd = 0; // its right edge
+    for (const t of ts) {
+      const from = Math.max(drawFrom.get(t.key), t0);
+      const x0 = x(from);
+      const raw = x(endOf(t) !== null ? endOf(t) : now) - x0;
+      const item = { t, from, x0, w: Math.max(MIN_BAR_W, raw) };
+      const narrow = coalesce && raw < MIN_BAR_W;
+      if (narrow && open && x0 < openEnd + 1) {
+        open.push(item);
+        openEnd = Math.max(openEnd, x0 + item.w);
+      } else {
+        const run = [item];
+        out.push(run);
+        open = narrow ? run : null;
+        openEnd = x0 + item.w;
+      }
+    }
+    return out;
+  }
+
+  // A cluster's key: its first tenure's, marked (no lease name begins with NUL).
+  function clusterKey(t) { return '\u0000cluster\u0000' + t.key; }
+
+  function drawCluster(lane, name, run, mid) {
+    const ts = run.map((r) => r.t);
+    const last = ts[ts.length - 1];
+    const c = { cluster: true, key: clusterKey(ts[0]), name, tenures: ts, from: run[0].from };
+    clusters.set(c.key, c);
+    for (const t of ts) clusterOf.set(t.key, c.key);
+    const x0 = run[0].x0;
+    let x1 = x0;
+    for (const r of run) x1 = Math.max(x1, r.x0 + r.w);
+    const holders = new Set(ts.map((t) => t.holder));
+    const g = el('g', { class: 'cluster', 'data-key': c.key, 'data-count': ts.length, tabindex: 0, role: 'button',
+      'aria-label': clusterSummary(c) }, lane);
+    title(g, clusterSummary(c));
+    el('rect', { class: 'cluster-body', x: x0, y: mid - BAR_H / 2, width: x1 - x0, height: BAR_H, rx: 2,
+      fill: holders.size === 1 ? colour(last.holder) : 'url(#cluster-fill)' }, g);
+    const label = ts.length + ' tenures';
+    if (x1 - x0 - 8 >= label.length * 6.6) text(g, { class: 'cluster-label', x: x0 + 4, y: mid + 4 }, label);
+    return [causeOf(last) || 'live', x1];
+  }
+
+  // counts is "a ×3, b ×2" of the values, the most frequent first, the
+  // first few.
+  function counts(values, none) {
+    const n = new Map();
+    for (const v of values) n.set(v, (n.get(v) || 0) + 1);
+    const sorted = [...n].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+    const shown = sorted.slice(0, 4).map(([v, k]) => (v || none) + ' \u00d7' + k);
+    if (sorted.length > 4) shown.push('and ' + (sorted.length - 4) + ' more');
+    return shown.join(', ');
+  }
+  function clusterSummary(c) {
+    return c.name + ': ' + c.tenures.length + ' tenures too short to draw one by one (narrow the window to see each), held by ' +
+      counts(c.tenures.map((t) => t.holder), '(holder unknown)') + '; ended ' + counts(c.tenures.map((t) => causeOf(t) || 'live'));
+  }
+
+  // find is the tenure or cluster of the last drawing key names.
+  function find(key) { return tenures.get(key) || clusters.get(key); }
+
+  // regrouped is the key of what shows now a tenure or cluster key of the
+  // drawing before showed: a cluster regroups as tenures slide out of the
+  // window and new ones come; it is followed by its first tenure still
+  // here.
+  function regrouped(key, before) {
+    if (key === null || !before.has(key) || clusters.has(key)) return key;
+    for (const t of before.get(key).tenures) {
+      if (tenures.has(t.key)) return clusterOf.get(t.key) || t.key;
+    }
+    return key;
+  }
+
+  // How long the redraws take (the browser test of many tenures reads
+  // it): their count, and the durations of the last ones, in ms.
+  const stats = { renders: 0, recentMS: [] };
+  window.timelineStats = stats;
+  function redraw() {
+    if (!caughtUp) {
+      scheduled = false;
+      return;
+    }
+    const began = performance.now();
+    render();
+    stats.renders++;
+    stats.recentMS.push(performance.now() - began);
+    if (stats.recentMS.length > 100) stats.recentMS.shift();
   }
 
   function schedule() {
     if (!scheduled) {
       scheduled = true;
-      requestAnimationFrame(render);
+      requestAnimationFrame(redraw);
     }
   }
 
@@ -323,6 +441,22 @@
       if (value instanceof Node) dd.appendChild(value); else dd.textContent = value;
       list.append(dt, dd);
     };
+    for (const g of document.querySelectorAll('#timeline .bar, #timeline .cluster')) {
+      g.classList.toggle('pinned', g.dataset.key === pinned);
+    }
+    if (t.cluster) {
+      const first = t.tenures[0];
+      const last = t.tenures[t.tenures.length - 1];
+      row('lease', 'Lease', t.name);
+      row('tenures', 'Tenures', t.tenures.length + ', too short to draw one by one: narrow the window (since) to see each');
+      row('from', 'From', stamp(first.from !== null ? first.from : t.from));
+      row('to', 'To', endOf(last) !== null ? stamp(endOf(last)) : 'now (live)');
+      row('holder', 'Holders', counts(t.tenures.map((x) => x.holder), '(unknown)'));
+      row('ended-by', 'Ended by', counts(t.tenures.map((x) => causeOf(x) || 'live')));
+      if (t.tenures.some((x) => x.flapping)) row('flapping', 'Flapping', 'yes: granted anew more often than the threshold allows');
+      box.hidden = false;
+      return;
+    }
     const now = serverNow();
     row('lease', 'Lease', t.name);
     row('holder', 'Holder', t.holder || '(unknown)');
@@ -350,14 +484,11 @@
       }
     }
     box.hidden = false;
-    for (const g of document.querySelectorAll('#timeline .bar')) {
-      g.classList.toggle('pinned', g.dataset.key === pinned);
-    }
   }
 
   function barOf(ev) {
-    const g = ev.target instanceof Element ? ev.target.closest('.bar') : null;
-    return g ? tenures.get(g.dataset.key) : null;
+    const g = ev.target instanceof Element ? ev.target.closest('.bar, .cluster') : null;
+    return g ? find(g.dataset.key) : null;
   }
   const chart = $('chart');
   chart.addEventListener('mouseover', (ev) => {
