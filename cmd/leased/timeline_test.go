@@ -20,6 +20,7 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -621,12 +622,13 @@ func TestServeTimelineFromAnyNode(t *testing.T) {
 // an outside client: with 13k tenures, a lease flapping 4 times a second
 // for the default hour, the page rebuilt its whole SVG every second and
 // each rebuild took 0.8-1.3 s, the browser busy all the time). 20,000
-// tenures in four lanes, in bursts too dense to draw one by one, and a
-// lane of three long tenures: after the first drawing, the page's
-// redraws (measured by the page, window.timelineStats) stay short, the
-// long tasks Chromium reports are logged, the dense lanes account for
-// every tenure, the sparse one is drawn bar by bar, and clicks still show
-// details.
+// tenures: two lanes of 5,000 in bursts too dense to draw one by one, a
+// thousand lanes of ten, and a lane of three long tenures. After the
+// first drawing, the page's redraws (measured by the page,
+// window.timelineStats) stay short and make no long tasks of half a
+// second; the dense lanes account for every tenure, a burst a cluster;
+// the others are drawn bar by bar, those scrolled to as well; clicks still
+// show details.
 func TestTimelineInBrowserManyTenures(t *testing.T) {
 	ctx := browser(t)
 	watch := watchPage(t, ctx)
@@ -636,77 +638,84 @@ func TestTimelineInBrowserManyTenures(t *testing.T) {
 	js := kvleasetest.JetStream(t, nc)
 
 	const (
-		lanes    = 4
-		bursts   = 5
-		perBurst = 1000
-		spacing  = 500 * time.Millisecond // a tenure every 0.5 s, held 0.3 s: flapping
-		gap      = 2 * time.Minute        // between bursts: drawn as a gap
+		denseLanes = 2
+		bursts     = 5
+		perBurst   = 1000
+		spacing    = 500 * time.Millisecond // a tenure every 0.5 s, held 0.3 s: flapping
+		gap        = 2 * time.Minute        // between bursts: drawn as a gap
+		lanes      = 1000                   // of ten tenures each, 4 min long
+		perLane    = 10
 	)
+	holders := []string{"h1", "h2", "h3"}
 	causes := []string{history.EndReleased, history.EndReleased, history.EndExpired, history.EndRevoked}
 	begin := time.Now().Add(-52 * time.Minute)
 	var pending []jetstream.PubAckFuture
+	flush := func() {
+		t.Helper()
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(20 * time.Second):
+			t.Fatal("history records not acknowledged within 20 s")
+		}
+		for _, f := range pending {
+			select {
+			case err := <-f.Err():
+				t.Fatal(err)
+			default:
+			}
+		}
+		pending = pending[:0]
+	}
+	rev := uint64(0)
 	publish := func(r history.Record) {
 		t.Helper()
+		rev++
+		r.Revision = rev
 		b, _ := json.Marshal(r)
 		f, err := js.PublishAsync(history.Subject(kvlease.DefaultBucket, r.Name), b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pending = append(pending, f)
-		if len(pending) == 500 { // in batches: no stall of the async publisher
-			select {
-			case <-js.PublishAsyncComplete():
-			case <-time.After(20 * time.Second):
-				t.Fatal("history records not acknowledged within 20 s")
-			}
-			for _, f := range pending {
-				select {
-				case err := <-f.Err():
-					t.Fatal(err)
-				default:
-				}
-			}
-			pending = pending[:0]
+		if pending = append(pending, f); len(pending) == 2000 { // in batches: no stall of the async publisher
+			flush()
 		}
+	}
+	ended := func(name string, i int, from time.Time, held time.Duration) history.Record {
+		return history.Record{Kind: history.KindEnded, Name: name, Token: uint64(i + 1), Holder: holders[i%len(holders)],
+			Time: from.Add(held), GrantedAt: from, DurationMS: 1000, EndedBy: causes[i%len(causes)]}
 	}
 	start := time.Now()
-	rev := uint64(0)
-	for l := range lanes {
-		name := "dense." + string(rune('a'+l))
-		for i := range bursts * perBurst {
-			at := begin.Add(time.Duration(i)*spacing + time.Duration(i/perBurst)*gap)
-			rev++
-			publish(history.Record{Kind: history.KindEnded, Name: name, Token: uint64(i + 1), Holder: []string{"h1", "h2", "h3"}[i%3],
-				Revision: rev, Time: at.Add(300 * time.Millisecond), GrantedAt: at, DurationMS: 1000, EndedBy: causes[i%len(causes)]})
-		}
-	}
-	// A lane of three long tenures, drawn one by one.
+	// A lane of three long tenures, drawn first (lanes go by name).
 	sparse := []struct {
 		holder, endedBy string
 		from, to        time.Duration // back from now; to 0: live
 	}{{"alice", history.EndReleased, 50 * time.Minute, 35 * time.Minute}, {"bob", history.EndRevoked, 30 * time.Minute, 20 * time.Minute}, {"carol", "", 10 * time.Minute, 0}}
 	for i, sp := range sparse {
-		rev++
-		r := history.Record{Kind: history.KindGranted, Name: "dense.sparse", Token: uint64(i + 1), Holder: sp.holder, Revision: rev,
+		r := history.Record{Kind: history.KindGranted, Name: "dense.0sparse", Token: uint64(i + 1), Holder: sp.holder,
 			Time: time.Now().Add(-sp.from), GrantedAt: time.Now().Add(-sp.from), DurationMS: 60000}
 		if sp.endedBy != "" {
 			r.Kind, r.EndedBy, r.Time = history.KindEnded, sp.endedBy, time.Now().Add(-sp.to)
 		}
 		publish(r)
 	}
-	for range 500 - len(pending) {
-		// Fill the last batch with repeats of the last record (folded away).
-		rev++
-		publish(history.Record{Kind: history.KindGranted, Name: "dense.sparse", Token: 3, Holder: "carol", Revision: rev,
-			Time: time.Now().Add(-10 * time.Minute), GrantedAt: time.Now().Add(-10 * time.Minute), DurationMS: 60000})
+	for l := range denseLanes {
+		for i := range bursts * perBurst {
+			publish(ended("dense.burst"+strconv.Itoa(l), i, begin.Add(time.Duration(i)*spacing+time.Duration(i/perBurst)*gap), 300*time.Millisecond))
+		}
 	}
+	for l := range lanes {
+		for i := range perLane {
+			publish(ended("dense.lane"+strconv.Itoa(1000+l), i, begin.Add(time.Duration(i)*5*time.Minute+time.Duration(l)*time.Millisecond), 4*time.Minute))
+		}
+	}
+	flush()
 	t.Logf("%d history records published in %v", rev, time.Since(start).Round(time.Millisecond))
 
 	loaded := time.Now()
 	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL+"?prefix=dense.")); err != nil {
 		t.Fatal(err)
 	}
-	const total = lanes*bursts*perBurst + 3
+	const total = denseLanes*bursts*perBurst + lanes*perLane + 3
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.body.dataset.state === 'live' && /\b`+strconv.Itoa(total)+` tenures/.test(document.getElementById('status').textContent) && !!window.timelineStats && window.timelineStats.renders > 0`,
 		chromedp.WithPollingTimeout(25*time.Second))); err != nil {
 		status, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.getElementById('status').textContent`))
@@ -740,8 +749,8 @@ func TestTimelineInBrowserManyTenures(t *testing.T) {
 		t.Fatalf("fewer than %d redraws within 25 s: %v", redraws, err)
 	}
 	t.Logf("steady state: redraws %.0f ms, long tasks %.0f ms, %d SVG elements", st.Renders, st.LongTasks, st.Nodes)
-	// Before, the median was 1-3 s here (2 cores, the race-built server
-	// streaming alongside); after, tens of milliseconds.
+	// Before, the median was 0.5-0.9 s here (2 cores, the race-built
+	// server streaming alongside); after, tens of milliseconds.
 	if med := median(st.Renders); med > 250 {
 		t.Errorf("median redraw %.0f ms with %d tenures in the window, want under 250 ms", med, total)
 	}
@@ -751,55 +760,90 @@ func TestTimelineInBrowserManyTenures(t *testing.T) {
 		t.Errorf("%d long tasks of 500 ms or more in %d redraws: %.0f ms", len(long), len(st.Renders), long)
 	}
 
-	// What is drawn: every tenure of a dense lane, one by one or in a
-	// cluster, the bursts apart; the sparse lane bar by bar.
+	// What is drawn: every tenure of a dense lane, bar by bar or in a
+	// cluster, one a burst; the other lanes bar by bar.
 	type laneCount struct {
 		Name     string   `json:"name"`
-		Bars     int      `json:"bars"`
 		Clusters []int    `json:"clusters"` // tenures in each
 		Holders  []string `json:"holders"`
 		Ends     []string `json:"ends"`
 	}
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]laneCount](`[...document.querySelectorAll('#timeline .lane')].map(l => ({
+	const countsJS = `[...document.querySelectorAll('#timeline .lane')].map(l => ({
 		name: l.dataset.lane,
-		bars: l.querySelectorAll('.bar').length,
 		clusters: [...l.querySelectorAll('.cluster')].map(c => Number(c.dataset.count)),
 		holders: [...l.querySelectorAll('.bar')].map(b => b.dataset.holder),
 		ends: [...l.querySelectorAll('.bar')].map(b => b.dataset.endedBy),
-	}))`))
+	}))`
+	checkLanes := func(got []laneCount) {
+		t.Helper()
+		var wantHolders, wantEnds []string
+		for i := range perLane {
+			wantHolders, wantEnds = append(wantHolders, holders[i%len(holders)]), append(wantEnds, causes[i%len(causes)])
+		}
+		for _, l := range got {
+			switch {
+			case l.Name == "dense.0sparse":
+				if !slices.Equal(l.Holders, []string{"alice", "bob", "carol"}) || !slices.Equal(l.Ends, []string{"released", "revoked", "live"}) || len(l.Clusters) != 0 {
+					t.Errorf("lane %s: %+v, want alice released, bob revoked, carol live, bar by bar", l.Name, l)
+				}
+			case strings.HasPrefix(l.Name, "dense.burst"):
+				n := len(l.Holders)
+				for _, c := range l.Clusters {
+					n += c
+				}
+				if n != bursts*perBurst || len(l.Clusters) > 0 && !slices.Equal(l.Clusters, slices.Repeat([]int{perBurst}, bursts)) {
+					t.Errorf("lane %s: %d bars and clusters of %v tenures, want %d tenures, each burst a cluster apart", l.Name, len(l.Holders), l.Clusters, bursts*perBurst)
+				}
+			default:
+				if !slices.Equal(l.Holders, wantHolders) || !slices.Equal(l.Ends, wantEnds) || len(l.Clusters) != 0 {
+					t.Errorf("lane %s: %+v, want holders %q ended %q, bar by bar", l.Name, l, wantHolders, wantEnds)
+				}
+			}
+		}
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]laneCount](countsJS))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != lanes+1 {
-		t.Fatalf("lanes %+v, want %d", got, lanes+1)
+	if len(got) < 1+denseLanes+10 || got[0].Name != "dense.0sparse" {
+		t.Fatalf("lanes %+v, want dense.0sparse first and more than %d", got, denseLanes+10)
 	}
-	for _, l := range got[:lanes] {
-		n := l.Bars
-		for _, c := range l.Clusters {
-			n += c
-		}
-		clustered := slices.Repeat([]int{perBurst}, bursts)
-		if n != bursts*perBurst || len(l.Clusters) > 0 && !slices.Equal(l.Clusters, clustered) {
-			t.Errorf("lane %s: %d bars and clusters of %v tenures, want %d tenures, each burst a cluster apart", l.Name, l.Bars, l.Clusters, bursts*perBurst)
-		}
-	}
-	if sp := got[lanes]; sp.Name != "dense.sparse" || !slices.Equal(sp.Holders, []string{"alice", "bob", "carol"}) ||
-		!slices.Equal(sp.Ends, []string{"released", "revoked", "live"}) || len(sp.Clusters) != 0 {
-		t.Errorf("the sparse lane: %+v, want alice released, bob revoked, carol live, bar by bar", sp)
-	}
+	checkLanes(got)
 
 	// Clicks still show details: of a bar, and of a cluster.
-	click(t, ctx, `[data-lane="dense.sparse"] .bar[data-ended-by="revoked"]`)
+	click(t, ctx, `[data-lane="dense.0sparse"] .bar[data-ended-by="revoked"]`)
 	if holder, err := chromedp.Run(ctx, chromedp.Poll[string](`document.querySelector('#details:not([hidden]) dd[data-field="holder"]')?.textContent`,
 		chromedp.WithPollingTimeout(10*time.Second))); err != nil || holder != "bob" {
 		t.Errorf("details of bob's tenure: holder %q (%v)", holder, err)
 	}
-	if len(got[0].Clusters) > 0 {
-		click(t, ctx, `[data-lane="dense.a"] .cluster`)
+	if len(got[1].Clusters) > 0 {
+		click(t, ctx, `[data-lane="dense.burst0"] .cluster`)
 		if n, err := chromedp.Run(ctx, chromedp.Poll[string](`document.querySelector('#details:not([hidden]) dd[data-field="tenures"]')?.textContent`,
-			chromedp.WithPollingTimeout(10*time.Second))); err != nil || !strings.HasPrefix(n, strconv.Itoa(got[0].Clusters[0])) {
-			t.Errorf("details of the first cluster of dense.a (%d tenures): %q (%v)", got[0].Clusters[0], n, err)
+			chromedp.WithPollingTimeout(10*time.Second))); err != nil || !strings.HasPrefix(n, strconv.Itoa(got[1].Clusters[0])+",") {
+			t.Errorf("details of the first cluster of dense.burst0 (%d tenures): %q (%v)", got[1].Clusters[0], n, err)
 		}
+	}
+	if err := chromedp.Do(ctx, chromedp.KeyEvent(kb.Escape)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The last lane, scrolled to, is drawn; its bars show their details.
+	last := "dense.lane" + strconv.Itoa(1000+lanes-1)
+	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, document.body.scrollHeight)`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('[data-lane="`+last+`"] .bar').length === `+strconv.Itoa(perLane),
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("lane %s not drawn once scrolled to: %v", last, err)
+	}
+	if got, err = chromedp.Run(ctx, chromedp.Evaluate[[]laneCount](countsJS)); err != nil {
+		t.Fatal(err)
+	}
+	checkLanes(got)
+	click(t, ctx, `[data-lane="`+last+`"] .bar[data-token="2"]`)
+	if holder, err := chromedp.Run(ctx, chromedp.Poll[string](`document.querySelector('#details:not([hidden]) dd[data-field="holder"]')?.textContent`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil || holder != holders[1] {
+		t.Errorf("details of %s's second tenure: holder %q (%v), want %q", last, holder, err, holders[1])
 	}
 	watch.check(t)
 }

@@ -34,6 +34,7 @@
   // by one is drawn as one (render).
   let clusters = new Map();
   let clusterOf = new Map(); // key of a clustered tenure → its cluster's key
+  let drawn = { from: 0, to: -1 }; // the lanes drawn (render), by index
 
   const $ = (id) => document.getElementById(id);
   $('prefix').value = prefix;
@@ -268,8 +269,18 @@
       patternTransform: 'rotate(45)' }, defs);
     el('rect', { class: 'cluster-bg', width: 6, height: 6 }, hatch);
     el('line', { class: 'cluster-stripe', x1: 1.5, y1: 0, x2: 1.5, y2: 6 }, hatch);
+    // Only the lanes within a screen of the viewport are drawn; the
+    // others keep their place, empty, until scrolled to (scroll).
+    const view = viewport(chart);
+    const lo = Math.max(0, view.first - view.screen);
+    drawn = { from: lo - lo % 2, to: view.first + 2 * view.screen }; // from even: the lanes' backgrounds alternate
     names.forEach((name, i) => {
       const ts = lanes.get(name);
+      const laneRuns = runs(ts, ts.length * MIN_BAR_W > plotW, x, t0, now, drawFrom);
+      for (const run of laneRuns) {
+        if (run.length > 1) cluster(name, run);
+      }
+      if (i < drawn.from || i > drawn.to) return;
       const flapping = ts.some((t) => t.flapping);
       const y = AXIS_H + i * LANE_H;
       const mid = y + LANE_H / 2;
@@ -280,9 +291,9 @@
       if (flapping) text(lane, { class: 'flap-badge', x: LABEL_W - 8, y: mid + 4, 'text-anchor': 'end' }, 'FLAPPING');
       el('rect', { class: 'track', x: LABEL_W, y: mid - BAR_H / 2, width: plotW, height: BAR_H }, lane);
       const ends = []; // drawn over every bar: an end where the next tenure begins stays visible
-      for (const run of runs(ts, ts.length * MIN_BAR_W > plotW, x, t0, now, drawFrom)) {
+      for (const run of laneRuns) {
         if (run.length > 1) {
-          ends.push(drawCluster(lane, name, run, mid));
+          ends.push(drawCluster(lane, run, mid));
           continue;
         }
         const { t, x0, w } = run[0];
@@ -345,15 +356,28 @@
     return out;
   }
 
+  // viewport is the index of the first lane in the viewport (negative
+  // above the chart) and how many lanes a screen holds.
+  function viewport(chart) {
+    return { first: Math.floor((-chart.getBoundingClientRect().top - AXIS_H) / LANE_H),
+      screen: Math.ceil((window.innerHeight || 800) / LANE_H) };
+  }
+
   // A cluster's key: its first tenure's, marked (no lease name begins with NUL).
   function clusterKey(t) { return '\u0000cluster\u0000' + t.key; }
 
-  function drawCluster(lane, name, run, mid) {
+  // cluster records a run of tenures drawn as one, drawn or not.
+  function cluster(name, run) {
     const ts = run.map((r) => r.t);
-    const last = ts[ts.length - 1];
     const c = { cluster: true, key: clusterKey(ts[0]), name, tenures: ts, from: run[0].from };
     clusters.set(c.key, c);
     for (const t of ts) clusterOf.set(t.key, c.key);
+  }
+
+  function drawCluster(lane, run, mid) {
+    const c = clusters.get(clusterKey(run[0].t));
+    const ts = c.tenures;
+    const last = ts[ts.length - 1];
     const x0 = run[0].x0;
     let x1 = x0;
     for (const r of run) x1 = Math.max(x1, r.x0 + r.w);
@@ -519,6 +543,12 @@
     }
   });
   window.addEventListener('resize', schedule);
+  window.addEventListener('scroll', () => {
+    // Drawn again once the viewport comes within half a screen of a lane
+    // not drawn.
+    const view = viewport(chart);
+    if ((drawn.from > 0 && view.first - view.screen / 2 < drawn.from) || view.first + 1.5 * view.screen > drawn.to) schedule();
+  }, { passive: true });
 
   legend();
   const qs = new URLSearchParams();
