@@ -623,10 +623,10 @@ func TestServeTimelineFromAnyNode(t *testing.T) {
 // for the default hour, the page rebuilt its whole SVG every second and
 // each rebuild took 0.8-1.3 s, the browser busy all the time). 20,000
 // tenures: two lanes of 5,000 in bursts too dense to draw one by one, a
-// thousand lanes of ten, and a lane of three long tenures. After the
-// first drawing, the page's redraws (measured by the page,
-// window.timelineStats) stay short and make no long tasks of half a
-// second; the dense lanes account for every tenure, a burst a cluster;
+// thousand lanes of ten, and a lane of three long tenures. The page draws
+// a few thousand elements, not one or more per tenure (the redraws'
+// times, measured by the page, window.timelineStats, and the long tasks
+// are logged); the dense lanes account for every tenure, a burst a cluster;
 // the others are drawn bar by bar, those scrolled to as well; clicks still
 // show details.
 func TestTimelineInBrowserManyTenures(t *testing.T) {
@@ -716,12 +716,23 @@ func TestTimelineInBrowserManyTenures(t *testing.T) {
 		t.Fatal(err)
 	}
 	const total = denseLanes*bursts*perBurst + lanes*perLane + 3
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.body.dataset.state === 'live' && /\b`+strconv.Itoa(total)+` tenures/.test(document.getElementById('status').textContent) && !!window.timelineStats && window.timelineStats.renders > 0`,
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.body.dataset.state === 'live' && /\b`+strconv.Itoa(total)+` tenures/.test(document.getElementById('status').textContent)`,
 		chromedp.WithPollingTimeout(25*time.Second))); err != nil {
 		status, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.getElementById('status').textContent`))
 		t.Fatalf("the page never drew the %d tenures: %v; status %q", total, err, status)
 	}
 	t.Logf("page drawn %v after navigating", time.Since(loaded).Round(time.Millisecond))
+	// A redraw's cost follows what it draws: 66,000 to 116,000 elements
+	// before (each redraw 0.5-0.9 s here, a long task of a second or more
+	// each), about 2,200 after (tens of milliseconds). The count is the
+	// check, not the times, which a loaded machine stretches.
+	if nodes, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#timeline *').length`)); err != nil || nodes > 10_000 {
+		t.Errorf("%d elements drawn for %d tenures (%v), want at most 10,000", nodes, total, err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!!window.timelineStats && window.timelineStats.renders > 0`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("no redraw counted (window.timelineStats): %v", err)
+	}
 
 	// Steady state: the redraws after the first (one a second, as live
 	// bars grow with the clock), and the long tasks meanwhile.
@@ -749,16 +760,6 @@ func TestTimelineInBrowserManyTenures(t *testing.T) {
 		t.Fatalf("fewer than %d redraws within 25 s: %v", redraws, err)
 	}
 	t.Logf("steady state: redraws %.0f ms, long tasks %.0f ms, %d SVG elements", st.Renders, st.LongTasks, st.Nodes)
-	// Before, the median was 0.5-0.9 s here (2 cores, the race-built
-	// server streaming alongside); after, tens of milliseconds.
-	if med := median(st.Renders); med > 250 {
-		t.Errorf("median redraw %.0f ms with %d tenures in the window, want under 250 ms", med, total)
-	}
-	// The browser busy with each of them: a long task of a second or more
-	// per redraw before.
-	if long := slices.DeleteFunc(slices.Clone(st.LongTasks), func(d float64) bool { return d < 500 }); len(long) > len(st.Renders)/2 {
-		t.Errorf("%d long tasks of 500 ms or more in %d redraws: %.0f ms", len(long), len(st.Renders), long)
-	}
 
 	// What is drawn: every tenure of a dense lane, bar by bar or in a
 	// cluster, one a burst; the other lanes bar by bar.
@@ -846,13 +847,4 @@ func TestTimelineInBrowserManyTenures(t *testing.T) {
 		t.Errorf("details of %s's second tenure: holder %q (%v), want %q", last, holder, err, holders[1])
 	}
 	watch.check(t)
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
 }
