@@ -829,6 +829,27 @@ func TestRenewAtExpiryRefused(t *testing.T) {
 	}
 }
 
+// grantHeldUp grants "held-up" for d through st, and returns its record
+// and a func that makes st's next write wait on its way until left before
+// the revision's expiry (which comes d after the grant was sent, at the
+// latest d after its answer): a write held in a stream with no leader.
+func grantHeldUp(t *testing.T, st *kvlease.Store, d, left time.Duration) (kvlease.Record, func()) {
+	t.Helper()
+	var holding atomic.Bool
+	var granted time.Time
+	kvlease.SetSendHook(st, func(bool, []string) {
+		if holding.CompareAndSwap(true, false) {
+			time.Sleep(time.Until(granted.Add(d - left)))
+		}
+	})
+	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "held-up", Holder: "h", Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted = time.Now()
+	return rec, func() { holding.Store(true) }
+}
+
 // A renewal that passed that guard as it went out but was acknowledged
 // only as its revision expired is refused all the same: it may have
 // reached the server after the expiry timer took the old revision, and
@@ -838,23 +859,9 @@ func TestRenewAtExpiryRefused(t *testing.T) {
 func TestRenewAcknowledgedAtExpiryRefused(t *testing.T) {
 	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
 	ctx := t.Context()
-	var renewing atomic.Bool
-	var granted time.Time
-	kvlease.SetSendHook(st, func(bool, []string) {
-		if renewing.Load() {
-			// Held on its way until the 1 s TTL is all but spent (the
-			// revision expires 1 s after the grant was sent, at the latest
-			// when its answer came).
-			time.Sleep(time.Until(granted.Add(950 * time.Millisecond)))
-		}
-	})
-	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "held-up", Holder: "h", Duration: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	granted = time.Now()
-	renewing.Store(true)
-	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision})
+	rec, holdNext := grantHeldUp(t, st, time.Second, 50*time.Millisecond)
+	holdNext()
+	_, err := st.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision})
 	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "too late to renew") {
 		t.Fatalf("renewal acknowledged 50 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
 	}
@@ -994,25 +1001,14 @@ func TestRenewRefusedForANewerRevisionAtExpiryIsTooLate(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
 	other := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithGrantorMargin(0))
 	ctx := t.Context()
-	var renewing atomic.Bool
-	var granted time.Time
-	kvlease.SetSendHook(st, func(bool, []string) {
-		if renewing.Load() {
-			time.Sleep(time.Until(granted.Add(950 * time.Millisecond)))
-		}
-	})
-	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "held-up", Holder: "h", Duration: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	granted = time.Now()
+	rec, holdNext := grantHeldUp(t, st, time.Second, 50*time.Millisecond)
 	// The tenure renewed elsewhere (as an attempt whose answer was lost
 	// would have been), in time.
 	if _, err := other.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision}); err != nil {
 		t.Fatal(err)
 	}
-	renewing.Store(true)
-	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision})
+	holdNext()
+	_, err := st.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision})
 	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "too late to renew") {
 		t.Fatalf("renewal refused for a newer revision 50 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
 	}
@@ -1030,24 +1026,13 @@ func TestRenewRetriedAfterATooLateAckIsTooLate(t *testing.T) {
 	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
 	ctx := t.Context()
 	const d = 9 * time.Second // the 1% sureUntil keeps is 90 ms
-	var renewing atomic.Bool
-	var granted time.Time
-	kvlease.SetSendHook(st, func(bool, []string) {
-		if renewing.CompareAndSwap(true, false) {
-			time.Sleep(time.Until(granted.Add(d - 150*time.Millisecond)))
-		}
-	})
-	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "held-up", Holder: "h", Duration: d})
-	if err != nil {
-		t.Fatal(err)
-	}
-	granted = time.Now()
-	renewing.Store(true)
+	rec, holdNext := grantHeldUp(t, st, d, 150*time.Millisecond)
+	holdNext()
 	req := kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision}
 	if _, err := st.Renew(ctx, req); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("renewal acknowledged 150 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
 	}
-	_, err = st.Renew(ctx, req)
+	_, err := st.Renew(ctx, req)
 	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "too late to renew") {
 		t.Fatalf("renewal retried after one refused as too late: %v, want ErrNotFound (too late to renew)", err)
 	}
