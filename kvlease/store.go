@@ -1015,7 +1015,7 @@ func (s *Store) renew(ctx context.Context, req RenewRequest, span trace.Span) (r
 		// revision's expiry (from when the write that made it was sent):
 		// forgotten, a retry naming that revision was measured against
 		// the record's StoredAt (the ack's arrival), later by the round
-		// trip and sureUntil's 1%, and went out.
+		// trip and sureUntil's margin, and went out.
 		return Record{}, fmt.Errorf("%w (the renewal was acknowledged only then, revision %d)", err, rev)
 	}
 	rec = cur
@@ -2113,9 +2113,19 @@ type cacheEntry struct {
 }
 
 // sureUntil is the end of an entry's sure time: sent + ttl less a margin
-// for the rates of the two clocks (1%, far above any ρ).
+// for the rates of the two clocks (ρ, [DefaultClockRate], the bound the
+// holders assume). It was 1%, which for a lease of more than about 100 s
+// ended it before its holder's own deadline (a 1 h lease's renewals were
+// refused as too late from 30 s before that deadline): see
+// [RenewalCutoff].
 func sureUntil(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - ttl/100)
+	return sent.Add(ttl - rateMargin(ttl))
+}
+
+// rateMargin is what an interval of length ttl, counted on one clock, may
+// be shorter on another: ρ·ttl.
+func rateMargin(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl) * DefaultClockRate)
 }
 
 // revCacheMax bounds the cache: 262,144 leases, about 130 MiB at most (an

@@ -829,24 +829,28 @@ func TestRenewAtExpiryRefused(t *testing.T) {
 	}
 }
 
-// grantHeldUp grants "held-up" for d through st, and returns its record
-// and a func that makes st's next write wait on its way until left before
-// the revision's expiry (which comes d after the grant was sent, at the
-// latest d after its answer): a write held in a stream with no leader.
-func grantHeldUp(t *testing.T, st *kvlease.Store, d, left time.Duration) (kvlease.Record, func()) {
+// grantHeldUp grants "held-up" for d through st, its write held lag on its
+// way (so that the record's StoredAt is that much after the send), and
+// returns its record and a func that makes st's next write wait on its way
+// until left before the revision's expiry (which comes d after the grant
+// was sent): a write held in a stream with no leader.
+func grantHeldUp(t *testing.T, st *kvlease.Store, d, lag, left time.Duration) (kvlease.Record, func()) {
 	t.Helper()
-	var holding atomic.Bool
-	var granted time.Time
+	var granting, holding atomic.Bool
+	sent := time.Now()
 	kvlease.SetSendHook(st, func(bool, []string) {
-		if holding.CompareAndSwap(true, false) {
-			time.Sleep(time.Until(granted.Add(d - left)))
+		switch {
+		case granting.CompareAndSwap(true, false):
+			time.Sleep(lag)
+		case holding.CompareAndSwap(true, false):
+			time.Sleep(time.Until(sent.Add(d - left)))
 		}
 	})
+	granting.Store(true)
 	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "held-up", Holder: "h", Duration: d})
 	if err != nil {
 		t.Fatal(err)
 	}
-	granted = time.Now()
 	return rec, func() { holding.Store(true) }
 }
 
@@ -859,7 +863,7 @@ func grantHeldUp(t *testing.T, st *kvlease.Store, d, left time.Duration) (kvleas
 func TestRenewAcknowledgedAtExpiryRefused(t *testing.T) {
 	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
 	ctx := t.Context()
-	rec, holdNext := grantHeldUp(t, st, time.Second, 50*time.Millisecond)
+	rec, holdNext := grantHeldUp(t, st, time.Second, 0, 50*time.Millisecond)
 	holdNext()
 	_, err := st.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision})
 	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "too late to renew") {
@@ -1001,7 +1005,7 @@ func TestRenewRefusedForANewerRevisionAtExpiryIsTooLate(t *testing.T) {
 	srv, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
 	other := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithGrantorMargin(0))
 	ctx := t.Context()
-	rec, holdNext := grantHeldUp(t, st, time.Second, 50*time.Millisecond)
+	rec, holdNext := grantHeldUp(t, st, time.Second, 0, 50*time.Millisecond)
 	// The tenure renewed elsewhere (as an attempt whose answer was lost
 	// would have been), in time.
 	if _, err := other.Renew(ctx, kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision}); err != nil {
@@ -1017,20 +1021,19 @@ func TestRenewRefusedForANewerRevisionAtExpiryIsTooLate(t *testing.T) {
 // Once a renewal was refused as acknowledged too late, a retry naming the
 // same revision is refused too late as well: the store keeps the bound it
 // had on the revision's expiry (from the time its own write was sent), not
-// the later one its record's StoredAt gives (the ack's arrival: later by
-// the round trip, and the 1% sureUntil keeps for the clocks). It forgot
-// the first (unsure), and a retry just after the refusal went out, was
-// refused for the refused write's revision (StaleRevisionError), which the
-// holder then renews: the hazard the refusal was for.
+// the later one its record's StoredAt gives (the write's arrival at the
+// server, here held 200 ms on its way). It forgot the first (unsure), and
+// a retry just after the refusal went out, was refused for the refused
+// write's revision (StaleRevisionError), which the holder then renews: the
+// hazard the refusal was for.
 func TestRenewRetriedAfterATooLateAckIsTooLate(t *testing.T) {
 	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
 	ctx := t.Context()
-	const d = 9 * time.Second // the 1% sureUntil keeps is 90 ms
-	rec, holdNext := grantHeldUp(t, st, d, 150*time.Millisecond)
+	rec, holdNext := grantHeldUp(t, st, time.Second, 200*time.Millisecond, 50*time.Millisecond)
 	holdNext()
 	req := kvlease.RenewRequest{Name: "held-up", Holder: "h", Token: rec.Token, Revision: rec.Revision}
 	if _, err := st.Renew(ctx, req); !errors.Is(err, kvlease.ErrNotFound) {
-		t.Fatalf("renewal acknowledged 150 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
+		t.Fatalf("renewal acknowledged 50 ms before expiry: %v, want ErrNotFound (too late to renew)", err)
 	}
 	_, err := st.Renew(ctx, req)
 	if !errors.Is(err, kvlease.ErrNotFound) || !strings.Contains(err.Error(), "too late to renew") {

@@ -44,6 +44,31 @@ func TestTimingServerTTL(t *testing.T) {
 	}
 }
 
+func TestTimingRenewalCutoff(t *testing.T) {
+	for _, tt := range []struct {
+		d, m, want time.Duration
+	}{
+		// TTL 4 s: less 4 ms (ρ) and the 100 ms guard.
+		{3 * time.Second, kvlease.DefaultGrantorMargin, 3896 * time.Millisecond},
+		// TTL 1 s: 1 ms and 100 ms.
+		{time.Second, 0, 899 * time.Millisecond},
+		// TTL 1 h 1 s: 3.601 s and 100 ms.
+		{time.Hour, kvlease.DefaultGrantorMargin, time.Hour + time.Second - 3601*time.Millisecond - 100*time.Millisecond},
+	} {
+		if got := kvlease.RenewalCutoff(tt.d, tt.m); got != tt.want {
+			t.Errorf("RenewalCutoff(%v, %v) = %v, want %v", tt.d, tt.m, got, tt.want)
+		}
+	}
+	// A holder keeping its deadline (the default margins) always stops
+	// before the grantor does.
+	for _, d := range []time.Duration{time.Second, 3 * time.Second, 10 * time.Second, time.Minute, time.Hour} {
+		v := kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d))
+		if c := kvlease.RenewalCutoff(d, kvlease.DefaultGrantorMargin); v >= c {
+			t.Errorf("D %v: holder validity %v not before the renewal cutoff %v", d, v, c)
+		}
+	}
+}
+
 func TestTimingHolderValidity(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -23,6 +23,10 @@ type Params struct {
 	// HolderMargin returns m_h for a duration D; nil is
 	// [DefaultHolderMargin]. Give the holders' own setting.
 	HolderMargin func(d time.Duration) time.Duration
+	// RenewalCutoff returns how long after the send of an acknowledged
+	// grant or renewal of duration D a correct grantor still renews it;
+	// nil is [DefaultRenewalCutoff]. Give the grantor's own setting.
+	RenewalCutoff func(d time.Duration) time.Duration
 	// Around is how long after a fault's end still counts as around it
 	// for [Figures.AvailabilityAround]: the recovery (a TTL to lapse, an
 	// election) belongs to the fault. At least 0.
@@ -51,12 +55,13 @@ type Params struct {
 }
 
 // DefaultParams returns the library's defaults: ρ = 1e-3, m_h =
-// [DefaultHolderMargin], 10 s around a fault (a 3 s lease's TTL of
+// [DefaultHolderMargin], [DefaultRenewalCutoff], 10 s around a fault (a 3 s lease's TTL of
 // ceil(D + 1 s) plus an election and a restart), and attempts carried out
 // up to 30 s late (more than the longest pause or partition of the fault
 // suite and TCP's retransmissions after it).
 func DefaultParams() Params {
-	return Params{Rho: 1e-3, HolderMargin: DefaultHolderMargin, Around: 10 * time.Second, MaxLate: 30 * time.Second}
+	return Params{Rho: 1e-3, HolderMargin: DefaultHolderMargin, RenewalCutoff: DefaultRenewalCutoff, Around: 10 * time.Second,
+		MaxLate: 30 * time.Second}
 }
 
 // Validate checks the values and how they relate; errors wrap
@@ -174,7 +179,10 @@ type Figures struct {
 	Handover map[HandoverCause]Durations
 	// FalseLosses are renewals refused (not_holder, expired) although
 	// sent inside their tenure's live window, before any release or
-	// refusal of it.
+	// refusal of it, and answered before the grantor could have given the
+	// tenure up ([Params.RenewalCutoff] after the send of its last
+	// acknowledged write): a renewal that waited in a cut-off node past
+	// that point is rightly refused, the tenure having lapsed meanwhile.
 	FalseLosses int
 	// Orphans are tenures granted whose reply reached no waiting caller:
 	// a token that no acknowledged grant carries shows up in a reply,
@@ -331,6 +339,9 @@ func Check(h *History, p Params) (*Report, error) {
 	}
 	if p.HolderMargin == nil {
 		p.HolderMargin = DefaultHolderMargin
+	}
+	if p.RenewalCutoff == nil {
+		p.RenewalCutoff = DefaultRenewalCutoff
 	}
 	c := &checker{p: p, rep: &Report{}}
 	c.build(h)
@@ -813,13 +824,14 @@ func (c *checker) handovers(h *History, f *Figures) {
 }
 
 // falseLosses counts refusals of renewals sent inside the window the
-// acknowledgements before them had opened, with no release sent and no
-// refusal received before.
+// acknowledgements before them had opened and answered before the renewal
+// cutoff of the last of them, with no release sent and no refusal received
+// before.
 func (c *checker) falseLosses(f *Figures) {
 	for _, ts := range c.tenures {
 		for _, t := range ts {
 			for _, r := range t.refusals {
-				var live int64
+				var live, kept int64
 				d := time.Duration(t.grant.Req.D)
 				for _, a := range t.acks {
 					if a.Req.D > 0 {
@@ -827,11 +839,12 @@ func (c *checker) falseLosses(f *Figures) {
 					}
 					if a.TReply < r.TSend {
 						live = max(live, c.window(c.sent(a), d))
+						kept = max(kept, c.sent(a)+int64(c.p.RenewalCutoff(d)))
 					}
 				}
 				ended := slices.ContainsFunc(t.releases, func(x *Record) bool { return x.TSend < r.TSend }) ||
 					slices.ContainsFunc(t.refusals, func(x *Record) bool { return x != r && x.TReply < r.TSend })
-				if r.TSend < live && !ended {
+				if r.TSend < live && r.TReply < kept && !ended {
 					f.FalseLosses++
 				}
 			}

@@ -262,16 +262,22 @@ func TestCheckFigures(t *testing.T) {
 	}, {
 		// Refused at 1000, inside the window to 2697: a false loss. h2's
 		// renewal comes after its window (a paused holder): no loss of
-		// ours. h3's second refusal follows its first: counted once.
+		// ours. h3's second refusal follows its first: counted once. h4
+		// and h5 renew just inside the window; h4's answer comes after
+		// the grantor may give the tenure up (the cutoff, 3896: a TTL of
+		// 4 s less 4 ms and a 100 ms guard), a lapse no grantor can
+		// undo, h5's before it: a false loss.
 		name: "false losses",
 		h: newHist().
 			grant("h1", "L", 0, 10, 5).renewFails("h1", "L", 1000, 1010, 5, 5, notHolder, 0).
 			grant("h2", "M", 0, 10, 6).renewFails("h2", "M", 3000, 3010, 6, 6, faultcheck.CodeExpired, 0).
 			grant("h3", "N", 0, 10, 7).renewFails("h3", "N", 500, 510, 7, 7, faultcheck.CodeExpired, 0).
-			renewFails("h3", "N", 600, 610, 7, 7, faultcheck.CodeExpired, 0),
+			renewFails("h3", "N", 600, 610, 7, 7, faultcheck.CodeExpired, 0).
+			grant("h4", "O", 0, 10, 8).renewFails("h4", "O", 2600, 3900, 8, 8, faultcheck.CodeExpired, 0).
+			grant("h5", "P", 0, 10, 9).renewFails("h5", "P", 2600, 3890, 9, 9, faultcheck.CodeExpired, 0),
 		check: func(t *testing.T, f faultcheck.Figures) {
-			if f.FalseLosses != 2 || f.RenewalsRefused != 4 {
-				t.Errorf("false losses %d of %d refused, want 2 of 4", f.FalseLosses, f.RenewalsRefused)
+			if f.FalseLosses != 3 || f.RenewalsRefused != 6 {
+				t.Errorf("false losses %d of %d refused, want 3 of 6", f.FalseLosses, f.RenewalsRefused)
 			}
 		},
 	}, {

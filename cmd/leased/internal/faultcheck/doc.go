@@ -56,7 +56,8 @@
 // availability (the share of time a lease had a live holder window) over
 // the run and around each kind of fault, handover times after a release,
 // a crash, a pause or an abandoned tenure, renewals refused inside a live
-// window (false losses), and orphan tenures (granted, but the reply
+// window and answered before the grantor could have given the tenure up
+// (false losses), and orphan tenures (granted, but the reply
 // reached no waiting caller), each put down to a grant request, and of
 // those the ones whose caller retried and stopped on an answer to its
 // last attempt (which idempotent grants are meant to prevent; see

@@ -21,6 +21,17 @@ func DefaultHolderMargin(d time.Duration) time.Duration {
 	return min(max(d/10, 100*time.Millisecond), 2*time.Second)
 }
 
+// DefaultRenewalCutoff is kvlease.RenewalCutoff with the default grantor
+// margin of 1 s: the server TTL, D + 1 s rounded up to whole seconds, less
+// ρ = 1e-3 of it and a guard of min(100 ms, TTL/4).
+func DefaultRenewalCutoff(d time.Duration) time.Duration {
+	ttl := d + time.Second
+	if r := ttl % time.Second; r != 0 {
+		ttl += time.Second - r
+	}
+	return ttl - time.Duration(float64(ttl)*1e-3) - min(100*time.Millisecond, ttl/4)
+}
+
 // span is the half-open interval [from, to) in monotonic nanoseconds.
 type span struct{ from, to int64 }
 

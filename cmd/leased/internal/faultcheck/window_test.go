@@ -20,6 +20,9 @@ func TestWindowIsKvleases(t *testing.T) {
 			if got := faultcheck.DefaultHolderMargin(d); got != m {
 				t.Errorf("DefaultHolderMargin(%v) = %v, kvlease's %v", d, got, m)
 			}
+			if got, want := faultcheck.DefaultRenewalCutoff(d), kvlease.RenewalCutoff(d, kvlease.DefaultGrantorMargin); got != want {
+				t.Errorf("DefaultRenewalCutoff(%v) = %v, kvlease's %v", d, got, want)
+			}
 			if got, want := faultcheck.Window(d, rho, m), kvlease.HolderValidity(d, rho, m); got != want {
 				t.Errorf("Window(%v, %v, %v) = %v, kvlease's %v", d, rho, m, got, want)
 			}
