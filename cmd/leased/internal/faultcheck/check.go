@@ -23,10 +23,12 @@ type Params struct {
 	// HolderMargin returns m_h for a duration D; nil is
 	// [DefaultHolderMargin]. Give the holders' own setting.
 	HolderMargin func(d time.Duration) time.Duration
-	// RenewalCutoff returns how long after the send of an acknowledged
-	// grant or renewal of duration D a correct grantor still renews it;
-	// nil is [DefaultRenewalCutoff]. Give the grantor's own setting.
-	RenewalCutoff func(d time.Duration) time.Duration
+	// GrantorMargin is m_g, the grantor's margin
+	// (kvlease.DefaultGrantorMargin, 1 s): a tenure written with duration
+	// D lapses [ServerTTL] after it was stored, and a correct grantor
+	// renews it until [RenewalCutoff] after the write's send. At least 0.
+	// Give the grantor's own setting.
+	GrantorMargin time.Duration
 	// Around is how long after a fault's end still counts as around it
 	// for [Figures.AvailabilityAround]: the recovery (a TTL to lapse, an
 	// election) belongs to the fault. At least 0.
@@ -55,12 +57,12 @@ type Params struct {
 }
 
 // DefaultParams returns the library's defaults: ρ = 1e-3, m_h =
-// [DefaultHolderMargin], [DefaultRenewalCutoff], 10 s around a fault (a 3 s lease's TTL of
+// [DefaultHolderMargin], m_g = 1 s, 10 s around a fault (a 3 s lease's TTL of
 // ceil(D + 1 s) plus an election and a restart), and attempts carried out
 // up to 30 s late (more than the longest pause or partition of the fault
 // suite and TCP's retransmissions after it).
 func DefaultParams() Params {
-	return Params{Rho: 1e-3, HolderMargin: DefaultHolderMargin, RenewalCutoff: DefaultRenewalCutoff, Around: 10 * time.Second,
+	return Params{Rho: 1e-3, HolderMargin: DefaultHolderMargin, GrantorMargin: time.Second, Around: 10 * time.Second,
 		MaxLate: 30 * time.Second}
 }
 
@@ -72,6 +74,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("%w: rho %v outside [0, 1)", ErrInvalidParams, p.Rho)
 	case p.Around < 0:
 		return fmt.Errorf("%w: around %v is negative", ErrInvalidParams, p.Around)
+	case p.GrantorMargin < 0:
+		return fmt.Errorf("%w: grantor margin %v is negative", ErrInvalidParams, p.GrantorMargin)
 	case p.MaxLate < 0:
 		return fmt.Errorf("%w: max late %v is negative", ErrInvalidParams, p.MaxLate)
 	case p.From < 0 || p.To < 0 || (p.To != 0 && p.To <= p.From):
@@ -180,7 +184,7 @@ type Figures struct {
 	// FalseLosses are renewals refused (not_holder, expired) although
 	// sent inside their tenure's live window, before any release or
 	// refusal of it, and answered before the grantor could have given the
-	// tenure up ([Params.RenewalCutoff] after the send of its last
+	// tenure up ([RenewalCutoff] after the send of its last
 	// acknowledged write): a renewal that waited in a cut-off node past
 	// that point is rightly refused, the tenure having lapsed meanwhile.
 	FalseLosses int
@@ -208,6 +212,15 @@ type Figures struct {
 	// (idempotent grants make a retry find an earlier attempt's tenure,
 	// not stop an earlier attempt that has yet to arrive).
 	LateOrphans int
+	// LapsedOrphans are the RetriedOrphans, not late, whose answer came
+	// when the tenure may have lapsed: at least its [ServerTTL] after it
+	// could first have been stored (its request's first send, or a lower
+	// revision's acknowledged write if later), and no reply to an
+	// operation sent after that answer shows the tenure still held. The
+	// answer (request_used: "your tenure has ended"; held by a later
+	// holder) may be true: the caller's retries reached the grantor only
+	// after its tenure's time, which no grantor can give back.
+	LapsedOrphans int
 	// UnknownTenures are such tokens with no unanswered attempt to
 	// explain them: the lease was taken by nobody known.
 	UnknownTenures int
@@ -247,6 +260,9 @@ type Orphan struct {
 	// Late: the tenure was surely stored after that answer arrived
 	// ([Figures.LateOrphans]).
 	Late bool
+	// Lapsed: that answer came when the tenure may have lapsed
+	// ([Figures.LapsedOrphans]).
+	Lapsed bool
 }
 
 // Retried reports whether the caller retried the request and got an
@@ -265,6 +281,9 @@ func (o Orphan) String() string {
 	}
 	if o.Late {
 		what += ", then stored"
+	}
+	if o.Lapsed {
+		what += " when it may have lapsed"
 	}
 	return fmt.Sprintf("%q token %d, shown by %s: request %q of %s [%s], %s",
 		o.Lease, o.Token, o.Shown, cmp.Or(o.RequestID, "(no id)"), o.Holder, strings.Join(refs, " "), what)
@@ -339,9 +358,6 @@ func Check(h *History, p Params) (*Report, error) {
 	}
 	if p.HolderMargin == nil {
 		p.HolderMargin = DefaultHolderMargin
-	}
-	if p.RenewalCutoff == nil {
-		p.RenewalCutoff = DefaultRenewalCutoff
 	}
 	c := &checker{p: p, rep: &Report{}}
 	c.build(h)
@@ -839,7 +855,7 @@ func (c *checker) falseLosses(f *Figures) {
 					}
 					if a.TReply < r.TSend {
 						live = max(live, c.window(c.sent(a), d))
-						kept = max(kept, c.sent(a)+int64(c.p.RenewalCutoff(d)))
+						kept = max(kept, c.sent(a)+int64(RenewalCutoff(d, c.p.GrantorMargin)))
 					}
 				}
 				ended := slices.ContainsFunc(t.releases, func(x *Record) bool { return x.TSend < r.TSend }) ||
@@ -1010,14 +1026,32 @@ func (c *checker) orphans(f *Figures) {
 		for _, a := range cand.attempts {
 			orphan.Attempts = append(orphan.Attempts, refOf(a))
 		}
-		if cand.answer != nil {
-			orphan.Answer = cand.answer.Code
-			orphan.Late = cand.answer.TReply <= stored
+		if a := cand.answer; a != nil {
+			orphan.Answer = a.Code
+			orphan.Late = a.TReply <= stored
+			orphan.Lapsed = !orphan.Late && c.mayHaveLapsed(o.Lease, tok, max(stored, first.TSend), time.Duration(first.Req.D), a.TReply)
 			f.RetriedOrphans++
-			if orphan.Late {
+			switch {
+			case orphan.Late:
 				f.LateOrphans++
+			case orphan.Lapsed:
+				f.LapsedOrphans++
 			}
 		}
 		c.rep.Orphans = append(c.rep.Orphans, orphan)
 	}
+}
+
+// mayHaveLapsed reports whether the tenure tok on lease, stored no earlier
+// than from with duration d, may have lapsed by at: the server TTL had
+// passed since from, and no reply to an operation sent after at shows tok
+// held.
+func (c *checker) mayHaveLapsed(lease string, tok uint64, from int64, d time.Duration, at int64) bool {
+	if at < from+int64(ServerTTL(d, c.p.GrantorMargin)) {
+		return false
+	}
+	return !slices.ContainsFunc(c.ops, func(o *Record) bool {
+		return o.Lease == lease && o.TSend > at && o.Reply.Token == tok &&
+			(o.Code == CodeHeld || o.Op == OpGet && o.Code == CodeOK)
+	})
 }

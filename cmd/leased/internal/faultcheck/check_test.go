@@ -348,6 +348,7 @@ func TestParamsValidate(t *testing.T) {
 		{"around negative", func(p *faultcheck.Params) { p.Around = -time.Second }, false},
 		{"max late 0", func(p *faultcheck.Params) { p.MaxLate = 0 }, true},
 		{"max late negative", func(p *faultcheck.Params) { p.MaxLate = -time.Second }, false},
+		{"grantor margin negative", func(p *faultcheck.Params) { p.GrantorMargin = -time.Second }, false},
 		{"to before from", func(p *faultcheck.Params) { p.From, p.To = 10, 5 }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

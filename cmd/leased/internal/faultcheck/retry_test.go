@@ -75,14 +75,14 @@ func TestRecoveredGrantWindow(t *testing.T) {
 // last attempt was answered (anything but unavailable, internal or no
 // reply) is a retried orphan, which idempotent grants and Acquire's wait
 // after a refusal are meant to prevent, unless a request of a caller that
-// gave up explains it.
+// gave up explains it, or the answer came when the tenure may have lapsed.
 func TestOrphansRetried(t *testing.T) {
 	for _, tc := range []struct {
-		name                          string
-		h                             *hist
-		orphans, retried, late, unkno int
-		answer                        string   // of the retried orphan
-		attempts                      []uint64 // h1's seqs, of the first orphan
+		name                                  string
+		h                                     *hist
+		orphans, retried, late, lapsed, unkno int
+		answer                                string   // of the retried orphan
+		attempts                              []uint64 // h1's seqs, of the first orphan
 	}{{
 		// h1 tried twice with no answer and gave up; h2 is told h1 holds
 		// token 7.
@@ -92,12 +92,29 @@ func TestOrphansRetried(t *testing.T) {
 			attempt("h2", "L", "r2", 1500, 1510, held, heldBy("h1", 7)),
 		orphans: 1, attempts: []uint64{1, 2},
 	}, {
-		// h1's retry came after the tenure its first attempt made had
-		// ended.
-		name: "retried: the tenure ended first",
+		// h1's retry came when the tenure its first attempt made may
+		// have lapsed (its TTL, 4 s, after that attempt was sent), and
+		// was told so: true, for all the checker can tell (the holder of
+		// the nemesis suite whose connection was to a stopped node).
+		name: "retried: the tenure may have lapsed first",
 		h: newHist().attempt("h1", "L", "r1", 0, 1000, noReply, faultcheck.Reply{}).
 			attempt("h2", "L", "r2", 500, 510, held, heldBy("h1", 7)).
 			attempt("h1", "L", "r1", 5050, 5060, requestUsed, faultcheck.Reply{}),
+		orphans: 1, retried: 1, lapsed: 1, answer: requestUsed, attempts: []uint64{1, 2},
+	}, {
+		// Told so before the tenure could have lapsed: a false answer.
+		name: "retried: told the tenure had ended before it could have",
+		h: newHist().attempt("h1", "L", "r1", 0, 1000, noReply, faultcheck.Reply{}).
+			attempt("h2", "L", "r2", 500, 510, held, heldBy("h1", 7)).
+			attempt("h1", "L", "r1", 3050, 3060, requestUsed, faultcheck.Reply{}),
+		orphans: 1, retried: 1, answer: requestUsed, attempts: []uint64{1, 2},
+	}, {
+		// Told so late enough, but a reply to a request sent after the
+		// answer shows the tenure still held: a false answer too.
+		name: "retried: told the tenure had ended, and it is held after",
+		h: newHist().attempt("h1", "L", "r1", 0, 1000, noReply, faultcheck.Reply{}).
+			attempt("h1", "L", "r1", 5050, 5060, requestUsed, faultcheck.Reply{}).
+			attempt("h2", "L", "r2", 5100, 5110, held, heldBy("h1", 7)),
 		orphans: 1, retried: 1, answer: requestUsed, attempts: []uint64{1, 2},
 	}, {
 		// What a grantor without idempotent grants does: the retry is
@@ -202,9 +219,11 @@ func TestOrphansRetried(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := check(t, tc.h, true)
 			f := rep.Figures
-			if f.Orphans != tc.orphans || f.RetriedOrphans != tc.retried || f.LateOrphans != tc.late || f.UnknownTenures != tc.unkno {
-				t.Fatalf("orphans %d (%d retried, %d late), unknown %d; want %d (%d, %d), %d: %v",
-					f.Orphans, f.RetriedOrphans, f.LateOrphans, f.UnknownTenures, tc.orphans, tc.retried, tc.late, tc.unkno, rep.Orphans)
+			if f.Orphans != tc.orphans || f.RetriedOrphans != tc.retried || f.LateOrphans != tc.late ||
+				f.LapsedOrphans != tc.lapsed || f.UnknownTenures != tc.unkno {
+				t.Fatalf("orphans %d (%d retried, %d late, %d lapsed), unknown %d; want %d (%d, %d, %d), %d: %v",
+					f.Orphans, f.RetriedOrphans, f.LateOrphans, f.LapsedOrphans, f.UnknownTenures,
+					tc.orphans, tc.retried, tc.late, tc.lapsed, tc.unkno, rep.Orphans)
 			}
 			if len(rep.Orphans) != tc.orphans {
 				t.Fatalf("report lists %v, want %d", rep.Orphans, tc.orphans)
@@ -217,7 +236,7 @@ func TestOrphansRetried(t *testing.T) {
 			for _, s := range tc.attempts {
 				want = append(want, faultcheck.OpRef{Proc: "h1", Seq: s})
 			}
-			if o.Retried() != (tc.retried > 0) || o.Late != (tc.late > 0) || o.Answer != tc.answer || o.Holder != "h1" || !slices.Equal(o.Attempts, want) {
+			if o.Retried() != (tc.retried > 0) || o.Late != (tc.late > 0) || o.Lapsed != (tc.lapsed > 0) || o.Answer != tc.answer || o.Holder != "h1" || !slices.Equal(o.Attempts, want) {
 				t.Errorf("orphan %v: want h1's attempts %v, answer %q", o, want, tc.answer)
 			}
 		})

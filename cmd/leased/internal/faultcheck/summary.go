@@ -17,8 +17,8 @@ func (r *Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "tenures %d, renewals %d (%d refused, %d false losses), releases %d\n",
 		f.Tenures, f.Renewals, f.RenewalsRefused, f.FalseLosses, f.Releases)
-	fmt.Fprintf(&b, "orphan tenures %d (%d of callers that retried, %d of them stored after the retry's answer; %d of callers that gave up), unknown tenures %d, stale reads %d\n",
-		f.Orphans, f.RetriedOrphans, f.LateOrphans, f.Orphans-f.RetriedOrphans, f.UnknownTenures, f.StaleReads)
+	fmt.Fprintf(&b, "orphan tenures %d (%d of callers that retried, %d of them stored after the retry's answer, %d answered when it may have lapsed; %d of callers that gave up), unknown tenures %d, stale reads %d\n",
+		f.Orphans, f.RetriedOrphans, f.LateOrphans, f.LapsedOrphans, f.Orphans-f.RetriedOrphans, f.UnknownTenures, f.StaleReads)
 	var faults []string
 	for _, k := range slices.Sorted(maps.Keys(f.FaultsByKind)) {
 		faults = append(faults, fmt.Sprintf("%s %d", k, f.FaultsByKind[k]))

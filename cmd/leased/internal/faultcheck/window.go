@@ -21,14 +21,21 @@ func DefaultHolderMargin(d time.Duration) time.Duration {
 	return min(max(d/10, 100*time.Millisecond), 2*time.Second)
 }
 
-// DefaultRenewalCutoff is kvlease.RenewalCutoff with the default grantor
-// margin of 1 s: the server TTL, D + 1 s rounded up to whole seconds, less
-// ρ = 1e-3 of it and a guard of min(100 ms, TTL/4).
-func DefaultRenewalCutoff(d time.Duration) time.Duration {
-	ttl := d + time.Second
-	if r := ttl % time.Second; r != 0 {
-		ttl += time.Second - r
+// ServerTTL is kvlease.ServerTTL: how long the server keeps a tenure
+// written with duration d, d + m_g rounded up to whole seconds.
+func ServerTTL(d, grantorMargin time.Duration) time.Duration {
+	t := d + grantorMargin
+	if r := t % time.Second; r != 0 {
+		t += time.Second - r
 	}
+	return t
+}
+
+// RenewalCutoff is kvlease.RenewalCutoff: how long after the send of a
+// write of duration d a correct grantor still renews it, its [ServerTTL]
+// less ρ = 1e-3 of it and a guard of min(100 ms, TTL/4).
+func RenewalCutoff(d, grantorMargin time.Duration) time.Duration {
+	ttl := ServerTTL(d, grantorMargin)
 	return ttl - time.Duration(float64(ttl)*1e-3) - min(100*time.Millisecond, ttl/4)
 }
 

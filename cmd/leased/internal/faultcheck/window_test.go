@@ -20,16 +20,22 @@ func TestWindowIsKvleases(t *testing.T) {
 			if got := faultcheck.DefaultHolderMargin(d); got != m {
 				t.Errorf("DefaultHolderMargin(%v) = %v, kvlease's %v", d, got, m)
 			}
-			if got, want := faultcheck.DefaultRenewalCutoff(d), kvlease.RenewalCutoff(d, kvlease.DefaultGrantorMargin); got != want {
-				t.Errorf("DefaultRenewalCutoff(%v) = %v, kvlease's %v", d, got, want)
+			for _, mg := range []time.Duration{0, 300 * time.Millisecond, kvlease.DefaultGrantorMargin} {
+				if got, want := faultcheck.ServerTTL(d, mg), kvlease.ServerTTL(d, mg); got != want {
+					t.Errorf("ServerTTL(%v, %v) = %v, kvlease's %v", d, mg, got, want)
+				}
+				if got, want := faultcheck.RenewalCutoff(d, mg), kvlease.RenewalCutoff(d, mg); got != want {
+					t.Errorf("RenewalCutoff(%v, %v) = %v, kvlease's %v", d, mg, got, want)
+				}
 			}
 			if got, want := faultcheck.Window(d, rho, m), kvlease.HolderValidity(d, rho, m); got != want {
 				t.Errorf("Window(%v, %v, %v) = %v, kvlease's %v", d, rho, m, got, want)
 			}
 		}
 	}
-	if p := faultcheck.DefaultParams(); p.Rho != kvlease.DefaultClockRate {
-		t.Errorf("default rho %v, kvlease's %v", p.Rho, kvlease.DefaultClockRate)
+	if p := faultcheck.DefaultParams(); p.Rho != kvlease.DefaultClockRate || p.GrantorMargin != kvlease.DefaultGrantorMargin {
+		t.Errorf("default rho %v and grantor margin %v, kvlease's %v and %v", p.Rho, p.GrantorMargin,
+			kvlease.DefaultClockRate, kvlease.DefaultGrantorMargin)
 	}
 }
 
