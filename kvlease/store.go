@@ -189,6 +189,7 @@ type Store struct {
 	msgGetSubject string // the stream's STREAM.MSG.GET API subject
 	cache         revCache
 	w             *writer // the group commit; nil without batching
+	revoking      revocations
 }
 
 var _ Grantor = (*Store)(nil)
@@ -878,6 +879,9 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	// unanswered may have been stored: the next is refused with the
 	// tenure's newer revision, and renews from it (the claim is checked
 	// on it again).
+	if err := s.revoking.wait(ctx, req.Name); err != nil {
+		return Record{}, translate("renew", err)
+	}
 	unanswered := false
 	return writeAttempts(ctx, func(error) { unanswered = true }, func(ctx context.Context) (Record, error) {
 		rec, err := s.renew(ctx, req, span)
@@ -1155,6 +1159,11 @@ func (s *Store) releasedBy(ctx context.Context, c tenureClaim) bool {
 // a lease that an earlier revocation still holds (it returns the revoked
 // tenure's name, holder and token then).
 //
+// While it runs, renewals of the lease through this Store wait for it, so
+// that a holder renewing back to back through the same grantor cannot win
+// every compare-and-set; renewals through other Stores race it, and each
+// lost race is tried again while ctx allows.
+//
 // Errors: [ErrInvalidName]; [ErrInvalidOption] for the reason
 // [ResurrectedReason], which is the grantor's own; [ErrNotFound] if no
 // tenure is live (and, with FreeNow, no revocation holds the lease);
@@ -1179,6 +1188,10 @@ func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeO
 	// with the tenure it revoked. A holder renewing back to back wins
 	// some of the compare-and-sets (on R3, 5 revocations in 15 failed):
 	// they are tried again too, while ctx allows.
+	// This Store's renewals of the lease wait for the revocation: a holder
+	// renewing back to back through it won every compare-and-set for 10 s
+	// on a loaded machine (TestRevokeThroughFailoverAndRenewals).
+	defer s.revoking.start(name)()
 	var revoking Record // what an earlier attempt revoked or freed, if it was carried out
 	for wait := time.Duration(0); ; {
 		actx, cancel := context.WithTimeout(ctx, revokeAttemptTimeout)
@@ -1200,6 +1213,60 @@ func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeO
 		case <-time.After(wait):
 		case <-ctx.Done():
 		}
+	}
+}
+
+// revocations are the leases a Revoke of a Store is revoking, whose
+// renewals through that Store wait until it is done. Renewals through other
+// Stores (another grantor node) still race it: Revoke tries again while
+// its ctx allows.
+type revocations struct {
+	mu sync.Mutex
+	m  map[string]*revocation
+}
+
+type revocation struct {
+	n    int           // Revoke calls on the lease
+	done chan struct{} // closed when the last has returned
+}
+
+// start notes a revocation of name and returns the func that ends it.
+func (r *revocations) start(name string) (end func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]*revocation{}
+	}
+	v := r.m[name]
+	if v == nil {
+		v = &revocation{done: make(chan struct{})}
+		r.m[name] = v
+	}
+	v.n++
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if v.n--; v.n == 0 {
+			delete(r.m, name)
+			close(v.done)
+		}
+	}
+}
+
+// wait returns when no revocation of name is under way, or with ctx's
+// error when ctx ends first.
+func (r *revocations) wait(ctx context.Context, name string) error {
+	r.mu.Lock()
+	v := r.m[name]
+	r.mu.Unlock()
+	if v == nil {
+		return nil
+	}
+	select {
+	case <-v.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -257,6 +257,67 @@ func TestFreeNowAfterAnotherRevocationFrees(t *testing.T) {
 	}
 }
 
+// While a Revoke of a lease runs in a Store, that Store's renewals of the
+// lease wait for it rather than race its compare-and-set: a holder renewing
+// back to back through one Store won every one of them for 10 s on a
+// loaded machine (TestRevokeThroughFailoverAndRenewals), the revocation
+// failing "renewed under every attempt". Here the revocation's write is
+// held on its way while a renewal is asked for: it must not queue until
+// the revocation is done, and then finds the tenure revoked.
+func TestRenewWaitsForARevocationInTheSameStore(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: "runaway", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revoking, watching atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	renewing := make(chan string, 16) // what the store did with a renewal while the revocation was held
+	kvlease.SetSendHook(st, func(_ bool, names []string) {
+		switch {
+		case revoking.CompareAndSwap(true, false):
+			watching.Store(true)
+			close(held)
+			<-release
+		case watching.Load():
+			renewing <- "sent"
+		}
+	})
+	kvlease.SetQueueHook(st, func(int) {
+		if watching.Load() {
+			renewing <- "queued"
+		}
+	})
+	revoking.Store(true)
+	revoked := make(chan error, 1)
+	go func() {
+		_, err := st.Revoke(ctx, "runaway", "test")
+		revoked <- err
+	}()
+	<-held
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := st.Renew(ctx, kvlease.RenewRequest{Name: "runaway", Holder: "h", Token: rec.Token, Revision: rec.Revision})
+		renewed <- err
+	}()
+	select {
+	case what := <-renewing:
+		t.Fatalf("a renewal %s while a revocation of its lease was under way in the same store", what)
+	case err := <-renewed:
+		t.Fatalf("renewal answered while the revocation was under way: %v", err)
+	case <-time.After(300 * time.Millisecond): // an absence: the renewal stays unsent
+	}
+	watching.Store(false)
+	close(release)
+	if err := <-revoked; err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	if err := <-renewed; !errors.Is(err, kvlease.ErrNotHolder) && !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("renewal after the revocation: %v, want ErrNotHolder or ErrNotFound", err)
+	}
+}
+
 // After a revocation and then FreeNow (another operator's, freeing the
 // hold), the revoked holder, proving its secret as the service's callers
 // must, is told its tenure ended, and its release succeeds: the free end
