@@ -266,6 +266,29 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 	return s, nil
 }
 
+// syncReportEvery is how often Start says it still waits for the bucket's
+// replay: after a kill of a whole cluster every node once waited 50 s
+// with nothing in its log after one failed attempt to start its watch
+// (README, Reliability).
+const syncReportEvery = 10 * time.Second
+
+// awaitSync waits until w has replayed the bucket or ctx ends, saying so
+// in the log every syncReportEvery.
+func (s *Service) awaitSync(ctx context.Context, w *kvlease.Watcher) error {
+	tick := time.NewTicker(syncReportEvery)
+	defer tick.Stop()
+	for since := time.Now(); ; {
+		select {
+		case <-w.Synced():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			s.log.Warn("the bucket's replay has not caught up yet", "waited", time.Since(since).Round(time.Second))
+		}
+	}
+}
+
 // ErrStarted: Start was called on a service already started, or stopped.
 // A service starts once; make a new one with [New] to start again.
 var ErrStarted = errors.New("grantor: the service starts once (make a new one)")
@@ -312,11 +335,9 @@ func (s *Service) Start(ctx context.Context) error {
 			s.failed <- err // buffered: the first and only
 		}
 	}()
-	select {
-	case <-w.Synced():
-	case <-ctx.Done():
+	if err := s.awaitSync(ctx, w); err != nil {
 		w.Stop()
-		return ctx.Err()
+		return err
 	}
 	s.watcher = w
 	if err := s.startObserver(ctx); err != nil {
