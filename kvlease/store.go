@@ -874,14 +874,15 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), validateTenure(req.Token, req.Revision)); err != nil {
 		return Record{}, err
 	}
+	// A revocation of the lease under way in this Store goes first.
+	if err := s.revoking.wait(ctx, req.Name); err != nil {
+		return Record{}, translate("renew", err)
+	}
 	// Each attempt is bounded (writeAttemptTimeout) and one that goes
 	// unanswered is sent again while ctx allows. An attempt that went
 	// unanswered may have been stored: the next is refused with the
 	// tenure's newer revision, and renews from it (the claim is checked
 	// on it again).
-	if err := s.revoking.wait(ctx, req.Name); err != nil {
-		return Record{}, translate("renew", err)
-	}
 	unanswered := false
 	return writeAttempts(ctx, func(error) { unanswered = true }, func(ctx context.Context) (Record, error) {
 		rec, err := s.renew(ctx, req, span)
@@ -1187,10 +1188,10 @@ func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeO
 	// have been carried out: the next finds its tombstone and answers
 	// with the tenure it revoked. A holder renewing back to back wins
 	// some of the compare-and-sets (on R3, 5 revocations in 15 failed):
-	// they are tried again too, while ctx allows.
-	// This Store's renewals of the lease wait for the revocation: a holder
-	// renewing back to back through it won every compare-and-set for 10 s
-	// on a loaded machine (TestRevokeThroughFailoverAndRenewals).
+	// they are tried again too, while ctx allows; and this Store's
+	// renewals of the lease wait for the revocation: a holder renewing
+	// back to back through it won every compare-and-set for 10 s on a
+	// loaded machine (TestRevokeThroughFailoverAndRenewals).
 	defer s.revoking.start(name)()
 	var revoking Record // what an earlier attempt revoked or freed, if it was carried out
 	for wait := time.Duration(0); ; {

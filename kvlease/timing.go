@@ -38,11 +38,12 @@ func ServerTTL(d, grantorMargin time.Duration) time.Duration {
 
 // RenewalCutoff returns how long after the send of a grant or renewal of
 // duration d a Store still renews it: the server TTL less ρ of it for the
-// rates of the clocks ([DefaultClockRate]) and the guard before its expiry (a renewal that lands as
-// the expiry timer fires is rolled up by the marker; DESIGN §2 item 8). A
-// renewal later than that is refused as too late ([ErrNotFound]). A holder
-// keeping its deadline renews long before; a client that keeps none (a
-// raw API caller) must renew before this.
+// rates of the clocks ([DefaultClockRate]) and less the guard before its
+// expiry (a renewal that lands as the expiry timer fires is rolled up by
+// the marker; DESIGN §2 item 8). A renewal later than that is refused as
+// too late ([ErrNotFound]). A holder keeping its deadline renews long
+// before; a client that keeps none (a raw API caller) must renew before
+// this.
 func RenewalCutoff(d, grantorMargin time.Duration) time.Duration {
 	ttl := ServerTTL(d, grantorMargin)
 	var sent time.Time // the Store's own arithmetic, from a send at 0
