@@ -90,6 +90,9 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 	{ user: norelease, password: "norelease-pw", permissions: {
 		publish: { allow: ["lease.v1.>"], deny: ["lease.v1.release"] }
 		subscribe: { allow: ["_INBOX.>", "lease.events.v1.>"] } } }
+	{ user: norenew, password: "norenew-pw", permissions: {
+		publish: { allow: ["lease.v1.>"], deny: ["lease.v1.renew"] }
+		subscribe: { allow: ["_INBOX.>", "lease.events.v1.>"] } } }
 	` + more + `
 ] }`
 	}
@@ -140,6 +143,20 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 		if s := stderr.String(); !strings.Contains(s, "writing the grant") || !strings.Contains(s, "stays held") || strings.Contains(s, "released perm.unwritten") {
 			t.Errorf("acquire > /dev/full whose release is denied: stderr %q; want writing the grant, and that it stays held", s)
 		}
+	}
+
+	// A holder that may grant but not renew: its first renewal is refused,
+	// and it releases on its way out (the lease held for its TTL otherwise).
+	nr := exec.Command(leasedBin, "acquire", "perm.norenew", "--hold", "--ttl", "3s", "--url", as("norenew"))
+	var nrErr bytes.Buffer
+	nr.Stderr = &nrErr
+	if err := nr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nr.Process.Kill(); _ = nr.Wait() })
+	check("acquire --hold whose renewal is denied", nr, &nrErr, time.Now(), 8*time.Second, `publish to "lease.v1.renew"`)
+	if r := leased(t, as("leased"), "get", "perm.norenew"); r.code != 4 {
+		t.Errorf("after acquire --hold whose renewal was denied: get exits %d (%q); want 4, released", r.code, r.stdout)
 	}
 
 	cmd, stderr = hold("temp", "perm.temp")

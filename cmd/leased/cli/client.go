@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -662,12 +663,11 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	}
 	ctx, cancel := context.WithCancelCause(cmd.Context())
 	defer cancel(nil)
-	// denied ends with a refusal only, not with an interrupt: the release
-	// a command sends after one (cleanupContext) ends at a refusal too.
-	denied, deny := context.WithCancelCause(context.Background())
-	defer deny(nil)
-	ctx = context.WithValue(ctx, deniedKey{}, denied)
-	refuse := func(err error) { cancel(err); deny(err) }
+	// The refusals, apart from interrupts: the release a command sends
+	// after one (cleanupContext) ends at a refusal too.
+	var seen refusals
+	ctx = context.WithValue(ctx, refusalsKey{}, &seen)
+	refuse := func(err error) { cancel(err); seen.add(err) }
 	// nats.go's error and reconnect handler calls are in order, on one
 	// goroutine. A successful reconnect forgives a refusal, as nats.go
 	// does (it forgets a server's last error then): counted for the whole
@@ -730,28 +730,75 @@ func permissionCause(ctx context.Context, err error) error {
 	return err
 }
 
-type deniedKey struct{}
+type refusalsKey struct{}
 
-// deniedCause is the refusal withConn saw, or nil.
+// refusals are the server's refusals withConn has seen.
+type refusals struct {
+	mu    sync.Mutex
+	first error
+	last  error
+	next  chan struct{} // closed at the next refusal
+}
+
+func (r *refusals) add(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.first == nil {
+		r.first = err
+	}
+	r.last = err
+	if r.next != nil {
+		close(r.next)
+	}
+	r.next = make(chan struct{})
+}
+
+// after returns a channel closed at the next refusal, and the func that
+// then gives it.
+func (r *refusals) after() (<-chan struct{}, func() error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.next == nil {
+		r.next = make(chan struct{})
+	}
+	return r.next, func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.last
+	}
+}
+
+// deniedCause is the first refusal withConn saw, or nil.
 func deniedCause(ctx context.Context) error {
-	if denied, ok := ctx.Value(deniedKey{}).(context.Context); ok {
-		return context.Cause(denied)
+	if r, ok := ctx.Value(refusalsKey{}).(*refusals); ok {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.first
 	}
 	return nil
 }
 
 // cleanupContext is the context of what a command sends as it ends (a
 // release), for up to d: not ended by an interrupt that ended ctx, but at
-// once by a refusal of the server that withConn sees (a release the
-// user may not send waited for d).
+// once by a refusal of the server that withConn sees from then on (a
+// release the user may not send waited for d). A refusal before it (of a
+// renewal, say) does not end it: a user who may not renew may release,
+// and acquire --hold, denied its first renewal, left its lease held for
+// its TTL (found by an outside client).
 func cleanupContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rctx, tcancel := context.WithTimeout(rctx, d)
-	stop := func() bool { return false }
-	if denied, ok := ctx.Value(deniedKey{}).(context.Context); ok {
-		stop = context.AfterFunc(denied, func() { cancel(context.Cause(denied)) })
+	if r, ok := ctx.Value(refusalsKey{}).(*refusals); ok {
+		next, refusal := r.after()
+		go func() {
+			select {
+			case <-next:
+				cancel(refusal())
+			case <-rctx.Done():
+			}
+		}()
 	}
-	return rctx, func() { stop(); tcancel(); cancel(nil) }
+	return rctx, func() { tcancel(); cancel(nil) }
 }
 
 // authorizationEnded is the error of a connection whose authorization the
