@@ -17,7 +17,9 @@
 // Each takes prefix (lease names beginning with it; "" for all) and since
 // (a duration back from now such as 1h or 90m, or an RFC 3339 time; 1h by
 // default). A bad parameter, or one the endpoint does not know, is answered
-// 400 with a plain-text message.
+// 400 with a plain-text message. /api/tenures reads at most
+// [DefaultMaxRecords] records ([WithMaxRecords]); a window holding more is
+// answered 422, saying so.
 //
 // /events sends first the grant record of each lease live now
 // ([history.Live], with [WithLive]) as an event "record" without an id

@@ -43,6 +43,13 @@ const (
 	readTimeout   = 30 * time.Second // of /api/tenures' read of the stream
 )
 
+// DefaultMaxRecords is how many history records /api/tenures reads for
+// one request at most (about 300 bytes each in memory): a window holding
+// more is refused, not read, so that what one request holds is bounded by
+// this and not by the stream's retention (a day of a few changes a second
+// is some hundred thousand records). [WithMaxRecords] sets another bound.
+const DefaultMaxRecords = 200_000
+
 // Handler serves the timeline of one history stream (see the package
 // documentation). It is safe for concurrent use.
 type Handler struct {
@@ -52,6 +59,7 @@ type Handler struct {
 	log       *slog.Logger
 	page      []byte        // rendered once: it depends only on the options
 	followers chan struct{} // a slot per /events stream
+	maxRecs   int           // of /api/tenures' read
 }
 
 // Option configures a [Handler].
@@ -112,6 +120,19 @@ func WithJaegerUI(base string) Option {
 	}
 }
 
+// WithMaxRecords sets how many history records /api/tenures reads for one
+// request at most (default [DefaultMaxRecords]); below 1 is an error
+// wrapping [ErrOption].
+func WithMaxRecords(n int) Option {
+	return func(h *Handler) error {
+		if n < 1 {
+			return fmt.Errorf("%w: max records %d, want at least 1", ErrOption, n)
+		}
+		h.maxRecs = n
+		return nil
+	}
+}
+
 // WithLogger sets where the handler logs failures to read the stream
 // (default: nowhere); nil is an error wrapping [ErrOption].
 func WithLogger(log *slog.Logger) Option {
@@ -155,7 +176,7 @@ func CheckOptions(opts ...Option) error {
 }
 
 func applyOptions(opts []Option) (*Handler, error) {
-	h := &Handler{log: slog.New(slog.DiscardHandler), followers: make(chan struct{}, MaxFollowers)}
+	h := &Handler{log: slog.New(slog.DiscardHandler), followers: make(chan struct{}, MaxFollowers), maxRecs: DefaultMaxRecords}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrOption)
@@ -288,8 +309,25 @@ func (h *Handler) tenures(w http.ResponseWriter, r *http.Request, q query) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
 	now := time.Now()
-	recs, err := h.hist.Read(ctx, q.prefix, q.since)
-	if err != nil {
+	var recs []history.Record
+	tooMany := false
+	err := h.hist.Follow(ctx, q.prefix, q.since, func(r history.Record, caughtUp bool) bool {
+		switch {
+		case caughtUp:
+			return false
+		case len(recs) == h.maxRecs:
+			tooMany = true
+			return false
+		}
+		recs = append(recs, r)
+		return true
+	})
+	switch {
+	case tooMany:
+		http.Error(w, fmt.Sprintf("the window holds more than %d history records: ask a later since or a longer prefix, "+
+			"or follow /events", h.maxRecs), http.StatusUnprocessableEntity)
+		return
+	case err != nil:
 		h.log.Warn("timeline: read history", "err", err)
 		http.Error(w, "history unavailable: "+err.Error(), http.StatusServiceUnavailable)
 		return

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -225,6 +226,24 @@ func TestTenuresJSON(t *testing.T) {
 	}
 }
 
+// /api/tenures reads a bounded number of records: a window holding more
+// is refused, saying so, not read into memory whole (what a request held
+// was bounded only by the stream's retention, a day by default).
+func TestTenuresBounded(t *testing.T) {
+	h := openStream(t)
+	recs := scenario(time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC())
+	appendAll(t, h, recs...)
+	s := newServer(t, h, timeline.WithMaxRecords(len(recs)-1))
+	resp, body := get(t, http.MethodGet, s.URL+"/api/tenures?since=1h")
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, fmt.Sprintf("more than %d history records", len(recs)-1)) {
+		t.Errorf("a window over the bound: %d %q, want 422 saying so", resp.StatusCode, body)
+	}
+	// Within the bound, by prefix.
+	if resp, body := get(t, http.MethodGet, s.URL+"/api/tenures?prefix=tl.&since=1h"); resp.StatusCode != http.StatusOK {
+		t.Errorf("a window within the bound: %d %q", resp.StatusCode, body)
+	}
+}
+
 // sse reads server-sent events.
 type sse struct {
 	r *bufio.Reader
@@ -402,6 +421,7 @@ func TestOptions(t *testing.T) {
 		{"fragment", timeline.WithJaegerUI("http://jaeger:16686/#x")},
 		{"user", timeline.WithJaegerUI("http://me:s3cret-pw@jaeger:16686")},
 		{"unparsable", timeline.WithJaegerUI("http://me:s3cret-pw@[::1")},
+		{"no records", timeline.WithMaxRecords(0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := timeline.New(h, tc.opt)
