@@ -215,8 +215,10 @@ type Figures struct {
 	// LapsedOrphans are the RetriedOrphans, not late, whose answer came
 	// when the tenure may have lapsed: at least its [ServerTTL] after it
 	// could first have been stored (its request's first send, or a lower
-	// revision's acknowledged write if later), and no reply to an
-	// operation sent after that answer shows the tenure still held. The
+	// revision's acknowledged write if later), and neither that answer
+	// (held by the tenure itself, which the retry should have been
+	// answered with) nor a reply to an operation sent after it shows the
+	// tenure still held. The
 	// answer (request_used: "your tenure has ended"; held by a later
 	// holder) may be true: the caller's retries reached the grantor only
 	// after its tenure's time, which no grantor can give back.
@@ -1029,7 +1031,7 @@ func (c *checker) orphans(f *Figures) {
 		if a := cand.answer; a != nil {
 			orphan.Answer = a.Code
 			orphan.Late = a.TReply <= stored
-			orphan.Lapsed = !orphan.Late && c.mayHaveLapsed(o.Lease, tok, max(stored, first.TSend), time.Duration(first.Req.D), a.TReply)
+			orphan.Lapsed = !orphan.Late && c.mayHaveLapsed(o.Lease, tok, max(stored, first.TSend), time.Duration(first.Req.D), a)
 			f.RetriedOrphans++
 			switch {
 			case orphan.Late:
@@ -1043,15 +1045,19 @@ func (c *checker) orphans(f *Figures) {
 }
 
 // mayHaveLapsed reports whether the tenure tok on lease, stored no earlier
-// than from with duration d, may have lapsed by at: the server TTL had
-// passed since from, and no reply to an operation sent after at shows tok
+// than from with duration d, may have lapsed by the time of answer, the
+// last answer to the request that made it: the server TTL had passed
+// since from, and neither that answer (held by tok itself: the grantor
+// saw the tenure live, and a retry of the request that made it is
+// answered with it) nor a reply to an operation sent after it shows tok
 // held.
-func (c *checker) mayHaveLapsed(lease string, tok uint64, from int64, d time.Duration, at int64) bool {
+func (c *checker) mayHaveLapsed(lease string, tok uint64, from int64, d time.Duration, answer *Record) bool {
+	at := answer.TReply
 	if at < from+int64(ServerTTL(d, c.p.GrantorMargin)) {
 		return false
 	}
 	return !slices.ContainsFunc(c.ops, func(o *Record) bool {
-		return o.Lease == lease && o.TSend > at && o.Reply.Token == tok &&
+		return o.Lease == lease && (o == answer || o.TSend > at) && o.Reply.Token == tok &&
 			(o.Code == CodeHeld || o.Op == OpGet && o.Code == CodeOK)
 	})
 }

@@ -109,6 +109,15 @@ func TestOrphansRetried(t *testing.T) {
 			attempt("h1", "L", "r1", 3050, 3060, requestUsed, faultcheck.Reply{}),
 		orphans: 1, retried: 1, answer: requestUsed, attempts: []uint64{1, 2},
 	}, {
+		// Answered late enough, but held by the tenure its own first
+		// attempt made: the grantor saw that tenure live, and a retry
+		// of the request that made it is answered with it. Not lapsed,
+		// however late.
+		name: "retried: held by its own tenure after its TTL",
+		h: newHist().attempt("h1", "L", "r1", 0, 1000, noReply, faultcheck.Reply{}).
+			attempt("h1", "L", "r1", 5050, 5060, held, heldBy("h1", 7)),
+		orphans: 1, retried: 1, answer: held, attempts: []uint64{1, 2},
+	}, {
 		// Told so late enough, but a reply to a request sent after the
 		// answer shows the tenure still held: a false answer too.
 		name: "retried: told the tenure had ended, and it is held after",
