@@ -272,15 +272,31 @@ func New(store *kvlease.Store, nc *nats.Conn, cfg Config, opts ...Option) (*Serv
 // (README, Reliability).
 const syncReportEvery = 10 * time.Second
 
-// awaitSync waits until w has replayed the bucket or ctx ends, saying so
-// in the log every syncReportEvery.
-func (s *Service) awaitSync(ctx context.Context, w *kvlease.Watcher) error {
+// awaitSync waits until the watch has replayed the bucket (synced closes),
+// ctx ends, or the watch ends first (ended closes; cause says why, nil if
+// it was stopped), saying in the log every syncReportEvery that it still
+// waits. A watch that ends before its replay never catches up: its
+// follower took the stream for gone (a node without its copy of it yet
+// after a kill of the whole cluster) or replaced, or the connection
+// closed; waited for, Start waited until ctx ended, the node serving
+// nothing (found in review).
+func (s *Service) awaitSync(ctx context.Context, synced, ended <-chan struct{}, cause func() error) error {
 	tick := time.NewTicker(syncReportEvery)
 	defer tick.Stop()
 	for since := time.Now(); ; {
 		select {
-		case <-w.Synced():
+		case <-synced:
 			return nil
+		case <-ended:
+			select {
+			case <-synced: // caught up, then ended: the failure is Failed's
+				return nil
+			default:
+			}
+			if err := cause(); err != nil {
+				return fmt.Errorf("the watch of the bucket ended before its replay caught up: %w", err)
+			}
+			return fmt.Errorf("%w: the watch of the bucket ended before its replay caught up", kvlease.ErrUnavailable)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
@@ -327,15 +343,17 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ended := make(chan struct{}) // the watch has ended
 	go func() {
 		s.holders.follow(w, s.log, s.observe,
 			func(n int) { s.metrics.LiveLeases(context.Background(), int64(n)) }, s.feed.pass)
+		close(ended)
 		s.feed.close()
 		if err := w.Err(); errors.Is(err, kvlease.ErrBucketReplaced) {
 			s.failed <- err // buffered: the first and only
 		}
 	}()
-	if err := s.awaitSync(ctx, w); err != nil {
+	if err := s.awaitSync(ctx, w.Synced(), ended, w.Err); err != nil {
 		w.Stop()
 		return err
 	}
