@@ -41,9 +41,12 @@ func ServerTTL(d, grantorMargin time.Duration) time.Duration {
 // rates of the clocks ([DefaultClockRate]) and less the guard before its
 // expiry (a renewal that lands as the expiry timer fires is rolled up by
 // the marker; DESIGN §2 item 8). A renewal later than that is refused as
-// too late ([ErrNotFound]). A holder keeping its deadline renews long
-// before; a client that keeps none (a raw API caller) must renew before
-// this.
+// too late ([ErrNotFound]). A holder keeping its deadline renews before it
+// as long as its margin and the grantor's together exceed the 100 ms guard
+// (the defaults: 1.1 s at least); with [WithGrantorMargin](0) and a holder
+// margin under 100 ms its last renewals before its deadline are refused,
+// the lease lost early (never held too long). A client that keeps no
+// deadline (a raw API caller) must renew before this.
 func RenewalCutoff(d, grantorMargin time.Duration) time.Duration {
 	ttl := ServerTTL(d, grantorMargin)
 	var sent time.Time // the Store's own arithmetic, from a send at 0
