@@ -328,3 +328,33 @@ func TestNkeyUsers(t *testing.T) {
 		t.Errorf("--nkey with --user: exit %d %s; want 2, no seed", r.code, r.stderr)
 	}
 }
+
+// A user allowed to grant, renew and release but not to get cannot
+// acquire: the client reads the grantor's clock with a get before a grant.
+// The refusal names lease.v1.get, and says why a grant needs it (it said
+// only "does not let this user publish to lease.v1.get": found by an
+// outside client). Nothing is granted.
+func TestGrantNeedsGet(t *testing.T) {
+	hostPort, _ := authServer(t, `authorization { users = [
+	{ user: leased, password: "leased-pw" }
+	{ user: noget, password: "noget-pw", permissions: {
+		publish: { allow: ["lease.v1.grant", "lease.v1.renew", "lease.v1.release"] }
+		subscribe: { allow: ["_INBOX.>", "lease.events.v1.>"] } } }
+] }`)
+	as := func(user string) string { return "nats://" + user + ":" + user + "-pw@" + hostPort }
+	serveOn(t, as("leased")).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+
+	for _, args := range [][]string{
+		{"acquire", "perm.noget", "--ttl", "3s"},
+		{"run", "--lease", "perm.noget", "--ttl", "3s", "--", "true"},
+	} {
+		r := leased(t, as("noget"), append(args, "--timeout", "30s")...)
+		if r.code != cli.ExitDenied || !strings.Contains(r.stderr, `"lease.v1.get"`) || !strings.Contains(r.stderr, "clock") {
+			t.Errorf("leased %v as a user that may not get: exit %d, stderr %q; want %d, lease.v1.get and why a grant needs it",
+				args, r.code, r.stderr, cli.ExitDenied)
+		}
+	}
+	if r := leased(t, as("leased"), "get", "perm.noget"); r.code != 4 {
+		t.Errorf("get after the refused grants: exit %d %q; want 4, not granted", r.code, r.stdout)
+	}
+}

@@ -329,6 +329,12 @@ func (e *PermissionError) Error() string {
 			"(nats micro's discovery, which leased status uses): allow this user to subscribe to them, as the leased user of docs/api.md may)"
 	case e.Op == "subscribe":
 		msg += " (replies come back on the inbox: give the prefix this user may subscribe to with --inbox-prefix)"
+	case e.Op == "publish" && e.Subject == api.SubjectGet:
+		// A user allowed lease.v1.grant, renew and release but not get could
+		// not acquire at all, told only of get (found by an outside client):
+		// a grant first reads the grantor's clock there.
+		msg += " (acquire, run and register read the grantor's clock there before a grant, " +
+			"so a user that grants needs it too: allow lease.v1.get, or lease.v1.> as the app user of docs/api.md)"
 	case strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.KV_") || strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.LEASED_HISTORY_"):
 		// serve refused to start, exit 7, saying only this (found by an
 		// outside client with a user of its own for leased).
