@@ -131,6 +131,11 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("acquire --hold whose release is denied, after SIGTERM", cmd, stderr, time.Now(), 3*time.Second, `publish to "lease.v1.release"`)
+	// And that the lease is still held: it said only that the release was
+	// refused (found by an outside client).
+	if !strings.Contains(stderr.String(), "perm.norelease stays held until its TTL lapses") {
+		t.Errorf("acquire --hold whose release is denied: stderr %q; want that the lease stays held", stderr.String())
+	}
 
 	// A grant that could not be written, whose release is denied, says
 	// both: it said "released", the lease held for its TTL.

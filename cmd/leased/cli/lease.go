@@ -140,6 +140,12 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 		rctx, cancel := cleanupContext(ctx, 5*time.Second)
 		defer cancel()
 		if err := k.Close(rctx); err != nil {
+			// Refused, it was not sent: the lease is held until its TTL
+			// lapses, which the refusal alone did not say (found by an
+			// outside client, a user who may not release).
+			if err := permissionCause(ctx, err); errors.Is(err, ErrPermissionDenied) {
+				return fmt.Errorf("release: %w; so %s stays held until its TTL lapses", err, l.Name())
+			}
 			return fmt.Errorf("release: %w", err)
 		}
 		fmt.Fprintln(stderr, "leased: released", l.Name())
