@@ -740,37 +740,66 @@ type refusalsKey struct{}
 
 // refusals are the server's refusals withConn has seen.
 type refusals struct {
-	mu    sync.Mutex
-	first error
-	last  error
-	next  chan struct{} // closed at the next refusal
+	mu       sync.Mutex
+	distinct []error         // the first refusal of each kind (refusalKind), in order
+	kinds    map[string]bool // of distinct
+	next     chan struct{}   // closed at the next refusal of a new kind
+}
+
+// refusalKind says what a refusal refused: the same publish refused again
+// (a renewal retried) is the same kind.
+func refusalKind(err error) string {
+	if pe := (*PermissionError)(nil); errors.As(err, &pe) {
+		return pe.Op + " " + pe.Subject
+	}
+	return err.Error()
 }
 
 func (r *refusals) add(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.first == nil {
-		r.first = err
+	k := refusalKind(err)
+	if r.kinds[k] {
+		return
 	}
-	r.last = err
+	if r.kinds == nil {
+		r.kinds = map[string]bool{}
+	}
+	r.kinds[k] = true
+	r.distinct = append(r.distinct, err)
 	if r.next != nil {
 		close(r.next)
 	}
 	r.next = make(chan struct{})
 }
 
-// after returns a channel closed at the next refusal, and the func that
-// then gives it.
-func (r *refusals) after() (<-chan struct{}, func() error) {
+// kindsSeen is how many kinds of refusal have come.
+func (r *refusals) kindsSeen() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.next == nil {
-		r.next = make(chan struct{})
-	}
-	return r.next, func() error {
+	return len(r.distinct)
+}
+
+// newKind returns the first refusal of a kind after the first seen kinds,
+// once one comes, or nil when stop closes first.
+func (r *refusals) newKind(seen int, stop <-chan struct{}) error {
+	for {
 		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.last
+		if len(r.distinct) > seen {
+			err := r.distinct[seen]
+			r.mu.Unlock()
+			return err
+		}
+		if r.next == nil {
+			r.next = make(chan struct{})
+		}
+		next := r.next
+		r.mu.Unlock()
+		select {
+		case <-next:
+		case <-stop:
+			return nil
+		}
 	}
 }
 
@@ -779,28 +808,29 @@ func deniedCause(ctx context.Context) error {
 	if r, ok := ctx.Value(refusalsKey{}).(*refusals); ok {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.first
+		if len(r.distinct) > 0 {
+			return r.distinct[0]
+		}
 	}
 	return nil
 }
 
 // cleanupContext is the context of what a command sends as it ends (a
 // release), for up to d: not ended by an interrupt that ended ctx, but at
-// once by a refusal of the server that withConn sees from then on (a
-// release the user may not send waited for d). A refusal before it (of a
-// renewal, say) does not end it: a user who may not renew may release,
-// and acquire --hold, denied its first renewal, left its lease held for
-// its TTL (found by an outside client).
+// once by a refusal of the server that withConn sees from then on, of a
+// kind not refused before (a release the user may not send waited for d).
+// A refusal before it (of a renewal, say), or another of that kind as a
+// renewal in flight is refused again, does not end it: a user who may not
+// renew may release, and acquire --hold, denied its first renewal, left
+// its lease held for its TTL (found by an outside client).
 func cleanupContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rctx, tcancel := context.WithTimeout(rctx, d)
 	if r, ok := ctx.Value(refusalsKey{}).(*refusals); ok {
-		next, refusal := r.after()
+		seen := r.kindsSeen()
 		go func() {
-			select {
-			case <-next:
-				cancel(refusal())
-			case <-rctx.Done():
+			if err := r.newKind(seen, rctx.Done()); err != nil {
+				cancel(err)
 			}
 		}()
 	}
