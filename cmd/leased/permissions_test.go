@@ -161,7 +161,7 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 	t.Cleanup(func() { _ = nr.Process.Kill(); _ = nr.Wait() })
 	check("acquire --hold whose renewal is denied", nr, &nrErr, time.Now(), 8*time.Second, `publish to "lease.v1.renew"`)
 	if r := leased(t, as("leased"), "get", "perm.norenew"); r.code != 4 {
-		t.Errorf("after acquire --hold whose renewal was denied: get exits %d (%q); want 4, released", r.code, r.stdout)
+		t.Errorf("after acquire --hold whose renewal was denied (stderr %q): get exits %d (%q); want 4, released", nrErr.String(), r.code, r.stdout)
 	}
 
 	cmd, stderr = hold("temp", "perm.temp")

@@ -673,7 +673,7 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 	// after one (cleanupContext) ends at a refusal too.
 	var seen refusals
 	ctx = context.WithValue(ctx, refusalsKey{}, &seen)
-	refuse := func(err error) { cancel(err); seen.add(err) }
+	refuse := func(err error) { seen.add(err); cancel(err) } // recorded before the cancel is seen
 	// nats.go's error and reconnect handler calls are in order, on one
 	// goroutine. A successful reconnect forgives a refusal, as nats.go
 	// does (it forgets a server's last error then): counted for the whole
