@@ -666,19 +666,26 @@ echo run-exit=$?`)
 		if pid == nil {
 			t.Fatalf("no pid in %q", started)
 		}
-		// Ctrl-Z once the command has the terminal (bounded poll: no event).
-		for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if fg, err := unix.IoctlGetInt(int(ptm.Fd()), unix.TIOCGPGRP); err == nil && strconv.Itoa(fg) == pid[1] {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatalf("the command (pid %s) never had the terminal", pid[1])
+		// The command has the terminal (bounded poll: no event).
+		foreground := func(when string) {
+			t.Helper()
+			for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if fg, err := unix.IoctlGetInt(int(ptm.Fd()), unix.TIOCGPGRP); err == nil && strconv.Itoa(fg) == pid[1] {
+					return
+				}
+				if time.Now().After(end) {
+					t.Fatalf("the command (pid %s) did not have the terminal %s", pid[1], when)
+				}
 			}
 		}
+		foreground("at its start")
 		if _, err := ptm.WriteString("\x1a"); err != nil { // Ctrl-Z
 			t.Fatal(err)
 		}
 		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "stopped-status=148") }) // 128+SIGTSTP
+		// Typed before fg has given the terminal back, the line went to the
+		// shell, and the command waited for its read (a CI run).
+		foreground("after fg")
 		if _, err := ptm.WriteString("hello\n"); err != nil {
 			t.Fatal(err)
 		}
