@@ -10,13 +10,13 @@ import (
 )
 
 func main() {
-	ctx, stop := stopContext()
+	ctx, stop := stopContext(!cli.HangupReloads(os.Args[1:]))
 	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// stopContext is cancelled by SIGINT, SIGTERM or SIGHUP: a command stops
+// stopContext is cancelled by SIGINT, SIGTERM or (if hangup) SIGHUP: a command stops
 // as it does when done (run and elect stop their command, then release).
 // SIGHUP (a terminal or ssh session closed) killed run outright: its
 // command got SIGKILL with no SIGTERM nor grace, and the lease stayed held
@@ -24,10 +24,10 @@ func main() {
 // ignoring stays ignored (nohup; a background job of a shell without job
 // control ignores SIGINT), and so for run's command, which inherits it;
 // Go's runtime takes SIGTERM whatever its disposition was.
-func stopContext() (context.Context, context.CancelFunc) {
+func stopContext(hangup bool) (context.Context, context.CancelFunc) {
 	var sigs []os.Signal
 	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} {
-		if !signal.Ignored(sig) {
+		if !signal.Ignored(sig) && (sig != syscall.SIGHUP || hangup) {
 			sigs = append(sigs, sig)
 		}
 	}

@@ -428,3 +428,53 @@ func TestServeConfigFileUnderFlags(t *testing.T) {
 	}
 	lockedBy(flagData, fromFlags)
 }
+
+// SIGHUP reloads serve's --config, as nats-server's does: a user added to
+// the file can connect, a file that does not parse is logged and changes
+// nothing, and serve serves on. Without --config there is nothing to
+// reload, and serve says so and serves on. It stopped on SIGHUP: adding a
+// user, or a renewed TLS certificate, took a node down and up again.
+func TestServeReloadsConfigOnSIGHUP(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`authorization { users = [ { user: leased, password: leased-pw } ] }`)
+	s := startServe(t, "", "--config", conf, "--user", "leased", "--password", "leased-pw")
+	as := func(user string) string {
+		return strings.Replace(s.url, "nats://", "nats://"+user+":"+user+"-pw@", 1)
+	}
+	get := func(user string) int { return leased(t, as(user), "get", "reload.x", "--timeout", "5s").code }
+	if code := get("app"); code != 7 {
+		t.Fatalf("get as a user the file does not have: exit %d, want 7", code)
+	}
+	hup := func(s *server, want string) { // each want is logged once, after its SIGHUP
+		t.Helper()
+		if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		s.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, want) })
+	}
+
+	write(`authorization { users = [ { user: leased, password: leased-pw }, { user: app, password: app-pw } ] }`)
+	hup(s, "SIGHUP: configuration reloaded")
+	if code := get("app"); code != 4 {
+		t.Fatalf("get as a user added by the reload: exit %d, want 4 (not found)", code)
+	}
+	write(`authorization { users = [ { user: leased, password: leased-pw `)
+	hup(s, "configuration not reloaded; serving on as before")
+	if code := get("app"); code != 4 {
+		t.Fatalf("get after a reload of a file that does not parse: exit %d, want 4: the users as before", code)
+	}
+
+	plain := startServe(t, "")
+	hup(plain, "SIGHUP: nothing to reload")
+	if r := leased(t, plain.url, "get", "reload.x", "--timeout", "5s"); r.code != 4 {
+		t.Fatalf("get after SIGHUP to serve without --config: exit %d, %s; want 4: serving on", r.code, r.stderr)
+	}
+	s.stop(t)
+	plain.stop(t)
+}

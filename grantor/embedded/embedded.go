@@ -64,6 +64,11 @@ var ErrInsecure = errors.New("embedded: refusing to listen without authenticatio
 // cannot open. The error carries nats-server's own reason.
 var ErrStart = errors.New("embedded: server did not start")
 
+// ErrReload is wrapped by the error [Server.Reload] returns when
+// nats-server refuses the new options (one that cannot change while the
+// server runs); the server keeps running as it was.
+var ErrReload = errors.New("embedded: reload refused")
+
 // ErrNameConflict is wrapped by the error [Start] returns when another
 // server of the cluster has this server's name, and by the errors
 // [Server.NameConflicts] delivers. JetStream tells the nodes of a cluster
@@ -267,6 +272,64 @@ const (
 	RouteMaxPingsOut  = 3
 )
 
+// options validates c and returns it with its defaults, and the
+// nats-server options it starts (or reloads) a server with.
+func (c Config) options() (Config, *server.Options, error) {
+	if err := c.Validate(); err != nil {
+		return c, nil, err
+	}
+	c = c.withBase()
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 10 * time.Second
+	}
+	port := c.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	// Without a Base: no HTTP monitor, no leaf or gateway listeners, only
+	// what we use. A Base may add them.
+	opts := &server.Options{}
+	if c.Base != nil {
+		opts = c.Base.Clone()
+	}
+	opts.ServerName, opts.Host, opts.Port = c.Name, c.Host, port
+	opts.JetStream, opts.StoreDir, opts.NoSigs = true, c.DataDir, true
+	if c.ClusterName != "" {
+		host, port := c.ClusterHost, c.ClusterPort
+		if host == "" {
+			host = c.Host
+		}
+		if port == 0 {
+			port = server.RANDOM_PORT
+		}
+		// Only these fields: the Base's cluster TLS and authorization stay.
+		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = c.ClusterName, host, port
+		if opts.Cluster.PingInterval == 0 && opts.Cluster.MaxPingsOut == 0 { // unless the Base sets them
+			opts.Cluster.PingInterval, opts.Cluster.MaxPingsOut = RoutePingInterval, RouteMaxPingsOut
+		}
+		opts.Routes = nil
+		for _, r := range c.Routes {
+			u, _ := url.Parse(r) // checked by Validate
+			opts.Routes = append(opts.Routes, u)
+		}
+	}
+	switch c.Sync {
+	case SyncAlways:
+		opts.SyncAlways, opts.SyncInterval = true, 0
+	case UnsafeSyncInterval:
+		opts.SyncAlways, opts.SyncInterval = false, c.SyncInterval
+	}
+	if !c.AllowInsecure {
+		if err := checkExposure(opts); err != nil {
+			return c, nil, err
+		}
+	}
+	return c, opts, nil
+}
+
 // Server is a running embedded nats-server with JetStream.
 type Server struct {
 	ns         *server.Server
@@ -283,57 +346,9 @@ type Server struct {
 // [ErrInsecure], [ErrLocked], [ErrStandaloneStore] or [ErrClusterStore],
 // or say why the server did not start.
 func Start(cfg Config) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, opts, err := cfg.options()
+	if err != nil {
 		return nil, err
-	}
-	cfg = cfg.withBase()
-	if cfg.Host == "" {
-		cfg.Host = "127.0.0.1"
-	}
-	if cfg.ReadyTimeout == 0 {
-		cfg.ReadyTimeout = 10 * time.Second
-	}
-	port := cfg.Port
-	if port == 0 {
-		port = server.RANDOM_PORT
-	}
-	// Without a Base: no HTTP monitor, no leaf or gateway listeners, only
-	// what we use. A Base may add them.
-	opts := &server.Options{}
-	if cfg.Base != nil {
-		opts = cfg.Base.Clone()
-	}
-	opts.ServerName, opts.Host, opts.Port = cfg.Name, cfg.Host, port
-	opts.JetStream, opts.StoreDir, opts.NoSigs = true, cfg.DataDir, true
-	if cfg.ClusterName != "" {
-		host, port := cfg.ClusterHost, cfg.ClusterPort
-		if host == "" {
-			host = cfg.Host
-		}
-		if port == 0 {
-			port = server.RANDOM_PORT
-		}
-		// Only these fields: the Base's cluster TLS and authorization stay.
-		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = cfg.ClusterName, host, port
-		if opts.Cluster.PingInterval == 0 && opts.Cluster.MaxPingsOut == 0 { // unless the Base sets them
-			opts.Cluster.PingInterval, opts.Cluster.MaxPingsOut = RoutePingInterval, RouteMaxPingsOut
-		}
-		opts.Routes = nil
-		for _, r := range cfg.Routes {
-			u, _ := url.Parse(r) // checked by Validate
-			opts.Routes = append(opts.Routes, u)
-		}
-	}
-	switch cfg.Sync {
-	case SyncAlways:
-		opts.SyncAlways, opts.SyncInterval = true, 0
-	case UnsafeSyncInterval:
-		opts.SyncAlways, opts.SyncInterval = false, cfg.SyncInterval
-	}
-	if !cfg.AllowInsecure {
-		if err := checkExposure(opts); err != nil {
-			return nil, err
-		}
 	}
 	lock, err := lockDir(cfg.DataDir)
 	if err != nil {
@@ -603,6 +618,26 @@ func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 	s.unlockOnce.Do(func() { unlock(s.lock) })
+}
+
+// Reload applies cfg to the running server as nats-server's own reload
+// (its SIGHUP) does: authorization, users and accounts, TLS certificates,
+// routes, limits and the like take effect at once, for new connections
+// and, where nats-server does so, for those already open (a user removed
+// is disconnected). What cannot change while the server runs (its name,
+// its ports, its data directory, its cluster's name, JetStream itself) is
+// refused with nats-server's reason and nothing changes; so is a cfg
+// that Start would refuse ([ErrConfig], [ErrInsecure]). cfg's Logger,
+// Debug and ReadyTimeout are not used.
+func (s *Server) Reload(cfg Config) error {
+	_, opts, err := cfg.options()
+	if err != nil {
+		return err
+	}
+	if err := s.ns.ReloadOptions(opts); err != nil {
+		return fmt.Errorf("%w: %w", ErrReload, err)
+	}
+	return nil
 }
 
 // logger bridges nats-server's logger to slog, and passes on the first

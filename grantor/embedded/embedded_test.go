@@ -412,3 +412,66 @@ func freePorts(t *testing.T, n int) []int {
 	}
 	return ports
 }
+
+// Reload applies a configuration file read again, as nats-server's SIGHUP
+// does: a user added can connect, one removed cannot, and the server
+// keeps its data and port. A change nats-server cannot make while running
+// (the client port) is refused with ErrReload and changes nothing; one
+// that Start would refuse (an open port without authorization) with
+// ErrInsecure.
+func TestReload(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	load := func(text string) *server.Options {
+		t.Helper()
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		base, err := embedded.LoadConfigFile(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base
+	}
+	cfg := embedded.Config{DataDir: t.TempDir(), Base: load(`authorization { users = [ { user: a, password: a-pw } ] }`)}
+	srv, err := embedded.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	connects := func(user string) bool {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, user+"-pw"))
+		if err != nil {
+			return false
+		}
+		nc.Close()
+		return true
+	}
+	if !connects("a") || connects("b") {
+		t.Fatalf("before the reload: a connects %v, b %v; want a only", connects("a"), connects("b"))
+	}
+	url := srv.ClientURL()
+
+	cfg.Base = load(`authorization { users = [ { user: b, password: b-pw } ] }`)
+	if err := srv.Reload(cfg); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if connects("a") || !connects("b") || srv.ClientURL() != url {
+		t.Fatalf("after the reload: a connects %v, b %v, URL %s (was %s); want b only, same URL", connects("a"), connects("b"), srv.ClientURL(), url)
+	}
+
+	_, port, _ := net.SplitHostPort(srv.Addr())
+	other, _ := strconv.Atoi(port)
+	moved := cfg
+	moved.Port = other + 1
+	if err := srv.Reload(moved); !errors.Is(err, embedded.ErrReload) || !strings.Contains(err.Error(), "port") {
+		t.Fatalf("Reload with another port: %v, want ErrReload naming the port", err)
+	}
+	open := cfg
+	open.Host, open.Base = "0.0.0.0", load(`max_payload: 1MB`)
+	if err := srv.Reload(open); !errors.Is(err, embedded.ErrInsecure) {
+		t.Fatalf("Reload to an open port without authorization: %v, want ErrInsecure", err)
+	}
+	if connects("a") || !connects("b") || srv.ClientURL() != url {
+		t.Fatalf("after refused reloads: a connects %v, b %v, URL %s; want b only, at %s", connects("a"), connects("b"), srv.ClientURL(), url)
+	}
+}

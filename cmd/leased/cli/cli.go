@@ -21,6 +21,15 @@ const (
 	ExitUsage = 2 // bad flags or arguments
 )
 
+// HangupReloads reports whether the command args run takes SIGHUP as a
+// reload, not a stop: serve, which reloads its --config as nats-server
+// does. Every other command stops on SIGHUP (a terminal or ssh session
+// closed) as on SIGTERM.
+func HangupReloads(args []string) bool {
+	cmd, _, err := newRoot(io.Discard, io.Discard).Find(args)
+	return err == nil && cmd.Name() == "serve"
+}
+
 // Main runs the leased command line with args and returns the exit code.
 // Cancelling ctx (SIGINT, SIGTERM in the binary) stops a running server.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -9,10 +9,12 @@ import (
 	"math"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -59,6 +61,10 @@ type serveFlags struct {
 	namePrefixes  []string
 	retention     time.Duration // of the history stream
 	batch         batchFlags
+
+	// reread reads --config again and layers it under the flags, as at the
+	// start (nil without --config, or with --nats-url): SIGHUP's reload.
+	reread func(log *slog.Logger) (embedded.Config, error)
 }
 
 // batchFlags are the store's group-commit limits (kvlease.BatchLimits):
@@ -205,8 +211,13 @@ Only one serve may use a data directory: serve locks <data>/leased.lock
 (writing its pid into it) before the server opens the store, and a second
 serve on the same directory exits at once.
 
-It runs until SIGINT, SIGTERM or SIGHUP, then stops taking requests, answers those in
-flight, and exits. It releases no lease: leases belong to their holders.`,
+It runs until SIGINT or SIGTERM, then stops taking requests, answers those in
+flight, and exits. It releases no lease: leases belong to their holders.
+SIGHUP reads --config again and applies it to the embedded server, as
+nats-server's own reload does: users, permissions, accounts, TLS certificates,
+routes and limits change without a restart; a change that cannot be made while
+the server runs (its name, ports, data directory, cluster name) is logged and
+nothing changes (nor does it without --config, or with --nats-url).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.natsURL != "" {
@@ -219,8 +230,16 @@ flight, and exits. It releases no lease: leases belong to their holders.`,
 			}
 			f.batch.changed = cmd.Flags().Changed
 			if f.config != "" && f.natsURL == "" {
+				given := f
 				if err := f.loadConfig(cmd.Flags().Changed); err != nil {
 					return err
+				}
+				f.reread = func(log *slog.Logger) (embedded.Config, error) {
+					g := given
+					if err := g.loadConfig(cmd.Flags().Changed); err != nil {
+						return embedded.Config{}, err
+					}
+					return g.embeddedConfig(log)
 				}
 			}
 			if cmd.Flags().Changed("cluster-listen") && f.clusterName == "" {
@@ -284,6 +303,15 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	log, err := newLogger(stderr, f.logFormat, level)
 	if err != nil {
 		return err
+	}
+	// From the start: a SIGHUP while serve starts is a reload once it is
+	// ready, not the end of the process. One it was started ignoring
+	// (nohup) stays ignored.
+	var hangup chan os.Signal
+	if !signal.Ignored(syscall.SIGHUP) {
+		hangup = make(chan os.Signal, 1)
+		signal.Notify(hangup, syscall.SIGHUP)
+		defer signal.Stop(hangup)
 	}
 	// The store's durations and margin, checked with the service's policy
 	// before anything starts.
@@ -492,13 +520,19 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
 		"build", grantor.Build())
 	var failed error
-	select {
-	case <-ctx.Done():
-	case failed = <-svc.Failed():
-		if errors.Is(failed, kvlease.ErrBucketReplaced) {
-			log.Error("cannot serve on: stopping (start again to serve the new bucket; fenced resources need their fences reset: docs/safety.md)", "err", failed)
-		} else {
-			log.Error("cannot serve on: stopping", "err", failed)
+	for serving := true; serving; {
+		select {
+		case <-ctx.Done():
+			serving = false
+		case failed = <-svc.Failed():
+			serving = false
+			if errors.Is(failed, kvlease.ErrBucketReplaced) {
+				log.Error("cannot serve on: stopping (start again to serve the new bucket; fenced resources need their fences reset: docs/safety.md)", "err", failed)
+			} else {
+				log.Error("cannot serve on: stopping", "err", failed)
+			}
+		case <-hangup:
+			f.reload(srv, log)
 		}
 	}
 	log.Info("shutting down: answering requests in flight")
@@ -692,45 +726,75 @@ func watchClusterNameMismatches(ctx context.Context, srv *embedded.Server, log *
 	}
 }
 
-func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
+// reload applies --config, read again, to the embedded server srv: SIGHUP,
+// as nats-server reloads its configuration file.
+func (f serveFlags) reload(srv *embedded.Server, log *slog.Logger) {
+	if srv == nil || f.reread == nil {
+		log.Warn("SIGHUP: nothing to reload (serve reloads the --config of its embedded server); still serving: SIGINT or SIGTERM stops it")
+		return
+	}
+	cfg, err := f.reread(log)
+	if err == nil {
+		err = srv.Reload(cfg)
+	}
+	if err != nil {
+		log.Error("SIGHUP: configuration not reloaded; serving on as before", "config", f.config, "err", err)
+		return
+	}
+	log.Info("SIGHUP: configuration reloaded", "config", f.config)
+}
+
+// embeddedConfig is the embedded server's configuration from the flags
+// (and --config, once loadConfig has layered it under them).
+func (f serveFlags) embeddedConfig(log *slog.Logger) (embedded.Config, error) {
 	host, portStr, err := net.SplitHostPort(f.listen)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--listen %q: %v", f.listen, err)}
+		return embedded.Config{}, usageError{fmt.Errorf("--listen %q: %v", f.listen, err)}
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--listen %q: bad port", f.listen)}
+		return embedded.Config{}, usageError{fmt.Errorf("--listen %q: bad port", f.listen)}
 	}
 	cfg := embedded.Config{Name: nodeName(f), Host: host, Port: port, DataDir: f.data,
 		Logger: log.With("component", "nats"), Debug: f.debug, Base: f.base, AllowInsecure: f.allowInsecure}
 	if f.clusterName != "" && len(f.routes) == 0 {
 		// nats-server's own words: "JetStream cluster requires configured
 		// routes", exit 1, as if the server had failed.
-		return nil, usageError{errors.New("--cluster-name needs --routes: the route URL of every node of the cluster, this one's too")}
+		return embedded.Config{}, usageError{errors.New("--cluster-name needs --routes: the route URL of every node of the cluster, this one's too")}
 	}
 	if f.clusterName != "" {
 		chost, cport, err := net.SplitHostPort(f.clusterListen)
 		if err != nil {
-			return nil, usageError{fmt.Errorf("--cluster-listen %q: %v", f.clusterListen, err)}
+			return embedded.Config{}, usageError{fmt.Errorf("--cluster-listen %q: %v", f.clusterListen, err)}
 		}
 		if cfg.ClusterPort, err = strconv.Atoi(cport); err != nil {
-			return nil, usageError{fmt.Errorf("--cluster-listen %q: bad port", f.clusterListen)}
+			return embedded.Config{}, usageError{fmt.Errorf("--cluster-listen %q: bad port", f.clusterListen)}
 		}
 		cfg.ClusterName, cfg.ClusterHost, cfg.Routes = f.clusterName, chost, f.routes
 	} else if len(f.routes) > 0 {
-		return nil, usageError{errors.New("--routes needs --cluster-name")}
+		return embedded.Config{}, usageError{errors.New("--routes needs --cluster-name")}
 	}
 	switch f.sync {
 	case "always":
 		cfg.Sync = embedded.SyncAlways
 	case "unsafe-interval":
 		cfg.Sync = embedded.UnsafeSyncInterval
-		log.Warn("store acknowledges writes before syncing them: a power loss can hand out a fencing token twice")
 	default:
-		return nil, usageError{fmt.Errorf("--sync %q: want always or unsafe-interval", f.sync)}
+		return embedded.Config{}, usageError{fmt.Errorf("--sync %q: want always or unsafe-interval", f.sync)}
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, usageError{err}
+		return embedded.Config{}, usageError{err}
+	}
+	return cfg, nil
+}
+
+func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
+	cfg, err := f.embeddedConfig(log)
+	if err != nil {
+		return nil, err
+	}
+	if f.sync == "unsafe-interval" {
+		log.Warn("store acknowledges writes before syncing them: a power loss can hand out a fencing token twice")
 	}
 	srv, err := embedded.Start(cfg)
 	switch {
