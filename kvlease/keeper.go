@@ -385,6 +385,11 @@ func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 	var reason error
 	release := false // the parent context ended: release after cancelling
 	defer func() {
+		if release && k.handover.Load() {
+			// Orphan, called as ctx ended, lost the loop's select to ctx:
+			// it still hands over by expiry (it released).
+			reason, release = ErrClosed, false
+		}
 		reason = k.setErr(reason) // the deadline's, if watchDeadline came first
 		k.cancel(reason)
 		if release {

@@ -1499,3 +1499,40 @@ func TestKeeperCloseAfterALossIsBounded(t *testing.T) {
 		}
 	})
 }
+
+// Orphan never releases, even when the keeper's ctx ends at the same
+// moment: the loop, finding both its stop and its ctx's end, took the ctx
+// half of the time and released, though Orphan had already been called.
+// It ends as Orphan alone ends it (ErrClosed, no OnLost).
+func TestKeeperOrphanAsCtxEndsDoesNotRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 3 * time.Second
+		g := kvleasetest.NewFakeGrantor()
+		for i := range 20 {
+			l := mustAcquire(t, g, fmt.Sprintf("svc/%d", i), d)
+			ctx, cancel := context.WithCancel(t.Context())
+			entered, proceed := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			var lost atomic.Bool
+			k, err := kvlease.Keep(ctx, l, kvlease.WithOnRenew(func(kvlease.Record, time.Time) {
+				once.Do(func() { close(entered); <-proceed })
+			}), kvlease.WithOnLost(func(error) { lost.Store(true) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-entered // the loop is in the first renewal's callback
+			cancel()
+			go k.Orphan()
+			synctest.Wait() // Orphan has stopped the loop and waits for it
+			close(proceed)
+			<-k.Done()
+			synctest.Wait()
+			if rel := g.Releases(); len(rel) != 0 {
+				t.Fatalf("round %d: Orphan as ctx ended released: %+v", i, rel)
+			}
+			if err := k.Err(); !errors.Is(err, kvlease.ErrClosed) || lost.Load() {
+				t.Fatalf("round %d: Err() = %v, OnLost called %v; want ErrClosed, as after Orphan alone, and no OnLost", i, err, lost.Load())
+			}
+		}
+	})
+}
