@@ -1167,8 +1167,8 @@ func (s *Store) releasedBy(ctx context.Context, c tenureClaim) bool {
 //
 // Errors: [ErrInvalidName]; [ErrInvalidOption] for the reason
 // [ResurrectedReason], which is the grantor's own; [ErrNotFound] if no
-// tenure is live (and, with FreeNow, no revocation holds the lease);
-// [ErrUnavailable].
+// tenure is live (and, with FreeNow, no revocation holds the lease), or,
+// with [OnlyTenure], that tenure is not the live one; [ErrUnavailable].
 func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeOption) (rec Record, err error) {
 	o := NewRevocation(opts...)
 	ctx, span := s.startSpan(ctx, "revoke", name, telemetry.AttrReason.String(reason))
@@ -1279,9 +1279,12 @@ const revokeAttemptTimeout = 2 * time.Second
 // that finds that attempt's tombstone was carried out. Errors: those of
 // Revoke, and errMismatch (the lease changed under the attempt).
 func (s *Store) revokeOnce(ctx context.Context, name, reason string, o Revocation, revoking *Record) (Record, error) {
-	cur, live, err := s.last(ctx, name)
+	cur, live, err := s.lastAtLeast(ctx, name, 0, o.Token) // a read older than the tenure named is stale
 	if err != nil {
 		return Record{}, err
+	}
+	if live && o.Token != 0 && cur.Token != o.Token {
+		return Record{}, fmt.Errorf("%w: %q: tenure %d has ended (tenure %d holds it)", ErrNotFound, name, o.Token, cur.Token)
 	}
 	if !live {
 		rev, t := s.cache.lastGone(name)
@@ -1303,7 +1306,7 @@ func (s *Store) revokeOnce(ctx context.Context, name, reason string, o Revocatio
 		switch {
 		case !held && ours:
 			return *revoking, nil
-		case !held:
+		case !held, o.Token != 0 && token != o.Token:
 			return Record{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 		case !o.FreeNow:
 			return Record{}, fmt.Errorf("%w: %q %s; FreeNow (revoke --now, the API's free_now) frees it", ErrNotFound, name,
@@ -1338,6 +1341,10 @@ type Revocation struct {
 	// revocation still counts the lease as held. Use it only when the
 	// holder is known to be gone, or the resource checks tokens ([fence]).
 	FreeNow bool
+	// Token, if not 0, is the tenure to revoke: a lease another tenure
+	// holds (granted after this one ended) is left alone, and Revoke
+	// returns [ErrNotFound]. 0: whatever tenure holds the lease.
+	Token Token
 }
 
 // RevokeOption configures [Store.Revoke].
@@ -1345,6 +1352,11 @@ type RevokeOption func(*Revocation)
 
 // FreeNow frees a revoked lease at once (see [Revocation]).
 func FreeNow() RevokeOption { return func(r *Revocation) { r.FreeNow = true } }
+
+// OnlyTenure revokes the lease only while token's tenure holds it (see
+// [Revocation]): for a caller that decided to end the tenure it saw, not
+// whatever holds the name by the time the revocation arrives.
+func OnlyTenure(token Token) RevokeOption { return func(r *Revocation) { r.Token = token } }
 
 // NewRevocation is the revocation opts describe, for a grantor that
 // passes them on (the service's client sends them in its request).

@@ -257,6 +257,60 @@ func TestFreeNowAfterAnotherRevocationFrees(t *testing.T) {
 	}
 }
 
+// OnlyTenure revokes the tenure named, never one granted since under the
+// same name: a caller that decided on what it saw (the registry, on
+// gossip's verdict about a node) ended a newer holder's tenure by name
+// (found in review). A hold of another tenure is not freed either.
+func TestRevokeOnlyTenure(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	grant := func(name, holder string) kvlease.Record {
+		t.Helper()
+		rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: holder, Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	t.Run("a newer tenure stays", func(t *testing.T) {
+		old := grant("only.newer", "h1")
+		if err := st.Release(ctx, kvlease.ReleaseRequest{Name: old.Name, Holder: "h1", Token: old.Token, Revision: old.Revision}); err != nil {
+			t.Fatal(err)
+		}
+		cur := grant("only.newer", "h2")
+		if _, err := st.Revoke(ctx, "only.newer", "node gone", kvlease.FreeNow(), kvlease.OnlyTenure(old.Token)); !errors.Is(err, kvlease.ErrNotFound) {
+			t.Fatalf("revoke of the ended tenure %d: %v, want ErrNotFound", old.Token, err)
+		}
+		if got, err := st.Get(ctx, "only.newer"); err != nil || got.Token != cur.Token {
+			t.Fatalf("after: %+v, %v; want tenure %d live", got, err, cur.Token)
+		}
+		if got, err := st.Revoke(ctx, "only.newer", "node gone", kvlease.FreeNow(), kvlease.OnlyTenure(cur.Token)); err != nil || got.Token != cur.Token {
+			t.Fatalf("revoke of the live tenure %d: %+v, %v", cur.Token, got, err)
+		}
+	})
+	t.Run("another tenure's hold stays", func(t *testing.T) {
+		old := grant("only.held", "h0")
+		if err := st.Release(ctx, kvlease.ReleaseRequest{Name: old.Name, Holder: "h0", Token: old.Token, Revision: old.Revision}); err != nil {
+			t.Fatal(err)
+		}
+		cur := grant("only.held", "h1")
+		if _, err := st.Revoke(ctx, "only.held", "maintenance"); err != nil { // held until h1's deadline
+			t.Fatal(err)
+		}
+		if _, err := st.Revoke(ctx, "only.held", "node gone", kvlease.FreeNow(), kvlease.OnlyTenure(old.Token)); !errors.Is(err, kvlease.ErrNotFound) {
+			t.Fatalf("FreeNow, for the ended tenure %d, of the hold of tenure %d: %v, want ErrNotFound", old.Token, cur.Token, err)
+		}
+		if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "only.held", Holder: "h2", Duration: time.Minute}); !errors.Is(err, kvlease.ErrHeld) {
+			t.Fatalf("grant after: %v, want the hold kept (ErrHeld)", err)
+		}
+		if _, err := st.Revoke(ctx, "only.held", "node gone", kvlease.FreeNow(), kvlease.OnlyTenure(cur.Token)); err != nil {
+			t.Fatalf("FreeNow of its own tenure's hold: %v", err)
+		}
+		grant("only.held", "h2")
+	})
+}
+
 // While a Revoke of a lease runs in a Store, that Store's renewals of the
 // lease wait for it rather than race its compare-and-set: a holder renewing
 // back to back through one Store won every one of them for 10 s on a

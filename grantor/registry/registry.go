@@ -343,30 +343,35 @@ func (r *Registry) sweep() {
 // it stays.
 func (r *Registry) removeNode(node, reason string, at time.Time) {
 	r.mu.Lock()
-	var names []string
+	tenures := map[string]kvlease.Token{}
 	for _, byInst := range r.instances {
 		for _, rec := range byInst {
 			if reg, _ := api.RegistrationOf(rec); reg.Node == node && !rec.GrantedAt.After(at) && r.removed[rec.Name] != rec.Token {
-				names = append(names, rec.Name)
+				tenures[rec.Name] = rec.Token
 				r.removed[rec.Name] = rec.Token // before the revocation, whose end the watch may deliver first
 			}
 		}
 	}
 	r.mu.Unlock()
-	for _, name := range names {
+	for name, tok := range tenures {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		// At once: the instance on a node gossip wrongly took for gone
 		// registers again, and a registration guards nothing a second
-		// holder could harm.
-		_, err := r.store.Revoke(ctx, name, reason+node, kvlease.FreeNow())
+		// holder could harm. Only the tenure seen on node, not whatever
+		// holds the name: the view can be behind the bucket, the name
+		// held by now by a registration made from another node (an
+		// instance that moved), which was revoked (found in review).
+		_, err := r.store.Revoke(ctx, name, reason+node, kvlease.FreeNow(), kvlease.OnlyTenure(tok))
 		cancel()
 		switch {
 		case err == nil:
 			r.log.Info("removed registration of a node gossip says is gone", "lease", name, "node", node, "reason", reason+node)
-		case errors.Is(err, kvlease.ErrNotFound): // gone already, or another grantor node was first
+		case errors.Is(err, kvlease.ErrNotFound): // gone already (another grantor node was first), or another tenure holds the name
 		default:
 			r.mu.Lock()
-			delete(r.removed, name) // the sweep tries again
+			if r.removed[name] == tok {
+				delete(r.removed, name) // the sweep tries again
+			}
 			r.mu.Unlock()
 			r.log.Warn("could not remove registration of a node gossip says is gone", "lease", name, "node", node, "err", err)
 		}
