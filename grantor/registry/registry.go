@@ -78,6 +78,11 @@ type Registry struct {
 	removed map[string]kvlease.Token // guarded by mu
 	watcher *kvlease.Watcher
 	done    chan struct{} // closed when following stops
+	// stopping is cancelled by Stop: it ends the reaper and the
+	// revocations it has under way.
+	stopping context.Context
+	stop     context.CancelFunc
+	reaped   chan struct{} // closed when the reaper has returned; nil without gossip
 }
 
 var _ grantor.Extension = (*Registry)(nil)
@@ -143,6 +148,7 @@ func New(store *kvlease.Store, opts ...Option) (*Registry, error) {
 		removed:   map[string]kvlease.Token{},
 		done:      make(chan struct{}),
 	}
+	r.stopping, r.stop = context.WithCancel(context.Background())
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrOption)
@@ -180,6 +186,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.watcher = w
 	go r.follow()
 	if r.gossip != nil {
+		r.reaped = make(chan struct{})
 		go r.reap()
 	}
 	select {
@@ -192,13 +199,21 @@ func (r *Registry) Start(ctx context.Context) error {
 }
 
 // Stop stops following the bucket and gossip, and closes the channels of
-// [Registry.Watch]. It does nothing if the registry was not started.
+// [Registry.Watch]. Removals by gossip under way are abandoned: it returns
+// once nothing of the registry runs. It does nothing if the registry was
+// not started.
 func (r *Registry) Stop() {
 	if r.watcher == nil {
 		return
 	}
+	r.stop()
 	r.watcher.Stop()
 	<-r.done
+	if r.reaped != nil {
+		// It was left running, revoking for up to 5 s a registration,
+		// after the registry had stopped (found in review).
+		<-r.reaped
+	}
 }
 
 func (r *Registry) follow() {
@@ -272,6 +287,7 @@ const sweepInterval = time.Second
 
 // reap removes the registrations of nodes gossip declares dead or that leave.
 func (r *Registry) reap() {
+	defer close(r.reaped)
 	tick := time.NewTicker(sweepInterval)
 	defer tick.Stop()
 	for {
@@ -293,6 +309,8 @@ func (r *Registry) reap() {
 				r.removeNode(ev.Member.Name, reasonLeft, ev.Time)
 			}
 		case <-r.done:
+			return
+		case <-r.stopping.Done():
 			return
 		}
 	}
@@ -354,7 +372,7 @@ func (r *Registry) removeNode(node, reason string, at time.Time) {
 	}
 	r.mu.Unlock()
 	for name, tok := range tenures {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(r.stopping, 5*time.Second)
 		// At once: the instance on a node gossip wrongly took for gone
 		// registers again, and a registration guards nothing a second
 		// holder could harm. Only the tenure seen on node, not whatever
@@ -373,6 +391,9 @@ func (r *Registry) removeNode(node, reason string, at time.Time) {
 				delete(r.removed, name) // the sweep tries again
 			}
 			r.mu.Unlock()
+			if r.stopping.Err() != nil {
+				return // stopped: nothing is tried again
+			}
 			r.log.Warn("could not remove registration of a node gossip says is gone", "lease", name, "node", node, "err", err)
 		}
 	}

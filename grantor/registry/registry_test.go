@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -370,5 +372,67 @@ func TestRegistryRemovesRegistrationsOfANodeWhoseDeathItsEventsMissed(t *testing
 	}
 	if m, ok := nodes[0].Member("web-1"); !ok || !m.State.Gone() {
 		t.Fatalf("web-1 is %+v to the grantor, want it still listed gone", m)
+	}
+}
+
+// Stop returns once nothing of the registry runs: a removal by gossip
+// under way (its revocation waiting on a slow link) is abandoned, not left
+// running. It went on revoking, for up to 5 s a registration, after Stop
+// had returned (found in review).
+func TestStopWaitsForRemovalsUnderWay(t *testing.T) {
+	nodes := membershiptest.Cluster(t, "grantor", "web-1")
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	ctx := t.Context()
+	reg, err := registry.New(kvleasetest.OpenStore(t, proxy.URL(), kvlease.WithoutCreate()), registry.WithGossip(nodes[0], 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			reg.Stop()
+		}
+	}()
+	changes := reg.Watch(ctx, "web")
+	w, err := st.Watch(ctx, api.RegistrationPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	r := api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:8080", Node: "web-1"}
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: r.LeaseName(), Holder: "web-1", Duration: time.Minute,
+		Attributes: r.Attributes()}); err != nil {
+		t.Fatal(err)
+	}
+	nextChange(t, changes, registry.ChangeAdded)
+
+	// The registry's answers now come 1.5 s late: its revocation's read
+	// is answered within its first attempt (2 s), whose write lands and
+	// whose acknowledgement does not; it reads again.
+	proxy.DelayReplies(1500 * time.Millisecond)
+	if err := nodes[1].Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	for revoked := false; !revoked; {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("watch ended: %v", w.Err())
+			}
+			revoked = ev.Name == r.LeaseName() && ev.Type == kvlease.EventRevoked
+		case <-time.After(15 * time.Second):
+			t.Fatal("the dead node's registration was not revoked")
+		}
+	}
+	reg.Stop() // while the revocation waits for its acknowledgement
+	stopped = true
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "registry.(*Registry).reap") {
+		t.Fatalf("the registry's reaper runs after Stop returned:\n%s", stacks)
 	}
 }
