@@ -1178,6 +1178,9 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	if req.FreeNow {
 		opts = append(opts, kvlease.FreeNow())
 	}
+	if req.Token != 0 {
+		opts = append(opts, kvlease.OnlyTenure(kvlease.Token(req.Token)))
+	}
 	rec, err := s.store.Revoke(ctx, req.Name, req.Reason, opts...)
 	if err != nil {
 		return nil, err

@@ -1295,3 +1295,32 @@ func TestStopEndsIdleWorkers(t *testing.T) {
 	}
 	f.svc.Stop() // a second Stop is harmless
 }
+
+// A revocation naming a tenure (the API's token, kvlease.OnlyTenure
+// through the client) ends only that tenure: the client sent FreeNow alone
+// and dropped the token, so a revocation meant for an ended tenure ended
+// the next holder's.
+func TestRevokeOnlyTheTenureNamed(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	old, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "named", Holder: "w1", Duration: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.Release(ctx, kvlease.ReleaseRequest{Name: "named", Holder: "w1", Token: old.Token, Revision: old.Revision, Secret: old.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "named", Holder: "w2", Duration: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Revoke(ctx, "named", "stuck w1", kvlease.FreeNow(), kvlease.OnlyTenure(old.Token)); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("revoke of the ended tenure %d: %v, want ErrNotFound", old.Token, err)
+	}
+	if got, err := f.client.Get(ctx, "named"); err != nil || kvlease.Token(got.Token) != cur.Token {
+		t.Fatalf("after: %+v, %v; want tenure %d held", got, err, cur.Token)
+	}
+	if got, err := f.client.Revoke(ctx, "named", "stuck w2", kvlease.FreeNow(), kvlease.OnlyTenure(cur.Token)); err != nil || kvlease.Token(got.Token) != cur.Token {
+		t.Fatalf("revoke of the live tenure %d: %+v, %v", cur.Token, got, err)
+	}
+}

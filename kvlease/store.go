@@ -1280,6 +1280,15 @@ const revokeAttemptTimeout = 2 * time.Second
 // Revoke, and errMismatch (the lease changed under the attempt).
 func (s *Store) revokeOnce(ctx context.Context, name, reason string, o Revocation, revoking *Record) (Record, error) {
 	cur, live, err := s.lastAtLeast(ctx, name, 0, o.Token) // a read older than the tenure named is stale
+	if sr := (*StaleReadError)(nil); errors.As(err, &sr) && o.Token != 0 {
+		// Or the tenure named was never granted (a token mistyped): it
+		// was re-read until the caller's deadline and answered
+		// "unavailable".
+		if info, ierr := s.stream.Info(ctx); ierr == nil && uint64(o.Token) > info.State.LastSeq {
+			return Record{}, fmt.Errorf("%w: %q: no tenure %d (the bucket's revisions end at %d)", ErrNotFound, name, o.Token,
+				info.State.LastSeq)
+		}
+	}
 	if err != nil {
 		return Record{}, err
 	}

@@ -289,6 +289,17 @@ func TestRevokeOnlyTenure(t *testing.T) {
 			t.Fatalf("revoke of the live tenure %d: %+v, %v", cur.Token, got, err)
 		}
 	})
+	t.Run("a tenure never granted", func(t *testing.T) {
+		cur := grant("only.never", "h1")
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := st.Revoke(ctx, "only.never", "typo", kvlease.OnlyTenure(cur.Token+1000)); !errors.Is(err, kvlease.ErrNotFound) || ctx.Err() != nil {
+			t.Fatalf("revoke of tenure %d, never granted: %v (ctx %v); want ErrNotFound before the deadline", cur.Token+1000, err, ctx.Err())
+		}
+		if got, err := st.Get(ctx, "only.never"); err != nil || got.Token != cur.Token {
+			t.Fatalf("after: %+v, %v; want tenure %d live", got, err, cur.Token)
+		}
+	})
 	t.Run("another tenure's hold stays", func(t *testing.T) {
 		old := grant("only.held", "h0")
 		if err := st.Release(ctx, kvlease.ReleaseRequest{Name: old.Name, Holder: "h0", Token: old.Token, Revision: old.Revision}); err != nil {

@@ -195,6 +195,10 @@ type RevokeRequest struct {
 	// FreeNow frees the lease at once instead of holding it until the
 	// revoked holder's deadline has passed (kvlease.FreeNow).
 	FreeNow bool `json:"free_now,omitempty"`
+	// Token, if set, is the tenure to revoke (kvlease.OnlyTenure): if
+	// another tenure holds the lease by now, or a revocation of another
+	// holds it back, nothing is revoked and the reply is not_found.
+	Token uint64 `json:"token,omitempty"`
 }
 
 // FreedHold is the reply to a free_now revocation of a lease that an

@@ -239,11 +239,13 @@ func (c *Client) Count(ctx context.Context, prefix string) (int, error) {
 // permissions may refuse it, which shows as [kvlease.ErrUnavailable] with
 // no responders, or as a permissions error). As [kvlease.Store.Revoke], the
 // lease stays held until the revoked holder's deadline has passed, unless
-// opts has [kvlease.FreeNow].
+// opts has [kvlease.FreeNow]; with [kvlease.OnlyTenure], only that tenure
+// is revoked.
 func (c *Client) Revoke(ctx context.Context, name, reason string, opts ...kvlease.RevokeOption) (api.Lease, error) {
 	var out api.Lease
+	rev := kvlease.NewRevocation(opts...)
 	err := c.call(ctx, api.SubjectRevoke, api.RevokeRequest{Name: name, Reason: reason,
-		FreeNow: kvlease.NewRevocation(opts...).FreeNow}, &out)
+		FreeNow: rev.FreeNow, Token: uint64(rev.Token)}, &out)
 	return out, err
 }
 

@@ -331,6 +331,7 @@ func newRevoke(stdout io.Writer) *cobra.Command {
 	var c connFlags
 	var reason string
 	var now bool
+	var token uint64
 	cmd := &cobra.Command{
 		Use:   "revoke NAME",
 		Short: "Revoke a lease regardless of its holder (operators)",
@@ -341,13 +342,18 @@ has passed (the lease's TTL plus the grantor's margin from now), unless that
 holder releases it first: one that is paused or cut off does not hear of
 the revocation and still counts the lease as held until then. --now frees
 it at once; use it only when the holder is known to be gone, or the
-resource checks tokens.`,
+resource checks tokens. --token revokes only the tenure of that token (as
+get shows it): if the lease has changed hands since, nothing is revoked
+(exit 4).`,
 		Args: nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				var opts []kvlease.RevokeOption
 				if now {
 					opts = append(opts, kvlease.FreeNow())
+				}
+				if token != 0 {
+					opts = append(opts, kvlease.OnlyTenure(kvlease.Token(token)))
 				}
 				l, err := cl.Revoke(ctx, args[0], reason, opts...)
 				if err != nil {
@@ -369,6 +375,7 @@ resource checks tokens.`,
 	c.register(cmd.Flags())
 	cmd.Flags().StringVar(&reason, "reason", "", "reason, recorded with the revocation")
 	cmd.Flags().BoolVar(&now, "now", false, "free the lease at once, before the revoked holder's deadline (only for a holder known to be gone, or a fenced resource)")
+	cmd.Flags().Uint64Var(&token, "token", 0, "revoke only the tenure of this token: nothing if another holds the lease by now (default: whatever tenure holds it)")
 	return cmd
 }
 
