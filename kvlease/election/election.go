@@ -105,6 +105,8 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 		w.Stop()
 		unwatch()
 	}()
+	var lapse lapseTimer // the held tenure's end, if its event never comes
+	defer lapse.clear()
 	for {
 		// While the server does not answer, try again shortly.
 		l, err := kvlease.RetryUnavailable(ctx, time.Second, o.OnUnavailable, func() (*kvlease.Lease, error) {
@@ -133,7 +135,7 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 			if errors.As(err, &held) {
 				heldBack = held.HeldBack
 			}
-			if err := e.waitVacant(ctx, w, heldBack); err != nil {
+			if err := e.waitVacant(ctx, w, heldBack, &lapse); err != nil {
 				return nil, err
 			}
 		case errors.Is(err, kvlease.ErrUnavailable) && ctx.Err() != nil:
@@ -192,7 +194,14 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 
 // waitVacant waits for an event that ends a tenure of the election's lease
 // or frees it after a revocation, or (heldBack > 0) for a revocation's
-// hold to end.
+// hold to end, or for lapse: the server TTL (and lapseSlack) from when the
+// held tenure was last seen granted or renewed, when its end should have
+// been seen. That end may never come: a candidate cut off from the server
+// while the lease lapsed, until its expiry marker had lapsed too (the
+// bucket's marker TTL), resumes its watch after the last message it had,
+// and nothing in the stream says the tenure ended (it waited for good, the
+// election vacant; found in review). Then the grant is tried again, every
+// lapseRecheck while it is refused.
 // It does not consult Synced: the replay reports live tenures only, never
 // ends. The watcher began before the first grant attempt, so the tenure
 // that refused the grant was live after the watch began, and its end is
@@ -201,7 +210,7 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 // too; it costs one more attempt. A watcher that falls behind may see the
 // next grant instead of an end (the bucket keeps one message per lease):
 // the lease is held again then, and waiting for that tenure's end is right.
-func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher, heldBack time.Duration) error {
+func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher, heldBack time.Duration, lapse *lapseTimer) error {
 	var free <-chan time.Time
 	if heldBack > 0 {
 		t := time.NewTimer(heldBack)
@@ -212,6 +221,9 @@ func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher, heldBack 
 		select {
 		case <-free:
 			return nil
+		case <-lapse.C():
+			lapse.retry() // refused again, the grant is tried again later, not at once
+			return nil
 		case ev, ok := <-w.Events():
 			if !ok {
 				if err := w.Err(); err != nil {
@@ -219,9 +231,14 @@ func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher, heldBack 
 				}
 				return ctx.Err()
 			}
-			if ev.Name == e.name && (ev.Type.Ends() || ev.Type == kvlease.EventFreed) {
+			if ev.Name != e.name {
+				continue
+			}
+			if ev.Type.Ends() || ev.Type == kvlease.EventFreed {
+				lapse.clear()
 				return nil
 			}
+			lapse.saw(ev.Record)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -252,6 +269,18 @@ type LeaderChange struct {
 // them: a new leader learns of its win (its grant's reply) a moment before
 // observers do. A reader that falls behind by 16 changes stalls the stream of
 // changes, not the election.
+//
+// A leader whose end has not been seen by the server TTL (and a second)
+// after its last grant or renewal seen is looked up ([Election.Leader]),
+// and again every second while the server cannot be reached or still
+// holds it: once the server says no one leads, the election is reported
+// vacant, Cause [kvlease.EventExpired]. The end may never come otherwise:
+// an observer cut off from the server while the lease lapsed, until the
+// expiry marker had lapsed too (the bucket's marker TTL), resumes its
+// watch after the last message it had, and nothing in the stream says
+// the tenure ended; nor does a record the server keeps past its TTL (see
+// [kvlease.OverdueGrace]). Until the server can be reached again the last
+// leader seen is still shown: an observer does not guess.
 func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 	w, err := e.store.Watch(ctx, e.name, kvlease.ExactName())
 	if err != nil {
@@ -262,6 +291,8 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 		defer close(out)
 		defer w.Stop()
 		var cur kvlease.Token
+		var lapse lapseTimer // cur's end, if its event never comes
+		defer lapse.clear()
 		send := func(c LeaderChange) error {
 			select {
 			case out <- c:
@@ -275,10 +306,34 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 			case ev.Name != e.name:
 			case ev.Type.Ends() && cur != 0:
 				cur = 0
+				lapse.clear()
 				return send(LeaderChange{Cause: ev.Type, Time: ev.Time})
 			case !ev.Type.Ends() && ev.Token != cur:
 				cur = ev.Token
+				lapse.clear()
+				lapse.saw(ev.Record)
 				return send(LeaderChange{Leader: ev.Record, Time: ev.Time})
+			case !ev.Type.Ends():
+				lapse.saw(ev.Record) // a renewal
+			}
+			return nil
+		}
+		// lapsed looks up a leader whose end should have been seen by now.
+		lapsed := func() error {
+			gctx, cancel := context.WithTimeout(ctx, lapseReadTimeout)
+			rec, err := e.Leader(gctx)
+			cancel()
+			switch {
+			case errors.Is(err, kvlease.ErrNotFound):
+				cur = 0
+				lapse.clear()
+				return send(LeaderChange{Cause: kvlease.EventExpired, Time: time.Now()})
+			case err == nil && rec.Token == cur && rec.Revision > lapse.rev:
+				lapse.saw(&rec) // renewed, the renewal not seen yet
+			default:
+				// Unreachable, a record the server keeps past its TTL,
+				// or another tenure, which the watch delivers.
+				lapse.retry()
 			}
 			return nil
 		}
@@ -292,12 +347,74 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 				if !ok || apply(ev) != nil {
 					return
 				}
+			case <-lapse.C():
+				if lapsed() != nil {
+					return
+				}
 			case <-ctx.Done():
 				return
 			}
 		}
 	}()
 	return out, nil
+}
+
+// lapseSlack is how long after a tenure's server TTL, counted from when it
+// was seen granted or renewed, its end is looked for if no event has shown
+// it: the server lapses a key up to 250 ms late (DESIGN §2, item 7), and
+// its marker is delivered a moment after. lapseRecheck spaces the looks
+// after that; lapseReadTimeout bounds one.
+const (
+	lapseSlack       = time.Second
+	lapseRecheck     = time.Second
+	lapseReadTimeout = 2 * time.Second
+)
+
+// lapseTimer fires when the tenure last seen live should have ended: its
+// server TTL and lapseSlack after it was seen granted or renewed, on this
+// process's monotonic clock (a record is seen after it was stored, so
+// never before the server lapses it; the server's wall-clock stamps are
+// not compared with this machine's). Not safe for concurrent use.
+type lapseTimer struct {
+	token kvlease.Token
+	rev   uint64 // the revision last seen
+	t     *time.Timer
+}
+
+// saw counts a grant or renewal seen live, rec (nil: none known).
+func (l *lapseTimer) saw(rec *kvlease.Record) {
+	if rec == nil || rec.TTL <= 0 || rec.Token == l.token && rec.Revision <= l.rev {
+		return
+	}
+	l.token, l.rev = rec.Token, rec.Revision
+	l.arm(rec.TTL + lapseSlack)
+}
+
+// retry fires again after lapseRecheck.
+func (l *lapseTimer) retry() { l.arm(lapseRecheck) }
+
+func (l *lapseTimer) arm(d time.Duration) {
+	if l.t == nil {
+		l.t = time.NewTimer(d)
+		return
+	}
+	l.t.Reset(d)
+}
+
+// clear forgets the tenure: the timer fires no more until saw.
+func (l *lapseTimer) clear() {
+	if l.t != nil {
+		l.t.Stop()
+	}
+	l.token, l.rev = 0, 0
+}
+
+// C is the timer's channel, nil (never ready) before the first saw.
+func (l *lapseTimer) C() <-chan time.Time {
+	if l.t == nil {
+		return nil
+	}
+	return l.t.C
 }
 
 // String describes a change for logs.
