@@ -563,7 +563,8 @@ func firstRetryWait(interval time.Duration) time.Duration {
 // deadline as renewals move it, and ends with the context.
 //
 // A Release of the lease itself (not through the keeper) ends the
-// deadline at once, and so Context, as Close would ([ErrClosed]).
+// deadline at once, and so Context, as Close would ([ErrClosed]); so does
+// a renewal refused to a caller of [Lease.Renew], as a loss.
 //
 // Where the system counts the time it was suspended, it looks every
 // suspendCheck (Go's timers stop while the machine sleeps, the lease's
@@ -595,8 +596,13 @@ func (k *Keeper) watchDeadline(asleep time.Duration) {
 		if k.l.Remaining() <= 0 {
 			exp := k.l.expired()
 			var err error = exp
-			if exp.Released {
+			switch {
+			case exp.Released:
 				err = fmt.Errorf("%w: lease %q was released", ErrClosed, k.l.name)
+			case exp.Refused != nil:
+				// The refusal, as the loop reports one to its own renewal
+				// (which this can come first to).
+				err = exp.Refused
 			}
 			k.setErr(err) // before Context ends: Err is never nil once it has
 			k.cancel(err)

@@ -1249,6 +1249,34 @@ func TestKeeperEndsWhenItsLeaseIsReleased(t *testing.T) {
 	})
 }
 
+// A kept lease whose renewal is refused to a caller of Lease.Renew (not
+// the keeper: a leader's own code, say, through Leadership.Lease) ends
+// the keeper at once, as a refusal to the keeper does: the lease is gone
+// (Check fails from then on), and Context stayed live until watchDeadline
+// next looked, a second later on Linux and at the old deadline elsewhere
+// (found in review).
+func TestKeeperEndsWhenARenewalOfItsLeaseIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := kvleasetest.NewFakeGrantor()
+		l := mustAcquire(t, g, "refused", 3*time.Second)
+		k, lost := keepRecording(t, l)
+		defer k.Close(context.Background())
+		time.Sleep(100 * time.Millisecond)
+		g.SetMode(kvleasetest.FakeRefuse)
+		if err := l.Renew(context.Background()); !errors.Is(err, kvlease.ErrNotHolder) {
+			t.Fatalf("Renew: %v, want ErrNotHolder", err)
+		}
+		synctest.Wait() // no time passes
+		if !isClosed(k.Done()) || !errors.Is(context.Cause(k.Context()), kvlease.ErrNotHolder) {
+			t.Fatalf("right after the refusal: Done closed %v, Context's cause %v; want ended by the refusal",
+				isClosed(k.Done()), context.Cause(k.Context()))
+		}
+		if calls := lost.get(); len(calls) != 1 || !errors.Is(calls[0].err, kvlease.ErrNotHolder) {
+			t.Errorf("OnLost calls %v, want one, for the refusal", calls)
+		}
+	})
+}
+
 // A release the grantor does not answer (a failover) is sent again until
 // it is answered, within the caller's context and the lease's duration:
 // one attempt left the lease taken for a TTL (found by an outside client).

@@ -43,7 +43,7 @@ type Lease struct {
 	tracer trace.Tracer
 
 	renewing chan struct{} // one renewal at a time (a second would only find its revision stale); a channel, so a waiter respects ctx
-	cut      chan struct{} // closed by Release, which moves the deadline to now
+	cut      chan struct{} // closed (closeCut) by Release or a refusal, which move the deadline to now
 
 	mu       sync.Mutex
 	rec      Record
@@ -594,6 +594,19 @@ func (l *Lease) refuse(err error) {
 	if now := l.now(); l.deadline.After(now) {
 		l.deadline = now
 	}
+	// A keeper ends at once, whoever renewed: its Context stayed live
+	// after a refusal to a caller of Renew until its deadline watch next
+	// looked, a second later (found in review).
+	l.closeCut()
+}
+
+// closeCut closes cut, once; l.mu is held.
+func (l *Lease) closeCut() {
+	select {
+	case <-l.cut:
+	default:
+		close(l.cut)
+	}
 }
 
 // isRefusal reports whether err is the grantor's answer that the renewal
@@ -759,7 +772,7 @@ func (l *Lease) release(ctx context.Context, retry bool) (err error) {
 	remaining := l.deadline.Sub(now)
 	if !l.released {
 		l.released, l.deadline = true, now
-		close(l.cut) // a keeper ends at once
+		l.closeCut() // a keeper ends at once
 	}
 	l.mu.Unlock()
 	if freed {
