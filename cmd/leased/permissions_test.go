@@ -164,6 +164,20 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 		t.Errorf("after acquire --hold whose renewal was denied (stderr %q): get exits %d (%q); want 4, released", nrErr.String(), r.code, r.stdout)
 	}
 
+	// So does run, which said first "renewal failed; trying again", as if
+	// the grantor were down, and tried nothing again.
+	run := exec.Command(leasedBin, "run", "--lease", "perm.norenew.run", "--ttl", "3s", "--url", as("norenew"), "--", "sleep", "30")
+	var runErr bytes.Buffer
+	run.Stderr = &runErr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = run.Process.Kill(); _ = run.Wait() })
+	check("run whose renewal is denied", run, &runErr, time.Now(), 8*time.Second, `publish to "lease.v1.renew"`)
+	if strings.Contains(runErr.String(), "trying again") {
+		t.Errorf("run whose renewal is denied: stderr %q; want no \"trying again\"", runErr.String())
+	}
+
 	cmd, stderr = hold("temp", "perm.temp")
 	start := time.Now()
 	reload(users(""))

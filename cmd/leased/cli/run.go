@@ -161,6 +161,11 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		log.Debug("renewed", "deadline", deadline.Add(grace).Format(time.RFC3339Nano),
 			"sigterm_at", deadline.Format(time.RFC3339Nano))
 	}), kvlease.WithOnRenewFailure(func(err error, remaining time.Duration) {
+		if deniedCause(ctx) != nil {
+			// The server refused the renewal (its permissions), which
+			// ends the command and is said then: it is not tried again.
+			return
+		}
 		// Without it a loss after a failover left no trail of the
 		// attempts before it (found by an outside client).
 		log.Info("renewal failed; trying again", "err", err, "sigterm_in", remaining.Round(time.Millisecond))
