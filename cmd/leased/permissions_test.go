@@ -137,6 +137,19 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 		t.Errorf("acquire --hold whose release is denied: stderr %q; want that the lease stays held", stderr.String())
 	}
 
+	// So does run, whose command has exited: it said "release failed …
+	// context canceled".
+	runNR := exec.Command(leasedBin, "run", "--lease", "perm.norelease.run", "--ttl", "30s", "--url", as("norelease"), "--", "true")
+	var runNRErr bytes.Buffer
+	runNR.Stderr = &runNRErr
+	if err := runNR.Start(); err != nil {
+		t.Fatal(err)
+	}
+	check("run whose release is denied", runNR, &runNRErr, time.Now(), 8*time.Second, `publish to "lease.v1.release"`)
+	if s := runNRErr.String(); !strings.Contains(s, "stays held until its TTL lapses") || strings.Contains(s, "context canceled") {
+		t.Errorf("run whose release is denied: stderr %q; want that the lease stays held, and no \"context canceled\"", s)
+	}
+
 	// A grant that could not be written, whose release is denied, says
 	// both: it said "released", the lease held for its TTL.
 	if full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0); err == nil {

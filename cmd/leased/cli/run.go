@@ -270,7 +270,13 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	rctx, cancel := cleanupContext(ctx, c.timeout)
 	defer cancel()
 	if err := k.Close(rctx); err != nil {
-		log.Warn("release failed", "err", err)
+		if perr := permissionCause(ctx, err); errors.Is(perr, ErrPermissionDenied) {
+			// It said "release failed … context canceled": the refusal
+			// cancels the release, which was never sent.
+			log.Warn("release refused; the lease stays held until its TTL lapses", "err", perr)
+		} else {
+			log.Warn("release failed", "err", err)
+		}
 	}
 	return childStatus(waitErr)
 }
