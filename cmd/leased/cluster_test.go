@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1091,4 +1092,52 @@ func TestServeStopsWhenItsBucketIsReplaced(t *testing.T) {
 	s.logs.wait(t, time.Second, func(l string) bool {
 		return strings.Contains(l, "cannot serve on") && strings.Contains(l, "made anew")
 	})
+}
+
+// A node that joined the cluster and left for good still counts in
+// JetStream's meta group: with it gone and one of the first three down,
+// the bucket's stream has its majority (grants go through) while the meta
+// group has none, and JetStream refuses reads (503, err_code 10008).
+// status printed nothing but that 503, exit 1, with the hint to run
+// "leased status", itself (found by trying the README's cluster by hand).
+// It now shows the stream's leader and followers and the grantors, says
+// the lease count is unknown and why, and still exits 1.
+func TestClusterStatusWithADepartedNode(t *testing.T) {
+	c := startCluster(t)
+	ports := kvleasetest.FreePorts(t, 2)
+	c.nodes = append(c.nodes, cli.ClusterNode{Name: "n4", Host: "127.0.0.1", Port: ports[0], ClusterPort: ports[1],
+		Data: t.TempDir()})
+	c.procs = append(c.procs, c.spawn(3))
+	c.waitReady(3) // it has joined the meta group: its bucket opened
+	c.procs[3].stop(t)
+	c.kill(0)
+
+	survivors := cli.ClientURLs(c.nodes[1:3])
+	// Grants go through: the stream's own group has its majority, once it
+	// has a leader (n1 may have been it).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := leased(t, survivors, "acquire", "departed.a", "--ttl", "20s")
+		if r.code == cli.ExitOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("acquire through n2, n3: exit %d\n%s", r.code, r.stderr)
+		}
+	}
+	var r result
+	for {
+		r = leased(t, survivors, "status")
+		if strings.Contains(r.stdout, "leases    unknown") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if r.code != cli.ExitError || !regexp.MustCompile(`(?m)^leader +n[23]$`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "leases    unknown") || !strings.Contains(r.stdout, "grantor   n2") {
+		t.Fatalf("status through n2, n3: exit %d, want %d with the stream's leader, no count and the grantors\nstdout:\n%s\nstderr:\n%s",
+			r.code, cli.ExitError, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "meta group") || strings.Contains(r.stderr, "(leased status)") {
+		t.Errorf("status's error, want the meta group's lack of a majority said, and no hint to run status:\n%s", r.stderr)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 )
@@ -32,10 +33,14 @@ type Status struct {
 	// from enough followers to make a majority with itself (see
 	// [peerUnreachable]): it commits nothing, and nats-server makes it
 	// step down only some seconds later. No lease count is given.
-	LostQuorum bool          `json:"lost_quorum,omitempty"`
-	Peers      []PeerStatus  `json:"peers,omitempty"`
-	Leases     int           `json:"leases"`
-	Grantors   []GrantorNode `json:"grantors"`
+	LostQuorum bool         `json:"lost_quorum,omitempty"`
+	Peers      []PeerStatus `json:"peers,omitempty"`
+	Leases     int          `json:"leases"`
+	// LeasesUnknown: the stream has a leader and a majority, but the
+	// lease count could not be read (why): JetStream refused the read.
+	// No lease count is given, and status exits 1.
+	LeasesUnknown string        `json:"leases_unknown,omitempty"`
+	Grantors      []GrantorNode `json:"grantors"`
 	// OtherBuckets are lease services on the same NATS account that serve
 	// another bucket (an older leased, or a start that missed the other's
 	// answer): they share the grantors' subjects, so a lease can be
@@ -44,11 +49,11 @@ type Status struct {
 }
 
 // MarshalJSON leaves the lease count out when none was taken (NoLeader,
-// LostQuorum), as the text does: -o json said "leases":0 while a cluster
+// LostQuorum, LeasesUnknown), as the text does: -o json said "leases":0 while a cluster
 // without a quorum held leases (found by an outside client).
 func (s Status) MarshalJSON() ([]byte, error) {
 	type plain Status // without this method
-	if s.NoLeader || s.LostQuorum {
+	if s.NoLeader || s.LostQuorum || s.LeasesUnknown != "" {
 		return json.Marshal(struct {
 			plain
 			Leases *int `json:"leases,omitempty"` // hides plain's
@@ -176,7 +181,16 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 			count = func(ctx context.Context, _ string) (int, error) { return direct(ctx) }
 		}
 		if s.Leases, err = count(ctx, ""); err != nil {
-			return Status{}, err
+			if !errors.Is(err, kvlease.ErrUnavailable) {
+				return Status{}, err
+			}
+			// The stream answered (its leader, its followers) but the
+			// count's read did not: status printed nothing but the read's
+			// 503, and sent the user to leased status, itself, for the
+			// table it had just failed to show (found by trying a cluster
+			// whose fourth node had left: JetStream's meta group had no
+			// majority, the bucket's stream had one).
+			s.LeasesUnknown = api.Message(err)
 		}
 	}
 	return s, nil
@@ -209,6 +223,9 @@ func statusErr(s Status) error {
 	case s.LostQuorum:
 		return fmt.Errorf("%w: the lease bucket's stream leader %s hears from %d of its %d followers, too few for a majority%s",
 			kvlease.ErrUnavailable, s.Leader, reachablePeers(s), len(s.Peers), quorumHint(context.DeadlineExceeded))
+	case s.LeasesUnknown != "":
+		return fmt.Errorf("%w: the lease bucket's stream has a leader and a majority, but the lease count could not be read: %s%s",
+			kvlease.ErrUnavailable, s.LeasesUnknown, metaHint(s.LeasesUnknown))
 	case s.bucketsShareSubjects():
 		// The worst hazard of all exited 0 with a warning (review).
 		return fmt.Errorf("%w: stop all but one bucket's services, or give each bucket a NATS account of its own", grantor.ErrOtherBucket)
@@ -252,13 +269,27 @@ const (
 	noQuorumCause = "in a cluster, JetStream answers only while a majority of its nodes is up and connected, and a new cluster " +
 		"only once every node of its routes has started"
 	noQuorum = noQuorumCause + ": check the others (leased status)"
+	// noMetaQuorumCause is metaHint's: status has said it, no other hint follows.
+	noMetaQuorumCause = "JetStream's meta group, every server that has ever joined the cluster, has no majority"
 )
+
+// metaHint is status's hint for a read that JetStream refused as
+// "temporarily unavailable" (err_code 10008) while the bucket's stream had
+// a leader and a majority: JetStream's meta group, every server that has
+// joined the cluster, then lacks one, as when a node left it for good.
+func metaHint(msg string) string {
+	if !strings.Contains(msg, "JetStream system temporarily unavailable") {
+		return " (" + noQuorumCause + ": check that the others run and reach each other, or ask another node with --url)"
+	}
+	return " (" + noMetaQuorumCause + ": a node that joined and left for good still counts; bring it back, " +
+		"or see README \"Beyond one machine\")"
+}
 
 // noQuorumHint is the hint a command's error message gets when it says
 // JetStream did not answer for want of a quorum (err_code 10008, through
 // the service too, or a stream that gave no response), once.
 func noQuorumHint(msg string) string {
-	if strings.Contains(msg, noQuorumCause) ||
+	if strings.Contains(msg, noQuorumCause) || strings.Contains(msg, noMetaQuorumCause) ||
 		!strings.Contains(msg, "JetStream system temporarily unavailable") && !strings.Contains(msg, "no response from stream") {
 		return ""
 	}
@@ -309,7 +340,10 @@ func printStatus(p printer, s Status) {
 		for _, peer := range s.Peers {
 			fmt.Fprintf(p.w, "follower  %s %s\n", peerName(peer.Name), peerState(peer))
 		}
-		if !s.LostQuorum {
+		switch {
+		case s.LeasesUnknown != "":
+			fmt.Fprintf(p.w, "leases    unknown (JetStream did not answer the count)\n")
+		case !s.LostQuorum:
 			fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
 		}
 	}
