@@ -100,8 +100,10 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 	as := func(user string) string { return "nats://" + user + ":" + user + "-pw@" + hostPort }
 	serveOn(t, as("leased")).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
 
-	hold := func(user, name string) (*exec.Cmd, *bytes.Buffer) {
-		cmd := exec.Command(leasedBin, "acquire", name, "--hold", "--ttl", "30s", "--url", as(user))
+	// begin starts leased with args as user: its stderr kept, its stdout
+	// read as it comes.
+	begin := func(user string, args ...string) (*exec.Cmd, *bytes.Buffer, *lines) {
+		cmd := exec.Command(leasedBin, append([]string{args[0], "--url", as(user)}, args[1:]...)...) // before run's --
 		out, _ := cmd.StdoutPipe()
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -109,8 +111,12 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		readLines(out).wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, name) })
-		return cmd, &stderr
+		return cmd, &stderr, readLines(out)
+	}
+	hold := func(user, name string) (*exec.Cmd, *bytes.Buffer) {
+		cmd, stderr, out := begin(user, "acquire", name, "--hold", "--ttl", "30s")
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, name) })
+		return cmd, stderr
 	}
 	check := func(what string, cmd *exec.Cmd, stderr *bytes.Buffer, start time.Time, within time.Duration, want string) {
 		t.Helper()
@@ -139,14 +145,9 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 
 	// So does run, whose command has exited: it said "release failed …
 	// context canceled".
-	runNR := exec.Command(leasedBin, "run", "--lease", "perm.norelease.run", "--ttl", "30s", "--url", as("norelease"), "--", "true")
-	var runNRErr bytes.Buffer
-	runNR.Stderr = &runNRErr
-	if err := runNR.Start(); err != nil {
-		t.Fatal(err)
-	}
-	check("run whose release is denied", runNR, &runNRErr, time.Now(), 8*time.Second, `publish to "lease.v1.release"`)
-	if s := runNRErr.String(); !strings.Contains(s, "stays held until its TTL lapses") || strings.Contains(s, "context canceled") {
+	run, runErr, _ := begin("norelease", "run", "--lease", "perm.norelease.run", "--ttl", "30s", "--", "true")
+	check("run whose release is denied", run, runErr, time.Now(), 8*time.Second, `publish to "lease.v1.release"`)
+	if s := runErr.String(); !strings.Contains(s, "stays held until its TTL lapses") || strings.Contains(s, "context canceled") {
 		t.Errorf("run whose release is denied: stderr %q; want that the lease stays held, and no \"context canceled\"", s)
 	}
 
@@ -165,28 +166,16 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 
 	// A holder that may grant but not renew: its first renewal is refused,
 	// and it releases on its way out (the lease held for its TTL otherwise).
-	nr := exec.Command(leasedBin, "acquire", "perm.norenew", "--hold", "--ttl", "3s", "--url", as("norenew"))
-	var nrErr bytes.Buffer
-	nr.Stderr = &nrErr
-	if err := nr.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nr.Process.Kill(); _ = nr.Wait() })
-	check("acquire --hold whose renewal is denied", nr, &nrErr, time.Now(), 8*time.Second, `publish to "lease.v1.renew"`)
+	nr, nrErr, _ := begin("norenew", "acquire", "perm.norenew", "--hold", "--ttl", "3s")
+	check("acquire --hold whose renewal is denied", nr, nrErr, time.Now(), 8*time.Second, `publish to "lease.v1.renew"`)
 	if r := leased(t, as("leased"), "get", "perm.norenew"); r.code != 4 {
 		t.Errorf("after acquire --hold whose renewal was denied (stderr %q): get exits %d (%q); want 4, released", nrErr.String(), r.code, r.stdout)
 	}
 
 	// So does run, which said first "renewal failed; trying again", as if
 	// the grantor were down, and tried nothing again.
-	run := exec.Command(leasedBin, "run", "--lease", "perm.norenew.run", "--ttl", "3s", "--url", as("norenew"), "--", "sleep", "30")
-	var runErr bytes.Buffer
-	run.Stderr = &runErr
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = run.Process.Kill(); _ = run.Wait() })
-	check("run whose renewal is denied", run, &runErr, time.Now(), 8*time.Second, `publish to "lease.v1.renew"`)
+	run, runErr, _ = begin("norenew", "run", "--lease", "perm.norenew.run", "--ttl", "3s", "--", "sleep", "30")
+	check("run whose renewal is denied", run, runErr, time.Now(), 8*time.Second, `publish to "lease.v1.renew"`)
 	if strings.Contains(runErr.String(), "trying again") {
 		t.Errorf("run whose renewal is denied: stderr %q; want no \"trying again\"", runErr.String())
 	}
