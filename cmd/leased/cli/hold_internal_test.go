@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leased/leased/kvlease"
@@ -53,5 +54,30 @@ func TestHoldReleasesAfterARefusal(t *testing.T) {
 	}
 	if n := len(g.Releases()); n != 1 {
 		t.Errorf("%d releases after the refusal, want 1", n)
+	}
+}
+
+// A stop (SIGTERM) that comes as the holder's deadline passes is a loss,
+// not a release: acquire --hold (and register) stopped past their
+// deadline (SIGSTOP), revoked or lapsed meanwhile, then sent SIGTERM with
+// SIGCONT, took the stop half of the time, released, and said "released",
+// exit 0, with no word of the loss (found by an outside client).
+func TestHoldStoppedAsItsDeadlinePassesIsLost(t *testing.T) {
+	for i := range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			g := kvleasetest.NewFakeGrantor()
+			l, err := kvlease.Acquire(context.Background(), g, "jobs.hold", "h1", 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.SetMode(kvleasetest.FakeUnreachable) // nothing answers: the lease runs out
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			time.AfterFunc(time.Until(l.Deadline()), cancel) // the stop, as the deadline passes
+			if err := holdLease(ctx, l, io.Discard); !errors.Is(err, errLost) {
+				t.Fatalf("round %d: holdLease = %v, want the lease lost", i, err)
+			}
+			time.Sleep(10 * time.Second) // the release sent after the loss gives up (no answer comes)
+		})
 	}
 }

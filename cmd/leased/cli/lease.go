@@ -135,29 +135,49 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 	if err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		rctx, cancel := cleanupContext(ctx, 5*time.Second)
-		defer cancel()
-		if err := k.Close(rctx); err != nil {
-			// Refused, it was not sent: the lease is held until its TTL
-			// lapses, which the refusal alone did not say (found by an
-			// outside client, a user who may not release).
-			if err := permissionCause(ctx, err); errors.Is(err, ErrPermissionDenied) {
-				return fmt.Errorf("release: %w; so %s stays held until its TTL lapses", err, l.Name())
-			}
-			return fmt.Errorf("release: %w", err)
-		}
-		fmt.Fprintln(stderr, "leased: released", l.Name())
-		return nil
-	case <-k.Done():
-		// Lost: revoked (or lapsed). A revocation holds the lease until this
-		// holder's deadline; nothing runs under it here, so the release
-		// Close sends frees it for the next holder at once.
-		lost := fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
-		releaseAfterLoss(ctx, k)
+	if lost := keepUntilStop(ctx, k); lost != nil {
 		return lost
 	}
+	rctx, cancel := cleanupContext(ctx, 5*time.Second)
+	defer cancel()
+	if err := k.Close(rctx); err != nil {
+		// Refused, it was not sent: the lease is held until its TTL
+		// lapses, which the refusal alone did not say (found by an
+		// outside client, a user who may not release).
+		if err := permissionCause(ctx, err); errors.Is(err, ErrPermissionDenied) {
+			return fmt.Errorf("release: %w; so %s stays held until its TTL lapses", err, l.Name())
+		}
+		return fmt.Errorf("release: %w", err)
+	}
+	fmt.Fprintln(stderr, "leased: released", l.Name())
+	return nil
+}
+
+// keepUntilStop waits until ctx ends (a stop: the caller releases) or k's
+// lease is lost, and returns the loss (errLost), its release sent. A stop
+// that finds the lease gone is a loss too: one that comes as the deadline
+// passes, or to a process resumed from SIGSTOP past its deadline with
+// SIGTERM pending, was taken for a stop half of the time, and acquire
+// --hold and register said "released", exit 0, with no word of the loss
+// (found by an outside client).
+func keepUntilStop(ctx context.Context, k *kvlease.Keeper) (lost error) {
+	l := k.Lease()
+	select {
+	case <-ctx.Done():
+		err := l.Check() // a loss while the holder worked is counted (leased.expiries_during_work)
+		if err == nil {
+			return nil
+		}
+		lost = fmt.Errorf("%w: %s: %w", errLost, l.Name(), err)
+	case <-k.Done():
+		_ = l.Check() // counted, as above
+		lost = fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
+	}
+	// Revoked (or lapsed). A revocation holds the lease until this
+	// holder's deadline; nothing runs under it here, so the release Close
+	// sends frees it for the next holder at once.
+	releaseAfterLoss(ctx, k)
+	return lost
 }
 
 func newRenew(stdout io.Writer) *cobra.Command {

@@ -336,16 +336,12 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					p.line("registered %s/%s addr=%s%s lease=%s token=%d", reg.Service, reg.Instance, reg.Addr,
 						node, l.Name(), l.Token())
 				}
-				select {
-				case <-ctx.Done():
-					rctx, cancel := cleanupContext(ctx, 5*time.Second)
-					defer cancel()
-					return k.Close(rctx)
-				case <-k.Done():
-					_ = l.Check()            // lost while the instance served: counted (leased.expiries_during_work)
-					releaseAfterLoss(ctx, k) // as acquire --hold does
-					return fmt.Errorf("%w: %s: %w", errLost, l.Name(), k.Err())
+				if lost := keepUntilStop(ctx, k); lost != nil {
+					return lost
 				}
+				rctx, cancel := cleanupContext(ctx, 5*time.Second)
+				defer cancel()
+				return k.Close(rctx)
 			})
 		},
 	}
