@@ -9,7 +9,9 @@
 // addition and removal to [Registry.Watch]. Given a gossip node
 // ([WithGossip]) it reports each instance's suspicion level and removes the
 // registrations of nodes gossip declares dead, or that leave it, at once
-// (cause "gossip"), instead of waiting for their TTL.
+// (cause "gossip"), instead of waiting for their TTL; but not while most
+// other members look dead or suspect at once, which says this grantor is
+// the one cut off (see [WithGossip]).
 //
 // As a [grantor.Extension] ([grantor.WithExtension]) the registry serves
 // svc.v1.register, svc.v1.deregister and svc.v1.discover on the lease

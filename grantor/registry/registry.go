@@ -51,7 +51,9 @@ type Change struct {
 // Gossip is what the registry needs from membership; *membership.Node
 // implements it.
 type Gossip interface {
+	Name() string // the local node's
 	Member(name string) (membership.Member, bool)
+	Members() []membership.Member
 	Events() <-chan membership.Event
 }
 
@@ -83,6 +85,9 @@ type Registry struct {
 	stopping context.Context
 	stop     context.CancelFunc
 	reaped   chan struct{} // closed when the reaper has returned; nil without gossip
+	// heldLogged is when a removal held back by cutOff was last logged;
+	// only the reaper's goroutine uses it.
+	heldLogged time.Time
 }
 
 var _ grantor.Extension = (*Registry)(nil)
@@ -102,8 +107,13 @@ type Option func(*Registry) error
 // WithGossip gives the registry a gossip view: discovery reports each
 // instance's suspicion level (suspect at or above threshold), and the
 // registrations of nodes gossip declares dead, or that leave it, are
-// removed at once. Default: no gossip. A nil g or a threshold that is not
-// positive and finite is an error. `leased register` instances send their
+// removed at once. Deaths are not acted on while, of the other members
+// that did not leave, at least 2 and more than half look dead or suspect,
+// having fallen silent within 2 s of each other: this grantor is then
+// likely the one cut off from gossip; the registrations are left to their
+// TTL, and removed once the view is healthy again if their node is still
+// dead (a warning says so, at most every 10 s). Default: no gossip. A nil
+// g or a threshold that is not positive and finite is an error. `leased register` instances send their
 // heartbeats only to members whose gossip Meta["role"] is "grantor"
 // (membership.Config.HeartbeatRole): give the grantor's node that role,
 // as `leased serve` does, or their suspicion stays 0 in its view (gossip's
@@ -358,8 +368,19 @@ func (r *Registry) sweep() {
 // removeNode revokes the registrations on node, which gossip says is gone
 // since at (reason says how). A registration granted after that is a new
 // process's, on a node of the same name (a restart with a fixed --node):
-// it stays.
+// it stays. A death is not acted on while gossip says most members are in
+// trouble at once (see cutOff): the sweep tries again each second.
 func (r *Registry) removeNode(node, reason string, at time.Time) {
+	if reason == reasonDead && r.gossip != nil {
+		if bad, of, cut := cutOff(r.gossip.Members(), r.gossip.Name(), node, at); cut {
+			if now := time.Now(); now.Sub(r.heldLogged) >= heldLogEvery {
+				r.heldLogged = now
+				r.log.Warn("gossip says most nodes are gone at once: this grantor is likely cut off; registrations are left to their TTL",
+					"node", node, "dead_or_suspect", bad, "members", of)
+			}
+			return
+		}
+	}
 	r.mu.Lock()
 	tenures := map[string]kvlease.Token{}
 	for _, byInst := range r.instances {
@@ -397,6 +418,59 @@ func (r *Registry) removeNode(node, reason string, at time.Time) {
 			r.log.Warn("could not remove registration of a node gossip says is gone", "lease", name, "node", node, "err", err)
 		}
 	}
+}
+
+// heldLogEvery bounds how often removeNode logs the removals it holds back.
+const heldLogEvery = 10 * time.Second
+
+// atOnce is how close together members must have fallen silent to count
+// as in trouble at once: a node cut off hears the last heartbeats of all
+// the others within one heartbeat interval (0.5 s with the LAN profile)
+// of each other, plus the odd lost one.
+const atOnce = 2 * time.Second
+
+// cutOff reports whether members (as [Gossip.Members] lists them) say that
+// this node, self, is the one cut off as it judges node dead: of the other
+// members, at least 2 and more than half (bad of of) are dead or suspect
+// at once. A grantor whose gossip port is firewalled, or whose network to
+// the instances is broken, while it still reaches NATS, sees every other
+// member die one after another; it revoked every registration in the
+// bucket. Like Kubernetes' node lifecycle controller in full disruption,
+// it should stop evicting: the TTL still ends the registrations of nodes
+// that really died, and the sweep removes them once the view is healthy
+// again and their node still dead. The cost of a wrong hold is a removal
+// left to the TTL, as when most members really die at once.
+//
+// Every role counts, grantors too: grantors heartbeat each other, so a
+// cut-off grantor sees its peers go with the instances. Suspects count:
+// the others' suspicion (though discounted by this node's own poor health)
+// comes before memberlist's verdicts, which are spread over seconds. Not
+// counted: members that left (a leave is their own word, which no
+// partition forges), and dead or suspect members that fell silent (their
+// LastHeard) more than atOnce apart from node (its LastHeard, or at if it
+// is not listed): dead members stay listed for the gossip's DeadRetention
+// (5 min with the LAN profile), and deaths one after another, each
+// removed in its turn, are no evidence against this node. (A plain
+// memberlist member sends no heartbeats: its LastHeard is its join, so it
+// seldom counts as troubled.) With one other member there is no majority
+// to judge: it is removed, as before.
+func cutOff(members []membership.Member, self, node string, at time.Time) (bad, of int, cut bool) {
+	for _, m := range members {
+		if m.Name == node {
+			at = m.LastHeard
+		}
+	}
+	for _, m := range members {
+		troubled := m.State == membership.StateDead || m.State == membership.StateSuspect
+		if m.Name == self || m.State == membership.StateLeft || troubled && m.LastHeard.Sub(at).Abs() > atOnce {
+			continue
+		}
+		of++
+		if troubled {
+			bad++
+		}
+	}
+	return bad, of, of >= 2 && 2*bad > of
 }
 
 // instance describes rec with its node's current suspicion.

@@ -1,0 +1,65 @@
+package registry
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leased/leased/membership"
+)
+
+// cutOff: most other members in trouble at once says this node is cut off.
+func TestCutOff(t *testing.T) {
+	type other struct {
+		state  membership.State
+		silent time.Duration // how long before the judged node's last heartbeat it fell silent
+	}
+	var (
+		alive   = other{state: membership.StateAlive}
+		suspect = other{state: membership.StateSuspect}
+		dead    = other{state: membership.StateDead}
+		left    = other{state: membership.StateLeft}
+		before  = other{state: membership.StateDead, silent: time.Minute} // died in its turn, still listed
+		after   = other{state: membership.StateDead, silent: -time.Minute}
+		near    = other{state: membership.StateDead, silent: atOnce}
+	)
+	for _, tc := range []struct {
+		name    string
+		others  []other // the first is the judged node
+		bad, of int
+		cut     bool
+	}{
+		{"one other, dead: no majority to judge", []other{dead}, 1, 1, false},
+		{"one of three dead", []other{dead, alive, alive}, 1, 3, false},
+		{"half is no majority", []other{dead, alive}, 1, 2, false},
+		{"two of three dead", []other{dead, dead, alive}, 2, 3, true},
+		{"suspects count", []other{dead, suspect, alive}, 2, 3, true},
+		{"all dead", []other{dead, dead, dead}, 3, 3, true},
+		{"silent within atOnce", []other{dead, near, alive}, 2, 3, true},
+		{"the left do not count", []other{dead, left, left, alive}, 1, 2, false},
+		{"the left leave one to judge", []other{dead, left}, 1, 1, false},
+		{"earlier deaths do not count", []other{dead, before, before, alive}, 1, 2, false},
+		{"earlier deaths leave one to judge", []other{dead, before}, 1, 1, false},
+		{"later deaths do not count", []other{dead, after, alive}, 1, 2, false},
+		{"earlier deaths do not dilute", []other{dead, before, before, before, dead, dead}, 3, 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			heard := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+			ms := []membership.Member{{Name: "self", State: membership.StateAlive, LastHeard: heard.Add(time.Hour)}}
+			for i, o := range tc.others {
+				ms = append(ms, membership.Member{Name: string(rune('a' + i)), State: o.state, LastHeard: heard.Add(-o.silent)})
+			}
+			// at, the verdict's time, is later than the judged node's last heartbeat: cutOff uses the latter.
+			bad, of, cut := cutOff(ms, "self", "a", heard.Add(time.Hour))
+			if bad != tc.bad || of != tc.of || cut != tc.cut {
+				t.Fatalf("cutOff = %d of %d, %v; want %d of %d, %v", bad, of, cut, tc.bad, tc.of, tc.cut)
+			}
+		})
+	}
+	t.Run("judged node not listed: at", func(t *testing.T) {
+		at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+		ms := []membership.Member{{Name: "b", State: membership.StateDead, LastHeard: at}, {Name: "c", State: membership.StateDead, LastHeard: at}}
+		if bad, of, cut := cutOff(ms, "self", "a", at); !cut || bad != 2 || of != 2 {
+			t.Fatalf("cutOff = %d of %d, %v; want 2 of 2, true", bad, of, cut)
+		}
+	})
+}
