@@ -14,6 +14,8 @@
 // validity window is open at a time, under the clock assumptions of
 // kvlease (rates within ρ). Its Context is cancelled the moment leadership
 // is lost, whether by a refused renewal, a passed deadline or Resign.
+// A revocation without FreeNow keeps that promise: it holds the lease
+// until the revoked leader's deadline has passed.
 //
 // # What it does not guarantee
 //
@@ -23,6 +25,14 @@
 // learn of a change as the stream delivers it, a moment after the new
 // leader does. Reads served from a leader's local state are
 // [github.com/leased/leased/kvlease/readlease]'s.
+//
+// A revocation that frees the lease at once ([kvlease.FreeNow]: revoke
+// --now) ends the leader's tenure before its deadline, and another
+// candidate may lead at once: the old leader learns of it from its watch
+// of the lease a moment later (its keeper renews now on the change, and
+// the renewal is refused), and its window overlaps the new leader's until
+// then. Use FreeNow only for a leader known to be gone, or a resource that
+// checks tokens.
 //
 // # Options
 //
