@@ -295,6 +295,14 @@ func (c Config) options() (Config, *server.Options, error) {
 	if c.Base != nil {
 		opts = c.Base.Clone()
 	}
+	// The server logs through c.Logger (SetLoggerV2), never by the
+	// file's logging options: they stay unset, so that a reload that
+	// changes them does not make nats-server replace that logger with
+	// its own (to stderr, in its own format), and with it the watch for
+	// fatal errors, name conflicts and cluster name mismatches.
+	opts.Debug, opts.Trace, opts.TraceVerbose, opts.TraceHeaders = false, false, false, false
+	opts.Logtime, opts.LogtimeUTC, opts.LogFile, opts.LogSizeLimit, opts.LogMaxFiles = false, false, "", 0, 0
+	opts.Syslog, opts.RemoteSyslog = false, ""
 	opts.ServerName, opts.Host, opts.Port = c.Name, c.Host, port
 	opts.JetStream, opts.StoreDir, opts.NoSigs = true, c.DataDir, true
 	if c.ClusterName != "" {
@@ -628,7 +636,9 @@ func (s *Server) Shutdown() {
 // its ports, its data directory, its cluster's name, JetStream itself) is
 // refused with nats-server's reason and nothing changes; so is a cfg
 // that Start would refuse ([ErrConfig], [ErrInsecure]). cfg's Logger,
-// Debug and ReadyTimeout are not used.
+// Debug and ReadyTimeout are not used, nor, as by Start, the logging
+// options of cfg.Base (debug, trace, log_file, syslog …): the server
+// keeps logging through the Logger it started with.
 func (s *Server) Reload(cfg Config) error {
 	_, opts, err := cfg.options()
 	if err != nil {

@@ -1,13 +1,16 @@
 package embedded_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -474,4 +477,68 @@ func TestReload(t *testing.T) {
 	if connects("a") || !connects("b") || srv.ClientURL() != url {
 		t.Fatalf("after refused reloads: a connects %v, b %v, URL %s; want b only, at %s", connects("a"), connects("b"), srv.ClientURL(), url)
 	}
+}
+
+// A reload whose file changes a logging option (debug, trace, logtime,
+// log_file, syslog) keeps the server logging through Config.Logger:
+// nats-server's reload replaced the logger with one of its own (to
+// stderr, in its own format), and with it the watch for another server of
+// the same name (NameConflicts) and for a cluster name mismatch.
+func TestReloadKeepsTheLogger(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	load := func(text string) *server.Options {
+		t.Helper()
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		base, err := embedded.LoadConfigFile(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base
+	}
+	var logged lockedBuffer
+	cfg := embedded.Config{DataDir: t.TempDir(), Base: load(`max_payload: 1MB`),
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))}
+	srv, err := embedded.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+
+	cfg.Base = load("max_payload: 1MB\ndebug: true\ntrace: true\nlogtime: true\n")
+	if err := srv.Reload(cfg); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	srv.NATS().Noticef("a notice after the reload")
+	if !strings.Contains(logged.String(), "a notice after the reload") {
+		t.Errorf("a notice after a reload changing debug and logtime did not reach Config.Logger; it logged:\n%s", logged.String())
+	}
+	srv.NATS().Errorf("Remote server has a duplicate name: %q", srv.Name())
+	select {
+	case err := <-srv.NameConflicts():
+		if !errors.Is(err, embedded.ErrNameConflict) {
+			t.Errorf("NameConflicts: %v, want ErrNameConflict", err)
+		}
+	default:
+		t.Errorf("nats-server's duplicate name error after the reload: NameConflicts delivered nothing")
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
