@@ -640,9 +640,16 @@ func (s *Server) Shutdown() {
 // options of cfg.Base (debug, trace, log_file, syslog …): the server
 // keeps logging through the Logger it started with.
 func (s *Server) Reload(cfg Config) error {
-	_, opts, err := cfg.options()
+	cfg, opts, err := cfg.options()
 	if err != nil {
 		return err
+	}
+	// nats-server's reload renames the cluster, where it refuses a new
+	// server name or port: a node renamed is cut off from the members
+	// that kept the old name (their routes refused).
+	if cfg.ClusterName != s.cfg.ClusterName {
+		return fmt.Errorf("%w: the cluster name cannot change while the server runs: old=%q, new=%q",
+			ErrReload, s.cfg.ClusterName, cfg.ClusterName)
 	}
 	if err := s.ns.ReloadOptions(opts); err != nil {
 		return fmt.Errorf("%w: %w", ErrReload, err)

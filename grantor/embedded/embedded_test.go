@@ -542,3 +542,26 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A reload that names another cluster is refused, and the server stays in
+// its cluster: nats-server's reload renames the cluster at once (its
+// routes then refused by the members that kept the old name), where
+// Reload's documentation, and serve's SIGHUP, promised to change nothing.
+func TestReloadRefusesAnotherClusterName(t *testing.T) {
+	port := freePorts(t, 1)[0]
+	cfg := embedded.Config{DataDir: t.TempDir(), Name: "n1", ClusterName: "leased", ClusterPort: port,
+		Routes: []string{"nats-route://127.0.0.1:" + strconv.Itoa(port)}, ReadyTimeout: 30 * time.Second}
+	srv, err := embedded.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	renamed := cfg
+	renamed.ClusterName = "other"
+	if err := srv.Reload(renamed); !errors.Is(err, embedded.ErrReload) || !strings.Contains(err.Error(), "cluster name") {
+		t.Errorf("Reload with another cluster name: %v, want ErrReload naming the cluster name", err)
+	}
+	if got := srv.NATS().ClusterName(); got != "leased" {
+		t.Errorf("after the reload the server's cluster is %q, want leased", got)
+	}
+}
