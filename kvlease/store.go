@@ -1288,6 +1288,14 @@ func (s *Store) revokeOnce(ctx context.Context, name, reason string, o Revocatio
 			return Record{}, fmt.Errorf("%w: %q: no tenure %d (the bucket's revisions end at %d)", ErrNotFound, name, o.Token,
 				info.State.LastSeq)
 		}
+		// Or the token is a revision of another lease (one of the
+		// bucket's revisions, which all leases share): the message at
+		// that sequence, whoever serves it, is another subject's, so no
+		// tenure of name has that token, however stale the read.
+		if m, gerr := s.leaderGet(ctx, msgGetRequest{Seq: uint64(o.Token)}); gerr == nil && (m.Subject != s.prefix+name || Removed(m.Header)) {
+			return Record{}, fmt.Errorf("%w: %q: no tenure %d (revision %d is not a grant of %q)", ErrNotFound, name, o.Token,
+				o.Token, name)
+		}
 	}
 	if err != nil {
 		return Record{}, err

@@ -300,6 +300,24 @@ func TestRevokeOnlyTenure(t *testing.T) {
 			t.Fatalf("after: %+v, %v; want tenure %d live", got, err, cur.Token)
 		}
 	})
+	t.Run("another lease's token", func(t *testing.T) {
+		// Revisions are the bucket's, shared by all its leases: a token
+		// mistyped is most often one another lease was granted. It was
+		// re-read as stale until the caller's deadline, and answered
+		// unavailable (found in review).
+		cur := grant("only.mine", "h1")
+		other := grant("only.other", "h2")
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := st.Revoke(ctx, "only.mine", "typo", kvlease.OnlyTenure(other.Token)); !errors.Is(err, kvlease.ErrNotFound) || ctx.Err() != nil {
+			t.Fatalf("revoke of only.mine with only.other's token %d: %v (ctx %v); want ErrNotFound before the deadline", other.Token, err, ctx.Err())
+		}
+		for _, want := range []kvlease.Record{cur, other} {
+			if got, err := st.Get(ctx, want.Name); err != nil || got.Token != want.Token {
+				t.Fatalf("after: %+v, %v; want %s's tenure %d live", got, err, want.Name, want.Token)
+			}
+		}
+	})
 	t.Run("another tenure's hold stays", func(t *testing.T) {
 		old := grant("only.held", "h0")
 		if err := st.Release(ctx, kvlease.ReleaseRequest{Name: old.Name, Holder: "h0", Token: old.Token, Revision: old.Revision}); err != nil {
