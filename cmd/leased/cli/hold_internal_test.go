@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -80,4 +82,47 @@ func TestHoldStoppedAsItsDeadlinePassesIsLost(t *testing.T) {
 			time.Sleep(10 * time.Second) // the release sent after the loss gives up (no answer comes)
 		})
 	}
+}
+
+// A stop that comes while a renewal is in flight, one the grantor answers
+// "revoked", is a loss, not a release: Close lets the renewal finish, and
+// then, the lease lost, sends a best-effort release and returns nil, and
+// acquire --hold said "released", exit 0 (found in review).
+func TestHoldStoppedAsARenewalFindsItRevokedIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &revokingGrantor{FakeGrantor: kvleasetest.NewFakeGrantor(), renewing: make(chan struct{}), answer: make(chan struct{})}
+		l, err := kvlease.Acquire(context.Background(), g, "jobs.hold", "h1", 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		held := make(chan error, 1)
+		go func() { held <- holdLease(ctx, l, io.Discard) }()
+		<-g.renewing // the renewal is in flight
+		cancel()     // the stop (SIGTERM)
+		synctest.Wait()
+		close(g.answer) // the grantor answers: revoked
+		if err := <-held; !errors.Is(err, errLost) {
+			t.Fatalf("holdLease = %v, want the lease lost", err)
+		}
+	})
+}
+
+// revokingGrantor answers its first renewal, once told to, as revoked.
+type revokingGrantor struct {
+	*kvleasetest.FakeGrantor
+	renewing chan struct{} // closed as the first renewal comes
+	answer   chan struct{} // closed to answer it
+	once     sync.Once
+}
+
+func (g *revokingGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	first := false
+	g.once.Do(func() { first = true; close(g.renewing) })
+	if !first {
+		return g.FakeGrantor.Renew(ctx, req)
+	}
+	<-g.answer
+	return kvlease.Record{}, fmt.Errorf("%w: %q revoked", kvlease.ErrNotFound, req.Name)
 }

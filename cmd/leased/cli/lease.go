@@ -138,9 +138,11 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 	if lost := keepUntilStop(ctx, k); lost != nil {
 		return lost
 	}
-	rctx, cancel := cleanupContext(ctx, 5*time.Second)
-	defer cancel()
-	if err := k.Close(rctx); err != nil {
+	lost, err := releaseAfterStop(ctx, k)
+	if lost != nil {
+		return lost
+	}
+	if err != nil {
 		// Refused, it was not sent: the lease is held until its TTL
 		// lapses, which the refusal alone did not say (found by an
 		// outside client, a user who may not release).
@@ -151,6 +153,23 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 	}
 	fmt.Fprintln(stderr, "leased: released", l.Name())
 	return nil
+}
+
+// releaseAfterStop releases k's lease after a stop that keepUntilStop
+// found it held at, and returns the release's error; or, if the lease was
+// lost meanwhile, the loss (errLost). Close lets a renewal in flight as
+// the stop came finish, and that renewal may find the lease revoked:
+// Close then sends a best-effort release and returns nil, the loss only
+// in k.Err(), and acquire --hold and register said "released", exit 0
+// (found in review).
+func releaseAfterStop(ctx context.Context, k *kvlease.Keeper) (lost, err error) {
+	rctx, cancel := cleanupContext(ctx, 5*time.Second)
+	defer cancel()
+	err = k.Close(rctx)
+	if end := k.Err(); end != nil && !errors.Is(end, kvlease.ErrClosed) {
+		return fmt.Errorf("%w: %s: %w", errLost, k.Lease().Name(), end), nil
+	}
+	return nil, err
 }
 
 // keepUntilStop waits until ctx ends (a stop: the caller releases) or k's

@@ -339,9 +339,11 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				if lost := keepUntilStop(ctx, k); lost != nil {
 					return lost
 				}
-				rctx, cancel := cleanupContext(ctx, 5*time.Second)
-				defer cancel()
-				return k.Close(rctx)
+				lost, err := releaseAfterStop(ctx, k)
+				if lost != nil {
+					return lost
+				}
+				return err
 			})
 		},
 	}
