@@ -10,7 +10,7 @@ import (
 )
 
 func main() {
-	ctx, stop := stopContext(!cli.HangupReloads(os.Args[1:]))
+	ctx, stop := stopContext(!cli.CatchHangups(os.Args[1:]))
 	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -21,14 +24,27 @@ const (
 	ExitUsage = 2 // bad flags or arguments
 )
 
-// HangupReloads reports whether the command args run takes SIGHUP as a
-// reload, not a stop: serve, which reloads its --config as nats-server
-// does. Every other command stops on SIGHUP (a terminal or ssh session
-// closed) as on SIGTERM.
-func HangupReloads(args []string) bool {
+// CatchHangups, for a command args run that takes SIGHUP as a reload, not
+// a stop (serve, which reloads its --config as nats-server does), catches
+// SIGHUP from now on and reports true; serve reloads at each once it is
+// ready. Called first thing: until then a SIGHUP ends the process. One the
+// process was started ignoring (nohup) stays ignored. Every other command
+// stops on SIGHUP (a terminal or ssh session closed) as on SIGTERM.
+func CatchHangups(args []string) bool {
 	cmd, _, err := newRoot(io.Discard, io.Discard).Find(args)
-	return err == nil && cmd.Name() == "serve"
+	if err != nil || cmd.Name() != "serve" {
+		return false
+	}
+	if !signal.Ignored(syscall.SIGHUP) {
+		hangups = make(chan os.Signal, 1)
+		signal.Notify(hangups, syscall.SIGHUP)
+	}
+	return true
 }
+
+// hangups receives the SIGHUPs CatchHangups caught (nil: none are, as when
+// Main runs in a test).
+var hangups chan os.Signal
 
 // Main runs the leased command line with args and returns the exit code.
 // Cancelling ctx (SIGINT, SIGTERM in the binary) stops a running server.

@@ -9,12 +9,10 @@ import (
 	"math"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -304,15 +302,6 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// From the start: a SIGHUP while serve starts is a reload once it is
-	// ready, not the end of the process. One it was started ignoring
-	// (nohup) stays ignored.
-	var hangup chan os.Signal
-	if !signal.Ignored(syscall.SIGHUP) {
-		hangup = make(chan os.Signal, 1)
-		signal.Notify(hangup, syscall.SIGHUP)
-		defer signal.Stop(hangup)
-	}
 	// The store's durations and margin, checked with the service's policy
 	// before anything starts.
 	policyOpts := []kvlease.Option{kvlease.WithDurationRange(f.minTTL, f.maxTTL), kvlease.WithGrantorMargin(f.grantorMargin)}
@@ -531,7 +520,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			} else {
 				log.Error("cannot serve on: stopping", "err", failed)
 			}
-		case <-hangup:
+		case <-hangups: // a SIGHUP while serve started is a reload now
 			f.reload(srv, log)
 		}
 	}
