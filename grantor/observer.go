@@ -1175,6 +1175,8 @@ func (o *observer) pendingEnd(name string, tok kvlease.Token) bool {
 // endCause is the history's cause of the end ev reports.
 func endCause(ev kvlease.Event) string {
 	switch {
+	case ev.Reason == kvlease.UnseenEndReason:
+		return history.EndUnknown // its watch found the tenure gone, its end lapsed unseen
 	case ev.Type == kvlease.EventReleased:
 		return history.EndReleased
 	case ev.Type == kvlease.EventExpired:

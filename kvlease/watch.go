@@ -92,7 +92,9 @@ type Event struct {
 	// release's or revocation's tombstone).
 	GrantedAt time.Time
 	// Reason is a revocation's reason, or the reason of a server marker
-	// other than a TTL's lapse (an expiry has none).
+	// other than a TTL's lapse (an expiry has none), or, for the end of a
+	// tenure the watcher found gone after it was cut off from the server
+	// (see [Store.Watch]), [UnseenEndReason].
 	Reason string
 	// Replay is true for events that describe the state when the watch
 	// began rather than a change that happened since. A watch whose
@@ -325,8 +327,9 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	case i >= 0:
 		filter = s.prefix + prefix[:i+1] + ">"
 	}
+	rc := &reconciler{s: s, live: newTenures()}
 	cfg := follow.Config{Stream: s.stream.CachedInfo().Config.Name, Filter: filter,
-		Deliver: jetstream.DeliverLastPerSubjectPolicy, Heartbeat: WatchHeartbeat}
+		Deliver: jetstream.DeliverLastPerSubjectPolicy, Heartbeat: WatchHeartbeat, OnReopen: rc.reopened}
 	if o.updatesOnly {
 		if o.after {
 			return nil, fmt.Errorf("%w: ChangesAfter with UpdatesOnly", ErrInvalidOption)
@@ -374,7 +377,8 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 		close(w.synced)
 	}
 	context.AfterFunc(ctx, fl.Stop) // the follower has no context: stop it when ours ends
-	go w.run(ctx, s, fl, prefix, filter, before)
+	rc.w, rc.ctx = w, ctx
+	go w.run(ctx, s, fl, rc, prefix, filter, before)
 	return w, nil
 }
 
@@ -435,12 +439,12 @@ func followError(op string, err error) error {
 // Only messages stored before the watch began (at or below before) are
 // replayed state; a change stored after it is reported as a change, its
 // end included, whether or not the replay has been confirmed yet.
-func (w *Watcher) run(ctx context.Context, s *Store, fl Follow, prefix, filter string, before uint64) {
+func (w *Watcher) run(ctx context.Context, s *Store, fl Follow, rc *reconciler, prefix, filter string, before uint64) {
 	defer close(w.done)
 	defer close(w.events)
 	defer w.stop()
 	defer fl.Stop() // deletes its consumer before Stop returns
-	live := newTenures()
+	live := rc.live
 	synced := func() bool {
 		select {
 		case <-w.synced:
@@ -465,7 +469,8 @@ func (w *Watcher) run(ctx context.Context, s *Store, fl Follow, prefix, filter s
 			continue
 		}
 		replay := !synced() && md.Sequence.Stream <= before
-		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) && (!w.exact || name == prefix) {
+		rc.delivered(md)
+		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) && (!w.exact || name == prefix) && !rc.reported(name, md, m) {
 			if ev, before, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
 				for _, e := range []*Event{before, &ev} {
 					if e == nil || e.Type == EventFreed && !w.frees {
@@ -481,6 +486,9 @@ func (w *Watcher) run(ctx context.Context, s *Store, fl Follow, prefix, filter s
 		}
 		if !synced() && md.NumPending == 0 && w.caughtUp(ctx, s, filter, md.Sequence.Stream, &confirmations) {
 			close(w.synced)
+		}
+		if rc.retryDue() && !rc.reconcile(nil) {
+			return
 		}
 	}
 }
@@ -741,4 +749,179 @@ func parseUint(s string) uint64 {
 		n = n*10 + uint64(c-'0')
 	}
 	return n
+}
+
+// UnseenEndReason is the Reason of an end a watcher reports for a tenure
+// it had reported live and, after it was cut off from the server, found
+// gone with no end left in the stream to read (see [Store.Watch]): the
+// end's marker or tombstone lapsed meanwhile, so how and when the tenure
+// ended is not known. Such an end is reported as [EventExpired], its
+// Time the tenure's expiry by its last record seen, or the time the
+// watcher found it gone if earlier.
+const UnseenEndReason = "the watch did not see this tenure end: cut off from the NATS server, it found the lease gone, its end's marker or tombstone lapsed meanwhile"
+
+// ttlFloor is the shortest TTL the server keeps (DESIGN §2, item 2): no
+// expiry marker or tombstone lapses sooner after it was stored.
+// reconcileClockSlack is how far apart the clocks of the stream's leader
+// (which stamps messages) and the node of a consumer (which stamps its
+// creation) may be for a reopen's gap to be measured right.
+const (
+	ttlFloor            = time.Second
+	reconcileClockSlack = 500 * time.Millisecond
+	reconcileReadTime   = 2 * time.Second
+	reconcileRetry      = time.Second
+)
+
+// reconciler finds the tenures a watcher holds live whose end it can no
+// longer read. A watch's consumer made anew after a cut-off resumes after
+// the last message delivered, but a tenure that lapsed meanwhile, and
+// whose expiry marker lapsed too (the bucket's marker TTL; a release's
+// tombstone likewise), left nothing in the stream: the watcher kept it
+// live for good (`leased watch` and a registry showed lapsed leases as
+// live). So, as a Kubernetes informer relists after a watch gap, after a
+// reopen whose gap is long enough for anything to have lapsed the
+// reconciler reads the last entry of each tenure in live from the stream
+// leader and reports the end of those found gone. Its methods run on the
+// watcher's goroutine (the follower calls reopened from Next).
+type reconciler struct {
+	s    *Store
+	w    *Watcher
+	ctx  context.Context
+	live *tenures
+
+	// lastSeq and lastStored are the stream sequence and store time (the
+	// server's clock) of the last message the follower returned.
+	lastSeq    uint64
+	lastStored time.Time
+	// retry are the names whose reads failed, to read again after
+	// retryAt (or at the next reopen).
+	retry   []string
+	retryAt time.Time
+	// unseen are the names whose ends were reported unseen, each with the
+	// stream's last sequence when it was: an end of the name stored by
+	// then that the consumer delivers after all (it had it buffered) is
+	// that same end, not reported again.
+	unseen map[string]uint64
+}
+
+func (rc *reconciler) delivered(md *jetstream.MsgMetadata) {
+	rc.lastSeq, rc.lastStored = md.Sequence.Stream, md.Timestamp
+}
+
+// reported reports whether m, for name, is an end already reported as
+// unseen (see unseen).
+func (rc *reconciler) reported(name string, md *jetstream.MsgMetadata, m jetstream.Msg) bool {
+	upTo, ok := rc.unseen[name]
+	if !ok {
+		return false
+	}
+	if md.Sequence.Stream > upTo || rc.live.recs[name] != nil {
+		delete(rc.unseen, name)
+		return false
+	}
+	return Removed(m.Headers())
+}
+
+// reopened reconciles live after the follower made a consumer anew, if
+// something can have lapsed unseen: a marker or tombstone the new
+// consumer will not find was stored after the last message delivered
+// (lastStored) and lapsed, at least ttlFloor later, before the consumer
+// read it. Otherwise only the names whose reads failed before are read.
+func (rc *reconciler) reopened(info *jetstream.ConsumerInfo) {
+	if len(rc.live.recs) == 0 {
+		rc.retry = nil
+		return
+	}
+	var names []string
+	if info == nil || info.Created.IsZero() || info.Created.Sub(rc.lastStored) >= ttlFloor-reconcileClockSlack {
+		names = make([]string, 0, len(rc.live.recs))
+		for name := range rc.live.recs {
+			names = append(names, name)
+		}
+	}
+	rc.reconcile(names)
+}
+
+// retryDue reports whether names whose reads failed are to be read again.
+func (rc *reconciler) retryDue() bool {
+	return len(rc.retry) > 0 && !time.Now().Before(rc.retryAt)
+}
+
+// reconcile reads names (nil: those to retry) still live through the
+// stream leader and reports the end of each found gone: the subject
+// empty, or holding another tenure whose grant does not carry this one's
+// end (the consumer reports neither). An entry after the last message
+// delivered is left for the consumer to deliver. The first read that
+// fails stops the pass (the server is likely unreachable): that name and
+// those after it are read again after reconcileRetry, or at the next
+// reopen. It returns false if the watch ended while it sent an event.
+func (rc *reconciler) reconcile(names []string) bool {
+	if names == nil {
+		names = rc.retry
+	}
+	rc.retry = nil
+	if len(names) == 0 {
+		return true
+	}
+	fail := func(rest []string) bool {
+		rc.retry, rc.retryAt = append(rc.retry, rest...), time.Now().Add(reconcileRetry)
+		return true
+	}
+	// A read is evidence, not truth: a leader behind what this watch has
+	// delivered (a node resumed from a pause) would answer from its old
+	// state, and a tenure granted since would look gone.
+	ctx, cancel := context.WithTimeout(rc.ctx, reconcileReadTime)
+	info, err := rc.s.stream.Info(ctx)
+	cancel()
+	if err != nil || info.State.LastSeq < rc.lastSeq {
+		return fail(names)
+	}
+	for k, u := range rc.unseen {
+		if u <= rc.lastSeq {
+			delete(rc.unseen, k)
+		}
+	}
+	for i, name := range names {
+		prev := rc.live.recs[name]
+		if prev == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(rc.ctx, reconcileReadTime)
+		m, err := rc.s.leaderGet(ctx, msgGetRequest{LastFor: rc.s.prefix + name})
+		cancel()
+		switch {
+		case errors.Is(err, errNoMessage):
+		case err != nil:
+			if rc.ctx.Err() != nil {
+				return false
+			}
+			return fail(names[i:])
+		case m.Sequence <= rc.lastSeq || Removed(m.Header):
+			continue // the tenure as delivered, or an entry the consumer delivers
+		default:
+			rec, err := rc.s.decode(name, m)
+			t, carried := replacedTombstone(m.Header)
+			if err != nil || rec.Token == prev.Token || carried && t.rev >= prev.Revision {
+				continue // its renewal, or a grant the consumer reports the end from
+			}
+		}
+		ev := Event{Type: EventExpired, Name: name, Revision: rc.lastSeq, Time: prev.ExpiresAt(),
+			Record: prev, Holder: prev.Holder, Token: prev.Token, GrantedAt: prev.GrantedAt, Reason: UnseenEndReason}
+		if now := info.TimeStamp; !now.IsZero() && now.Before(ev.Time) {
+			ev.Time = now
+		}
+		rc.live.end(name)
+		if rc.unseen == nil {
+			rc.unseen = make(map[string]uint64)
+		}
+		rc.unseen[name] = info.State.LastSeq
+		rc.s.log.Info("lease watch found a tenure gone whose end it did not see", "lease", name,
+			"holder", prev.Holder, "token", prev.Token)
+		select {
+		case rc.w.events <- ev:
+		case <-rc.ctx.Done():
+			return false
+		}
+	}
+	return true
 }

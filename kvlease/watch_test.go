@@ -337,3 +337,93 @@ func TestWatchEndsWhenTheBucketIsReplaced(t *testing.T) {
 		}
 	}
 }
+
+// A watch cut off from the server while a tenure lapsed, until its expiry
+// marker had lapsed too (1 s marker TTL here), kept the tenure live for
+// good once it could reach the server again: its consumer, made anew,
+// resumes after the last message it had, and nothing left in the stream
+// says the tenure ended (`leased watch` and a registry showed the lapsed
+// lease as live). The watch now reads the leases it holds live when it
+// resumes after such a gap and reports the end of those gone, as an
+// expiry not seen; a lease that stayed live across the cut, renewed
+// meanwhile, is not ended.
+func TestWatchReportsAnEndMissedInAPartition(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t, kvlease.WithMarkerTTL(time.Second))
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	far := kvleasetest.OpenStore(t, p.URL(), kvlease.WithMarkerTTL(time.Second))
+	ctx := t.Context()
+	short, err := st.Grant(ctx, kvlease.GrantRequest{Name: "part.short", Holder: "a", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := st.Grant(ctx, kvlease.GrantRequest{Name: "part.long", Holder: "b", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := far.Watch(ctx, "part.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	seen := map[string]bool{}
+	if err := w.CatchUp(ctx, func(ev kvlease.Event) error { seen[ev.Name] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !seen["part.short"] || !seen["part.long"] {
+		t.Fatalf("replay: %v, want both leases", seen)
+	}
+	// The lapse, seen on a direct connection.
+	near, err := st.Watch(ctx, "part.short", kvlease.ExactName(), kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer near.Stop()
+	p.Cut()
+	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: "part.long", Holder: "b", Token: long.Token,
+		Revision: long.Revision, Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.NextEvent(t, near, 10*time.Second, kvleasetest.OfType("part.short", kvlease.EventExpired))
+	// The marker lapses by its own TTL, and the server says nothing when
+	// it does: look until it is gone.
+	stream, err := st.JetStream().Stream(ctx, "KV_"+kvlease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := stream.GetLastMsgForSubject(ctx, "$KV."+kvlease.DefaultBucket+".part.short")
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the expiry marker of part.short did not lapse: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // bounded poll: no event marks a marker's removal
+	}
+	p.Heal()
+	ev := kvleasetest.NextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool {
+		if ev.Name == "part.long" && ev.Type.Ends() {
+			t.Errorf("the lease live across the cut was ended: %+v", ev)
+		}
+		return ev.Name == "part.short"
+	})
+	if ev.Type != kvlease.EventExpired || ev.Token != short.Token || ev.Holder != "a" || ev.Reason != kvlease.UnseenEndReason {
+		t.Fatalf("after the cut: %v token %d holder %q reason %q; want the expiry of token %d (a), not seen",
+			ev.Type, ev.Token, ev.Holder, ev.Reason, short.Token)
+	}
+	// Nothing ends the long lease: a grant after everything else marks
+	// the end of what the watch reports.
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "part.z", Holder: "c", Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.NextEvent(t, w, 10*time.Second, func(ev kvlease.Event) bool {
+		if ev.Name == "part.long" && ev.Type.Ends() {
+			t.Errorf("the lease live across the cut was ended: %+v", ev)
+		}
+		return ev.Name == "part.z" && ev.Type == kvlease.EventGranted
+	})
+	if rec, err := st.Get(ctx, "part.long"); err != nil || rec.Token != long.Token {
+		t.Fatalf("part.long: %v %v; want still held", rec, err)
+	}
+}

@@ -52,6 +52,15 @@ type Config struct {
 	Heartbeat time.Duration
 	// HeadersOnly delivers each message's headers without its data.
 	HeadersOnly bool
+	// OnReopen, if not nil, is called by Next, on Next's goroutine, each
+	// time it has made a consumer to replace one, before it reads from
+	// it; info is the new consumer's as created (Created is the server's
+	// time of its creation). The consumer resumes after the last message
+	// Next returned, but what the stream no longer holds by then (a
+	// message whose TTL lapsed while no consumer delivered) it never
+	// delivers: a reader that keeps state can look for such losses here.
+	// It may block (Next waits for it); Stop does not interrupt it.
+	OnReopen func(info *jetstream.ConsumerInfo)
 }
 
 // DefaultHeartbeat is a Config's Heartbeat when it gives none.
@@ -144,8 +153,12 @@ func (f *Follower) Next() (jetstream.Msg, error) {
 		it := f.it
 		f.mu.Unlock()
 		if it == nil {
-			if err := f.reopen(); err != nil {
+			info, err := f.reopen()
+			if err != nil {
 				return nil, err
+			}
+			if f.cfg.OnReopen != nil {
+				f.cfg.OnReopen(info)
 			}
 			continue
 		}
@@ -238,11 +251,12 @@ func (f *Follower) delete(name string, timeout time.Duration) {
 	_ = f.js.DeleteConsumer(ctx, f.cfg.Stream, name)
 }
 
-// reopen makes a new consumer, attempt after attempt, until one answers,
+// reopen makes a new consumer, attempt after attempt, until one answers
+// (returning its info),
 // the stream is gone, the connection is closed, or the Follower is
 // stopped. The first attempt waits only if the consumer before failed
 // without delivering anything within a few seconds of its creation.
-func (f *Follower) reopen() error {
+func (f *Follower) reopen() (*jetstream.ConsumerInfo, error) {
 	if time.Since(f.opened) > 5*time.Second {
 		f.wait = 0
 	}
@@ -257,12 +271,12 @@ func (f *Follower) reopen() error {
 		f.wait = min(max(2*f.wait, 50*time.Millisecond), time.Second)
 		switch {
 		case f.ctx.Err() != nil:
-			return jetstream.ErrMsgIteratorClosed
+			return nil, jetstream.ErrMsgIteratorClosed
 		case f.js.Conn().IsClosed():
-			return nats.ErrConnectionClosed
+			return nil, nats.ErrConnectionClosed
 		}
 		actx, cancel := context.WithTimeout(f.ctx, AttemptTimeout)
-		_, err := f.open(actx)
+		cons, err := f.open(actx)
 		var created time.Time
 		if err == nil {
 			created = f.streamCreated(actx)
@@ -270,17 +284,17 @@ func (f *Follower) reopen() error {
 		cancel()
 		switch {
 		case f.ctx.Err() != nil:
-			return jetstream.ErrMsgIteratorClosed
+			return nil, jetstream.ErrMsgIteratorClosed
 		case err == nil && !created.IsZero() && !f.created.IsZero() && !created.Equal(f.created):
 			f.drop(false)
-			return ErrStreamReplaced
+			return nil, ErrStreamReplaced
 		case err == nil:
-			return nil
+			return cons.CachedInfo(), nil
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			// A node that has not yet got its copy of the stream says so
 			// too: only a stream missing for several attempts is gone.
 			if missing++; missing == streamMissingAttempts {
-				return err
+				return nil, err
 			}
 		default:
 			missing = 0
