@@ -825,21 +825,37 @@ func (rc *reconciler) reported(name string, md *jetstream.MsgMetadata, m jetstre
 // reopened reconciles live after the follower made a consumer anew, if
 // something can have lapsed unseen: a marker or tombstone the new
 // consumer will not find was stored after the last message delivered
-// (lastStored) and lapsed, at least ttlFloor later, before the consumer
-// read it. Otherwise only the names whose reads failed before are read.
+// (lastStored) and lapsed, a marker TTL later (see unseenGap), before the
+// consumer read it. Otherwise only the names whose reads failed before
+// are read: a relist reads every live tenure, and a grantor's observer
+// watches all of them (100,000 reads after every failover of a node, had
+// it read after gaps of a second).
 func (rc *reconciler) reopened(info *jetstream.ConsumerInfo) {
 	if len(rc.live.recs) == 0 {
 		rc.retry = nil
 		return
 	}
 	var names []string
-	if info == nil || info.Created.IsZero() || info.Created.Sub(rc.lastStored) >= ttlFloor-reconcileClockSlack {
+	if info == nil || info.Created.IsZero() || info.Created.Sub(rc.lastStored) >= rc.s.unseenGap() {
 		names = make([]string, 0, len(rc.live.recs))
 		for name := range rc.live.recs {
 			names = append(names, name)
 		}
 	}
 	rc.reconcile(names)
+}
+
+// unseenGap is the shortest gap in a watch's deliveries across which an
+// end can have lapsed unseen: the shorter of the bucket's marker TTL
+// (expiry markers) and this Store's (the tombstones it writes; a Store
+// that writes with a shorter one than the bucket's and the watcher's is
+// not covered), less the clock slack, and never below the server's floor.
+func (s *Store) unseenGap() time.Duration {
+	d := s.o.markerTTL
+	if b := s.stream.CachedInfo().Config.SubjectDeleteMarkerTTL; b > 0 && b < d {
+		d = b
+	}
+	return max(d, ttlFloor) - reconcileClockSlack
 }
 
 // retryDue reports whether names whose reads failed are to be read again.
