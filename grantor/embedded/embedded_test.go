@@ -423,18 +423,7 @@ func freePorts(t *testing.T, n int) []int {
 // that Start would refuse (an open port without authorization) with
 // ErrInsecure.
 func TestReload(t *testing.T) {
-	conf := filepath.Join(t.TempDir(), "nats.conf")
-	load := func(text string) *server.Options {
-		t.Helper()
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		base, err := embedded.LoadConfigFile(conf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base
-	}
+	load := configLoader(t)
 	cfg := embedded.Config{DataDir: t.TempDir(), Base: load(`authorization { users = [ { user: a, password: a-pw } ] }`)}
 	srv, err := embedded.Start(cfg)
 	if err != nil {
@@ -485,18 +474,7 @@ func TestReload(t *testing.T) {
 // stderr, in its own format), and with it the watch for another server of
 // the same name (NameConflicts) and for a cluster name mismatch.
 func TestReloadKeepsTheLogger(t *testing.T) {
-	conf := filepath.Join(t.TempDir(), "nats.conf")
-	load := func(text string) *server.Options {
-		t.Helper()
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		base, err := embedded.LoadConfigFile(conf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base
-	}
+	load := configLoader(t)
 	var logged lockedBuffer
 	cfg := embedded.Config{DataDir: t.TempDir(), Base: load(`max_payload: 1MB`),
 		Logger: slog.New(slog.NewTextHandler(&logged, nil))}
@@ -563,5 +541,23 @@ func TestReloadRefusesAnotherClusterName(t *testing.T) {
 	}
 	if got := srv.NATS().ClusterName(); got != "leased" {
 		t.Errorf("after the reload the server's cluster is %q, want leased", got)
+	}
+}
+
+// configLoader returns a func that writes a configuration file's text to
+// one file of t's and loads it, as serve's --config does at start and at
+// each SIGHUP.
+func configLoader(t *testing.T) func(text string) *server.Options {
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	return func(text string) *server.Options {
+		t.Helper()
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		base, err := embedded.LoadConfigFile(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base
 	}
 }
