@@ -27,14 +27,7 @@ func TestRegistryLeavesRegistrationsToTheirTTLWhenMostNodesGoAtOnce(t *testing.T
 	_, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
 	warnings := make(chan slog.Record, 16)
-	reg, err := registry.New(st, registry.WithGossip(nodes[0], 8), registry.WithLogger(slog.New(warnHandler(warnings))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Stop()
+	reg := startRegistry(t, st, registry.WithGossip(nodes[0], 8), registry.WithLogger(slog.New(warnHandler(warnings))))
 	changes := reg.Watch(ctx, "web")
 	const ttl = 6 * time.Second // gossip's verdicts (test profile) come 1–2 s after the nodes stop
 	var expiry time.Time
@@ -82,14 +75,7 @@ func TestRegistryRemovesOneDeadNodeOfThree(t *testing.T) {
 	nodes := membershiptest.Cluster(t, "grantor", "web-1", "web-2", "web-3")
 	_, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
-	reg, err := registry.New(st, registry.WithGossip(nodes[0], 8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Stop()
+	reg := startRegistry(t, st, registry.WithGossip(nodes[0], 8))
 	changes := reg.Watch(ctx, "web")
 	for _, n := range nodes[1:] {
 		r := api.Registration{Service: "web", Instance: n.Name(), Addr: "127.0.0.1:8080", Node: n.Name()}

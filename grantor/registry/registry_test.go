@@ -29,14 +29,7 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 	nodes := membershiptest.Cluster(t, "grantor", "web-1")
 	_, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
-	reg, err := registry.New(st, registry.WithGossip(nodes[0], 8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Stop()
+	reg := startRegistry(t, st, registry.WithGossip(nodes[0], 8))
 	changes := reg.Watch(ctx, "web")
 
 	k, err := client.Register(ctx, st, api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:8080",
@@ -291,14 +284,7 @@ func TestRegistryRemovesRegistrationsOfANodeThatLeft(t *testing.T) {
 	nodes := membershiptest.Cluster(t, "grantor", "web-2")
 	_, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
-	reg, err := registry.New(st, registry.WithGossip(nodes[0], 8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Stop()
+	reg := startRegistry(t, st, registry.WithGossip(nodes[0], 8))
 	changes := reg.Watch(ctx, "web")
 	r := api.Registration{Service: "web", Instance: "i2", Addr: "127.0.0.1:8080", Node: "web-2"}
 	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: r.LeaseName(), Holder: "web-2", Duration: time.Minute,
@@ -435,4 +421,18 @@ func TestStopWaitsForRemovalsUnderWay(t *testing.T) {
 	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "registry.(*Registry).reap") {
 		t.Fatalf("the registry's reaper runs after Stop returned:\n%s", stacks)
 	}
+}
+
+// startRegistry starts a registry of st with opts, stopped when t ends.
+func startRegistry(t *testing.T, st *kvlease.Store, opts ...registry.Option) *registry.Registry {
+	t.Helper()
+	reg, err := registry.New(st, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	return reg
 }
