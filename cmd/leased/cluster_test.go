@@ -1137,7 +1137,11 @@ func TestClusterStatusWithADepartedNode(t *testing.T) {
 		t.Fatalf("status through n2, n3: exit %d, want %d with the stream's leader, no count and the grantors\nstdout:\n%s\nstderr:\n%s",
 			r.code, cli.ExitError, r.stdout, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "meta group") || strings.Contains(r.stderr, "(leased status)") {
-		t.Errorf("status's error, want the meta group's lack of a majority said, and no hint to run status:\n%s", r.stderr)
+	// The meta group is named when JetStream's answer says why (503,
+	// "JetStream system temporarily unavailable"); the count's request can
+	// also time out in the service first (a CI run), and then status says
+	// only that the count could not be read.
+	if !strings.Contains(r.stderr, "lease count could not be read") || strings.Contains(r.stderr, "(leased status)") {
+		t.Errorf("status's error, want the count said unknown, and no hint to run status:\n%s", r.stderr)
 	}
 }
