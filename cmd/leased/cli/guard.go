@@ -676,10 +676,52 @@ func stopJob(pgid, runGroup int) {
 		_ = syscall.Kill(-pgid, syscall.SIGCONT)
 		return
 	}
-	if unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, runGroup) == nil {
-		_ = syscall.Kill(-runGroup, syscall.SIGTSTP)
+	if unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, runGroup) == nil && syscall.Kill(-runGroup, syscall.SIGTSTP) == nil {
+		go resumeJob(pgid, runGroup, os.Getppid())
 	}
 }
+
+// resumeJob, while the command stopJob stopped stays stopped, gives it
+// the terminal and continues it if run's group holds the terminal and run
+// runs, for resumeHeld looks in a row: the shell has continued run's job
+// in the foreground (fg), which run's SIGCONT handler answers the same
+// way (see terminal). That handler alone missed its SIGCONT now and then
+// — the Go runtime delivered no notification to a process stopped and
+// continued within milliseconds, as a script's fg does (2 runs in 40
+// under load) — and the command stayed stopped after fg, the terminal
+// with run, for good. The looks in a row pass over the moment after
+// stopJob, before run has stopped. It ends when the command runs again,
+// or either is gone.
+func resumeJob(pgid, runGroup, run int) {
+	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer tty.Close()
+	fd := int(tty.Fd())
+	for held := 0; held < resumeHeld; time.Sleep(resumePoll) {
+		cmd, _, _, ok1 := procStat(pgid)
+		r, _, _, ok2 := procStat(run)
+		fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+		switch {
+		case !ok1 || !ok2 || cmd != 'T' || r == 'Z' || err != nil:
+			return // continued (by run), or gone
+		case fg == runGroup && r != 'T':
+			held++
+		default:
+			held = 0
+		}
+	}
+	_ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, pgid)
+	_ = syscall.Kill(-pgid, syscall.SIGCONT)
+}
+
+// resumePoll is how often resumeJob looks, and resumeHeld how many looks
+// in a row must find the job continued with the command left stopped.
+const (
+	resumePoll = 50 * time.Millisecond
+	resumeHeld = 4
+)
 
 // orphaned reports whether the process group of pid, its only member
 // (see soleMember), is orphaned: its parent is not in another group of
