@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -47,22 +46,7 @@ func partitionedLapse(t *testing.T, name string, start func(e *election.Election
 			break
 		}
 	}
-	// The marker lapses by its own TTL, and the server says nothing when
-	// it does: look until it is gone (bounded, a second or so).
-	stream, err := st.JetStream().Stream(ctx, "KV_"+kvlease.DefaultBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		_, err := stream.GetLastMsgForSubject(ctx, "$KV."+kvlease.DefaultBucket+"."+name)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the expiry marker of %s did not lapse: %v", name, err)
-		}
-		time.Sleep(50 * time.Millisecond) // bounded poll: no event marks a marker's removal
-	}
+	kvleasetest.WaitEmpty(t, st, name, 10*time.Second) // the marker lapses by its own TTL
 	if _, err := st.Get(ctx, name); !errors.Is(err, kvlease.ErrNotFound) {
 		t.Fatalf("Leader before the partition heals: %v; want ErrNotFound", err)
 	}

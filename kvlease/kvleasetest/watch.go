@@ -1,8 +1,11 @@
 package kvleasetest
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
 )
@@ -46,4 +49,25 @@ func NextEvent(tb testing.TB, w *kvlease.Watcher, timeout time.Duration, want fu
 // [NextEvent].
 func OfType(name string, typ kvlease.EventType) func(kvlease.Event) bool {
 	return func(ev kvlease.Event) bool { return ev.Name == name && ev.Type == typ }
+}
+
+// WaitEmpty waits until lease name of st's default bucket has no message
+// left (its expiry marker or tombstone lapsed by its own TTL), failing the
+// test after timeout. The server says nothing when a marker lapses: it
+// looks every 50 ms.
+func WaitEmpty(tb testing.TB, st *kvlease.Store, name string, timeout time.Duration) {
+	tb.Helper()
+	stream, err := st.JetStream().Stream(tb.Context(), "KV_"+kvlease.DefaultBucket)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+		_, err := stream.GetLastMsgForSubject(tb.Context(), "$KV."+kvlease.DefaultBucket+"."+name)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the last message of %s did not lapse within %v: %v", name, timeout, err)
+		}
+	}
 }
