@@ -692,6 +692,21 @@ echo run-exit=$?`)
 		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "got-hello") })
 		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "run-exit=0") })
 	})
+	t.Run("Ctrl-Z and bg", func(t *testing.T) {
+		ptm, out := onTerminal(t, s.url, `set -m
+"$LEASED" run --url "$URL" --lease tty.z -- sh -c 'sleep 1; echo cmd-done'
+echo stopped-status=$?
+bg
+wait
+echo run-exit=$?`)
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "command started") })
+		if _, err := ptm.WriteString("\x1a"); err != nil { // Ctrl-Z
+			t.Fatal(err)
+		}
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "stopped-status=148") })
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "cmd-done") })
+		out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "run-exit=0") })
+	})
 	t.Run("a & job of a script", func(t *testing.T) {
 		// The script reads once the command runs (it took the terminal
 		// then, and the read of the script's group, orphaned here, failed

@@ -681,39 +681,60 @@ func stopJob(pgid, runGroup int) {
 	}
 }
 
-// resumeJob, while the command stopJob stopped stays stopped, gives it
-// the terminal and continues it if run's group holds the terminal and run
-// runs, for resumeHeld looks in a row: the shell has continued run's job
-// in the foreground (fg), which run's SIGCONT handler answers the same
-// way (see terminal). That handler alone missed its SIGCONT now and then
-// — the Go runtime delivered no notification to a process stopped and
-// continued within milliseconds, as a script's fg does (2 runs in 40
-// under load) — and the command stayed stopped after fg, the terminal
-// with run, for good. The looks in a row pass over the moment after
-// stopJob, before run has stopped. It ends when the command runs again,
-// or either is gone.
+// resumeJob, while the command stopJob stopped stays stopped, does what
+// run's SIGCONT handler does once run runs again (see terminal.give):
+// gives the command the terminal if run's group holds it (fg), and
+// continues it (fg, bg, or any SIGCONT to run). That handler alone missed
+// its SIGCONT now and then — the Go runtime delivered no notification to
+// a process stopped and continued within milliseconds, as a script's fg
+// does (2 runs in 40 under load) — and the command stayed stopped, after
+// fg with the terminal left to run, for good.
 func resumeJob(pgid, runGroup, run int) {
 	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
 	if err != nil {
 		return
 	}
 	defer tty.Close()
-	fd := int(tty.Fd())
+	awaitResume(ttyGroups{int(tty.Fd())}, pgid, runGroup, run)
+}
+
+// awaitResume is resumeJob on the terminal term: it acts once run has
+// been seen running, the command stopped, for resumeHeld looks in a row,
+// which pass over the moment after stopJob before run has stopped. It
+// ends when the command runs again, or either is gone. Before, it acted
+// only while run's group held the terminal, and after bg the command
+// was left to run's handler alone (found in review).
+func awaitResume(term foregroundGroup, pgid, runGroup, run int) {
 	for held := 0; held < resumeHeld; time.Sleep(resumePoll) {
 		cmd, _, _, ok1 := procStat(pgid)
 		r, _, _, ok2 := procStat(run)
-		fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
 		switch {
-		case !ok1 || !ok2 || cmd != 'T' || r == 'Z' || err != nil:
+		case !ok1 || !ok2 || cmd != 'T' || r == 'Z':
 			return // continued (by run), or gone
-		case fg == runGroup && r != 'T':
+		case r != 'T':
 			held++
 		default:
 			held = 0
 		}
 	}
-	_ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, pgid)
+	if fg, err := term.foreground(); err == nil && fg == runGroup {
+		_ = term.setForeground(pgid)
+	}
 	_ = syscall.Kill(-pgid, syscall.SIGCONT)
+}
+
+// foregroundGroup is a terminal's foreground process group.
+type foregroundGroup interface {
+	foreground() (int, error)
+	setForeground(pgid int) error
+}
+
+// ttyGroups is the foregroundGroup of the terminal open on fd.
+type ttyGroups struct{ fd int }
+
+func (t ttyGroups) foreground() (int, error) { return unix.IoctlGetInt(t.fd, unix.TIOCGPGRP) }
+func (t ttyGroups) setForeground(pgid int) error {
+	return unix.IoctlSetPointerInt(t.fd, unix.TIOCSPGRP, pgid)
 }
 
 // resumePoll is how often resumeJob looks, and resumeHeld how many looks

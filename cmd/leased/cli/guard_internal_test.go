@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // mainThreadExitsRole makes the test binary a process whose main thread
@@ -128,5 +131,67 @@ func waitState(t *testing.T, pid int, state byte) {
 			st, _, _, _ := procStat(pid)
 			t.Fatalf("pid %d in state %q, not %q, after 10 s", pid, st, state)
 		}
+	}
+}
+
+// fakeGroups is a terminal's foreground group, for awaitResume.
+type fakeGroups struct {
+	mu sync.Mutex
+	fg int
+}
+
+func (f *fakeGroups) foreground() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fg, nil
+}
+
+func (f *fakeGroups) setForeground(pgid int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fg = pgid
+	return nil
+}
+
+// Once run runs again after Ctrl-Z (fg or bg), the guard continues the
+// command if run's own SIGCONT handler has not, and gives it the terminal
+// if run's group holds it: after bg, with the shell holding the terminal,
+// it used to leave the command to that handler, which can miss its
+// SIGCONT, and the command stayed stopped for good (found in review).
+func TestAwaitResumeContinuesTheCommand(t *testing.T) {
+	for _, bg := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bg %t", bg), func(t *testing.T) {
+			start := func(args ...string) *exec.Cmd {
+				c := exec.Command(args[0], args[1:]...)
+				c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				if err := c.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL); _ = c.Wait() })
+				return c
+			}
+			cmd := start("sleep", "60")
+			run := start("sleep", "60") // run, continued by the shell
+			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, cmd.Process.Pid, 'T')
+			shell := unix.Getpgrp()
+			term := &fakeGroups{fg: run.Process.Pid} // fg: run's group holds the terminal
+			if bg {
+				term.fg = shell
+			}
+			done := make(chan struct{})
+			go func() { defer close(done); awaitResume(term, cmd.Process.Pid, run.Process.Pid, run.Process.Pid) }()
+			waitState(t, cmd.Process.Pid, 'S')
+			<-done
+			want := cmd.Process.Pid
+			if bg {
+				want = shell
+			}
+			if fg, _ := term.foreground(); fg != want {
+				t.Errorf("the terminal's foreground is %d, want %d (command %d, shell %d)", fg, want, cmd.Process.Pid, shell)
+			}
+		})
 	}
 }
