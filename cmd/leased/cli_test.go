@@ -86,6 +86,8 @@ func TestCLI(t *testing.T) {
 		{"bad output format", []string{"ls", "-o", "xml"}, 2, ""},
 		{"unknown flag", []string{"get", "jobs.a", "--frob"}, 2, ""},
 		{"revoke missing", []string{"revoke", "jobs.none"}, 4, ""},
+		// No tenure has token 0: it revoked whatever held the lease.
+		{"revoke token 0", []string{"revoke", "jobs.a", "--token", "0"}, 2, ""},
 		// The grantor's own leases, which elect (on the bucket, not
 		// through the service) campaigned for (found by an outside client).
 		{"elect for the observer's lease", []string{"elect", "_leased.observer", "--", "true"}, 2, ""},

@@ -386,6 +386,12 @@ get shows it): if the lease has changed hands since, nothing is revoked
 (exit 4).`,
 		Args: nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if token == 0 && cmd.Flags().Changed("token") {
+				// No tenure has token 0, and 0 is the API's "whatever
+				// tenure holds it": a script whose token came out empty
+				// revoked the next holder (found trying it).
+				return usageError{errors.New("--token 0: tokens start at 1; leave --token out to revoke whatever tenure holds the lease")}
+			}
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				var opts []kvlease.RevokeOption
 				if now {
