@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -317,5 +319,94 @@ func TestStatusOfABucketWrittenDirectly(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "leases    1 live") || !strings.Contains(r.stdout, `serves bucket "leases", not this one`) ||
 		strings.Contains(r.stdout, "WARNING") {
 		t.Fatalf("status --bucket elections: exit %d, stdout %q, stderr %q; want its 1 lease and leases's grantor named elsewhere", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A node whose store fails a write (its disk full) stops, saying why, and
+// comes back with its leases when started again on a disk with room.
+// nats-server answers no write to a store after one failed, for good,
+// even once the disk has room again: serve ran on as if it were up, every
+// grant and renewal timing out (found filling the disk).
+func TestServeStopsWhenItsStoreFailsAWrite(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small file system")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare (util-linux) for a mount namespace")
+	}
+	dir := t.TempDir()
+	// serve in a mount namespace of its own, on a 16 MiB tmpfs that goes
+	// with it; started again once the test has freed the disk.
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", `
+mount -t tmpfs -o size=16m tmpfs "$1" || exit 99
+"$2" serve --listen 127.0.0.1:0 --data "$1/data" --log-format json
+echo "serve-exit=$?" >&2
+while [ -e "$1/fill" ]; do sleep 0.05; done
+exec "$2" serve --listen 127.0.0.1:0 --data "$1/data" --log-format json`, "sh", dir, leasedBin)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	logs := readLines(stderr)
+	readyN := func(n int) string {
+		t.Helper()
+		seen := 0
+		line := logs.wait(t, 20*time.Second, func(l string) bool {
+			if strings.Contains(l, `"msg":"ready"`) {
+				seen++
+			}
+			return seen == n
+		})
+		var ready struct{ URL string }
+		if err := json.Unmarshal([]byte(line), &ready); err != nil || ready.URL == "" {
+			t.Fatalf("ready line %q: %v", line, err)
+		}
+		return ready.URL
+	}
+	url := readyN(1)
+	r := leased(t, url, "acquire", "kept", "--ttl", "5m", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("acquire: exit %d %s", r.code, r.stderr)
+	}
+	var kept api.Lease
+	if err := json.Unmarshal([]byte(r.stdout), &kept); err != nil {
+		t.Fatal(err)
+	}
+
+	// Fill the disk, from outside the namespace.
+	f, err := os.Create(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "root", dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break // ENOSPC
+		}
+	}
+	f.Close()
+	// Writes until one fails (a block's last page can take a few).
+	leased(t, url, "bench", "--op", "grant", "--clients", "4", "--duration", "2s", "--ttl", "30s")
+	line := logs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "failed a write to its store") })
+	if !strings.Contains(line, "no space left on device") {
+		t.Errorf("serve's last word %q does not say why", line)
+	}
+	if exit := logs.wait(t, 20*time.Second, func(l string) bool { return strings.HasPrefix(l, "serve-exit=") }); exit == "serve-exit=0" {
+		t.Errorf("serve stopped for a failed write with %s, want a failure", exit)
+	}
+
+	// Room again: the next serve has the lease, and grants.
+	if err := os.Remove(f.Name()); err != nil {
+		t.Fatal(err)
+	}
+	url = readyN(2)
+	r = leased(t, url, "get", "kept", "-o", "json")
+	var got api.Lease
+	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != 0 || err != nil || got.Token != kept.Token {
+		t.Fatalf("get after the restart: exit %d %q %s (%v); want token %d", r.code, r.stdout, r.stderr, err, kept.Token)
+	}
+	if r := leased(t, url, "acquire", "after", "--ttl", "30s"); r.code != 0 {
+		t.Fatalf("acquire after the restart: exit %d %s", r.code, r.stderr)
 	}
 }

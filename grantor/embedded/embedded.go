@@ -84,6 +84,14 @@ var ErrNameConflict = errors.New("embedded: another server of the cluster has th
 // get; neither side can tell which name is wrong.
 var ErrClusterNameMismatch = errors.New("embedded: a route was refused: the two servers have different cluster names")
 
+// ErrStoreWrite is wrapped by what [Server.StoreWriteFailures] delivers:
+// nats-server failed a write to its store (a stream's or a consumer's
+// files, a raft log): no space left on the disk, an I/O error. It then
+// refuses every later write to that store, answering none of them (its
+// clients see timeouts), until the server restarts, even once the disk
+// has room again: the node cannot grant or renew a lease on it.
+var ErrStoreWrite = errors.New("embedded: the NATS server failed a write to its store")
+
 // ErrStandaloneStore is wrapped by the error [Start] returns when a
 // cluster member's data directory holds the JetStream streams of a server
 // that ran without a cluster (no JetStream cluster metadata beside them).
@@ -428,6 +436,11 @@ func (s *Server) NameConflicts() <-chan error { return s.log.conflict }
 // name. At most one error waits to be received.
 func (s *Server) ClusterNameMismatches() <-chan error { return s.log.mismatch }
 
+// StoreWriteFailures delivers an error wrapping [ErrStoreWrite] when the
+// server fails a write to its store, which it then writes no more until
+// it restarts. At most one error waits to be received.
+func (s *Server) StoreWriteFailures() <-chan error { return s.log.werr }
+
 // Run starts ns and waits, at most timeout, until it accepts clients with
 // JetStream on. nats-server reports why it cannot serve (a port in use, a
 // store it cannot open) only through its logger's Fatalf, and then never
@@ -664,13 +677,15 @@ type logger struct {
 	fatal    chan string // capacity 1
 	conflict chan error  // capacity 1: see Server.NameConflicts
 	mismatch chan error  // capacity 1: see Server.ClusterNameMismatches
+	werr     chan error  // capacity 1: see Server.StoreWriteFailures
 }
 
 func newLogger(l *slog.Logger) *logger {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &logger{l: l, fatal: make(chan string, 1), conflict: make(chan error, 1), mismatch: make(chan error, 1)}
+	return &logger{l: l, fatal: make(chan string, 1), conflict: make(chan error, 1), mismatch: make(chan error, 1),
+		werr: make(chan error, 1)}
 }
 
 func (g *logger) Noticef(format string, v ...any) { g.l.Info(fmt.Sprintf(format, v...)) }
@@ -700,6 +715,15 @@ func (g *logger) Errorf(format string, v ...any) {
 	if strings.Contains(msg, "Rejecting connection, cluster name") && strings.Contains(msg, "does not match") {
 		select {
 		case g.mismatch <- fmt.Errorf("%w (nats-server: %s): every node of a cluster needs the same --cluster-name", ErrClusterNameMismatch, msg):
+		default:
+		}
+	}
+	// Its words as a store takes a write error for good: "Critical write
+	// error" (filestore.go, raft.go), "critical write error" (a stream's,
+	// a consumer's, the meta group's).
+	if strings.Contains(msg, "ritical write error") {
+		select {
+		case g.werr <- fmt.Errorf("%w (nats-server: %s)", ErrStoreWrite, msg):
 		default:
 		}
 	}

@@ -508,11 +508,24 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
 		"build", grantor.Build())
+	var writeFailures <-chan error // nil: no embedded server
+	if srv != nil {
+		writeFailures = srv.StoreWriteFailures()
+	}
 	var failed error
 	for serving := true; serving; {
 		select {
 		case <-ctx.Done():
 			serving = false
+		case failed = <-writeFailures:
+			// Crash-only, as etcd and PostgreSQL do on a failed write: the
+			// server answered no write after it, for good, even once the
+			// disk had room again, and serve ran on as if it were up
+			// (found filling the disk). Stopped, a supervisor's restart
+			// brings the node back once its disk can take writes.
+			serving = false
+			log.Error("cannot serve on: the NATS server failed a write to its store and takes no more writes until it restarts; stopping "+
+				"(make room on the disk, or see to it, and start serve again)", "data", srv.DataDir(), "err", failed)
 		case failed = <-svc.Failed():
 			serving = false
 			if errors.Is(failed, kvlease.ErrBucketReplaced) {
