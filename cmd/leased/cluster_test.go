@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1143,5 +1144,40 @@ func TestClusterStatusWithADepartedNode(t *testing.T) {
 	// only that the count could not be read.
 	if !strings.Contains(r.stderr, "lease count could not be read") || strings.Contains(r.stderr, "(leased status)") {
 		t.Errorf("status's error, want the count said unknown, and no hint to run status:\n%s", r.stderr)
+	}
+}
+
+// A node's /healthz says whether it can grant: ok while its cluster has a
+// majority, unavailable once the other two nodes are gone (nats-server's
+// own health: the lease stream not current, its group without a majority).
+func TestClusterNodeHealth(t *testing.T) {
+	c := &testCluster{t: t, nodes: clusterNodes(t, nil), serveArgs: []string{"--metrics-listen", "127.0.0.1:0"}}
+	c.start()
+	health := healthURL(t, c.procs[0].logs)
+	awaitHealth(t, health, http.StatusOK, 30*time.Second)
+	c.kill(1)
+	c.kill(2)
+	if body := awaitHealth(t, health, http.StatusServiceUnavailable, 60*time.Second); !strings.Contains(body, "the embedded NATS server") {
+		t.Errorf("/healthz with two of three nodes gone says %q, want the embedded server's reason", body)
+	}
+}
+
+// awaitHealth waits until GET url answers code, and returns its body
+// (bounded poll: nothing announces a change of nats-server's health).
+func awaitHealth(t *testing.T, url string, code int, within time.Duration) string {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == code {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d %q after %v, want %d", url, resp.StatusCode, b, within, code)
+		}
 	}
 }

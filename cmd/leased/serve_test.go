@@ -116,6 +116,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 func TestServeMetrics(t *testing.T) {
 	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0", "--metric-name-prefixes", "metered")
 	m := struct{ URL string }{metricsURL(t, s.logs)}
+	wantHealth(t, healthURL(t, s.logs), http.StatusOK, "ok")
 	if r := leased(t, s.url, "acquire", "metered", "--ttl", "10s"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
@@ -216,23 +217,54 @@ func TestServeUnsyncedDoesNotBatch(t *testing.T) {
 // starting both at once) waits for it, as it then waits for JetStream:
 // it used to exit at once with "no servers available for connection".
 // Once running, it logs losing that server and finding it again (it said
-// nothing either way).
+// nothing either way). Its /healthz says each: starting, ok, the
+// connection reconnecting, ok (a probe had nothing to ask).
 func TestServeWaitsForItsNATS(t *testing.T) {
 	port := kvleasetest.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	logs := serveOn(t, url)
+	logs := serveOn(t, url, "--metrics-listen", "127.0.0.1:0")
 	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"waiting for NATS"`) })
+	health := healthURL(t, logs)
+	wantHealth(t, health, http.StatusServiceUnavailable, "unavailable: starting")
 	srv := kvleasetest.NewServer(t, kvleasetest.WithPort(port))
 	logs.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	wantHealth(t, health, http.StatusOK, "ok")
 	if r := leased(t, url, "acquire", "late.nats", "--ttl", "10s"); r.code != 0 {
 		t.Fatalf("acquire through the serve that waited: exit %d: %s", r.code, r.stderr)
 	}
 	srv.Shutdown()
 	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"lost the connection to NATS; reconnecting"`) })
+	wantHealth(t, health, http.StatusServiceUnavailable, "unavailable: the connection to NATS is reconnecting")
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"reconnected to NATS"`) })
+	wantHealth(t, health, http.StatusOK, "ok")
+}
+
+// healthURL is the /healthz URL serve logged.
+func healthURL(t *testing.T, logs *lines) string {
+	t.Helper()
+	line := logs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"health"`) })
+	var h struct{ URL string }
+	if err := json.Unmarshal([]byte(line), &h); err != nil || !strings.HasSuffix(h.URL, "/healthz") {
+		t.Fatalf("health line %q: %v", line, err)
+	}
+	return h.URL
+}
+
+// wantHealth fails t unless GET url answers code and body.
+func wantHealth(t *testing.T, url string, code int, body string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != code || strings.TrimSpace(string(b)) != body {
+		t.Fatalf("GET %s: %d %q, want %d %q", url, resp.StatusCode, b, code, body)
+	}
 }
 
 // --name names the grantor on a NATS server of one's own too, as README

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -28,6 +29,44 @@ import (
 type metricsFlags struct {
 	listen string
 	pprof  bool
+	// health, if set, is served at /healthz (serve's; see healthCheck).
+	health *healthCheck
+}
+
+// healthCheck is what /healthz on --metrics-listen answers, for a load
+// balancer's or an orchestrator's probe (Kubernetes' readiness probe,
+// compose's healthcheck): 200 "ok" while check finds nothing wrong, 503
+// and what is wrong otherwise. Until set, the process is starting.
+type healthCheck struct {
+	mu    sync.Mutex
+	check func() error
+}
+
+// errStarting is /healthz's answer before serve is ready.
+var errStarting = errors.New("starting")
+
+func (h *healthCheck) set(check func() error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.check = check
+}
+
+func (h *healthCheck) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	h.mu.Lock()
+	check := h.check
+	h.mu.Unlock()
+	err := errStarting
+	if check != nil {
+		err = check()
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "unavailable: %v\n", err)
+		return
+	}
+	fmt.Fprintln(w, "ok")
 }
 
 func (m *metricsFlags) register(fs *pflag.FlagSet) {
@@ -65,6 +104,9 @@ func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logg
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", tel.MetricsHandler())
+	if m.health != nil {
+		mux.Handle("GET /healthz", m.health)
+	}
 	if m.pprof {
 		// What net/http/pprof registers on http.DefaultServeMux, on this
 		// listener only.
@@ -78,6 +120,9 @@ func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logg
 	served := make(chan struct{})
 	go func() { defer close(served); _ = hs.Serve(ln) }()
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	if m.health != nil {
+		log.Info("health", "url", "http://"+ln.Addr().String()+"/healthz")
+	}
 	if m.pprof {
 		log.Info("profiles", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 	}

@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -273,6 +275,7 @@ nothing changes (nor does it without --config, or with --nats-url).`,
 	f.gossip.register(fl, "gossip address host:port of this grantor (enables gossip: suspicion levels in discovery, removal of dead nodes' registrations)")
 	fl.Float64Var(&f.threshold, "suspicion-threshold", 8, "suspicion level (phi) at which discovery calls an instance suspect")
 	f.metrics.register(fl)
+	fl.Lookup("metrics-listen").Usage = "serve Prometheus metrics on http://HOST:PORT/metrics, and the node's health at /healthz (default: off)"
 	fl.DurationVar(&f.retention, "history-retention", history.DefaultRetention, "how long the history of tenures (leased history) is kept")
 	f.batch.register(fl)
 	f.http.register(fl)
@@ -369,6 +372,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	// Prometheus on --metrics-listen.
 	// Each node's spans and metrics say which node it is: in a cluster,
 	// which grantor answered (found by an outside client).
+	health := &healthCheck{}
+	f.metrics.health = health
 	mp, stopTelemetry, err := f.metrics.start(ctx, "leased", log, semconv.ServiceInstanceID(nodeName(f)))
 	if err != nil {
 		return err
@@ -508,6 +513,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
 		"build", grantor.Build())
+	health.set(serveHealth(nc, srv))
 	var writeFailures <-chan error // nil: no embedded server
 	if srv != nil {
 		writeFailures = srv.StoreWriteFailures()
@@ -537,6 +543,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			f.reload(srv, log)
 		}
 	}
+	health.set(func() error { return errShuttingDown })
 	log.Info("shutting down: answering requests in flight")
 	stopHTTP()
 	svc.Stop()
@@ -545,6 +552,27 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	return failed
 }
+
+// serveHealth is serve's /healthz check once it serves: its connection to
+// NATS and, for the embedded server, nats-server's own health as its
+// /healthz reports it (JetStream on, the streams recovered and taking
+// writes; in a cluster, a meta leader, and the streams current).
+func serveHealth(nc *nats.Conn, srv *embedded.Server) func() error {
+	return func() error {
+		if st := nc.Status(); st != nats.CONNECTED {
+			return fmt.Errorf("the connection to NATS is %s", strings.ToLower(st.String()))
+		}
+		if srv != nil {
+			if h := srv.NATS().Healthz(nil); h.StatusCode != http.StatusOK {
+				return fmt.Errorf("the embedded NATS server: %s", h.Error)
+			}
+		}
+		return nil
+	}
+}
+
+// errShuttingDown is /healthz's answer once serve stops.
+var errShuttingDown = errors.New("shutting down")
 
 func nodeName(f serveFlags) string {
 	if f.name != "" {
