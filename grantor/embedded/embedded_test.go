@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -559,5 +560,53 @@ func configLoader(t *testing.T) func(text string) *server.Options {
 			t.Fatal(err)
 		}
 		return base
+	}
+}
+
+// A write the file system denies turns nats-server's JetStream off, until
+// it restarts; StoreWriteFailures says so, as it does a write error (a
+// full disk: cmd/leased's TestServeStopsWhenItsStoreFailsAWrite). Its
+// block files made immutable (chattr +i), which root cannot write either.
+func TestStoreWriteFailuresReportsADeniedWrite(t *testing.T) {
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("needs chattr (e2fsprogs)")
+	}
+	dir := t.TempDir()
+	srv, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	blocks, _ := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "S", "msgs", "*"))
+	if len(blocks) == 0 {
+		t.Fatal("no block files")
+	}
+	if out, err := exec.Command("chattr", append([]string{"+i"}, blocks...)...).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i: %v: %s (not on this file system)", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("chattr", append([]string{"-i"}, blocks...)...).Run() })
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, _ = js.Publish(pctx, "s", []byte("2")) // unanswered
+	select {
+	case err := <-srv.StoreWriteFailures():
+		if !errors.Is(err, embedded.ErrStoreWrite) || !strings.Contains(err.Error(), "not permitted") {
+			t.Errorf("StoreWriteFailures delivered %v, want ErrStoreWrite with the reason", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no store write failure reported for a denied write")
 	}
 }
