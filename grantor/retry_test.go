@@ -467,3 +467,32 @@ func TestClientReadsAgainWhenUnanswered(t *testing.T) {
 		t.Fatalf("get with its first attempt unanswered: %+v, %v after %d attempts; want token 7 from the second", l, err, n.Load())
 	}
 }
+
+// A grant refused for JetStream's storage limit says so to its caller and
+// in the grantor's log (at most once a second): both said only
+// "unavailable", "insufficient resources" (found filling a server's
+// max_file_store).
+func TestFullStoreLogged(t *testing.T) {
+	var logs lockedBuffer
+	srv := kvleasetest.NewServer(t, kvleasetest.WithMaxStore(64<<10))
+	f := startOn(t, srv.ClientURL(), grantor.DefaultConfig(), grantor.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	pad := map[string]string{"pad": strings.Repeat("x", 1000)}
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		_, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("fill.%d", i), Holder: "h", Duration: time.Minute, Attributes: pad})
+		cancel()
+		if err == nil {
+			if i > 1000 {
+				t.Fatal("64 KiB of store took 1000 grants of 1 KiB")
+			}
+			continue
+		}
+		if !errors.Is(err, kvlease.ErrUnavailable) || !strings.Contains(err.Error(), "storage is full") {
+			t.Fatalf("grant %d into a full store: %v, want unavailable, saying the storage is full", i, err)
+		}
+		break
+	}
+	if !strings.Contains(logs.String(), `"msg":"the NATS server's storage is full`) {
+		t.Errorf("no line in the log says the storage is full:\n%s", logs.String())
+	}
+}

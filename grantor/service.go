@@ -174,6 +174,7 @@ type Service struct {
 	namePrefixes []string
 	stats        endpointStats
 	slow         slowLog
+	full         fullLog
 	flapLog      limitedLog // "lease is flapping"
 	replyLog     limitedLog // "dropped a request whose reply subject is not an inbox"
 
@@ -594,6 +595,18 @@ func (l *slowLog) note(log *slog.Logger, subject, code string, took time.Duratio
 	}
 }
 
+// fullLog says, at most once a second, that JetStream refuses writes for
+// its storage limit: every renewal then fails, and its clients only hear
+// "unavailable".
+type fullLog struct{ limitedLog }
+
+func (l *fullLog) note(log *slog.Logger, err error) {
+	if skipped, ok := l.allow(); ok {
+		log.Error("the NATS server's storage is full: no lease can be granted, renewed or released until room is made "+
+			"(raise JetStream's max_file_store or the account's limit, or free the disk)", "err", err, "others_not_logged", skipped)
+	}
+}
+
 // workerIdle is how long a worker waits for another request before it
 // exits.
 const workerIdle = 10 * time.Second
@@ -705,6 +718,9 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 		s.count(ctx, subject, code, took)
 		if took > slowRequest {
 			s.slow.note(s.log, subject, code, took)
+		}
+		if errors.Is(err, kvlease.ErrStoreFull) {
+			s.full.note(s.log, err)
 		}
 	})
 	span.SetAttributes(telemetry.AttrOutcome.String(code))

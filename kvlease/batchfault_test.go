@@ -234,3 +234,35 @@ func TestQueuedRenewalTooLateIsNotSent(t *testing.T) {
 		t.Error("the renewal was sent inside the guard")
 	}
 }
+
+// A write JetStream refuses for its storage limit says so (ErrStoreFull,
+// with ErrUnavailable): grants and renewals failed with "insufficient
+// resources" alone, which left users guessing (found filling a server's
+// max_file_store).
+func TestFullStoreIsSaidSo(t *testing.T) {
+	srv := kvleasetest.NewServer(t, kvleasetest.WithMaxStore(64<<10))
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	first, err := st.Grant(ctx, kvlease.GrantRequest{Name: "first", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := map[string]string{"pad": strings.Repeat("x", 1000)}
+	for i := 0; ; i++ {
+		_, err := st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("fill.%d", i), Holder: "h", Duration: time.Minute, Attributes: pad})
+		if err == nil {
+			if i > 1000 {
+				t.Fatal("64 KiB of store took 1000 grants of 1 KiB")
+			}
+			continue
+		}
+		if !errors.Is(err, kvlease.ErrStoreFull) || !errors.Is(err, kvlease.ErrUnavailable) {
+			t.Fatalf("grant %d into a full store: %v, want ErrStoreFull and ErrUnavailable", i, err)
+		}
+		break
+	}
+	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision, Duration: time.Minute})
+	if !errors.Is(err, kvlease.ErrStoreFull) {
+		t.Errorf("renewal in a full store: %v, want ErrStoreFull", err)
+	}
+}

@@ -73,6 +73,12 @@ var (
 	// ErrUnavailable: the grantor (NATS server) could not be reached or did
 	// not answer in time. The operation may or may not have taken effect.
 	ErrUnavailable = errors.New("kvlease: grantor unavailable")
+	// ErrStoreFull (always with ErrUnavailable): JetStream refused the
+	// write for its storage limit (the server's max_file_store, or its
+	// share of the disk; the account's): it stores no new message,
+	// renewals and releases included, until room is made or the limit
+	// raised. A keeper tries again while its lease lasts.
+	ErrStoreFull = errors.New("kvlease: the NATS server's storage is full")
 	// ErrNotSent (always with ErrUnavailable): the request was not sent
 	// (no connection; a grant the client could not give a deadline yet), so
 	// it took no effect and never will: a [Grantor] returns it so that

@@ -2119,6 +2119,13 @@ const errCodeReplicasNotSupported = 10074
 // on ("no suitable peers for placement", with the reasons).
 const errCodeNoPeers = 10005
 
+// errCodeInsufficientResources (a 503) and errCodeStorageExceeded:
+// JetStream is at a storage limit, the server's or the account's.
+const (
+	errCodeInsufficientResources = 10023
+	errCodeStorageExceeded       = 10047
+)
+
 // noPeersOffline is errCodeNoPeers's description when a peer being
 // offline is its only reason (nats-server v2.15.2's selectPeerError).
 const noPeersOffline = "no suitable peers for placement, peer offline"
@@ -2169,6 +2176,11 @@ func translate(op string, err error) error {
 		// "no suitable peers for placement" (found by an outside client).
 		return fmt.Errorf("%w: %s refused: %w (the cluster has fewer JetStream servers than the replicas asked for, "+
 			"or too few with room or matching tags: start them all, or ask for fewer replicas)", ErrBucket, op, err)
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeInsufficientResources || apiErr.ErrorCode == errCodeStorageExceeded):
+		// Said as what it is: "insufficient resources" alone left users
+		// guessing, every renewal failing with it (found filling a
+		// server's max_file_store).
+		return fmt.Errorf("%w: %w: %s: %w", ErrUnavailable, ErrStoreFull, op, err)
 	case errors.As(err, &apiErr) && apiErr.Code >= 500:
 		// Cluster unavailable, no quorum, store failure: try again.
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)

@@ -33,6 +33,7 @@ type serverConfig struct {
 	clusterPort int
 	routes      []string
 	maxPayload  int32
+	maxStore    int64
 }
 
 // ServerOption adjusts a test server's config. Options reject values they
@@ -56,6 +57,18 @@ func WithMaxPayload(n int32) ServerOption {
 			return fmt.Errorf("kvleasetest: max payload %d: want at least 1 KiB", n)
 		}
 		c.maxPayload = n
+		return nil
+	}
+}
+
+// WithMaxStore sets the server's JetStream max_file_store (bytes): tests
+// of a full store use a small one.
+func WithMaxStore(n int64) ServerOption {
+	return func(c *serverConfig) error {
+		if n < 1 {
+			return fmt.Errorf("kvleasetest: max store %d: want at least a byte", n)
+		}
+		c.maxStore = n
 		return nil
 	}
 }
@@ -160,6 +173,9 @@ func start(cfg serverConfig) (*Server, error) {
 		SyncAlways: !cfg.unsafeSync}
 	if cfg.port != 0 {
 		opts.Port = cfg.port
+	}
+	if cfg.maxStore != 0 {
+		opts.JetStreamMaxStore = cfg.maxStore
 	}
 	if cfg.maxPayload != 0 {
 		opts.MaxPayload = cfg.maxPayload
