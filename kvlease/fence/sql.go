@@ -90,18 +90,32 @@ func (f *SQL) Table() string { return f.table }
 //
 // and checks that the table it finds has that shape: a token column of
 // another type compares tokens as that type does ("10" <= "9" as text).
+// A table that exists is only checked, so a role that may not create
+// tables in its schema (on PostgreSQL 15 and later, any role but the
+// database's owner in a new database's public schema) can call it on a
+// table its migrations made.
 //
 // Errors: [ErrDatabase]; [kvlease.ErrInvalidOption] for a table of
 // another shape.
 func (f *SQL) CreateTable(ctx context.Context, db *sql.DB) error {
-	_, err := db.ExecContext(ctx, f.create)
-	if s := sqlState(err); s == "23505" || s == "42P07" {
-		// Two first calls raced in the catalog (unique_violation on
-		// pg_type, or duplicate_table): the table exists now.
-		_, err = db.ExecContext(ctx, f.create)
+	// Looked up first: CREATE TABLE IF NOT EXISTS checks the schema's
+	// CREATE privilege before it looks for the table, and refused an
+	// application role the table its migrations had made ("permission
+	// denied for schema public", 42501; found in review).
+	var exists bool
+	if err := db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", f.quoted).Scan(&exists); err != nil {
+		return dbError("look up the table", "", err)
 	}
-	if err != nil {
-		return dbError("create table", "", err)
+	if !exists {
+		_, err := db.ExecContext(ctx, f.create)
+		if s := sqlState(err); s == "23505" || s == "42P07" {
+			// Two first calls raced in the catalog (unique_violation on
+			// pg_type, or duplicate_table): the table exists now.
+			_, err = db.ExecContext(ctx, f.create)
+		}
+		if err != nil {
+			return dbError("create table", "", err)
+		}
 	}
 	var resource, token string
 	var keyed bool

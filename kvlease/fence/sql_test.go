@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -641,6 +642,57 @@ func TestNewSQLTable(t *testing.T) {
 	var tok int64
 	if err := db.QueryRowContext(t.Context(), "SELECT token FROM app.fence WHERE resource = 'r'").Scan(&tok); err != nil || tok != 2 {
 		t.Fatalf("app.fence: %d, %v", tok, err)
+	}
+}
+
+// An application role that may use the fence's table but not create
+// tables (PostgreSQL 15 and later: any role but the owner, in a new
+// database's public schema) can call CreateTable on the table its
+// migrations made: it checks the shape, and creates nothing. CREATE TABLE
+// IF NOT EXISTS checks the schema's CREATE privilege first, and refused it
+// (found in review).
+func TestSQLCreateTableAsApplicationRole(t *testing.T) {
+	dsn := pgtest.Database(t)
+	owner := openDB(t, dsn)
+	f := createFence(t, owner)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := "app_" + strings.TrimPrefix(u.Path, "/") // roles are the server's: one per database
+	mustExec(t, owner, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { _, _ = owner.ExecContext(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role) })
+	mustExec(t, owner, "GRANT SELECT, INSERT, UPDATE ON leased_fence, account TO "+role)
+	mustExec(t, owner, "CREATE TABLE textual (resource text PRIMARY KEY, token text NOT NULL)")
+	mustExec(t, owner, "GRANT SELECT, INSERT, UPDATE ON textual TO "+role)
+	u.User = url.User(role)
+	app := openDB(t, u.String())
+
+	if err := f.CreateTable(t.Context(), app); err != nil {
+		t.Fatalf("CreateTable as %s, on the table that exists: %v", role, err)
+	}
+	if err := fencedWrite(t.Context(), app, f, nil, "r", 5, "app"); err != nil {
+		t.Fatalf("fenced write as %s: %v", role, err)
+	}
+	if err := fencedWrite(t.Context(), app, f, nil, "r", 4, "late"); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("stale fenced write as %s: %v, want ErrStaleToken", role, err)
+	}
+	// The shape is still checked, and a missing table is still an error
+	// (the role may not create it).
+	textual, err := fence.NewSQL("textual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := textual.CreateTable(t.Context(), app); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("CreateTable as %s on a text token column: %v, want ErrInvalidOption", role, err)
+	}
+	missing, err := fence.NewSQL("missing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dbErr *fence.DatabaseError
+	if err := missing.CreateTable(t.Context(), app); !errors.As(err, &dbErr) || dbErr.SQLState != "42501" {
+		t.Errorf("CreateTable as %s of a table it may not create: %v, want ErrDatabase with SQLSTATE 42501", role, err)
 	}
 }
 
