@@ -9,9 +9,25 @@
 // margin left before the holder's deadline, checked before and again after
 // reading local state. No other holder can be granted the lease before
 // that deadline (t0 + D·(1−ρ) − m_h, with the lease's clock-rate bound ρ),
-// so no other holder can have written since this one last did. A lease
+// so no other holder of a later tenure can write meanwhile. A lease
 // whose renewal was refused, or that was released, serves authoritatively
 // at once, whatever its old deadline.
+//
+// # Local state: load it after raising the fence
+//
+// An earlier holder is not stopped by this holder's lease: paused past
+// its own with a checked write in hand, it lands that write at the
+// resource whenever it wakes, and a fence refuses it only once a newer
+// token has reached the fence. Local state is current only if it was
+// loaded, or written, in this tenure after this tenure's token reached
+// the resource's fence: raise the fence as the tenure begins
+// ([github.com/leased/leased/kvlease/fence.KV.Raise], or
+// [github.com/leased/leased/kvlease/fence.SQL.Check] committed in a
+// transaction of its own), then load the state. Loaded first, a write of
+// the earlier holder could land after the load, and Read served the old
+// state locally until the lease ended (found in review). Reload it in
+// every tenure: state kept from an earlier tenure of the same process
+// misses what other holders wrote in between.
 //
 // # What it does not guarantee
 //

@@ -28,8 +28,10 @@ const (
 //
 // Why local reads are safe while the lease is held: no other holder can be
 // granted the lease before this holder's deadline (t0 + D·(1−ρ) − m_h, with
-// the clock-rate bound ρ of the lease), so no other leader can have written
-// since this one last did. margin must cover the time from the second
+// the clock-rate bound ρ of the lease), so no leader of a later tenure can
+// write meanwhile. An earlier one can, until this tenure's token reaches
+// the resource's fence: local must be state loaded or written after that
+// (see the package doc). margin must cover the time from the second
 // check to the reply reaching the client. A pause of the process between the
 // check and the reply is not covered by any margin: a client that cannot
 // accept a read that old must read authoritatively.

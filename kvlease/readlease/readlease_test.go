@@ -135,3 +135,80 @@ func TestReadRefusesBadInput(t *testing.T) {
 		t.Errorf("%d reads made for refused input", reads)
 	}
 }
+
+// A new leader's local state is safe to serve only once the resource's
+// fence carries the new tenure's token: the old leader, paused past its
+// lease with a checked write in hand, can still land that write until a
+// newer token reaches the fence, and a new leader that had loaded its
+// state before that (and not written yet) served it locally, stale, for
+// the rest of its lease (found in review: the package doc said no other
+// holder can have written since this one last did). Raised first, the
+// fence refuses the late write, and the local state stays the resource's.
+func TestReadLeaseLocalStateAfterTheFenceIsRaised(t *testing.T) {
+	for _, raise := range []bool{false, true} {
+		t.Run(fmt.Sprintf("raised %v", raise), func(t *testing.T) {
+			srv, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+			ctx := t.Context()
+			js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+			fc, err := fence.OpenKV(ctx, js, "fences")
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := election.New(st, "leader.read")
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := e.Campaign(ctx, "first", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fc.Write(ctx, "config", first.Token(), []byte("v1")); err != nil {
+				t.Fatal(err)
+			}
+			if err := first.Lease().Check(); err != nil { // then paused, its write in hand
+				t.Fatal(err)
+			}
+			first.Orphan()
+			second, err := e.Campaign(ctx, "second", 10*time.Second) // once first's lease lapsed
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer second.Orphan()
+			if raise {
+				if err := fc.Raise(ctx, "config", second.Token()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v, err := fc.Read(ctx, "config")
+			if err != nil {
+				t.Fatal(err)
+			}
+			local := string(v.Data) // the new leader's state, loaded
+
+			// first wakes and makes its write.
+			lateErr := fc.Write(ctx, "config", first.Token(), []byte("v-late"))
+			switch {
+			case raise && !errors.Is(lateErr, fence.ErrStaleToken):
+				t.Fatalf("late write after the raise: %v, want ErrStaleToken", lateErr)
+			case !raise && lateErr != nil:
+				t.Fatalf("late write before any newer token reached the fence: %v; the fence accepts it", lateErr)
+			}
+			got, from, err := readlease.Read(ctx, second.Lease(), 100*time.Millisecond,
+				func() (string, error) { return local, nil },
+				func(ctx context.Context) (string, error) {
+					v, err := fc.Read(ctx, "config")
+					return string(v.Data), err
+				})
+			if err != nil || from != readlease.ServedLocal {
+				t.Fatalf("read under second's lease: %q %s %v, want served local", got, from, err)
+			}
+			now, err := fc.Read(ctx, "config")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stale := got != string(now.Data); stale == raise {
+				t.Fatalf("raised %v: served %q locally, the resource holds %q", raise, got, now.Data)
+			}
+		})
+	}
+}
