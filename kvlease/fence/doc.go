@@ -29,9 +29,9 @@
 // database that is [SQL], or, for a table of your own, one statement
 // (docs/fencing.md):
 //
-//	UPDATE resource SET value = $value, last_token = $token
-//	 WHERE id = $id AND last_token <= $token AND $token > 0
-//	-- 0 rows updated: stale token (or none: 0, the column's default), refuse.
+//	UPDATE resource SET value = :value, last_token = :token
+//	 WHERE id = :id AND last_token <= :token AND :token > 0;
+//	-- UPDATE 0: stale token (or none: 0, the column's default), refuse.
 //
 // [SQL] speaks PostgreSQL's dialect (INSERT … ON CONFLICT, $n parameters)
 // through [database/sql]: the package imports no driver, bring your own

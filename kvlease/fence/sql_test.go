@@ -697,32 +697,43 @@ func TestSQLCreateTableAsApplicationRole(t *testing.T) {
 }
 
 // The one-statement form docs/fencing.md gives for a table of the user's
-// own: a stale token updates no row.
+// own, run with psql as written: a stale token updates no row. (The doc
+// wrote it with placeholders no client takes, $balance, a syntax error
+// pasted into psql, and the test ran a statement of its own; found in
+// review.)
 func TestSQLDocumentedStatement(t *testing.T) {
-	db := openDB(t, pgtest.Database(t))
+	once, each := docBlock(t, "### A table of your own")
+	dsn := pgtest.Database(t)
+	db := openDB(t, dsn)
 	ctx := t.Context()
 	mustExec(t, db, "CREATE TABLE account (id bigint PRIMARY KEY, balance bigint NOT NULL)")
 	mustExec(t, db, "INSERT INTO account VALUES (42, 100)")
-	mustExec(t, db, "ALTER TABLE account ADD COLUMN last_token bigint NOT NULL DEFAULT 0")
-	update := func(token int64, balance int) int64 {
-		res, err := db.ExecContext(ctx, `UPDATE account SET balance = $1, last_token = $2
-			WHERE id = $3 AND last_token <= $2 AND $2 > 0`, balance, token, 42)
-		if err != nil {
+	psql := pgtest.Psql(t)
+	run := func(script string, vars ...string) string {
+		t.Helper()
+		f := filepath.Join(t.TempDir(), "statement.sql")
+		if err := os.WriteFile(f, []byte(script), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			t.Fatal(err)
+		args := []string{"-X", "-v", "ON_ERROR_STOP=1"}
+		for _, v := range vars {
+			args = append(args, "-v", v)
 		}
-		return n
+		out, err := exec.Command(psql, append(args, "-f", f, dsn)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("psql %v: %v\n%s", vars, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if out := run(once); out != "ALTER TABLE" {
+		t.Fatalf("the doc's ALTER TABLE: %q", out)
 	}
 	for _, s := range []struct {
-		token   int64
-		balance int
-		rows    int64
-	}{{0, 150, 0}, {5, 200, 1}, {5, 210, 1}, {7, 300, 1}, {6, 250, 0}, {0, 350, 0}} {
-		if n := update(s.token, s.balance); n != s.rows {
-			t.Errorf("UPDATE with token %d: %d rows, want %d", s.token, n, s.rows)
+		token, balance int
+		says           string
+	}{{0, 150, "UPDATE 0"}, {5, 200, "UPDATE 1"}, {5, 210, "UPDATE 1"}, {7, 300, "UPDATE 1"}, {6, 250, "UPDATE 0"}, {0, 350, "UPDATE 0"}} {
+		if out := run(each, fmt.Sprintf("token=%d", s.token), fmt.Sprintf("balance=%d", s.balance), "id=42"); out != s.says {
+			t.Errorf("the doc's UPDATE with token %d: %q, want %q", s.token, out, s.says)
 		}
 	}
 	var balance, last int64
@@ -730,6 +741,24 @@ func TestSQLDocumentedStatement(t *testing.T) {
 		balance != 300 || last != 7 {
 		t.Fatalf("account 42: balance %d, last_token %d, %v; want 300, 7", balance, last, err)
 	}
+}
+
+// docBlock returns the two parts, split at a blank line, of the first sql
+// block under heading in docs/fencing.md.
+func docBlock(t *testing.T, heading string) (first, second string) {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/fencing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), heading)
+	_, block, ok := strings.Cut(section, "```sql\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	first, second, ok3 := strings.Cut(strings.TrimSpace(block), "\n\n")
+	if !ok || !ok2 || !ok3 || strings.Contains(second, "\n\n") {
+		t.Fatalf("docs/fencing.md: under %q, want an sql block of two parts, got %q", heading, block)
+	}
+	return first, second
 }
 
 // A holder that stalls inside its transaction, after its Check, holds up
