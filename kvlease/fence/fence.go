@@ -164,7 +164,8 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, bucket string, opts ...
 // the fence stores); [*StaleTokenError]; [kvlease.ErrTooLarge] (the value
 // over the server's max_payload, nothing sent: it is JSON with data
 // base64-encoded, so data may be about ¾ of max_payload);
-// [kvlease.ErrUnavailable].
+// [kvlease.ErrUnavailable]; [kvlease.ErrBucket] for a stored value that
+// is not a fence's (nothing written).
 func (f *KV) Write(ctx context.Context, resource string, token kvlease.Token, data []byte) error {
 	return f.update(ctx, resource, token, func(Value) []byte { return data })
 }
@@ -203,7 +204,8 @@ func (f *KV) update(ctx context.Context, resource string, token kvlease.Token, d
 
 // Read returns the resource's value and the token that wrote it.
 //
-// Errors: [kvlease.ErrNotFound]; [kvlease.ErrUnavailable].
+// Errors: [kvlease.ErrNotFound]; [kvlease.ErrUnavailable];
+// [kvlease.ErrBucket] for a stored value that is not a fence's.
 func (f *KV) Read(ctx context.Context, resource string) (Value, error) {
 	if err := validResource(resource); err != nil {
 		return Value{}, err

@@ -471,6 +471,22 @@ func TestKVFenceRefusesBadInput(t *testing.T) {
 	if err := f.Write(ctx, "r1", 11, []byte("x")); err != nil {
 		t.Errorf("Write with token 11 after the invalid ones: %v", err)
 	}
+	// A value that is not a fence's (put there by hand) is refused, typed
+	// as the lease core types a record that is not one: it was an error
+	// no errors.Is matched, not to be told from an outage (found in review).
+	kv, err := js.KeyValue(ctx, "fences")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "r2", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Write(ctx, "r2", 12, []byte("x")); !errors.Is(err, kvlease.ErrBucket) {
+		t.Errorf("Write over a value that is not a fence's: %v, want ErrBucket", err)
+	}
+	if _, err := f.Read(ctx, "r2"); !errors.Is(err, kvlease.ErrBucket) {
+		t.Errorf("Read of a value that is not a fence's: %v, want ErrBucket", err)
+	}
 }
 
 // Opening an existing fence bucket without WithReplicas keeps its replica

@@ -61,8 +61,8 @@ type Doc[V any] struct {
 // ([kvlease.LeaderLast]): what it returns was the latest when read, on
 // any number of replicas.
 //
-// Errors: [kvlease.ErrUnavailable]; [kvlease.ErrBucket]; a document that
-// does not decode.
+// Errors: [kvlease.ErrUnavailable]; [kvlease.ErrBucket] (also for a
+// document that does not decode).
 func (d Doc[V]) Get(ctx context.Context, key string) (v V, rev uint64, err error) {
 	v, rev, removed, err := d.read(ctx, key)
 	if removed {
@@ -89,7 +89,9 @@ func (d Doc[V]) read(ctx context.Context, key string) (v V, rev uint64, removed 
 	}
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		var zero V
-		return zero, 0, false, fmt.Errorf("%s of %q is corrupt: %w", d.Corrupt, key, err)
+		// Typed as the lease core types a record that is not one: the
+		// caller could not tell it from an outage (found in review).
+		return zero, 0, false, fmt.Errorf("%w: %s of %q is corrupt: %w", kvlease.ErrBucket, d.Corrupt, key, err)
 	}
 	return v, m.Sequence, false, nil
 }

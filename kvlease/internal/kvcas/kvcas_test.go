@@ -2,6 +2,7 @@ package kvcas_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -81,8 +82,12 @@ func TestUpdateDecideAndCorrupt(t *testing.T) {
 	}
 	called := false
 	err := d.Update(ctx, "bad", func(c counter) (counter, error) { called = true; return c, nil })
-	if err == nil || called {
-		t.Fatalf("Update of a corrupt document = %v (decide called: %v), want an error before decide", err, called)
+	if !errors.Is(err, kvlease.ErrBucket) || called {
+		t.Fatalf("Update of a corrupt document = %v (decide called: %v), want ErrBucket before decide", err, called)
+	}
+	var syntax *json.SyntaxError
+	if _, _, err := d.Get(ctx, "bad"); !errors.Is(err, kvlease.ErrBucket) || !errors.As(err, &syntax) {
+		t.Fatalf("Get of a corrupt document = %v, want ErrBucket with the decoder's error", err)
 	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
