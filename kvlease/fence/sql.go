@@ -108,9 +108,11 @@ func (f *SQL) CreateTable(ctx context.Context, db *sql.DB) error {
 	}
 	if !exists {
 		_, err := db.ExecContext(ctx, f.create)
-		if s := sqlState(err); s == "23505" || s == "42P07" {
+		if s := sqlState(err); s == "23505" || s == "42P07" || s == "42710" {
 			// Two first calls raced in the catalog (unique_violation on
-			// pg_type, or duplicate_table): the table exists now.
+			// pg_type, duplicate_table, or duplicate_object: the table's
+			// row type, made by the other, committed after this one
+			// looked for the table): the table exists now.
 			_, err = db.ExecContext(ctx, f.create)
 		}
 		if err != nil {
