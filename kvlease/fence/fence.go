@@ -72,8 +72,15 @@ func (f *Mem) Do(resource string, token kvlease.Token, effect func() error) erro
 }
 
 // Highest returns the highest token accepted for resource (0 if none).
+// It adds nothing: a look at a resource never written made it an entry
+// for good (found in review).
 func (f *Mem) Highest(resource string) kvlease.Token {
-	r := f.resource(resource)
+	f.mu.Lock()
+	r, ok := f.resources[resource]
+	f.mu.Unlock()
+	if !ok {
+		return 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.highest
