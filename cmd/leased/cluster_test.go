@@ -1149,7 +1149,8 @@ func TestClusterStatusWithADepartedNode(t *testing.T) {
 
 // A node's /healthz says whether it can grant: ok while its cluster has a
 // majority, unavailable once the other two nodes are gone (nats-server's
-// own health: the lease stream not current, its group without a majority).
+// own health: the lease stream not current, its group without a majority;
+// or a read through the stream's leader failing).
 func TestClusterNodeHealth(t *testing.T) {
 	c := &testCluster{t: t, nodes: clusterNodes(t, nil), serveArgs: []string{"--metrics-listen", "127.0.0.1:0"}}
 	c.start()
@@ -1157,8 +1158,10 @@ func TestClusterNodeHealth(t *testing.T) {
 	awaitHealth(t, health, http.StatusOK, 30*time.Second)
 	c.kill(1)
 	c.kill(2)
-	if body := awaitHealth(t, health, http.StatusServiceUnavailable, 60*time.Second); !strings.Contains(body, "the embedded NATS server") {
-		t.Errorf("/healthz with two of three nodes gone says %q, want the embedded server's reason", body)
+	// Whichever sees it first: nats-server's health, or the read.
+	if body := awaitHealth(t, health, http.StatusServiceUnavailable, 60*time.Second); !strings.Contains(body, "the embedded NATS server") &&
+		!strings.Contains(body, "did not answer a read through its leader") {
+		t.Errorf("/healthz with two of three nodes gone says %q, want the embedded server's reason or the read's", body)
 	}
 }
 
@@ -1179,5 +1182,21 @@ func awaitHealth(t *testing.T, url string, code int, within time.Duration) strin
 		if time.Now().After(deadline) {
 			t.Fatalf("GET %s: %d %q after %v, want %d", url, resp.StatusCode, b, within, code)
 		}
+	}
+}
+
+// The same for a serve on a NATS cluster of its own: its /healthz says
+// unavailable once the lease stream has no leader (two of three NATS
+// servers gone), which its connection, still up, did not say.
+func TestServeOnAClusterHealth(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 3)
+	logs := serveOn(t, servers[0].ClientURL(), "--replicas", "3", "--metrics-listen", "127.0.0.1:0")
+	logs.wait(t, 60*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	health := healthURL(t, logs)
+	awaitHealth(t, health, http.StatusOK, 30*time.Second)
+	servers[1].Shutdown()
+	servers[2].Shutdown()
+	if body := awaitHealth(t, health, http.StatusServiceUnavailable, 60*time.Second); !strings.Contains(body, "did not answer a read through its leader") {
+		t.Errorf("/healthz with two of three NATS servers gone says %q, want the lease stream's read failing", body)
 	}
 }

@@ -513,7 +513,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
 		"build", grantor.Build())
-	health.set(serveHealth(nc, srv))
+	health.set(serveHealth(nc, srv, st))
 	var writeFailures <-chan error // nil: no embedded server
 	if srv != nil {
 		writeFailures = srv.StoreWriteFailures()
@@ -554,22 +554,43 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 }
 
 // serveHealth is serve's /healthz check once it serves: its connection to
-// NATS and, for the embedded server, nats-server's own health as its
-// /healthz reports it (JetStream on, the streams recovered and taking
-// writes; in a cluster, a meta leader, and the streams current).
-func serveHealth(nc *nats.Conn, srv *embedded.Server) func() error {
+// NATS; for the embedded server, nats-server's own health as its /healthz
+// reports it (JetStream on, the streams recovered and taking writes; in a
+// cluster, a meta leader, and the streams current); and a read of the
+// bucket through its stream's leader, which on NATS of its own is what
+// says a cluster that lost its majority (at most one a second: probes
+// share the last answer).
+func serveHealth(nc *nats.Conn, srv *embedded.Server, st *kvlease.Store) func() error {
+	var mu sync.Mutex
+	var read time.Time
+	var readErr error
 	return func() error {
-		if st := nc.Status(); st != nats.CONNECTED {
-			return fmt.Errorf("the connection to NATS is %s", strings.ToLower(st.String()))
+		if s := nc.Status(); s != nats.CONNECTED {
+			return fmt.Errorf("the connection to NATS is %s", strings.ToLower(s.String()))
 		}
 		if srv != nil {
 			if h := srv.NATS().Healthz(nil); h.StatusCode != http.StatusOK {
 				return fmt.Errorf("the embedded NATS server: %s", h.Error)
 			}
 		}
-		return nil
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(read) >= time.Second {
+			ctx, cancel := context.WithTimeout(context.Background(), healthReadTimeout)
+			_, err := st.LastRevision(ctx)
+			cancel()
+			read, readErr = time.Now(), err
+			if err != nil {
+				readErr = fmt.Errorf("the lease bucket's stream did not answer a read through its leader: %w", err)
+			}
+		}
+		return readErr
 	}
 }
+
+// healthReadTimeout bounds serveHealth's read: a probe's own timeout is
+// usually a second or more.
+const healthReadTimeout = 800 * time.Millisecond
 
 // errShuttingDown is /healthz's answer once serve stops.
 var errShuttingDown = errors.New("shutting down")
