@@ -596,8 +596,7 @@ func (l *slowLog) note(log *slog.Logger, subject, code string, took time.Duratio
 }
 
 // fullLog says, at most once a second, that JetStream refuses writes for
-// its storage limit: every renewal then fails, and its clients only hear
-// "unavailable".
+// its storage limit: every renewal then fails until an operator acts.
 type fullLog struct{ limitedLog }
 
 func (l *fullLog) note(log *slog.Logger, err error) {
