@@ -19,7 +19,8 @@
 // default). A bad parameter, or one the endpoint does not know, is answered
 // 400 with a plain-text message. /api/tenures reads at most
 // [DefaultMaxRecords] records ([WithMaxRecords]); a window holding more is
-// answered 422, saying so.
+// answered 422, saying so. It serves at most [MaxReads] requests at once;
+// more are answered 503 with Retry-After.
 //
 // /events sends first the grant record of each lease live now
 // ([history.Live], with [WithLive]) as an event "record" without an id
