@@ -30,6 +30,8 @@
 // event ({"now", "since", "window_ms"}: the server's clock, the start of
 // the window, and its length when since was a duration); then each new
 // record as it is stored, and a "ping" with the server's clock every 15 s.
+// A client that reads nothing for a minute, its connection's buffers full,
+// is dropped (its slot freed).
 // A browser reconnecting after a drop sends the last id it saw
 // (Last-Event-ID) and gets the records from a little before it: the page
 // folds repeats into the tenure they belong to, as [history.Fold] does.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -51,6 +50,10 @@ const (
 	// appended late; repeats are folded away.
 	resumeOverlap = 5 * time.Second
 	readTimeout   = 30 * time.Second // of /api/tenures' read of the stream
+	// writeTimeout bounds each write of /events: a page that has read
+	// nothing for this long is dropped (a browser reads on while its
+	// tab is hidden; one that resumes reconnects).
+	writeTimeout = time.Minute
 )
 
 // DefaultMaxRecords is how many history records /api/tenures reads for
@@ -447,6 +450,19 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	rc := http.NewResponseController(w)
+	// Each write has a deadline: a client that stops reading (its
+	// connection's buffers full) held a slot and a consumer on the stream
+	// for as long as it kept the connection open, blocked in a write with
+	// none (found by an outside client). Cleared at the end, as net/http
+	// does not for the connection's next request.
+	write := func(b []byte) bool {
+		if err := rc.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
+		_, err := w.Write(b)
+		return err == nil
+	}
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 	send := func(event, id string, data any) bool {
 		b, err := json.Marshal(data) // one line: no newline can end the event early
 		if err != nil {
@@ -460,7 +476,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
 		buf.WriteString("data: ")
 		buf.Write(b)
 		buf.WriteString("\n\n")
-		if _, err := w.Write(buf.Bytes()); err != nil {
+		if !write(buf.Bytes()) {
 			return false
 		}
 		return rc.Flush() == nil
@@ -475,7 +491,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
 		}
 		return send("record", f.r.Time.UTC().Format(time.RFC3339Nano), f.r)
 	}
-	if _, err := io.WriteString(w, "retry: 2000\n\n"); err != nil {
+	if !write([]byte("retry: 2000\n\n")) {
 		return
 	}
 	for _, r := range live {

@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -588,5 +589,80 @@ func TestTenuresReadsBounded(t *testing.T) {
 	<-entered
 	if a := <-answers; a.err != nil || a.code != http.StatusOK {
 		t.Errorf("a read after the others: %+v, want 200", a)
+	}
+}
+
+// deadlineWriter is a ResponseWriter that notes whether each write had a
+// write deadline ahead of it, as a connection would enforce one.
+type deadlineWriter struct {
+	hdr http.Header
+	mu  sync.Mutex
+	// deadline is the last one set; undeadlined counts the writes made
+	// without one ahead.
+	deadline    time.Time
+	undeadlined int
+	body        strings.Builder
+	caughtUp    chan struct{} // closed once "caughtup" has been written
+}
+
+func (w *deadlineWriter) Header() http.Header { return w.hdr }
+func (w *deadlineWriter) WriteHeader(int)     {}
+func (w *deadlineWriter) FlushError() error   { return nil }
+func (w *deadlineWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.deadline.After(time.Now()) {
+		w.undeadlined++
+	}
+	w.body.Write(b)
+	if strings.Contains(string(b), "event: caughtup") {
+		close(w.caughtUp)
+	}
+	return len(b), nil
+}
+
+func (w *deadlineWriter) SetWriteDeadline(t time.Time) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deadline = t
+	return nil
+}
+
+// Each write of /events has a deadline, cleared when the stream ends: a
+// client that stops reading (its connection's buffers full) held one of
+// the MaxFollowers slots and a consumer on the stream for as long as it
+// kept the connection open, blocked in a write with none (found by an
+// outside client), and a deadline left behind would fail the next
+// response on the connection.
+func TestEventsWritesHaveADeadline(t *testing.T) {
+	h := openStream(t)
+	appendAll(t, h, scenario(time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC())...)
+	th, err := timeline.New(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/events?since=1h", nil)
+	w := &deadlineWriter{hdr: http.Header{}, caughtUp: make(chan struct{})}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		th.ServeHTTP(w, req)
+	}()
+	select {
+	case <-w.caughtUp:
+	case <-served:
+		t.Fatalf("/events ended before it caught up: %s", w.body.String())
+	}
+	cancel()
+	<-served
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.undeadlined > 0 {
+		t.Errorf("%d writes of /events without a write deadline", w.undeadlined)
+	}
+	if !w.deadline.IsZero() {
+		t.Errorf("the write deadline %v left set after the stream ended", w.deadline)
 	}
 }
