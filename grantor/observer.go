@@ -59,9 +59,10 @@ const (
 // retries while JetStream is unavailable.
 const attemptTimeout = 2 * time.Second
 
-// WithHistoryRetention sets how long the history stream keeps records
-// (default [history.DefaultRetention]); a duration under
-// [history.MinRetention] is an error.
+// WithHistoryRetention sets how long the history stream keeps records; a
+// duration under [history.MinRetention] is an error. Without it a service
+// leaves the stream's retention as it is, and a new stream keeps
+// [history.DefaultRetention].
 func WithHistoryRetention(d time.Duration) Option {
 	return func(s *Service) error {
 		if d < history.MinRetention {

@@ -159,8 +159,11 @@ func Subject(bucket, name string) string { return "leased.history." + bucket + "
 
 // Options of [Open]: zero values take the defaults.
 type Options struct {
-	Retention time.Duration // how long records are kept; 0: DefaultRetention
-	Replicas  int           // 0: 1
+	// Retention is how long records are kept. 0: the stream's, if it
+	// exists, or DefaultRetention for a new one, so that a grantor
+	// started without one does not cut what the others keep.
+	Retention time.Duration
+	Replicas  int // 0: 1
 	// Create, if set, creates the stream if missing (or updates its
 	// retention and replicas); otherwise Open only opens it.
 	Create bool
@@ -176,11 +179,8 @@ type Options struct {
 // Errors: [kvlease.ErrInvalidOption] (nothing sent); [kvlease.ErrNotFound]
 // for a missing stream without Create; [kvlease.ErrUnavailable].
 func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options) (*Stream, error) {
-	switch {
-	case o.Retention < 0 || o.Retention > 0 && o.Retention < MinRetention:
+	if o.Retention < 0 || o.Retention > 0 && o.Retention < MinRetention {
 		return nil, fmt.Errorf("%w: history retention %v, want at least %v", kvlease.ErrInvalidOption, o.Retention, MinRetention)
-	case o.Retention == 0:
-		o.Retention = DefaultRetention
 	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
@@ -191,9 +191,23 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 	h := &Stream{js: js, bucket: bucket, prefix: Subject(bucket, ""), singles: o.Singles}
 	var err error
 	if o.Create {
-		if old, err := js.Stream(ctx, StreamName(bucket)); err == nil && old.CachedInfo().Config.MaxAge > o.Retention {
-			h.shortened = old.CachedInfo().Config.MaxAge
+		old, oerr := js.Stream(ctx, StreamName(bucket))
+		switch {
+		case oerr == nil:
+			was := old.CachedInfo().Config.MaxAge
+			if o.Retention == 0 {
+				// A grantor restarted without --history-retention cut
+				// the week its cluster kept to the default day (found
+				// by an outside client).
+				o.Retention = was
+			}
+			if was > o.Retention && o.Retention > 0 {
+				h.shortened = was
+			}
+		case !errors.Is(oerr, jetstream.ErrStreamNotFound):
+			return nil, kvlease.JetStreamError("open history", oerr)
 		}
+		o.Retention = cmp.Or(o.Retention, DefaultRetention)
 		h.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        StreamName(bucket),
 			Description: "leased: history of the tenures of lease bucket " + bucket,

@@ -61,6 +61,40 @@ func TestFold(t *testing.T) {
 	}
 }
 
+// Opened without a retention, the stream keeps its own, and a new one
+// the default: a grantor restarted without --history-retention cut the
+// week its cluster kept to a day (found by an outside client).
+func TestOpenWithoutRetentionKeepsTheStreams(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	maxAge := func(bucket string) time.Duration {
+		t.Helper()
+		st, err := js.Stream(ctx, history.StreamName(bucket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.MaxAge
+	}
+	if _, err := history.Open(ctx, js, "fresh", history.Options{Create: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxAge("fresh"); got != history.DefaultRetention {
+		t.Errorf("a new stream opened without a retention keeps %v, want %v", got, history.DefaultRetention)
+	}
+	week := 7 * 24 * time.Hour
+	if _, err := history.Open(ctx, js, "kept", history.Options{Create: true, Retention: week}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := history.Open(ctx, js, "kept", history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := maxAge("kept"); got != week || h.Shortened() != 0 {
+		t.Errorf("a stream of %v opened again without a retention keeps %v (shortened %v), want %v", week, got, h.Shortened(), week)
+	}
+}
+
 // Records are kept once per change even when appended twice (a new
 // observer re-reporting what a paused one had already recorded); Last and
 // LastFor read them back; Follow delivers the stored ones, then the new.

@@ -60,6 +60,7 @@ type serveFlags struct {
 	base          *server.Options // from --config, less what the flags set
 	namePrefixes  []string
 	retention     time.Duration // of the history stream
+	retentionSet  bool          // --history-retention given: else the stream's stays
 	batch         batchFlags
 
 	// reread reads --config again and layers it under the flags, as at the
@@ -229,6 +230,7 @@ nothing changes (nor does it without --config, or with --nats-url).`,
 				}
 			}
 			f.batch.changed = cmd.Flags().Changed
+			f.retentionSet = cmd.Flags().Changed("history-retention")
 			if f.config != "" && f.natsURL == "" {
 				given := f
 				if err := f.loadConfig(cmd.Flags().Changed); err != nil {
@@ -276,7 +278,8 @@ nothing changes (nor does it without --config, or with --nats-url).`,
 	fl.Float64Var(&f.threshold, "suspicion-threshold", 8, "suspicion level (phi) at which discovery calls an instance suspect")
 	f.metrics.register(fl)
 	fl.Lookup("metrics-listen").Usage = "serve Prometheus metrics on http://HOST:PORT/metrics, and the node's health at /healthz (default: off)"
-	fl.DurationVar(&f.retention, "history-retention", history.DefaultRetention, "how long the history of tenures (leased history) is kept")
+	fl.DurationVar(&f.retention, "history-retention", 0, fmt.Sprintf("how long the history of tenures (leased history) is kept "+
+		"(default: as the history stream keeps it, %v for a new one)", history.DefaultRetention))
 	f.batch.register(fl)
 	f.http.register(fl)
 	fl.StringSliceVar(&f.namePrefixes, "metric-name-prefixes", nil, "label the ownership-change metric with the lease name for leases with these name prefixes (comma-separated; each such lease is a series: keep it to a few)")
@@ -321,7 +324,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			replicas = 3
 		}
 	}
-	if f.retention < history.MinRetention {
+	if f.retentionSet && f.retention < history.MinRetention {
 		return usageError{fmt.Errorf("--history-retention %v: want at least %v", f.retention, history.MinRetention)}
 	}
 	if err := kvlease.ValidateBucket(f.bucket); err != nil {
@@ -478,7 +481,10 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		return usageError{err}
 	}
 	svcOpts := []grantor.Option{grantor.WithLogger(log), grantor.WithNodeName(nodeName(f)), grantor.WithMeterProvider(mp),
-		grantor.WithMetricNamePrefixes(f.namePrefixes...), grantor.WithExtension(reg), grantor.WithHistoryRetention(f.retention)}
+		grantor.WithMetricNamePrefixes(f.namePrefixes...), grantor.WithExtension(reg)}
+	if f.retentionSet {
+		svcOpts = append(svcOpts, grantor.WithHistoryRetention(f.retention))
+	}
 	if srv != nil {
 		// What this node's process before held is ended, not waited out:
 		// its observer lease, after an unclean stop.
