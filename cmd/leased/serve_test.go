@@ -239,7 +239,7 @@ func TestServeWaitsForItsNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"reconnected to NATS"`) })
-	wantHealth(t, health, http.StatusOK, "ok")
+	awaitHealth(t, health, http.StatusOK, 10*time.Second) // once the restarted server's JetStream answers the read too
 }
 
 // healthURL is the /healthz URL serve logged.

@@ -517,9 +517,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			return err
 		}
 	}
+	health.set(serveHealth(nc, srv, st)) // before "ready": a probe told so finds it
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
 		"build", grantor.Build())
-	health.set(serveHealth(nc, srv, st))
 	var writeFailures <-chan error // nil: no embedded server
 	if srv != nil {
 		writeFailures = srv.StoreWriteFailures()
