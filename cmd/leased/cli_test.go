@@ -533,6 +533,52 @@ func TestRunSeesItsCommandExitAfterTheDeadline(t *testing.T) {
 	}
 }
 
+// A command that exits 0 on its own, within its lease, while run is
+// stopped, is run's success however late run resumes: the guard saw the
+// exit in time. run exited 5 ("the command exited 0 after the lease was
+// lost") when, resumed past the deadline, it saw the lease lost before it
+// read the exit, and sent SIGTERM to a command long gone (found by an
+// outside client: 5 of 8 such runs, run stopped and continued at random).
+// Whichever run reads first is chance: several runs, so that one of them
+// reads the loss first (a quarter to a half of runs did before the fix).
+func TestRunSeesItsCommandExitInTimeWhileStopped(t *testing.T) {
+	s := startServe(t, "")
+	const n = 6
+	runs, commands := make([]*runProcess, n), make([]int, n)
+	for i := range runs {
+		runs[i] = startRun(t, s.url, "--lease", fmt.Sprintf("intime.%d", i), "--ttl", "3s", "--",
+			"sh", "-c", "echo child-pid=$$ >&2; kill -STOP $$; exit 0")
+		commands[i] = runs[i].childPID(t)
+		waitStopped(t, commands[i])
+	}
+	for _, p := range runs {
+		kvleasetest.StopProcess(t, p.cmd.Process)
+		defer p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	stopped := time.Now()
+	for i, p := range runs {
+		if err := syscall.Kill(commands[i], syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, commands[i], "the command, continued", 5*time.Second)
+		if deadline := p.deadline(t); !time.Now().Before(deadline) {
+			t.Fatalf("command %d exited at its deadline %v or later: the test proves nothing\n%s", i, deadline, p.logs.text())
+		}
+	}
+	// No renewal since run stopped: the deadline is a TTL away at most.
+	<-time.After(time.Until(stopped.Add(3*time.Second + 500*time.Millisecond)))
+	for _, p := range runs {
+		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, p := range runs {
+		if err := waitExit(p.cmd, 20*time.Second); err != nil {
+			t.Errorf("run %d: %v, want exit 0 (the command's own, seen in time)\n%s", i, err, p.logs.text())
+		}
+	}
+}
+
 // waitStopped waits until every thread of pid, not a child of this
 // process, has stopped.
 func waitStopped(t *testing.T, pid int) {

@@ -229,10 +229,20 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		select {
 		case waitErr = <-exited:
 			ended = true // on its own, as the lease was lost: its own status
-			reapGroup(pgid, grace)
 		default:
+			// Exited already, its status not read yet: run, stopped past
+			// the deadline after the command's exit in time, saw the loss
+			// first as it resumed, sent SIGTERM to a command long gone and
+			// took its 0 for one after the loss, exit 5 (found by an
+			// outside client, 5 of 8 such runs). The guard keeps the
+			// command a zombie until it exits itself (waitCommand); one
+			// not seen as a zombie (gone, or no /proc) is stopped as before.
+			if state, _, _, ok := procStat(pgid); ok && !alive(pgid, state) {
+				waitErr, ended = <-exited, true
+			}
 		}
 		if ended {
+			reapGroup(pgid, time.Until(killTime(l, grace)))
 			break
 		}
 		_ = l.Check() // the command was at work when the lease ended: counted (leased.expiries_during_work)
