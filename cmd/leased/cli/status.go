@@ -107,7 +107,15 @@ func newStatus(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the grantor nodes, the lease bucket's replicas and stream leader, and the lease count",
-		Args:  noArgs,
+		Long: `Show the grantor nodes, the lease bucket's replicas and stream leader, and the lease count.
+
+Exit codes: 0 when the bucket's stream has a leader that hears from a
+majority of its replicas and the count could be read (a follower down, or
+grantors whose policies differ, are shown as warnings); 1 when it has no
+leader, its leader has no majority, the count could not be read, the
+services of two buckets share this NATS account, there is no such bucket,
+or NATS cannot be reached; 2 for bad arguments.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := kvlease.ValidateBucket(bucket); err != nil {
 				// It said "grantor unavailable: invalid stream name", exit 1,
