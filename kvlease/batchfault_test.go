@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/leased/leased/kvlease"
@@ -264,5 +265,53 @@ func TestFullStoreIsSaidSo(t *testing.T) {
 	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision, Duration: time.Minute})
 	if !errors.Is(err, kvlease.ErrStoreFull) {
 		t.Errorf("renewal in a full store: %v, want ErrStoreFull", err)
+	}
+}
+
+// An account's storage limit reached is said as the server's is
+// (ErrStoreFull, with ErrUnavailable), as README Safety says: nats-server
+// answers it 10002 ("resource limits exceeded for account", a 400), which
+// was ErrBucket, a refusal, and a keeper gave its lease up at the first
+// renewal it refused, though a renewal passes again once room is made
+// (found in review).
+func TestAccountStoreFullIsSaidSo(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	first, err := st.Grant(ctx, kvlease.GrantRequest{Name: "first", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := func(store int64) {
+		t.Helper()
+		err := srv.NATS().GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
+			"": {MaxMemory: -1, MaxStore: store, MaxStreams: -1, MaxConsumers: -1, MaxAckPending: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	limit(64 << 10)
+	pad := map[string]string{"pad": strings.Repeat("x", 1000)}
+	for i := 0; ; i++ {
+		_, err := st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("fill.%d", i), Holder: "h", Duration: time.Minute, Attributes: pad})
+		if err == nil {
+			if i > 1000 {
+				t.Fatal("an account's 64 KiB took 1000 grants of 1 KiB")
+			}
+			continue
+		}
+		if !errors.Is(err, kvlease.ErrStoreFull) || !errors.Is(err, kvlease.ErrUnavailable) {
+			t.Fatalf("grant %d past the account's limit: %v, want ErrStoreFull and ErrUnavailable", i, err)
+		}
+		break
+	}
+	limit(1 << 10) // under what is stored: the renewal's few bytes fit no more
+	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision, Duration: time.Minute})
+	if !errors.Is(err, kvlease.ErrStoreFull) || !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("renewal past the account's limit: %v, want ErrStoreFull and ErrUnavailable", err)
+	}
+	limit(-1)
+	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision, Duration: time.Minute}); err != nil {
+		t.Errorf("renewal once the limit is raised: %v", err)
 	}
 }

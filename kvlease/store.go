@@ -2120,10 +2120,13 @@ const errCodeReplicasNotSupported = 10074
 const errCodeNoPeers = 10005
 
 // errCodeInsufficientResources (a 503) and errCodeStorageExceeded:
-// JetStream is at a storage limit, the server's or the account's.
+// JetStream is at a storage limit of the server's;
+// errCodeAccountResourcesExceeded (a 400): a publish past the account's
+// (nats-server's wouldExceedLimits: its only use).
 const (
-	errCodeInsufficientResources = 10023
-	errCodeStorageExceeded       = 10047
+	errCodeInsufficientResources    = 10023
+	errCodeStorageExceeded          = 10047
+	errCodeAccountResourcesExceeded = 10002
 )
 
 // noPeersOffline is errCodeNoPeers's description when a peer being
@@ -2176,10 +2179,13 @@ func translate(op string, err error) error {
 		// "no suitable peers for placement" (found by an outside client).
 		return fmt.Errorf("%w: %s refused: %w (the cluster has fewer JetStream servers than the replicas asked for, "+
 			"or too few with room or matching tags: start them all, or ask for fewer replicas)", ErrBucket, op, err)
-	case errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeInsufficientResources || apiErr.ErrorCode == errCodeStorageExceeded):
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeInsufficientResources || apiErr.ErrorCode == errCodeStorageExceeded ||
+		apiErr.ErrorCode == errCodeAccountResourcesExceeded):
 		// Said as what it is: "insufficient resources" alone left users
 		// guessing, every renewal failing with it (found filling a
-		// server's max_file_store).
+		// server's max_file_store). The account's limit is a 400, which
+		// made it a refusal (ErrBucket): a keeper gave its lease up at
+		// the first renewal refused (found in review).
 		return fmt.Errorf("%w: %w: %s: %w", ErrUnavailable, ErrStoreFull, op, err)
 	case errors.As(err, &apiErr) && apiErr.Code >= 500:
 		// Cluster unavailable, no quorum, store failure: try again.
