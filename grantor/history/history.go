@@ -198,16 +198,18 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 			if o.Retention == 0 {
 				// A grantor restarted without --history-retention cut
 				// the week its cluster kept to the default day (found
-				// by an outside client).
+				// by an outside client); and a stream kept without an
+				// age limit (0) too (found in review).
 				o.Retention = was
 			}
 			if was > o.Retention && o.Retention > 0 {
 				h.shortened = was
 			}
-		case !errors.Is(oerr, jetstream.ErrStreamNotFound):
+		case errors.Is(oerr, jetstream.ErrStreamNotFound):
+			o.Retention = cmp.Or(o.Retention, DefaultRetention)
+		default:
 			return nil, kvlease.JetStreamError("open history", oerr)
 		}
-		o.Retention = cmp.Or(o.Retention, DefaultRetention)
 		h.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        StreamName(bucket),
 			Description: "leased: history of the tenures of lease bucket " + bucket,

@@ -93,6 +93,24 @@ func TestOpenWithoutRetentionKeepsTheStreams(t *testing.T) {
 	if got := maxAge("kept"); got != week || h.Shortened() != 0 {
 		t.Errorf("a stream of %v opened again without a retention keeps %v (shortened %v), want %v", week, got, h.Shortened(), week)
 	}
+	// A stream an operator set to keep everything (max age 0, as `nats
+	// stream edit --max-age 0` does) was cut to the default day, without
+	// a word (found in review).
+	st, err := js.Stream(ctx, history.StreamName("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxAge = 0
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := history.Open(ctx, js, "kept", history.Options{Create: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxAge("kept"); got != 0 {
+		t.Errorf("a stream that keeps everything, opened again without a retention, keeps %v, want everything (0)", got)
+	}
 }
 
 // Records are kept once per change even when appended twice (a new
