@@ -442,3 +442,70 @@ exec "$2" serve --listen 127.0.0.1:0 --data "$1/data" --log-format json`, "sh", 
 		t.Fatalf("acquire after the restart: exit %d %s", r.code, r.stderr)
 	}
 }
+
+// A node of an embedded cluster whose store fails a write while it starts
+// stops too, as it does once ready (TestServeStopsWhenItsStoreFailsAWrite):
+// it waits for JetStream however long its peers take, and waited for
+// good, /healthz "starting", after nats-server had failed to write its
+// meta group's vote to a full disk (found filling a node's disk while
+// its peers came up). n1 in a mount namespace on a 16 MiB tmpfs, filled
+// before its peer starts; n2 then makes the meta group vote.
+func TestServeStartingStopsWhenItsStoreFailsAWrite(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small file system")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare (util-linux) for a mount namespace")
+	}
+	ports := kvleasetest.FreePorts(t, 6)
+	var routes []string
+	for _, p := range ports[3:] {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	node := func(i int, data string) []string {
+		return []string{"serve", "--name", fmt.Sprintf("n%d", i+1), "--cluster-name", "full", "--log-format", "json",
+			"--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
+			"--routes", strings.Join(routes, ","), "--data", data}
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", `
+mount -t tmpfs -o size=16m tmpfs "$1" || exit 99
+shift
+"$@"
+echo "serve-exit=$?" >&2`, "sh", dir, leasedBin}, node(0, filepath.Join(dir, "data"))...)...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	logs := readLines(stderr)
+	logs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "opening the lease bucket") })
+
+	// Fill the disk, from outside the namespace.
+	f, err := os.Create(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "root", dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break // ENOSPC
+		}
+	}
+	f.Close()
+
+	peer := exec.Command(leasedBin, node(1, t.TempDir())...)
+	if err := peer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = peer.Process.Kill(); _ = peer.Wait() })
+	line := logs.wait(t, 60*time.Second, func(l string) bool {
+		return strings.Contains(l, "failed a write to its store") && !strings.Contains(l, `"component":"nats"`)
+	})
+	if !strings.Contains(line, "no space left on device") {
+		t.Errorf("serve's last word %q does not say why", line)
+	}
+	if exit := logs.wait(t, 20*time.Second, func(l string) bool { return strings.HasPrefix(l, "serve-exit=") }); exit == "serve-exit=0" {
+		t.Errorf("serve stopped for a failed write with %s, want a failure", exit)
+	}
+}

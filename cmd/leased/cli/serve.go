@@ -410,12 +410,37 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		}
 	}
 	// startCause returns what ended the start, if something did, in place
-	// of err: a permissions violation, or another node with this one's name.
+	// of err: a permissions violation, another node with this one's name,
+	// or a write the embedded server failed.
 	startCause := func(err error) error {
-		if cause := context.Cause(startCtx); errors.Is(cause, embedded.ErrNameConflict) {
+		if cause := context.Cause(startCtx); errors.Is(cause, embedded.ErrNameConflict) || errors.Is(cause, embedded.ErrStoreWrite) {
 			return cause
 		}
 		return permissionCause(startCtx, err)
+	}
+	// A write the embedded server fails ends the start, as it ends
+	// serving once started (see the loop below): a node of a cluster,
+	// which waits for JetStream however long it takes, waited for good,
+	// "starting", after its store had failed a write (found filling the
+	// disk of a node whose peers were coming up).
+	writeFailures := make(chan error, 1) // once started: nil without an embedded server
+	if srv != nil {
+		go func() {
+			select {
+			case err := <-srv.StoreWriteFailures():
+				startMu.Lock()
+				defer startMu.Unlock()
+				if !started {
+					log.Error("cannot start: the NATS server failed a write to its store and takes no more writes until it restarts; stopping "+
+						"(make room on the disk, or see to it, and start serve again)", "data", srv.DataDir(), "err", err)
+					startCancel(err)
+				}
+				writeFailures <- err
+			case <-startCtx.Done(): // serve returned, or its start ended
+			}
+		}()
+	} else {
+		writeFailures = nil
 	}
 	if srv != nil {
 		go watchClusterNameMismatches(ctx, srv, log)
@@ -529,10 +554,6 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	health.set(serveHealth(nc, natsHealth, st)) // before "ready": a probe told so finds it
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
 		"build", grantor.Build())
-	var writeFailures <-chan error // nil: no embedded server
-	if srv != nil {
-		writeFailures = srv.StoreWriteFailures()
-	}
 	var failed error
 	for serving := true; serving; {
 		select {
