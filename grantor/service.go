@@ -596,12 +596,15 @@ func (l *slowLog) note(log *slog.Logger, subject, code string, took time.Duratio
 }
 
 // fullLog says, at most once a second, that JetStream refuses writes for
-// its storage limit: every renewal then fails until an operator acts.
+// its storage limit: on one server every renewal then fails until an
+// operator acts; in a cluster the refusing leader steps down, and another
+// may take the writes.
 type fullLog struct{ limitedLog }
 
 func (l *fullLog) note(log *slog.Logger, err error) {
 	if skipped, ok := l.allow(); ok {
-		log.Error("the NATS server's storage is full: no lease can be granted, renewed or released until room is made "+
+		log.Error("the NATS server's storage is full: a write was refused; on one server no lease can be granted, renewed or released "+
+			"until room is made, in a cluster the stream's leader steps down for another "+
 			"(raise JetStream's max_file_store or the account's limit, or free the disk)", "err", err, "others_not_logged", skipped)
 	}
 }

@@ -75,9 +75,11 @@ var (
 	ErrUnavailable = errors.New("kvlease: grantor unavailable")
 	// ErrStoreFull (always with ErrUnavailable): JetStream refused the
 	// write for its storage limit (the server's max_file_store, or its
-	// share of the disk; the account's): it stores no new message,
-	// renewals and releases included, until room is made or the limit
-	// raised. A keeper tries again while its lease lasts.
+	// share of the disk; the account's): on one server it stores no new
+	// message, renewals and releases included, until room is made or the
+	// limit raised; in a cluster the stream's leader refused it for its
+	// own server's limit and stepped down, and the next leader may take
+	// the write. A keeper tries again while its lease lasts.
 	ErrStoreFull = errors.New("kvlease: the NATS server's storage is full")
 	// ErrNotSent (always with ErrUnavailable): the request was not sent
 	// (no connection; a grant the client could not give a deadline yet), so
