@@ -3,6 +3,7 @@ package kvlease
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,6 +87,62 @@ func leaderGet(ctx context.Context, js jetstream.JetStream, apiSubject string, r
 	if err != nil {
 		return nil, err
 	}
+	m, err := decodeMsgGet(reply)
+	if isLeaderless(err) {
+		return leaderGetPastLeaderless(ctx, js.Conn(), apiSubject, body, err)
+	}
+	return m, err
+}
+
+// leaderGetPastLeaderless asks again, up to leaderlessAsks times
+// leaderlessPause apart, after a first answer "no leader" (10008, first),
+// which it returns if every answer is that. A member of the stream's
+// group that sees no leader answers so at once, and the requester hears
+// only the first answer to a JetStream API request (the system account
+// exports the API with one response per request): one replica cut off
+// from its group (its server at its storage limit, say) failed about a
+// read in five through the leader the others had, each read a race
+// between its "no leader" and the leader's answer (found polling serve's
+// /healthz, whose check is such a read: the two healthy nodes of three
+// answered 503 about 7% of the time).
+func leaderGetPastLeaderless(ctx context.Context, nc *nats.Conn, apiSubject string, body []byte, first error) (*jetstream.RawStreamMsg, error) {
+	for range leaderlessAsks {
+		select {
+		case <-time.After(leaderlessPause):
+		case <-ctx.Done():
+			return nil, first
+		}
+		reply, err := nc.RequestWithContext(ctx, apiSubject, body)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, first // the caller's time is up: what the server said
+		case err != nil:
+			return nil, err
+		}
+		if m, err := decodeMsgGet(reply); !isLeaderless(err) {
+			return m, err
+		}
+	}
+	return nil, first
+}
+
+// leaderlessAsks and leaderlessPause: see leaderGetPastLeaderless.
+const (
+	leaderlessAsks  = 5
+	leaderlessPause = 10 * time.Millisecond
+)
+
+// jsErrClusterNotAvail is JetStream's "JetStream system temporarily
+// unavailable": the answering server sees no leader for the stream.
+const jsErrClusterNotAvail = 10008
+
+func isLeaderless(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrClusterNotAvail
+}
+
+// decodeMsgGet reads a STREAM.MSG.GET answer.
+func decodeMsgGet(reply *nats.Msg) (*jetstream.RawStreamMsg, error) {
 	var resp msgGetResponse
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
 		return nil, fmt.Errorf("message get: bad reply: %w", err)
@@ -106,6 +163,7 @@ func leaderGet(ctx context.Context, js jetstream.JetStream, apiSubject string, r
 		Time:     resp.Message.Time,
 	}
 	if len(resp.Message.Header) > 0 {
+		var err error
 		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
 			return nil, fmt.Errorf("message get: bad headers: %w", err)
 		}
