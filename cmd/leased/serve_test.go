@@ -406,18 +406,7 @@ exec "$2" serve --listen 127.0.0.1:0 --data "$1/data" --log-format json`, "sh", 
 		t.Fatal(err)
 	}
 
-	// Fill the disk, from outside the namespace.
-	f, err := os.Create(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "root", dir, "fill"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			break // ENOSPC
-		}
-	}
-	f.Close()
+	fill := fillDisk(t, cmd.Process.Pid, dir)
 	// Writes until one fails (a block's last page can take a few).
 	leased(t, url, "bench", "--op", "grant", "--clients", "4", "--duration", "2s", "--ttl", "30s")
 	line := logs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "failed a write to its store") })
@@ -429,7 +418,7 @@ exec "$2" serve --listen 127.0.0.1:0 --data "$1/data" --log-format json`, "sh", 
 	}
 
 	// Room again: the next serve has the lease, and grants.
-	if err := os.Remove(f.Name()); err != nil {
+	if err := os.Remove(fill); err != nil {
 		t.Fatal(err)
 	}
 	url = readyN(2)
@@ -481,18 +470,7 @@ echo "serve-exit=$?" >&2`, "sh", dir, leasedBin}, node(0, filepath.Join(dir, "da
 	logs := readLines(stderr)
 	logs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "opening the lease bucket") })
 
-	// Fill the disk, from outside the namespace.
-	f, err := os.Create(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "root", dir, "fill"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			break // ENOSPC
-		}
-	}
-	f.Close()
+	fillDisk(t, cmd.Process.Pid, dir)
 
 	peer := exec.Command(leasedBin, node(1, t.TempDir())...)
 	if err := peer.Start(); err != nil {
@@ -507,5 +485,23 @@ echo "serve-exit=$?" >&2`, "sh", dir, leasedBin}, node(0, filepath.Join(dir, "da
 	}
 	if exit := logs.wait(t, 20*time.Second, func(l string) bool { return strings.HasPrefix(l, "serve-exit=") }); exit == "serve-exit=0" {
 		t.Errorf("serve stopped for a failed write with %s, want a failure", exit)
+	}
+}
+
+// fillDisk fills the file system mounted at dir in the mount namespace of
+// process pid, from outside it (through /proc/PID/root), with one file,
+// whose path it returns.
+func fillDisk(t *testing.T, pid int, dir string) string {
+	t.Helper()
+	f, err := os.Create(filepath.Join("/proc", strconv.Itoa(pid), "root", dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			return f.Name() // ENOSPC
+		}
 	}
 }
