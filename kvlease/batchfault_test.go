@@ -248,20 +248,7 @@ func TestFullStoreIsSaidSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pad := map[string]string{"pad": strings.Repeat("x", 1000)}
-	for i := 0; ; i++ {
-		_, err := st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("fill.%d", i), Holder: "h", Duration: time.Minute, Attributes: pad})
-		if err == nil {
-			if i > 1000 {
-				t.Fatal("64 KiB of store took 1000 grants of 1 KiB")
-			}
-			continue
-		}
-		if !errors.Is(err, kvlease.ErrStoreFull) || !errors.Is(err, kvlease.ErrUnavailable) {
-			t.Fatalf("grant %d into a full store: %v, want ErrStoreFull and ErrUnavailable", i, err)
-		}
-		break
-	}
+	grantUntilFull(t, st, "into a full store")
 	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision, Duration: time.Minute})
 	if !errors.Is(err, kvlease.ErrStoreFull) {
 		t.Errorf("renewal in a full store: %v, want ErrStoreFull", err)
@@ -291,20 +278,7 @@ func TestAccountStoreFullIsSaidSo(t *testing.T) {
 		}
 	}
 	limit(64 << 10)
-	pad := map[string]string{"pad": strings.Repeat("x", 1000)}
-	for i := 0; ; i++ {
-		_, err := st.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("fill.%d", i), Holder: "h", Duration: time.Minute, Attributes: pad})
-		if err == nil {
-			if i > 1000 {
-				t.Fatal("an account's 64 KiB took 1000 grants of 1 KiB")
-			}
-			continue
-		}
-		if !errors.Is(err, kvlease.ErrStoreFull) || !errors.Is(err, kvlease.ErrUnavailable) {
-			t.Fatalf("grant %d past the account's limit: %v, want ErrStoreFull and ErrUnavailable", i, err)
-		}
-		break
-	}
+	grantUntilFull(t, st, "past the account's limit")
 	limit(1 << 10) // under what is stored: the renewal's few bytes fit no more
 	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision, Duration: time.Minute})
 	if !errors.Is(err, kvlease.ErrStoreFull) || !errors.Is(err, kvlease.ErrUnavailable) {
@@ -314,4 +288,23 @@ func TestAccountStoreFullIsSaidSo(t *testing.T) {
 	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision, Duration: time.Minute}); err != nil {
 		t.Errorf("renewal once the limit is raised: %v", err)
 	}
+}
+
+// grantUntilFull grants leases of 1 KiB of attributes on st until one is
+// refused, which must be for a full store (ErrStoreFull, with
+// ErrUnavailable), within 1000 grants; where says where the store is full.
+func grantUntilFull(t *testing.T, st *kvlease.Store, where string) {
+	t.Helper()
+	pad := map[string]string{"pad": strings.Repeat("x", 1000)}
+	for i := range 1000 {
+		_, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: fmt.Sprintf("fill.%d", i), Holder: "h", Duration: time.Minute, Attributes: pad})
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, kvlease.ErrStoreFull) || !errors.Is(err, kvlease.ErrUnavailable) {
+			t.Fatalf("grant %d %s: %v, want ErrStoreFull and ErrUnavailable", i, where, err)
+		}
+		return
+	}
+	t.Fatalf("1000 grants of 1 KiB %s, and none refused", where)
 }
