@@ -408,7 +408,7 @@ func describeBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.Ke
 	st, err := kv.Status(ctx)
 	if err == nil {
 		var stream jetstream.Stream
-		if stream, err = js.Stream(ctx, "KV_"+bucket); err == nil {
+		if stream, err = js.Stream(ctx, StreamName(bucket)); err == nil {
 			return st, stream, nil
 		}
 	}
@@ -442,6 +442,10 @@ func (s *Store) TracerProvider() trace.TracerProvider { return s.o.tracerProvide
 
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.o.bucket }
+
+// StreamName is the name of bucket's JetStream stream: JetStream KV keeps
+// bucket B in the stream KV_B.
+func StreamName(bucket string) string { return "KV_" + bucket }
 
 // Replicas returns the bucket stream's replica count, as Open found it.
 func (s *Store) Replicas() int { return s.stream.CachedInfo().Config.Replicas }

@@ -242,6 +242,24 @@ func TestServeWaitsForItsNATS(t *testing.T) {
 	awaitHealth(t, health, http.StatusOK, 10*time.Second) // once the restarted server's JetStream answers the read too
 }
 
+// /healthz is the grantor's: another application's stream on the
+// embedded server that failed to recover does not make it 503, as it did
+// while it passed on all of nats-server's health check (found in review).
+func TestServeHealthIsOfItsOwnStreams(t *testing.T) {
+	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0")
+	health := healthURL(t, s.logs)
+	wantHealth(t, health, http.StatusOK, "ok")
+	// A stream directory the server has not loaded: its health check
+	// reads that as a stream that could not be recovered.
+	if err := os.MkdirAll(filepath.Join(s.data, "jetstream", "$G", "streams", "OTHER_APP"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wantHealth(t, health, http.StatusOK, "ok")
+	if r := leased(t, s.url, "acquire", "healthy.own", "--ttl", "10s"); r.code != 0 {
+		t.Fatalf("acquire: exit %d: %s", r.code, r.stderr)
+	}
+}
+
 // healthURL is the /healthz URL serve logged.
 func healthURL(t *testing.T, logs *lines) string {
 	t.Helper()

@@ -168,7 +168,7 @@ func (c *ChildServer) LoseExpiries(st *kvlease.Store, names ...string) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	stream, err := js.Stream(ctx, "KV_"+kvlease.DefaultBucket)
+	stream, err := js.Stream(ctx, kvlease.StreamName(kvlease.DefaultBucket))
 	if err != nil {
 		c.tb.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func (c *ChildServer) LoseExpiries(st *kvlease.Store, names ...string) {
 	}
 	defer nc2.Close()
 	js2, _ := jetstream.New(nc2)
-	stream, err = js2.Stream(ctx, "KV_"+kvlease.DefaultBucket)
+	stream, err = js2.Stream(ctx, kvlease.StreamName(kvlease.DefaultBucket))
 	if err != nil {
 		c.tb.Fatal(err)
 	}

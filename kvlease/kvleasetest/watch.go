@@ -57,7 +57,7 @@ func OfType(name string, typ kvlease.EventType) func(kvlease.Event) bool {
 // looks every 50 ms.
 func WaitEmpty(tb testing.TB, st *kvlease.Store, name string, timeout time.Duration) {
 	tb.Helper()
-	stream, err := st.JetStream().Stream(tb.Context(), "KV_"+kvlease.DefaultBucket)
+	stream, err := st.JetStream().Stream(tb.Context(), kvlease.StreamName(kvlease.DefaultBucket))
 	if err != nil {
 		tb.Fatal(err)
 	}

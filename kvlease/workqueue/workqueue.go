@@ -121,7 +121,7 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	// two heartbeats (nats.go's watcher saw nothing for 6-8 s after its
 	// server restarted, and Claims waited that long for new items).
 	if q.itemsF, err = kvlease.StartFollow(ctx, "watch items", js, follow.Config{
-		Stream: "KV_" + q.items.Bucket(), Filter: q.itemsPrefix() + ">", Deliver: jetstream.DeliverLastPerSubjectPolicy,
+		Stream: kvlease.StreamName(q.items.Bucket()), Filter: q.itemsPrefix() + ">", Deliver: jetstream.DeliverLastPerSubjectPolicy,
 		Heartbeat: kvlease.WatchHeartbeat, HeadersOnly: true}); err != nil {
 		cancel()
 		return nil, err
@@ -445,7 +445,7 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 //
 // Errors: [kvlease.ErrNotFound] if id is not pending; [kvlease.ErrUnavailable].
 func (q *Queue) item(ctx context.Context, id string) ([]byte, error) {
-	m, err := kvlease.LeaderLast(ctx, q.js, "KV_"+q.items.Bucket(), q.itemsPrefix()+id)
+	m, err := kvlease.LeaderLast(ctx, q.js, kvlease.StreamName(q.items.Bucket()), q.itemsPrefix()+id)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && kvlease.Removed(m.Header):
 		return nil, fmt.Errorf("%w: item %q", kvlease.ErrNotFound, id)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -544,12 +543,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	var natsHealth func() error // nil: no embedded server
 	if srv != nil {
-		natsHealth = func() error {
-			if h := srv.NATS().Healthz(nil); h.StatusCode != http.StatusOK {
-				return fmt.Errorf("the embedded NATS server: %s", h.Error)
-			}
-			return nil
-		}
+		ours := map[string]bool{kvlease.StreamName(st.Bucket()): true, history.StreamName(st.Bucket()): true}
+		natsHealth = func() error { return natsServerHealth(srv.NATS(), ours) }
 	}
 	health.set(serveHealth(nc, natsHealth, st)) // before "ready": a probe told so finds it
 	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
@@ -623,6 +618,27 @@ func serveHealth(nc *nats.Conn, natsHealth func() error, st *kvlease.Store) func
 		}
 		return readErr
 	}
+}
+
+// natsServerHealth is nats-server's own health check of s, but for
+// another stream's trouble (or its consumers'): what the server says of
+// itself, of JetStream and its meta layer, and of the streams named in
+// ours. A stream of another application on the embedded server that
+// failed to recover answered this node's /healthz 503, and a probe takes
+// a grantor out, or restarts it, for what it cannot mend.
+func natsServerHealth(s *server.Server, ours map[string]bool) error {
+	h := s.Healthz(&server.HealthzOptions{Details: true})
+	var msgs []string
+	for _, e := range h.Errors {
+		if (e.Type == server.HealthzErrorStream || e.Type == server.HealthzErrorConsumer) && !ours[e.Stream] {
+			continue
+		}
+		msgs = append(msgs, e.Error)
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("the embedded NATS server: %s", strings.Join(msgs, "; "))
+	}
+	return nil
 }
 
 // askAgain returns check's error only if it fails each time it is asked,

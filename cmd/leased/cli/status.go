@@ -157,7 +157,7 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 	if err != nil {
 		return Status{}, err
 	}
-	stream, err := js.Stream(ctx, "KV_"+bucket)
+	stream, err := js.Stream(ctx, kvlease.StreamName(bucket))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		// It said "grantor unavailable" (found by an outside client).
 		return Status{}, fmt.Errorf("no lease bucket %q on this NATS account (its stream KV_%s is missing; a grantor of the bucket creates it)",

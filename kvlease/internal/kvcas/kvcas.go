@@ -78,7 +78,7 @@ func (d Doc[V]) Get(ctx context.Context, key string) (v V, rev uint64, err error
 // try again until it caught up; found in review).
 func (d Doc[V]) read(ctx context.Context, key string) (v V, rev uint64, removed bool, err error) {
 	bucket := d.KV.Bucket()
-	m, err := kvlease.LeaderLast(ctx, d.JS, "KV_"+bucket, "$KV."+bucket+"."+key)
+	m, err := kvlease.LeaderLast(ctx, d.JS, kvlease.StreamName(bucket), "$KV."+bucket+"."+key)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return v, 0, false, nil
