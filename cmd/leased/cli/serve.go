@@ -586,12 +586,12 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 
 // serveHealth is serve's /healthz check once it serves: its connection to
 // NATS; for the embedded server, natsHealth, nats-server's own health as
-// its /healthz reports it (JetStream on, the streams recovered and taking
-// writes; in a cluster, a meta leader, and the streams current), asked
-// again while it fails (see askAgain); and a read of the bucket through
-// its stream's leader, which on NATS of its own is what says a cluster
-// that lost its majority (at most one a second: probes share the last
-// answer).
+// its /healthz reports it but for other applications' streams (JetStream
+// on, the lease and history streams recovered and taking writes; in a
+// cluster, a meta leader, and those streams current), asked again while it
+// fails (see askAgain); and a read of the bucket through its stream's
+// leader, which on NATS of its own is what says a cluster that lost its
+// majority (at most one a second: probes share the last answer).
 func serveHealth(nc *nats.Conn, natsHealth func() error, st *kvlease.Store) func() error {
 	var mu sync.Mutex
 	var read time.Time
