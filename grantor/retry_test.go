@@ -471,7 +471,8 @@ func TestClientReadsAgainWhenUnanswered(t *testing.T) {
 // A grant refused for JetStream's storage limit says so to its caller and
 // in the grantor's log (at most once a second): both said only
 // "unavailable", "insufficient resources" (found filling a server's
-// max_file_store).
+// max_file_store). A Go client's error is kvlease.ErrStoreFull, as a
+// Store's caller's is (it was only ErrUnavailable through the service).
 func TestFullStoreLogged(t *testing.T) {
 	var logs lockedBuffer
 	srv := kvleasetest.NewServer(t, kvleasetest.WithMaxStore(64<<10))
@@ -487,8 +488,8 @@ func TestFullStoreLogged(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, kvlease.ErrUnavailable) || !strings.Contains(err.Error(), "storage is full") {
-			t.Fatalf("grant %d into a full store: %v, want unavailable, saying the storage is full", i, err)
+		if !errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, kvlease.ErrStoreFull) || !strings.Contains(err.Error(), "storage is full") {
+			t.Fatalf("grant %d into a full store: %v, want unavailable and ErrStoreFull, saying the storage is full", i, err)
 		}
 		break
 	}

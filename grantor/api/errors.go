@@ -128,6 +128,12 @@ func (b ErrorBody) Err() error {
 		sentinel = kvlease.ErrNotFound
 	case CodeUnavailable:
 		sentinel = kvlease.ErrUnavailable
+		if strings.Contains(b.Message, wireMessage(kvlease.ErrStoreFull.Error())) {
+			// The code stays unavailable on the wire (clients that know
+			// no other retry it as such); a Go client tests for it as a
+			// Store's caller does.
+			sentinel = errors.Join(kvlease.ErrStoreFull, kvlease.ErrUnavailable)
+		}
 	default:
 		sentinel = ErrInternal
 	}
