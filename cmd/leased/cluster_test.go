@@ -459,18 +459,7 @@ func TestClusterStreamLeaderPaused(t *testing.T) {
 	keepers, _, maxBefore := c.keepHolders("paused.", 4, others)
 	contender := c.store(others[1])
 
-	p := c.procs[lead].cmd.Process
-	if err := p.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = p.Signal(syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
+	resume := kvleasetest.PauseProcess(t, c.procs[lead].cmd.Process)
 	paused := time.Now()
 	newLead := c.newLeader(others[0], lead)
 	t.Logf("new stream leader %s after %v", c.nodes[newLead].Name, time.Since(paused).Round(time.Millisecond))
@@ -587,9 +576,7 @@ func TestClusterPausedNodeServiceHolders(t *testing.T) {
 	all := cli.ClientURLs([]cli.ClusterNode{c.nodes[paused], c.nodes[others[0]], c.nodes[others[1]]})
 	hold(svc(all, nats.DontRandomize()), "svc.roaming")
 
-	p := c.procs[paused].cmd.Process
-	kvleasetest.StopProcess(t, p)
-	t.Cleanup(func() { _ = p.Signal(syscall.SIGCONT) })
+	kvleasetest.PauseProcess(t, c.procs[paused].cmd.Process)
 	pausedAt := time.Now()
 	// Every holder renews after a lease's duration of the pause: had none
 	// of its renewals got through since the pause began, it would have
@@ -786,18 +773,7 @@ func TestClusterResumedLeaderRefusesNoLiveHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		p := c.procs[lead].cmd.Process
-		if err := p.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		resumed := false
-		resume := func() {
-			if !resumed {
-				resumed = true
-				_ = p.Signal(syscall.SIGCONT)
-			}
-		}
-		t.Cleanup(resume)
+		resume := kvleasetest.PauseProcess(t, c.procs[lead].cmd.Process)
 		paused := time.Now()
 		c.newLeader(live, lead)
 		// End w10's tenure through the new leader. A lapse would leave the

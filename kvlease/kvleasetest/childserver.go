@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -130,6 +131,16 @@ func StopProcess(tb testing.TB, p *os.Process) {
 			tb.Fatalf("kvleasetest: waiting for pid %d to stop: %v", p.Pid, err)
 		}
 	}
+}
+
+// PauseProcess stops p as StopProcess does, until resume is called or
+// the test ends, whichever comes first.
+func PauseProcess(tb testing.TB, p *os.Process) (resume func()) {
+	tb.Helper()
+	StopProcess(tb, p)
+	resume = sync.OnceFunc(func() { _ = p.Signal(syscall.SIGCONT) })
+	tb.Cleanup(resume)
+	return resume
 }
 
 // Resume continues a paused server (SIGCONT).
