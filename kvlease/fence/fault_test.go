@@ -38,22 +38,11 @@ func pausedWriter(url string) error {
 	if err != nil {
 		return err
 	}
-	l, err := kvlease.Acquire(ctx, st, "writer", "child", time.Second)
+	l, stop, err := checkedThenResumed(ctx, st, "writer")
 	if err != nil {
 		return err
 	}
-	k, err := kvlease.Keep(ctx, l)
-	if err != nil {
-		return err
-	}
-	defer k.Orphan()
-	if err := l.Check(); err != nil {
-		return err
-	}
-	fmt.Printf("checked %d\n", l.Token())
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		return err
-	}
+	defer stop()
 	// Resumed: the check above passed, so the write goes out. Only the
 	// fence can stop it.
 	err = fc.Write(ctx, "account-42", l.Token(), []byte("from the paused holder"))
@@ -64,6 +53,31 @@ func pausedWriter(url string) error {
 	}
 	fmt.Printf("accepted %v\n", err)
 	return nil
+}
+
+// checkedThenResumed acquires name on st for a second, keeps it, checks
+// it, prints "checked TOKEN" for the parent, and returns once the parent
+// writes a line on stdin (it pauses the process in between). stop ends the
+// keeper without a release.
+func checkedThenResumed(ctx context.Context, st *kvlease.Store, name string) (l *kvlease.Lease, stop func(), err error) {
+	l, err = kvlease.Acquire(ctx, st, name, "child", time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := kvlease.Keep(ctx, l)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := l.Check(); err != nil {
+		k.Orphan()
+		return nil, nil, err
+	}
+	fmt.Printf("checked %d\n", l.Token())
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		k.Orphan()
+		return nil, nil, err
+	}
+	return l, k.Orphan, nil
 }
 
 // A holder paused past expiry (a real process stopped with SIGSTOP and

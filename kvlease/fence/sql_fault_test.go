@@ -1,7 +1,6 @@
 package fence_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
@@ -44,22 +43,11 @@ func pgPausedWriter(url string) error {
 	if err != nil {
 		return err
 	}
-	l, err := kvlease.Acquire(ctx, st, "pg-writer", "child", time.Second)
+	l, stop, err := checkedThenResumed(ctx, st, "pg-writer")
 	if err != nil {
 		return err
 	}
-	k, err := kvlease.Keep(ctx, l)
-	if err != nil {
-		return err
-	}
-	defer k.Orphan()
-	if err := l.Check(); err != nil {
-		return err
-	}
-	fmt.Printf("checked %d\n", l.Token())
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		return err
-	}
+	defer stop()
 	// Resumed: the lease check above passed, so the write goes out. Only
 	// the database can stop it.
 	err = fencedWrite(ctx, db, f, nil, "account-42", l.Token(), "from the paused holder")
