@@ -41,10 +41,15 @@ const (
 	metaBuild   = "build"
 )
 
-// infoMetadata is the metadata the service's INFO answers with.
+// infoMetadata is the metadata the service's INFO answers with: "build"
+// only if the build says (docs/api.md), not as "".
 func (s *Service) infoMetadata() map[string]string {
-	return map[string]string{metaBucket: s.store.Bucket(), metaNode: s.node, metaNATSURL: s.nc.ConnectedUrlRedacted(),
-		metaPolicy: policyOf(s.store), metaBuild: Build()}
+	md := map[string]string{metaBucket: s.store.Bucket(), metaNode: s.node, metaNATSURL: s.nc.ConnectedUrlRedacted(),
+		metaPolicy: policyOf(s.store)}
+	if b := Build(); b != "" {
+		md[metaBuild] = b
+	}
+	return md
 }
 
 // policyOf says a Store's grantor margin and duration range, as a service

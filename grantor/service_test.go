@@ -678,6 +678,31 @@ func TestLeaseRepliesNameTheirNode(t *testing.T) {
 	}
 }
 
+// The service's INFO metadata has the keys docs/api.md lists, and "build"
+// only when the build says which it is (docs/api.md: "absent if the build
+// does not say"): a build without version control information answered
+// "build": "" (found by an outside client reading `nats micro info`).
+func TestInfoMetadata(t *testing.T) {
+	f := start(t, grantor.DefaultConfig(), grantor.WithNodeName("n7"))
+	reply, err := f.nc.Request("$SRV.INFO.leased", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info micro.Info
+	if err := json.Unmarshal(reply.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	md := info.Metadata
+	if md["bucket"] != "leases" || md["node"] != "n7" || md["nats_url"] == "" ||
+		md["policy"] != "grantor margin 1s, durations 1s to 1h0m0s" {
+		t.Errorf("metadata %v: want bucket, node, nats_url and policy", md)
+	}
+	build, ok := md["build"]
+	if want := grantor.Build(); ok != (want != "") || build != want {
+		t.Errorf("metadata build %q (present: %v), want %q, absent if empty", build, ok, want)
+	}
+}
+
 // dropOneReply passes requests to the service client, but drops the reply
 // to one renewal after the service has stored it.
 type dropOneReply struct {
