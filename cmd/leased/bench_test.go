@@ -454,6 +454,45 @@ func TestBenchGrantReleaseInterruptedGivesBack(t *testing.T) {
 	}
 }
 
+// Interrupted, --compare prints the rounds it completed and says it
+// stopped early, exit 0 as for an interrupted --op run: the run the
+// interrupt cut off (or the next, started on the cancelled context) timed
+// nothing, and the bench failed "no grant succeeded", printing none of the
+// rounds it had measured (found by an outside client).
+func TestBenchCompareInterrupted(t *testing.T) {
+	s := startServe(t, "")
+	// A round is 50 raw grants and 50 through the service, each left to
+	// lapse in a minute: 250 live leases are two rounds done at least.
+	cmd, out, errOut := startBenchHolding(t, s.url, "cmpintr", 250,
+		"--compare", "1000", "--ops", "50", "--clients", "4", "--ttl", "1m", "-o", "json")
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(cmd, 30*time.Second); err != nil {
+		t.Fatalf("bench --compare after SIGINT: %v\n%s%s\nwant exit 0", err, out.String(), errOut.String())
+	}
+	var got struct {
+		Rounds []map[string]benchOps `json:"rounds"`
+		Median map[string]struct {
+			OpsPerSec float64 `json:"ops_per_sec"`
+		} `json:"median"`
+		StoppedEarly bool `json:"stopped_early"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || !got.StoppedEarly || len(got.Rounds) < 2 {
+		t.Fatalf("output after SIGINT (%v):\n%s%s\nwant the rounds completed, at least 2, and stopped_early", err, out.String(), errOut.String())
+	}
+	for i, round := range got.Rounds {
+		for _, v := range []string{"raw", "service"} {
+			if run := round[v]; run.Ops != 50 {
+				t.Errorf("round %d, %s: %+v; want a complete run, 50 ops", i+1, v, run)
+			}
+		}
+	}
+	if got.Median["raw"].OpsPerSec <= 0 || got.Median["service"].OpsPerSec <= 0 {
+		t.Errorf("medians %+v: want both variants'", got.Median)
+	}
+}
+
 // startBenchHolding starts `leased bench --url url --prefix prefix args`
 // and returns once at least n of its leases are live; its output is
 // complete once it has exited.

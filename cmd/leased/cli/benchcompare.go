@@ -29,8 +29,11 @@ type CompareResult struct {
 	TTL      string   `json:"ttl"`
 	// Rounds holds each round's runs, by variant.
 	Rounds []map[string]OpsResult `json:"rounds"`
-	// Median is per variant.
+	// Median is per variant, over Rounds (none if no round was complete).
 	Median map[string]CompareMedian `json:"median"`
+	// StoppedEarly: interrupted; Rounds holds the rounds it completed,
+	// without the one the interrupt cut off.
+	StoppedEarly bool `json:"stopped_early,omitempty"`
 }
 
 // CompareMedian is one variant's medians over the rounds. OfRaw is the
@@ -48,7 +51,10 @@ type CompareMedian struct {
 // batching and with it (as serve runs it), else the service. Each round
 // starts with the next variant, so that none always runs first, or always
 // right after the others (whose leases lapse, and load the server, during
-// later runs).
+// later runs). Interrupted, it returns the rounds it completed, without
+// the one cut off, which has no ratio to raw's for every variant (it
+// failed "no grant succeeded" instead, and printed none of the rounds it
+// had measured; found by an outside client).
 func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (CompareResult, error) {
 	raw, err := c.openRaw(ctx, nc, b.f.bucket)
 	if err != nil {
@@ -67,6 +73,7 @@ func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (Co
 		return CompareResult{}, err
 	}
 	res := CompareResult{Op: b.f.op, Variants: variants, URL: b.url, Clients: b.f.clients, TTL: b.f.ttl.String()}
+rounds:
 	for n := range b.f.compare {
 		round := map[string]OpsResult{}
 		for x := range variants {
@@ -77,6 +84,10 @@ func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (Co
 			if err != nil {
 				return CompareResult{}, err
 			}
+			if r.StoppedEarly {
+				res.StoppedEarly = true
+				break rounds
+			}
 			if r.Ops == 0 {
 				return CompareResult{}, fmt.Errorf("%w: no %s succeeded (%s)", ErrBenchFailed, b.f.op, v)
 			}
@@ -86,6 +97,9 @@ func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (Co
 	}
 	res.Median = map[string]CompareMedian{}
 	for _, v := range variants {
+		if len(res.Rounds) == 0 { // interrupted in the first round
+			break
+		}
 		var ops, p50, p99, ratio []float64
 		m := CompareMedian{}
 		for _, round := range res.Rounds {
@@ -128,7 +142,13 @@ func (r CompareResult) print(p printer) {
 		p.line("%s ops/s, of raw:%s", line, ratios)
 	}
 	for _, v := range r.Variants {
-		m := r.Median[v]
+		m, ok := r.Median[v]
+		if !ok {
+			break
+		}
 		p.line("median %-9s ops_per_sec=%.1f of_raw=%.2f p50=%.3fms p99=%.3fms errors=%d", v, m.OpsPerSec, m.OfRaw, m.P50, m.P99, m.Errors)
+	}
+	if r.StoppedEarly {
+		p.line("stopped early (interrupted) in round %d, which is left out", len(r.Rounds)+1)
 	}
 }
