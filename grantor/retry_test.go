@@ -221,6 +221,34 @@ func TestRequestPastItsDeadlineNotCarriedOut(t *testing.T) {
 	}
 }
 
+// Requests that arrive too late are logged at most once a second, the
+// next line counting those not logged: a node resuming after a pause finds
+// all it queued late, and any caller may send them (a line each, 5,000 in
+// 0.2 s; found by an outside client).
+func TestTooLateLoggedAtMostOnceASecond(t *testing.T) {
+	var logs lockedBuffer
+	f := start(t, grantor.DefaultConfig(), grantor.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	const n = 200
+	began := time.Now()
+	for range n {
+		msg := nats.NewMsg(api.SubjectGet)
+		msg.Data = []byte(`{"name":"late.job"}`)
+		msg.Header.Set(api.HeaderDeadline, "1")
+		reply, err := f.nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := reply.Header.Get(api.HeaderErrorCode); code != api.CodeTooLate {
+			t.Fatalf("get past its deadline: %q, want %s", code, api.CodeTooLate)
+		}
+	}
+	took := time.Since(began)
+	lines := strings.Count(logs.String(), "dropped a request that arrived after its caller's deadline")
+	if most := int(took/time.Second) + 1; lines == 0 || lines > most {
+		t.Errorf("%d too-late requests in %v logged %d lines; want 1 to %d (at most one a second)", n, took, lines, most)
+	}
+}
+
 // timeLeft is an extension whose verb left answers how long its request
 // may work (the time left on its context), in milliseconds, and whose verb
 // wait works until then.
