@@ -315,9 +315,10 @@ func TestRequestWorksAsLongAsItsCallerWaits(t *testing.T) {
 	}
 	// A header that is no count of milliseconds is refused, not taken as
 	// absent: a deadline the caller meant to be kept would not be (an
-	// outside client's malformed deadline was ignored).
+	// outside client's malformed deadline was ignored; and one sent
+	// empty, again by an outside client).
 	for _, h := range []string{api.HeaderTimeout, api.HeaderDeadline} {
-		for _, v := range []string{"nonsense", "-5", "0", "1.5"} {
+		for _, v := range []string{"nonsense", "-5", "0", "1.5", ""} {
 			msg := nats.NewMsg("test.v1.left")
 			msg.Data = []byte("{}")
 			msg.Header.Set(h, v)

@@ -640,13 +640,15 @@ func (s *Service) worker(r request) {
 }
 
 // headerMS reads header name of hdr, a count of milliseconds: 0 if it is
-// absent, an error (invalid_argument) if it is not a positive integer.
+// absent, an error (invalid_argument) if it is not a positive integer,
+// empty included (taken as absent, it turned the too-late guard off
+// unawares; found by an outside client).
 func headerMS(hdr nats.Header, name string) (int64, error) {
 	// Any case: a client that lower-cased its headers (as W3C trace
 	// context asks) turned the too-late guard off unawares (found by an
 	// outside client).
-	v := telemetry.HeaderValue(hdr, name)
-	if v == "" {
+	v, ok := telemetry.LookupHeader(hdr, name)
+	if !ok {
 		return 0, nil
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)

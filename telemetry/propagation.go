@@ -24,15 +24,22 @@ func (c HeaderCarrier) Get(key string) string { return HeaderValue(nats.Header(c
 // regard to case: NATS header names are case-sensitive, and leased's
 // protocol (docs/api.md) matches its headers as HTTP does.
 func HeaderValue(h nats.Header, name string) string {
-	if v := h.Get(name); v != "" {
-		return v
+	v, _ := LookupHeader(h, name)
+	return v
+}
+
+// LookupHeader is HeaderValue, and whether h has the header at all: one
+// sent with an empty value is there, its value "".
+func LookupHeader(h nats.Header, name string) (string, bool) {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0], true
 	}
 	for k, vs := range h {
 		if strings.EqualFold(k, name) && len(vs) > 0 {
-			return vs[0]
+			return vs[0], true
 		}
 	}
-	return ""
+	return "", false
 }
 
 // Set sets key to value.
