@@ -493,6 +493,25 @@ func TestBenchCompareInterrupted(t *testing.T) {
 	}
 }
 
+// An --op run whose server is killed and stays gone prints its figures and
+// exits 1, saying the connection was lost: it ended exit 0, the only sign
+// a few timeouts among figures that counted the time the server was gone
+// (found by an outside client).
+func TestBenchServerGoneByTheEnd(t *testing.T) {
+	s := startServe(t, "")
+	cmd, out, errOut := startBenchHolding(t, s.url, "killed", 4,
+		"--op", "grant", "--clients", "4", "--duration", "5s", "--timeout", "1s", "--ttl", "30s")
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err := waitExit(cmd, 30*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errOut.String(), "connection to the NATS server was lost") ||
+		!regexp.MustCompile(`(?m)^ops=[1-9]\d* `).MatchString(out.String()) {
+		t.Fatalf("bench after its server was killed: %v\n%s%s\nwant its figures, exit 1 and the lost connection said", err, out.String(), errOut.String())
+	}
+}
+
 // startBenchHolding starts `leased bench --url url --prefix prefix args`
 // and returns once at least n of its leases are live; its output is
 // complete once it has exited.

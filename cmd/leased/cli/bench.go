@@ -256,7 +256,8 @@ its peak VmHWM). It prints progress to stderr every 10s. At the end the
 leases are left to lapse by their TTL, or released with --release.
 
 Exit status 2 for bad flags (nothing is sent), 1 if the server cannot be
-reached or no operation succeeded (with --live: no lease was granted, none
+reached (with --op: at the start, or at the end, the connection lost during
+the run) or no operation succeeded (with --live: no lease was granted, none
 was live at the end, or the serve process named exited during the run).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -322,6 +323,14 @@ was live at the end, or the serve process named exited during the run).`,
 				r.print(p)
 				if r.Ops == 0 && !r.StoppedEarly { // interrupted, it measured what it could
 					return fmt.Errorf("%w: no %s succeeded", ErrBenchFailed, f.op)
+				}
+				if st := nc.Status(); st != nats.CONNECTED && !r.StoppedEarly {
+					// The server went away during the run and was not back
+					// at its end: the figures include the time it was gone
+					// (a killed serve's run ended exit 0, its only sign a
+					// few timeouts; found by an outside client).
+					return fmt.Errorf("%w: the connection to the NATS server was lost during the run and not back at its end (%v): "+
+						"the figures include the time it was gone", ErrBenchFailed, st)
 				}
 				return nil
 			})
