@@ -493,6 +493,27 @@ func TestBenchCompareInterrupted(t *testing.T) {
 	}
 }
 
+// A --compare whose server is killed under it fails (exit 1) with the
+// rounds it completed printed: it printed none of them (found by an
+// outside client).
+func TestBenchCompareServerGone(t *testing.T) {
+	s := startServe(t, "")
+	cmd, out, errOut := startBenchHolding(t, s.url, "cmpgone", 250,
+		"--compare", "1000", "--ops", "50", "--clients", "4", "--ttl", "1m", "--timeout", "1s", "-o", "json")
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err := waitExit(cmd, 30*time.Second)
+	var got struct {
+		Rounds []map[string]benchOps `json:"rounds"`
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errOut.String(), "succeeded") ||
+		json.Unmarshal(out.Bytes(), &got) != nil || len(got.Rounds) < 2 {
+		t.Fatalf("bench --compare after its server was killed: %v\n%s%s\nwant exit 1 and the rounds completed, at least 2", err, out.String(), errOut.String())
+	}
+}
+
 // An --op run whose server is killed and stays gone prints its figures and
 // exits 1, saying the connection was lost: it ended exit 0, the only sign
 // a few timeouts among figures that counted the time the server was gone

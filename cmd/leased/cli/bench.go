@@ -277,11 +277,11 @@ was live at the end, or the serve process named exited during the run).`,
 				p := c.printer(stdout)
 				if f.compare > 0 { // opens what it compares
 					r, err := b.runCompare(ctx, &c, nc)
-					if err != nil {
+					if err != nil && len(r.Rounds) == 0 {
 						return err
 					}
-					r.print(p)
-					return nil
+					r.print(p) // what it measured, before a failure too
+					return err
 				}
 				switch {
 				case f.raw:

@@ -54,7 +54,9 @@ type CompareMedian struct {
 // later runs). Interrupted, it returns the rounds it completed, without
 // the one cut off, which has no ratio to raw's for every variant (it
 // failed "no grant succeeded" instead, and printed none of the rounds it
-// had measured; found by an outside client).
+// had measured; found by an outside client). A run in which nothing
+// succeeded (the server gone) ends it with [ErrBenchFailed], and the
+// rounds completed before it.
 func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (CompareResult, error) {
 	raw, err := c.openRaw(ctx, nc, b.f.bucket)
 	if err != nil {
@@ -73,6 +75,7 @@ func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (Co
 		return CompareResult{}, err
 	}
 	res := CompareResult{Op: b.f.op, Variants: variants, URL: b.url, Clients: b.f.clients, TTL: b.f.ttl.String()}
+	var failed error
 rounds:
 	for n := range b.f.compare {
 		round := map[string]OpsResult{}
@@ -89,17 +92,18 @@ rounds:
 				break rounds
 			}
 			if r.Ops == 0 {
-				return CompareResult{}, fmt.Errorf("%w: no %s succeeded (%s)", ErrBenchFailed, b.f.op, v)
+				failed = fmt.Errorf("%w: no %s succeeded (%s)", ErrBenchFailed, b.f.op, v)
+				break rounds
 			}
 			round[v] = r
 		}
 		res.Rounds = append(res.Rounds, round)
 	}
 	res.Median = map[string]CompareMedian{}
+	if len(res.Rounds) == 0 { // interrupted, or failed, in the first round
+		return res, failed
+	}
 	for _, v := range variants {
-		if len(res.Rounds) == 0 { // interrupted in the first round
-			break
-		}
 		var ops, p50, p99, ratio []float64
 		m := CompareMedian{}
 		for _, round := range res.Rounds {
@@ -112,7 +116,7 @@ rounds:
 		m.OfRaw = math.Round(median(ratio)*100) / 100
 		res.Median[v] = m
 	}
-	return res, nil
+	return res, failed
 }
 
 // median of xs (not empty), the mean of the middle two for an even count.
