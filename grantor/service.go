@@ -175,9 +175,9 @@ type Service struct {
 	stats        endpointStats
 	slow         slowLog
 	full         fullLog
-	flapLog      limitedLog // "lease is flapping"
-	replyLog     limitedLog // "dropped a request whose reply subject is not an inbox"
-	lateLog      limitedLog // "dropped a request that arrived after its caller's deadline"
+	flapLog      telemetry.LogLimit // "lease is flapping"
+	replyLog     telemetry.LogLimit // "dropped a request whose reply subject is not an inbox"
+	lateLog      telemetry.LogLimit // "dropped a request that arrived after its caller's deadline"
 
 	svc         micro.Service
 	sem         chan struct{}
@@ -514,7 +514,7 @@ func (s *Service) handler() micro.Handler {
 			// service's own, another application's (outside clients wrote
 			// a reply into $KV.leases.<name>, ending a tenure without its
 			// secret, and into another application's stream).
-			if skipped, ok := s.replyLog.allow(); ok {
+			if skipped, ok := s.replyLog.Allow(); ok {
 				if strings.HasPrefix(reply, api.ServiceImportReplyPrefix) {
 					// It said only "not an inbox" (found by an outside
 					// client putting leased in an account of its own).
@@ -560,37 +560,13 @@ type request struct {
 // slowRequest is how long a request may take before the service logs it.
 const slowRequest = time.Second
 
-// limitedLog lets a kind of log line through at most once a second,
-// counting the others, so that an overloaded node (slow requests) or a
-// busy lease (flapping) does not add a line per event.
-type limitedLog struct {
-	mu      sync.Mutex
-	last    time.Time
-	skipped int
-}
-
-// allow reports whether a line may be logged now and, if so, how many
-// were not since the last one.
-func (l *limitedLog) allow() (skipped int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Sub(l.last) < time.Second {
-		l.skipped++
-		return 0, false
-	}
-	skipped = l.skipped
-	l.last, l.skipped = now, 0
-	return skipped, true
-}
-
 // slowLog logs slow requests, as etcd's "request took too long" does:
 // where the time went is in the request's span; this says that it went,
 // before the reply does. At most one line a second.
-type slowLog struct{ limitedLog }
+type slowLog struct{ telemetry.LogLimit }
 
 func (l *slowLog) note(log *slog.Logger, subject, code string, took time.Duration) {
-	if skipped, ok := l.allow(); ok {
+	if skipped, ok := l.Allow(); ok {
 		log.Warn("slow request", "subject", subject, "code", code, "took", took.Round(time.Millisecond).String(),
 			"others_not_logged", skipped)
 	}
@@ -600,10 +576,10 @@ func (l *slowLog) note(log *slog.Logger, subject, code string, took time.Duratio
 // its storage limit: on one server every renewal then fails until an
 // operator acts; in a cluster the refusing leader steps down, and another
 // may take the writes.
-type fullLog struct{ limitedLog }
+type fullLog struct{ telemetry.LogLimit }
 
 func (l *fullLog) note(log *slog.Logger, err error) {
-	if skipped, ok := l.allow(); ok {
+	if skipped, ok := l.Allow(); ok {
 		log.Error("the NATS server's storage is full: a write was refused; on one server no lease can be granted, renewed or released "+
 			"until room is made, in a cluster the stream's leader steps down for another "+
 			"(raise JetStream's max_file_store or the account's limit, or free the disk)", "err", err, "others_not_logged", skipped)
@@ -713,7 +689,7 @@ func (s *Service) serve(subject, reply string, hdr nats.Header, data []byte) {
 		// finds every request it queued late, and any caller may send
 		// them (a line for each of 5,000 in 0.2 s; found by an outside
 		// client).
-		if skipped, ok := s.lateLog.allow(); ok {
+		if skipped, ok := s.lateLog.Allow(); ok {
 			s.log.Info("dropped a request that arrived after its caller's deadline", "subject", subject, "late", past,
 				"others_not_logged", skipped)
 		}
@@ -911,7 +887,7 @@ func (s *Service) publishChange(ev kvlease.Event, kind string, n int, flapping b
 		if flapping {
 			// At most a line a second: a lease granted anew in a loop
 			// logged one per grant (found by an outside client).
-			if skipped, ok := s.flapLog.allow(); ok {
+			if skipped, ok := s.flapLog.Allow(); ok {
 				s.log.Warn("lease is flapping", "lease", ev.Name, "holder", ev.Holder, "token", ev.Token,
 					"changes", n, "window", s.flaps.Window, "others_not_logged", skipped)
 			}

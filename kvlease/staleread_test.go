@@ -1,9 +1,11 @@
 package kvlease_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -314,5 +316,35 @@ func TestLeaderReadAsksAgainPastAMemberWithoutLeader(t *testing.T) {
 	defer mu.Unlock()
 	if asked > 10 {
 		t.Errorf("read with no leader anywhere asked %d times, want a few", asked)
+	}
+}
+
+// A renewal naming a revision above the lease's, which no grantor issued,
+// reads as stale every time; "stale read of a lease" is logged at most
+// once a second for it, since any caller of the service may send them (a
+// line each, 1,000 in 5 s; found by an outside client).
+func TestStaleReadLoggedAtMostOnceASecond(t *testing.T) {
+	var logs bytes.Buffer // read once the renewals have returned
+	st := kvleasetest.OpenStore(t, kvleasetest.NewServer(t).ClientURL(),
+		kvlease.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	ctx := t.Context()
+	cur, err := st.Grant(ctx, kvlease.GrantRequest{Name: "above", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			_, err := st.Renew(ctx, kvlease.RenewRequest{Name: "above", Holder: "h", Token: cur.Token, Revision: cur.Revision + 1000,
+				Duration: time.Minute})
+			if sr := (*kvlease.StaleReadError)(nil); !errors.As(err, &sr) {
+				t.Errorf("renewal naming revision %d of a lease at %d: %v, want a stale read", cur.Revision+1000, cur.Revision, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := strings.Count(logs.String(), `"msg":"stale read of a lease"`); got != 1 {
+		t.Errorf("%d stale reads within a second logged %d lines, want 1:\n%s", n, got, logs.String())
 	}
 }
