@@ -60,7 +60,9 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
 // newer tenure makes its keeper renew at once, and the refusal ends
 // leadership then, not at the next renewal ([kvlease.WithRenewNow]).
 //
-// Errors: ctx's; [kvlease.ErrInvalidOption]; validation errors;
+// Errors: ctx's; [kvlease.ErrInvalidOption]; validation errors
+// ([kvlease.ErrInvalidHolder], [kvlease.ErrDurationOutOfRange],
+// [kvlease.ErrInvalidTiming]), before anything is sent;
 // [kvlease.ErrUnavailable] only if it persists (a candidate retries
 // transient failures while ctx allows).
 func (e *Election) Campaign(ctx context.Context, candidate string, d time.Duration, opts ...kvlease.HoldOption) (*Leadership, error) {
@@ -69,6 +71,12 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 		return nil, err
 	}
 	if err := o.Check(d); err != nil { // not after waiting for, and winning, the lease
+		return nil, err
+	}
+	// Refused now, as Claim does, not by the grant: with the server silent
+	// the campaign waited for it, then returned ctx's error, never naming
+	// the bad input (found by an outside client).
+	if err := errors.Join(kvlease.ValidateHolder(candidate), e.store.CheckDuration(d)); err != nil {
 		return nil, err
 	}
 	// The watch outlives ctx when the campaign is won: it then tells the

@@ -47,3 +47,34 @@ func TestCampaignRefusesBadOptionsBeforeWaiting(t *testing.T) {
 		t.Fatalf("campaign with a nil OnLost while another leads: %v, want ErrInvalidOption at once", err)
 	}
 }
+
+// A candidate or a duration the store refuses is refused at once, also
+// while the server does not answer: the campaign waited for the server,
+// then returned its ctx's error, never naming what was wrong (an empty
+// candidate, or 2 h against a 1 h maximum, through a cut connection;
+// found by an outside client).
+func TestCampaignRefusesBadInputWhileTheServerIsSilent(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	st := kvleasetest.OpenStore(t, p.URL())
+	e, _ := election.New(st, "leader.silent")
+	p.Cut()
+	for _, tt := range []struct {
+		name      string
+		candidate string
+		d         time.Duration
+		want      error
+	}{
+		{"empty candidate", "", 10 * time.Second, kvlease.ErrInvalidHolder},
+		{"candidate with a space at its end", "a ", 10 * time.Second, kvlease.ErrInvalidHolder},
+		{"duration above the store's maximum", "a", 2 * time.Hour, kvlease.ErrDurationOutOfRange},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			if _, err := e.Campaign(ctx, tt.candidate, tt.d); !errors.Is(err, tt.want) {
+				t.Fatalf("Campaign(%q, %v) with the server silent: %v, want %v at once", tt.candidate, tt.d, err, tt.want)
+			}
+		})
+	}
+}
