@@ -936,19 +936,24 @@ func running(pid int) bool {
 // leader steps down, with a higher token.
 func TestElectHandsOver(t *testing.T) {
 	s := startServe(t, "")
-	start := func() (*exec.Cmd, *lines) {
-		cmd := exec.Command(leasedBin, "elect", "leader.cli", "--ttl", "3s", "--url", s.url, "--",
+	start := func(holder string) (*exec.Cmd, *lines, *lines) {
+		cmd := exec.Command(leasedBin, "elect", "leader.cli", "--ttl", "3s", "--url", s.url, "--holder", holder, "--",
 			"sh", "-c", `echo "leading $LEASED_TOKEN"; exec sleep 60`)
 		out, _ := cmd.StdoutPipe()
+		errs, _ := cmd.StderrPipe()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd, readLines(out)
+		return cmd, readLines(out), readLines(errs)
 	}
-	first, firstOut := start()
+	first, firstOut, _ := start("cand-1")
 	l1 := firstOut.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "leading") })
-	_, secondOut := start()
+	_, secondOut, secondLog := start("cand-2")
+	// The second says who leads while it waits (it said nothing).
+	secondLog.wait(t, 10*time.Second, func(l string) bool {
+		return strings.Contains(l, `msg="waiting: another candidate leads"`) && strings.Contains(l, "leader=cand-1")
+	})
 	// The second waits; the first steps down (SIGTERM: stop the command, release).
 	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,8 @@ func newElect(stdout, stderr io.Writer) *cobra.Command {
 COMMAND as "leased run" does: LEASED_TOKEN in its environment, renewed while
 it runs, stopped (SIGTERM, then SIGKILL after --grace, before the holder's
 deadline) the moment leadership is lost. While another candidate leads it
-waits on the bucket's stream for the end of that leadership: no polling. It
+waits on the bucket's stream for the end of that leadership: no polling; it
+says who leads as it starts waiting and at each change of leader. It
 needs JetStream access to the lease bucket. The exit code is the command's,
 as for "leased run" (5 if leadership was lost and the command, catching the
 SIGTERM, exited 0); stopped (SIGINT, SIGTERM, SIGHUP) while waiting to lead, it
@@ -62,6 +63,8 @@ exits 1, saying the command did not run.`,
 				}
 				return superviseUnderLease(ctx, &c, name, grace, verbose, args[1:], stdout, stderr,
 					func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
+						stopSaying := sayLeaders(ctx, e, c.holder, stderr, c.output)
+						defer stopSaying()
 						waiting := false
 						lead, err := e.Campaign(ctx, c.holder, ttl, kvlease.WithLease(kvlease.WithHolderMargin(margin)), kvlease.WithKeeper(opts...),
 							kvlease.WithOnUnavailable(func(err error) {
@@ -86,4 +89,29 @@ exits 1, saying the command did not run.`,
 	cmd.Flags().StringVar(&bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every renewal with the new deadline")
 	return cmd
+}
+
+// sayLeaders logs who leads election e, and each new leader, while this
+// candidate (self) waits: a waiting elect said nothing, even with -v, where
+// client-go's leader election says "new leader elected" and Curator lists
+// the participants (found by an outside client). stop ends it, and returns
+// once it has: no such line comes after the command has started.
+func sayLeaders(ctx context.Context, e *election.Election, self string, stderr io.Writer, format string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		changes, err := e.Observe(ctx)
+		if err != nil {
+			return // the campaign says why, as it meets the same trouble
+		}
+		log, _ := newLogger(stderr, format, slog.LevelInfo) // format was checked with the flags
+		log = log.With("lease", e.Name())
+		for ch := range changes {
+			if ch.Leader != nil && ch.Leader.Holder != self {
+				log.Info("waiting: another candidate leads", "leader", ch.Leader.Holder, "token", uint64(ch.Leader.Token))
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
