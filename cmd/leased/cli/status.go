@@ -199,6 +199,12 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 			// whose fourth node had left: JetStream's meta group had no
 			// majority, the bucket's stream had one).
 			s.LeasesUnknown = api.Message(err)
+			if ctx.Err() != nil {
+				// Its own deadline, not JetStream's refusal: a --timeout
+				// too short for this server read as a cluster without a
+				// majority, on one server too (found trying status).
+				s.LeasesUnknown = "no answer within --timeout (connecting included): a longer one may do, unless the server is stopped or overloaded"
+			}
 		}
 	}
 	return s, nil
@@ -232,8 +238,12 @@ func statusErr(s Status) error {
 		return fmt.Errorf("%w: the lease bucket's stream leader %s hears from %d of its %d followers, too few for a majority%s",
 			kvlease.ErrUnavailable, s.Leader, reachablePeers(s), len(s.Peers), quorumHint(context.DeadlineExceeded))
 	case s.LeasesUnknown != "":
+		hint := metaHint(s.LeasesUnknown)
+		if s.Replicas == 1 && !strings.Contains(s.LeasesUnknown, "JetStream system temporarily unavailable") {
+			hint = "" // no majority to lack, but the meta group's
+		}
 		return fmt.Errorf("%w: the lease bucket's stream has a leader and a majority, but the lease count could not be read: %s%s",
-			kvlease.ErrUnavailable, s.LeasesUnknown, metaHint(s.LeasesUnknown))
+			kvlease.ErrUnavailable, s.LeasesUnknown, hint)
 	case s.bucketsShareSubjects():
 		// The worst hazard of all exited 0 with a warning (review).
 		return fmt.Errorf("%w: stop all but one bucket's services, or give each bucket a NATS account of its own", grantor.ErrOtherBucket)

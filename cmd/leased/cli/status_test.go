@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/grantor"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // A follower the stream leader has not heard from is unreachable, whatever
@@ -334,5 +336,31 @@ func TestStatusJSONCountsOnlyWithAQuorum(t *testing.T) {
 		if got["bucket"] != "leases" || got["replicas"] != float64(3) {
 			t.Errorf("%s: %s\nwant the bucket and its replicas", c.name, b.String())
 		}
+	}
+}
+
+// A count that status's own --timeout cut off says so, and on one server
+// sends no one to look for a cluster's majority: a --timeout too short for
+// the server read as a cluster without one (found trying status).
+func TestStatusCountTimedOut(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL()) // the bucket, with no grantor serving it
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	cl, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := func(ctx context.Context) (int, error) { // a count that takes longer than the timeout
+		<-ctx.Done()
+		return 0, fmt.Errorf("%w: %w", kvlease.ErrUnavailable, ctx.Err())
+	}
+	s, err := status(t.Context(), nc, cl, st.Bucket(), time.Second, slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = statusErr(s)
+	if !errors.Is(err, kvlease.ErrUnavailable) || !strings.Contains(err.Error(), "no answer within --timeout") ||
+		strings.Contains(err.Error(), "majority of its nodes") {
+		t.Errorf("status of an R1 bucket whose count timed out: %v; want the timeout named, and no cluster's majority", err)
 	}
 }
