@@ -1152,6 +1152,10 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		// client).
 		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-listen", "127.0.0.1:0"}, "--gossip-listen needs --gossip-seeds"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--node", "n1"}, "--node names this instance's gossip member"},
+		// Gossip flags it cannot use, gossip off: it registered all the
+		// same (serve refuses them; found by an outside client).
+		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-profile", "wan"}, `--gossip-profile "wan"`},
+		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-key-file", "/nonexistent/key"}, "--gossip-key-file"},
 		// A gossip member name too long, the default one of a long
 		// instance name included, names --node (it said "invalid config:
 		// node name is 130 bytes", once connected; an outside client).

@@ -256,6 +256,12 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 			case node != "" && !g.enabled():
 				return usageError{errors.New("--node names this instance's gossip member: it goes with --gossip-seeds")}
 			}
+			// As serve does, gossip on or off: a --gossip-profile or a
+			// --gossip-key-file it cannot use registered all the same
+			// without --gossip-seeds (found by an outside client).
+			if err := g.check(); err != nil {
+				return err
+			}
 			if g.enabled() {
 				if node == "" {
 					node = args[0] + "-" + args[1] + "-" + strconv.Itoa(os.Getpid())
@@ -266,9 +272,6 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					// connected, and named no flag (found by an outside
 					// client).
 					return usageError{fmt.Errorf("--node %q (gossip member name; default SERVICE-INSTANCE-PID): %w: give a shorter --node", node, err)}
-				}
-				if err := g.check(); err != nil {
-					return err
 				}
 				if g.listen == "" { // as its help says; memberlist's default 7946 is likely a grantor's
 					if !loopbackSeeds(g.seeds) {
