@@ -1161,6 +1161,8 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		// node name is 130 bytes", once connected; an outside client).
 		{nowhere, []string{"register", "web", strings.Repeat("y", 120), "--addr", "10.0.0.7:80", "--gossip-seeds", "127.0.0.1:1"}, "give a shorter --node"},
 		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-seeds", "127.0.0.1:1", "--node", strings.Repeat("n", 129)}, "give a shorter --node"},
+		// Not "shorter" for a name of 3 bytes (found by an outside client).
+		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-seeds", "127.0.0.1:1", "--node", "a\x1bb"}, "unprintable character: give another --node"},
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--gossip-listen", "127.0.0.1:0", "--name", strings.Repeat("g", 129)},
 			"(the gossip member name"},
 		// The URL's user was used and --user ignored (found by an outside

@@ -271,7 +271,14 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 					// said "invalid config: node name is 130 bytes", once
 					// connected, and named no flag (found by an outside
 					// client).
-					return usageError{fmt.Errorf("--node %q (gossip member name; default SERVICE-INSTANCE-PID): %w: give a shorter --node", node, err)}
+					// "Shorter" only when it is too long: a name with a
+					// control character was told to be shorter (found by an
+					// outside client).
+					hint := "give another --node"
+					if len(node) > membership.MaxNameLen {
+						hint = "give a shorter --node"
+					}
+					return usageError{fmt.Errorf("--node %q (gossip member name; default SERVICE-INSTANCE-PID): %w: %s", node, err, hint)}
 				}
 				if g.listen == "" { // as its help says; memberlist's default 7946 is likely a grantor's
 					if !loopbackSeeds(g.seeds) {
