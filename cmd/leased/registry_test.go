@@ -324,3 +324,26 @@ func TestRegisterReleasesWhatItLost(t *testing.T) {
 		t.Fatalf("acquire after register lost it: exit %d %s, want the lease free", r.code, r.stderr)
 	}
 }
+
+// A gossip node name may have spaces (--node): register's line and
+// discover's table quote it, as they do a holder's, so that each still
+// splits into its fields (they printed node=web 7 lease=… and a NODE
+// column of two words; found by an outside client).
+func TestRegisterAndDiscoverQuoteANodeWithSpaces(t *testing.T) {
+	s, gossip := startGossipServe(t)
+	cmd := exec.Command(timingBin(t), "register", "web", "q1", "--addr", "127.0.0.1:8080", "--url", s.url,
+		"--gossip-seeds", gossip, "--gossip-profile", "fast", "--node", "web 7")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line := readLines(out).wait(t, 20*time.Second, func(l string) bool { return strings.HasPrefix(l, "registered ") })
+	if !strings.Contains(line, ` node="web 7" lease=`) {
+		t.Errorf("register printed %q; want node=\"web 7\"", line)
+	}
+	r := leased(t, s.url, "discover", "web")
+	if r.code != 0 || !strings.Contains(r.stdout, `  "web 7"  `) {
+		t.Fatalf("discover: exit %d, stdout %q, stderr %q; want q1's NODE as \"web 7\"", r.code, r.stdout, r.stderr)
+	}
+}

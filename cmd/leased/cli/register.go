@@ -341,7 +341,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				} else {
 					node := "" // none without gossip: "node=" said nothing (found by an outside client)
 					if reg.Node != "" {
-						node = " node=" + reg.Node
+						node = " node=" + field(reg.Node) // --node "web 1" said node=web 1 lease=…
 					}
 					p.line("registered %s/%s addr=%s%s lease=%s token=%d", reg.Service, reg.Instance, reg.Addr,
 						node, l.Name(), l.Token())
@@ -403,7 +403,7 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 							susp += " (suspect)"
 						}
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\n", in.Instance, textSafe(in.Addr), textSafe(in.Node), susp, in.Token,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\n", in.Instance, textSafe(in.Addr), field(in.Node), susp, in.Token,
 						time.Until(in.ExpiresAt).Round(100*time.Millisecond))
 				}
 				return tw.Flush()
