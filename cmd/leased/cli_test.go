@@ -1138,6 +1138,11 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"status", "--bucket", "a b"}, "--bucket: invalid option"},
 		{nowhere, []string{"status", "--bucket", ""}, "--bucket: invalid option"},
 		{nowhere, []string{"bench", "--compare", "1", "--ops", "1", "--bucket", "x.y"}, "--bucket: invalid option"},
+		// Checked once connected, they said "grantor unavailable", exit 1
+		// (found by an outside client).
+		{nowhere, []string{"watch", "--bucket", "a b"}, "--bucket: invalid option"},
+		{nowhere, []string{"watch", "a*"}, `prefix "a*"`},
+		{nowhere, []string{"elect", "x", "--bucket", "a b", "--", "true"}, "--bucket: invalid option"},
 		{"", []string{"dev-cluster", "--port", "-5", "--data", t.TempDir()}, "--port -5"},
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--name", "x", "--cluster-name", "solo",
 			"--cluster-listen", "127.0.0.1:0"}, "--cluster-name needs --routes"},

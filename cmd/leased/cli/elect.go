@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -45,6 +46,11 @@ exits 1, saying the command did not run.`,
 			grace, margin, err := graceTiming(ttl, grace)
 			if err != nil {
 				return err
+			}
+			if err := kvlease.ValidateBucket(bucket); err != nil {
+				// Checked once connected, it said "grantor unavailable",
+				// exit 1, with no server, as history did.
+				return usageError{fmt.Errorf("--bucket: %w", err)}
 			}
 			name := args[0]
 			stopMetrics, err := c.startMetrics(cmd.Context(), mf, "leased-elect", stderr)

@@ -492,6 +492,15 @@ after the last change it printed.`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
+			// Before connecting: checked by Open and Watch, a bad PREFIX
+			// or --bucket said "grantor unavailable", exit 1, with no
+			// server (found by an outside client), as history did.
+			if err := kvlease.ValidatePrefix(prefix); err != nil {
+				return usageError{err}
+			}
+			if err := kvlease.ValidateBucket(bucket); err != nil {
+				return usageError{fmt.Errorf("--bucket: %w", err)}
+			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
 				// It only reads: no batching, for which Open would update a
 				// bucket that does not allow atomic publish.
