@@ -347,3 +347,34 @@ func TestRegisterAndDiscoverQuoteANodeWithSpaces(t *testing.T) {
 		t.Fatalf("discover: exit %d, stdout %q, stderr %q; want q1's NODE as \"web 7\"", r.code, r.stdout, r.stderr)
 	}
 }
+
+// A register whose line cannot be written (its reader gone: `register … |
+// (exit 0)`) deregisters and exits 1, as acquire --hold does. It was
+// killed by SIGPIPE, registered: the registration stayed for its TTL with
+// no one renewing it, and a restart was refused as held meanwhile (found
+// by an outside client).
+func TestRegisterOutputThatCannotBeWritten(t *testing.T) {
+	s := startServe(t, "")
+	for _, format := range []string{"text", "json"} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		inst := "closed-" + format
+		cmd := exec.Command(leasedBin, "register", "web", inst, "--addr", "127.0.0.1:8080", "--url", s.url, "-o", format)
+		var stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = w, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		err = waitExit(cmd, 20*time.Second)
+		if code := cmd.ProcessState.ExitCode(); code != cli.ExitError || !strings.Contains(stderr.String(), "deregistered svc.web."+inst) {
+			t.Errorf("register -o %s > closed pipe: exit %d (%v), stderr %q; want %d, deregistered", format, code, err, stderr.String(), cli.ExitError)
+		}
+		if g := leased(t, s.url, "get", "svc.web."+inst); g.code != cli.ExitNotFound {
+			t.Errorf("get svc.web.%s after: exit %d, %s; want %d, deregistered", inst, g.code, g.stdout, cli.ExitNotFound)
+		}
+	}
+}

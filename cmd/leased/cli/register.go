@@ -291,6 +291,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				}
 				reg.Node = node
 			}
+			brokenPipeIsAnError() // its line written to a closed pipe: deregister, not die registered
 			stopMetrics, err := c.startMetrics(cmd.Context(), mf, "leased-register", stderr)
 			if err != nil {
 				return err
@@ -335,16 +336,30 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 						return err
 					}
 				}
+				var werr error
 				if p := c.printer(stdout); p.json {
-					p.obj(map[string]any{"service": reg.Service, "instance": reg.Instance, "addr": reg.Addr,
+					werr = p.obj(map[string]any{"service": reg.Service, "instance": reg.Instance, "addr": reg.Addr,
 						"node": reg.Node, "token": l.Token(), "lease": l.Name()})
 				} else {
 					node := "" // none without gossip: "node=" said nothing (found by an outside client)
 					if reg.Node != "" {
 						node = " node=" + field(reg.Node) // --node "web 1" said node=web 1 lease=…
 					}
-					p.line("registered %s/%s addr=%s%s lease=%s token=%d", reg.Service, reg.Instance, reg.Addr,
+					_, werr = fmt.Fprintf(stdout, "registered %s/%s addr=%s%s lease=%s token=%d\n", reg.Service, reg.Instance, reg.Addr,
 						node, l.Name(), l.Token())
+				}
+				if werr != nil {
+					// As acquire --hold: `register … | (exit 0)` was killed
+					// by SIGPIPE, registered, and the registration stayed
+					// for its TTL with no one renewing it, its restart
+					// refused (held) meanwhile (found by an outside client).
+					rctx, cancel := cleanupContext(ctx, c.timeout)
+					defer cancel()
+					if err := k.Close(rctx); err != nil {
+						return fmt.Errorf("writing the registration: %w; and deregistering %s failed, so it stays until its TTL lapses: %w",
+							werr, l.Name(), permissionCause(ctx, err))
+					}
+					return fmt.Errorf("writing the registration: %w; deregistered %s", werr, l.Name())
 				}
 				if lost := keepUntilStop(ctx, k); lost != nil {
 					return lost
