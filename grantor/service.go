@@ -734,7 +734,13 @@ func (s *Service) reply(to, verb string, resp any, err error, counted func(code 
 			msg.Data, _ = json.Marshal(resp)
 		}
 		if len(msg.Data) > int(s.nc.MaxPayload()) {
-			err = fmt.Errorf("%w: reply of %d bytes exceeds the server's max payload; narrow the prefix", api.ErrTooLarge, len(msg.Data))
+			// A discovery has no prefix to narrow: it told the client of
+			// a large service to (found by an outside client).
+			hint := "narrow the prefix"
+			if verb == "discover" {
+				hint = "a service's instances, with their metadata, must fit one message: register them with less metadata, or raise the server's max_payload"
+			}
+			err = fmt.Errorf("%w: reply of %d bytes exceeds the server's max payload; %s", api.ErrTooLarge, len(msg.Data), hint)
 		}
 	}
 	r.set(api.HeaderServerTime, time.Now().Format(time.RFC3339Nano))

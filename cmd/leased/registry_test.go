@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -376,5 +377,29 @@ func TestRegisterOutputThatCannotBeWritten(t *testing.T) {
 		if g := leased(t, s.url, "get", "svc.web."+inst); g.code != cli.ExitNotFound {
 			t.Errorf("get svc.web.%s after: exit %d, %s; want %d, deregistered", inst, g.code, g.stdout, cli.ExitNotFound)
 		}
+	}
+}
+
+// A discovery whose reply exceeds the NATS server's max_payload says what
+// to do about it: it said "narrow the prefix", which discover has none of
+// (found by an outside client, with 1000 instances of 1 KiB metadata at
+// the default 1 MB).
+func TestDiscoverTooLargeSaysWhatToDo(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(conf, []byte("max_payload: 8KB\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, "", "--config", conf)
+	meta := "meta.x=" + strings.Repeat("m", 900)
+	for i := range 10 { // some 10 KB of instances
+		if r := leased(t, s.url, "acquire", "svc.big.i"+itoa(i), "--ttl", "1m", "--holder", "h"+itoa(i),
+			"--attr", "addr=10.0.0.1:80", "--attr", meta); r.code != 0 {
+			t.Fatalf("acquire: exit %d %s", r.code, r.stderr)
+		}
+	}
+	r := leased(t, s.url, "discover", "big")
+	if !strings.Contains(r.stderr, "exceeds the server's max payload") || strings.Contains(r.stderr, "prefix") ||
+		!strings.Contains(r.stderr, "less metadata") {
+		t.Fatalf("discover of 10 KB at an 8 KB max_payload: exit %d, stderr %q; want too large, saying what to do", r.code, r.stderr)
 	}
 }
