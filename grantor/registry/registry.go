@@ -372,7 +372,7 @@ func (r *Registry) sweep() {
 // trouble at once (see cutOff): the sweep tries again each second.
 func (r *Registry) removeNode(node, reason string, at time.Time) {
 	if reason == reasonDead && r.gossip != nil {
-		if bad, of, cut := cutOff(r.gossip.Members(), r.gossip.Name(), node, at); cut {
+		if bad, of, cut := cutOff(r.gossip.Members(), r.gossip.Name(), node, at, time.Now()); cut {
 			if now := time.Now(); now.Sub(r.heldLogged) >= heldLogEvery {
 				r.heldLogged = now
 				r.log.Warn("gossip says most nodes are gone at once: this grantor is likely cut off; registrations are left to their TTL",
@@ -454,14 +454,26 @@ const atOnce = 2 * time.Second
 // memberlist member sends no heartbeats: its LastHeard is its join, so it
 // seldom counts as troubled.) With one other member there is no majority
 // to judge: it is removed, as before.
-func cutOff(members []membership.Member, self, node string, at time.Time) (bad, of int, cut bool) {
+//
+// Silent members count too: heartbeating ones (suspicion above 0) not
+// heard from, by now, for half as long as node has been silent. Members
+// that fell silent with node at once are not yet dead, nor suspect, when
+// node's verdict comes to a slow grantor: their suspicion is divided by
+// its own poor gossip health (memberlist's awareness), and under load
+// their heartbeats' intervals vary, which slows phi (found under load, 1
+// run in 4 of TestRegistryLeavesRegistrationsToTheirTTLWhenMostNodesGoAtOnce:
+// the other two silent with node for 0.95 s, heartbeats due every 0.1 s,
+// at suspicion 1.3 and 1.4 against a threshold of 8, health 4). A member
+// that is only late is heard again, and the sweep removes node then.
+func cutOff(members []membership.Member, self, node string, at, now time.Time) (bad, of int, cut bool) {
 	for _, m := range members {
 		if m.Name == node {
 			at = m.LastHeard
 		}
 	}
 	for _, m := range members {
-		troubled := m.State == membership.StateDead || m.State == membership.StateSuspect
+		silent := m.State == membership.StateAlive && m.Suspicion > 0 && 2*now.Sub(m.LastHeard) >= now.Sub(at)
+		troubled := m.State == membership.StateDead || m.State == membership.StateSuspect || silent
 		if m.Name == self || m.State == membership.StateLeft || troubled && m.LastHeard.Sub(at).Abs() > atOnce {
 			continue
 		}
