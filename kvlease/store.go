@@ -264,6 +264,15 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		o.logger.Info("created lease bucket", "bucket", o.bucket, "replicas", o.replicas)
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil, fmt.Errorf("%w: bucket %q does not exist", ErrBucket, o.bucket)
+	case errors.Is(err, nats.ErrNoResponders):
+		// Nothing subscribes to the JetStream API for this account: serve
+		// --nats-url against a nats-server without JetStream waited its
+		// minute and exited saying only nats.go's "no responders available
+		// for request" (found following README's cluster set-ups; s13d).
+		// Still unavailable: a server of a cluster that lacks JetStream
+		// reaches the others' once its routes are up.
+		return nil, fmt.Errorf("%w: open bucket: no JetStream server answered for this account (enable JetStream on the NATS servers, "+
+			"and for the account of this user): %w", ErrUnavailable, err)
 	case err != nil:
 		return nil, translate("open bucket", err)
 	}

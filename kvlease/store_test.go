@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -1115,6 +1116,28 @@ func TestOpenWhileDisconnected(t *testing.T) {
 	defer cancel()
 	if _, err := kvlease.Open(ctx, js); !errors.Is(err, kvlease.ErrUnavailable) || !strings.Contains(err.Error(), "not connected to NATS") {
 		t.Fatalf("Open while disconnected: %v, want ErrUnavailable saying it is not connected", err)
+	}
+}
+
+// Open against a NATS server without JetStream says that JetStream did not
+// answer: serve --nats-url waited its minute and exited with only nats.go's
+// "no responders available for request" (found trying README's set-ups).
+func TestOpenWithoutJetStream(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	_, err = kvlease.Open(ctx, js)
+	if !errors.Is(err, kvlease.ErrUnavailable) || !errors.Is(err, nats.ErrNoResponders) || !strings.Contains(err.Error(), "no JetStream server answered") {
+		t.Fatalf("Open without JetStream: %v, want ErrUnavailable saying no JetStream server answered", err)
 	}
 }
 
