@@ -21,7 +21,7 @@ type Node struct {
 	Node    string // its node name
 	ID      string // the service instance's id
 	Bucket  string // the lease bucket it serves
-	NATSURL string // the NATS URL it is connected to (redacted)
+	NATSURL string // the NATS URL it connected to as it started (redacted; micro's metadata stays as registered, so not the server of a later reconnect)
 	Version string // the service API's version
 	// Policy is the grantor margin and duration range it grants with, as
 	// its INFO says it ("" from a service too old to say): the grantors
