@@ -248,6 +248,9 @@ func TestDocumentedPermissions(t *testing.T) {
 	}{
 		{"revoke as app", "app", []string{"revoke", "perm.a", "--inbox-prefix", "_INBOX_app"}, `publish to "lease.admin.v1.revoke"`},
 		{"app without its inbox prefix", "app", []string{"get", "perm.a", "--inbox-prefix", ""}, "--inbox-prefix"},
+		// elect works on the bucket, not through the service: the refusal
+		// says so, not only which JetStream subject was refused.
+		{"elect as app", "app", []string{"elect", "perm.e", "--inbox-prefix", "_INBOX_app", "--", "true"}, "not through the lease service"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()

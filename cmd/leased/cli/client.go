@@ -335,6 +335,14 @@ func (e *PermissionError) Error() string {
 		// a grant first reads the grantor's clock there.
 		msg += " (acquire, run and register read the grantor's clock there before a grant, " +
 			"so a user that grants needs it too: allow lease.v1.get, or lease.v1.> as the app user of docs/api.md)"
+	case e.Op == "publish" && strings.HasPrefix(e.Subject, "$JS.API.") && strings.Contains(e.Subject, ".KV_") &&
+		!strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE."):
+		// docs/api.md's app user, running elect (a lease command, as run
+		// is), was told only of a JetStream subject (found following the
+		// documented users, s13d).
+		msg += " (this command reads the lease bucket's stream itself, not through the lease service: elect, watch, " +
+			"status, history (for the live leases) and bench --direct need JetStream access to it, as the operator user of docs/api.md has; " +
+			"through the service, as its app user may: acquire, run, register, get and ls)"
 	case strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.KV_") || strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.LEASED_HISTORY_"):
 		// serve refused to start, exit 7, saying only this (found by an
 		// outside client with a user of its own for leased).
