@@ -1431,7 +1431,14 @@ func (h *holderIndex) released(name string, rev uint64) {
 	if cur, ok := h.byName[name]; ok && cur.rev > rev {
 		return // a newer tenure
 	}
-	h.ahead[name] = max(h.ahead[name], rev+1)
+	// The tombstone is above rev: until the stream is past rev, older
+	// events of the tenure are still to come and must not undo this. Once
+	// it is, none is, and an entry here would wait for an event of name
+	// that may never come (the watch applied the tombstone before this
+	// answer: one entry per name ever released).
+	if rev >= h.watermark {
+		h.ahead[name] = max(h.ahead[name], rev+1)
+	}
 	h.setLocked(name, "", rev+1, nil)
 }
 
