@@ -315,7 +315,7 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		tracer:        o.tracerProvider().Tracer(instrumentationName),
 		log:           o.logger,
 		prefix:        "$KV." + o.bucket + ".",
-		cache:         revCache{m: make(map[string]cacheEntry)},
+		cache:         revCache{m: make(map[string]cacheEntry), keep: max(o.markerTTL, stream.CachedInfo().Config.SubjectDeleteMarkerTTL)},
 	}
 	if o.batch.Enabled {
 		store.w = newWriter(store, o.batch)
@@ -2228,9 +2228,20 @@ func translate(op string, err error) error {
 // the record of a live revision (revisions are immutable, so a renewal that
 // names it can be verified without a read), or the revision of the tombstone
 // a new grant must name. Bounded; eviction only costs a read.
+//
+// It holds what the bucket may still hold: an entry is forgotten once its
+// message can no longer be the subject's last (see cacheEntry.until), swept
+// at most once per revCacheSweep by the writes that come, so that its memory
+// follows the leases live and recently ended, not every name the Store has
+// ever touched (a worker claiming the items of a long queue).
 type revCache struct {
 	mu sync.Mutex
 	m  map[string]cacheEntry
+	// keep is how long the bucket keeps an expiry marker or a tombstone
+	// (the longer of the Store's and the bucket's marker TTL); 0: entries
+	// are not swept.
+	keep      time.Duration
+	nextSweep time.Time
 }
 
 type cacheEntry struct {
@@ -2247,6 +2258,43 @@ type cacheEntry struct {
 	// renewal: the next renewal of the tenure for the same duration
 	// stores the same bytes again, so it need not encode them.
 	renewal []byte
+	// until is when the message at rec.Revision is surely no longer the
+	// subject's last, counted from when the entry was set: a record's TTL
+	// and then its expiry marker's, or the tombstone's (its hold, if
+	// longer). The sweep forgets the entry after it.
+	until time.Time
+}
+
+// revCacheSweep is how often the cache looks for entries past their until:
+// a pass over every entry under the lock (30 ms at revCacheMax on a busy
+// 2-core machine, while renewals through the Store wait), amortised over the
+// writes of that time.
+const revCacheSweep = time.Minute
+
+// lifetime is how long from now the bucket may keep e's message as the
+// subject's last (see cacheEntry.until).
+func (c *revCache) lifetime(e cacheEntry) time.Duration {
+	if !e.gone {
+		return e.rec.TTL + c.keep
+	}
+	d := c.keep
+	if e.ended != nil {
+		d = max(d, time.Duration(parseUint(e.ended.get(hdrHold)))*time.Millisecond)
+	}
+	return d
+}
+
+// sweepLocked forgets the entries past their until, once per revCacheSweep.
+func (c *revCache) sweepLocked(now time.Time) {
+	if c.keep <= 0 || now.Before(c.nextSweep) {
+		return
+	}
+	for name, e := range c.m {
+		if now.After(e.until) {
+			delete(c.m, name)
+		}
+	}
+	c.nextSweep = now.Add(revCacheSweep)
 }
 
 // sureUntil is the end of an entry's sure time: sent + ttl less a margin
@@ -2278,6 +2326,9 @@ const revCacheMax = 1 << 18
 func (c *revCache) set(name string, e cacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := time.Now()
+	c.sweepLocked(now)
+	e.until = now.Add(c.lifetime(e))
 	if old, ok := c.m[name]; ok && old.rec.Revision > e.rec.Revision {
 		return // revisions of a lease only grow: e is from a stale read
 	}
