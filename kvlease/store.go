@@ -2174,7 +2174,7 @@ func translate(op string, err error) error {
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess:
 		return fmt.Errorf("%w: %s: an earlier attempt of this request is still in process: %w", ErrUnavailable, op, err)
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeReplicasNotSupported:
-		return fmt.Errorf("%w: %s: the NATS server is not in a cluster, so a bucket has one replica (WithReplicas(1)): %w", ErrBucket, op, err)
+		return fmt.Errorf("%w: %s: the NATS server is not in a cluster, so a bucket has one replica (WithReplicas(1); serve --replicas 1): %w", ErrBucket, op, err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		// Refused by the client before it was sent: too large, every time.
 		return fmt.Errorf("%w: %s: %w", ErrTooLarge, op, err)
