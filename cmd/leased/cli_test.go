@@ -1209,6 +1209,22 @@ func TestElectFollowsTheServersPolicy(t *testing.T) {
 	}
 }
 
+// A duration the grantor's policy refuses names --ttl, with exit 2:
+// acquire and register said only "duration out of range" (found by an
+// outside client).
+func TestTTLOutOfRangeNamesTheFlag(t *testing.T) {
+	s := startServe(t, "")
+	for _, args := range [][]string{
+		{"acquire", "ttl.flag", "--ttl", "100h"},
+		{"register", "web", "ttl1", "--addr", "127.0.0.1:80", "--ttl", "100h"},
+		{"run", "--lease", "ttl.flag", "--ttl", "100h", "--", "true"},
+	} {
+		if r := leased(t, s.url, args...); r.code != 2 || !strings.Contains(r.stderr, "--ttl: ") || !strings.Contains(r.stderr, "out of range") {
+			t.Errorf("%v: exit %d, stderr %q; want 2, naming --ttl", args, r.code, r.stderr)
+		}
+	}
+}
+
 // --timeout bounds the whole wait, connecting included: servers that
 // accept connections and never answer (as a paused one does) use it up
 // together, not each its own --timeout before the request's.

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/kvlease"
 )
 
 // Exit codes.
@@ -63,6 +64,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return int(status)
 	}
 	msg := api.Message(err)
+	if f := cmd.Flags().Lookup("ttl"); f != nil && errors.Is(err, kvlease.ErrDurationOutOfRange) && !strings.Contains(msg, "--ttl") {
+		// The grantor's policy refused it: acquire and register said
+		// only "duration out of range" (found by an outside client).
+		msg = "--ttl: " + msg
+	}
 	say := lineLog{w: stderr}
 	if logsJSON(cmd) {
 		// run, elect and register log JSON records with -o json: their
