@@ -199,10 +199,13 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 			// whose fourth node had left: JetStream's meta group had no
 			// majority, the bucket's stream had one).
 			s.LeasesUnknown = api.Message(err)
-			if ctx.Err() != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// Its own deadline, not JetStream's refusal: a --timeout
 				// too short for this server read as a cluster without a
-				// majority, on one server too (found trying status).
+				// majority, on one server too (found trying status). Only
+				// the deadline: an interrupt, or a refusal withConn
+				// cancels for, was told to try a longer --timeout (found
+				// in review).
 				s.LeasesUnknown = "no answer within --timeout (connecting included): a longer one may do, unless the server is stopped or overloaded"
 			}
 		}

@@ -364,3 +364,31 @@ func TestStatusCountTimedOut(t *testing.T) {
 		t.Errorf("status of an R1 bucket whose count timed out: %v; want the timeout named, and no cluster's majority", err)
 	}
 }
+
+// A count cut off by anything but status's own --timeout (an interrupt, or
+// withConn cancelling for a refusal of the server's) is not said to be the
+// timeout's: the line told an interrupted status, or one whose user may
+// not count, to try a longer --timeout (found in review).
+func TestStatusCountCancelledNotTimedOut(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	cl, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	interrupted := func(ctx context.Context) (int, error) { // the count's caller interrupted as it waits
+		cancel()
+		<-ctx.Done()
+		return 0, fmt.Errorf("%w: %w", kvlease.ErrUnavailable, ctx.Err())
+	}
+	s, err := status(ctx, nc, cl, st.Bucket(), time.Minute, interrupted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LeasesUnknown == "" || strings.Contains(s.LeasesUnknown, "--timeout") {
+		t.Errorf("count of a status interrupted within its --timeout: leases unknown %q; want it said, and not as --timeout's", s.LeasesUnknown)
+	}
+}
