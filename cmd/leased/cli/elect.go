@@ -114,7 +114,7 @@ func sayLeaders(ctx context.Context, e *election.Election, self string, stderr i
 		log, _ := newLogger(stderr, format, slog.LevelInfo) // format was checked with the flags
 		log = log.With("lease", e.Name())
 		for ch := range changes {
-			if ch.Leader != nil && ch.Leader.Holder != self {
+			if ch.Leader != nil && ch.Leader.Holder != self && ctx.Err() == nil { // none once stopped: this candidate may lead
 				log.Info("waiting: another candidate leads", "leader", ch.Leader.Holder, "token", uint64(ch.Leader.Token))
 			}
 		}
