@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // SetSendHook makes st call f as each write goes out: whether it is an
@@ -107,4 +108,12 @@ func SetNow(l *Lease, f func() time.Time) { l.now = f }
 // revoking rec, went unanswered (tests).
 func RevokeOnceAfter(ctx context.Context, s *Store, rec Record, reason string, opts ...RevokeOption) (Record, error) {
 	return s.revokeOnce(ctx, rec.Name, reason, NewRevocation(opts...), &rec)
+}
+
+// BucketConfig is the KV configuration of the lease bucket Open creates
+// without a first token.
+func BucketConfig(bucket string) jetstream.KeyValueConfig {
+	o := defaultOptions()
+	o.bucket = bucket
+	return bucketConfig(o)
 }

@@ -3,6 +3,7 @@ package kvlease
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -30,6 +31,7 @@ type options struct {
 	rangeSet      bool        // WithDurationRange was given (else the bucket's policy, if any)
 	setPolicy     bool        // WithBucketPolicy: record margin and range on the bucket
 	overdueGrace  time.Duration
+	firstToken    Token // WithFirstToken; 0: none
 }
 
 // DefaultBucket is the lease bucket's name unless [WithBucket] says otherwise.
@@ -295,6 +297,32 @@ func WithOverdueGrace(d time.Duration) Option {
 			return fmt.Errorf("%w: overdue grace %v is negative", ErrInvalidOption, d)
 		}
 		o.overdueGrace = d
+		return nil
+	}
+}
+
+// WithFirstToken makes a bucket that Open creates begin its revisions, the
+// fencing tokens, at first instead of 1: for a bucket made anew after the
+// old one was lost (a lost disk, a cluster started on new data
+// directories), give first above every token the old bucket issued, and
+// the fences that saw those accept the new tokens (they refuse tokens
+// below the highest they saw: safe, but nothing could be written until the
+// new bucket's revisions passed it). etcd's restore has --bump-revision for
+// the same reason. The first revision is part of the bucket's stream
+// configuration (its first_seq), which the server keeps and applies again
+// at every start.
+//
+// A bucket that exists already keeps its revisions: Open fails with
+// [ErrBucket] if its revisions are below first (they cannot be raised in
+// place), and goes on if they are at or above it. 0 or 1: revisions begin
+// at 1. Above math.MaxInt64 is an error: fences keep tokens as signed
+// 64-bit integers (PostgreSQL's bigint).
+func WithFirstToken(first Token) Option {
+	return func(o *options) error {
+		if first > math.MaxInt64 {
+			return fmt.Errorf("%w: first token %d above %d, the largest token a fence keeps", ErrInvalidOption, first, int64(math.MaxInt64))
+		}
+		o.firstToken = first
 		return nil
 	}
 }

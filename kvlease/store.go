@@ -246,15 +246,8 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 	created := false
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound) && o.create:
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:         o.bucket,
-			Description:    "leased: leases (revision = fencing token)",
-			History:        1,
-			Storage:        jetstream.FileStorage,
-			Replicas:       o.replicas,
-			LimitMarkerTTL: o.markerTTL,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) { // lost a race with another Open
+		kv, err = createBucket(ctx, js, o)
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // lost a race with another Open
 			kv, err = js.KeyValue(ctx, o.bucket)
 		}
 		if err != nil {
@@ -281,6 +274,9 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		return nil, err
 	}
 	if err := checkBucket(st); err != nil {
+		return nil, err
+	}
+	if err := checkFirstToken(stream, o); err != nil {
 		return nil, err
 	}
 	if stream, err = bucketPolicy(ctx, js, stream, &o); err != nil {
@@ -321,6 +317,75 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		store.w = newWriter(store, o.batch)
 	}
 	return store, nil
+}
+
+// bucketConfig is the lease bucket as Open creates it.
+func bucketConfig(o options) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:         o.bucket,
+		Description:    "leased: leases (revision = fencing token)",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       o.replicas,
+		LimitMarkerTTL: o.markerTTL,
+	}
+}
+
+// createBucket creates the lease bucket. With a first token
+// ([WithFirstToken]) it creates the bucket's stream itself, as nats.go's
+// CreateKeyValue would (kvStreamConfig) but with its first_seq set, which
+// KeyValueConfig has no field for.
+func createBucket(ctx context.Context, js jetstream.JetStream, o options) (jetstream.KeyValue, error) {
+	if o.firstToken <= 1 {
+		return js.CreateKeyValue(ctx, bucketConfig(o))
+	}
+	cfg := kvStreamConfig(bucketConfig(o))
+	cfg.FirstSeq = uint64(o.firstToken)
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		return nil, err
+	}
+	return js.KeyValue(ctx, o.bucket)
+}
+
+// kvStreamConfig is the stream nats.go's CreateKeyValue makes for c, for
+// what the lease bucket sets (TestBucketStreamIsNATSKV keeps the two
+// alike).
+func kvStreamConfig(c jetstream.KeyValueConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:                   StreamName(c.Bucket),
+		Description:            c.Description,
+		Subjects:               []string{"$KV." + c.Bucket + ".>"},
+		MaxMsgsPerSubject:      int64(c.History),
+		MaxBytes:               -1,
+		MaxMsgSize:             -1,
+		Storage:                c.Storage,
+		Replicas:               c.Replicas,
+		AllowRollup:            true,
+		DenyDelete:             true,
+		Duplicates:             2 * time.Minute,
+		MaxMsgs:                -1,
+		MaxConsumers:           -1,
+		AllowDirect:            true,
+		Discard:                jetstream.DiscardNew,
+		AllowMsgTTL:            true,
+		SubjectDeleteMarkerTTL: c.LimitMarkerTTL,
+	}
+}
+
+// checkFirstToken fails if the bucket's revisions are below the first
+// token asked for ([WithFirstToken]): its tokens would be below those the
+// fences saw.
+func checkFirstToken(stream jetstream.Stream, o options) error {
+	if o.firstToken <= 1 {
+		return nil
+	}
+	info := stream.CachedInfo()
+	if next := info.State.LastSeq + 1; next < uint64(o.firstToken) {
+		return fmt.Errorf("%w: bucket %q exists, and its next revision (fencing token) is %d, below the first token %d asked for; "+
+			"the revisions of a bucket cannot be raised in place (they are its stream's sequence numbers): a bucket that is to begin "+
+			"above a token must be created with it", ErrBucket, o.bucket, next, o.firstToken)
+	}
+	return nil
 }
 
 // allowAtomicPublish updates the bucket's stream to accept atomic batches

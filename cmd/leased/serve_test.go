@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -42,6 +43,34 @@ func TestServeRestartKeepsLeases(t *testing.T) {
 	s.stop(t)
 }
 
+// --first-token: a bucket serve creates begins its tokens there (a bucket
+// made anew after the old one was lost, whose fences saw tokens up to it),
+// and a restart with a first token above the bucket's is refused before
+// serving, saying why, the bucket left as it was.
+func TestServeFirstToken(t *testing.T) {
+	s := startServe(t, "", "--first-token", "70000")
+	st := kvleasetest.OpenStore(t, s.url, kvlease.WithoutCreate())
+	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "svc.a", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Token < 70000 {
+		t.Fatalf("token %d, want at least 70000", rec.Token)
+	}
+	s.stop(t)
+
+	out, err := exec.Command(leasedBin, "serve", "--listen", "127.0.0.1:0", "--data", s.data, "--first-token", "90000").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "below the first token 90000") {
+		t.Fatalf("serve on a bucket below --first-token: %v\n%s", err, out)
+	}
+	s = startServe(t, s.data, "--first-token", "70000") // at or below the bucket's: serves
+	st = kvleasetest.OpenStore(t, s.url, kvlease.WithoutCreate())
+	if got, err := st.Get(t.Context(), "svc.a"); err != nil || got.Token != rec.Token {
+		t.Fatalf("after the refused start: %+v, %v; want token %d", got, err, rec.Token)
+	}
+}
+
 func TestServeRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--sync", "sometimes"},
@@ -58,6 +87,8 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--batch-in-flight", "0"},
 		{"serve", "--batch-linger", "5s"},
 		{"serve", "--batch-timeout", "0s"},
+		{"serve", "--first-token", "9223372036854775808"},
+		{"serve", "--first-token", "-1"},
 		{"serve", "--batching=false", "--batch-linger", "2ms"},
 		// What the embedded server cannot serve: it is alone, and refuses
 		// batches past its limits (the nats-server defaults here).

@@ -48,6 +48,7 @@ type serveFlags struct {
 	sync          string
 	bucket        string
 	replicas      int
+	firstToken    uint64
 	minTTL        time.Duration // the store's range and margin: kvlease options
 	maxTTL        time.Duration
 	grantorMargin time.Duration
@@ -265,6 +266,7 @@ nothing changes (nor does it without --config, or with --nats-url).`,
 	fl.StringVar(&f.sync, "sync", "always", "embedded store sync policy: always (sync before ack) or unsafe-interval (may lose acknowledged grants on power loss)")
 	fl.StringVar(&f.bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
 	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the lease bucket when it is created (default: 3 in a cluster, else 1)")
+	fl.Uint64Var(&f.firstToken, "first-token", 0, "the first fencing token of the lease bucket when it is created: for a bucket made anew after its old one was lost, above every token the old one issued, so that fences accept the new ones; serve refuses to start on an existing bucket whose tokens are below it (default: 1)")
 	fl.DurationVar(&f.minTTL, "min-ttl", kvlease.MinDuration, "shortest lease granted (at least 1s)")
 	fl.DurationVar(&f.maxTTL, "max-ttl", kvlease.DefaultMaxDuration, "longest lease granted")
 	fl.DurationVar(&f.policy.DefaultDuration, "default-ttl", f.policy.DefaultDuration, "duration of a grant that names none")
@@ -312,6 +314,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	policyOpts := []kvlease.Option{kvlease.WithDurationRange(f.minTTL, f.maxTTL), kvlease.WithGrantorMargin(f.grantorMargin)}
 	if err := kvlease.CheckOptions(policyOpts...); err != nil {
 		return usageError{err}
+	}
+	if err := kvlease.CheckOptions(kvlease.WithFirstToken(kvlease.Token(f.firstToken))); err != nil {
+		return usageError{fmt.Errorf("--first-token: %w", err)}
 	}
 	if err := f.policy.ValidateFor(f.minTTL, f.maxTTL); err != nil {
 		return usageError{err}
@@ -485,7 +490,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			"cluster", f.clusterName)
 	}
 	opts := append(policyOpts, kvlease.WithBucketPolicy(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log),
-		kvlease.WithStoreMeterProvider(mp))
+		kvlease.WithStoreMeterProvider(mp), kvlease.WithFirstToken(kvlease.Token(f.firstToken)))
 	opts = append(opts, batchOpts...)
 	st, err := kvlease.Open(octx, js, opts...)
 	if err != nil {
@@ -566,7 +571,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		case failed = <-svc.Failed():
 			serving = false
 			if errors.Is(failed, kvlease.ErrBucketReplaced) {
-				log.Error("cannot serve on: stopping (start again to serve the new bucket; fenced resources need their fences reset: docs/safety.md)", "err", failed)
+				log.Error("cannot serve on: stopping (start again to serve the new bucket; its tokens began again unless its creator gave a first token (serve --first-token), and fences that saw the old ones refuse them: README, Fenced writes)", "err", failed)
 			} else {
 				log.Error("cannot serve on: stopping", "err", failed)
 			}

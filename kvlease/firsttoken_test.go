@@ -1,0 +1,144 @@
+package kvlease_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// A bucket made anew with WithFirstToken grants tokens from there on: after
+// a clean restart, and after a SIGKILL that came before anything was
+// written to it (the first revision is the stream's configuration, not a
+// message the crash could lose).
+func TestFirstTokenSurvivesRestarts(t *testing.T) {
+	const first = 100_000
+	srv := kvleasetest.StartChildServer(t)
+	grant := func(name string) kvlease.Token {
+		t.Helper()
+		st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithFirstToken(first))
+		rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: name, Holder: "h", Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Token
+	}
+	kvleasetest.OpenStore(t, srv.URL, kvlease.WithFirstToken(first)) // creates the bucket, writes nothing
+	srv.Kill()
+	srv.Restart()
+	if tok := grant("a"); tok != first {
+		t.Fatalf("first grant after a SIGKILL of the new bucket's server: token %d, want %d", tok, first)
+	}
+	srv.Stop()
+	srv.Restart()
+	if tok := grant("b"); tok <= first {
+		t.Fatalf("grant after a clean restart: token %d, want above %d", tok, first)
+	}
+}
+
+// An existing bucket keeps its revisions: Open refuses a first token above
+// them (it cannot raise them), and takes one they have passed.
+func TestFirstTokenOfAnExistingBucket(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: name, Holder: "h", Duration: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL())),
+		kvlease.WithFirstToken(1000)); !errors.Is(err, kvlease.ErrBucket) {
+		t.Fatalf("Open of a bucket at revision 3 with first token 1000: %v, want ErrBucket", err)
+	}
+	if _, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL())),
+		kvlease.WithFirstToken(math.MaxInt64+1)); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Fatalf("first token 2^63: %v, want ErrInvalidOption (fences take tokens up to 2^63-1)", err)
+	}
+	for _, first := range []kvlease.Token{0, 1, 4} {
+		kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithFirstToken(first))
+	}
+}
+
+// The bucket Open creates with a first token (its stream made by leased)
+// is the one nats.go's CreateKeyValue makes, but for its first sequence:
+// a nats.go that changes its buckets shows here.
+func TestFirstTokenBucketIsNATSKV(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	if _, err := js.CreateKeyValue(t.Context(), kvlease.BucketConfig("by_nats")); err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithBucket("by_nats"))
+	kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithBucket("by_us"), kvlease.WithFirstToken(7))
+	cfg := func(bucket string) jetstream.StreamConfig {
+		s, err := js.Stream(t.Context(), kvlease.StreamName(bucket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config
+	}
+	theirs, ours := cfg("by_nats"), cfg("by_us")
+	if ours.FirstSeq != 7 {
+		t.Errorf("first sequence %d, want 7", ours.FirstSeq)
+	}
+	ours.Name, ours.Subjects, ours.FirstSeq = theirs.Name, theirs.Subjects, theirs.FirstSeq
+	a, _ := json.Marshal(theirs)
+	b, _ := json.Marshal(ours)
+	if string(a) != string(b) {
+		t.Errorf("stream configs differ:\nnats.go: %s\nleased:  %s", a, b)
+	}
+}
+
+// On an R3 bucket too: every replica begins at the first token, and a
+// restart of the whole cluster (each replaying its raft log) keeps the
+// tenure granted and the tokens above it.
+func TestFirstTokenR3(t *testing.T) {
+	const first = 5000
+	servers := kvleasetest.NewCluster(t, 3)
+	open := func(s *kvleasetest.Server) *kvlease.Store {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		st, err := kvlease.Open(ctx, kvleasetest.JetStream(t, kvleasetest.Connect(t, s.ClientURL())),
+			kvlease.WithReplicas(3), kvlease.WithFirstToken(first))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	grant := func(st *kvlease.Store, name string) kvlease.Record {
+		t.Helper()
+		rec, err := kvlease.RetryUnavailable(t.Context(), time.Second, nil, func() (kvlease.Record, error) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			return st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "h", Duration: time.Hour})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	if rec := grant(open(servers[0]), "a"); rec.Token != first {
+		t.Fatalf("first grant: token %d, want %d", rec.Token, first)
+	}
+	for _, s := range servers {
+		s.Shutdown()
+	}
+	for _, s := range servers {
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := open(servers[1])
+	if rec := grant(st, "b"); rec.Token <= first {
+		t.Fatalf("grant after the cluster's restart: token %d, want above %d", rec.Token, first)
+	}
+	if rec, err := st.Get(t.Context(), "a"); err != nil || rec.Token != first {
+		t.Fatalf("the tenure granted before the restart: %+v, %v", rec, err)
+	}
+}
