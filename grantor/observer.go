@@ -995,15 +995,33 @@ func (o *observer) fromFeed(ctx context.Context, sub *feedSub, last uint64, pass
 
 // startRevision is the revision after which changes are this observer's to
 // report: that of the last history record; with no history yet, the
-// bucket's revision now (what came before is state, not news).
+// bucket's revision now (what came before is state, not news). So too with
+// a history whose last record is above the bucket's revision now, which
+// the observer's own campaign has just written: the bucket was made anew
+// under its history (its tokens began again), and the new tenures below
+// the history's last revision were left out of it as reported (found by
+// deleting the bucket under a stopped serve; serve now makes a bucket anew
+// above its history, but a bucket another program creates begins at 1).
 func (o *observer) startRevision(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	last, ok, err := o.hist.Last(ctx)
-	if err != nil || ok {
-		return last.Revision, err
+	if err != nil {
+		return 0, err
 	}
-	return o.s.store.LastRevision(ctx)
+	rev, err := o.s.store.LastRevision(ctx)
+	switch {
+	case err != nil:
+		return 0, err
+	case ok && last.Revision > rev:
+		o.s.log.Warn("the lease bucket's revisions are below its history's: it was made anew, and its tokens began again "+
+			"(fences that saw the old ones refuse them; make a bucket anew with a first token above its history's: serve --first-token, kvlease.WithFirstToken)",
+			"bucket", o.s.store.Bucket(), "bucket_revision", rev, "history_revision", last.Revision)
+		return rev, nil
+	case ok:
+		return last.Revision, nil
+	}
+	return rev, nil
 }
 
 func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, open map[string]*openTenure) error {

@@ -1,8 +1,10 @@
 package main_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -211,4 +213,70 @@ func TestHistoryReadsALongHistory(t *testing.T) {
 	if rows := tenureRows(t, r.stdout); r.code != 0 || len(rows) != 1 || rows[0].Holder != "x" {
 		t.Errorf("history bulkx --timeout 1s: exit %d, rows %+v; stderr:\n%s", r.code, rows, r.stderr)
 	}
+}
+
+// A lease bucket deleted and made anew by serve begins above the tokens
+// its history recorded: before, it began at 1, its tokens repeated those
+// of the history, and the observer, which takes the history's last record
+// as reported, left the new tenures out of it.
+func TestServeMakesABucketAnewAboveItsHistory(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	serve := func() *exec.Cmd {
+		cmd := exec.Command(leasedBin, "serve", "--nats-url", srv.ClientURL(), "--log-format", "json")
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		readLines(stderr).wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+		return cmd
+	}
+	grant := func(name string) kvlease.Token {
+		t.Helper()
+		st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate())
+		rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: name, Holder: "h", Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Token
+	}
+	var h *history.Stream
+	recorded := func(name string, token kvlease.Token) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+		defer cancel()
+		found := false
+		err := h.Follow(ctx, name, time.Time{}, func(r history.Record, _ bool) bool {
+			found = r.Name == name && r.Kind == history.KindGranted && r.Token == uint64(token)
+			return !found
+		})
+		if !found {
+			t.Fatalf("the history has no grant of %s token %d: %v", name, token, err)
+		}
+	}
+
+	cmd := serve()
+	var err error
+	if h, err = history.Open(t.Context(), js, kvlease.DefaultBucket, history.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	old := grant("anew.a")
+	recorded("anew.a", old)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(cmd, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(t.Context(), kvlease.DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+
+	serve()
+	tok := grant("anew.b")
+	if tok <= old {
+		t.Fatalf("the bucket made anew granted token %d, not above the history's %d", tok, old)
+	}
+	recorded("anew.b", tok)
 }

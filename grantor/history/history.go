@@ -308,6 +308,24 @@ func (h *Stream) Last(ctx context.Context) (r Record, ok bool, err error) {
 	return h.get(ctx, func() (*jetstream.RawStreamMsg, error) { return h.stream.GetMsg(ctx, info.State.LastSeq) })
 }
 
+// LastRevision returns the bucket revision of the last record in bucket's
+// history, 0 if it has none (no stream, or no record). A bucket made anew
+// begins above it ([kvlease.WithFirstToken]; serve does so), or its tokens
+// would repeat those the history recorded, and an observer, which takes
+// the history's last record as reported, would leave out the new tenures
+// below it.
+func LastRevision(ctx context.Context, js jetstream.JetStream, bucket string) (uint64, error) {
+	h, err := Open(ctx, js, bucket, Options{})
+	switch {
+	case errors.Is(err, kvlease.ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	r, _, err := h.Last(ctx)
+	return r.Revision, err
+}
+
 // LastFor returns the last record of lease name (ok false if none).
 func (h *Stream) LastFor(ctx context.Context, name string) (r Record, ok bool, err error) {
 	return h.get(ctx, func() (*jetstream.RawStreamMsg, error) { return h.stream.GetLastMsgForSubject(ctx, h.prefix+name) })

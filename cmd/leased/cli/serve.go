@@ -315,7 +315,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err := kvlease.CheckOptions(policyOpts...); err != nil {
 		return usageError{err}
 	}
-	if err := kvlease.CheckOptions(kvlease.WithFirstToken(kvlease.Token(f.firstToken))); err != nil {
+	if err := kvlease.CheckOptions(kvlease.WithFirstToken(f.newBucketFirstToken(octx, js, log))); err != nil {
 		return usageError{fmt.Errorf("--first-token: %w", err)}
 	}
 	if err := f.policy.ValidateFor(f.minTTL, f.maxTTL); err != nil {
@@ -490,7 +490,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			"cluster", f.clusterName)
 	}
 	opts := append(policyOpts, kvlease.WithBucketPolicy(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log),
-		kvlease.WithStoreMeterProvider(mp), kvlease.WithFirstToken(kvlease.Token(f.firstToken)))
+		kvlease.WithStoreMeterProvider(mp), kvlease.WithFirstToken(f.newBucketFirstToken(octx, js, log)))
 	opts = append(opts, batchOpts...)
 	st, err := kvlease.Open(octx, js, opts...)
 	if err != nil {
@@ -704,6 +704,29 @@ func gossipName(f serveFlags) string {
 // explicitly wins, then the file's value, then the flag's default. What the
 // flags then carry is removed from f.base, so that embedded.Config's fields
 // (set from the flags) are the only source of those options.
+// newBucketFirstToken is the first token of the lease bucket if serve
+// creates it: --first-token, or above the last revision its history
+// recorded if that is higher. A bucket deleted and made anew by a serve
+// began again at 1 under a history that had recorded its tokens: the
+// tokens repeated, and the observer, which takes the history's last record
+// as reported, left the new tenures out of it. Best effort: if the bucket
+// or the history cannot be read now, --first-token alone.
+func (f *serveFlags) newBucketFirstToken(ctx context.Context, js jetstream.JetStream, log *slog.Logger) kvlease.Token {
+	first := kvlease.Token(f.firstToken)
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := js.KeyValue(actx, f.bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return first // there (its tokens are its own), or unknown
+	}
+	last, err := history.LastRevision(actx, js, f.bucket)
+	if err != nil || kvlease.Token(last) < first {
+		return first
+	}
+	log.Warn("the lease bucket is missing but its history is not: the new bucket's tokens begin above those the history recorded",
+		"bucket", f.bucket, "first_token", last+1)
+	return kvlease.Token(last + 1)
+}
+
 func (f *serveFlags) loadConfig(changed func(string) bool) error {
 	base, err := embedded.LoadConfigFile(f.config)
 	if err != nil {
