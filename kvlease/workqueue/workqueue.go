@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -289,10 +290,30 @@ type Claim struct {
 	Item    string
 	Payload []byte
 	q       *Queue
+	// dropped: a Complete that failed stopped renewing the claim (an
+	// Orphan of the keeper, whose Close then releases nothing).
+	dropped atomic.Bool
 }
 
 // Token returns the claim's fencing token.
 func (c *Claim) Token() kvlease.Token { return c.Lease().Token() }
+
+// Close stops renewing the claim and releases it, as [kvlease.Keeper.Close]
+// does: the item is then free at once for another worker. After a
+// [Claim.Complete] that failed, which stops renewing the claim, it releases
+// all the same (nothing, and no error, if a newer claim holds the item);
+// after Orphan it does not release.
+func (c *Claim) Close(ctx context.Context) error {
+	if err := c.Keeper.Close(ctx); err != nil || !c.dropped.Load() {
+		return err
+	}
+	// A Close after a failed Complete released nothing: the item stayed
+	// claimed until the claim lapsed (found by an outside client).
+	if err := c.Lease().Release(ctx); err != nil && !errors.Is(err, kvlease.ErrNotHolder) {
+		return err
+	}
+	return nil
+}
 
 // Claim blocks until worker holds a claim on a pending item, or ctx ends.
 // It waits for new items and lapsed claims on the buckets' streams, without
@@ -476,7 +497,10 @@ func (q *Queue) sink(ctx context.Context, id string, fn func(doneRecord) (doneRe
 // claim's result, the check and the write are done, and a second call goes
 // on with the rest (an outside client's retries after [kvlease.ErrUnavailable]
 // were told [ErrDone], or that the lease was released, for a result they
-// had recorded).
+// had recorded). A Complete whose write at the sink fails (but for
+// [kvlease.ErrTooLarge]) stops renewing the claim (its Context ends), so
+// that a claim not completed again lapses: call Complete again before the
+// claim's deadline, or Close to free the item at once.
 //
 // Errors: [*kvlease.LeaseExpiredError] (nothing written; the claim will lapse and
 // the item be redone); [*fence.StaleTokenError] (a newer claim has raised
@@ -518,18 +542,19 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 			// claim's TTL: found by an outside client).
 			return err
 		}
+		c.dropped.Store(true)
 		c.Orphan() // renewed no more: a Complete retried before the deadline still writes
 		return err
 	}
 	if err := c.q.items.Purge(ctx, c.Item); err != nil {
 		return kvlease.JetStreamError("delete item", err)
 	}
-	if err := c.Close(ctx); err != nil {
+	if err := c.Keeper.Close(ctx); err != nil {
 		return err
 	}
-	// After an earlier Complete orphaned the claim, Close releases
-	// nothing: the claim stayed held, unrenewed, for its TTL (found in
-	// review). A release already made is not made again.
+	// After an earlier Complete orphaned the claim, the keeper's Close
+	// releases nothing: the claim stayed held, unrenewed, for its TTL
+	// (found in review). A release already made is not made again.
 	return c.Lease().Release(ctx)
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
 	"github.com/leased/leased/kvlease/workqueue"
 )
@@ -740,4 +741,63 @@ func TestClaimOutlivesItsContext(t *testing.T) {
 		t.Fatalf("claim after Close: %v, %v", next, err)
 	}
 	_ = next.Close(t.Context())
+}
+
+// A Complete that fails stops renewing the claim, so that a claim not
+// completed again lapses; a worker that then gives the item up with Close
+// frees it at once, as Close does any claim. Close released nothing after
+// such a Complete: the item stayed claimed until the claim lapsed, d and
+// the grantor margin later (found by an outside client: 6 s for a 5 s
+// claim, 6 ms without the failed Complete).
+func TestCloseAfterAFailedCompleteFreesTheItem(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "giveup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "item", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := c.Complete(gone, []byte("r")); !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("Complete under a cancelled ctx: %v; want ErrUnavailable", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.Get(ctx, "claim.giveup.item"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("the claim after Close: %+v, %v; want it released", rec, err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	next, err := q.Claim(wait, "w2", time.Minute)
+	if err != nil || next.Item != "item" || next.Token() <= c.Token() {
+		t.Fatalf("claim after Close: %v, %v", next, err)
+	}
+	// Refused for a newer claim (this one's revoked and freed at once),
+	// Close releases nothing of the newer claim's, and says nothing of it.
+	if _, err := st.Revoke(ctx, "claim.giveup.item", "test", kvlease.FreeNow()); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := q.Claim(wait, "w3", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Complete(ctx, []byte("r2")); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("Complete after a newer claim: %v; want ErrStaleToken", err)
+	}
+	if err := next.Close(ctx); err != nil {
+		t.Fatalf("Close after a Complete refused for a newer claim: %v", err)
+	}
+	if err := newer.Complete(ctx, []byte("r3")); err != nil {
+		t.Fatal(err)
+	}
 }
