@@ -353,42 +353,44 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 			return nil, context.Cause(q.broken)
 		}
 		q.mu.Lock()
-		var candidates []string
-		for id, p := range q.pending {
-			if p && !q.claimed[id] {
-				candidates = append(candidates, id)
-			}
-		}
 		changed := q.changed
 		q.mu.Unlock()
-		rand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
 		// The shortest hold a revocation left on a candidate's claim: its
 		// end makes no event (the server lapses a tombstone silently), so
 		// Claim looks again then (found by an outside client: a worker
 		// waited for good on the one item of an idle queue whose claim
 		// was revoked).
 		var heldBack time.Duration
-		for _, id := range candidates {
-			// The snapshot ages while its items are tried: one a follow
-			// has since seen done or claimed is no candidate any more.
-			q.mu.Lock()
-			still := q.pending[id] && !q.claimed[id]
-			q.mu.Unlock()
-			if !still {
-				continue
-			}
-			c, err := q.tryClaim(ctx, worker, id, d, o)
-			if err == nil {
-				return c, nil
-			}
-			if he := (*kvlease.HeldError)(nil); errors.As(err, &he) && he.HeldBack > 0 && (heldBack == 0 || he.HeldBack < heldBack) {
-				heldBack = he.HeldBack
-			}
-			switch {
-			case errors.Is(err, kvlease.ErrInvalidName):
-				continue // an item no claim can name (added before Add checked): another's turn
-			case !errors.Is(err, kvlease.ErrHeld) && !errors.Is(err, ErrDone) && !errors.Is(err, kvlease.ErrNotFound) && !errors.Is(err, fence.ErrStaleToken):
-				return nil, err
+		// Each free item is tried once a pass, taken from the view a few
+		// at a time: a snapshot of all of them, shuffled, made every Claim
+		// cost the length of the queue (found by an outside client: at
+		// 10,000 items pending the snapshots took 2.7 times the CPU of the
+		// claims, and 1.5 MB a Claim at 20,000).
+		tried := map[string]bool{}
+		for candidates := q.free(tried); len(candidates) > 0; candidates = q.free(tried) {
+			for _, id := range candidates {
+				tried[id] = true
+				// The batch ages while its items are tried: one a follow
+				// has since seen done or claimed is no candidate any more.
+				q.mu.Lock()
+				still := q.pending[id] && !q.claimed[id]
+				q.mu.Unlock()
+				if !still {
+					continue
+				}
+				c, err := q.tryClaim(ctx, worker, id, d, o)
+				if err == nil {
+					return c, nil
+				}
+				if he := (*kvlease.HeldError)(nil); errors.As(err, &he) && he.HeldBack > 0 && (heldBack == 0 || he.HeldBack < heldBack) {
+					heldBack = he.HeldBack
+				}
+				switch {
+				case errors.Is(err, kvlease.ErrInvalidName):
+					continue // an item no claim can name (added before Add checked): another's turn
+				case !errors.Is(err, kvlease.ErrHeld) && !errors.Is(err, ErrDone) && !errors.Is(err, kvlease.ErrNotFound) && !errors.Is(err, fence.ErrStaleToken):
+					return nil, err
+				}
 			}
 		}
 		var holdEnds <-chan time.Time // nil (never) without a hold
@@ -404,6 +406,29 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// claimBatch is how many free items Claim takes from the queue's view at
+// a time.
+const claimBatch = 8
+
+// free returns up to claimBatch items of the view that are pending, not
+// claimed and not in tried, in a random order: the map's iteration starts
+// at a random place, and the few it gives are shuffled, so that workers
+// claiming at once try different items.
+func (q *Queue) free(tried map[string]bool) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var ids []string
+	for id, p := range q.pending {
+		if p && !q.claimed[id] && !tried[id] {
+			if ids = append(ids, id); len(ids) == claimBatch {
+				break
+			}
+		}
+	}
+	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	return ids
 }
 
 func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration, o kvlease.Hold) (*Claim, error) {
