@@ -36,6 +36,9 @@ const (
 // check and the reply is not covered by any margin: a client that cannot
 // accept a read that old must read authoritatively.
 //
+// A read is no effect: one made after the lease has ended is not counted
+// in [kvlease.Lease.LateEffects].
+//
 // Errors: [kvlease.ErrInvalidOption] for a nil lease or read, or a
 // negative margin (nothing read); authoritative's.
 func Read[T any](ctx context.Context, l *kvlease.Lease, margin time.Duration,
@@ -49,12 +52,21 @@ func Read[T any](ctx context.Context, l *kvlease.Lease, margin time.Duration,
 		var zero T
 		return zero, "", fmt.Errorf("%w: read margin %v is negative", kvlease.ErrInvalidOption, margin)
 	}
-	if l.CheckFor(margin) == nil {
+	if held(l, margin) {
 		v, err := local()
-		if err == nil && l.CheckFor(margin) == nil {
+		if err == nil && held(l, margin) {
 			return v, ServedLocal, nil
 		}
 	}
 	v, err := authoritative(ctx)
 	return v, ServedAuthoritative, err
+}
+
+// held reports whether l has more than margin left and its clock guard, if
+// any, allows it. The time left is looked at first: CheckFor on a lease
+// that has ended counts an effect attempted after the deadline, and every
+// read of a holder whose lease had ended counted as an expiry during work
+// (found by an outside client).
+func held(l *kvlease.Lease, margin time.Duration) bool {
+	return l.Remaining() > margin && l.CheckFor(margin) == nil
 }

@@ -212,3 +212,41 @@ func TestReadLeaseLocalStateAfterTheFenceIsRaised(t *testing.T) {
 		})
 	}
 }
+
+// A read is no effect: a holder whose lease has ended serves its reads
+// authoritatively, and does not count each as an effect attempted after
+// its deadline (Lease.LateEffects, the expiries_during_work metric). Read
+// checked with CheckFor, which counts, and a demoted leader's every read
+// counted as an expiry during work (found by an outside client).
+func TestReadAfterTheLeaseEndedIsNoLateEffect(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	l, err := kvlease.Acquire(ctx, st, "read.ended", "h1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Revoke(ctx, "read.ended", "test", kvlease.FreeNow()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("renewal of a revoked lease: %v; want ErrNotFound", err)
+	}
+	for range 10 {
+		v, from, err := readlease.Read(ctx, l, 0,
+			func() (string, error) { return "local", nil },
+			func(context.Context) (string, error) { return "authoritative", nil })
+		if err != nil || v != "authoritative" || from != readlease.ServedAuthoritative {
+			t.Fatalf("read after the lease ended: %q %s %v", v, from, err)
+		}
+	}
+	if n := l.LateEffects(); n != 0 {
+		t.Errorf("10 reads after the lease ended counted %d late effects; want 0", n)
+	}
+	// An effect still counts.
+	if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
+		t.Fatalf("Check after the lease ended: %v", err)
+	}
+	if n := l.LateEffects(); n != 1 {
+		t.Errorf("a Check after the lease ended counted %d late effects; want 1", n)
+	}
+}
