@@ -87,7 +87,8 @@ type doneRecord struct {
 //
 // Errors: [kvlease.ErrInvalidName]; [kvlease.ErrInvalidOption] (nothing
 // sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket] (also for an
-// existing results bucket, NAME-done, whose entries expire).
+// existing results bucket, NAME-done, whose entries expire, and, nothing
+// sent, for a queue whose bucket would be the lease store's).
 func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, name string, opts ...OpenOption) (*Queue, error) {
 	if js == nil || store == nil {
 		return nil, fmt.Errorf("%w: workqueue.Open needs a JetStream and a store", kvlease.ErrInvalidOption)
@@ -98,6 +99,12 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	oo, err := newOpenOptions(store, opts)
 	if err != nil {
 		return nil, err
+	}
+	// The lease bucket as the items bucket took each item as a raw value
+	// there (the lease of its name unusable: "not a lease record"), and the
+	// claims' records as items (found by an outside client).
+	if b := store.Bucket(); b == name+"-items" || b == name+"-done" {
+		return nil, fmt.Errorf("%w: queue %q: its bucket %q is the lease bucket", kvlease.ErrBucket, name, b)
 	}
 	// An item that expires is dropped as not found, but a result must stay.
 	open := func(bucket string, keep bool) (jetstream.KeyValue, error) {

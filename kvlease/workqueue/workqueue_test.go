@@ -865,3 +865,26 @@ func TestClaimCostDoesNotGrowWithTheQueue(t *testing.T) {
 		}
 	}
 }
+
+// A queue whose items or results bucket is the lease store's own is
+// refused with ErrBucket. The results bucket was (its entries expire); an
+// items bucket that was the lease bucket took each item as a raw value
+// there (the lease of that name then unusable: "not a lease record") and
+// the claims' lease records for items (found by an outside client).
+func TestOpenRefusesTheLeaseBucket(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	for _, c := range []struct{ queue, bucket string }{{"a", "a-items"}, {"b", "b-done"}} {
+		t.Run(c.bucket, func(t *testing.T) {
+			st := kvleasetest.OpenStoreOn(t, nc, kvlease.WithBucket(c.bucket))
+			q, err := workqueue.Open(t.Context(), js, st, c.queue)
+			if !errors.Is(err, kvlease.ErrBucket) {
+				if q != nil {
+					q.Close()
+				}
+				t.Fatalf("Open of queue %s on the lease bucket %s: %v; want ErrBucket", c.queue, c.bucket, err)
+			}
+		})
+	}
+}
