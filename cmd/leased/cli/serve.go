@@ -315,7 +315,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	if err := kvlease.CheckOptions(policyOpts...); err != nil {
 		return usageError{err}
 	}
-	if err := kvlease.CheckOptions(kvlease.WithFirstToken(f.newBucketFirstToken(octx, js, log))); err != nil {
+	if err := kvlease.CheckOptions(kvlease.WithFirstToken(kvlease.Token(f.firstToken))); err != nil {
 		return usageError{fmt.Errorf("--first-token: %w", err)}
 	}
 	if err := f.policy.ValidateFor(f.minTTL, f.maxTTL); err != nil {
