@@ -292,6 +292,18 @@ func (h *holderFlags) register(cmd *cobra.Command) {
 // revision a conflict reply named, when the answer to a renewal was lost);
 // --holder, --token and --secret would contradict the file: refused.
 func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, stdin io.Reader) error {
+	// No tenure has token or revision 0: one given (a script's empty
+	// variable, $(jq …) of the wrong field) was taken for one left out, and
+	// renew said the lease file "has no revision", or that --token was
+	// required when it had been given (found trying it).
+	for _, f := range []struct {
+		flag string
+		v    uint64
+	}{{"token", h.token}, {"revision", h.revision}} {
+		if f.v == 0 && cmd.Flags().Changed(f.flag) {
+			return usageError{fmt.Errorf("--%s 0: %ss start at 1 (give the grant's, or the last renewal's)", f.flag, f.flag)}
+		}
+	}
 	if h.leaseFile != "" {
 		for _, f := range []string{"holder", "token", "secret"} {
 			if cmd.Flags().Changed(f) {

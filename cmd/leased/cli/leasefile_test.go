@@ -86,3 +86,35 @@ func TestLeaseFileWithoutSecret(t *testing.T) {
 		}
 	}
 }
+
+// A token or revision of 0 given explicitly is named as such: no tenure
+// has one, and it was taken for one left out ("--lease-file … has no
+// revision" of a file that had one, "--token … required" of a token given).
+func TestZeroTokenOrRevisionIsNamed(t *testing.T) {
+	t.Setenv("LEASED_SECRET", "")
+	file := filepath.Join(t.TempDir(), "lease.json")
+	lease := `{"name":"jobs.a","holder":"w1","token":7,"revision":9,"ttl":"30s","secret":"5f0c"}`
+	if err := os.WriteFile(file, []byte(lease), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"lease file, revision 0", []string{"--lease-file", file, "--revision", "0"}, "--revision 0: revisions start at 1"},
+		{"flags, token 0", []string{"--holder", "w1", "--token", "0", "--revision", "9", "--secret", "5f0c"}, "--token 0: tokens start at 1"},
+		{"flags, revision 0", []string{"--holder", "w1", "--token", "7", "--revision", "0", "--secret", "5f0c"}, "--revision 0: revisions start at 1"},
+	} {
+		for _, verb := range []string{"renew", "release"} {
+			t.Run(tc.name+"/"+verb, func(t *testing.T) {
+				var stdout, stderr bytes.Buffer
+				args := append([]string{verb, "jobs.a", "--url", "nats://127.0.0.1:1"}, tc.args...)
+				code := Main(t.Context(), args, &stdout, &stderr)
+				if code != ExitUsage || !strings.Contains(stderr.String(), tc.want) {
+					t.Errorf("exit %d, stderr %q; want %d, %q", code, stderr.String(), ExitUsage, tc.want)
+				}
+			})
+		}
+	}
+}
