@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -208,7 +209,7 @@ func newRenew(stdout io.Writer) *cobra.Command {
 		Short: "Renew a lease once (prints the renewed lease, with its new revision and its secret: the next --lease-file)",
 		Args:  nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
+			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin(), stdout); err != nil {
 				return err
 			}
 			brokenPipeIsAnError()
@@ -247,7 +248,7 @@ func newRelease(stdout io.Writer) *cobra.Command {
 		Short: "Release a lease",
 		Args:  nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin()); err != nil {
+			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin(), stdout); err != nil {
 				return err
 			}
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
@@ -291,7 +292,9 @@ func (h *holderFlags) register(cmd *cobra.Command) {
 // With --lease-file, an explicit --revision overrides the file's (the
 // revision a conflict reply named, when the answer to a renewal was lost);
 // --holder, --token and --secret would contradict the file: refused.
-func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, stdin io.Reader) error {
+// stdout is where the command's output goes, to name a lease file that
+// the shell emptied for it.
+func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, stdin io.Reader, stdout io.Writer) error {
 	// No tenure has token or revision 0: one given (a script's empty
 	// variable, $(jq …) of the wrong field) was taken for one left out, and
 	// renew said the lease file "has no revision", or that --token was
@@ -312,15 +315,24 @@ func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, std
 		}
 		revision, explicit := h.revision, cmd.Flags().Changed("revision")
 		r := stdin
+		var file *os.File
 		if h.leaseFile != "-" {
 			f, err := os.Open(h.leaseFile)
 			if err != nil {
 				return usageError{fmt.Errorf("--lease-file: %w", err)}
 			}
 			defer f.Close()
-			r = f
+			r, file = f, f
 		}
 		l, err := readLeaseFile(r, name)
+		if errors.Is(err, errEmptyLeaseFile) && file != nil && sameFile(file, stdout) {
+			// "renew --lease-file lease.json -o json > lease.json": the
+			// shell empties the file before renew reads it, and renew
+			// said only "unexpected end of JSON input" (found trying it).
+			return usageError{fmt.Errorf("--lease-file %s is empty, and is also where this command's output goes: the shell emptied it "+
+				"(> %s) before %s read it; if it was the only copy of the lease's secret, %s stays held until its TTL lapses. "+
+				"Write the output to another file, then mv it", h.leaseFile, h.leaseFile, cmd.Name(), name)}
+		}
 		if err != nil {
 			return usageError{err}
 		}
@@ -358,6 +370,23 @@ func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, std
 // bounds far lower (grantor.Config.MaxAttributeBytes, 1 KiB by default).
 const maxLeaseFile = 1 << 20
 
+// errEmptyLeaseFile is readLeaseFile's error for a file with nothing in it.
+var errEmptyLeaseFile = errors.New(`--lease-file: empty, not what "leased acquire -o json" prints`)
+
+// sameFile says whether f is the file w writes to.
+func sameFile(f *os.File, w io.Writer) bool {
+	out, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := out.Stat()
+	return err == nil && os.SameFile(a, b)
+}
+
 // readLeaseFile reads what "leased acquire -o json" (or "renew -o json")
 // printed, for lease name: at most maxLeaseFile bytes of one JSON lease.
 func readLeaseFile(r io.Reader, name string) (api.Lease, error) {
@@ -367,6 +396,9 @@ func readLeaseFile(r io.Reader, name string) (api.Lease, error) {
 	}
 	if len(b) > maxLeaseFile {
 		return api.Lease{}, fmt.Errorf("--lease-file: more than %d bytes: not what \"leased acquire -o json\" prints", maxLeaseFile)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return api.Lease{}, errEmptyLeaseFile
 	}
 	var l api.Lease
 	if err := json.Unmarshal(b, &l); err != nil {

@@ -118,3 +118,29 @@ func TestZeroTokenOrRevisionIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// A --lease-file that is also the command's output ("renew --lease-file
+// lease.json -o json > lease.json") was emptied by the shell before it was
+// read: said so, where renew said only "unexpected end of JSON input".
+func TestLeaseFileEmptiedByItsOwnRedirect(t *testing.T) {
+	t.Setenv("LEASED_SECRET", "")
+	file := filepath.Join(t.TempDir(), "lease.json")
+	out, err := os.Create(file) // what "> lease.json" does first
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	for _, verb := range []string{"renew", "release"} {
+		var stderr bytes.Buffer
+		code := Main(t.Context(), []string{verb, "jobs.a", "--lease-file", file, "--url", "nats://127.0.0.1:1"}, out, &stderr)
+		if code != ExitUsage || !strings.Contains(stderr.String(), "is also where this command's output goes") {
+			t.Errorf("%s --lease-file F > F: exit %d, stderr %q; want %d, the file named as its own output", verb, code, stderr.String(), ExitUsage)
+		}
+		// An empty file that is not the output is only empty.
+		stderr.Reset()
+		code = Main(t.Context(), []string{verb, "jobs.a", "--lease-file", file, "--url", "nats://127.0.0.1:1"}, io.Discard, &stderr)
+		if code != ExitUsage || !strings.Contains(stderr.String(), "--lease-file: empty") {
+			t.Errorf("%s --lease-file of an empty file: exit %d, stderr %q; want %d, empty", verb, code, stderr.String(), ExitUsage)
+		}
+	}
+}
