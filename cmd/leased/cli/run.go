@@ -151,6 +151,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	// The command's guard, once it has started: each renewal extends the
 	// command's deadline there.
 	var commandGuard atomic.Pointer[guarded]
+	failed := 0 // renewals failed since the last that succeeded; the keeper's goroutine's
 	k, err := take(ctx, append(c.keeperOptions(), kvlease.WithOnRenew(func(_ kvlease.Record, deadline time.Time) {
 		if g := commandGuard.Load(); g != nil {
 			g.extend(commandDeadline(func() time.Duration { return time.Until(deadline) + grace }))
@@ -158,14 +159,24 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		// The deadline the command must be gone by, and when it is sent
 		// SIGTERM if no renewal comes (the keeper's own deadline, earlier by
 		// the grace: a loss is logged then, "expired" against it).
-		log.Debug("renewed", "deadline", deadline.Add(grace).Format(time.RFC3339Nano),
-			"sigterm_at", deadline.Format(time.RFC3339Nano))
+		attrs := []any{"deadline", deadline.Add(grace).Format(time.RFC3339Nano), "sigterm_at", deadline.Format(time.RFC3339Nano)}
+		if failed > 0 {
+			// After "renewal failed; trying again … sigterm_in=…" the log
+			// said nothing more: whether the command was stopped or the
+			// lease kept could not be told from it (found trying it, the
+			// server restarted under run).
+			log.Info("renewed", append(attrs, "after_failures", failed)...)
+			failed = 0
+			return
+		}
+		log.Debug("renewed", attrs...)
 	}), kvlease.WithOnRenewFailure(func(err error, remaining time.Duration) {
 		if deniedCause(ctx) != nil {
 			// The server refused the renewal (its permissions), which
 			// ends the command and is said then: it is not tried again.
 			return
 		}
+		failed++
 		// Without it a loss after a failover left no trail of the
 		// attempts before it (found by an outside client).
 		log.Info("renewal failed; trying again", "err", err, "sigterm_in", remaining.Round(time.Millisecond))
