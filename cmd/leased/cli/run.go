@@ -188,6 +188,17 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	if err != nil {
 		return err
 	}
+	if ctx.Err() != nil {
+		// Stopped as the lease was taken (its grant answered, the change
+		// events subscribed to): the command was started all the same,
+		// then sent SIGTERM (found reading run with the signals in mind).
+		rctx, cancel := cleanupContext(ctx, c.timeout)
+		defer cancel()
+		if err := k.Close(rctx); err != nil {
+			log.Warn("release failed", "err", err)
+		}
+		return fmt.Errorf("stopped as %s was taken: the command did not run", name)
+	}
 	l := k.Lease()
 	// The command gets a process group of its own, so that stopping it
 	// stops what it started too; the guard between run and it kills that

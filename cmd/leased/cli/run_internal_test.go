@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,46 @@ func TestRunSaysWhenARenewalSucceedsAfterFailures(t *testing.T) {
 	stop()
 	if runErr == nil {
 		t.Errorf("run = nil, want the stopped command's status")
+	}
+}
+
+// A stop (SIGINT, SIGTERM, SIGHUP) that comes as the lease is taken ends
+// run before its command starts, and the lease is released. run checked
+// for a stop only when taking the lease failed: one that came as the grant
+// was answered, or while run subscribed to the lease's change events,
+// started the command all the same, and then sent it SIGTERM (found
+// reading run with the signals in mind).
+func TestRunStoppedAsTheLeaseIsTakenStartsNothing(t *testing.T) {
+	g := kvleasetest.NewFakeGrantor()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	c := &connFlags{output: "text", holder: "h1", timeout: 5 * time.Second}
+	// A file: the guard and the command write it themselves, not through
+	// a goroutine of ours.
+	stderr, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	err = superviseUnderLease(ctx, c, "jobs.run", 300*time.Millisecond, false, []string{"true"}, io.Discard, stderr,
+		func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
+			l, err := kvlease.Acquire(ctx, g, "jobs.run", c.holder, 3*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			k, err := kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
+			cancel() // the stop, as the lease is taken
+			return k, err
+		})
+	if err == nil || !strings.Contains(err.Error(), "the command did not run") {
+		t.Errorf("run = %v, want the command not run", err)
+	}
+	if log, err := os.ReadFile(stderr.Name()); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(log), "command started") {
+		t.Errorf("the command was started after the stop:\n%s", log)
+	}
+	if n := len(g.Releases()); n != 1 {
+		t.Errorf("%d releases, want the lease released", n)
 	}
 }
