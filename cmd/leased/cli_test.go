@@ -106,21 +106,29 @@ func TestCLI(t *testing.T) {
 	}
 	// Scripts keep the grant in a file and hand it back.
 	leaseFile := filepath.Join(t.TempDir(), "lease.json")
+	behindFile := filepath.Join(t.TempDir(), "behind.json") // the grant, left behind by the renewal
 	if r := leased(t, url, "acquire", "jobs.f", "--ttl", "30s", "-o", "json"); r.code != 0 {
 		t.Fatal(r.stderr)
-	} else if err := os.WriteFile(leaseFile, []byte(r.stdout), 0o600); err != nil {
+	} else if err := errors.Join(os.WriteFile(leaseFile, []byte(r.stdout), 0o600), os.WriteFile(behindFile, []byte(r.stdout), 0o600)); err != nil {
 		t.Fatal(err)
 	}
-	if r := leased(t, url, "renew", "jobs.f", "--lease-file", leaseFile, "-o", "json"); r.code != 0 {
+	var renewedF api.Lease
+	if r := leased(t, url, "renew", "jobs.f", "--lease-file", leaseFile, "-o", "json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &renewedF) != nil {
 		t.Fatalf("renew --lease-file: %d %s", r.code, r.stderr)
 	} else if err := os.WriteFile(leaseFile, []byte(r.stdout), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A file behind its tenure (a renewal whose answer was lost) is
+	// refused, with the revision to give: the lease is not lost.
+	giveRevision := "give --revision " + strconv.FormatUint(renewedF.Revision, 10)
+	if r := leased(t, url, "renew", "jobs.f", "--lease-file", behindFile); r.code != 6 || !strings.Contains(r.stderr, giveRevision) {
+		t.Fatalf("renew with a file behind its tenure: exit %d %s; want 6 and %q", r.code, r.stderr, giveRevision)
+	}
 	if r := leased(t, url, "release", "jobs.g", "--lease-file", leaseFile); r.code != 2 {
 		t.Fatalf("release of another lease with this file: exit %d", r.code)
 	}
-	if r := leased(t, url, "release", "jobs.f", "--lease-file", leaseFile); r.code != 0 {
-		t.Fatalf("release --lease-file: %d %s", r.code, r.stderr)
+	if r := leased(t, url, "release", "jobs.f", "--lease-file", behindFile, "--revision", strconv.FormatUint(renewedF.Revision, 10)); r.code != 0 {
+		t.Fatalf("release --lease-file (behind) --revision: %d %s", r.code, r.stderr)
 	}
 
 	r = leased(t, url, "renew", "jobs.a", "--holder", "alice", "--token", tok, "--revision", rev, "--secret", grant.Secret, "-o", "json")

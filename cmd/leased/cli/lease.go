@@ -217,7 +217,7 @@ func newRenew(stdout io.Writer) *cobra.Command {
 				rec, err := cl.Renew(ctx, kvlease.RenewRequest{Name: args[0], Holder: c.holder,
 					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret, Duration: ttl})
 				if err != nil {
-					return err
+					return h.behind(err)
 				}
 				// The secret is passed through, so that the output can serve as
 				// the next --lease-file.
@@ -255,7 +255,7 @@ func newRelease(stdout io.Writer) *cobra.Command {
 				err := cl.Release(ctx, kvlease.ReleaseRequest{Name: args[0], Holder: c.holder,
 					Token: kvlease.Token(h.token), Revision: h.revision, Secret: h.secret})
 				if err != nil {
-					return err
+					return h.behind(err)
 				}
 				c.printer(stdout).line("released %s", args[0])
 				return nil
@@ -363,6 +363,20 @@ func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, std
 		return usageError{errors.New("--lease-file, or --holder, --token, --revision and --secret, are required")}
 	}
 	return nil
+}
+
+// behind adds to a stale revision refusal of a tenure named by
+// --lease-file what to do: the file is behind its tenure, which is not
+// lost. It said only "not the holder: stale revision", exit 6, of a lease
+// still held (a renew whose answer was lost, timed out, had been carried
+// out; found trying it).
+func (h *holderFlags) behind(err error) error {
+	var stale *kvlease.StaleRevisionError
+	if h.leaseFile == "" || !errors.As(err, &stale) {
+		return err
+	}
+	return fmt.Errorf("%w; --lease-file %s is behind its tenure, which a later renewal took to revision %d "+
+		"(one whose answer was lost, or whose output is another file): give --revision %d", err, h.leaseFile, stale.Revision, stale.Revision)
 }
 
 // maxLeaseFile bounds what --lease-file reads. What "acquire -o json"
