@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -138,7 +139,7 @@ func guard(argv []string, stderr io.Writer) error {
 	quietTTOU()
 	if err != nil {
 		say.print(slog.LevelError, fmt.Sprintf("start %s: %v", argv[0], err))
-		return exitStatus(127) // as shells do for a command that cannot run
+		return exitStatus(startFailure(err))
 	}
 	pgid := c.Process.Pid
 	fmt.Fprintln(report, pgid)
@@ -523,7 +524,7 @@ type guarded struct {
 // startGuarded starts argv through the guard with env and standard
 // streams, to be killed at deadline (commandDeadline) unless extended. ok
 // is false if the guard did not start the command (it said why, on
-// stderr); g.wait gives its status (127, or 5 past the deadline) then.
+// stderr); g.wait gives its status (127 or 126, startFailure; or 5 past the deadline) then.
 func startGuarded(argv, env []string, deadline int64, stdin io.Reader, stdout, stderr io.Writer, format string) (g *guarded, ok bool, err error) {
 	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
@@ -847,4 +848,15 @@ func (t *terminal) giveBack() {
 	}
 	t.tty.Close()
 	t.tty = nil
+}
+
+// startFailure is the exit status of a command that could not be started,
+// as env(1), timeout(1) and the shells give it: 127 if it was not found,
+// 126 if it was found but could not be run (not executable, a directory).
+// It was 127 for both, which a caller could not tell apart.
+func startFailure(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return 127
+	}
+	return 126
 }

@@ -57,8 +57,9 @@ The command does not get run's own secrets: LEASED_PASSWORD, LEASED_SECRET
 and LEASED_GOSSIP_KEY are taken out of its environment, and any user,
 password or token out of the URLs in LEASED_URL.
 
-The exit code is the command's (128+signal if it was stopped, 127 if it could
-not be started; 5 if it was stopped because the lease was lost and exited 0
+The exit code is the command's (128+signal if it was stopped, 127 if it was
+not found, 126 if it could not be run, as env and timeout give them; 5 if it
+was stopped because the lease was lost and exited 0
 all the same, having caught the SIGTERM, if its exit 0 was seen only after
 the lease's deadline (run stopped meanwhile), or if the lease's deadline
 passed before it could start), or 3 if the lease was held by someone else and the

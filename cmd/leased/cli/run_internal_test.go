@@ -3,8 +3,10 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +123,45 @@ func TestRunStoppedAsTheLeaseIsTakenStartsNothing(t *testing.T) {
 	}
 	if n := len(g.Releases()); n != 1 {
 		t.Errorf("%d releases, want the lease released", n)
+	}
+}
+
+// A command that cannot be started exits 127 if it was not found and 126
+// if it was found but could not be run, as env(1) and the shells give
+// them: run said 127 of both.
+func TestRunCommandThatCannotStart(t *testing.T) {
+	notExecutable := filepath.Join(t.TempDir(), "job.sh")
+	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\necho ran\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		argv []string
+		want exitStatus
+	}{
+		{"missing", []string{filepath.Join(t.TempDir(), "missing")}, 127},
+		{"not on PATH", []string{"leased-no-such-command"}, 127},
+		{"not executable", []string{notExecutable}, 126},
+		{"a directory", []string{t.TempDir()}, 126},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := kvleasetest.NewFakeGrantor()
+			c := &connFlags{output: "text", holder: "h1", timeout: 5 * time.Second}
+			err := superviseUnderLease(t.Context(), c, "jobs.run", 300*time.Millisecond, false, tc.argv, io.Discard, io.Discard,
+				func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
+					l, err := kvlease.Acquire(ctx, g, "jobs.run", c.holder, 3*time.Second)
+					if err != nil {
+						return nil, err
+					}
+					return kvlease.Keep(context.WithoutCancel(ctx), l, opts...)
+				})
+			var status exitStatus
+			if !errors.As(err, &status) || status != tc.want {
+				t.Errorf("run %v = %v, want exit %d", tc.argv, err, tc.want)
+			}
+			if n := len(g.Releases()); n != 1 {
+				t.Errorf("%d releases, want the lease released", n)
+			}
+		})
 	}
 }
