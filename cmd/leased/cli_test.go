@@ -933,6 +933,25 @@ func TestRunStopsCommandWhenServerStops(t *testing.T) {
 	t.Logf("command stopped %v before the holder's deadline", deadline.Sub(exited))
 }
 
+// run whose server is paused (no answer, the connection up) exits as soon
+// as its command has stopped: it waited out its release's attempt, about
+// 3 s past the deadline, where acquire --hold waits 100 ms (s14c).
+func TestRunExitsAtOnceAfterALossToAPausedServer(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "paused.srv", "--ttl", "3s", "--", "sleep", "60")
+	resume := kvleasetest.PauseProcess(t, s.cmd.Process)
+	defer resume()
+	p.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "lease lost") })
+	deadline := p.deadline(t) // the command's: run's own plus the grace
+	err := waitExit(p.cmd, 10*time.Second)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+15 {
+		t.Fatalf("run exit: %v (%s), want 143", err, p.logs.text())
+	}
+	if late := time.Since(deadline); late > time.Second {
+		t.Fatalf("run exited %v after its command's deadline, want at once", late.Round(time.Millisecond))
+	}
+}
+
 // running reports whether pid is a live process (not gone, not a zombie
 // waiting for init to reap it).
 func running(pid int) bool {

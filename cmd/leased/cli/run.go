@@ -300,6 +300,13 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	// command's group too, so that nothing the command started outlives
 	// the lease.
 	g.close()
+	if deadlineLoss(k.Err()) {
+		// No renewal was answered: the release has no better chance, and
+		// waiting out its attempt made run exit some 3 s past its deadline
+		// (found by an outside client, its server paused).
+		releaseAfterLoss(ctx, k)
+		return childStatus(waitErr)
+	}
 	rctx, cancel := cleanupContext(ctx, c.timeout)
 	defer cancel()
 	if err := k.Close(rctx); err != nil {
