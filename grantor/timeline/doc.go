@@ -20,7 +20,8 @@
 // 400 with a plain-text message. /api/tenures reads at most
 // [DefaultMaxRecords] records ([WithMaxRecords]); a window holding more is
 // answered 422, saying so. It serves at most [MaxReads] requests at once;
-// more are answered 503 with Retry-After.
+// more are answered 503 with Retry-After. /events' listing of the live
+// leases takes one of the same slots, waiting for one.
 //
 // /events sends first the grant record of each lease live now
 // ([history.Live], with [WithLive]) as an event "record" without an id
