@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/telemetry"
 )
@@ -1183,6 +1184,14 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	}
 	if err := kvlease.ValidateReason(req.Reason); err != nil {
 		return nil, fmt.Errorf("%w: %w", api.ErrInvalidRequest, err)
+	}
+	if strings.HasPrefix(req.Reason, history.GossipReasonPrefix) || req.Reason == kvlease.UnseenEndReason {
+		// The observer tells these ends by their reasons: an operator's
+		// revocation given one was recorded, counted and traced as a
+		// removal by gossip, or an end of unknown cause (found by an
+		// operator probe of the history).
+		return nil, fmt.Errorf("%w: the revocation reason %q is the grantor's own (a removal by gossip begins %q)",
+			api.ErrInvalidRequest, req.Reason, history.GossipReasonPrefix)
 	}
 	var opts []kvlease.RevokeOption
 	if req.FreeNow {

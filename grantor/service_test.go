@@ -25,6 +25,7 @@ import (
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -1319,6 +1320,29 @@ func TestStopEndsIdleWorkers(t *testing.T) {
 		}
 	}
 	f.svc.Stop() // a second Stop is harmless
+}
+
+// An operator's revocation cannot pass for an end the grantor tells by
+// its reason: given a reason beginning "gossip: " it was recorded in the
+// history, shown by leased history and the timeline, counted and traced
+// as a registration removed by gossip, and given a watch's
+// kvlease.UnseenEndReason, as an end of unknown cause (found by an
+// operator probe of the history).
+func TestRevokeRefusesTheGrantorsEndReasons(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	ctx := t.Context()
+	rec, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "spoof", Holder: "w1", Duration: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reason := range []string{history.GossipReasonPrefix + "node n9 dead", kvlease.UnseenEndReason} {
+		if _, err := f.client.Revoke(ctx, "spoof", reason, kvlease.FreeNow()); !errors.Is(err, api.ErrInvalidRequest) {
+			t.Errorf("revoke with the reason %q: %v, want invalid_argument", reason, err)
+		}
+	}
+	if got, err := f.client.Get(ctx, "spoof"); err != nil || kvlease.Token(got.Token) != rec.Token {
+		t.Errorf("after the refused revocations: %+v, %v; want tenure %d held", got, err, rec.Token)
+	}
 }
 
 // A revocation naming a tenure (the API's token, kvlease.OnlyTenure
