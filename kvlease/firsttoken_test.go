@@ -142,3 +142,38 @@ func TestFirstTokenR3(t *testing.T) {
 		t.Fatalf("the tenure granted before the restart: %+v, %v", rec, err)
 	}
 }
+
+// WithNewBucketFirstToken is asked for a first token only when Open is
+// about to create the bucket, again after an ErrUnavailable, and the
+// larger of its answer and WithFirstToken's is the first.
+func TestNewBucketFirstToken(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	calls := 0
+	first := func(context.Context) (kvlease.Token, error) {
+		if calls++; calls == 1 {
+			return 0, kvlease.ErrUnavailable
+		}
+		return 500, nil
+	}
+	st, err := kvlease.Open(t.Context(), js, kvlease.WithFirstToken(300), kvlease.WithNewBucketFirstToken(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "a", Holder: "h", Duration: time.Minute})
+	if err != nil || rec.Token != 500 {
+		t.Fatalf("first grant: %+v, %v; want token 500", rec, err)
+	}
+	if calls != 2 {
+		t.Errorf("asked %d times, want 2 (once more after ErrUnavailable)", calls)
+	}
+	if _, err := kvlease.Open(t.Context(), js, kvlease.WithNewBucketFirstToken(func(context.Context) (kvlease.Token, error) {
+		t.Error("asked for a first token of a bucket that exists")
+		return 0, nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvlease.Open(t.Context(), js, kvlease.WithNewBucketFirstToken(nil)); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("nil first token function: %v, want ErrInvalidOption", err)
+	}
+}

@@ -1,6 +1,7 @@
 package kvlease
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -32,6 +33,8 @@ type options struct {
 	setPolicy     bool        // WithBucketPolicy: record margin and range on the bucket
 	overdueGrace  time.Duration
 	firstToken    Token // WithFirstToken; 0: none
+	// newFirst: WithNewBucketFirstToken; nil: none
+	newFirst func(context.Context) (Token, error)
 }
 
 // DefaultBucket is the lease bucket's name unless [WithBucket] says otherwise.
@@ -323,6 +326,26 @@ func WithFirstToken(first Token) Option {
 			return fmt.Errorf("%w: first token %d above %d, the largest token a fence keeps", ErrInvalidOption, first, int64(math.MaxInt64))
 		}
 		o.firstToken = first
+		return nil
+	}
+}
+
+// WithNewBucketFirstToken makes Open ask first, when it is about to create
+// the bucket (it found none), for a first token: the bucket begins at the
+// larger of first's answer and [WithFirstToken]'s. For a first token read
+// from elsewhere (serve reads its history's), which can be read only once
+// JetStream answers, and only matters for a bucket that is missing then:
+// Open calls first after it has waited for JetStream to say so, under the
+// attempt's ctx. An error from first fails that attempt of Open, which
+// tries again after an [ErrUnavailable]. An answer above math.MaxInt64 is
+// [ErrInvalidOption]. A bucket that exists already is checked against
+// [WithFirstToken]'s alone. A nil first is an error.
+func WithNewBucketFirstToken(first func(ctx context.Context) (Token, error)) Option {
+	return func(o *options) error {
+		if first == nil {
+			return fmt.Errorf("%w: nil first token function", ErrInvalidOption)
+		}
+		o.newFirst = first
 		return nil
 	}
 }

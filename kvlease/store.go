@@ -246,7 +246,18 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 	created := false
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound) && o.create:
-		kv, err = createBucket(ctx, js, o)
+		create := o
+		if o.newFirst != nil {
+			first, ferr := o.newFirst(ctx)
+			switch {
+			case ferr != nil:
+				return nil, ferr
+			case first > math.MaxInt64:
+				return nil, fmt.Errorf("%w: new bucket's first token %d above %d, the largest token a fence keeps", ErrInvalidOption, first, int64(math.MaxInt64))
+			}
+			create.firstToken = max(create.firstToken, first)
+		}
+		kv, err = createBucket(ctx, js, create)
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // lost a race with another Open
 			kv, err = js.KeyValue(ctx, o.bucket)
 		}

@@ -490,9 +490,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			"cluster", f.clusterName)
 	}
 	opts := append(policyOpts, kvlease.WithBucketPolicy(), kvlease.WithBucket(f.bucket), kvlease.WithReplicas(replicas), kvlease.WithLogger(log),
-		kvlease.WithStoreMeterProvider(mp), kvlease.WithFirstToken(f.newBucketFirstToken(octx, js, log)))
+		kvlease.WithStoreMeterProvider(mp))
 	opts = append(opts, batchOpts...)
-	st, err := kvlease.Open(octx, js, opts...)
+	st, err := f.openStore(octx, js, log, opts...)
 	if err != nil {
 		return startCause(err)
 	}
@@ -700,33 +700,46 @@ func gossipName(f serveFlags) string {
 	return fmt.Sprintf("%s-%d", nodeName(f), os.Getpid())
 }
 
+// openStore opens the lease bucket with opts. A bucket it creates begins
+// at --first-token, or above the last revision its history recorded if
+// that is higher (aboveHistory).
+func (f *serveFlags) openStore(ctx context.Context, js jetstream.JetStream, log *slog.Logger, opts ...kvlease.Option) (*kvlease.Store, error) {
+	return kvlease.Open(ctx, js, append(opts, kvlease.WithFirstToken(kvlease.Token(f.firstToken)),
+		kvlease.WithNewBucketFirstToken(f.aboveHistory(js, log)))...)
+}
+
+// aboveHistory is the first token of a lease bucket made anew under its
+// history: above the history's last record. A bucket deleted and made anew
+// by a serve began again at 1 under a history that had recorded its
+// tokens: the tokens repeated, and the observer, which takes the history's
+// last record as reported, left the new tenures out of it. Open asks for
+// it only once JetStream has said that the bucket is missing, and again
+// while the history's JetStream is unavailable: read before Open waited
+// for JetStream, as a cluster's serves started at once must, a read that
+// failed was taken for no history (found in review). A history that cannot
+// be read otherwise (refused) is said, and passed over.
+func (f *serveFlags) aboveHistory(js jetstream.JetStream, log *slog.Logger) func(context.Context) (kvlease.Token, error) {
+	return func(ctx context.Context) (kvlease.Token, error) {
+		last, err := history.LastRevision(ctx, js, f.bucket)
+		switch {
+		case errors.Is(err, kvlease.ErrUnavailable):
+			return 0, err // Open tries again
+		case err != nil:
+			log.Warn("could not read the lease bucket's history, to begin the new bucket above the tokens it recorded", "bucket", f.bucket, "err", err)
+			return 0, nil
+		case last == 0 || kvlease.Token(last) < kvlease.Token(f.firstToken):
+			return 0, nil
+		}
+		log.Warn("the lease bucket is missing but its history is not: the new bucket's tokens begin above those the history recorded",
+			"bucket", f.bucket, "first_token", last+1)
+		return kvlease.Token(last + 1), nil
+	}
+}
+
 // loadConfig reads --config and layers it under the flags: a flag given
 // explicitly wins, then the file's value, then the flag's default. What the
 // flags then carry is removed from f.base, so that embedded.Config's fields
 // (set from the flags) are the only source of those options.
-// newBucketFirstToken is the first token of the lease bucket if serve
-// creates it: --first-token, or above the last revision its history
-// recorded if that is higher. A bucket deleted and made anew by a serve
-// began again at 1 under a history that had recorded its tokens: the
-// tokens repeated, and the observer, which takes the history's last record
-// as reported, left the new tenures out of it. Best effort: if the bucket
-// or the history cannot be read now, --first-token alone.
-func (f *serveFlags) newBucketFirstToken(ctx context.Context, js jetstream.JetStream, log *slog.Logger) kvlease.Token {
-	first := kvlease.Token(f.firstToken)
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, err := js.KeyValue(actx, f.bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return first // there (its tokens are its own), or unknown
-	}
-	last, err := history.LastRevision(actx, js, f.bucket)
-	if err != nil || kvlease.Token(last) < first {
-		return first
-	}
-	log.Warn("the lease bucket is missing but its history is not: the new bucket's tokens begin above those the history recorded",
-		"bucket", f.bucket, "first_token", last+1)
-	return kvlease.Token(last + 1)
-}
-
 func (f *serveFlags) loadConfig(changed func(string) bool) error {
 	base, err := embedded.LoadConfigFile(f.config)
 	if err != nil {
