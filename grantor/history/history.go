@@ -310,7 +310,8 @@ func (h *Stream) Last(ctx context.Context) (r Record, ok bool, err error) {
 
 // LastRevision returns the bucket revision of the last record in bucket's
 // history, 0 if it has none (no stream, or no record). A bucket made anew
-// begins above it ([kvlease.WithFirstToken]; serve does so), or its tokens
+// begins above it ([kvlease.WithFirstToken], [kvlease.WithNewBucketFirstToken]:
+// serve does so), or its tokens
 // would repeat those the history recorded, and an observer, which takes
 // the history's last record as reported, would leave out the new tenures
 // below it.
