@@ -371,7 +371,9 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	defer cancel()
 	stop := context.AfterFunc(lead.Context(), cancel)
 	defer stop()
-	after, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (uint64, error) { return o.startRevision(ctx) })
+	after, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (uint64, error) {
+		return o.startRevision(ctx, uint64(lead.Token()))
+	})
 	if err != nil {
 		return err
 	}
@@ -1002,7 +1004,10 @@ func (o *observer) fromFeed(ctx context.Context, sub *feedSub, last uint64, pass
 // the history's last revision were left out of it as reported (found by
 // deleting the bucket under a stopped serve; serve now makes a bucket anew
 // above its history, but a bucket another program creates begins at 1).
-func (o *observer) startRevision(ctx context.Context) (uint64, error) {
+// The bucket's revision is at least campaigned, the token of this
+// observer's own lease: a read answered by a deposed stream leader from
+// its frozen state must not look like a bucket made anew (found in review).
+func (o *observer) startRevision(ctx context.Context, campaigned uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	last, ok, err := o.hist.Last(ctx)
@@ -1010,6 +1015,7 @@ func (o *observer) startRevision(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	rev, err := o.s.store.LastRevision(ctx)
+	rev = max(rev, campaigned)
 	switch {
 	case err != nil:
 		return 0, err
