@@ -1,6 +1,7 @@
 package grantor_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -34,4 +35,30 @@ func TestObserverRecordsABucketMadeAnewBelowItsHistory(t *testing.T) {
 	recordsThrough(t, h, "new.", func(r history.Record) bool {
 		return r.Kind == history.KindGranted && r.Token == uint64(rec.Token)
 	})
+}
+
+// A grantor whose bucket is deleted and stays missing must be stopped, as
+// one whose bucket is made anew is: its watch of the bucket ends (the
+// stream gone), and with it the holder index (per-holder limits, lists
+// and counts) and the observer's feed, for good. It ran on, answering
+// every list "unavailable", and when a restarted node made the bucket
+// anew it still served it with the old bucket's index (found deleting the
+// bucket under a cluster and restarting one node, as README says).
+func TestServiceFailsWhenItsBucketIsDeleted(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	if _, err := f.store.Grant(t.Context(), kvlease.GrantRequest{Name: "gone.a", Holder: "h", Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, f.url))
+	if err := js.DeleteKeyValue(t.Context(), kvlease.DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-f.svc.Failed():
+		if !errors.Is(err, kvlease.ErrUnavailable) {
+			t.Fatalf("Failed: %v, want kvlease.ErrUnavailable (the bucket gone)", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the service's bucket was deleted 30 s ago and Failed delivered nothing")
+	}
 }

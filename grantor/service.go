@@ -352,7 +352,16 @@ func (s *Service) Start(ctx context.Context) error {
 			func(n int) { s.metrics.LiveLeases(context.Background(), int64(n)) }, s.feed.pass)
 		close(ended)
 		s.feed.close()
-		if err := w.Err(); errors.Is(err, kvlease.ErrBucketReplaced) {
+		// Err is nil if the watch was stopped. Otherwise the bucket was
+		// made anew, or is gone (its stream missing, the bucket deleted),
+		// or the connection closed: either way the index and the
+		// observer's feed have ended for good. A bucket deleted and left
+		// missing for seconds ended the watch with ErrUnavailable, and the
+		// service ran on without them, answering every list
+		// "unavailable", and then served the bucket a restarted node made
+		// anew with the old one's index (found deleting the bucket under
+		// a cluster).
+		if err := w.Err(); err != nil {
 			s.failed <- err // buffered: the first and only
 		}
 	}()
@@ -458,12 +467,15 @@ func (s *Service) stopExtensions() {
 }
 
 // Failed delivers an error if the service can no longer answer truly and
-// must be stopped: its bucket was deleted and made anew under it
-// ([kvlease.ErrBucketReplaced]; a NATS server restarted on an empty
-// store). Its index of the old bucket's leases answered lists and counts
-// with leases that no longer existed, and its reads stayed unavailable
-// (found by an outside client). Restarted, a grantor serves the new bucket,
-// whose tokens started again (docs/safety.md).
+// must be stopped: its watch of the bucket ended. The bucket was deleted
+// and made anew under it ([kvlease.ErrBucketReplaced]; a NATS server
+// restarted on an empty store): its index of the old bucket's leases
+// answered lists and counts with leases that no longer existed, and its
+// reads stayed unavailable (found by an outside client). Or the bucket
+// was deleted and stayed missing for seconds ([kvlease.ErrUnavailable]),
+// or the connection closed: its index and its observer's feed had ended
+// for good. Restarted, a grantor serves the new bucket, whose tokens
+// began again unless its creator gave a first token (docs/safety.md).
 func (s *Service) Failed() <-chan error { return s.failed }
 
 // Stop stops taking requests, waits for those in flight to be answered, and

@@ -1071,6 +1071,44 @@ func TestServeStopsWhenItsBucketIsReplaced(t *testing.T) {
 	})
 }
 
+// A grantor whose bucket is deleted and stays missing stops too, exit 1,
+// saying so: its watch of the bucket ended with the stream gone, and it
+// ran on, every list answered "unavailable" and its per-holder counts
+// stopped, and went on so once a restarted node made the bucket anew
+// (found deleting the bucket under a three-node cluster and restarting
+// one node). Started again, it makes the bucket anew above its history.
+func TestServeStopsWhenItsBucketIsDeleted(t *testing.T) {
+	s := startServe(t, "")
+	r := leased(t, s.url, "acquire", "gone.a", "--ttl", "60s", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("acquire: %+v", r)
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, s.url))
+	if err := js.DeleteKeyValue(t.Context(), kvlease.DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	err := waitExit(s.cmd, 30*time.Second)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("serve with its bucket deleted: %v, want exit 1\n%s", err, s.logs.text())
+	}
+	s.logs.wait(t, time.Second, func(l string) bool {
+		return strings.Contains(l, "cannot serve on") && strings.Contains(l, "lease bucket is missing")
+	})
+	// Started again, it makes the bucket anew above the tokens its history
+	// recorded.
+	var before, after struct{ Token uint64 }
+	if err := json.Unmarshal([]byte(r.stdout), &before); err != nil || before.Token == 0 {
+		t.Fatalf("acquire's output %q: %v", r.stdout, err)
+	}
+	s = startServe(t, s.data)
+	if r = leased(t, s.url, "acquire", "gone.b", "--ttl", "60s", "-o", "json"); r.code != 0 {
+		t.Fatalf("acquire on the bucket made anew: %+v", r)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &after); err != nil || after.Token <= before.Token {
+		t.Fatalf("a grant on the bucket made anew: %q, %v; want a token above %d", r.stdout, err, before.Token)
+	}
+}
+
 // A node that joined the cluster and left for good still counts in
 // JetStream's meta group: with it gone and one of the first three down,
 // the bucket's stream has its majority (grants go through) while the meta

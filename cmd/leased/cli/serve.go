@@ -572,6 +572,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			serving = false
 			if errors.Is(failed, kvlease.ErrBucketReplaced) {
 				log.Error("cannot serve on: stopping (start again to serve the new bucket; its tokens began again unless its creator gave a first token (serve --first-token), and fences that saw the old ones refuse them: README, Fenced writes)", "err", failed)
+			} else if errors.Is(failed, jetstream.ErrStreamNotFound) {
+				log.Error("cannot serve on: the lease bucket is missing (deleted?), and this grantor's watch of it ended; stopping "+
+					"(start again: a serve that finds it missing makes it anew, its tokens above those its history recorded: README, Fenced writes)", "err", failed)
 			} else {
 				log.Error("cannot serve on: stopping", "err", failed)
 			}
