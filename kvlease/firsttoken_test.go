@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
 	"testing"
 	"time"
 
@@ -55,6 +54,33 @@ func TestFirstTokenSurvivesRestarts(t *testing.T) {
 	}
 }
 
+// A bucket begun at the largest first token grants, renews and restarts
+// as any other; one past it is refused. A bucket begun at 2^62 lost its
+// first grant at once (nats-server's file store reads a sequence with bit
+// 62 set as a tombstone's), and one begun near 2^63 stopped answering for
+// its stream within seconds: WithFirstToken took up to 2^63-1.
+func TestFirstTokenAtItsLargest(t *testing.T) {
+	if err := kvlease.CheckOptions(kvlease.WithFirstToken(kvlease.MaxFirstToken + 1)); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Fatalf("first token MaxFirstToken+1: %v, want ErrInvalidOption", err)
+	}
+	srv := kvleasetest.StartChildServer(t)
+	st := kvleasetest.OpenStore(t, srv.URL, kvlease.WithFirstToken(kvlease.MaxFirstToken))
+	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "a", Holder: "h", Duration: time.Minute})
+	if err != nil || rec.Token != kvlease.MaxFirstToken {
+		t.Fatalf("grant: %+v, %v; want token %d", rec, err, kvlease.MaxFirstToken)
+	}
+	if _, err := st.Renew(t.Context(), kvlease.RenewRequest{Name: "a", Holder: "h", Token: rec.Token, Revision: rec.Revision,
+		Duration: time.Minute, Secret: rec.Secret}); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	srv.Stop()
+	srv.Restart()
+	st = kvleasetest.OpenStore(t, srv.URL)
+	if got, err := st.Get(t.Context(), "a"); err != nil || got.Token != rec.Token {
+		t.Fatalf("after a restart: %+v, %v; want token %d live", got, err, rec.Token)
+	}
+}
+
 // An existing bucket keeps its revisions: Open refuses a first token above
 // them (it cannot raise them), and takes one they have passed.
 func TestFirstTokenOfAnExistingBucket(t *testing.T) {
@@ -69,8 +95,8 @@ func TestFirstTokenOfAnExistingBucket(t *testing.T) {
 		t.Fatalf("Open of a bucket at revision 3 with first token 1000: %v, want ErrBucket", err)
 	}
 	if _, err := kvlease.Open(t.Context(), kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL())),
-		kvlease.WithFirstToken(math.MaxInt64+1)); !errors.Is(err, kvlease.ErrInvalidOption) {
-		t.Fatalf("first token 2^63: %v, want ErrInvalidOption (fences take tokens up to 2^63-1)", err)
+		kvlease.WithFirstToken(kvlease.MaxFirstToken+1)); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Fatalf("first token 2^61+1: %v, want ErrInvalidOption (nats-server's file store takes sequences below 2^62)", err)
 	}
 	for _, first := range []kvlease.Token{0, 1, 4} {
 		kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithFirstToken(first))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -304,6 +303,16 @@ func WithOverdueGrace(d time.Duration) Option {
 	}
 }
 
+// MaxFirstToken is the largest first token [WithFirstToken] takes, 2^61:
+// it leaves the bucket 2^61 revisions (73,000 years of a million writes a
+// second) below 2^62. nats-server's file store (v2.15.2) marks tombstones
+// with bit 62 of a sequence number, and reads a message whose sequence has
+// it as one: a bucket begun at 2^62 lost its first grant at once, and one
+// begun just below 2^63 stopped answering for its stream within seconds
+// (found trying --first-token far above, as README advised). Fences take
+// tokens up to 2^63-1 (PostgreSQL's bigint), above any the bucket issues.
+const MaxFirstToken Token = 1 << 61
+
 // WithFirstToken makes a bucket that Open creates begin its revisions, the
 // fencing tokens, at first instead of 1: for a bucket made anew after the
 // old one was lost (a lost disk, a cluster started on new data
@@ -318,12 +327,12 @@ func WithOverdueGrace(d time.Duration) Option {
 // A bucket that exists already keeps its revisions: Open fails with
 // [ErrBucket] if its revisions are below first (they cannot be raised in
 // place), and goes on if they are at or above it. 0 or 1: revisions begin
-// at 1. Above math.MaxInt64 is an error: fences keep tokens as signed
-// 64-bit integers (PostgreSQL's bigint).
+// at 1. Above [MaxFirstToken] is an error.
 func WithFirstToken(first Token) Option {
 	return func(o *options) error {
-		if first > math.MaxInt64 {
-			return fmt.Errorf("%w: first token %d above %d, the largest token a fence keeps", ErrInvalidOption, first, int64(math.MaxInt64))
+		if first > MaxFirstToken {
+			return fmt.Errorf("%w: first token %d above %d (2^61): nats-server's file store takes sequence numbers, the "+
+				"revisions, only below 2^62, and the bucket needs room for its own", ErrInvalidOption, first, MaxFirstToken)
 		}
 		o.firstToken = first
 		return nil
@@ -337,7 +346,7 @@ func WithFirstToken(first Token) Option {
 // JetStream answers, and only matters for a bucket that is missing then:
 // Open calls first after it has waited for JetStream to say so, under the
 // attempt's ctx. An error from first fails that attempt of Open, which
-// tries again after an [ErrUnavailable]. An answer above math.MaxInt64 is
+// tries again after an [ErrUnavailable]. An answer above [MaxFirstToken] is
 // [ErrInvalidOption]. A bucket that exists already is checked against
 // [WithFirstToken]'s alone. A nil first is an error.
 func WithNewBucketFirstToken(first func(ctx context.Context) (Token, error)) Option {

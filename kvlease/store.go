@@ -252,8 +252,8 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 			switch {
 			case ferr != nil:
 				return nil, ferr
-			case first > math.MaxInt64:
-				return nil, fmt.Errorf("%w: new bucket's first token %d above %d, the largest token a fence keeps", ErrInvalidOption, first, int64(math.MaxInt64))
+			case first > MaxFirstToken:
+				return nil, fmt.Errorf("%w: new bucket's first token %d above %d (MaxFirstToken)", ErrInvalidOption, first, MaxFirstToken)
 			}
 			create.firstToken = max(create.firstToken, first)
 		}

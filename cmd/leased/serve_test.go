@@ -88,6 +88,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--batch-linger", "5s"},
 		{"serve", "--batch-timeout", "0s"},
 		{"serve", "--first-token", "9223372036854775808"},
+		{"serve", "--first-token", "2305843009213693953"}, // above kvlease.MaxFirstToken
 		{"serve", "--first-token", "-1"},
 		{"serve", "--batching=false", "--batch-linger", "2ms"},
 		// What the embedded server cannot serve: it is alone, and refuses

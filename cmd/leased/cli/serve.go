@@ -266,7 +266,7 @@ nothing changes (nor does it without --config, or with --nats-url).`,
 	fl.StringVar(&f.sync, "sync", "always", "embedded store sync policy: always (sync before ack) or unsafe-interval (may lose acknowledged grants on power loss)")
 	fl.StringVar(&f.bucket, "bucket", kvlease.DefaultBucket, "lease bucket name")
 	fl.IntVar(&f.replicas, "replicas", 0, "replicas of the lease bucket when it is created (default: 3 in a cluster, else 1)")
-	fl.Uint64Var(&f.firstToken, "first-token", 0, "the first fencing token of the lease bucket when it is created: for a bucket made anew after its old one was lost, above every token the old one issued, so that fences accept the new ones; serve refuses to start on an existing bucket whose tokens are below it (default: 1)")
+	fl.Uint64Var(&f.firstToken, "first-token", 0, "the first fencing token of the lease bucket when it is created: for a bucket made anew after its old one was lost, above every token the old one issued, so that fences accept the new ones; serve refuses to start on an existing bucket whose tokens are below it (default: 1; at most 2305843009213693952, 2^61)")
 	fl.DurationVar(&f.minTTL, "min-ttl", kvlease.MinDuration, "shortest lease granted (at least 1s)")
 	fl.DurationVar(&f.maxTTL, "max-ttl", kvlease.DefaultMaxDuration, "longest lease granted")
 	fl.DurationVar(&f.policy.DefaultDuration, "default-ttl", f.policy.DefaultDuration, "duration of a grant that names none")
