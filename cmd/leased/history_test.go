@@ -215,6 +215,16 @@ func TestHistoryReadsALongHistory(t *testing.T) {
 	}
 }
 
+// A first start, with neither the bucket nor its history, says nothing
+// of a history: it warned, on every new data directory without
+// --first-token, that the bucket was missing but its history was not.
+func TestServeFirstStartWarnsOfNoHistory(t *testing.T) {
+	s := startServe(t, "")
+	if text := s.logs.text(); strings.Contains(text, "its history is not") {
+		t.Fatalf("a first start warned of a history there is not:\n%s", text)
+	}
+}
+
 // A lease bucket deleted and made anew by serve begins above the tokens
 // its history recorded: before, it began at 1, its tokens repeated those
 // of the history, and the observer, which takes the history's last record
