@@ -26,6 +26,7 @@ import (
 
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor/client"
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -1106,6 +1107,52 @@ func TestServeStopsWhenItsBucketIsDeleted(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &after); err != nil || after.Token <= before.Token {
 		t.Fatalf("a grant on the bucket made anew: %q, %v; want a token above %d", r.stdout, err, before.Token)
+	}
+}
+
+// A bucket deleted under a cluster, its history kept: the nodes started
+// again together make it anew above the tokens its history recorded.
+// They made it at 1: as they started, JetStream did not answer their look
+// at the bucket and its history within the one attempt it had (its meta
+// group still electing), and they went on without it (found deleting the
+// bucket under a three-node cluster, as README describes).
+func TestClusterMakesADeletedBucketAnewAboveItsHistory(t *testing.T) {
+	c := startCluster(t)
+	urls := cli.ClientURLs(c.nodes)
+	var before, after struct{ Token uint64 }
+	r := leased(t, urls, "acquire", "anew.a", "--ttl", "60s", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &before); r.code != 0 || err != nil || before.Token == 0 {
+		t.Fatalf("acquire: %+v, %v", r, err)
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, urls))
+	h, err := history.Open(t.Context(), js, kvlease.DefaultBucket, history.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_ = h.Follow(ctx, "anew.a", time.Time{}, func(r history.Record, _ bool) bool { return r.Token != before.Token })
+	if last, err := history.LastRevision(ctx, js, kvlease.DefaultBucket); err != nil || last < before.Token {
+		t.Fatalf("the history's last revision %d, %v; want it to have recorded token %d", last, err, before.Token)
+	}
+	if err := js.DeleteKeyValue(t.Context(), kvlease.DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	// Stopped at once, as an operator restarting them would (whether
+	// they stop by themselves is TestServeStopsWhenItsBucketIsDeleted's).
+	for _, p := range c.procs {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+	for i := range c.nodes {
+		c.procs[i] = c.spawn(i)
+	}
+	for i := range c.nodes {
+		c.waitReady(i)
+	}
+	r = leased(t, urls, "acquire", "anew.b", "--ttl", "60s", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &after); r.code != 0 || err != nil || after.Token <= before.Token {
+		t.Fatalf("a grant on the bucket made anew: %+v, %v; want a token above %d", r, err, before.Token)
 	}
 }
 
