@@ -364,3 +364,22 @@ func lockReleased(t *testing.T, dir string) <-chan struct{} {
 	}()
 	return done
 }
+
+// --first-token reaches every node's serve: the cluster's new bucket
+// begins there, whichever node makes it. dev-cluster had no such flag, and
+// README's way from a standalone node to a cluster (new data directories,
+// --first-token above the old tokens) could not be taken with it. A value
+// serve would refuse is refused before any node starts.
+func TestDevClusterFirstToken(t *testing.T) {
+	out, err := exec.Command(leasedBin, "dev-cluster", "--data", t.TempDir(), "--first-token", "2305843009213693953").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != cli.ExitUsage || !strings.Contains(string(out), "--first-token") {
+		t.Fatalf("dev-cluster --first-token 2^61+1: %v, want exit %d naming the flag\n%s", err, cli.ExitUsage, out)
+	}
+	d := startDevCluster(t, "--first-token", "70000")
+	r := leased(t, d.url, "acquire", "first.a", "--ttl", "20s", "-o", "json")
+	var got struct{ Token uint64 }
+	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != 0 || err != nil || got.Token < 70000 {
+		t.Fatalf("acquire on dev-cluster --first-token 70000: %+v, %v; want a token of at least 70000", r, err)
+	}
+}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/kvlease"
 )
 
 // ClusterNode is one member of a leased cluster.
@@ -29,6 +31,7 @@ type ClusterNode struct {
 	ClusterPort int    // route port
 	HTTPPort    int    // timeline page port (serve --http-listen); 0: none
 	Data        string // data directory
+	FirstToken  uint64 // serve --first-token; 0: none
 }
 
 // ClusterName is the JetStream cluster name of `leased dev-cluster` and of
@@ -55,6 +58,9 @@ func ClusterServeArgs(nodes []ClusterNode, i int) []string {
 	}
 	if n.HTTPPort > 0 {
 		args = append(args, "--http-listen", listenAddr(n.Host, n.HTTPPort))
+	}
+	if n.FirstToken > 0 {
+		args = append(args, "--first-token", strconv.FormatUint(n.FirstToken, 10))
 	}
 	if ip := net.ParseIP(n.Host); ip == nil || !ip.IsLoopback() {
 		// Containers (and the partition test's private network) listen
@@ -100,6 +106,7 @@ func LocalCluster(n int, host string, port, clusterPort int, dataDir string) []C
 
 func newDevCluster(stdout, stderr io.Writer) *cobra.Command {
 	var n, port, clusterPort, httpPort int
+	var firstToken uint64
 	var host, data string
 	var restart bool
 	cmd := &cobra.Command{
@@ -122,6 +129,11 @@ A node that dies later leaves the others running, so a failover can be
 tried by killing one; with --restart it is started again on its data after 1 s,
 doubling up to 30 s while it keeps dying within a minute, and given up
 after 5 such deaths in a row.
+
+--first-token is every node's serve --first-token: a cluster started on
+new data directories after a standalone node's (README, "Beyond one
+machine") begins its tokens above those the standalone bucket issued, so
+that fences that saw them accept the new ones.
 
 The nodes have no TLS and no authorization: dev-cluster is for one trusted
 host, and --host must be a loopback address. See README "Security" for a
@@ -146,15 +158,19 @@ secured cluster.`,
 					return usageError{fmt.Errorf("%s %d: want 1..%d for %d nodes", flag, p, 65536-n, n)}
 				}
 			}
+			if err := kvlease.CheckOptions(kvlease.WithFirstToken(kvlease.Token(firstToken))); err != nil {
+				return usageError{fmt.Errorf("--first-token: %w", err)}
+			}
 			exe, err := os.Executable()
 			if err != nil {
 				return err
 			}
 			nodes := LocalCluster(n, host, port, clusterPort, data)
-			if httpPort > 0 {
-				for i := range nodes {
+			for i := range nodes {
+				if httpPort > 0 {
 					nodes[i].HTTPPort = httpPort + i
 				}
+				nodes[i].FirstToken = firstToken
 			}
 			return devCluster(cmd.Context(), exe, nodes, restart, stdout, stderr)
 		},
@@ -166,6 +182,7 @@ secured cluster.`,
 	cmd.Flags().IntVar(&httpPort, "http-port", 8080, "timeline page port of the first node (serve --http-listen; 0: no page)")
 	cmd.Flags().StringVar(&data, "data", filepath.Join(defaultDataDir(), "dev-cluster"), "data directory (one subdirectory per node)")
 	cmd.Flags().BoolVar(&restart, "restart", false, "restart a node that exits, on its data, with a backoff")
+	cmd.Flags().Uint64Var(&firstToken, "first-token", 0, "every node's serve --first-token: the first fencing token of the lease bucket when it is created (default: 1)")
 	return cmd
 }
 
