@@ -359,7 +359,7 @@ func createBucket(ctx context.Context, js jetstream.JetStream, o options) (jetst
 }
 
 // kvStreamConfig is the stream nats.go's CreateKeyValue makes for c, for
-// what the lease bucket sets (TestBucketStreamIsNATSKV keeps the two
+// what the lease bucket sets (TestFirstTokenBucketIsNATSKV keeps the two
 // alike).
 func kvStreamConfig(c jetstream.KeyValueConfig) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
@@ -394,7 +394,8 @@ func checkFirstToken(stream jetstream.Stream, o options) error {
 	if next := info.State.LastSeq + 1; next < uint64(o.firstToken) {
 		return fmt.Errorf("%w: bucket %q exists, and its next revision (fencing token) is %d, below the first token %d asked for; "+
 			"the revisions of a bucket cannot be raised in place (they are its stream's sequence numbers): a bucket that is to begin "+
-			"above a token must be created with it", ErrBucket, o.bucket, next, o.firstToken)
+			"above a token must be created with it; this one serves with a first token of at most %d, or none",
+			ErrBucket, o.bucket, next, o.firstToken, next)
 	}
 	return nil
 }
