@@ -35,6 +35,12 @@ func TestObserverRecordsABucketMadeAnewBelowItsHistory(t *testing.T) {
 	recordsThrough(t, h, "new.", func(r history.Record) bool {
 		return r.Kind == history.KindGranted && r.Token == uint64(rec.Token)
 	})
+	// The old bucket's tenure ended with it: it showed held for the
+	// history's whole retention.
+	recordsThrough(t, h, "old.", func(r history.Record) bool {
+		return r.Kind == history.KindEnded && r.Token == 1000 && r.EndedBy == history.EndUnknown &&
+			r.Reason == history.BucketGoneReason
+	})
 }
 
 // A grantor whose bucket is deleted and stays missing must be stopped, as

@@ -1007,14 +1007,19 @@ func (o *observer) fromFeed(ctx context.Context, sub *feedSub, last uint64, pass
 // The bucket's revision is at least campaigned, the token of this
 // observer's own lease: a read answered by a deposed stream leader from
 // its frozen state must not look like a bucket made anew (found in review).
+//
+// The tenures such a history shows live ended with the old bucket: their
+// ends are recorded first (history.Stream.EndLive), at the bucket's
+// revision, which is then the history's last (so that the next observer
+// does not read the whole history again).
 func (o *observer) startRevision(ctx context.Context, campaigned uint64) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	last, ok, err := o.hist.Last(ctx)
+	last, ok, err := o.hist.Last(actx)
 	if err != nil {
 		return 0, err
 	}
-	rev, err := o.s.store.LastRevision(ctx)
+	rev, err := o.s.store.LastRevision(actx)
 	rev = max(rev, campaigned)
 	switch {
 	case err != nil:
@@ -1023,6 +1028,14 @@ func (o *observer) startRevision(ctx context.Context, campaigned uint64) (uint64
 		o.s.log.Warn("the lease bucket's revisions are below its history's: it was made anew, and its tokens began again "+
 			"(fences that saw the old ones refuse them; make a bucket anew with a first token above its history's: serve --first-token, kvlease.WithFirstToken)",
 			"bucket", o.s.store.Bucket(), "bucket_revision", rev, "history_revision", last.Revision)
+		ended, err := o.hist.EndLive(ctx, last.Revision, rev, time.Now())
+		if err != nil {
+			return 0, err
+		}
+		if ended > 0 {
+			o.s.log.Warn("the tenures the history showed held ended with the old bucket, and the history now says so",
+				"bucket", o.s.store.Bucket(), "tenures", ended)
+		}
 		return rev, nil
 	case ok:
 		return last.Revision, nil

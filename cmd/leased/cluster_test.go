@@ -1132,8 +1132,8 @@ func TestClusterMakesADeletedBucketAnewAboveItsHistory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	_ = h.Follow(ctx, "anew.a", time.Time{}, func(r history.Record, _ bool) bool { return r.Token != before.Token })
-	if last, err := history.LastRevision(ctx, js, kvlease.DefaultBucket); err != nil || last < before.Token {
-		t.Fatalf("the history's last revision %d, %v; want it to have recorded token %d", last, err, before.Token)
+	if last, _, err := h.Last(ctx); err != nil || last.Revision < before.Token {
+		t.Fatalf("the history's last revision %d, %v; want it to have recorded token %d", last.Revision, err, before.Token)
 	}
 	if err := js.DeleteKeyValue(t.Context(), kvlease.DefaultBucket); err != nil {
 		t.Fatal(err)

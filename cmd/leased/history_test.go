@@ -289,4 +289,13 @@ func TestServeMakesABucketAnewAboveItsHistory(t *testing.T) {
 		t.Fatalf("the bucket made anew granted token %d, not above the history's %d", tok, old)
 	}
 	recorded("anew.b", tok)
+	// The old bucket's tenure ended with it, recorded before the new
+	// bucket was made: it showed held for the history's whole retention.
+	recs, err := h.Read(t.Context(), "anew.a", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts := history.Fold(recs); len(ts) != 1 || ts[0].Live() || ts[0].EndedBy != history.EndUnknown || ts[0].Reason != history.BucketGoneReason {
+		t.Fatalf("the old bucket's tenure in the history: %+v, want it ended, %s, %q", ts, history.EndUnknown, history.BucketGoneReason)
+	}
 }

@@ -76,7 +76,9 @@ const (
 	// its watch lagged past a tenure's end; [Fold] gives one to a tenure
 	// without an end record that a later tenure of the lease followed (an
 	// end lost while observers took over, or a record the server removed
-	// with no marker), ended at the later tenure's begin at the latest.
+	// with no marker), ended at the later tenure's begin at the latest;
+	// and [Stream.EndLive] records one for each tenure of a bucket that
+	// was deleted ([BucketGoneReason]).
 	EndUnknown = "unknown"
 )
 
@@ -308,23 +310,43 @@ func (h *Stream) Last(ctx context.Context) (r Record, ok bool, err error) {
 	return h.get(ctx, func() (*jetstream.RawStreamMsg, error) { return h.stream.GetMsg(ctx, info.State.LastSeq) })
 }
 
-// LastRevision returns the bucket revision of the last record in bucket's
-// history, 0 if it has none (no stream, or no record). A bucket made anew
-// begins above it ([kvlease.WithFirstToken], [kvlease.WithNewBucketFirstToken]:
-// serve does so), or its tokens
-// would repeat those the history recorded, and an observer, which takes
-// the history's last record as reported, would leave out the new tenures
-// below it.
-func LastRevision(ctx context.Context, js jetstream.JetStream, bucket string) (uint64, error) {
-	h, err := Open(ctx, js, bucket, Options{})
-	switch {
-	case errors.Is(err, kvlease.ErrNotFound):
-		return 0, nil
-	case err != nil:
+// BucketGoneReason is the reason of the ends [Stream.EndLive] records.
+const BucketGoneReason = "the lease bucket was deleted and made anew: the tenure ended with the old bucket, " +
+	"at the latest when leased found the new one"
+
+// endLiveIdle bounds EndLive's read of the history: it fails once the
+// stream has sent nothing for this long (see [Stream.ReadIdle]).
+const endLiveIdle = 10 * time.Second
+
+// EndLive records an end ([EndUnknown], [BucketGoneReason], at the time
+// given, with the bucket revision given) for every tenure the history
+// shows live whose token is at most upTo: the tenures of a lease bucket
+// that was deleted, which nothing else will ever end (no marker comes from
+// a bucket that is gone), so that the history and the timeline showed
+// them held until their records aged out (found in review). It reads the
+// whole history, so it is for the rare moment a bucket is found made anew,
+// before anything of the new bucket is recorded; tenures of the new one,
+// whose tokens are above upTo, are left alone. It returns how many it
+// ended. An end recorded before (by another node doing the same) is kept
+// once.
+func (h *Stream) EndLive(ctx context.Context, upTo, revision uint64, at time.Time) (int, error) {
+	recs, err := h.ReadIdle(ctx, "", time.Time{}, endLiveIdle)
+	if err != nil {
 		return 0, err
 	}
-	r, _, err := h.Last(ctx)
-	return r.Revision, err
+	var ends []Record
+	for _, t := range Fold(recs) {
+		if !t.Live() || t.Token == 0 || t.Token > upTo {
+			continue
+		}
+		ends = append(ends, Record{Kind: KindEnded, Name: t.Name, Token: t.Token, Holder: t.Holder,
+			Revision: revision, Time: at, GrantedAt: t.From, DurationMS: t.DurationMS,
+			EndedBy: EndUnknown, Reason: BucketGoneReason, Renewals: t.Renewals, TraceID: t.TraceID})
+	}
+	if _, err := h.AppendAll(ctx, ends); err != nil {
+		return 0, err
+	}
+	return len(ends), nil
 }
 
 // LastFor returns the last record of lease name (ok false if none).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -265,6 +266,49 @@ func TestAppendAll(t *testing.T) {
 		if r.Token != uint64(i+1) {
 			t.Errorf("record %d: token %d, want %d (in order)", i, r.Token, i+1)
 		}
+	}
+}
+
+// EndLive ends the live tenures at or below its bound, once, and leaves
+// alone those above it (a bucket made anew above its history, whose
+// tenures another node may record meanwhile) and those that ended.
+func TestEndLive(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	ctx := t.Context()
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	h, err := history.Open(ctx, js, "leases", history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-time.Minute)
+	granted := func(name string, tok uint64) history.Record {
+		return history.Record{Kind: history.KindGranted, Name: name, Token: tok, Holder: "h", Revision: tok, Time: t0, GrantedAt: t0}
+	}
+	released := granted("end.released", 2)
+	released.Kind, released.EndedBy, released.Revision = history.KindEnded, history.EndReleased, 3
+	recs := []history.Record{granted("end.live", 1), granted("end.released", 2), released, granted("end.new", 10)}
+	if _, err := h.AppendAll(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	for i, want := range []int{1, 0} { // the second finds it ended
+		if n, err := h.EndLive(ctx, 9, 9, at); err != nil || n != want {
+			t.Fatalf("EndLive #%d: %d, %v; want %d ended", i+1, n, err, want)
+		}
+	}
+	got, err := h.Read(ctx, "end.", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[string]string{}
+	for _, ten := range history.Fold(got) {
+		ends[ten.Name] = ten.EndedBy
+	}
+	if want := map[string]string{"end.live": history.EndUnknown, "end.released": history.EndReleased, "end.new": ""}; !maps.Equal(ends, want) {
+		t.Errorf("tenures ended by %v, want %v", ends, want)
+	}
+	if len(got) != len(recs)+1 {
+		t.Errorf("%d records, want %d: one end added", len(got), len(recs)+1)
 	}
 }
 

@@ -720,23 +720,48 @@ func (f *serveFlags) openStore(ctx context.Context, js jetstream.JetStream, log 
 // while the history's JetStream is unavailable: read before Open waited
 // for JetStream, as a cluster's serves started at once must, a read that
 // failed was taken for no history (found in review). A history that cannot
-// be read otherwise (refused) is said, and passed over.
+// be read otherwise (refused) is said, and passed over. The tenures the
+// history shows live ended with the bucket: their ends are recorded first
+// (history.Stream.EndLive), or they showed held for the whole retention.
 func (f *serveFlags) aboveHistory(js jetstream.JetStream, log *slog.Logger) func(context.Context) (kvlease.Token, error) {
 	return func(ctx context.Context) (kvlease.Token, error) {
-		last, err := history.LastRevision(ctx, js, f.bucket)
+		last, ended, err := endHistoryTenures(ctx, js, f.bucket)
 		switch {
 		case errors.Is(err, kvlease.ErrUnavailable):
 			return 0, err // Open tries again
 		case err != nil:
 			log.Warn("could not read the lease bucket's history, to begin the new bucket above the tokens it recorded", "bucket", f.bucket, "err", err)
 			return 0, nil
-		case last == 0 || kvlease.Token(last) < kvlease.Token(f.firstToken):
+		case ended > 0:
+			log.Warn("the lease bucket is missing: the tenures its history showed held ended with it, and the history now says so",
+				"bucket", f.bucket, "tenures", ended)
+		}
+		if last == 0 || kvlease.Token(last) < kvlease.Token(f.firstToken) {
 			return 0, nil
 		}
 		log.Warn("the lease bucket is missing but its history is not: the new bucket's tokens begin above those the history recorded",
 			"bucket", f.bucket, "first_token", last+1)
 		return kvlease.Token(last + 1), nil
 	}
+}
+
+// endHistoryTenures records the end of the tenures bucket's history shows
+// live, the bucket being missing, and returns the revision of the
+// history's last record before them (0 if it has none, or no stream).
+func endHistoryTenures(ctx context.Context, js jetstream.JetStream, bucket string) (last uint64, ended int, err error) {
+	h, err := history.Open(ctx, js, bucket, history.Options{})
+	switch {
+	case errors.Is(err, kvlease.ErrNotFound):
+		return 0, 0, nil
+	case err != nil:
+		return 0, 0, err
+	}
+	r, ok, err := h.Last(ctx)
+	if err != nil || !ok {
+		return 0, 0, err
+	}
+	ended, err = h.EndLive(ctx, r.Revision, r.Revision, time.Now())
+	return r.Revision, ended, err
 }
 
 // loadConfig reads --config and layers it under the flags: a flag given
