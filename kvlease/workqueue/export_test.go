@@ -1,6 +1,9 @@
 package workqueue
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // WaitStateSize waits until the queue's per-item state (pending and claimed
 // entries) satisfies ok, or ctx ends; it returns the last sizes seen. It
@@ -34,4 +37,12 @@ func (q *Queue) MarkPending(ids ...string) {
 			q.pending[id] = true
 		}
 	})
+}
+
+// SetItemMarkerTTL sets the TTL of the markers of removed items for the
+// queues opened until the returned function restores it.
+func SetItemMarkerTTL(d time.Duration) (restore func()) {
+	was := itemMarkerTTL
+	itemMarkerTTL = d
+	return func() { itemMarkerTTL = was }
 }

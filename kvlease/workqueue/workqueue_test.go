@@ -888,3 +888,63 @@ func TestOpenRefusesTheLeaseBucket(t *testing.T) {
 		})
 	}
 }
+
+// A completed item leaves nothing in the items bucket once its marker has
+// lapsed: one marker per completed item stayed for good, and the bucket
+// (on disk, and in the NATS server's index of subjects) grew with every
+// item ever done. A completed id is still refused, by the sink.
+func TestCompletedItemsLeaveNothingBehind(t *testing.T) {
+	defer workqueue.SetItemMarkerTTL(time.Second)()
+	srv, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	// A queue made before the markers lapsed: its items bucket allows no
+	// per-message TTL, and Open allows it.
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "old-items", History: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"new", "old"} {
+		q, err := workqueue.Open(ctx, js, st, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		for i := range 5 {
+			if err := q.Add(ctx, fmt.Sprint("item-", i), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 5 {
+			c, err := q.Claim(ctx, "w", 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Complete(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stream, err := js.Stream(ctx, kvlease.StreamName(name+"-items"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		var state jetstream.StreamState // as last read
+		for {
+			info, err := stream.Info(wctx)
+			if err == nil {
+				state = info.State
+			}
+			if err == nil && state.Msgs == 0 && state.NumSubjects == 0 {
+				break
+			}
+			if wctx.Err() != nil {
+				t.Fatalf("queue %s: the items bucket still holds %d messages, %d subjects (%v) after its markers' TTL", name, state.Msgs, state.NumSubjects, err)
+			}
+			<-time.After(100 * time.Millisecond) // polling the server's state: it announces no lapse
+		}
+		cancel()
+		if err := q.Add(ctx, "item-0", nil); !errors.Is(err, workqueue.ErrDone) {
+			t.Fatalf("queue %s: re-adding a completed item once its marker lapsed: %v, want ErrDone", name, err)
+		}
+	}
+}
