@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
@@ -213,13 +214,8 @@ func TestStream(t *testing.T) {
 // that was only paused) is refused as a batch and appended one by one, so
 // that each record is kept once and the fresh ones are told apart.
 func TestAppendAll(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
 	ctx := t.Context()
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	h, err := history.Open(ctx, js, "leases", history.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, js, _ := newStream(t)
 	t0 := time.Now()
 	var recs []history.Record
 	for i := range 12 {
@@ -273,13 +269,8 @@ func TestAppendAll(t *testing.T) {
 // alone those above it (a bucket made anew above its history, whose
 // tenures another node may record meanwhile) and those that ended.
 func TestEndLive(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
 	ctx := t.Context()
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
-	h, err := history.Open(ctx, js, "leases", history.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, _, _ := newStream(t)
 	t0 := time.Now().Add(-time.Minute)
 	granted := func(name string, tok uint64) history.Record {
 		return history.Record{Kind: history.KindGranted, Name: name, Token: tok, Holder: "h", Revision: tok, Time: t0, GrantedAt: t0}
@@ -312,21 +303,11 @@ func TestEndLive(t *testing.T) {
 	}
 }
 
-// A read sent while the stream has no leader (here two of three nodes are
-// down; in the dev cluster, the leader's node had been killed) is asked
-// again once a leader is back, not waited on for the caller's whole
-// deadline: a timeline read used to fail after 30 s while the new leader
-// had been serving for 25.
 // ReadIdle reads what Read does, and fails once nothing comes for its
 // idle bound: here, the server gone.
 func TestReadIdle(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
-	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
 	ctx := t.Context()
-	h, err := history.Open(ctx, js, "leases", history.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, _, srv := newStream(t)
 	for _, r := range []history.Record{
 		{Kind: history.KindGranted, Name: "job.a", Token: 3, Holder: "h", Revision: 3, Time: time.Now()},
 		{Kind: history.KindGranted, Name: "other", Token: 4, Holder: "h", Revision: 4, Time: time.Now()},
@@ -353,6 +334,11 @@ func TestReadIdle(t *testing.T) {
 	}
 }
 
+// A read sent while the stream has no leader (here two of three nodes are
+// down; in the dev cluster, the leader's node had been killed) is asked
+// again once a leader is back, not waited on for the caller's whole
+// deadline: a timeline read used to fail after 30 s while the new leader
+// had been serving for 25.
 func TestReadWhileTheStreamHasNoLeader(t *testing.T) {
 	servers := kvleasetest.NewCluster(t, 3)
 	nc := kvleasetest.Connect(t, servers[0].ClientURL())
@@ -446,4 +432,16 @@ func TestParseSince(t *testing.T) {
 			t.Errorf("ParseSince(%q): %v; want an error saying %q", s, err, msg)
 		}
 	}
+}
+
+// newStream opens (creates) bucket "leases"' history on a server of its own.
+func newStream(t *testing.T) (*history.Stream, jetstream.JetStream, *kvleasetest.Server) {
+	t.Helper()
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	h, err := history.Open(t.Context(), js, "leases", history.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, js, srv
 }
