@@ -35,7 +35,9 @@
 // write accepts a paused worker's write that comes before its successor's
 // (docs/fencing.md; examples/pg-work-queue does both). Item ids are never
 // reused: the sink keeps each item's result, and [Queue.Add] refuses a
-// completed id with [ErrDone].
+// completed id with [ErrDone]. So the sink grows with every item done;
+// [WithResultRetention] bounds it, and gives up that guarantee past the
+// retention (opt-in).
 //
 // # Options
 //

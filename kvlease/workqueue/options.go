@@ -2,6 +2,7 @@ package workqueue
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/leased/leased/kvlease"
 )
@@ -10,7 +11,10 @@ import (
 // cannot use; Open returns that error.
 type OpenOption func(*openOptions) error
 
-type openOptions struct{ replicas int }
+type openOptions struct {
+	replicas        int
+	resultRetention time.Duration // 0: for good
+}
 
 // newOpenOptions applies opts over the default: the lease store's
 // replicas.
@@ -38,6 +42,30 @@ func WithReplicas(n int) OpenOption {
 			return fmt.Errorf("%w: replicas %d outside 1..5", kvlease.ErrInvalidOption, n)
 		}
 		o.replicas = n
+		return nil
+	}
+}
+
+// MinResultRetention is the shortest [WithResultRetention].
+const MinResultRetention = time.Hour
+
+// WithResultRetention keeps each item's sink record (its result, and the
+// bar its claims raise) for d after its last write, where Open creates the
+// sink bucket; by default they are kept for good, and the sink grows with
+// every item ever done. Opt-in, and weaker: once an item's record has
+// gone, [Queue.Add] takes its id again (the item is done again), and a
+// claim that works longer than d finds its bar gone and its completion
+// refused ([*fence.StaleTokenError]; the item is redone, never completed
+// twice). So d must be longer than any item takes, and than the time
+// within which an id may be added again. An existing sink keeps its own
+// retention: Open with another is refused ([kvlease.ErrBucket]). A d below
+// [MinResultRetention] is an error.
+func WithResultRetention(d time.Duration) OpenOption {
+	return func(o *openOptions) error {
+		if d < MinResultRetention {
+			return fmt.Errorf("%w: result retention %v, below %v", kvlease.ErrInvalidOption, d, MinResultRetention)
+		}
+		o.resultRetention = d
 		return nil
 	}
 }

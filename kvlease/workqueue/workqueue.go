@@ -109,19 +109,19 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 		return nil, fmt.Errorf("%w: queue %q: its bucket %q is the lease bucket", kvlease.ErrBucket, name, b)
 	}
 	// An item that expires is dropped as not found, but a result must stay.
-	open := func(bucket string, keep bool, markerTTL time.Duration) (jetstream.KeyValue, error) {
-		return kvcas.OpenBucket(ctx, js, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
-			Storage: jetstream.FileStorage, Replicas: oo.replicas, LimitMarkerTTL: markerTTL}, keep, "open "+bucket)
+	open := func(keep bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+		cfg.History, cfg.Storage, cfg.Replicas = 1, jetstream.FileStorage, oo.replicas
+		return kvcas.OpenBucket(ctx, js, cfg, keep, "open "+cfg.Bucket)
 	}
 	q := &Queue{name: name, store: store, js: js, pending: map[string]bool{}, claimed: map[string]bool{},
 		changed: make(chan struct{})}
-	if q.items, err = open(name+"-items", false, itemMarkerTTL); err != nil {
+	if q.items, err = open(false, jetstream.KeyValueConfig{Bucket: name + "-items", LimitMarkerTTL: itemMarkerTTL}); err != nil {
 		return nil, err
 	}
 	if q.removeTTL, err = removalTTL(ctx, js, q.items.Bucket()); err != nil {
 		return nil, err
 	}
-	done, err := open(name+"-done", true, 0)
+	done, err := open(true, jetstream.KeyValueConfig{Bucket: name + "-done", TTL: oo.resultRetention})
 	if err != nil {
 		return nil, err
 	}

@@ -948,3 +948,64 @@ func TestCompletedItemsLeaveNothingBehind(t *testing.T) {
 		}
 	}
 }
+
+// WithResultRetention makes the sink forget: its bucket keeps records for
+// the retention, a queue opened otherwise is refused, and once a record
+// has gone (deleted here, as its age would) its id is taken again, and a
+// claim whose bar went with it cannot complete.
+func TestResultRetention(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	if _, err := workqueue.Open(ctx, js, st, "r", workqueue.WithResultRetention(time.Minute)); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Fatalf("a retention of a minute: %v, want ErrInvalidOption", err)
+	}
+	q, err := workqueue.Open(ctx, js, st, "r", workqueue.WithResultRetention(2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	done, err := js.KeyValue(ctx, "r-done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, err := done.Status(ctx); err != nil || status.TTL() != 2*time.Hour {
+		t.Fatalf("the sink bucket's TTL: %v, %v; want 2h", status, err)
+	}
+	for _, opts := range [][]workqueue.OpenOption{nil, {workqueue.WithResultRetention(3 * time.Hour)}} {
+		if _, err := workqueue.Open(ctx, js, st, "r", opts...); !errors.Is(err, kvlease.ErrBucket) || !strings.Contains(err.Error(), "2h0m0s") {
+			t.Fatalf("open with another retention (%d options): %v, want ErrBucket naming the sink's 2h", len(opts), err)
+		}
+	}
+
+	if err := q.Add(ctx, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Complete(ctx, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if err := done.Purge(ctx, "a"); err != nil { // its age past the retention
+		t.Fatal(err)
+	}
+	if err := q.Add(ctx, "a", nil); err != nil {
+		t.Fatalf("adding an id whose result has gone: %v, want it taken again", err)
+	}
+	c, err = q.Claim(ctx, "w", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := done.Purge(ctx, "a"); err != nil { // the bar gone while the claim works
+		t.Fatal(err)
+	}
+	var stale *fence.StaleTokenError
+	if err := c.Complete(ctx, []byte("two")); !errors.As(err, &stale) {
+		t.Fatalf("completing a claim whose bar has gone: %v, want a StaleTokenError", err)
+	}
+	if isDone, _, _, _, err := q.Result(ctx, "a"); err != nil && !errors.Is(err, kvlease.ErrNotFound) || isDone {
+		t.Fatalf("result after the refused completion: done %v, %v", isDone, err)
+	}
+}

@@ -17,7 +17,8 @@ import (
 // of one replica made R3 buckets R1; found by an outside client). op names
 // it in errors. With keep (a bucket whose entries must stay: a fence's
 // tokens, a work queue's results), an existing bucket whose entries
-// expire (the lease bucket, say) is refused with [kvlease.ErrBucket].
+// expire otherwise than cfg.TTL says (the lease bucket, say, or a queue's
+// results kept for another time) is refused with [kvlease.ErrBucket].
 func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, keep bool, op string) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -39,9 +40,13 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 		if err != nil {
 			return nil, kvlease.JetStreamError(op, err)
 		}
-		if st.TTL() > 0 || st.LimitMarkerTTL() > 0 {
-			return nil, fmt.Errorf("%w: %s: bucket %q expires its entries (TTL %v, per-key TTLs %v); this one must keep them (is it the lease bucket?)",
-				kvlease.ErrBucket, op, cfg.Bucket, st.TTL(), st.LimitMarkerTTL() > 0)
+		switch {
+		case st.LimitMarkerTTL() > 0:
+			return nil, fmt.Errorf("%w: %s: bucket %q expires its entries (per-key TTLs); this one must keep them (is it the lease bucket?)",
+				kvlease.ErrBucket, op, cfg.Bucket)
+		case st.TTL() != cfg.TTL:
+			return nil, fmt.Errorf("%w: %s: bucket %q keeps its entries for %v, not %v (0: for good); open it as it was made, or change its max age",
+				kvlease.ErrBucket, op, cfg.Bucket, st.TTL(), cfg.TTL)
 		}
 	}
 	return kv, nil
