@@ -746,20 +746,26 @@ func (s *Service) reply(to, verb string, resp any, err error, counted func(code 
 		} else {
 			msg.Data, _ = json.Marshal(resp)
 		}
-		if len(msg.Data) > int(s.nc.MaxPayload()) {
-			// A discovery has no prefix to narrow: it told the client of
-			// a large service to (found by an outside client).
-			hint := "narrow the prefix"
-			if verb == "discover" {
-				hint = "a service's instances, with their metadata, must fit one message: register them with less metadata, or raise the server's max_payload"
-			}
-			err = fmt.Errorf("%w: reply of %d bytes exceeds the server's max payload; %s", api.ErrTooLarge, len(msg.Data), hint)
-		}
 	}
 	r.set(api.HeaderServerTime, time.Now().Format(time.RFC3339Nano))
 	r.set(api.HeaderNode, s.node)
 	r.set(api.HeaderErrorCode, "")
 	r.set(api.HeaderError, "")
+	// The server's max_payload bounds the body and the headers together: a
+	// body that fit alone, within the headers' hundred bytes of the limit,
+	// failed to publish ("reply failed" in the log), and its caller waited
+	// out its timeout and was told "unavailable" (found by an outside
+	// client's discover, every time until the service's instances changed).
+	if size := msg.Size() - len(msg.Subject) - len(msg.Reply); err == nil && size > int(s.nc.MaxPayload()) {
+		// A discovery has no prefix to narrow: it told the client of
+		// a large service to (found by an outside client).
+		hint := "narrow the prefix"
+		if verb == "discover" {
+			hint = "a service's instances, with their metadata, must fit one message: register them with less metadata, or raise the server's max_payload"
+		}
+		err = fmt.Errorf("%w: reply of %d bytes (with its headers) exceeds the server's max payload of %d; %s",
+			api.ErrTooLarge, size, s.nc.MaxPayload(), hint)
+	}
 	if err != nil {
 		body := api.ErrorBodyOf(verb, err)
 		code = body.Code

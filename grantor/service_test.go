@@ -749,6 +749,55 @@ func TestServiceLostRenewalReplyRecovered(t *testing.T) {
 	}
 }
 
+// sized is an extension whose verb test.v1.sized answers a JSON string of
+// as many bytes as its request's number: a reply of a chosen size.
+type sized struct{}
+
+func (sized) Endpoints(grantor.Leases) map[string]grantor.Handler {
+	return map[string]grantor.Handler{
+		"test.v1.sized": func(_ context.Context, data []byte) (any, error) {
+			var n int
+			if err := json.Unmarshal(data, &n); err != nil {
+				return nil, err
+			}
+			return strings.Repeat("x", n), nil
+		},
+	}
+}
+func (sized) Start(context.Context) error { return nil }
+func (sized) Stop()                       {}
+
+// A reply whose body fits the NATS server's max_payload but not with its
+// headers is refused too_large, as one whose body alone is over: it was
+// not sent at all ("reply failed" in the log), and its caller waited out
+// its timeout (found by an outside client: a discover whose reply came
+// within a hundred bytes of max_payload timed out, exit 1 "unavailable",
+// every time until the service's instances changed).
+func TestReplyOverMaxPayloadWithItsHeadersIsTooLarge(t *testing.T) {
+	const maxPayload = 4096
+	srv := kvleasetest.NewServer(t, kvleasetest.WithMaxPayload(maxPayload))
+	f := startOn(t, srv.ClientURL(), grantor.DefaultConfig(), grantor.WithExtension(sized{}))
+	ask := func(n int) *nats.Msg {
+		t.Helper()
+		reply, err := f.nc.Request("test.v1.sized", []byte(fmt.Sprint(n)), 3*time.Second)
+		if err != nil {
+			t.Fatalf("a reply of a %d-byte body: %v", n+2, err)
+		}
+		return reply
+	}
+	if reply := ask(100); reply.Header.Get(api.HeaderErrorCode) != "" || len(reply.Data) != 102 {
+		t.Fatalf("a small reply: %q %v", reply.Data, reply.Header)
+	}
+	for _, body := range []int{maxPayload - 8, maxPayload, maxPayload + 1} { // the headers are some 90 bytes
+		reply := ask(body - 2)
+		if code := reply.Header.Get(api.HeaderErrorCode); code != api.CodeTooLarge ||
+			!strings.Contains(reply.Header.Get(api.HeaderError), "exceeds the server's max payload") {
+			t.Errorf("a reply of a %d-byte body at max_payload %d: code %q (%s), want %s",
+				body, maxPayload, code, reply.Header.Get(api.HeaderError), api.CodeTooLarge)
+		}
+	}
+}
+
 // A list longer than one message allows comes in pages: without a limit
 // it is refused too_large, as it always was; with one, each reply holds
 // what fits, in name order after the last name of the page before, and
