@@ -274,9 +274,22 @@ func TestGossipKey(t *testing.T) {
 	}
 	r := leased(t, s.url, "register", "web", "stranger", "--addr", "127.0.0.1:8080", "--gossip-seeds", gossip,
 		"--gossip-profile", "fast", "--gossip-key-file", other)
-	if r.code == 0 || !strings.Contains(r.stderr, "join") {
-		t.Fatalf("register with another key: exit %d, stderr %q; want a failed join", r.code, r.stderr)
+	if r.code == 0 || !strings.Contains(r.stderr, "join") || !strings.Contains(r.stderr, "--gossip-key-file or LEASED_GOSSIP_KEY") {
+		t.Fatalf("register with another key: exit %d, stderr %q; want a failed join, saying the key is not the seeds'", r.code, r.stderr)
 	}
+	// Without a key, where the seeds have one; and a seed that is not
+	// there, whose failure says which flag gave it and nothing of keys.
+	t.Setenv("LEASED_GOSSIP_KEY", "")
+	r = leased(t, s.url, "register", "web", "keyless", "--addr", "127.0.0.1:8080", "--gossip-seeds", gossip, "--gossip-profile", "fast")
+	if r.code == 0 || !strings.Contains(r.stderr, "--gossip-key-file or LEASED_GOSSIP_KEY") {
+		t.Fatalf("register without the seeds' key: exit %d, stderr %q; want a failed join, saying the key is not the seeds'", r.code, r.stderr)
+	}
+	closed := "127.0.0.1:" + itoa(kvleasetest.FreePort(t))
+	r = leased(t, s.url, "register", "web", "lonely", "--addr", "127.0.0.1:8080", "--gossip-seeds", closed, "--gossip-profile", "fast")
+	if r.code == 0 || !strings.Contains(r.stderr, "--gossip-seeds "+closed) || strings.Contains(r.stderr, "key") {
+		t.Fatalf("register with a seed that is not there: exit %d, stderr %q; want a failed join naming --gossip-seeds", r.code, r.stderr)
+	}
+	t.Setenv("LEASED_GOSSIP_KEY", key)
 	t.Setenv("LEASED_GOSSIP_KEY", "secret-not-base64")
 	r = leased(t, s.url, "register", "web", "bad", "--addr", "127.0.0.1:8080", "--gossip-seeds", gossip)
 	if r.code != 2 || !strings.Contains(r.stderr, "LEASED_GOSSIP_KEY") || strings.Contains(r.stderr, "secret-not-base64") {

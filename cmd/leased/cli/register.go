@@ -200,7 +200,15 @@ func (g *gossipFlags) join(node *membership.Node, log *slog.Logger) error {
 	if len(g.seeds) > 0 {
 		if _, err := node.Join(g.seeds); err != nil {
 			_ = node.Shutdown()
-			return err
+			// It said only "join failed: … no installed keys could decrypt
+			// the message" (or "remote state is encrypted and encryption is
+			// not configured"), naming neither flag (found by an outside
+			// client).
+			hint := ""
+			if strings.Contains(err.Error(), "crypt") { // memberlist's words for a key that is not the seeds'
+				hint = fmt.Sprintf("; the seeds' gossip key is not this member's (--gossip-key-file or %s): give every member the same key, or none", gossipKeyEnv)
+			}
+			return fmt.Errorf("--gossip-seeds %s: %w%s", strings.Join(g.seeds, ","), err, hint)
 		}
 	}
 	_, rejoin, _ := g.config(node.Name())
