@@ -1301,6 +1301,25 @@ func TestRegisterHearsItsEnd(t *testing.T) {
 	}
 }
 
+// A registration over the attribute limits says what its attributes are:
+// "17 attributes, limit 16" answered 16 metadata keys, the address being
+// one too (found by an outside client).
+func TestRegisterTooLargeSaysWhatItsAttributesAre(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	meta := map[string]string{}
+	for i := range 16 {
+		meta[fmt.Sprint("k", i)] = "v"
+	}
+	reg := api.Registration{Service: "web", Instance: "i1", Addr: "10.0.0.1:80", Meta: meta}
+	_, err := client.Register(t.Context(), f.client, reg, "h", 30*time.Second)
+	if !errors.Is(err, kvlease.ErrTooLarge) || !errors.Is(err, api.ErrTooLarge) || !strings.Contains(err.Error(), "meta.KEY for each metadata key") {
+		t.Fatalf("a registration of 16 metadata keys: %v; want too large, saying what a registration's attributes are", err)
+	}
+	if _, err := f.store.Get(t.Context(), reg.LeaseName()); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("after the refusal: %v, want no registration", err)
+	}
+}
+
 // A service starts once: started again after Stop (or after a Stop before
 // any Start) it answered every request "shutting down" and took a share
 // of them; and New refuses a nil connection, on which Start panicked

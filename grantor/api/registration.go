@@ -68,6 +68,18 @@ func (r Registration) Validate() error {
 	return nil
 }
 
+// RegistrationTooLarge adds to a refusal of a registration's attributes
+// (an error that is [ErrTooLarge] or [kvlease.ErrTooLarge]) what they are,
+// since the limits count attributes, not metadata: "21 attributes, limit
+// 16" answered 20 metadata keys (found by an outside client). Other
+// errors, and nil, it returns as they are.
+func RegistrationTooLarge(err error) error {
+	if !errors.Is(err, kvlease.ErrTooLarge) {
+		return err
+	}
+	return fmt.Errorf("%w (a registration's attributes are its addr, its node if it has one, and meta.KEY for each metadata key)", err)
+}
+
 // MaxNodeLen is the longest node name of a registration: the longest
 // gossip node name (membership.MaxNameLen).
 const MaxNodeLen = 128

@@ -29,7 +29,9 @@ func (c *Client) Discover(ctx context.Context, service string, maxSuspicion floa
 // next renewal instead.
 //
 // Errors: [api.ErrInvalidRequest] for a registration that does not
-// Validate (nothing sent); those of [kvlease.Acquire] and [kvlease.Keep].
+// Validate (nothing sent); those of [kvlease.Acquire] (its
+// [kvlease.ErrTooLarge] saying what a registration's attributes are, see
+// [api.RegistrationTooLarge]) and [kvlease.Keep].
 func Register(ctx context.Context, g kvlease.Grantor, reg api.Registration, holder string, ttl time.Duration,
 	opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
 	if err := reg.Validate(); err != nil {
@@ -37,7 +39,7 @@ func Register(ctx context.Context, g kvlease.Grantor, reg api.Registration, hold
 	}
 	l, err := kvlease.Acquire(ctx, g, reg.LeaseName(), holder, ttl, kvlease.WithAttributes(reg.Attributes()))
 	if err != nil {
-		return nil, err
+		return nil, api.RegistrationTooLarge(err)
 	}
 	// Through the service, the keeper also renews at once when the
 	// registration's end is announced (revoked, removed by gossip) and

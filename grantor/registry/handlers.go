@@ -29,8 +29,12 @@ func (r *Registry) register(ctx context.Context, leases grantor.Leases, data []b
 	if err := reg.Validate(); err != nil {
 		return nil, err
 	}
-	return leases.Grant(ctx, api.GrantRequest{Name: reg.LeaseName(), Holder: req.Holder, TTL: req.TTL, Attributes: reg.Attributes(),
+	lease, err := leases.Grant(ctx, api.GrantRequest{Name: reg.LeaseName(), Holder: req.Holder, TTL: req.TTL, Attributes: reg.Attributes(),
 		RequestID: req.RequestID, Secret: req.Secret})
+	if err != nil {
+		return nil, api.RegistrationTooLarge(err)
+	}
+	return lease, nil
 }
 
 func (r *Registry) deregister(ctx context.Context, leases grantor.Leases, data []byte) (any, error) {

@@ -187,19 +187,28 @@ func mustJSON(t *testing.T, b []byte, v any) {
 // A registration's TTL is a grant's: an explicit zero is out of range.
 func TestBadRegistrationRequests(t *testing.T) {
 	_, nc := serve(t)
+	meta := `"k0":"v"`
+	for i := 1; i < 16; i++ {
+		meta += fmt.Sprintf(`,"k%d":"v"`, i)
+	}
 	for _, tc := range []struct {
 		name, subject, body, code string
+		says                      string // in the message
 	}{
-		{"explicit zero ttl on register", api.SubjectRegister, `{"service":"s","instance":"i","addr":"127.0.0.1:1","holder":"h","ttl":"0s"}`, api.CodeTTLOutOfRange},
-		{"unknown svc verb", "svc.v1.frobnicate", `{}`, api.CodeInvalidArgument},
+		{"explicit zero ttl on register", api.SubjectRegister, `{"service":"s","instance":"i","addr":"127.0.0.1:1","holder":"h","ttl":"0s"}`, api.CodeTTLOutOfRange, ""},
+		{"unknown svc verb", "svc.v1.frobnicate", `{}`, api.CodeInvalidArgument, ""},
+		// "17 attributes, limit 16" answered 16 metadata keys (found by an
+		// outside client).
+		{"16 metadata keys", api.SubjectRegister, `{"service":"s","instance":"i","addr":"127.0.0.1:1","holder":"h","meta":{` + meta + `}}`,
+			api.CodeTooLarge, "meta.KEY for each metadata key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reply, err := nc.Request(tc.subject, []byte(tc.body), 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if code := reply.Header.Get(api.HeaderErrorCode); code != tc.code {
-				t.Fatalf("code %q (%s), want %q", code, reply.Data, tc.code)
+			if code := reply.Header.Get(api.HeaderErrorCode); code != tc.code || !strings.Contains(reply.Header.Get(api.HeaderError), tc.says) {
+				t.Fatalf("code %q (%s), want %q saying %q", code, reply.Data, tc.code, tc.says)
 			}
 		})
 	}
