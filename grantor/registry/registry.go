@@ -247,17 +247,19 @@ func (r *Registry) follow() {
 		ch := Change{Time: ev.Time}
 		switch {
 		case ev.Type.Ends():
-			if byInst != nil {
-				if cur, ok := byInst[reg.Instance]; ok {
-					ch.Instance = r.instance(cur)
-				}
-				delete(byInst, reg.Instance)
-				if len(byInst) == 0 {
-					delete(r.instances, reg.Service)
-				}
+			cur, ok := byInst[reg.Instance]
+			if !ok {
+				// Never added: the end of a plain grant under svc. (no
+				// address), which watchers were told of as a removed
+				// instance, with no address, that they had never been
+				// told was added (found by an outside client).
+				r.mu.Unlock()
+				continue
 			}
-			if ch.Instance.Service == "" {
-				ch.Instance = r.instance(*rec)
+			ch.Instance = r.instance(cur)
+			delete(byInst, reg.Instance)
+			if len(byInst) == 0 {
+				delete(r.instances, reg.Service)
 			}
 			ch.Type, ch.Cause = ChangeRemoved, causeOf(ev)
 		default:

@@ -177,6 +177,45 @@ func TestServiceRegistrationAPI(t *testing.T) {
 	}
 }
 
+// A plain grant under svc. is no registration, neither as it begins nor
+// as it ends: Watch told of its release as a removed instance (with no
+// address) it had never told was added (found by an outside client).
+func TestWatchLeavesOutTheEndOfAPlainGrant(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	reg, err := registry.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	changes := reg.Watch(t.Context(), "web")
+	rec, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "svc.web.plain", Holder: "me", Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(t.Context(), kvlease.ReleaseRequest{Name: rec.Name, Holder: "me", Token: rec.Token, Revision: rec.Revision,
+		Secret: rec.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	inst := api.Registration{Service: "web", Instance: "real", Addr: "10.0.0.1:80"}
+	if _, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: inst.LeaseName(), Holder: "me", Duration: 10 * time.Second,
+		Attributes: inst.Attributes()}); err != nil {
+		t.Fatal(err)
+	}
+	// The bucket's changes come in order: the registration's after the
+	// plain grant's end.
+	select {
+	case c := <-changes:
+		if c.Type != registry.ChangeAdded || c.Instance.Instance != "real" {
+			t.Fatalf("first change %s of %q (addr %q, cause %q), want the registration added", c.Type, c.Instance.Instance, c.Instance.Addr, c.Cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no change within 10 s of the registration")
+	}
+}
+
 func mustJSON(t *testing.T, b []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(b, v); err != nil {
