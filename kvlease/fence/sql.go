@@ -174,7 +174,11 @@ FROM (SELECT $1::regclass::oid AS oid) c`
 // transactions on one resource are therefore serialized from their Check
 // on: the guarded write that follows in tx and the raised token commit
 // together, or neither does. A transaction that rolls back raises
-// nothing, and no lower token can commit after a higher one did.
+// nothing, and no lower token can commit after a higher one did. A
+// rollback to a savepoint taken before Check (an ORM's nested
+// transaction) is a rollback too: it undoes the raise and lets go of the
+// lock, so a higher token can commit meanwhile; Check again before any
+// guarded write that follows it.
 //
 // Under READ COMMITTED (PostgreSQL's default), a Check that finds the row
 // locked waits for the holder's commit or rollback, then evaluates its

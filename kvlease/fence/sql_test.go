@@ -897,3 +897,45 @@ func TestSQLDocumentedScript(t *testing.T) {
 		}
 	}
 }
+
+// A rollback to a savepoint taken before Check undoes the raise and lets
+// go of the row's lock, as PostgreSQL does for everything a
+// subtransaction did: a successor is not held up, commits a higher token,
+// and the first transaction, open still, is fenced again only by a new
+// Check (found by an outside client; the docs say so).
+func TestSQLSavepointRollbackUndoesTheCheck(t *testing.T) {
+	db, f := sqlFence(t)
+	ctx := t.Context()
+	if err := fencedWrite(ctx, db, f, nil, "r", 3, "three"); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := beginWithPID(t, db, nil)
+	if _, err := first.ExecContext(ctx, "SAVEPOINT before_check"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Check(ctx, first, "r", 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.ExecContext(ctx, "ROLLBACK TO SAVEPOINT before_check"); err != nil {
+		t.Fatal(err)
+	}
+
+	next, _ := beginWithPID(t, db, nil)
+	var locked int
+	if err := next.QueryRowContext(ctx, "SELECT 1 FROM leased_fence WHERE resource = 'r' FOR UPDATE NOWAIT").Scan(&locked); err != nil {
+		t.Fatalf("the row is still locked after the rollback to the savepoint: %v", err)
+	}
+	if err := f.Check(ctx, next, "r", 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if h := highest(t, db, f, "r"); h != 20 {
+		t.Fatalf("Highest = %d, want 20", h)
+	}
+	var se *fence.StaleTokenError
+	if err := f.Check(ctx, first, "r", 10); !errors.As(err, &se) || se.Highest != 20 {
+		t.Fatalf("Check(10) again in the first transaction = %v, want stale with highest 20", err)
+	}
+}
