@@ -390,6 +390,14 @@ func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 			// it still hands over by expiry (it released).
 			reason, release = ErrClosed, false
 		}
+		if release && k.ctx.Err() != nil {
+			// watchDeadline ended the tenure first (a refusal, the
+			// deadline, a Release), and ctx ended after it: a holder
+			// that cancels ctx once Context ends. The loop, finding both
+			// ended, took that for the holder's own end half of the time,
+			// released and called no OnLost (found by an outside client).
+			reason, release = context.Cause(k.ctx), false
+		}
 		reason = k.setErr(reason) // the deadline's, if watchDeadline came first
 		k.cancel(reason)
 		if release {

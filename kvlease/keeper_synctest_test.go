@@ -733,6 +733,42 @@ func TestKeeperLossReportedWhenContextEndsRightAfter(t *testing.T) {
 	})
 }
 
+// The same when the refusal is to a caller of Lease.Renew while the
+// keeper waits for its next renewal: watchDeadline ends Context, the
+// holder's ctx ends with it, and the loop, finding both ended, took the
+// ctx's half of the time for the holder's own end: it released and
+// called no OnLost (found by an outside client: the test above failed 1
+// run in 10 for the same race in the loop's renewal path).
+func TestKeeperLossReportedWhenContextEndsRightAfterARefusalToRenew(t *testing.T) {
+	for round := range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			const d = 3 * time.Second
+			g := kvleasetest.NewFakeGrantor()
+			l := mustAcquire(t, g, "svc/web", d)
+			var lost lostRecorder
+			ctx := &endsWithKeeper{Context: t.Context()}
+			k, err := kvlease.Keep(ctx, l, kvlease.WithOnLost(lost.onLost))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx.k.Store(k)
+			synctest.Wait() // the keeper waits for its next renewal
+			g.SetMode(kvleasetest.FakeRefuse)
+			if err := l.Renew(t.Context()); !errors.Is(err, kvlease.ErrNotHolder) {
+				t.Fatalf("Renew: %v, want ErrNotHolder", err)
+			}
+			<-k.Done()
+			synctest.Wait()
+			if calls := lost.get(); len(calls) != 1 || !errors.Is(calls[0].err, kvlease.ErrNotHolder) {
+				t.Errorf("round %d: OnLost calls = %+v, want one with ErrNotHolder", round, calls)
+			}
+			if err := k.Err(); !errors.Is(err, kvlease.ErrNotHolder) {
+				t.Errorf("round %d: Err = %v, want ErrNotHolder", round, err)
+			}
+		})
+	}
+}
+
 func TestLeaseCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const d = 3 * time.Second
