@@ -349,7 +349,7 @@ func (k *Keeper) Close(ctx context.Context) error {
 		_ = k.l.release(rctx, false)
 		return nil
 	}
-	return k.l.Release(ctx)
+	return k.l.release(ctx, true) // not Release: a ctx that ended during Close bounds it
 }
 
 // KeeperStats are the keeper's counters.

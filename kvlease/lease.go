@@ -756,8 +756,18 @@ func (l *Lease) takeUnconfirmed() bool {
 // Release ends the tenure at the grantor. The lease is invalid from the
 // moment Release is called, whatever it returns. [ErrNotFound] (already
 // lapsed) is not an error here. Calling Release again after it succeeded
-// does nothing; after it failed ([ErrUnavailable]) it tries again.
+// does nothing; after it failed ([ErrUnavailable]) it tries again. Under
+// a ctx already done (a deferred Release whose ctx a shutdown signal
+// ended) it still sends the release, for up to 2 s, as [Keeper.Close]
+// does: it sent none, and the lease stayed held by no one until its TTL
+// (found by an outside client: defer l.Release(ctx) under
+// signal.NotifyContext). A ctx that ends during Release still bounds it.
 func (l *Lease) Release(ctx context.Context) (err error) {
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), min(max(l.Remaining(), 0)+l.margin, closeGrace))
+		defer cancel()
+	}
 	return l.release(ctx, true)
 }
 

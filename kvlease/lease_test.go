@@ -739,3 +739,25 @@ func TestKeeperCloseWithAnEndedContextReleases(t *testing.T) {
 		t.Fatalf("after Close: %+v, %v; want the lease released", rec, err)
 	}
 }
+
+// A deferred Release whose ctx a shutdown signal ended still releases, as
+// Keeper.Close does: it sent nothing, and the lease stayed held by no one
+// until its TTL.
+func TestReleaseWithAnEndedContextReleases(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	l, err := kvlease.Acquire(t.Context(), st, "bye", "h1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release under an ended ctx: %v", err)
+	}
+	if rec, err := st.Get(t.Context(), "bye"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("after Release: %+v, %v; want the lease released", rec, err)
+	}
+	if err := l.Check(); !errors.Is(err, kvlease.ErrExpired) {
+		t.Fatalf("Check after Release: %v, want ErrExpired", err)
+	}
+}
