@@ -44,14 +44,14 @@ func (r Registration) LeaseName() string {
 
 // Validate checks the registration: its service and instance names
 // ([ValidateServiceName]), its address ([ValidateAddr]) and its metadata
-// keys (non-empty).
+// keys (non-empty). Every refusal is [ErrInvalidRequest].
 func (r Registration) Validate() error {
 	if err := errors.Join(ValidateServiceName("service", r.Service), ValidateServiceName("instance", r.Instance),
 		ValidateAddr(r.Addr)); err != nil {
 		return err
 	}
 	if err := kvlease.ValidateName(r.LeaseName()); err != nil {
-		return err // too long
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err) // too long; still kvlease.ErrInvalidName
 	}
 	if r.Node != "" {
 		// A gossip node name, as membership takes one: anything went

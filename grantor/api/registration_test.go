@@ -39,9 +39,13 @@ func TestRegistrationValidate(t *testing.T) {
 		// outside client).
 		{Service: "web", Instance: "i", Addr: "a:1", Node: strings.Repeat("n", api.MaxNodeLen+1)},
 		{Service: "web", Instance: "i", Addr: "a:1", Node: "a b\n\x00"},
+		// Each name fine, the lease name too long: kvlease.ErrInvalidName
+		// alone, where client.Register promises ErrInvalidRequest (found
+		// by an outside client).
+		{Service: strings.Repeat("s", 200), Instance: strings.Repeat("i", 200), Addr: "a:1"},
 	} {
-		if err := r.Validate(); err == nil {
-			t.Errorf("%+v: accepted", r)
+		if err := r.Validate(); !errors.Is(err, api.ErrInvalidRequest) {
+			t.Errorf("%.60q: %v, want ErrInvalidRequest", r.LeaseName(), err)
 		}
 	}
 	for _, addr := range []string{"a:1", "10.0.0.7:8080", "[fe80::1%eth0]:80", "[::1]:443", "db-1.prod.example.com:5432", "my_host:9",
