@@ -29,12 +29,24 @@ func (c *Client) Discover(ctx context.Context, service string, maxSuspicion floa
 // next renewal instead.
 //
 // Errors: [api.ErrInvalidRequest] for a registration that does not
-// Validate (nothing sent); those of [kvlease.Acquire] (its
-// [kvlease.ErrTooLarge] saying what a registration's attributes are, see
-// [api.RegistrationTooLarge]) and [kvlease.Keep].
+// Validate, [kvlease.ErrInvalidOption] or [kvlease.ErrInvalidTiming] for
+// keeper options that Keep would refuse (nothing sent either way); those
+// of [kvlease.Acquire] (its [kvlease.ErrTooLarge] saying what a
+// registration's attributes are, see [api.RegistrationTooLarge]) and
+// [kvlease.Keep].
 func Register(ctx context.Context, g kvlease.Grantor, reg api.Registration, holder string, ttl time.Duration,
 	opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
 	if err := reg.Validate(); err != nil {
+		return nil, err
+	}
+	// Refused now, as election.Campaign does, not after a grant that is
+	// then released (with the instance registered by another, a bad
+	// option was answered "held").
+	hold, err := kvlease.NewHold(kvlease.WithKeeper(opts...))
+	if err == nil {
+		err = hold.Check(ttl)
+	}
+	if err != nil {
 		return nil, err
 	}
 	l, err := kvlease.Acquire(ctx, g, reg.LeaseName(), holder, ttl, kvlease.WithAttributes(reg.Attributes()))
