@@ -639,22 +639,24 @@ func (l *Lease) LateEffects() int64 { return l.lateEffects.Load() }
 // Errors: [*LeaseExpiredError]; [ErrNotFound] once the lease was
 // released ([Lease.Release]); those of [Store.Renew].
 func (l *Lease) Renew(ctx context.Context) error {
+	// Ended already: say so whatever ctx is (with ctx done too, the select
+	// below took either at random: ErrUnavailable half of the time for a
+	// released lease; found by an outside client).
+	if err := l.ended(); err != nil {
+		return err
+	}
 	select {
 	case l.renewing <- struct{}{}:
 		defer func() { <-l.renewing }()
 	case <-ctx.Done():
 		return fmt.Errorf("%w: renew %q: %w", ErrUnavailable, l.name, ctx.Err())
 	}
+	if err := l.ended(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	rec, deadline := l.rec, l.deadline
-	released, refused := l.released, l.refused
 	l.mu.Unlock()
-	if released {
-		return l.errReleased()
-	}
-	if refused != nil {
-		return l.expired()
-	}
 	t0 := l.now()
 	ctx, span := l.startSpan(ctx, "renew", telemetry.AttrRemaining.Int64(deadline.Sub(t0).Milliseconds()))
 	linkTo(span, rec.GrantTrace)
@@ -737,6 +739,21 @@ func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (
 	}
 	l.unconfirmed = false
 	return next, nil
+}
+
+// ended is Renew's error for a lease released or refused: nil while
+// neither.
+func (l *Lease) ended() error {
+	l.mu.Lock()
+	released, refused := l.released, l.refused
+	l.mu.Unlock()
+	if released {
+		return l.errReleased()
+	}
+	if refused != nil {
+		return l.expired()
+	}
+	return nil
 }
 
 func (l *Lease) errReleased() error {

@@ -761,3 +761,23 @@ func TestReleaseWithAnEndedContextReleases(t *testing.T) {
 		t.Fatalf("Check after Release: %v, want ErrExpired", err)
 	}
 }
+
+// Renew of a lease released (or refused) says so whatever its ctx: with a
+// ctx done too it answered ErrUnavailable half of the time.
+func TestRenewAfterReleaseIsNotFoundWhateverItsContext(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	l, err := kvlease.Acquire(t.Context(), st, "gone", "h1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	for i := range 50 {
+		if err := l.Renew(done); !errors.Is(err, kvlease.ErrNotFound) || errors.Is(err, kvlease.ErrUnavailable) {
+			t.Fatalf("Renew %d after Release, ctx done: %v; want ErrNotFound", i, err)
+		}
+	}
+}
