@@ -504,6 +504,22 @@ func TestPrintingHidesTheSecret(t *testing.T) {
 	if out := fmt.Sprintf("%+v", rec); !strings.Contains(out, "Holder:h") || !strings.Contains(out, "REDACTED") {
 		t.Errorf("%%+v of a record: %s, want its fields, the secret redacted", out)
 	}
+	// The requests a Grantor is handed carry the secret too: a logging
+	// Grantor that wraps another printed it with each grant, renewal and
+	// release (found by an outside client).
+	grant := kvlease.GrantRequest{Name: "print", Holder: "h", Duration: 5 * time.Second, Secret: secret, RequestID: "rid"}
+	renew := kvlease.RenewRequest{Name: "print", Holder: "h", Token: 1, Revision: 2, Secret: secret}
+	release := kvlease.ReleaseRequest{Name: "print", Holder: "h", Token: 1, Revision: 2, Secret: secret}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		for _, v := range []any{grant, &grant, renew, &renew, release, &release} {
+			if out := fmt.Sprintf(verb, v); strings.Contains(out, secret) {
+				t.Errorf("%s of %T prints the secret: %s", verb, v, out)
+			}
+		}
+	}
+	if out := fmt.Sprintf("%+v", renew); !strings.Contains(out, "Revision:2") || !strings.Contains(out, "REDACTED") {
+		t.Errorf("%%+v of a renewal: %s, want its fields, the secret redacted", out)
+	}
 }
 
 // lostReplyGrantor carries out its first grant and loses the reply: the

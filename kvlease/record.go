@@ -75,6 +75,39 @@ func (r Record) Format(f fmt.State, verb rune) {
 	fmt.Fprintf(f, fmt.FormatString(f, verb), p)
 }
 
+// Format prints req as fmt would, but with its secret redacted: a
+// Grantor that logs what it is handed gave the holder's proof of
+// ownership away (found by an outside client). So do RenewRequest's and
+// ReleaseRequest's.
+func (req GrantRequest) Format(f fmt.State, verb rune) {
+	type plain GrantRequest // without this method
+	p := plain(req)
+	if p.Secret != "" {
+		p.Secret = redacted
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), p)
+}
+
+// Format prints req with its secret redacted, as [GrantRequest.Format].
+func (req RenewRequest) Format(f fmt.State, verb rune) {
+	type plain RenewRequest
+	p := plain(req)
+	if p.Secret != "" {
+		p.Secret = redacted
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), p)
+}
+
+// Format prints req with its secret redacted, as [GrantRequest.Format].
+func (req ReleaseRequest) Format(f fmt.State, verb rune) {
+	type plain ReleaseRequest
+	p := plain(req)
+	if p.Secret != "" {
+		p.Secret = redacted
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), p)
+}
+
 // redacted stands for a secret in what Format prints.
 const redacted = "REDACTED"
 
