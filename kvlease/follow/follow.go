@@ -261,6 +261,7 @@ func (f *Follower) reopen() (*jetstream.ConsumerInfo, error) {
 		f.wait = 0
 	}
 	missing := 0
+	var notFound error // the last answer that the stream is missing
 	for {
 		if f.wait > 0 {
 			select {
@@ -290,14 +291,25 @@ func (f *Follower) reopen() (*jetstream.ConsumerInfo, error) {
 			return nil, ErrStreamReplaced
 		case err == nil:
 			return cons.CachedInfo(), nil
-		case errors.Is(err, jetstream.ErrStreamNotFound):
+		case errors.Is(err, jetstream.ErrStreamNotFound), notFound != nil && unanswered(err):
 			// A node that has not yet got its copy of the stream says so
 			// too: only a stream missing for several attempts is gone.
+			// An attempt JetStream leaves unanswered after one that found
+			// the stream missing counts as missing too: it says nothing
+			// either way. It began the count again, and in a cluster whose
+			// other nodes had stopped on finding their bucket deleted (its
+			// meta group then without a majority, its creations timed out
+			// and then refused 503) the last node's count never ended: it
+			// ran on for good, in one run of four (found deleting the
+			// bucket under leased dev-cluster).
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				notFound = err
+			}
 			if missing++; missing == streamMissingAttempts {
-				return nil, err
+				return nil, notFound
 			}
 		default:
-			missing = 0
+			missing, notFound = 0, nil
 		}
 	}
 }
@@ -309,6 +321,20 @@ func (f *Follower) reopen() (*jetstream.ConsumerInfo, error) {
 // lease watch went silent, missing every grant and expiry on the new
 // bucket (found by an outside client).
 var ErrStreamReplaced = errors.New("the stream was deleted and made anew since the follow began: its sequence numbers started again")
+
+// unanswered reports whether err is JetStream's silence rather than an
+// answer about the stream: no reply in time, no responders, or "JetStream
+// system temporarily unavailable" (err_code 10008: its meta group has no
+// leader).
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrClusterNotAvail
+}
+
+// jsErrClusterNotAvail is JetStream's "JetStream system temporarily
+// unavailable": in a cluster, no meta leader to answer.
+const jsErrClusterNotAvail = 10008
 
 // streamCreated is the stream's creation time, zero if it cannot be read.
 // It is the same on every node of a cluster (the stream's assignment) and

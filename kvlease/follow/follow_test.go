@@ -374,3 +374,105 @@ func TestNextWaitsOutARefusal(t *testing.T) {
 		t.Fatal("no message 15 s after the place was freed")
 	}
 }
+
+// errMetaLeaderless is JetStream's refusal while its meta group has no
+// leader (503, err_code 10008).
+var errMetaLeaderless = &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}
+
+// metaGone is a JetStream whose consumer creations, while silent is set,
+// go unanswered as in a cluster whose meta group lost its
+// majority: the first times out, the rest are refused 503. Until then
+// they go to the server. notFound counts the server's answers that the
+// stream is missing, unanswered the creations left unanswered.
+type metaGone struct {
+	jetstream.JetStream
+	silent               atomic.Bool
+	notFound, unanswered chan struct{}
+	timedOut             atomic.Bool
+}
+
+func newMetaGone(js jetstream.JetStream) *metaGone {
+	return &metaGone{JetStream: js, notFound: make(chan struct{}, 100), unanswered: make(chan struct{}, 100)}
+}
+
+func (m *metaGone) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if m.silent.Load() {
+		defer func() { m.unanswered <- struct{}{} }()
+		if !m.timedOut.Swap(true) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return nil, errMetaLeaderless
+	}
+	c, err := m.JetStream.CreateConsumer(ctx, stream, cfg)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		m.notFound <- struct{}{}
+	}
+	return c, err
+}
+
+// A stream deleted under a Follower ends Next even when, after a few
+// refusals for the missing stream, JetStream stops answering: in a
+// cluster whose other nodes stopped on finding their bucket deleted, the
+// last node's meta group had no majority, its creations timed out and
+// were then refused 503, each beginning the count of missing answers
+// again, and its watch (and serve) ran on for good (found deleting the
+// bucket under leased dev-cluster: one node in four runs still up a
+// minute later).
+func TestNextEndsWhenTheStreamIsGoneAndJetStreamFallsSilent(t *testing.T) {
+	js, _ := newStream(t)
+	m := newMetaGone(js)
+	f, err := follow.Start(t.Context(), m, follow.Config{Stream: "S", Filter: "s.>", Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	ended := nextErr(f)
+	if err := js.DeleteStream(t.Context(), "S"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		<-m.notFound
+	}
+	m.silent.Store(true)
+	if err := waitErr(t, ended); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("Next on a deleted stream, JetStream silent after 3 refusals: %v, want ErrStreamNotFound", err)
+	}
+}
+
+// JetStream's silence alone is not a missing stream: a Follower whose
+// creations go unanswered, the stream never said missing, waits on, and
+// goes on once JetStream answers again.
+func TestNextWaitsOutJetStreamsSilence(t *testing.T) {
+	js, _ := newStream(t)
+	m := newMetaGone(js)
+	publish(t, js, 1, 1)
+	f, err := follow.Start(t.Context(), m, follow.Config{Stream: "S", Filter: "s.>", Deliver: jetstream.DeliverAllPolicy, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	next(t, f, 1)
+	m.silent.Store(true)
+	if err := js.DeleteConsumer(t.Context(), "S", currentConsumer(t, js)); err != nil {
+		t.Fatal(err)
+	}
+	ended := nextErr(f)
+	for range 10 { // past the 8 attempts after which a missing stream ends it
+		select {
+		case <-m.unanswered:
+		case err := <-ended:
+			t.Fatalf("Next ended while JetStream did not answer: %v", err)
+		}
+	}
+	m.silent.Store(false) // answering again
+	publish(t, js, 2, 2)
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("Next once JetStream answered again: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no message 15 s after JetStream answered again")
+	}
+}
