@@ -1169,8 +1169,23 @@ func (o *observer) endReplaced(ctx context.Context, ev kvlease.Event, prev *open
 		// keeps one entry per lease) and the grant did not carry its
 		// tombstone (kvlease.Store.Watch), or carried that of a later
 		// tenure: record that it ended, cause unknown.
-		o.recordEnd(kvlease.Event{Name: ev.Name, Token: prev.token, Revision: ev.Revision, Time: ev.Time},
-			prev.renewals, history.EndUnknown)
+		unknown := kvlease.Event{Name: ev.Name, Token: prev.token, Revision: ev.Revision, Time: ev.Time}
+		if !carried || end.Token < prev.token {
+			o.recordEnd(unknown, prev.renewals, history.EndUnknown)
+			return
+		}
+		// A later tenure, begun and ended unseen: the open one ended
+		// when it began at the latest, and its own end is as the
+		// tombstone has it. Only the open one's end was recorded, at
+		// this grant: the history gave the lease to the open tenure's
+		// holder while another held it, and had no row of the other
+		// (found killing the stream leader, which observed, under load:
+		// the new observer's watch caught up 6 s after its takeover).
+		if !end.GrantedAt.IsZero() {
+			unknown.Time = end.GrantedAt
+		}
+		o.recordEnd(unknown, prev.renewals, history.EndUnknown)
+		o.recordEnd(end, 0, endCause(end))
 		return
 	case prev != nil && prev.recorded: // the history has its end (endOverdue)
 		return
