@@ -1174,18 +1174,7 @@ func (o *observer) endReplaced(ctx context.Context, ev kvlease.Event, prev *open
 			o.recordEnd(unknown, prev.renewals, history.EndUnknown)
 			return
 		}
-		// A later tenure, begun and ended unseen: the open one ended
-		// when it began at the latest, and its own end is as the
-		// tombstone has it. Only the open one's end was recorded, at
-		// this grant: the history gave the lease to the open tenure's
-		// holder while another held it, and had no row of the other
-		// (found killing the stream leader, which observed, under load:
-		// the new observer's watch caught up 6 s after its takeover).
-		if !end.GrantedAt.IsZero() {
-			unknown.Time = end.GrantedAt
-		}
-		o.recordEnd(unknown, prev.renewals, history.EndUnknown)
-		o.recordEnd(end, 0, endCause(end))
+		o.recordMissedWhole(unknown, prev.renewals, end)
 		return
 	case prev != nil && prev.recorded: // the history has its end (endOverdue)
 		return
@@ -1204,6 +1193,15 @@ func (o *observer) endReplaced(ctx context.Context, ev kvlease.Event, prev *open
 		r, ok, err := o.hist.LastFor(lctx, ev.Name)
 		cancel()
 		switch {
+		case prev == nil && err == nil && ok && r.Kind == history.KindGranted && r.Token < uint64(end.Token):
+			// The history has an earlier tenure open, as a predecessor
+			// left it: this one began and ended between the two
+			// observers (found killing the observer's node under load:
+			// the history's fold ended the earlier one "unknown" at this
+			// grant, and had no row of the tenure between).
+			o.recordMissedWhole(kvlease.Event{Name: ev.Name, Token: kvlease.Token(r.Token), Revision: ev.Revision, Time: ev.Time},
+				0, end)
+			return
 		case prev == nil && (err != nil || !ok || r.Kind != history.KindGranted || r.Token != uint64(end.Token)):
 			return // not a tenure the history has open (or it cannot tell)
 		case prev == nil:
@@ -1215,6 +1213,22 @@ func (o *observer) endReplaced(ctx context.Context, ev kvlease.Event, prev *open
 	o.recordEnd(end, renewals, endCause(end))
 	last := &o.pending[len(o.pending)-1].rec
 	last.DurationMS, last.TraceID = cmp.Or(last.DurationMS, durationMS), cmp.Or(last.TraceID, traceID)
+}
+
+// recordMissedWhole records the end of the tenure unknown names, which
+// its watch saw begin (or a predecessor's), cause unknown, and the end of
+// a later tenure that began and ended unseen, as the tombstone a grant
+// carried has it (end): the earlier one ended when the later one began,
+// at the latest. Only the earlier one's end was recorded, at the grant:
+// the history gave the lease to its holder while another held it, and had
+// no row of the other (found killing the stream leader, which observed,
+// under load: the new observer's watch caught up 6 s after its takeover).
+func (o *observer) recordMissedWhole(unknown kvlease.Event, renewals int, end kvlease.Event) {
+	if !end.GrantedAt.IsZero() {
+		unknown.Time = end.GrantedAt
+	}
+	o.recordEnd(unknown, renewals, history.EndUnknown)
+	o.recordEnd(end, 0, endCause(end))
 }
 
 // pendingEnd reports whether a record waiting to be appended is the end

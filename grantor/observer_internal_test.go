@@ -65,67 +65,105 @@ func TestObserverEndOfAnUnseenTenure(t *testing.T) {
 }
 
 // A grant that carries the end of a tenure the observer's watch missed
-// whole (begun and ended while it lagged, after the one it has open)
-// records the open one's end, cause unknown, at the missed one's begin,
-// and the missed one's end as its tombstone has it. Only the open one's
-// end was recorded, at the grant: the history gave the lease to its holder
-// while another held it, and had no row of the other (found killing the
-// stream leader, which observed, under load).
+// whole (begun and ended while it lagged, or between two observers), after
+// one it has open or the history shows open, records that one's end, cause
+// unknown, at the missed one's begin, and the missed one's end as its
+// tombstone has it. Only the open one's end was recorded (or folded), at
+// the grant: the history gave the lease to its holder while another held
+// it, and had no row of the other (found killing the observer's node, also
+// the stream leader, under load).
 func TestObserverRecordsATenureItsWatchMissedWhole(t *testing.T) {
-	o, _ := testObserver(t)
-	ctx, st, hist := t.Context(), o.s.store, o.hist
-	acquire := func(holder string) *kvlease.Lease {
-		t.Helper()
-		l, err := kvlease.Acquire(ctx, st, "whole.a", holder, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	a := acquire("h1")
-	open := map[string]*openTenure{"whole.a": {token: a.Token(), renewals: 1}}
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b := acquire("h2")
-	if err := b.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c := acquire("h3")
-	w, err := st.Watch(ctx, "whole.a", kvlease.ExactName(), kvlease.ChangesAfter(uint64(a.Token())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	var grant kvlease.Event
-	for ev := range w.Events() {
-		if ev.Type == kvlease.EventGranted && ev.Token == c.Token() {
-			grant = ev
-			break
-		}
-	}
-	if end, ok := grant.Replaced(); !ok || end.Token != b.Token() {
-		t.Fatalf("the grant of token %d carries %+v, %v; want the end of token %d", c.Token(), end, ok, b.Token())
-	}
-	if err := o.report(ctx, grant, 0, open); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	recs, err := hist.Read(ctx, "whole.", time.Now().Add(-time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bGranted := b.Record().GrantedAt
-	if len(recs) != 3 ||
-		recs[0].Kind != history.KindEnded || recs[0].Token != uint64(a.Token()) || recs[0].EndedBy != history.EndUnknown ||
-		recs[0].Renewals != 1 || !recs[0].Time.Equal(bGranted) ||
-		recs[1].Kind != history.KindEnded || recs[1].Token != uint64(b.Token()) || recs[1].Holder != "h2" ||
-		recs[1].EndedBy != history.EndReleased ||
-		recs[2].Kind != history.KindGranted || recs[2].Token != uint64(c.Token()) {
-		t.Fatalf("history %+v\nwant the end of token %d (unknown, 1 renewal) at %v, token %d's release by h2, token %d's grant",
-			recs, a.Token(), bGranted, b.Token(), c.Token())
+	for _, c := range []struct {
+		name     string
+		takeover bool // the tenure before is not open in this observer, but in the history
+	}{
+		{"lagged", false},
+		{"takeover", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o, _ := testObserver(t)
+			ctx, st, hist := t.Context(), o.s.store, o.hist
+			acquire := func(holder string) *kvlease.Lease {
+				t.Helper()
+				l, err := kvlease.Acquire(ctx, st, "whole.a", holder, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			a := acquire("h1")
+			open := map[string]*openTenure{"whole.a": {token: a.Token(), renewals: 1}}
+			var after uint64
+			if c.takeover {
+				ar := a.Record()
+				begin := kvlease.Event{Type: kvlease.EventGranted, Name: "whole.a", Revision: uint64(ar.Token), Token: ar.Token,
+					Holder: "h1", Time: ar.GrantedAt, GrantedAt: ar.GrantedAt, Record: &ar}
+				if err := o.report(ctx, begin, 0, map[string]*openTenure{}); err != nil {
+					t.Fatal(err)
+				}
+				if err := o.flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				open = map[string]*openTenure{}
+			}
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b := acquire("h2")
+			if err := b.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cl := acquire("h3")
+			if c.takeover {
+				after = uint64(cl.Token()) // the observer took over after c's grant
+			}
+			w, err := st.Watch(ctx, "whole.a", kvlease.ExactName(), kvlease.ChangesAfter(uint64(a.Token())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			var grant kvlease.Event
+			for ev := range w.Events() {
+				if ev.Type == kvlease.EventGranted && ev.Token == cl.Token() {
+					grant = ev
+					break
+				}
+			}
+			if end, ok := grant.Replaced(); !ok || end.Token != b.Token() {
+				t.Fatalf("the grant of token %d carries %+v, %v; want the end of token %d", cl.Token(), end, ok, b.Token())
+			}
+			if err := o.report(ctx, grant, after, open); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			recs, err := hist.Read(ctx, "whole.", time.Now().Add(-time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.takeover {
+				if len(recs) == 0 || recs[0].Kind != history.KindGranted || recs[0].Token != uint64(a.Token()) {
+					t.Fatalf("history %+v, want token %d's grant first", recs, a.Token())
+				}
+				recs = recs[1:]
+			} else if len(recs) == 3 && recs[2].Kind == history.KindGranted && recs[2].Token == uint64(cl.Token()) {
+				recs = recs[:2]
+			}
+			renewals := 1
+			if c.takeover {
+				renewals = 0
+			}
+			bGranted := b.Record().GrantedAt
+			if len(recs) != 2 ||
+				recs[0].Kind != history.KindEnded || recs[0].Token != uint64(a.Token()) || recs[0].EndedBy != history.EndUnknown ||
+				recs[0].Renewals != renewals || !recs[0].Time.Equal(bGranted) ||
+				recs[1].Kind != history.KindEnded || recs[1].Token != uint64(b.Token()) || recs[1].Holder != "h2" ||
+				recs[1].EndedBy != history.EndReleased {
+				t.Fatalf("history %+v\nwant the end of token %d (unknown, %d renewals) at %v, then token %d's release by h2",
+					recs, a.Token(), renewals, bGranted, b.Token())
+			}
+		})
 	}
 }
 
