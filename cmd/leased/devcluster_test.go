@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // devClusterProc is a running `leased dev-cluster`.
@@ -34,40 +33,13 @@ type devClusterProc struct {
 	exited chan struct{} // closed when dev-cluster exits
 }
 
-// consecutiveFreePorts returns the first of n consecutive ports on
-// 127.0.0.1 that are free now (dev-cluster numbers its nodes' ports from a
-// base), below Linux's ephemeral range, where port-0 listeners of other
-// tests land.
-func consecutiveFreePorts(t *testing.T, n int) int {
-	t.Helper()
-	for range 100 {
-		base := 20000 + rand.IntN(12000)
-		var lns []net.Listener
-		for i := range n {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if len(lns) == n {
-			return base
-		}
-	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
-}
-
 // startDevCluster runs `leased dev-cluster` with args on free ports and
 // data in a temporary directory, and waits until every node is ready.
 func startDevCluster(t *testing.T, args ...string) *devClusterProc {
 	t.Helper()
 	// One range for the three kinds of port: three ranges picked apart
 	// could overlap (a CI run gave n3's timeline page n1's client port).
-	port := consecutiveFreePorts(t, 9)
+	port := kvleasetest.ConsecutiveFreePorts(t, 9)
 	cport, hport := port+3, port+6
 	cmd := exec.Command(leasedBin, append([]string{"dev-cluster", "--data", t.TempDir(),
 		"--port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(cport), "--http-port", strconv.Itoa(hport)}, args...)...)
@@ -332,7 +304,7 @@ func TestDevClusterOnDataInUseFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.stderr.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "dev-cluster: n2 exited") })
-	port := consecutiveFreePorts(t, 9)
+	port := kvleasetest.ConsecutiveFreePorts(t, 9)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	second := exec.CommandContext(ctx, leasedBin, "dev-cluster", "--data", filepath.Dir(n1data),
