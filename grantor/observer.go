@@ -113,6 +113,37 @@ type observer struct {
 	// pending are the records of the changes handled since the last
 	// flush, in order (the observing goroutine's own).
 	pending []pendingRecord
+	// ended holds, by lease, the tenure whose end this observer saw last
+	// and when, until the next grant of the lease (or the sweep after its
+	// tombstone would have lapsed): a grant that carries an end not there
+	// carries one the observer missed (see endReplaced). The observing
+	// goroutine's own.
+	ended map[string]seenEnd
+}
+
+// seenEnd is a tenure whose end the observer saw, and when.
+type seenEnd struct {
+	token kvlease.Token
+	at    time.Time
+}
+
+// sawEnd notes that the observer saw the end of tenure tok of lease name.
+func (o *observer) sawEnd(name string, tok kvlease.Token) {
+	if o.ended == nil {
+		o.ended = map[string]seenEnd{}
+	}
+	o.ended[name] = seenEnd{token: tok, at: time.Now()}
+}
+
+// forgetEnds drops the ends seen longer ago than a tombstone lives: no
+// grant carries them any more (and one that did would be looked up in the
+// history, not recorded twice).
+func (o *observer) forgetEnds(now time.Time) {
+	for name, e := range o.ended {
+		if now.Sub(e.at) > kvlease.DefaultMarkerTTL+time.Minute {
+			delete(o.ended, name)
+		}
+	}
 }
 
 // pendingRecord is a history record waiting to be appended, and whether
@@ -418,6 +449,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 		checkers.Wait()
 	}()
 	o.pending = o.pending[:0] // a predecessor reports what a lost leadership left unwritten
+	o.ended = nil
 	// The records of changes that come close together go together: until
 	// the watch has been quiet for historyLinger, or maxPending records
 	// wait. Under load (a burst of grants, an observer catching up) that
@@ -482,6 +514,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 				}
 			}
 			o.endOverdue(ctx, open)
+			o.forgetEnds(time.Now())
 			if !checking.Load() {
 				failedMu.Lock()
 				for _, rec := range failed {
@@ -1071,6 +1104,7 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 		open[ev.Name] = &openTenure{token: ev.Token}
 		open[ev.Name].seen(ev.Record)
 		o.endReplaced(ctx, ev, prev, after)
+		delete(o.ended, ev.Name)
 		if uint64(ev.Token) <= after {
 			open[ev.Name].unchecked = true
 			return nil // began before: its predecessor reported it
@@ -1080,6 +1114,11 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 	default: // an end
 		t := open[ev.Name]
 		delete(open, ev.Name)
+		if ev.Token != 0 {
+			o.sawEnd(ev.Name, ev.Token)
+		} else if t != nil {
+			o.sawEnd(ev.Name, t.token)
+		}
 		if ev.Reason == kvlease.ResurrectedReason {
 			return nil // the history has its end (endEndedAgain)
 		}
@@ -1178,7 +1217,7 @@ func (o *observer) endReplaced(ctx context.Context, ev kvlease.Event, prev *open
 		return
 	case prev != nil && prev.recorded: // the history has its end (endOverdue)
 		return
-	case prev == nil && (!carried || uint64(end.Token) > after || o.pendingEnd(ev.Name, end.Token)):
+	case prev == nil && (!carried || uint64(end.Token) > after && o.ended[ev.Name].token == end.Token || o.pendingEnd(ev.Name, end.Token)):
 		return
 	}
 	var renewals int
@@ -1202,7 +1241,14 @@ func (o *observer) endReplaced(ctx context.Context, ev kvlease.Event, prev *open
 			o.recordMissedWhole(kvlease.Event{Name: ev.Name, Token: kvlease.Token(r.Token), Revision: ev.Revision, Time: ev.Time},
 				0, end)
 			return
-		case prev == nil && (err != nil || !ok || r.Kind != history.KindGranted || r.Token != uint64(end.Token)):
+		case prev == nil && err == nil && (!ok || r.Kind == history.KindEnded && r.Token < uint64(end.Token)):
+			// The history has no record of it, its last of the lease is
+			// an earlier tenure's end: this one began and ended while no
+			// observer watched, or its watch lagged past both (found by
+			// an outside client pausing the observer's node under load).
+			o.recordEnd(end, 0, endCause(end))
+			return
+		case prev == nil && (err != nil || r.Kind != history.KindGranted || r.Token != uint64(end.Token)):
 			return // not a tenure the history has open (or it cannot tell)
 		case prev == nil:
 			durationMS, traceID = r.DurationMS, r.TraceID

@@ -167,6 +167,97 @@ func TestObserverRecordsATenureItsWatchMissedWhole(t *testing.T) {
 	}
 }
 
+// A tenure begun and ended while no observer watched, after the
+// history's last record (an observer paused or killed, and the next one
+// taking over), is recorded from the tombstone the next grant carries,
+// whether the history's last record of the lease is an earlier tenure's
+// grant or its end. The observer looked the history up only for a carried
+// end at or below its start, and the missed tenure was in no row, the
+// earlier one's holder shown holding over it (found by an outside client
+// pausing the observer's node under load: a release between two
+// observers, token 404, had no row).
+func TestObserverRecordsATenureMissedWholeAfterTheHistorysLast(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ended bool // the history has the earlier tenure's end too
+	}{
+		{"earlier open", false},
+		{"earlier ended", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o, _ := testObserver(t)
+			ctx, st, hist := t.Context(), o.s.store, o.hist
+			acquire := func(holder string) *kvlease.Lease {
+				t.Helper()
+				l, err := kvlease.Acquire(ctx, st, "gap.a", holder, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			a := acquire("h1")
+			ar := a.Record()
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// What the observer before recorded: a's grant, and its end.
+			recs := []history.Record{{Kind: history.KindGranted, Name: "gap.a", Token: uint64(ar.Token), Holder: "h1",
+				Revision: uint64(ar.Token), Time: ar.GrantedAt, GrantedAt: ar.GrantedAt}}
+			if c.ended {
+				recs = append(recs, history.Record{Kind: history.KindEnded, Name: "gap.a", Token: uint64(ar.Token), Holder: "h1",
+					Revision: uint64(ar.Token) + 1, Time: time.Now(), GrantedAt: ar.GrantedAt, EndedBy: history.EndReleased})
+			}
+			if _, err := hist.AppendAll(ctx, recs); err != nil {
+				t.Fatal(err)
+			}
+			after := recs[len(recs)-1].Revision
+			b := acquire("h2")
+			if err := b.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cl := acquire("h3")
+			w, err := st.Watch(ctx, "gap.a", kvlease.ExactName(), kvlease.ChangesAfter(after))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			var grant kvlease.Event
+			for ev := range w.Events() {
+				if ev.Type == kvlease.EventGranted && ev.Token == cl.Token() {
+					grant = ev
+					break
+				}
+			}
+			if end, ok := grant.Replaced(); !ok || end.Token != b.Token() {
+				t.Fatalf("the grant of token %d carries %+v, %v; want the end of token %d", cl.Token(), end, ok, b.Token())
+			}
+			if err := o.report(ctx, grant, after, map[string]*openTenure{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got, err := hist.Read(ctx, "gap.", time.Now().Add(-time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := history.Fold(got)
+			wantA := history.EndReleased
+			if !c.ended {
+				wantA = history.EndUnknown
+			}
+			if len(ts) != 3 ||
+				ts[0].Token != uint64(a.Token()) || ts[0].EndedBy != wantA ||
+				ts[1].Token != uint64(b.Token()) || ts[1].Holder != "h2" || ts[1].EndedBy != history.EndReleased || ts[1].From.IsZero() ||
+				ts[0].To.After(ts[1].From) ||
+				ts[2].Token != uint64(cl.Token()) || ts[2].Holder != "h3" || !ts[2].Live() {
+				t.Fatalf("tenures %+v\nwant token %d (h1, %s), token %d (h2, released), token %d (h3, live)",
+					ts, a.Token(), wantA, b.Token(), cl.Token())
+			}
+		})
+	}
+}
+
 // The records of a backlog go to the history as one atomic batch (one
 // synced write), in order, and each change is published once it is in;
 // one by one if the store does not batch its own writes.
