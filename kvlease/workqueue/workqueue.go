@@ -85,7 +85,11 @@ type doneRecord struct {
 
 // Open opens (creating if missing) the queue's buckets, replicated as
 // [WithReplicas] says (by default as the lease store's bucket), and starts
-// following its items and claims. Close it when done.
+// following its items and claims. Close it when done. An items bucket
+// made before its removal markers lapsed is updated to allow per-message
+// TTLs; Open waits up to 2 s for that (at most half of what is left of
+// ctx), and if the update is refused or not answered (a NATS user that may
+// not update streams gets no answer), this Queue's markers stay for good.
 //
 // Errors: [kvlease.ErrInvalidName]; [kvlease.ErrInvalidOption] (nothing
 // sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket] (also for an
@@ -163,8 +167,8 @@ var itemMarkerTTL = kvlease.DefaultMarkerTTL // a variable for tests only
 // removalTTL is the TTL of the items bucket's removal markers: itemMarkerTTL
 // if its stream allows per-message TTLs. One created before they were
 // used is updated to allow them (a stream can be, never back); if the
-// update is refused (a user without the permission), its markers stay for
-// good, as before (0).
+// update is refused (a user without the permission), or not answered
+// within updateWait, its markers stay for good, as before (0).
 func removalTTL(ctx context.Context, js jetstream.JetStream, bucket string) (time.Duration, error) {
 	st, err := js.Stream(ctx, kvlease.StreamName(bucket))
 	if err != nil {
@@ -173,12 +177,31 @@ func removalTTL(ctx context.Context, js jetstream.JetStream, bucket string) (tim
 	cfg := st.CachedInfo().Config
 	if !cfg.AllowMsgTTL {
 		cfg.AllowMsgTTL = true
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		wait := updateWait
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl)/2)
+		}
+		uctx, cancel := context.WithTimeout(ctx, wait)
+		_, err := js.UpdateStream(uctx, cfg)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, kvlease.JetStreamError("open "+bucket, ctx.Err())
+			}
 			return 0, nil
 		}
 	}
 	return itemMarkerTTL, nil
 }
+
+// updateWait bounds the update of an items bucket made before its markers
+// lapsed, and so Open's wait for it (at most half of what is left of its
+// ctx): a NATS user that may not publish $JS.API.STREAM.UPDATE.KV_<queue>-items
+// gets no answer, only a permissions violation on the connection's error
+// handler, and the update took all of Open's ctx, which then failed to
+// open the sink, as unavailable (or waited JetStream's 5 s without a
+// deadline), every time (found by an outside client).
+const updateWait = 2 * time.Second
 
 // remove deletes item id from the items bucket (opts: a revision to
 // check), leaving a marker that lapses (removalTTL).

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -1007,5 +1008,73 @@ func TestResultRetention(t *testing.T) {
 	}
 	if isDone, _, _, _, err := q.Result(ctx, "a"); err != nil && !errors.Is(err, kvlease.ErrNotFound) || isDone {
 		t.Fatalf("result after the refused completion: done %v, %v", isDone, err)
+	}
+}
+
+// A NATS user that may not update streams opens a queue whose items bucket
+// was made before its markers lapsed, which Open updates to allow them: the
+// update gets no answer, only a permissions violation on the connection's
+// error handler, and it took all of Open's ctx, which then failed to open
+// the sink, as unavailable, every time (found by an outside client). Open
+// goes on, and the queue works, its markers kept for good.
+func TestOpenOldQueueWithoutStreamUpdatePermission(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Users: []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "worker", Password: "worker", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.UPDATE.>"}}}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	ctx := t.Context()
+	admin := kvleasetest.JetStream(t, kvleasetest.Connect(t, ns.ClientURL(), nats.UserInfo("admin", "admin")))
+	if _, err := admin.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "old-items", History: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvlease.Open(ctx, admin); err != nil { // the lease bucket, as its operator makes it
+		t.Fatal(err)
+	}
+	violations := make(chan error, 16)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, ns.ClientURL(), nats.UserInfo("worker", "worker"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case violations <- err:
+			default:
+			}
+		})))
+	st, err := kvlease.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	q, err := workqueue.Open(octx, js, st, "old")
+	if err != nil {
+		t.Fatalf("open of a queue made before its markers lapsed, by a user that may not update it: %v", err)
+	}
+	defer q.Close()
+	select {
+	case err := <-violations:
+		if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "STREAM.UPDATE.KV_old-items") {
+			t.Fatalf("connection error: %v, want the update's permissions violation", err)
+		}
+	case <-time.After(10 * time.Second): // reported at once, on nats.go's callback goroutine
+		t.Fatal("the update was not refused: the test tests nothing")
+	}
+	if err := q.Add(ctx, "item", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Complete(ctx, nil); err != nil {
+		t.Fatalf("complete with markers kept: %v", err)
 	}
 }
