@@ -45,7 +45,7 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 			return nil, fmt.Errorf("%w: %s: bucket %q expires its entries (per-key TTLs); this one must keep them (is it the lease bucket?)",
 				kvlease.ErrBucket, op, cfg.Bucket)
 		case st.TTL() != cfg.TTL:
-			return nil, fmt.Errorf("%w: %s: bucket %q keeps its entries for %v, not %v (0: for good); open it as it was made, or change its max age",
+			return nil, fmt.Errorf("%w: %s: bucket %q keeps its entries for %v, not %v (0: for good); open it with the retention it was made with (a work queue's WithResultRetention), or change the bucket's max age",
 				kvlease.ErrBucket, op, cfg.Bucket, st.TTL(), cfg.TTL)
 		}
 	}
