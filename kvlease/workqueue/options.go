@@ -55,9 +55,11 @@ const MinResultRetention = time.Hour
 // every item ever done. Opt-in, and weaker: once an item's record has
 // gone, [Queue.Add] takes its id again (the item is done again), and a
 // claim that works longer than d finds its bar gone and its completion
-// refused ([*fence.StaleTokenError]; the item is redone, never completed
-// twice). So d must be longer than any item takes, and than the time
-// within which an id may be added again. An existing sink keeps its own
+// refused ([*fence.StaleTokenError]; the item is redone). So is an item
+// whose worker died between recording its result and removing it, if no
+// claim comes for d. So d must be longer than any item takes, than any
+// time without workers, and than the time within which an id may be
+// added again. An existing sink keeps its own
 // retention: Open with another is refused ([kvlease.ErrBucket]). A d below
 // [MinResultRetention] is an error.
 func WithResultRetention(d time.Duration) OpenOption {
