@@ -242,6 +242,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	}()
 
 	var waitErr error
+	counted := false // the loss counted as an expiry during work
 	select {
 	case waitErr = <-exited:
 		// The command is done; what it left running must not outlive the
@@ -269,6 +270,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 			break
 		}
 		_ = l.Check() // the command was at work when the lease ended: counted (leased.expiries_during_work)
+		counted = true
 		killAt := killTime(l, grace)
 		// An expiry's "expired … ago" counts from sigterm_at, run's own
 		// deadline, the grace before the command's (it read as at odds
@@ -286,6 +288,14 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 	case <-ctx.Done():
 		g.stopping()
 		waitErr = stop(pgid, exited, time.Until(killTime(l, grace)))
+	}
+	if seenLate.Load() && !counted {
+		// The command ran on past the lease's deadline (run stopped, and
+		// the guard killed it there, or its exit seen only after it): the
+		// lease was lost while it worked, whichever run saw first. It
+		// counted none: only a loss run saw before the command's exit was
+		// (found by an operator, run paused with SIGSTOP).
+		_ = l.Check()
 	}
 	if waitErr == nil && seenLate.Load() {
 		// Its exit was seen only after its deadline: run (and the guard)

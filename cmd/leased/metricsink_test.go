@@ -1,0 +1,121 @@
+package main_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	colmetric "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// metricSink is an OTLP/HTTP metrics receiver: it keeps the latest value
+// of each integer sum, by service.name and metric name (summed over the
+// metric's series), as the processes that export there last said it. It
+// sees what a process recorded up to its exit, which flushes its metrics.
+type metricSink struct {
+	url  string
+	mu   sync.Mutex
+	sums map[[2]string]int64
+	cond *sync.Cond
+}
+
+func startMetricSink(t *testing.T) *metricSink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &metricSink{url: "http://" + ln.Addr().String(), sums: map[[2]string]int64{}}
+	s.cond = sync.NewCond(&s.mu)
+	srv := &http.Server{Handler: http.HandlerFunc(s.serve)}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return s
+}
+
+func (s *metricSink) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	var req colmetric.ExportMetricsServiceRequest
+	if err != nil || proto.Unmarshal(body, &req) != nil {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	for _, rm := range req.ResourceMetrics {
+		service := ""
+		for _, a := range rm.GetResource().GetAttributes() {
+			if a.Key == "service.name" {
+				service = a.Value.GetStringValue()
+			}
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if sum := m.GetSum(); sum != nil {
+					var n int64
+					for _, p := range sum.DataPoints {
+						n += p.GetAsInt()
+					}
+					s.sums[[2]string{service, m.Name}] = n
+				}
+			}
+		}
+	}
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	out, _ := proto.Marshal(&colmetric.ExportMetricsServiceResponse{})
+	_, _ = w.Write(out)
+}
+
+// sum returns the latest value service exported for metric, and whether
+// it exported it at all, once got accepts them or after a minute.
+func (s *metricSink) sum(t *testing.T, service, metric string, got func(n int64, ok bool) bool) (int64, bool) {
+	t.Helper()
+	timer := time.AfterFunc(time.Minute, func() { s.mu.Lock(); s.cond.Broadcast(); s.mu.Unlock() })
+	defer timer.Stop()
+	deadline := time.Now().Add(time.Minute)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		n, ok := s.sums[[2]string{service, metric}]
+		if got(n, ok) || time.Now().After(deadline) {
+			return n, ok
+		}
+		s.cond.Wait()
+	}
+}
+
+// A run stopped (SIGSTOP) past its lease's deadline, whose guard kills the
+// command there, counts an expiry during work: the lease ended while the
+// command worked. It counted none (found by an operator): run, resumed,
+// saw the command's exit first, and counted only a loss it saw before.
+func TestRunStoppedPastItsDeadlineCountsALossDuringWork(t *testing.T) {
+	s := startServe(t, "")
+	sink := startMetricSink(t)
+	// Only run exports there (serve started without): its metrics as it exits.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.url)
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	t.Setenv("OTEL_METRIC_EXPORT_INTERVAL", "600000") // ms: run exports once, as it exits
+	p := startRun(t, s.url, "--lease", "m.paused", "--ttl", "3s", "--", "sh", "-c", "echo child-pid=$$ >&2; exec sleep 60")
+	command := p.childPID(t)
+	kvleasetest.StopProcess(t, p.cmd.Process)
+	defer p.cmd.Process.Signal(syscall.SIGCONT)
+	// The guard kills the command at its deadline, a TTL away at most.
+	waitGone(t, command, "the command, run stopped", 3*time.Second+5*time.Second)
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(p.cmd, 20*time.Second); err == nil {
+		t.Fatalf("run exited 0 though its command was killed at its deadline\n%s", p.logs.text())
+	}
+	if n, ok := sink.sum(t, "leased-run", "leased.expiries_during_work", func(n int64, ok bool) bool { return ok }); n != 1 {
+		t.Errorf("leased.expiries_during_work = %d (exported: %v), want 1: the lease ended while the command worked\n%s", n, ok, p.logs.text())
+	}
+}
