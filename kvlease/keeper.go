@@ -383,7 +383,8 @@ func (k *Keeper) Stats() KeeperStats {
 // been suspended when Keep was called (see watchDeadline).
 func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 	var reason error
-	release := false // the parent context ended: release after cancelling
+	release := false        // the parent context ended: release after cancelling
+	expiredCounted := false // a renewal failure counted "expired"
 	defer func() {
 		if release && k.handover.Load() {
 			// Orphan, called as ctx ended, lost the loop's select to ctx:
@@ -399,6 +400,14 @@ func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 			reason, release = context.Cause(k.ctx), false
 		}
 		reason = k.setErr(reason) // the deadline's, if watchDeadline came first
+		if lostToDeadline(reason) && !expiredCounted {
+			// The deadline came while the loop waited (to retry, or
+			// for a renewal due after it: the holder paused), not during
+			// an attempt, which counts its own: a loss is one failure
+			// "expired" either way (it counted none, found by an
+			// operator).
+			k.metrics.RenewalFailed(context.Background(), "expired")
+		}
 		k.cancel(reason)
 		if release {
 			k.releaseAfterCancel()
@@ -520,6 +529,7 @@ func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 		k.failures.Add(1)
 		k.consecutive.Add(1)
 		k.metrics.RenewalFailed(context.Background(), outcome(err))
+		expiredCounted = expiredCounted || outcome(err) == "expired"
 		if errors.Is(err, ErrStaleRevision) {
 			k.spurious.Add(1)
 		}
@@ -543,6 +553,13 @@ func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 		timer.Reset(backoff)
 		backoff = min(backoff*2, k.interval/2, maxRetryWait)
 	}
+}
+
+// lostToDeadline reports whether err ends a tenure at its deadline, not
+// at a release or a refusal.
+func lostToDeadline(err error) bool {
+	var le *LeaseExpiredError
+	return errors.As(err, &le) && !le.Released && le.Refused == nil
 }
 
 // A renewal that goes unanswered is tried again and again until the

@@ -1,6 +1,7 @@
 package kvlease_test
 
 import (
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
+	"github.com/leased/leased/telemetry"
 	"github.com/leased/leased/telemetry/telemetrytest"
 )
 
@@ -45,4 +47,50 @@ func TestMetricsRecorded(t *testing.T) {
 		}
 
 	})
+}
+
+// A lease lost to its deadline is one renewal failure counted "expired",
+// however the deadline came: an attempt in flight cut short by it (the
+// grantor silent), or while the keeper waited to try again (the grantor
+// failing fast, or the holder paused past it). The wait's was not counted,
+// so a paused holder's loss counted "expired" or nothing, at random (found
+// by an operator, leased run stopped with SIGSTOP).
+func TestMetricsCountALossToTheDeadline(t *testing.T) {
+	for name, mode := range map[string]kvleasetest.FakeMode{
+		"silent": kvleasetest.FakeUnreachable, "failing fast": kvleasetest.FakeFailFast,
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				reader := sdkmetric.NewManualReader()
+				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+				g := kvleasetest.NewFakeGrantor()
+				l := mustAcquire(t, g, "m", 3*time.Second)
+				k, err := kvlease.Keep(t.Context(), l, kvlease.WithMeterProvider(mp))
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.SetMode(mode)
+				<-k.Done()
+				if !errors.Is(k.Err(), kvlease.ErrExpired) {
+					t.Fatalf("keeper ended with %v, want a loss to the deadline", k.Err())
+				}
+				synctest.Wait()
+				if n := failures(t, reader)["expired"]; n != 1 {
+					t.Errorf("renewal failures %v, want one expired", failures(t, reader))
+				}
+			})
+		})
+	}
+}
+
+// failures is leased.renewal.failures by lease.outcome.
+func failures(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	s, _ := telemetrytest.Metric(t, reader, "leased.renewal.failures").(metricdata.Sum[int64])
+	for _, dp := range s.DataPoints {
+		v, _ := dp.Attributes.Value(telemetry.AttrOutcome)
+		out[v.AsString()] += dp.Value
+	}
+	return out
 }
