@@ -206,3 +206,26 @@ func TestMetricNamePrefixRefusesEmpty(t *testing.T) {
 		}
 	}
 }
+
+// A grantor on a bucket with no lease says so: leased.leases.live is 0
+// once it has caught up, not missing until the first lease (a dashboard
+// showed no data, and an alert on the gauge's absence fired, for an idle
+// grantor; found by an operator scraping a new serve).
+func TestLiveLeasesShownWithNone(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	start(t, grantor.DefaultConfig(), grantor.WithMeterProvider(mp))
+	// Bounded poll: a gauge recorded makes no event to wait on.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		g, ok := telemetrytest.Metric(t, reader, telemetry.MetricLeasesLive).(metricdata.Gauge[int64])
+		if ok && len(g.DataPoints) == 1 {
+			if n := g.DataPoints[0].Value; n != 0 {
+				t.Fatalf("%s = %d with no lease", telemetry.MetricLeasesLive, n)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s 10 s after the grantor started on an empty bucket", telemetry.MetricLeasesLive)
+		}
+	}
+}

@@ -1310,10 +1310,24 @@ func newHolderIndex() holderIndex {
 }
 
 // follow applies the watch's events, calls onChange for each change (not
-// the replay), onLive with the number of live leases after each event,
-// and then passes each event on.
+// the replay), onLive with the number of live leases after each event and
+// once caught up with the bucket, and then passes each event on.
 func (h *holderIndex) follow(w *kvlease.Watcher, log *slog.Logger, onChange func(kvlease.Event), onLive func(n int),
 	then func(kvlease.Event)) {
+	// Caught up, the count is said whatever the replay held: a bucket
+	// with no lease but the grantor's own gave no event to say it by, and
+	// leased_leases_live was missing, not 0, until the first lease (found
+	// by an operator, scraping a new serve).
+	if w.CatchUp(context.Background(), func(ev kvlease.Event) error {
+		h.apply(ev, onChange, onLive)
+		then(ev)
+		return nil
+	}) == nil {
+		h.mu.Lock()
+		n := len(h.byName)
+		h.mu.Unlock()
+		onLive(n)
+	}
 	for ev := range w.Events() {
 		h.apply(ev, onChange, onLive)
 		then(ev)
