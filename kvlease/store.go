@@ -1132,20 +1132,23 @@ func (s *Store) renew(ctx context.Context, req RenewRequest, span trace.Span) (r
 // lost succeeded).
 func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 	ctx, span := s.startSpan(ctx, "release", req.Name, telemetry.AttrHolder.String(req.Holder), telemetry.AttrToken.Int64(int64(req.Token)))
-	defer func() { endSpan(span, nil, err) }()
+	var released Record // the tenure as it was released, for the span: its TTL
+	defer func() { endSpan(span, &released, err) }()
 	if err := errors.Join(ValidateName(req.Name), ValidateHolder(req.Holder), validateTenure(req.Token, req.Revision)); err != nil {
 		return err
 	}
 	// Attempts as Renew's. A release stored by an attempt that went
 	// unanswered is found by the next (releasedBy).
-	_, err = writeAttempts(ctx, nil, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, s.release(ctx, req)
+	released, err = writeAttempts(ctx, nil, func(ctx context.Context) (Record, error) {
+		return s.release(ctx, req)
 	})
 	return err
 }
 
-// release is one attempt of Release, whose input it has checked.
-func (s *Store) release(ctx context.Context, req ReleaseRequest) (err error) {
+// release is one attempt of Release, whose input it has checked. It
+// returns the tenure it released, if it read it (not for a release found
+// made already, or one that freed a revoked lease).
+func (s *Store) release(ctx context.Context, req ReleaseRequest) (_ Record, err error) {
 	claim := tenureClaim{name: req.Name, holder: req.Holder, token: req.Token, rev: req.Revision, secret: req.Secret,
 		required: req.SecretRequired}
 	var cur Record
@@ -1154,19 +1157,22 @@ func (s *Store) release(ctx context.Context, req ReleaseRequest) (err error) {
 			_, err := s.purge(ctx, req.Name, "release", cur, "", req.Revision)
 			return err
 		})
+		if err == nil {
+			return cur, nil
+		}
 	}
 	if errors.Is(err, ErrNotFound) {
 		switch freed, ferr := s.freeRevoked(ctx, claim); {
 		case ferr != nil:
-			return ferr
+			return Record{}, ferr
 		case freed:
-			return nil
+			return Record{}, nil
 		}
 	}
 	if errors.Is(err, ErrNotFound) && s.releasedBy(ctx, claim) {
-		return nil // a retry of a release whose reply was lost
+		return Record{}, nil // a retry of a release whose reply was lost
 	}
-	return err
+	return Record{}, err
 }
 
 // opFree is the Leased-Op of the end that replaces a revocation's when the

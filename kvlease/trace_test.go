@@ -151,11 +151,15 @@ func TestTraceOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = oneSpan(t, rec, n, "lease.release")
+	// With the released tenure's TTL, as README has every span of an
+	// operation (it had none; found by an operator).
 	checkAttrs(t, s, map[attribute.Key]any{
-		telemetry.AttrName:    "svc/a",
-		telemetry.AttrHolder:  "h1",
-		telemetry.AttrToken:   int64(r.Token),
-		telemetry.AttrOutcome: "ok",
+		telemetry.AttrName:     "svc/a",
+		telemetry.AttrHolder:   "h1",
+		telemetry.AttrToken:    int64(r.Token),
+		telemetry.AttrRevision: int64(r2.Revision),
+		telemetry.AttrTTL:      ttl,
+		telemetry.AttrOutcome:  "ok",
 	})
 	checkOK(t, s)
 
