@@ -146,7 +146,7 @@ func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error
 		metric.WithDescription("Writes refused by a fence for a stale token"))
 	set(e)
 	x.clockOffset, e = m.Float64Gauge(MetricClockOffset, metric.WithUnit("s"),
-		metric.WithDescription("Estimated clock offset to a peer (grantor or gossip member)"))
+		metric.WithDescription("Estimated clock offset to the grantor (clock.peer)"))
 	set(e)
 	x.clockMargin, e = m.Float64Gauge(MetricClockMargin, metric.WithUnit("s"),
 		metric.WithDescription("Error bound of the clock offset estimate (half the round trip of the sample it rests on): the offset is known to within it"))
@@ -161,7 +161,7 @@ func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error
 		metric.WithExplicitBucketBoundaries(RenewalBuckets...))
 	set(e)
 	x.leaseEvents, e = m.Int64Counter(MetricLeaseEvents,
-		metric.WithDescription("Changes the grantor saw on the lease bucket, whoever made them: granted, renewed, released, revoked, expired (lease.event)"))
+		metric.WithDescription("Changes the grantor saw on the lease bucket, whoever made them: granted, renewed, released, revoked, removed (a registration gossip removed), expired (lease.event)"))
 	set(e)
 	x.storeWrites, e = m.Int64Histogram(MetricStoreWrites, metric.WithUnit("{message}"),
 		metric.WithDescription("Messages per write the lease store sent to the bucket, by write.kind (single or batch): the count is the writes (each synced on its own), the sum the messages"),
