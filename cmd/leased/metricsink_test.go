@@ -1,16 +1,11 @@
 package main_test
 
 import (
-	"io"
-	"net"
-	"net/http"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	colmetric "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -20,34 +15,19 @@ import (
 // metric's series), as the processes that export there last said it. It
 // sees what a process recorded up to its exit, which flushes its metrics.
 type metricSink struct {
-	url  string
-	mu   sync.Mutex
-	sums map[[2]string]int64
-	cond *sync.Cond
+	*otlpSink
+	sums map[[2]string]int64 // guarded by mu
 }
 
 func startMetricSink(t *testing.T) *metricSink {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &metricSink{url: "http://" + ln.Addr().String(), sums: map[[2]string]int64{}}
-	s.cond = sync.NewCond(&s.mu)
-	srv := &http.Server{Handler: http.HandlerFunc(s.serve)}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	s := &metricSink{sums: map[[2]string]int64{}}
+	s.otlpSink = startOTLPSink(t, func() *colmetric.ExportMetricsServiceRequest { return new(colmetric.ExportMetricsServiceRequest) },
+		&colmetric.ExportMetricsServiceResponse{}, s.record)
 	return s
 }
 
-func (s *metricSink) serve(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	var req colmetric.ExportMetricsServiceRequest
-	if err != nil || proto.Unmarshal(body, &req) != nil {
-		http.Error(w, "bad request", http.StatusBadRequest)
-		return
-	}
-	s.mu.Lock()
+func (s *metricSink) record(req *colmetric.ExportMetricsServiceRequest) {
 	for _, rm := range req.ResourceMetrics {
 		service := ""
 		for _, a := range rm.GetResource().GetAttributes() {
@@ -67,29 +47,17 @@ func (s *metricSink) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.cond.Broadcast()
-	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	out, _ := proto.Marshal(&colmetric.ExportMetricsServiceResponse{})
-	_, _ = w.Write(out)
 }
 
 // sum returns the latest value service exported for metric, and whether
 // it exported it at all, once got accepts them or after a minute.
-func (s *metricSink) sum(t *testing.T, service, metric string, got func(n int64, ok bool) bool) (int64, bool) {
+func (s *metricSink) sum(t *testing.T, service, metric string, got func(n int64, ok bool) bool) (n int64, ok bool) {
 	t.Helper()
-	timer := time.AfterFunc(time.Minute, func() { s.mu.Lock(); s.cond.Broadcast(); s.mu.Unlock() })
-	defer timer.Stop()
-	deadline := time.Now().Add(time.Minute)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for {
-		n, ok := s.sums[[2]string{service, metric}]
-		if got(n, ok) || time.Now().After(deadline) {
-			return n, ok
-		}
-		s.cond.Wait()
-	}
+	s.until(func() bool {
+		n, ok = s.sums[[2]string{service, metric}]
+		return got(n, ok)
+	})
+	return n, ok
 }
 
 // A run stopped (SIGSTOP) past its lease's deadline, whose guard kills the

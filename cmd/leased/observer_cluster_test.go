@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os/exec"
 	"sync"
 	"testing"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
@@ -27,35 +24,20 @@ import (
 // spanSink is an OTLP/HTTP trace receiver: it counts the spans the nodes
 // export, by name and lease, and by the node that exported them.
 type spanSink struct {
-	url   string
-	mu    sync.Mutex
-	seen  map[string]int // "<span name> <lease> <token>"
-	nodes map[string]int // service.instance.id
-	cond  *sync.Cond
+	*otlpSink
+	seen  map[string]int // "<span name> <lease> <token>"; guarded by mu
+	nodes map[string]int // service.instance.id; guarded by mu
 }
 
 func startSpanSink(t *testing.T) *spanSink {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &spanSink{url: "http://" + ln.Addr().String(), seen: map[string]int{}, nodes: map[string]int{}}
-	s.cond = sync.NewCond(&s.mu)
-	srv := &http.Server{Handler: http.HandlerFunc(s.serve)}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	s := &spanSink{seen: map[string]int{}, nodes: map[string]int{}}
+	s.otlpSink = startOTLPSink(t, func() *coltrace.ExportTraceServiceRequest { return new(coltrace.ExportTraceServiceRequest) },
+		&coltrace.ExportTraceServiceResponse{}, s.record)
 	return s
 }
 
-func (s *spanSink) serve(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	var req coltrace.ExportTraceServiceRequest
-	if err != nil || proto.Unmarshal(body, &req) != nil {
-		http.Error(w, "bad request", http.StatusBadRequest)
-		return
-	}
-	s.mu.Lock()
+func (s *spanSink) record(req *coltrace.ExportTraceServiceRequest) {
 	for _, rs := range req.ResourceSpans {
 		node := ""
 		for _, a := range rs.GetResource().GetAttributes() {
@@ -80,37 +62,23 @@ func (s *spanSink) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.cond.Broadcast()
-	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
-	_, _ = w.Write(out)
 }
 
-// wait blocks until every key has been seen, failing after a minute (a
-// loaded machine delays the nodes' batch exports).
+// wait blocks until every key has been seen, failing after a minute.
 func (s *spanSink) wait(t *testing.T, keys []string) {
 	t.Helper()
-	timer := time.AfterFunc(time.Minute, func() { s.mu.Lock(); s.cond.Broadcast(); s.mu.Unlock() })
-	defer timer.Stop()
-	deadline := time.Now().Add(time.Minute)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for {
-		missing := ""
+	missing := ""
+	if !s.until(func() bool {
+		missing = ""
 		for _, k := range keys {
 			if s.seen[k] == 0 {
 				missing = k
-				break
+				return false
 			}
 		}
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("span %q not exported", missing)
-		}
-		s.cond.Wait()
+		return true
+	}) {
+		t.Fatalf("span %q not exported", missing)
 	}
 }
 
