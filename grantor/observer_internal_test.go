@@ -83,14 +83,7 @@ func TestObserverRecordsATenureItsWatchMissedWhole(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o, _ := testObserver(t)
 			ctx, st, hist := t.Context(), o.s.store, o.hist
-			acquire := func(holder string) *kvlease.Lease {
-				t.Helper()
-				l, err := kvlease.Acquire(ctx, st, "whole.a", holder, 10*time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return l
-			}
+			acquire := func(holder string) *kvlease.Lease { return acquireFor(t, st, "whole.a", holder) }
 			a := acquire("h1")
 			open := map[string]*openTenure{"whole.a": {token: a.Token(), renewals: 1}}
 			var after uint64
@@ -117,21 +110,7 @@ func TestObserverRecordsATenureItsWatchMissedWhole(t *testing.T) {
 			if c.takeover {
 				after = uint64(cl.Token()) // the observer took over after c's grant
 			}
-			w, err := st.Watch(ctx, "whole.a", kvlease.ExactName(), kvlease.ChangesAfter(uint64(a.Token())))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Stop()
-			var grant kvlease.Event
-			for ev := range w.Events() {
-				if ev.Type == kvlease.EventGranted && ev.Token == cl.Token() {
-					grant = ev
-					break
-				}
-			}
-			if end, ok := grant.Replaced(); !ok || end.Token != b.Token() {
-				t.Fatalf("the grant of token %d carries %+v, %v; want the end of token %d", cl.Token(), end, ok, b.Token())
-			}
+			grant := carriedGrant(t, st, "whole.a", uint64(a.Token()), cl.Token(), b.Token())
 			if err := o.report(ctx, grant, after, open); err != nil {
 				t.Fatal(err)
 			}
@@ -187,14 +166,7 @@ func TestObserverRecordsATenureMissedWholeAfterTheHistorysLast(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o, _ := testObserver(t)
 			ctx, st, hist := t.Context(), o.s.store, o.hist
-			acquire := func(holder string) *kvlease.Lease {
-				t.Helper()
-				l, err := kvlease.Acquire(ctx, st, "gap.a", holder, 10*time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return l
-			}
+			acquire := func(holder string) *kvlease.Lease { return acquireFor(t, st, "gap.a", holder) }
 			a := acquire("h1")
 			ar := a.Record()
 			if err := a.Release(ctx); err != nil {
@@ -216,21 +188,7 @@ func TestObserverRecordsATenureMissedWholeAfterTheHistorysLast(t *testing.T) {
 				t.Fatal(err)
 			}
 			cl := acquire("h3")
-			w, err := st.Watch(ctx, "gap.a", kvlease.ExactName(), kvlease.ChangesAfter(after))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Stop()
-			var grant kvlease.Event
-			for ev := range w.Events() {
-				if ev.Type == kvlease.EventGranted && ev.Token == cl.Token() {
-					grant = ev
-					break
-				}
-			}
-			if end, ok := grant.Replaced(); !ok || end.Token != b.Token() {
-				t.Fatalf("the grant of token %d carries %+v, %v; want the end of token %d", cl.Token(), end, ok, b.Token())
-			}
+			grant := carriedGrant(t, st, "gap.a", after, cl.Token(), b.Token())
 			if err := o.report(ctx, grant, after, map[string]*openTenure{}); err != nil {
 				t.Fatal(err)
 			}
@@ -332,6 +290,38 @@ func testObserverFlushesBacklog(t *testing.T, batching bool) {
 
 // testObserver returns an observer of a fresh server's bucket, not
 // campaigning (tests call report and flush), and the service's connection.
+// acquireFor grants name to holder for 10 s.
+func acquireFor(t *testing.T, st *kvlease.Store, name, holder string) *kvlease.Lease {
+	t.Helper()
+	l, err := kvlease.Acquire(t.Context(), st, name, holder, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// carriedGrant watches name from revision after for the grant of token,
+// which must carry the end of token ended (the tenure before it, which
+// the watch may not have reported).
+func carriedGrant(t *testing.T, st *kvlease.Store, name string, after uint64, token, ended kvlease.Token) kvlease.Event {
+	t.Helper()
+	w, err := st.Watch(t.Context(), name, kvlease.ExactName(), kvlease.ChangesAfter(after))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.Events() {
+		if ev.Type == kvlease.EventGranted && ev.Token == token {
+			if end, ok := ev.Replaced(); !ok || end.Token != ended {
+				t.Fatalf("the grant of token %d carries %+v, %v; want the end of token %d", token, end, ok, ended)
+			}
+			return ev
+		}
+	}
+	t.Fatalf("the watch of %s ended before the grant of token %d", name, token)
+	return kvlease.Event{}
+}
+
 func testObserver(t *testing.T, opts ...kvlease.Option) (*observer, *nats.Conn) {
 	t.Helper()
 	srv := kvleasetest.NewServer(t)
