@@ -51,9 +51,16 @@ func buildPrivateNet(t *testing.T, n int) (*privateNet, error) {
 		return nil, errors.New("needs iproute2 (ip) to create network namespaces")
 	}
 	pid := os.Getpid()
-	p := &privateNet{t: t, prefix: fmt.Sprintf("ld%d", pid%100000), subnet: fmt.Sprintf("10.199.%d", 1+pid%250), n: n}
+	p := &privateNet{t: t, prefix: fmt.Sprintf("ld%d", pid%100000), n: n}
 	sw := p.prefix + "sw"
 	p.remove() // left by an earlier run with our pid that could not clean up
+	addrs, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
+	if err != nil {
+		return nil, fmt.Errorf("cannot list this namespace's addresses: %v", err)
+	}
+	if p.subnet, err = freeSubnet(string(addrs), pid); err != nil {
+		return nil, err
+	}
 	if out, err := exec.Command("ip", "netns", "add", sw).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("cannot create a network namespace: %v: %s", err, out)
 	}
@@ -72,6 +79,21 @@ func buildPrivateNet(t *testing.T, n int) (*privateNet, error) {
 		return nil, fmt.Errorf("cannot build the test network: %w", p.err)
 	}
 	return p, nil
+}
+
+// freeSubnet picks a 10.199.N/24 in which none of addrs (`ip -o -4 addr
+// show`) is, trying N from 1+seed%250 on: the test's own end of the
+// network is in this namespace, and a network left by a run that could not
+// clean up (killed) keeps its address here, which a second network in the
+// same /24 would collide with (connections to its nodes then fail).
+func freeSubnet(addrs string, seed int) (string, error) {
+	for k := range 250 {
+		subnet := fmt.Sprintf("10.199.%d", 1+(seed+k)%250)
+		if !strings.Contains(addrs, " inet "+subnet+".") {
+			return subnet, nil
+		}
+	}
+	return "", errors.New("every 10.199.N/24 has an address on this machine: delete the ld* namespaces and links left by killed runs")
 }
 
 // plug joins namespace ns ("" for the test's own) to the bridge with address
@@ -123,6 +145,34 @@ func (p *privateNet) remove() {
 		_ = exec.Command("ip", "netns", "del", p.ns(i)).Run()
 	}
 	_ = exec.Command("ip", "netns", "del", p.prefix+"sw").Run()
+	_ = exec.Command("ip", "link", "del", p.prefix+"bh").Run() // gone with its peer, unless that was left behind
+}
+
+func TestFreeSubnet(t *testing.T) {
+	addrs := "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n" +
+		"9: ld7930bh    inet 10.199.181.254/24 scope global ld7930bh\\       valid_lft forever\n" +
+		"10: ld8100bh    inet 10.199.182.254/24 scope global ld8100bh\\       valid_lft forever\n"
+	for _, c := range []struct {
+		seed int
+		want string
+	}{
+		{180, "10.199.183"}, // 181 and 182 are taken
+		{179, "10.199.180"},
+		{249, "10.199.250"},
+		{250, "10.199.1"},
+		{7930 + 250, "10.199.183"},
+	} {
+		if got, err := freeSubnet(addrs, c.seed); err != nil || got != c.want {
+			t.Errorf("freeSubnet(seed %d) = %q, %v; want %q", c.seed, got, err, c.want)
+		}
+	}
+	var all strings.Builder
+	for n := 1; n <= 250; n++ {
+		fmt.Fprintf(&all, "9: x    inet 10.199.%d.254/24 scope global x\n", n)
+	}
+	if got, err := freeSubnet(all.String(), 0); err == nil {
+		t.Errorf("freeSubnet of a machine with every subnet taken = %q, want an error", got)
+	}
 }
 
 // The stream leader is cut off from the other two nodes, with a holder on
