@@ -140,8 +140,21 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 			// when the hold ends: the refusal does.
 			var held *kvlease.HeldError
 			var heldBack time.Duration
+			var token kvlease.Token
 			if errors.As(err, &held) {
-				heldBack = held.HeldBack
+				heldBack, token = held.HeldBack, held.Token
+			}
+			if heldBack == 0 && (token == 0 || token != lapse.token) {
+				// No event has shown the tenure that refused the grant
+				// yet: the watch's replay of it may still be on its way,
+				// or have been cut off with the connection before it
+				// came; then, if the lease and its marker lapse before
+				// the watch resumes, no event ever comes (the campaign
+				// waited for good, the election vacant: 1 run in 12 of
+				// TestCampaignWinsALapseMissedInAPartition). Until one
+				// does, and saw arms the lapse from the tenure's TTL, the
+				// grant is tried again every lapseRecheck.
+				lapse.retry()
 			}
 			if err := e.waitVacant(ctx, w, heldBack, &lapse); err != nil {
 				return nil, err
@@ -209,7 +222,8 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 // bucket's marker TTL), resumes its watch after the last message it had,
 // and nothing in the stream says the tenure ended (it waited for good, the
 // election vacant; found in review). Then the grant is tried again, every
-// lapseRecheck while it is refused.
+// lapseRecheck while it is refused; so it is while no event has shown the
+// tenure that refused it (Campaign arms lapse so).
 // It does not consult Synced: the replay reports live tenures only, never
 // ends. The watcher began before the first grant attempt, so the tenure
 // that refused the grant was live after the watch began, and its end is

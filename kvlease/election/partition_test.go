@@ -55,8 +55,10 @@ func partitionedLapse(t *testing.T, name string, start func(e *election.Election
 
 // healedWithin bounds how long after the partition heals the election
 // must be seen vacant (or won): the client reconnects, then looks again
-// every second (lapseRecheck). "For good" was the defect; 10 s failed
-// once on two cores running three race-enabled packages and two CI runs.
+// every second (lapseRecheck). "For good" was the defect. Its bound was
+// raised from 10 s after a failure blamed on a loaded machine; the cause
+// was a campaign whose watch had not yet shown the tenure that refused
+// it when the partition came (1 run in 12 waited for good; see Campaign).
 const healedWithin = 30 * time.Second
 
 // An observer cut off from the server while the leader's lease lapsed,
