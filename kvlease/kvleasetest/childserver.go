@@ -154,8 +154,8 @@ func (c *ChildServer) signal(sig syscall.Signal) {
 
 // LoseExpiries makes srv bring back the leases names, which st has just
 // granted (less than a second ago) for 1 s on a bucket whose markers last
-// 1 s, with their expiries lost, as nats-server v2.15.2 does after an
-// unclean stop (issue 8505: it writes no tombstone for a message it
+// 1 s, with their expiries lost, as nats-server v2.15.2 and v2.15.3 do after
+// an unclean stop (issue 8505: it writes no tombstone for a message it
 // removes by TTL). It grants leases that outlive the test after them (so
 // that their block keeps messages after theirs), waits until the leases
 // and their markers have lapsed, restarts srv cleanly (which writes its
