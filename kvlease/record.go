@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/leased/leased/internal/redact"
 )
 
 // Token is a fencing token: the KV revision at which a tenure began. It is
@@ -66,13 +68,7 @@ type Record struct {
 func (r Record) Format(f fmt.State, verb rune) {
 	type plain Record // without this method
 	p := plain(r)
-	if p.Secret != "" {
-		p.Secret = redacted
-	}
-	if p.secretHash != "" {
-		p.secretHash = redacted
-	}
-	fmt.Fprintf(f, fmt.FormatString(f, verb), p)
+	redact.Format(f, verb, &p, &p.Secret, &p.secretHash)
 }
 
 // Format prints req as fmt would, but with its secret redacted: a
@@ -82,34 +78,22 @@ func (r Record) Format(f fmt.State, verb rune) {
 func (req GrantRequest) Format(f fmt.State, verb rune) {
 	type plain GrantRequest // without this method
 	p := plain(req)
-	if p.Secret != "" {
-		p.Secret = redacted
-	}
-	fmt.Fprintf(f, fmt.FormatString(f, verb), p)
+	redact.Format(f, verb, &p, &p.Secret)
 }
 
 // Format prints req with its secret redacted, as [GrantRequest.Format].
 func (req RenewRequest) Format(f fmt.State, verb rune) {
 	type plain RenewRequest
 	p := plain(req)
-	if p.Secret != "" {
-		p.Secret = redacted
-	}
-	fmt.Fprintf(f, fmt.FormatString(f, verb), p)
+	redact.Format(f, verb, &p, &p.Secret)
 }
 
 // Format prints req with its secret redacted, as [GrantRequest.Format].
 func (req ReleaseRequest) Format(f fmt.State, verb rune) {
 	type plain ReleaseRequest
 	p := plain(req)
-	if p.Secret != "" {
-		p.Secret = redacted
-	}
-	fmt.Fprintf(f, fmt.FormatString(f, verb), p)
+	redact.Format(f, verb, &p, &p.Secret)
 }
-
-// redacted stands for a secret in what Format prints.
-const redacted = "REDACTED"
 
 // ExpiresAt is when the server will lapse this revision, by the server's clock.
 func (r Record) ExpiresAt() time.Time { return r.StoredAt.Add(r.TTL) }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leased/leased/internal/redact"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -166,6 +167,30 @@ type ReleaseRequest struct {
 	Secret   string `json:"secret"`
 }
 
+// Format prints req as fmt would, but with its secret redacted, as
+// [kvlease.GrantRequest.Format] does: a service or client that logs the
+// requests it handles gave the holder's proof of ownership away. So do
+// the other wire types that carry a secret (found by a review).
+func (req GrantRequest) Format(f fmt.State, verb rune) {
+	type plain GrantRequest // without this method
+	p := plain(req)
+	redact.Format(f, verb, &p, &p.Secret)
+}
+
+// Format prints req with its secret redacted, as [GrantRequest.Format].
+func (req RenewRequest) Format(f fmt.State, verb rune) {
+	type plain RenewRequest
+	p := plain(req)
+	redact.Format(f, verb, &p, &p.Secret)
+}
+
+// Format prints req with its secret redacted, as [GrantRequest.Format].
+func (req ReleaseRequest) Format(f fmt.State, verb rune) {
+	type plain ReleaseRequest
+	p := plain(req)
+	redact.Format(f, verb, &p, &p.Secret)
+}
+
 // GetRequest is the body of lease.v1.get.
 type GetRequest struct {
 	Name string `json:"name"`
@@ -246,6 +271,14 @@ type Lease struct {
 	// Flapping is set in list replies for a lease granted anew (to any
 	// holder) more often than the grantor's flapping threshold allows.
 	Flapping bool `json:"flapping,omitempty"`
+}
+
+// Format prints l with its secret (a grant's reply's) redacted, as
+// [GrantRequest.Format].
+func (l Lease) Format(f fmt.State, verb rune) {
+	type plain Lease
+	p := plain(l)
+	redact.Format(f, verb, &p, &p.Secret)
 }
 
 // ListReply is the body of a lease.v1.list reply.

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leased/leased/internal/redact"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -240,6 +241,20 @@ type DeregisterRequest struct {
 	Token    uint64 `json:"token"`
 	Revision uint64 `json:"revision"`
 	Secret   string `json:"secret"`
+}
+
+// Format prints req with its secret redacted, as [GrantRequest.Format].
+func (req RegisterRequest) Format(f fmt.State, verb rune) {
+	type plain RegisterRequest
+	p := plain(req)
+	redact.Format(f, verb, &p, &p.Secret)
+}
+
+// Format prints req with its secret redacted, as [GrantRequest.Format].
+func (req DeregisterRequest) Format(f fmt.State, verb rune) {
+	type plain DeregisterRequest
+	p := plain(req)
+	redact.Format(f, verb, &p, &p.Secret)
 }
 
 // DiscoverRequest is the body of svc.v1.discover.
