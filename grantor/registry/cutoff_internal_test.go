@@ -1,9 +1,15 @@
 package registry
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
 	"github.com/leased/leased/membership"
 )
 
@@ -79,4 +85,55 @@ func TestCutOff(t *testing.T) {
 			t.Fatalf("cutOff = %d of %d, %v; want 2 of 2, true", bad, of, cut)
 		}
 	})
+}
+
+// staticGossip is a member list that does not change.
+type staticGossip []membership.Member
+
+func (g staticGossip) Name() string                    { return g[0].Name }
+func (g staticGossip) Members() []membership.Member    { return g }
+func (g staticGossip) Events() <-chan membership.Event { return nil }
+func (g staticGossip) Member(n string) (membership.Member, bool) {
+	for _, m := range g {
+		if m.Name == n {
+			return m, true
+		}
+	}
+	return membership.Member{}, false
+}
+
+// The removals a cut-off holds back are only those there are: a node with
+// no registrations on it (another grantor, a gossip member that registers
+// nothing) held nothing back, yet its death logged "this grantor is likely
+// cut off" every ten seconds (found by a review). A node with one still
+// logs it, and its registration is left to its TTL.
+func TestCutOffWarnsOnlyOfRegistrationsHeldBack(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	heard := time.Now().Add(-5 * time.Second)
+	g := staticGossip{{Name: "grantor", State: membership.StateAlive, LastHeard: time.Now()}}
+	for _, n := range []string{"web-1", "web-2", "web-3"} {
+		g = append(g, membership.Member{Name: n, State: membership.StateDead, Suspicion: membership.MaxSuspicion, LastHeard: heard})
+	}
+	var logged bytes.Buffer
+	r, err := New(st, WithGossip(g, 8), WithLogger(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, cut := cutOff(g, "grantor", "web-1", heard, time.Now()); !cut {
+		t.Fatal("three of three others dead at once: want cut off")
+	}
+	r.removeNode("web-1", reasonDead, heard)
+	if logged.Len() > 0 {
+		t.Errorf("the death of a node with no registrations logged: %s", logged.String())
+	}
+	reg := api.Registration{Service: "web", Instance: "i2", Addr: "127.0.0.1:1", Node: "web-2"}
+	r.instances["web"] = map[string]kvlease.Record{"i2": {Name: reg.LeaseName(), Holder: "web-2", Token: 7,
+		Attributes: reg.Attributes(), GrantedAt: heard.Add(-time.Minute)}}
+	r.removeNode("web-2", reasonDead, heard)
+	if !strings.Contains(logged.String(), "this grantor is likely cut off") {
+		t.Errorf("the death of a node with a registration, cut off: logged %q, want the warning", logged.String())
+	}
+	if tok, ok := r.removed[reg.LeaseName()]; ok {
+		t.Errorf("registration marked removed (token %d), want it left to its TTL", tok)
+	}
 }

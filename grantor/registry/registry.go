@@ -371,17 +371,15 @@ func (r *Registry) sweep() {
 // since at (reason says how). A registration granted after that is a new
 // process's, on a node of the same name (a restart with a fixed --node):
 // it stays. A death is not acted on while gossip says most members are in
-// trouble at once (see cutOff): the sweep tries again each second.
+// trouble at once (see cutOff): the sweep tries again each second. That
+// is logged only when node has registrations to hold back: the death of
+// one with none (another grantor) warned of a cut-off that held nothing
+// back (found by a review).
 func (r *Registry) removeNode(node, reason string, at time.Time) {
+	var bad, of int
+	cut := false
 	if reason == reasonDead && r.gossip != nil {
-		if bad, of, cut := cutOff(r.gossip.Members(), r.gossip.Name(), node, at, time.Now()); cut {
-			if now := time.Now(); now.Sub(r.heldLogged) >= heldLogEvery {
-				r.heldLogged = now
-				r.log.Warn("gossip says most nodes are gone at once: this grantor is likely cut off; registrations are left to their TTL",
-					"node", node, "dead_or_suspect", bad, "members", of)
-			}
-			return
-		}
+		bad, of, cut = cutOff(r.gossip.Members(), r.gossip.Name(), node, at, time.Now())
 	}
 	r.mu.Lock()
 	tenures := map[string]kvlease.Token{}
@@ -389,11 +387,21 @@ func (r *Registry) removeNode(node, reason string, at time.Time) {
 		for _, rec := range byInst {
 			if reg, _ := api.RegistrationOf(rec); reg.Node == node && !rec.GrantedAt.After(at) && r.removed[rec.Name] != rec.Token {
 				tenures[rec.Name] = rec.Token
-				r.removed[rec.Name] = rec.Token // before the revocation, whose end the watch may deliver first
+				if !cut {
+					r.removed[rec.Name] = rec.Token // before the revocation, whose end the watch may deliver first
+				}
 			}
 		}
 	}
 	r.mu.Unlock()
+	if cut {
+		if now := time.Now(); len(tenures) > 0 && now.Sub(r.heldLogged) >= heldLogEvery {
+			r.heldLogged = now
+			r.log.Warn("gossip says most nodes are gone at once: this grantor is likely cut off; registrations are left to their TTL",
+				"node", node, "registrations", len(tenures), "dead_or_suspect", bad, "members", of)
+		}
+		return
+	}
 	for name, tok := range tenures {
 		ctx, cancel := context.WithTimeout(r.stopping, 5*time.Second)
 		// At once: the instance on a node gossip wrongly took for gone
