@@ -415,4 +415,9 @@ func TestDiscoverTooLargeSaysWhatToDo(t *testing.T) {
 		!strings.Contains(r.stderr, "less metadata") {
 		t.Fatalf("discover of 10 KB at an 8 KB max_payload: exit %d, stderr %q; want too large, saying what to do", r.code, r.stderr)
 	}
+	// Its arguments were fine: exit 1, a failure, not 2, which says they
+	// were not and has a script fix its call (found by a review).
+	if r.code != cli.ExitError {
+		t.Errorf("discover of 10 KB at an 8 KB max_payload: exit %d, want %d (failed; its arguments were fine)", r.code, cli.ExitError)
+	}
 }

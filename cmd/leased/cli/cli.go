@@ -145,6 +145,11 @@ func logsJSON(cmd *cobra.Command) bool {
 
 type usageError struct{ error }
 
+// failedError exits [ExitError] whatever it wraps: a refusal that says
+// nothing against the command's arguments, though its code is one that
+// usually does (too_large).
+type failedError struct{ error }
+
 // unknownCommand is cobra's unknown-command error on one line: its
 // suggestions come on lines of their own ("…\n\nDid you mean this?\n\tacquire\n"),
 // which printed as "…; ; Did you mean this?; \tacquire; ".

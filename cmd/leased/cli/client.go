@@ -516,9 +516,12 @@ func (c *connFlags) client(nc *nats.Conn) (*client.Client, error) {
 // exitCode maps a client error to the documented exit code.
 func exitCode(err error) int {
 	var ue usageError
+	var fe failedError
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &fe):
+		return ExitError
 	case errors.As(err, &ue), errors.Is(err, kvlease.ErrInvalidName), errors.Is(err, kvlease.ErrInvalidHolder),
 		errors.Is(err, kvlease.ErrInvalidOption),
 		errors.Is(err, kvlease.ErrDurationOutOfRange), errors.Is(err, kvlease.ErrInvalidTiming),

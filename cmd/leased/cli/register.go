@@ -408,6 +408,13 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 			}
 			return withClient(cmd, &c, func(ctx context.Context, cl *client.Client) error {
 				rep, err := cl.Discover(ctx, args[0], maxSuspicion)
+				if errors.Is(err, api.ErrTooLarge) {
+					// The reply is too large, not the request (a service
+					// name is short): exit 1, not 2, which has a script
+					// fix its call (found by a review). Discovery has no
+					// pages: what to do is the server's message.
+					return failedError{fmt.Errorf("the instances of %s do not fit one reply: %w", args[0], err)}
+				}
 				if err != nil {
 					return err
 				}
