@@ -40,7 +40,8 @@ const (
 // in [kvlease.Lease.LateEffects].
 //
 // Errors: [kvlease.ErrInvalidOption] for a nil lease or read, or a
-// negative margin (nothing read); authoritative's.
+// margin that is negative or that no lease of l's has left, its duration
+// less its holder margin or more (nothing read); authoritative's.
 func Read[T any](ctx context.Context, l *kvlease.Lease, margin time.Duration,
 	local func() (T, error), authoritative func(context.Context) (T, error)) (T, ServedFrom, error) {
 	if l == nil || local == nil || authoritative == nil {
@@ -51,6 +52,13 @@ func Read[T any](ctx context.Context, l *kvlease.Lease, margin time.Duration,
 		// Taken as 0 it was accepted silently (found by an outside client).
 		var zero T
 		return zero, "", fmt.Errorf("%w: read margin %v is negative", kvlease.ErrInvalidOption, margin)
+	}
+	if most := l.Duration() - l.Margin(); margin >= most {
+		// No lease ever has it left: every read went to the authority,
+		// silently (found trying the README's read lease, 10s for 10s).
+		var zero T
+		return zero, "", fmt.Errorf("%w: read margin %v leaves no local read: a lease of %v has less than %v left (its holder margin is %v)",
+			kvlease.ErrInvalidOption, margin, l.Duration(), most, l.Margin())
 	}
 	if held(l, margin) {
 		v, err := local()

@@ -109,9 +109,11 @@ func TestReadLeaseNotServedStaleAfterPause(t *testing.T) {
 	}
 }
 
-// Bad input is refused before anything is read: a nil lease or read, and
-// a negative margin (taken as 0, it was accepted silently; found by an
-// outside client).
+// Bad input is refused before anything is read: a nil lease or read, a
+// negative margin (taken as 0, it was accepted silently; found by an
+// outside client), and a margin that the lease never has left, its
+// duration less its holder margin or more (every read went to the
+// authority, silently).
 func TestReadRefusesBadInput(t *testing.T) {
 	_, st := kvleasetest.NewStore(t)
 	l, err := kvlease.Acquire(t.Context(), st, "read.bad", "h1", 10*time.Second)
@@ -126,13 +128,18 @@ func TestReadRefusesBadInput(t *testing.T) {
 		name   string
 		l      *kvlease.Lease
 		margin time.Duration
-	}{{"nil lease", nil, time.Second}, {"negative margin", l, -time.Second}} {
+	}{{"nil lease", nil, time.Second}, {"negative margin", l, -time.Second},
+		{"margin of the lease's duration", l, 10 * time.Second}, {"margin of its duration less its margin", l, 10*time.Second - l.Margin()}} {
 		if _, _, err := readlease.Read(t.Context(), c.l, c.margin, local, auth); !errors.Is(err, kvlease.ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", c.name, err)
 		}
 	}
 	if reads != 0 {
 		t.Errorf("%d reads made for refused input", reads)
+	}
+	// Just under it is a margin a fresh lease has left.
+	if _, from, err := readlease.Read(t.Context(), l, 10*time.Second-l.Margin()-time.Second, local, auth); err != nil || from != readlease.ServedLocal {
+		t.Errorf("margin a second under the lease's validity: %v, %v; want served local", from, err)
 	}
 }
 
