@@ -28,7 +28,7 @@ var layers = [][]string{
 	{"kvlease/fence/...", "kvlease/election/...", "kvlease/readlease/..."},
 	{"kvlease/internal/..."},
 	{"kvlease", "kvlease/kvleasetest/..."},
-	{"membership/...", "telemetry/...", "kvlease/atomicbatch/...", "kvlease/follow/...", "internal/..."},
+	{"membership/...", "telemetry/...", "kvlease/atomicbatch/...", "kvlease/follow/...", "kvlease/redact/..."},
 	{"grantor/embedded/..."},
 }
 

@@ -9,7 +9,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/leased/leased/internal/redact"
+	"github.com/leased/leased/kvlease/redact"
 )
 
 // Token is a fencing token: the KV revision at which a tenure began. It is

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leased/leased/internal/redact"
+	"github.com/leased/leased/kvlease/redact"
 	"github.com/leased/leased/kvlease"
 )
 

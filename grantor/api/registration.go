@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/leased/leased/internal/redact"
+	"github.com/leased/leased/kvlease/redact"
 	"github.com/leased/leased/kvlease"
 )
 
