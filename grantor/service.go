@@ -759,9 +759,9 @@ func (s *Service) reply(to, verb string, resp any, err error, counted func(code 
 	if size := msg.Size() - len(msg.Subject) - len(msg.Reply); err == nil && size > int(s.nc.MaxPayload()) {
 		// A discovery has no prefix to narrow: it told the client of
 		// a large service to (found by an outside client).
-		hint := "narrow the prefix"
+		hint := "ask for smaller pages (limit) or narrow the prefix"
 		if verb == "discover" {
-			hint = "a service's instances, with their metadata, must fit one message: register them with less metadata, or raise the server's max_payload"
+			hint = "ask for smaller pages (limit)"
 		}
 		err = fmt.Errorf("%w: reply of %d bytes (with its headers) exceeds the server's max payload of %d; %s",
 			api.ErrTooLarge, size, s.nc.MaxPayload(), hint)
@@ -1099,28 +1099,17 @@ func (s *Service) list(ctx context.Context, data []byte) (any, error) {
 	}
 	// In name order (Store.List sorts them): a page begins after After.
 	recs = recs[sort.Search(len(recs), func(i int) bool { return recs[i].Name > req.After }):]
-	budget := int(s.nc.MaxPayload()) - listOverhead
 	now := time.Now()
-	for i, r := range recs {
+	out.Leases, out.More, err = api.Page(recs, req.Limit, s.nc.MaxPayload(), func(r *kvlease.Record) ([]byte, error) {
 		l := toWire(*r, now)
 		l.Flapping = s.flaps.Flapping(r.Name, now)
-		b, err := l.AppendJSON(nil)
-		if err != nil {
-			return nil, err
-		}
-		if req.Limit == 0 && budget-len(b)-1 < 0 {
-			// Refused as it fills up, not once all of it is encoded: whole
-			// lists of a large bucket, a few at once, took the node's
-			// memory to 1.5 GB (found by an outside client).
-			return nil, fmt.Errorf("%w: a list of %d leases exceeds the server's max payload: ask for pages (limit) or narrow the prefix",
-				api.ErrTooLarge, len(recs))
-		}
-		if req.Limit > 0 && (i == req.Limit || budget-len(b)-1 < 0 && i > 0) {
-			out.More = true
-			break
-		}
-		budget -= len(b) + 1
-		out.Leases = append(out.Leases, b)
+		return l.AppendJSON(nil)
+	}, func(n int) error {
+		return fmt.Errorf("%w: a list of %d leases exceeds the server's max payload: ask for pages (limit) or narrow the prefix",
+			api.ErrTooLarge, n)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -1181,10 +1170,6 @@ type listPage struct {
 // indexWait bounds how long a count or a page waits for the index to
 // catch up with the bucket before it reads the bucket instead.
 const indexWait = 2 * time.Second
-
-// listOverhead is what a list reply carries besides its leases, and more:
-// the JSON around them and the reply's headers (server time, node name).
-const listOverhead = 1024
 
 func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	var req api.RevokeRequest

@@ -3,10 +3,12 @@ package main_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -397,27 +399,47 @@ func TestRegisterOutputThatCannotBeWritten(t *testing.T) {
 // to do about it: it said "narrow the prefix", which discover has none of
 // (found by an outside client, with 1000 instances of 1 KiB metadata at
 // the default 1 MB).
-func TestDiscoverTooLargeSaysWhatToDo(t *testing.T) {
+func TestDiscoverPagesWhatDoesNotFitOneReply(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "nats.conf")
 	if err := os.WriteFile(conf, []byte("max_payload: 8KB\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := startServe(t, "", "--config", conf)
 	meta := "meta.x=" + strings.Repeat("m", 900)
-	for i := range 10 { // some 10 KB of instances
-		if r := leased(t, s.url, "acquire", "svc.big.i"+itoa(i), "--ttl", "1m", "--holder", "h"+itoa(i),
+	for i := range 30 { // some 30 KB of instances
+		if r := leased(t, s.url, "acquire", "svc.big.i"+fmt.Sprintf("%02d", i), "--ttl", "1m", "--holder", "h"+itoa(i),
 			"--attr", "addr=10.0.0.1:80", "--attr", meta); r.code != 0 {
 			t.Fatalf("acquire: exit %d %s", r.code, r.stderr)
 		}
 	}
-	r := leased(t, s.url, "discover", "big")
-	if !strings.Contains(r.stderr, "exceeds the server's max payload") || strings.Contains(r.stderr, "prefix") ||
-		!strings.Contains(r.stderr, "less metadata") {
-		t.Fatalf("discover of 10 KB at an 8 KB max_payload: exit %d, stderr %q; want too large, saying what to do", r.code, r.stderr)
+	// One reply cannot hold them: the service says so, and what to do.
+	nc := kvleasetest.Connect(t, s.url)
+	msg, err := nc.Request(api.SubjectDiscover, []byte(`{"service":"big"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Its arguments were fine: exit 1, a failure, not 2, which says they
-	// were not and has a script fix its call (found by a review).
-	if r.code != cli.ExitError {
-		t.Errorf("discover of 10 KB at an 8 KB max_payload: exit %d, want %d (failed; its arguments were fine)", r.code, cli.ExitError)
+	if code := msg.Header.Get(api.HeaderErrorCode); code != api.CodeTooLarge || !strings.Contains(msg.Header.Get(api.HeaderError), "pages (limit)") {
+		t.Fatalf("discover of 30 KB at an 8 KB max_payload: code %q, %q; want too_large, saying to ask for pages", code, msg.Header.Get(api.HeaderError))
+	}
+	// The command pages them: every instance, once, in order. Before, it
+	// failed, saying to register with less metadata (found by a review).
+	r := leased(t, s.url, "discover", "big", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("discover of 30 KB at an 8 KB max_payload: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rep api.DiscoverReply
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("discover -o json: %v\n%s", err, r.stdout)
+	}
+	var got []string
+	for _, in := range rep.Instances {
+		got = append(got, in.Instance)
+	}
+	want := make([]string, 30)
+	for i := range want {
+		want[i] = fmt.Sprintf("i%02d", i)
+	}
+	if !slices.Equal(got, want) || rep.More {
+		t.Errorf("discover: instances %v (more %v), want %v", got, rep.More, want)
 	}
 }

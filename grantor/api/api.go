@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leased/leased/kvlease/redact"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 )
 
 // Subjects of the service API.

@@ -10,8 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/leased/leased/kvlease/redact"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 )
 
 // Service registration on the wire: an instance registers as the lease
@@ -258,11 +258,20 @@ func (req DeregisterRequest) Format(f fmt.State, verb rune) {
 }
 
 // DiscoverRequest is the body of svc.v1.discover.
+//
+// Without Limit the reply holds every instance of Service, or is refused
+// too_large if that exceeds the NATS server's max payload. With Limit it
+// holds at most that many, in instance order after After, fewer if more
+// would not fit in one message, and More says whether any were left out:
+// send again with After set to the last instance returned. Each page is a
+// read of its own, as a list's (see [ListRequest]).
 type DiscoverRequest struct {
 	Service string `json:"service"`
 	// MaxSuspicion > 0 leaves out instances whose node's suspicion is at
 	// or above it.
 	MaxSuspicion float64 `json:"max_suspicion,omitempty"`
+	After        string  `json:"after,omitempty"`
+	Limit        int     `json:"limit,omitempty"`
 }
 
 // DiscoverReply is the body of a svc.v1.discover reply.
@@ -271,4 +280,6 @@ type DiscoverReply struct {
 	// Threshold is the suspicion level at which this grantor calls an
 	// instance suspect; 0 when it has no gossip (then no instance is).
 	Threshold float64 `json:"threshold"`
+	// More says that instances after the last one returned were left out.
+	More bool `json:"more,omitempty"`
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -11,11 +12,40 @@ import (
 
 // Discover asks the service for the instances of service. maxSuspicion > 0
 // leaves out instances whose node's suspicion is at or above it.
+//
+// It asks for all of them in one reply; if they do not fit one message
+// (too_large), it asks again page by page and returns them all: each page
+// is a read of its own (see [api.DiscoverRequest]). A service too old to
+// page answers that with the first refusal. ctx bounds the whole.
 func (c *Client) Discover(ctx context.Context, service string, maxSuspicion float64) (api.DiscoverReply, error) {
+	req := api.DiscoverRequest{Service: service, MaxSuspicion: maxSuspicion}
 	var out api.DiscoverReply
-	err := c.read(ctx, api.SubjectDiscover, api.DiscoverRequest{Service: service, MaxSuspicion: maxSuspicion}, &out)
-	return out, err
+	tooLarge := c.read(ctx, api.SubjectDiscover, req, &out)
+	if !errors.Is(tooLarge, api.ErrTooLarge) {
+		return out, tooLarge
+	}
+	all := api.DiscoverReply{Instances: []api.Instance{}}
+	req.Limit = discoverPage
+	for {
+		var page api.DiscoverReply
+		if err := c.read(ctx, api.SubjectDiscover, req, &page); err != nil {
+			if errors.Is(err, api.ErrInvalidRequest) { // a service that does not page
+				return api.DiscoverReply{}, tooLarge
+			}
+			return api.DiscoverReply{}, err
+		}
+		all.Instances = append(all.Instances, page.Instances...)
+		all.Threshold = page.Threshold
+		if !page.More || len(page.Instances) == 0 {
+			return all, nil
+		}
+		req.After = page.Instances[len(page.Instances)-1].Instance
+	}
 }
+
+// discoverPage is how many instances Discover asks for in one page; a
+// page holds fewer if they do not fit one message.
+const discoverPage = 1000
 
 // Register registers an instance through g (a [*Client], or a
 // kvlease.Store) and keeps the registration renewed until the returned

@@ -2,7 +2,10 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"sort"
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
@@ -62,5 +65,30 @@ func (r *Registry) discover(ctx context.Context, data []byte) (any, error) {
 	if err := api.ValidateServiceName("service", req.Service); err != nil {
 		return nil, err
 	}
-	return api.DiscoverReply{Instances: r.Discover(ctx, req.Service, req.MaxSuspicion), Threshold: r.threshold}, nil
+	if req.Limit < 0 {
+		return nil, fmt.Errorf("%w: limit %d (0 for no limit)", api.ErrInvalidRequest, req.Limit)
+	}
+	// In instance order (Discover sorts them): a page begins after After.
+	ins := r.Discover(ctx, req.Service, req.MaxSuspicion)
+	ins = ins[sort.Search(len(ins), func(i int) bool { return ins[i].Instance > req.After }):]
+	out := discoverPage{Threshold: r.threshold}
+	var err error
+	out.Instances, out.More, err = api.Page(ins, req.Limit, r.store.JetStream().Conn().MaxPayload(),
+		func(in api.Instance) ([]byte, error) { return json.Marshal(in) },
+		func(n int) error {
+			return fmt.Errorf("%w: the %d instances of %s exceed the server's max payload: ask for pages (limit)",
+				api.ErrTooLarge, n, req.Service)
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// discoverPage is the wire form of api.DiscoverReply with each instance
+// encoded once, as the page measured it against the reply's size.
+type discoverPage struct {
+	Instances []json.RawMessage `json:"instances"`
+	Threshold float64           `json:"threshold"`
+	More      bool              `json:"more,omitempty"`
 }

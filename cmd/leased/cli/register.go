@@ -411,9 +411,10 @@ func newDiscover(stdout io.Writer) *cobra.Command {
 				if errors.Is(err, api.ErrTooLarge) {
 					// The reply is too large, not the request (a service
 					// name is short): exit 1, not 2, which has a script
-					// fix its call (found by a review). Discovery has no
-					// pages: what to do is the server's message.
-					return failedError{fmt.Errorf("the instances of %s do not fit one reply: %w", args[0], err)}
+					// fix its call (found by a review). The client pages
+					// a discovery that does not fit one reply; a service
+					// too old to page refuses it so.
+					return failedError{fmt.Errorf("the instances of %s do not fit one reply, and the service does not page them: %w", args[0], err)}
 				}
 				if err != nil {
 					return err
