@@ -197,6 +197,8 @@ type Watcher struct {
 	synced      chan struct{}
 	done        chan struct{}
 	stop        func()
+	interrupts  chan struct{}
+	following   func() bool
 	mu          sync.Mutex
 	err         error
 }
@@ -204,6 +206,21 @@ type Watcher struct {
 // Events returns the event channel, closed when the watcher stops. It holds
 // 256 events; a reader that falls behind stalls delivery, not the server.
 func (w *Watcher) Events() <-chan Event { return w.events }
+
+// Interrupts receives a value (one is kept, not one per interruption)
+// when the watch loses the consumer it reads the stream with (its
+// connection reconnected, the node of the consumer died, a gap): until
+// the watch has a consumer again ([Watcher.Interrupted] reports false)
+// it delivers nothing, and making one can take seconds (a cluster whose
+// meta leader died elects another first). What was stored meanwhile is
+// delivered then. A reader that must not wait that long for a change
+// (an election's candidate, for its leader's release) can ask the store
+// meanwhile.
+func (w *Watcher) Interrupts() <-chan struct{} { return w.interrupts }
+
+// Interrupted reports whether the watch has lost its consumer and not yet
+// made another (see [Watcher.Interrupts]), or has stopped.
+func (w *Watcher) Interrupted() bool { return !w.following() }
 
 // Synced is closed once the watcher has caught up with the bucket: every
 // lease live when the watch began has been delivered, as a Replay event or,
@@ -330,6 +347,13 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 	rc := &reconciler{s: s, live: newTenures()}
 	cfg := follow.Config{Stream: s.stream.CachedInfo().Config.Name, Filter: filter,
 		Deliver: jetstream.DeliverLastPerSubjectPolicy, Heartbeat: WatchHeartbeat, OnReopen: rc.reopened}
+	interrupts := make(chan struct{}, 1)
+	cfg.OnDrop = func() {
+		select {
+		case interrupts <- struct{}{}:
+		default:
+		}
+	}
 	if o.updatesOnly {
 		if o.after {
 			return nil, fmt.Errorf("%w: ChangesAfter with UpdatesOnly", ErrInvalidOption)
@@ -370,6 +394,8 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 		events:      make(chan Event, 256),
 		synced:      make(chan struct{}),
 		done:        make(chan struct{}),
+		interrupts:  interrupts,
+		following:   fl.Following,
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel

@@ -986,6 +986,112 @@ func TestClusterWatchConsumerNodeKilled(t *testing.T) {
 	}
 }
 
+// A candidate waiting in `leased elect`, connected to the node that leads
+// JetStream's meta group, takes over at the leader's release when that
+// node is killed as the leader resigns. Its watch, cut off by the kill,
+// makes its consumer anew only once another meta leader is elected
+// (seconds): it took over 6–9 s after the release (found by an outside
+// client, killing the node of a waiting candidate); a candidate whose
+// watch is interrupted tries the grant meanwhile.
+func TestClusterElectWaiterOnKilledMetaLeaderTakesOverAtTheRelease(t *testing.T) {
+	c := startCluster(t)
+	ctx := t.Context()
+	meta := c.metaLeader()
+	via := (meta + 1) % 3
+	if c.leader(via) == meta {
+		// The release must not wait for the lease stream's failover.
+		c.streamInfo(via) // opens c.js[via]
+		if _, err := c.js[via].Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN.KV_"+kvlease.DefaultBucket, nil, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		c.newLeader(via, meta)
+	}
+	const name = "leader.meta"
+	l, err := kvlease.Acquire(ctx, c.store(via), name, "old", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := c.command(meta, "elect", name, "--ttl", "20s", "--holder", "waiter", "--url", c.url(meta), "--", "true")
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	logs := readLines(pipe)
+	logs.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, "waiting: another candidate leads") })
+	// That line is the candidate's observer's; its campaign waits once
+	// its own watch is made too (a consumer each), and a grant it has in
+	// flight as the node dies is tried again only 2 s later.
+	c.streamInfo(via) // opens c.js[via]
+	stream, err := c.js[via].Stream(ctx, "KV_"+kvlease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for watches := 0; watches < 2; {
+		watches = 0
+		for ci := range stream.ListConsumers(ctx).Info() {
+			if ci.Config.FilterSubject == "$KV."+kvlease.DefaultBucket+"."+name {
+				watches++
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // no event says a consumer was made
+	}
+	c.kill(meta)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	_, at := logs.waitAt(t, 30*time.Second, func(l string) bool { return strings.Contains(l, "holding lease; command started") })
+	// A meta leader is elected 4 s or more after the kill (6–9 s seen).
+	if d := at.Sub(released); d > 3*time.Second {
+		t.Fatalf("the waiting candidate led %v after the release (want within 3 s):\n%s", d.Round(time.Millisecond), logs.text())
+	} else {
+		t.Logf("the waiting candidate led %v after the release", d.Round(time.Millisecond))
+	}
+}
+
+// metaLeader is the node that leads JetStream's meta group, as the nodes'
+// logs say once all three agree, failing after 30 s.
+func (c *testCluster) metaLeader() int {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		said, told := map[int]bool{}, 0 // the leader each node names; how many name one
+		for i, p := range c.procs {
+			lines := strings.Split(p.logs.text(), "\n")
+			for j := len(lines) - 1; j >= 0; j-- {
+				if strings.Contains(lines[j], "Self is new JetStream cluster metadata leader") {
+					said[i], told = true, told+1
+					break
+				}
+				if _, rest, ok := strings.Cut(lines[j], "JetStream cluster new metadata leader: "); ok {
+					n, _, _ := strings.Cut(rest, "/")
+					said[c.index(n)], told = true, told+1
+					break
+				}
+				if strings.Contains(lines[j], "JetStream cluster no metadata leader") {
+					said[-1], told = true, told+1
+					break
+				}
+			}
+		}
+		if len(said) == 1 && told == len(c.procs) {
+			for i := range said {
+				if i >= 0 {
+					return i
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the nodes do not agree on a meta leader after 30 s: %v", said)
+		}
+		time.Sleep(100 * time.Millisecond) // waiting on an election that has no event to wait on
+	}
+}
+
 // A node started with the name of a node of its cluster stops before it
 // is ready, and the cluster goes on granting: JetStream tells its nodes
 // apart by name, and a second "n2" (its own data directory, the cluster's

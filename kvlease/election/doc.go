@@ -6,6 +6,10 @@
 // Candidates wait on the bucket's stream for the leader's release,
 // revocation or the server's expiry marker and try at once: nothing polls,
 // and a resignation ([Leadership.Resign]) hands over in one round trip.
+// A candidate whose watch is cut off ([kvlease.Watcher.Interrupts]: its
+// node died) tries the grant then, and every second until its watch is
+// made anew, which takes seconds where that node led JetStream's meta
+// group.
 // [Election.Observe] reports the current leader, then every change.
 //
 // # What it guarantees

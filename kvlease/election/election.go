@@ -232,6 +232,14 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 // too; it costs one more attempt. A watcher that falls behind may see the
 // next grant instead of an end (the bucket keeps one message per lease):
 // the lease is held again then, and waiting for that tenure's end is right.
+//
+// While the watch is interrupted (it lost its consumer, and makes another:
+// [kvlease.Watcher.Interrupts]) it hears of no end, for seconds if the
+// cluster's meta leader died with it; the grant is tried again as the
+// interruption begins and every interruptedRecheck until the watch is
+// back. A candidate connected to a node that was killed (the meta
+// leader) as the leader resigned took over 6–9 s after the release,
+// when its new consumer was made (found by an outside client).
 func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher, heldBack time.Duration, lapse *lapseTimer) error {
 	var free <-chan time.Time
 	if heldBack > 0 {
@@ -239,9 +247,19 @@ func (e *Election) waitVacant(ctx context.Context, w *kvlease.Watcher, heldBack 
 		defer t.Stop()
 		free = t.C
 	}
+	var recheck <-chan time.Time
+	if w.Interrupted() {
+		t := time.NewTimer(interruptedRecheck)
+		defer t.Stop()
+		recheck = t.C
+	}
 	for {
 		select {
 		case <-free:
+			return nil
+		case <-w.Interrupts():
+			return nil
+		case <-recheck:
 			return nil
 		case <-lapse.C():
 			lapse.retry() // refused again, the grant is tried again later, not at once
@@ -386,6 +404,10 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 // it: the server lapses a key up to 250 ms late (DESIGN §2, item 7), and
 // its marker is delivered a moment after. lapseRecheck spaces the looks
 // after that; lapseReadTimeout bounds one.
+// interruptedRecheck spaces the grant's attempts while a waiting
+// candidate's watch is interrupted.
+const interruptedRecheck = time.Second
+
 const (
 	lapseSlack       = time.Second
 	lapseRecheck     = time.Second

@@ -61,6 +61,14 @@ type Config struct {
 	// delivers: a reader that keeps state can look for such losses here.
 	// It may block (Next waits for it); Stop does not interrupt it.
 	OnReopen func(info *jetstream.ConsumerInfo)
+	// OnDrop, if not nil, is called each time the Follower gives up a
+	// consumer it read from (a reconnect, missed heartbeats, a gap), as
+	// it does so and before it makes the next: until then nothing is
+	// delivered, and making one can take seconds (a cluster whose meta
+	// leader died elects another first). Not on Stop. It is called from
+	// Next's goroutine or the connection's status listener, and must not
+	// block.
+	OnDrop func()
 }
 
 // DefaultHeartbeat is a Config's Heartbeat when it gives none.
@@ -129,6 +137,15 @@ func Start(ctx context.Context, js jetstream.JetStream, cfg Config) (*Follower, 
 	}
 	go f.dropOnReconnect(connected)
 	return f, nil
+}
+
+// Following reports whether the Follower has a consumer to read from now:
+// false from a drop (see Config.OnDrop) until the next consumer is made,
+// and once stopped.
+func (f *Follower) Following() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.it != nil
 }
 
 // Info is the first consumer's info at its creation: NumPending is what
@@ -234,6 +251,9 @@ func (f *Follower) drop(wait bool) {
 	f.mu.Unlock()
 	if it != nil {
 		it.Stop()
+		if !wait && f.cfg.OnDrop != nil && f.ctx.Err() == nil {
+			f.cfg.OnDrop()
+		}
 	}
 	if cons == nil {
 		return

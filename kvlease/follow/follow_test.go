@@ -476,3 +476,48 @@ func TestNextWaitsOutJetStreamsSilence(t *testing.T) {
 		t.Fatal("no message 15 s after JetStream answered again")
 	}
 }
+
+// A Follower says when it loses its consumer (OnDrop; Following false
+// until Next has made another), as its connection comes back, so that a
+// reader can act while nothing is delivered: making the next consumer
+// can take seconds. Stop is no loss.
+func TestFollowerSaysWhenItLosesItsConsumer(t *testing.T) {
+	js, _ := newStream(t)
+	dropped := make(chan struct{}, 2)
+	f, err := follow.Start(t.Context(), js, follow.Config{Stream: "S", Filter: "s.>", Deliver: jetstream.DeliverAllPolicy,
+		Heartbeat: time.Second, OnDrop: func() { dropped <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	if !f.Following() {
+		t.Fatal("not following after Start")
+	}
+	publish(t, js, 1, 1)
+	next(t, f, 1)
+	if err := js.Conn().ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dropped:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no OnDrop 15 s after a reconnect")
+	}
+	if f.Following() {
+		t.Fatal("following with its consumer dropped")
+	}
+	publish(t, js, 2, 2)
+	next(t, f, 2)
+	if !f.Following() {
+		t.Fatal("not following after Next made a consumer")
+	}
+	f.Stop()
+	if f.Following() {
+		t.Fatal("following once stopped")
+	}
+	select {
+	case <-dropped:
+		t.Fatal("OnDrop called by Stop")
+	default:
+	}
+}
