@@ -1182,6 +1182,10 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--name", "x",
 			"--cluster-listen", "127.0.0.1:0"}, "--cluster-listen needs --cluster-name"},
 		{nowhere, []string{"run", "x.two", "--", "echo", "hi"}, "--lease NAME"},
+		// An empty command: they took the lease, then could not start
+		// it, exit 126 (found by an outside client).
+		{nowhere, []string{"run", "--lease", "x", "--", ""}, "empty COMMAND"},
+		{nowhere, []string{"elect", "x", "--", "", "arg"}, "empty COMMAND"},
 		// Gossip that no grantor would hear of, and a --node that names
 		// nothing (they registered all the same; found by an outside
 		// client).

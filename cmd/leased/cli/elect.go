@@ -40,6 +40,9 @@ exits 1, saying the command did not run.`,
 			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
 				return usageError{errors.New("want NAME -- COMMAND [ARGS...]")}
 			}
+			if err := checkCommand(args[1:]); err != nil {
+				return err
+			}
 			return grantor.ValidateName(args[0])
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -73,6 +73,9 @@ command never started. On SIGINT, SIGTERM or SIGHUP, run stops the command the s
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
 				return usageError{errors.New("want -- COMMAND [ARGS...] after the flags")}
 			}
+			if err := checkCommand(args); err != nil {
+				return err
+			}
 			if lease == "" {
 				return usageError{errors.New("--lease is required")}
 			}
@@ -329,6 +332,16 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		}
 	}
 	return childStatus(waitErr)
+}
+
+// checkCommand refuses an empty COMMAND before the lease is taken: run and
+// elect took the lease, then could not start it (exit 126), and a
+// waiting candidate had to wait out that tenure for nothing.
+func checkCommand(args []string) error {
+	if args[0] == "" {
+		return usageError{errors.New("empty COMMAND after --")}
+	}
+	return nil
 }
 
 // killTime is when a command stopped now gets SIGKILL: a grace from now,
