@@ -403,15 +403,13 @@ func (e *Election) Observe(ctx context.Context) (<-chan LeaderChange, error) {
 // was seen granted or renewed, its end is looked for if no event has shown
 // it: the server lapses a key up to 250 ms late (DESIGN §2, item 7), and
 // its marker is delivered a moment after. lapseRecheck spaces the looks
-// after that; lapseReadTimeout bounds one.
-// interruptedRecheck spaces the grant's attempts while a waiting
-// candidate's watch is interrupted.
-const interruptedRecheck = time.Second
-
+// after that; lapseReadTimeout bounds one. interruptedRecheck spaces the
+// grant's attempts while a waiting candidate's watch is interrupted.
 const (
-	lapseSlack       = time.Second
-	lapseRecheck     = time.Second
-	lapseReadTimeout = 2 * time.Second
+	lapseSlack         = time.Second
+	lapseRecheck       = time.Second
+	lapseReadTimeout   = 2 * time.Second
+	interruptedRecheck = time.Second
 )
 
 // lapseTimer fires when the tenure last seen live should have ended: its
