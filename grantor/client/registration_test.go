@@ -55,15 +55,6 @@ func TestDiscoverPagesOnlyWhatIsTooLarge(t *testing.T) {
 	var mu sync.Mutex // guards paging and asked
 	paging := true
 	var asked []api.DiscoverRequest
-	refuse := func(m *nats.Msg, err error) {
-		body := api.ErrorBodyOf("discover", err)
-		data, _ := json.Marshal(body)
-		r := nats.NewMsg(m.Reply)
-		r.Data = data
-		r.Header.Set(api.HeaderErrorCode, body.Code)
-		r.Header.Set(api.HeaderError, body.Message)
-		_ = m.RespondMsg(r)
-	}
 	all := []string{"a", "b", "c", "d", "e"}
 	kvleasetest.Subscribe(t, nc, api.SubjectDiscover, func(m *nats.Msg) {
 		var req api.DiscoverRequest
@@ -74,9 +65,9 @@ func TestDiscoverPagesOnlyWhatIsTooLarge(t *testing.T) {
 		mu.Unlock()
 		switch {
 		case req.Limit == 0:
-			refuse(m, fmt.Errorf("%w: the instances exceed the server's max payload", api.ErrTooLarge))
+			refuse(m, "discover", fmt.Errorf("%w: the instances exceed the server's max payload", api.ErrTooLarge))
 		case !paging:
-			refuse(m, fmt.Errorf("%w: json: unknown field \"limit\"", api.ErrInvalidRequest))
+			refuse(m, "discover", fmt.Errorf("%w: json: unknown field \"limit\"", api.ErrInvalidRequest))
 		default:
 			rest := all[sort.SearchStrings(all, req.After+"\x00"):]
 			rep := api.DiscoverReply{Threshold: 8, More: len(rest) > 2} // two fit a page
@@ -109,4 +100,15 @@ func TestDiscoverPagesOnlyWhatIsTooLarge(t *testing.T) {
 	if _, err := c.Discover(t.Context(), "web", 0); !errors.Is(err, api.ErrTooLarge) {
 		t.Errorf("Discover from a service that does not page: %v, want too_large", err)
 	}
+}
+
+// refuse answers m as the service refuses a request of verb with err.
+func refuse(m *nats.Msg, verb string, err error) {
+	body := api.ErrorBodyOf(verb, err)
+	data, _ := json.Marshal(body)
+	r := nats.NewMsg(m.Reply)
+	r.Data = data
+	r.Header.Set(api.HeaderErrorCode, body.Code)
+	r.Header.Set(api.HeaderError, body.Message)
+	_ = m.RespondMsg(r)
 }

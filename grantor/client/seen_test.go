@@ -36,13 +36,7 @@ func TestHeldByAnOlderTenureIsNotAnAnswer(t *testing.T) {
 	}
 	held := func(tok uint64) func(m *nats.Msg) {
 		return func(m *nats.Msg) {
-			body := api.ErrorBodyOf("grant", &kvlease.HeldError{Name: "stale.a", Holder: "h2", Token: kvlease.Token(tok)})
-			data, _ := json.Marshal(body)
-			r := nats.NewMsg(m.Reply)
-			r.Data = data
-			r.Header.Set(api.HeaderErrorCode, body.Code)
-			r.Header.Set(api.HeaderError, body.Message)
-			_ = m.RespondMsg(r)
+			refuse(m, "grant", &kvlease.HeldError{Name: "stale.a", Holder: "h2", Token: kvlease.Token(tok)})
 		}
 	}
 	c, err := client.New(nc, client.WithTimeout(5*time.Second))
