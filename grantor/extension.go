@@ -43,6 +43,9 @@ type Leases interface {
 	Grant(ctx context.Context, req api.GrantRequest) (api.Lease, error)
 	// Release ends the tenure req names.
 	Release(ctx context.Context, req api.ReleaseRequest) error
+	// MaxPayload is the NATS server's max payload: a reply, its body and
+	// headers, must fit it (see [api.Page] for replies that page).
+	MaxPayload() int64
 }
 
 // WithExtension adds ext's endpoints to the service, and starts and stops
@@ -69,3 +72,5 @@ func (l extensionLeases) Grant(ctx context.Context, req api.GrantRequest) (api.L
 func (l extensionLeases) Release(ctx context.Context, req api.ReleaseRequest) error {
 	return l.s.releaseLease(ctx, req)
 }
+
+func (l extensionLeases) MaxPayload() int64 { return l.s.nc.MaxPayload() }

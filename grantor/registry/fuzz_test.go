@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"encoding/json"
 	"reflect"
 	"slices"
 	"testing"
@@ -27,6 +28,8 @@ func (l *recordingLeases) Release(_ context.Context, req api.ReleaseRequest) err
 	l.releases = append(l.releases, req)
 	return nil
 }
+
+func (l *recordingLeases) MaxPayload() int64 { return 1 << 20 } // NATS's default
 
 // FuzzEndpoints drives the registry's handlers of svc.v1.register,
 // deregister and discover, as the service calls them, with any body (a verb
@@ -100,8 +103,10 @@ func FuzzEndpoints(f *testing.F) {
 				t.Fatalf("deregister released an invalid name: %v", err)
 			}
 		case "discover":
-			if _, ok := resp.(api.DiscoverReply); !ok {
-				t.Fatalf("discover replied %T", resp)
+			data, err := json.Marshal(resp)
+			var rep api.DiscoverReply
+			if err != nil || api.Decode(data, &rep) != nil {
+				t.Fatalf("discover replied %T %s (%v), not a DiscoverReply", resp, data, err)
 			}
 			if len(leases.grants)+len(leases.releases) != 0 {
 				t.Fatalf("discover reached the leases: %+v", leases)

@@ -19,7 +19,7 @@ func (r *Registry) Endpoints(leases grantor.Leases) map[string]grantor.Handler {
 	return map[string]grantor.Handler{
 		api.SubjectRegister:   func(ctx context.Context, data []byte) (any, error) { return r.register(ctx, leases, data) },
 		api.SubjectDeregister: func(ctx context.Context, data []byte) (any, error) { return r.deregister(ctx, leases, data) },
-		api.SubjectDiscover:   r.discover,
+		api.SubjectDiscover:   func(ctx context.Context, data []byte) (any, error) { return r.discover(ctx, leases, data) },
 	}
 }
 
@@ -57,7 +57,7 @@ func (r *Registry) deregister(ctx context.Context, leases grantor.Leases, data [
 	return struct{}{}, nil
 }
 
-func (r *Registry) discover(ctx context.Context, data []byte) (any, error) {
+func (r *Registry) discover(ctx context.Context, leases grantor.Leases, data []byte) (any, error) {
 	var req api.DiscoverRequest
 	if err := api.Decode(data, &req); err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ func (r *Registry) discover(ctx context.Context, data []byte) (any, error) {
 	ins = ins[sort.Search(len(ins), func(i int) bool { return ins[i].Instance > req.After }):]
 	out := discoverPage{Threshold: r.threshold}
 	var err error
-	out.Instances, out.More, err = api.Page(ins, req.Limit, r.store.JetStream().Conn().MaxPayload(),
+	out.Instances, out.More, err = api.Page(ins, req.Limit, leases.MaxPayload(),
 		func(in api.Instance) ([]byte, error) { return json.Marshal(in) },
 		func(n int) error {
 			return fmt.Errorf("%w: the %d instances of %s exceed the server's max payload: ask for pages (limit)",
