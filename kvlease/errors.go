@@ -95,6 +95,11 @@ var (
 	// ErrBucket: the lease bucket (or a fence's or work queue's) is
 	// missing or misconfigured.
 	ErrBucket = errors.New("kvlease: bucket unusable")
+	// ErrPermission: the NATS server's permissions refused a publish this
+	// call needs (the error names its subject, and matches
+	// nats.ErrPermissionViolation too). Waiting does not change that: it
+	// is returned at once, never retried as [ErrUnavailable].
+	ErrPermission = errors.New("kvlease: permission denied by the NATS server")
 	// ErrBucketReplaced (always with ErrBucket): the bucket was deleted
 	// and made anew under a watch (a NATS server restarted on an empty
 	// store, a bucket recreated), so its revisions, the fencing tokens,

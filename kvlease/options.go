@@ -264,11 +264,10 @@ func WithDurationRange(minD, maxD time.Duration) Option {
 // given, so that holders and candidates that write the bucket directly
 // (`leased elect`, `leased bench --direct`, a Go program) grant as the
 // service does: `leased serve` opens its Store with it. A JetStream that
-// refuses the update (an API error) is logged, and Open goes on; a NATS
-// user that may not publish it ($JS.API.STREAM.UPDATE.KV_<bucket>) gets no
-// answer, only a permissions violation on the connection's error handler,
-// and Open waits as while JetStream is unavailable, until ctx ends (it was
-// said to go on; found by an outside client).
+// refuses the update (an API error), or a NATS user that may not publish
+// it ($JS.API.STREAM.UPDATE.KV_<bucket>), is logged, and Open goes on (the
+// user's refusal once made Open wait until ctx ended: found by an outside
+// client). A bucket Open creates is created with the policy.
 func WithBucketPolicy() Option {
 	return func(o *options) error {
 		o.setPolicy = true

@@ -203,7 +203,10 @@ var _ Grantor = (*Store)(nil)
 // keep one revision per key, or Open fails with [ErrBucket]; one that does
 // not allow atomic batches is updated to allow them (its entries and
 // revisions stay), and if the server refuses that, Open fails with
-// [ErrBucket] saying so, unless [WithoutBatching]. Open never deletes or
+// [ErrBucket] saying so (with [ErrPermission] too for a NATS user that may
+// not update the bucket's stream), unless [WithoutBatching]. A bucket Open
+// creates is made as it is to be, needing no update: a user that may
+// create streams but not update them can create it. Open never deletes or
 // recreates a bucket, since that would reset the revisions that serve as
 // fencing tokens.
 //
@@ -212,7 +215,10 @@ var _ Grantor = (*Store)(nil)
 // moment), Open retries with backoff, each attempt bounded by a few seconds,
 // and returns [ErrUnavailable] only once ctx ends. Refusals (a bucket that
 // is missing under [WithoutCreate], or unfit for leases) return at once,
-// as does [ErrInvalidOption] for an option that refuses its value.
+// as does [ErrInvalidOption] for an option that refuses its value, and
+// [ErrPermission] (the NATS server's permissions refused a request Open
+// needs: it answers such a request with nothing, and Open learns of the
+// refusal after one round trip, not when ctx ends).
 func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
 	if js == nil {
 		return nil, fmt.Errorf("%w: nil JetStream", ErrInvalidOption)
@@ -342,16 +348,23 @@ func bucketConfig(o options) jetstream.KeyValueConfig {
 	}
 }
 
-// createBucket creates the lease bucket. With a first token
-// ([WithFirstToken]) it creates the bucket's stream itself, as nats.go's
-// CreateKeyValue would (kvStreamConfig) but with its first_seq set, which
-// KeyValueConfig has no field for.
+// createBucket creates the lease bucket. It creates the bucket's stream
+// itself, as nats.go's CreateKeyValue would (kvStreamConfig), but allowing
+// atomic batches, with the bucket's policy if it is to record one
+// ([WithBucketPolicy]), and with its first_seq set for a first token
+// ([WithFirstToken]), which KeyValueConfig has no fields for. Made so,
+// the bucket needs no update: a NATS user that may create streams but
+// not update them got no answer to the update, and Open waited until its
+// ctx ended (found by an outside client; TestOpenWithoutStreamUpdatePermission).
 func createBucket(ctx context.Context, js jetstream.JetStream, o options) (jetstream.KeyValue, error) {
-	if o.firstToken <= 1 {
-		return js.CreateKeyValue(ctx, bucketConfig(o))
-	}
 	cfg := kvStreamConfig(bucketConfig(o))
-	cfg.FirstSeq = uint64(o.firstToken)
+	cfg.AllowAtomicPublish = true
+	if o.setPolicy {
+		cfg.Metadata = policyMetadata(o)
+	}
+	if o.firstToken > 1 {
+		cfg.FirstSeq = uint64(o.firstToken)
+	}
 	if _, err := js.CreateStream(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -404,13 +417,18 @@ func checkFirstToken(stream jetstream.Stream, o options) error {
 // (KeyValueConfig has no field for it), which works on an existing bucket
 // too and changes nothing else: revisions, entries and TTLs stay. A
 // refusal, or a server that keeps the stream as it was (older than 2.12),
-// is [ErrBucket] saying so; the bucket is never recreated.
+// is [ErrBucket] saying so, and a NATS user that may not update the
+// stream is [ErrBucket] and [ErrPermission]; the bucket is never recreated.
 func allowAtomicPublish(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, o options) (jetstream.Stream, error) {
 	cfg := stream.CachedInfo().Config
 	cfg.AllowAtomicPublish = true
-	updated, err := js.UpdateStream(ctx, cfg)
+	updated, err := updateStream(ctx, js, cfg)
 	var apiErr *jetstream.APIError
 	switch {
+	case errors.Is(err, ErrPermission):
+		return nil, fmt.Errorf("%w: bucket %q does not allow atomic batch publishes, and this user may not allow them: %w; "+
+			"allow them on stream %s as a user that may update it (Open does, as the leased user of docs/api.md), "+
+			"or open the store with WithoutBatching", ErrBucket, o.bucket, err, cfg.Name)
 	case errors.As(err, &apiErr) && apiErr.Code < 500:
 		return nil, fmt.Errorf("%w: bucket %q does not allow atomic batch publishes, and the server refused to allow them: %w; "+
 			"allow them on stream %s (nats-server 2.12 or newer), or open the store with WithoutBatching",
@@ -432,6 +450,11 @@ const (
 	policyMaxD   = "leased.max_duration"
 )
 
+// policyMetadata is o's margin and range as the bucket's metadata records them.
+func policyMetadata(o options) map[string]string {
+	return map[string]string{policyMargin: o.grantorMargin.String(), policyMinD: o.minDuration.String(), policyMaxD: o.maxDuration.String()}
+}
+
 // bucketPolicy records o's margin and range on the bucket (setPolicy), or
 // takes from the bucket's policy what o was not given.
 func bucketPolicy(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, o *options) (jetstream.Stream, error) {
@@ -452,7 +475,7 @@ func bucketPolicy(ctx context.Context, js jetstream.JetStream, stream jetstream.
 		}
 		return stream, nil
 	}
-	want := map[string]string{policyMargin: o.grantorMargin.String(), policyMinD: o.minDuration.String(), policyMaxD: o.maxDuration.String()}
+	want := policyMetadata(*o)
 	same := true
 	for k, v := range want {
 		same = same && have[k] == v
@@ -465,10 +488,10 @@ func bucketPolicy(ctx context.Context, js jetstream.JetStream, stream jetstream.
 		cfg.Metadata = map[string]string{}
 	}
 	maps.Copy(cfg.Metadata, want)
-	updated, err := js.UpdateStream(ctx, cfg)
+	updated, err := updateStream(ctx, js, cfg)
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.As(err, &apiErr) && apiErr.Code < 500:
+	case errors.Is(err, ErrPermission) || errors.As(err, &apiErr) && apiErr.Code < 500:
 		o.logger.Warn("could not record the grantor policy on the lease bucket: Stores that open it directly use their own",
 			"bucket", o.bucket, "err", err)
 		return stream, nil
