@@ -734,7 +734,8 @@ func withConn(cmd *cobra.Command, c *connFlags, fn func(ctx context.Context, nc 
 // cancelled ctx, or that came after an interrupt had (a release denied),
 // if one did, in place of err (what the cancellation caused, or nil). A
 // release denied after SIGTERM ended as "unavailable" after its timeout,
-// exit 1 (found by an outside client).
+// exit 1 (found by an outside client). An err that is itself a permissions
+// violation is returned as its [PermissionError].
 func permissionCause(ctx context.Context, err error) error {
 	if errors.Is(err, ErrPermissionDenied) {
 		return err // says so already, with what it was doing
@@ -743,6 +744,12 @@ func permissionCause(ctx context.Context, err error) error {
 		if errors.Is(cause, ErrPermissionDenied) {
 			return cause
 		}
+	}
+	// A refusal the call recognised itself (kvlease.Open's ErrPermission)
+	// comes back before nats.go's error handler has run: elect on a
+	// bucket its user may not update exited 1 or 7 as that race went.
+	if pe := permissionError(err); pe != nil {
+		return pe
 	}
 	return err
 }

@@ -3,11 +3,15 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/leased/leased/kvlease"
 )
 
 // A command's release (cleanupContext) ends at once at a refusal of a
@@ -39,4 +43,24 @@ func TestCleanupEndsOnlyAtANewRefusal(t *testing.T) {
 			t.Errorf("deniedCause %v, want the first refusal", got)
 		}
 	})
+}
+
+// A refusal the call itself recognised (kvlease.Open's ErrPermission, once
+// it stopped waiting for the answer the server never sends) is the
+// command's permission denial, exit 7, as the error handler's is: it came
+// back before nats.go's error handler had cancelled the command's context,
+// and elect on a bucket its user may not update exited 1 or 7 as that race
+// went (18 times in 30 runs: 1).
+func TestPermissionCauseOfARefusalTheCallReturned(t *testing.T) {
+	const subject = "$JS.API.STREAM.UPDATE.KV_old"
+	violation := fmt.Errorf("%w: Permissions Violation for Publish to %q", nats.ErrPermissionViolation, subject)
+	err := fmt.Errorf("%w: bucket %q does not allow atomic batch publishes, and this user may not allow them: %w: %w",
+		kvlease.ErrBucket, "old", kvlease.ErrPermission, violation)
+	got := permissionCause(context.Background(), err) // no cause yet: the error handler has not run
+	if !errors.Is(got, ErrPermissionDenied) || exitCode(got) != ExitDenied || !strings.Contains(got.Error(), subject) {
+		t.Fatalf("permissionCause: %v (exit %d), want ErrPermissionDenied, exit %d, naming %s", got, exitCode(got), ExitDenied, subject)
+	}
+	if other := errors.New("kvlease: grantor unavailable"); permissionCause(context.Background(), other) != other {
+		t.Fatal("an error that is no refusal changed")
+	}
 }
