@@ -771,9 +771,16 @@ func (l *Lease) takeUnconfirmed() bool {
 }
 
 // Release ends the tenure at the grantor. The lease is invalid from the
-// moment Release is called, whatever it returns. [ErrNotFound] (already
-// lapsed) is not an error here. Calling Release again after it succeeded
-// does nothing; after it failed ([ErrUnavailable]) it tries again. Under
+// moment Release is called, whatever it returns. A tenure that has already
+// ended is not an error here, whoever has the lease since: lapsed or
+// revoked and free ([ErrNotFound] from the grantor), or taken since by
+// another holder, or by this holder in a new tenure ([ErrNotHolder] from
+// the grantor, which Release passes on no more, as etcd's Mutex.Unlock,
+// client-go's leader election and Curator's locks do not): there is
+// nothing left to release, and the tenure that holds the lease now is
+// never touched (the release names this tenure's token). Whether the
+// tenure ended before Release is for [Lease.Check] or the keeper to say.
+// Calling Release again after it succeeded does nothing; after it failed ([ErrUnavailable]) it tries again. Under
 // a ctx already done (a deferred Release whose ctx a shutdown signal
 // ended) it still sends the release, for up to 2 s, as [Keeper.Close]
 // does: it sent none, and the lease stayed held by no one until its TTL
@@ -840,11 +847,21 @@ func (l *Lease) release(ctx context.Context, retry bool) (err error) {
 		rec.Revision = stale.Revision
 		err = release(rec.Revision)
 	}
-	if err == nil || errors.Is(err, ErrNotFound) {
+	if err == nil || errors.Is(err, ErrNotFound) || tenureEnded(err) {
 		l.mu.Lock()
 		l.freed = true
 		l.mu.Unlock()
 		return nil
 	}
 	return err
+}
+
+// tenureEnded reports whether err, the grantor's refusal of a release of
+// this Lease's tenure, says that the tenure has ended and another holds
+// the lease since: [ErrNotHolder] names the live tenure, and tokens are
+// never reused, so one that is not this Lease's means that this one ended
+// (lapsed or revoked, and taken again, by another holder or by this one
+// anew). Not a [StaleRevisionError]: that tenure is still this Lease's.
+func tenureEnded(err error) bool {
+	return errors.Is(err, ErrNotHolder) && !errors.Is(err, ErrStaleRevision)
 }

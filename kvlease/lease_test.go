@@ -797,3 +797,60 @@ func TestRenewAfterReleaseIsNotFoundWhateverItsContext(t *testing.T) {
 		}
 	}
 }
+
+// Release of a tenure that has already ended is not an error, whoever has
+// the lease since: it lapsed and another holder (or the same holder, in a
+// new tenure) took it, or it was revoked and taken. There is nothing left
+// to release, as for a lapsed lease no one took ([ErrNotFound]), and the
+// new tenure is left alone. Release returned ErrNotHolder then, though its
+// documentation said that only a lapse is no error, and etcd's
+// Mutex.Unlock, client-go's leader election release and Curator's
+// InterProcessMutex.release all treat "no longer ours" as done; the work
+// queue's Claim.Close filtered ErrNotHolder out itself.
+func TestReleaseOfATenureAnotherTookSince(t *testing.T) {
+	_, st := kvleasetest.NewStore(t, kvlease.WithGrantorMargin(0))
+	ctx := t.Context()
+	w := kvleasetest.Watch(t, st, "")
+	for _, tc := range []struct {
+		name, next string // next: the holder that takes the lease after the first's tenure ended
+		revoke     bool   // ended by a revocation (FreeNow), not a lapse
+	}{
+		{name: "lapsed.other", next: "second"},
+		{name: "lapsed.same", next: "first"},
+		{name: "revoked.other", next: "second", revoke: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first, err := kvlease.Acquire(ctx, st, tc.name, "first", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.revoke {
+				if _, err := st.Revoke(ctx, tc.name, "test", kvlease.FreeNow()); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType(tc.name, kvlease.EventExpired))
+			}
+			next, err := kvlease.Acquire(ctx, st, tc.name, tc.next, time.Minute)
+			if err != nil {
+				t.Fatalf("grant after the first tenure ended: %v", err)
+			}
+			for i := range 2 {
+				if err := first.Release(ctx); err != nil {
+					t.Fatalf("release %d of a tenure that ended, the lease now %s's (token %d): %v, want nil",
+						i+1, tc.next, next.Token(), err)
+				}
+			}
+			rec, err := st.Get(ctx, tc.name)
+			if err != nil || rec.Holder != tc.next || rec.Token != next.Token() {
+				t.Fatalf("after the old tenure's release: %+v, %v; want %s's tenure %d untouched", rec, err, tc.next, next.Token())
+			}
+			if err := next.Check(); err != nil {
+				t.Fatalf("new tenure after the old one's release: %v", err)
+			}
+			if err := next.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
