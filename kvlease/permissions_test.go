@@ -119,3 +119,49 @@ func TestOpenWithoutStreamUpdatePermission(t *testing.T) {
 		}
 	}
 }
+
+// A NATS user that may not create streams opening a bucket that is
+// missing, or one that may not read a bucket's stream info: the request
+// gets no answer, only a permissions violation on the connection's error
+// handler, and Open waited until its ctx ended, as while JetStream is out.
+// It returns ErrPermission naming the subject after one attempt.
+func TestOpenWithoutStreamPermissions(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Users: []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "user", Password: "user", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"},
+					Deny: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.INFO.KV_hidden"}}}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	ctx := t.Context()
+	admin := kvleasetest.JetStream(t, kvleasetest.Connect(t, ns.ClientURL(), nats.UserInfo("admin", "admin")))
+	if _, err := kvlease.Open(ctx, admin, kvlease.WithBucket("hidden")); err != nil {
+		t.Fatal(err)
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, ns.ClientURL(), nats.UserInfo("user", "user"),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})))
+	for bucket, subject := range map[string]string{
+		"missing": "$JS.API.STREAM.CREATE.KV_missing",
+		"hidden":  "$JS.API.STREAM.INFO.KV_hidden",
+	} {
+		t.Run(bucket, func(t *testing.T) {
+			octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := kvlease.Open(octx, js, kvlease.WithBucket(bucket))
+			if octx.Err() != nil || !errors.Is(err, kvlease.ErrPermission) || !errors.Is(err, nats.ErrPermissionViolation) ||
+				!strings.Contains(err.Error(), subject) {
+				t.Fatalf("Open after %v: %v, want ErrPermission naming %s before ctx ended", time.Since(start), err, subject)
+			}
+			t.Log(time.Since(start), err)
+		})
+	}
+}

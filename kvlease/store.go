@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,8 +218,9 @@ var _ Grantor = (*Store)(nil)
 // is missing under [WithoutCreate], or unfit for leases) return at once,
 // as does [ErrInvalidOption] for an option that refuses its value, and
 // [ErrPermission] (the NATS server's permissions refused a request Open
-// needs: it answers such a request with nothing, and Open learns of the
-// refusal after one round trip, not when ctx ends).
+// needs, naming its subject: the server answers such a request with
+// nothing, and Open returns after one round trip for a stream update, and
+// after one attempt, a few seconds, for the others, not when ctx ends).
 func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
 	if js == nil {
 		return nil, fmt.Errorf("%w: nil JetStream", ErrInvalidOption)
@@ -227,14 +229,64 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 	if err != nil {
 		return nil, err
 	}
+	nc := js.Conn()
+	before := lastError(nc)
 	return RetryUnavailable(ctx, 2*time.Second, func(err error) {
 		o.logger.Info("waiting for JetStream", "bucket", o.bucket, "err", err)
 	}, func() (*Store, error) {
 		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
 		defer cancel()
-		return open(actx, js, o)
+		st, err := open(actx, js, o)
+		if errors.Is(err, ErrUnavailable) {
+			// An attempt that went unanswered because the server refused
+			// one of its requests (a user that may not create the bucket,
+			// or read its stream): the refusal reached the connection long
+			// before the attempt gave up, and waiting does not change it.
+			// Open waited until ctx ended (found by an outside client).
+			if refused := refusedOpen(nc, before, apiPrefix(js), o.bucket); refused != nil {
+				return nil, fmt.Errorf("%w: open bucket %q: the NATS server refused a request of this user (and answers such a request with nothing): %w",
+					ErrPermission, o.bucket, refused)
+			}
+		}
+		return st, err
 	})
 }
+
+func lastError(nc *nats.Conn) error {
+	if nc == nil {
+		return nil
+	}
+	return nc.LastError()
+}
+
+// refusedOpen returns nc's last error if it is a permissions violation
+// reported since before (a new error value) for a request Open makes: a
+// publish to the JetStream API (prefix) naming bucket's stream, or a
+// subscription to the connection's inboxes, where the replies come.
+func refusedOpen(nc *nats.Conn, before error, prefix, bucket string) error {
+	err := lastError(nc)
+	if err == nil || err == before || !errors.Is(err, nats.ErrPermissionViolation) {
+		return nil
+	}
+	m := violationRe.FindStringSubmatch(err.Error())
+	if m == nil {
+		return nil
+	}
+	subject, stream := m[2], StreamName(bucket)
+	inbox := cmp.Or(nc.Opts.InboxPrefix, nats.InboxPrefix)
+	switch {
+	case strings.EqualFold(m[1], "publish") && strings.HasPrefix(subject, prefix) &&
+		(strings.HasSuffix(subject, "."+stream) || strings.Contains(subject, "."+stream+".")):
+		return err
+	case strings.EqualFold(m[1], "subscription") && strings.HasPrefix(subject, strings.TrimSuffix(inbox, ".")+"."):
+		return err
+	}
+	return nil
+}
+
+// violationRe finds the refused operation and subject in nats.go's
+// permissions violation.
+var violationRe = regexp.MustCompile(`(?i)violation for (publish|subscription) to "([^"]*)"`)
 
 // openAttemptTimeout bounds one attempt of Open: a JetStream API request
 // that no server answers (no metadata leader yet) would otherwise use all of
