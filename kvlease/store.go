@@ -474,7 +474,7 @@ func checkFirstToken(stream jetstream.Stream, o options) error {
 func allowAtomicPublish(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, o options) (jetstream.Stream, error) {
 	cfg := stream.CachedInfo().Config
 	cfg.AllowAtomicPublish = true
-	updated, err := updateStream(ctx, js, cfg)
+	updated, err := UpdateStream(ctx, js, cfg)
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, ErrPermission):
@@ -540,7 +540,7 @@ func bucketPolicy(ctx context.Context, js jetstream.JetStream, stream jetstream.
 		cfg.Metadata = map[string]string{}
 	}
 	maps.Copy(cfg.Metadata, want)
-	updated, err := updateStream(ctx, js, cfg)
+	updated, err := UpdateStream(ctx, js, cfg)
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, ErrPermission) || errors.As(err, &apiErr) && apiErr.Code < 500:
@@ -2318,6 +2318,8 @@ const noPeersOffline = "no suitable peers for placement, peer offline"
 func translate(op string, err error) error {
 	var apiErr *jetstream.APIError
 	switch {
+	case errors.Is(err, ErrPermission):
+		return fmt.Errorf("%s: %w", op, err) // a refusal, which waiting does not change
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
 		// Only a single publish's refusal reaches here (a refused batch's
 		// names some message of the batch, and is written again).

@@ -1,17 +1,19 @@
 package kvlease
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// updateStream updates a stream to cfg, as js.UpdateStream does, but
+// UpdateStream updates a stream to cfg, as js.UpdateStream does, but
 // learns at once of a NATS user that may not publish the update
 // ($JS.API.STREAM.UPDATE.<stream>) or receive its answer: the server
 // answers such a request with nothing, and only tells the connection's
@@ -21,8 +23,16 @@ import (
 // the server reports a refused publish before it answers the flush's
 // PING, so once the flush returns, the connection's last error says
 // whether this request was refused. That is [ErrPermission], naming the
-// subject (and matching nats.ErrPermissionViolation).
-func updateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+// subject (and matching nats.ErrPermissionViolation). A ctx without a
+// deadline is given JetStream's default timeout. Other errors are
+// nats.go's, untranslated (see [JetStreamError]). It is for packages built
+// on kvlease that keep streams of their own (the grantor's history).
+func UpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if _, ok := ctx.Deadline(); !ok { // as nats.go bounds its API requests
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cmp.Or(js.Options().DefaultTimeout, 5*time.Second))
+		defer cancel()
+	}
 	nc := js.Conn()
 	subject := apiPrefix(js) + "STREAM.UPDATE." + cfg.Name
 	body, err := json.Marshal(cfg)

@@ -167,7 +167,8 @@ type Options struct {
 	Retention time.Duration
 	Replicas  int // 0: 1
 	// Create, if set, creates the stream if missing (or updates its
-	// retention and replicas); otherwise Open only opens it.
+	// retention and replicas, only if they differ: a user that may not
+	// update streams can open one as it is); otherwise Open only opens it.
 	Create bool
 	// Singles makes AppendAll append one record per publish, never an
 	// atomic batch: for a server that acknowledges before it syncs, where
@@ -179,7 +180,9 @@ type Options struct {
 // Open opens (with Create, creates or updates) bucket's history stream.
 //
 // Errors: [kvlease.ErrInvalidOption] (nothing sent); [kvlease.ErrNotFound]
-// for a missing stream without Create; [kvlease.ErrUnavailable].
+// for a missing stream without Create; [kvlease.ErrPermission] for an
+// update of the stream that the NATS user may not send (at once: the
+// server answers it with nothing); [kvlease.ErrUnavailable].
 func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options) (*Stream, error) {
 	if o.Retention < 0 || o.Retention > 0 && o.Retention < MinRetention {
 		return nil, fmt.Errorf("%w: history retention %v, want at least %v", kvlease.ErrInvalidOption, o.Retention, MinRetention)
@@ -212,7 +215,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 		default:
 			return nil, kvlease.JetStreamError("open history", oerr)
 		}
-		h.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		cfg := jetstream.StreamConfig{
 			Name:        StreamName(bucket),
 			Description: "leased: history of the tenures of lease bucket " + bucket,
 			Subjects:    []string{h.prefix + ">"},
@@ -223,7 +226,22 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 			Duplicates:  duplicates,
 			// The observer appends a backlog as one batch: one sync.
 			AllowAtomicPublish: true,
-		})
+		}
+		// Created if missing, updated only if it differs: a NATS user that
+		// may create streams but not update them (whose update the server
+		// answers with nothing) could not start serve, even on a stream as
+		// it was to be (found with kvlease.Open's own update, s17a).
+		switch {
+		case oerr != nil:
+			h.stream, err = js.CreateStream(ctx, cfg)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // made meanwhile, by another grantor
+				h.stream, err = kvlease.UpdateStream(ctx, js, cfg)
+			}
+		case sameStream(old.CachedInfo().Config, cfg):
+			h.stream = old
+		default:
+			h.stream, err = kvlease.UpdateStream(ctx, js, cfg)
+		}
 	} else {
 		h.stream, err = js.Stream(ctx, StreamName(bucket))
 	}
@@ -235,6 +253,14 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 		return nil, kvlease.JetStreamError("open history", err)
 	}
 	return h, nil
+}
+
+// sameStream reports whether have, an existing history stream's config,
+// is already what want, the config Open would give it, sets.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Storage == want.Storage && have.Replicas == want.Replicas && have.MaxAge == want.MaxAge &&
+		have.Discard == want.Discard && have.Duplicates == want.Duplicates && have.AllowAtomicPublish == want.AllowAtomicPublish
 }
 
 // Append stores r unless the stream already has it (an earlier append of

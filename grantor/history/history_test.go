@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -444,4 +445,59 @@ func newStream(t *testing.T) (*history.Stream, jetstream.JetStream, *kvleasetest
 		t.Fatal(err)
 	}
 	return h, js, srv
+}
+
+// A NATS user that may create streams but not update them: Open updated
+// the history stream whether or not it differed (CreateOrUpdateStream),
+// the server answered the update with nothing, and Open waited until its
+// ctx ended, so serve could not start as that user (kvlease.Open's own
+// update had the same trouble). The stream is now created if missing and
+// updated only if it differs; an update refused is kvlease.ErrPermission,
+// at once.
+func TestOpenWithoutStreamUpdatePermission(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Users: []*server.User{
+			{Username: "creator", Password: "creator", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.UPDATE.>"}}}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, ns.ClientURL(), nats.UserInfo("creator", "creator"),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})))
+	for _, c := range []struct {
+		name      string
+		retention time.Duration
+		refused   bool
+	}{
+		{name: "new", retention: time.Hour},
+		{name: "as it is", retention: time.Hour},
+		{name: "as it is, retention kept", retention: 0},
+		{name: "retention changed", retention: 2 * time.Hour, refused: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			h, err := history.Open(ctx, js, "leases", history.Options{Create: true, Retention: c.retention})
+			switch {
+			case ctx.Err() != nil:
+				t.Fatalf("Open waited until its ctx ended: %v", err)
+			case c.refused && (!errors.Is(err, kvlease.ErrPermission) || !strings.Contains(err.Error(), "$JS.API.STREAM.UPDATE.LEASED_HISTORY_leases")):
+				t.Fatalf("Open: %v, want ErrPermission naming the update", err)
+			case c.refused:
+			case err != nil:
+				t.Fatalf("Open: %v", err)
+			default:
+				if _, err := h.Append(ctx, history.Record{Kind: history.KindGranted, Name: "a", Token: 1, Holder: "h", Revision: 1,
+					Time: time.Now(), GrantedAt: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
 }
