@@ -14,9 +14,12 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/leased/leased/cmd/leased/cli"
+	"github.com/leased/leased/kvlease"
 )
 
 // docsAuthServer starts a JetStream nats-server whose authorization block is
@@ -380,5 +383,46 @@ func TestGrantNeedsGet(t *testing.T) {
 	}
 	if r := leased(t, as("leased"), "get", "perm.noget"); r.code != 4 {
 		t.Errorf("get after the refused grants: exit %d %q; want 4, not granted", r.code, r.stdout)
+	}
+}
+
+// A NATS user that may create streams but not update them (publish
+// denied on $JS.API.STREAM.UPDATE.>): serve as that user creates the lease
+// bucket and its history as they are to be, and starts (it exited 7: it
+// updated both right after making them); clients lease through it; elect
+// on a bucket made before atomic batches, which it would have to update,
+// exits 7 at once naming the update (kvlease.Open waited for its ctx; the
+// CLI's exit code was 1 or 7 as a race went).
+func TestUserThatMayNotUpdateStreams(t *testing.T) {
+	hostPort, _ := authServer(t, `authorization { users = [
+	{ user: admin, password: "admin-pw" }
+	{ user: creator, password: "creator-pw", permissions: {
+		publish: { allow: [">"], deny: ["$JS.API.STREAM.UPDATE.>"] } } }
+] }`)
+	as := func(user string) string { return "nats://" + user + ":" + user + "-pw@" + hostPort }
+	serveOn(t, as("creator")).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	if r := leased(t, as("creator"), "acquire", "perm.creator", "--ttl", "5s"); r.code != 0 {
+		t.Fatalf("acquire as the user that started serve: exit %d, %q", r.code, r.stderr)
+	}
+	nc, err := nats.Connect(as("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "old", History: 1,
+		Storage: jetstream.FileStorage, LimitMarkerTTL: kvlease.DefaultMarkerTTL}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 { // the exit code went as a race did
+		start := time.Now()
+		r := leased(t, as("creator"), "elect", "--bucket", "old", "perm.elect", "--ttl", "5s", "--", "true")
+		if r.code != cli.ExitDenied || !strings.Contains(r.stderr, `"$JS.API.STREAM.UPDATE.KV_old"`) || time.Since(start) > 10*time.Second {
+			t.Fatalf("elect %d on a bucket it would have to update: exit %d after %v, %q; want %d at once naming the update",
+				i, r.code, time.Since(start).Round(time.Millisecond), r.stderr, cli.ExitDenied)
+		}
 	}
 }

@@ -346,9 +346,9 @@ func (e *PermissionError) Error() string {
 	case strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.KV_") || strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.LEASED_HISTORY_"):
 		// serve refused to start, exit 7, saying only this (found by an
 		// outside client with a user of its own for leased).
-		msg += " (opening the lease bucket updates its stream to allow atomic batches, and serve updates it to record " +
-			"its --grantor-margin, --min-ttl and --max-ttl, and the history's stream for --history-retention: " +
-			"allow this user to update them, as the leased user of docs/api.md may)"
+		msg += " (opening a lease bucket made without atomic batches updates its stream to allow them, and serve updates it to record " +
+			"a changed --grantor-margin, --min-ttl or --max-ttl, and the history's stream for a changed --history-retention; " +
+			"a bucket and history serve creates need no update: allow this user to update them, as the leased user of docs/api.md may)"
 	}
 	return msg
 }
