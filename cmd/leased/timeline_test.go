@@ -848,3 +848,69 @@ func TestTimelineInBrowserManyTenures(t *testing.T) {
 	}
 	watch.check(t)
 }
+
+// Tokens above 2^53, as a bucket made with --first-token up to
+// kvlease.MaxFirstToken (2^61) has them, are drawn each as its own
+// tenure with its exact token: the page read them as JavaScript numbers,
+// which round to a multiple of 512 up there, and folded the tenures of a
+// lease granted within 512 revisions into one bar with a token the
+// bucket never issued (found by an outside client).
+func TestTimelineInBrowserTokensAbove2To53(t *testing.T) {
+	ctx := browser(t)
+	watch := watchPage(t, ctx)
+	s := startServe(t, "", "--http-listen", "127.0.0.1:0", "--first-token", strconv.FormatUint(uint64(kvlease.MaxFirstToken), 10))
+	pageURL := timelineURL(t, s.logs, 10*time.Second)
+	nc := kvleasetest.Connect(t, s.url)
+	cl, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := followChanges(t, nc, "big.")
+	var want []string // holder:token:end, as granted
+	for i, holder := range []string{"ann", "ben", "cat"} {
+		r, err := cl.Grant(t.Context(), kvlease.GrantRequest{Name: "big.x", Holder: holder, Duration: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := "live"
+		if i < 2 {
+			if err := cl.Release(t.Context(), kvlease.ReleaseRequest{Name: r.Name, Holder: r.Holder, Token: r.Token,
+				Revision: r.Revision, Secret: r.Secret}); err != nil {
+				t.Fatal(err)
+			}
+			seen.wait(t, "big.x", "released")
+			end = "released"
+		} else {
+			seen.wait(t, "big.x", "granted")
+		}
+		want = append(want, holder+":"+strconv.FormatUint(uint64(r.Token), 10)+":"+end)
+	}
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL+"?prefix=big.")); err != nil {
+		t.Fatal(err)
+	}
+	// Read as the page sets them: the token as text.
+	const barsJS = `[...document.querySelectorAll('#timeline [data-lane="big.x"] .bar')].map(b =>
+		b.dataset.holder + ':' + b.dataset.token + ':' + b.dataset.endedBy)`
+	// Every record comes before "caughtup", which makes the page live:
+	// its first drawing of the lane has all of them.
+	got, err := chromedp.Run(ctx, chromedp.Poll[[]string](`(() => {
+		if (document.body.dataset.state !== 'live') return null;
+		const b = `+barsJS+`;
+		return b.length > 0 ? b : null;
+	})()`, chromedp.WithPollingTimeout(25*time.Second)))
+	if err != nil {
+		t.Fatalf("the page never drew big.x: %v", err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("big.x drawn as %q, want %q", got, want)
+	}
+	click(t, ctx, `[data-lane="big.x"] .bar[data-holder="ann"]`)
+	token, err := chromedp.Run(ctx, chromedp.Poll[string](
+		`document.querySelector('#details:not([hidden]) dd[data-field="token"]')?.textContent`,
+		chromedp.WithPollingTimeout(10*time.Second)))
+	if wantToken := strings.Split(want[0], ":")[1]; err != nil || token != wantToken {
+		t.Errorf("details of ann's tenure: token %q (%v), want %s", token, err, wantToken)
+	}
+	watch.check(t)
+}

@@ -47,6 +47,29 @@
     return isNaN(t) ? null : t;
   }
 
+  // record parses an event's history record. Tokens and revisions are
+  // uint64: a JavaScript number rounds those above 2^53 (a bucket made
+  // with --first-token has them up to 2^61) to a multiple of up to 512,
+  // which folded the tenures of a lease granted within 512 revisions into
+  // one and showed a token never issued. They are kept as their decimal
+  // text: the JSON is Go's (history.Record), whose only keys named so are
+  // these, and a "token": or "revision": in a string's text has its
+  // quotes escaped, so the pattern can only match the keys.
+  function record(data) {
+    const r = JSON.parse(data.replace(/"(token|revision)":(\d+)/g, '"$1":"$2"'));
+    if (typeof r === 'object' && r !== null) {
+      r.token = /^[1-9][0-9]*$/.test(r.token) ? r.token : ''; // '': 0 or absent, unknown
+      r.revision = /^[0-9]+$/.test(r.revision) ? r.revision : '';
+    }
+    return r;
+  }
+  // compareTokens orders tokens as record keeps them (decimal text, ''
+  // for none first).
+  function compareTokens(a, b) {
+    if (a.length !== b.length) return a.length - b.length;
+    return a < b ? -1 : a > b ? 1 : 0;
+  }
+
   // fold adds one history record to the tenures: the same rules as
   // history.Fold (a tenure is a lease name and token; the first holder,
   // trace and grant time seen stick; the first end sets the end), so repeated
@@ -57,7 +80,7 @@
     const key = r.token ? r.name + '\u0000' + r.token : r.name + '\u0000rev' + r.revision;
     let t = tenures.get(key);
     if (!t) {
-      t = { key, name: r.name, token: r.token || 0, holder: '', from: null, to: null, durationMS: 0,
+      t = { key, name: r.name, token: r.token, holder: '', from: null, to: null, durationMS: 0,
         renewals: 0, endedBy: '', reason: '', flapping: false, traceID: '', inferredTo: null };
       tenures.set(key, t);
     }
@@ -207,7 +230,7 @@
     // record that a later tenure followed had ended by that one's begin.
     // Drawn live, it lay under its successor: two holders at once.
     for (const ts of lanes.values()) {
-      const byToken = ts.filter((t) => t.token).sort((a, b) => a.token - b.token);
+      const byToken = ts.filter((t) => t.token).sort((a, b) => compareTokens(a.token, b.token));
       byToken.forEach((t, i) => { t.inferredTo = i + 1 < byToken.length ? start(byToken[i + 1]) : null; });
     }
     for (const [name, ts] of lanes) {
@@ -226,7 +249,7 @@
     // start, it read as held all that time).
     const drawFrom = new Map();
     for (const ts of lanes.values()) {
-      ts.sort((a, b) => (start(a) - start(b)) || (a.token - b.token));
+      ts.sort((a, b) => (start(a) - start(b)) || compareTokens(a.token, b.token));
       let prevEnd = windowStart;
       for (const t of ts) {
         const from = t.from !== null ? t.from : Math.min(prevEnd, start(t) !== null ? start(t) : now);
@@ -299,7 +322,7 @@
         const { t, x0, w } = run[0];
         const cause = causeOf(t) || 'live';
         const g = el('g', { class: 'bar' + (t.key === pinned ? ' pinned' : '') + (t.from === null ? ' begin-unknown' : ''),
-          'data-key': t.key, 'data-holder': t.holder, 'data-token': t.token, 'data-ended-by': cause,
+          'data-key': t.key, 'data-holder': t.holder, 'data-token': t.token || 0, 'data-ended-by': cause,
           tabindex: 0, role: 'button', 'aria-label': summary(t, now) }, lane);
         title(g, summary(t, now));
         el('rect', { class: 'bar-body', x: x0, y: mid - BAR_H / 2, width: w, height: BAR_H, rx: 2, fill: colour(t.holder) }, g);
@@ -484,7 +507,7 @@
     const now = serverNow();
     row('lease', 'Lease', t.name);
     row('holder', 'Holder', t.holder || '(unknown)');
-    row('token', 'Token', t.token ? String(t.token) : '(unknown)');
+    row('token', 'Token', t.token || '(unknown)');
     row('from', 'From', stamp(t.from));
     const to = endOf(t);
     row('to', 'To', to !== null ? stamp(to) : 'now (live)');
@@ -556,7 +579,7 @@
   if (since) qs.set('since', since);
   const events = new EventSource('events' + (qs.toString() ? '?' + qs : ''));
   events.addEventListener('record', (e) => {
-    fold(JSON.parse(e.data));
+    fold(record(e.data));
     if (caughtUp) schedule();
   });
   events.addEventListener('caughtup', (e) => {
