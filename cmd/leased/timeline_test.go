@@ -914,3 +914,49 @@ func TestTimelineInBrowserTokensAbove2To53(t *testing.T) {
 	}
 	watch.check(t)
 }
+
+// The page on a loopback address answers only requests for localhost or
+// an IP address: it answered any Host, so a site the operator visited
+// could rebind its name to 127.0.0.1 and read every lease name, holder
+// and reason, same-origin in the operator's browser (DNS rebinding; found
+// by an outside client).
+func TestServeTimelineAnswersLoopbackHostsOnly(t *testing.T) {
+	s := startServe(t, "", "--http-listen", "127.0.0.1:0")
+	pageURL := timelineURL(t, s.logs, 10*time.Second)
+	if r := leased(t, s.url, "acquire", "rebind.secret", "--ttl", "30s", "--holder", "zoe"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	port := strings.TrimSuffix(pageURL[strings.LastIndexByte(pageURL, ':')+1:], "/")
+	get := func(host, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, pageURL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			return resp.StatusCode, "(an event stream)" // it never ends
+		}
+		var b strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+		return resp.StatusCode, b.String()
+	}
+	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.1.nip.io:" + port, "localhost.evil.example:" + port} {
+		for _, path := range []string{"", "api/tenures", "events", "app.js"} {
+			code, body := get(host, path)
+			if code != http.StatusMisdirectedRequest || strings.Contains(body, "rebind.secret") || !strings.Contains(body, "DNS rebinding") {
+				t.Errorf("Host %s, GET /%s: %d %q, want 421 and no lease", host, path, code, body)
+			}
+		}
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LocalHost.:" + port, "timeline.localhost:" + port, "[::1]:" + port, "127.0.0.1"} {
+		if code, body := get(host, "api/tenures"); code != http.StatusOK || !strings.Contains(body, `"holder":"zoe"`) {
+			t.Errorf("Host %s, GET /api/tenures: %d %q, want 200 with the lease", host, code, body)
+		}
+	}
+}

@@ -46,7 +46,8 @@
 // script, nothing loaded from elsewhere) and X-Content-Type-Options nosniff.
 // The page has no authorization of its own: whoever reaches it sees every
 // lease name, holder and reason in the stream. `leased serve` binds it to
-// loopback unless told otherwise (--allow-public-http).
+// loopback unless told otherwise (--allow-public-http), and there answers
+// only requests for localhost or an IP address (against DNS rebinding).
 //
 // # What it does not do
 //

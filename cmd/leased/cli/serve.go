@@ -197,7 +197,8 @@ a non-loopback address is refused unless --allow-public-http is given (a
 flag of its own, because the risk is another: not writes to the bucket, as
 with --allow-insecure, but every lease name, holder and reason shown to
 anyone who reaches the port, --config's users and TLS notwithstanding).
---jaeger-ui links each tenure to its grant's trace.
+On loopback it answers only requests for localhost or an IP address (421
+for other Host names: a DNS rebinding defence). --jaeger-ui links each tenure to its grant's trace.
 
 Concurrent writes to the bucket are committed together, as JetStream atomic
 batches acknowledged after one sync each (group commit); --batch-* set its

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
 
@@ -107,7 +108,11 @@ func (h *httpFlags) serve(ln net.Listener, hist *history.Stream, st *kvlease.Sto
 	// The event streams never go idle: ending their requests' context is
 	// what lets Shutdown finish.
 	base, cancel := context.WithCancel(context.Background())
-	hs := &http.Server{Handler: th, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
+	var handler http.Handler = th
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
+		handler = loopbackHosts(th)
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
 	served := make(chan struct{})
 	go func() { defer close(served); _ = hs.Serve(ln) }()
 	addr := ln.Addr().String()
@@ -121,4 +126,37 @@ func (h *httpFlags) serve(ln net.Listener, hist *history.Stream, st *kvlease.Sto
 		}
 		<-served
 	}, nil
+}
+
+// loopbackHosts serves h only to requests for a host that no DNS answer
+// can make another site's: an IP address, localhost or a name under
+// .localhost (RFC 6761, which browsers resolve to loopback themselves).
+// Others are refused 421. Bound to loopback, the page's only protection,
+// it answered any Host, so a site the operator visited could rebind its
+// own name to 127.0.0.1 and read every lease name, holder and reason
+// with the browser's help, same-origin (DNS rebinding; found by an
+// outside client: curl -H 'Host: evil.example' got the tenures).
+func loopbackHosts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host) {
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			http.Error(w, fmt.Sprintf("host %q: the timeline on a loopback address answers requests for localhost or an IP address only "+
+				"(another name may be a DNS rebinding attack); behind a proxy, have it send Host: localhost", r.Host),
+				http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHost reports whether hostport (a request's Host) names an IP
+// address, localhost or a name under .localhost; "" (HTTP/1.0, which
+// browsers do not send) is accepted.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")), ".")
+	return host == "" || host == "localhost" || strings.HasSuffix(host, ".localhost") || net.ParseIP(host) != nil
 }
