@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -957,6 +958,75 @@ func TestServeTimelineAnswersLoopbackHostsOnly(t *testing.T) {
 	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LocalHost.:" + port, "timeline.localhost:" + port, "[::1]:" + port, "127.0.0.1"} {
 		if code, body := get(host, "api/tenures"); code != http.StatusOK || !strings.Contains(body, `"holder":"zoe"`) {
 			t.Errorf("Host %s, GET /api/tenures: %d %q, want 200 with the lease", host, code, body)
+		}
+	}
+}
+
+// The page's connections are bounded: idle keep-alive connections were
+// held without end, as many as a client opened, each a file descriptor
+// of serve's process, which its NATS server shares; 20,000 took them all
+// and no client could connect to grant or renew (found by an outside
+// client).
+func TestServeTimelineConnectionsBounded(t *testing.T) {
+	s := startServe(t, "", "--http-listen", "127.0.0.1:0")
+	pageURL := timelineURL(t, s.logs, 10*time.Second)
+	fds := func() int {
+		t.Helper()
+		ents, err := os.ReadDir("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/fd")
+		if err != nil {
+			t.Skipf("counting serve's file descriptors: %v", err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	addr := strings.TrimSuffix(strings.TrimPrefix(pageURL, "http://"), "/")
+	const extra = 200
+	answered := make(chan int, cli.TimelineMaxConns+extra) // the index of each connection answered
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	for range cli.TimelineMaxConns + extra {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Write([]byte("GET /favicon.svg HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		go func(i int) {
+			// Kept open after the answer, as a browser keeps it alive.
+			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+				resp.Body.Close()
+				answered <- i
+			}
+		}(len(conns) - 1)
+	}
+	var first []int
+	for range cli.TimelineMaxConns {
+		select {
+		case i := <-answered:
+			first = append(first, i)
+		case <-t.Context().Done():
+			return
+		}
+	}
+	if n := fds(); n > before+cli.TimelineMaxConns+16 {
+		t.Errorf("serve holds %d file descriptors with %d connections open to its page, %d before: want at most %d more",
+			n, len(conns), before, cli.TimelineMaxConns)
+	}
+	// Those closed, the others are answered.
+	for _, i := range first {
+		_ = conns[i].Close()
+	}
+	for range extra {
+		select {
+		case <-answered:
+		case <-t.Context().Done():
+			return
 		}
 	}
 }
