@@ -197,7 +197,10 @@ func TestBenchLive(t *testing.T) {
 	dir := t.TempDir()
 	s := startServeWith(t, timingBin(t), dir)
 
-	r := leased(t, s.url, "bench", "--live", "300", "--ttl", "3s", "--for", "7s", "--data", dir)
+	// --for bounds the grant phase too: 300 grants took 7.4 s on two cores
+	// running CI and four other test processes (40 grants/s; the test
+	// failed at 7 s), and take well under 1 s on a quiet one.
+	r := leased(t, s.url, "bench", "--live", "300", "--ttl", "3s", "--for", "12s", "--data", dir)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -219,12 +222,12 @@ func TestBenchLive(t *testing.T) {
 		t.Errorf("granted %d/1000, want 300", g[0])
 	}
 	keep := num(`^run renewals=(\d+) renewals_per_sec=[0-9.]+ failures=\d+ lapses=(\d+) refused=(\d+) live_at_end=(\d+) \(grant phase included\)$`)
-	// 7 s of renewals every second, after the grants: about 7 per lease.
+	// 12 s of renewals every second, after the grants: about 12 per lease.
 	if renewals, lapses, refused, live := keep[0]/1000, keep[1], keep[2], keep[3]/1000; renewals < 300*5 || lapses != 0 || refused != 0 || live != 300 {
 		t.Errorf("renewals %d, lapses %d, refused %d, live at end %d: want >= 1500 renewals, no lapse or refusal, 300 live",
 			renewals, lapses/1000, refused/1000, live)
 	}
-	// The keep phase alone: 7 s of renewals every second for 300 leases.
+	// The keep phase alone: 12 s of renewals every second for 300 leases.
 	if kr := num(`^keep elapsed=[0-9.]+s renewals=(\d+) renewals_per_sec=([0-9.]+) \(the keep phase alone\)$`); kr[0]/1000 < 300*5 || kr[0]/1000 > keep[0]/1000 {
 		t.Errorf("keep phase renewals %d, of %d in all: want at least 1500 and at most all", kr[0]/1000, keep[0]/1000)
 	}
