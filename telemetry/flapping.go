@@ -113,6 +113,16 @@ func (f *FlapDetector) sweepLocked(now time.Time) {
 	f.nextSweep = now.Add(f.Window)
 }
 
+// Sweep forgets the leases whose last change is a window old, as every
+// call does at most once per window: for an owner that may go quiet after
+// a burst, so that the memory the burst took is given back (an idle serve
+// kept, for good, the last minute of a churn of distinct names).
+func (f *FlapDetector) Sweep(now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sweepLocked(now)
+}
+
 // trimBefore drops the times before cutoff (ts is in order).
 func trimBefore(ts []time.Time, cutoff time.Time) []time.Time {
 	i := 0
