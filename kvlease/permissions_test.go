@@ -18,23 +18,12 @@ import (
 // startServerWithUsers starts a JetStream server with an admin and a user,
 // "creator", that may publish anything but stream updates
 // ($JS.API.STREAM.UPDATE.>): it may create buckets but not change them.
-func startServerWithUsers(t *testing.T) *server.Server {
+func startServerWithUsers(t *testing.T) *kvleasetest.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Users: []*server.User{
-			{Username: "admin", Password: "admin"},
-			{Username: "creator", Password: "creator", Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.UPDATE.>"}}}},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	return ns
+	return kvleasetest.NewServer(t, kvleasetest.WithUsers(
+		&server.User{Username: "admin", Password: "admin"},
+		&server.User{Username: "creator", Password: "creator", Permissions: kvleasetest.PublishExcept("$JS.API.STREAM.UPDATE.>")},
+	))
 }
 
 // A NATS user that may create streams but not update them opened the
@@ -126,21 +115,10 @@ func TestOpenWithoutStreamUpdatePermission(t *testing.T) {
 // handler, and Open waited until its ctx ended, as while JetStream is out.
 // It returns ErrPermission naming the subject after one attempt.
 func TestOpenWithoutStreamPermissions(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Users: []*server.User{
-			{Username: "admin", Password: "admin"},
-			{Username: "user", Password: "user", Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Allow: []string{">"},
-					Deny: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.INFO.KV_hidden"}}}},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	ns := kvleasetest.NewServer(t, kvleasetest.WithUsers(
+		&server.User{Username: "admin", Password: "admin"},
+		&server.User{Username: "user", Password: "user", Permissions: kvleasetest.PublishExcept("$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.INFO.KV_hidden")},
+	))
 	ctx := t.Context()
 	admin := kvleasetest.JetStream(t, kvleasetest.Connect(t, ns.ClientURL(), nats.UserInfo("admin", "admin")))
 	if _, err := kvlease.Open(ctx, admin, kvlease.WithBucket("hidden")); err != nil {

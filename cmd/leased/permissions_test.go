@@ -14,12 +14,12 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/leased/leased/cmd/leased/cli"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
 // docsAuthServer starts a JetStream nats-server whose authorization block is
@@ -404,15 +404,7 @@ func TestUserThatMayNotUpdateStreams(t *testing.T) {
 	if r := leased(t, as("creator"), "acquire", "perm.creator", "--ttl", "5s"); r.code != 0 {
 		t.Fatalf("acquire as the user that started serve: exit %d, %q", r.code, r.stderr)
 	}
-	nc, err := nats.Connect(as("admin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, as("admin")))
 	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "old", History: 1,
 		Storage: jetstream.FileStorage, LimitMarkerTTL: kvlease.DefaultMarkerTTL}); err != nil {
 		t.Fatal(err)

@@ -455,19 +455,9 @@ func newStream(t *testing.T) (*history.Stream, jetstream.JetStream, *kvleasetest
 // updated only if it differs; an update refused is kvlease.ErrPermission,
 // at once.
 func TestOpenWithoutStreamUpdatePermission(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Users: []*server.User{
-			{Username: "creator", Password: "creator", Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.UPDATE.>"}}}},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	ns := kvleasetest.NewServer(t, kvleasetest.WithUsers(
+		&server.User{Username: "creator", Password: "creator", Permissions: kvleasetest.PublishExcept("$JS.API.STREAM.UPDATE.>")},
+	))
 	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, ns.ClientURL(), nats.UserInfo("creator", "creator"),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})))
 	for _, c := range []struct {

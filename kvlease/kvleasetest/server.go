@@ -34,6 +34,7 @@ type serverConfig struct {
 	routes      []string
 	maxPayload  int32
 	maxStore    int64
+	users       []*server.User
 }
 
 // ServerOption adjusts a test server's config. Options reject values they
@@ -71,6 +72,25 @@ func WithMaxStore(n int64) ServerOption {
 		c.maxStore = n
 		return nil
 	}
+}
+
+// WithUsers makes the server require one of users to connect: tests of
+// what a user with restricted permissions sees (see [PublishExcept]).
+func WithUsers(users ...*server.User) ServerOption {
+	return func(c *serverConfig) error {
+		if len(users) == 0 || slices.Contains(users, nil) {
+			return errors.New("kvleasetest: WithUsers wants at least one user, none nil")
+		}
+		c.users = users
+		return nil
+	}
+}
+
+// PublishExcept is the permissions of a user that may publish to any
+// subject but deny (a user who may create streams but not update them:
+// "$JS.API.STREAM.UPDATE.>"), and subscribe to any.
+func PublishExcept(deny ...string) *server.Permissions {
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}
 }
 
 // WithDataDir reuses a data directory (to restart a server on its data).
@@ -180,6 +200,7 @@ func start(cfg serverConfig) (*Server, error) {
 	if cfg.maxPayload != 0 {
 		opts.MaxPayload = cfg.maxPayload
 	}
+	opts.Users = cfg.users
 	if cfg.clusterName != "" {
 		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = cfg.clusterName, "127.0.0.1", cfg.clusterPort
 		opts.Routes = server.RoutesFromStr(strings.Join(cfg.routes, ","))

@@ -1018,20 +1018,10 @@ func TestResultRetention(t *testing.T) {
 // the sink, as unavailable, every time (found by an outside client). Open
 // goes on, and the queue works, its markers kept for good.
 func TestOpenOldQueueWithoutStreamUpdatePermission(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Users: []*server.User{
-			{Username: "admin", Password: "admin"},
-			{Username: "worker", Password: "worker", Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.UPDATE.>"}}}},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	ns := kvleasetest.NewServer(t, kvleasetest.WithUsers(
+		&server.User{Username: "admin", Password: "admin"},
+		&server.User{Username: "worker", Password: "worker", Permissions: kvleasetest.PublishExcept("$JS.API.STREAM.UPDATE.>")},
+	))
 	ctx := t.Context()
 	admin := kvleasetest.JetStream(t, kvleasetest.Connect(t, ns.ClientURL(), nats.UserInfo("admin", "admin")))
 	if _, err := admin.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "old-items", History: 1}); err != nil {
