@@ -418,3 +418,21 @@ func TestUserThatMayNotUpdateStreams(t *testing.T) {
 		}
 	}
 }
+
+// A user given without its password (LEASED_PASSWORD forgotten, as the
+// README's serve --user leased needs it) is refused, exit 7, with a hint
+// that names the missing password, not only "none given, or not its".
+func TestUserWithoutPasswordIsToldSo(t *testing.T) {
+	hostPort := docsAuthServer(t)
+	t.Setenv("LEASED_PASSWORD", "")
+	r := leased(t, "nats://"+hostPort, "ls", "--user", "app", "--inbox-prefix", "_INBOX_app")
+	if r.code != 7 || !strings.Contains(r.stderr, "refused the credentials") || !strings.Contains(r.stderr, `--user "app" (or LEASED_USER) without a password`) {
+		t.Fatalf("ls --user app without a password: exit %d, stderr %q; want 7, the missing password named", r.code, r.stderr)
+	}
+	// With a password, wrong: the general hint, not the missing password.
+	t.Setenv("LEASED_PASSWORD", "not-"+password("app"))
+	r = leased(t, "nats://"+hostPort, "ls", "--user", "app", "--inbox-prefix", "_INBOX_app")
+	if r.code != 7 || !strings.Contains(r.stderr, "none given, or not its") || strings.Contains(r.stderr, "without a password") {
+		t.Fatalf("ls --user app with a wrong password: exit %d, stderr %q; want 7, the general hint", r.code, r.stderr)
+	}
+}

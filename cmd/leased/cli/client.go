@@ -157,8 +157,14 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		errors.Is(err, nats.ErrAccountAuthExpired):
 		// Not "unavailable": waiting or retrying will not help.
-		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused the credentials (none given, or not its: --user and LEASED_PASSWORD, --creds, --nkey, or a user in the URL): %w",
-			ErrPermissionDenied, RedactURL(url), err)
+		hint := "none given, or not its: --user and LEASED_PASSWORD, --creds, --nkey, or a user in the URL"
+		if n.user != "" && n.password == "" && os.Getenv("LEASED_PASSWORD") == "" {
+			// A user without its password: "none given" did not say which
+			// was missing (found following README "Security").
+			hint = fmt.Sprintf("--user %q (or LEASED_USER) without a password: set LEASED_PASSWORD, or --password", n.user)
+		}
+		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused the credentials (%s): %w",
+			ErrPermissionDenied, RedactURL(url), hint, err)
 	case serverNotTrusted(err):
 		// This client's refusal of the server's certificate: a failure of
 		// its set-up (exit 1), not the server's refusal of its
