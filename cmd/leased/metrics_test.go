@@ -252,3 +252,60 @@ func TestRunCountsALossDuringWork(t *testing.T) {
 		t.Errorf("run's metrics after the loss, while it stops the command: no expiry during work counted:\n%s", b)
 	}
 }
+
+// --metrics-listen on a loopback address answers only requests for
+// localhost or an IP address, as the timeline page does: it answered any
+// Host, so a site the operator visited could rebind its name to 127.0.0.1
+// and read the metrics and, with --pprof, the command line and profiles
+// through the operator's browser (DNS rebinding).
+func TestServeMetricsAnswersLoopbackHostsOnly(t *testing.T) {
+	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0", "--pprof")
+	base := strings.TrimSuffix(metricsURL(t, s.logs), "metrics")
+	port := strings.TrimSuffix(base[strings.LastIndexByte(base, ':')+1:], "/")
+	get := func(host, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.1.nip.io:" + port, "localhost.evil.example:" + port} {
+		for _, path := range []string{"metrics", "healthz", "debug/pprof/", "debug/pprof/cmdline", "nothing"} {
+			code, body := get(host, path)
+			if code != http.StatusMisdirectedRequest || strings.Contains(body, "leased_") || strings.Contains(body, "metrics-listen\x00") ||
+				!strings.Contains(body, "DNS rebinding") {
+				t.Errorf("Host %s, GET /%s: %d %.200q, want 421 and nothing of the process", host, path, code, body)
+			}
+		}
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "metrics.localhost:" + port, "[::1]:" + port, "127.0.0.1"} {
+		for _, tc := range []struct{ path, want string }{
+			{"metrics", "leased_"}, {"healthz", "ok"}, {"debug/pprof/cmdline", "--metrics-listen"},
+		} {
+			if code, body := get(host, tc.path); code != http.StatusOK || !strings.Contains(body, tc.want) {
+				t.Errorf("Host %s, GET /%s: %d %.200q, want 200 with %q", host, tc.path, code, body, tc.want)
+			}
+		}
+	}
+}
+
+// --metrics-listen's connections are bounded and idle ones closed, as the
+// timeline page's are: a client holding idle keep-alive connections to
+// it, without end, could take every file descriptor of serve's process,
+// which its NATS server shares.
+func TestServeMetricsConnectionsBounded(t *testing.T) {
+	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0")
+	u := metricsURL(t, s.logs)
+	checkConnectionsBounded(t, s, strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/metrics"), "/healthz")
+}

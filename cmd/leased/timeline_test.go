@@ -970,6 +970,16 @@ func TestServeTimelineAnswersLoopbackHostsOnly(t *testing.T) {
 func TestServeTimelineConnectionsBounded(t *testing.T) {
 	s := startServe(t, "", "--http-listen", "127.0.0.1:0")
 	pageURL := timelineURL(t, s.logs, 10*time.Second)
+	checkConnectionsBounded(t, s, strings.TrimSuffix(strings.TrimPrefix(pageURL, "http://"), "/"), "/favicon.svg")
+}
+
+// checkConnectionsBounded opens cli.MaxHTTPConns connections and 200
+// more to one of s's HTTP listeners at addr, each asking for path and
+// kept alive once answered, and checks that s holds a file descriptor for
+// at most cli.MaxHTTPConns of them, and that the others are answered once
+// those close.
+func checkConnectionsBounded(t *testing.T, s *server, addr, path string) {
+	t.Helper()
 	fds := func() int {
 		t.Helper()
 		ents, err := os.ReadDir("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/fd")
@@ -979,22 +989,21 @@ func TestServeTimelineConnectionsBounded(t *testing.T) {
 		return len(ents)
 	}
 	before := fds()
-	addr := strings.TrimSuffix(strings.TrimPrefix(pageURL, "http://"), "/")
 	const extra = 200
-	answered := make(chan int, cli.TimelineMaxConns+extra) // the index of each connection answered
+	answered := make(chan int, cli.MaxHTTPConns+extra) // the index of each connection answered
 	var conns []net.Conn
 	t.Cleanup(func() {
 		for _, c := range conns {
 			_ = c.Close()
 		}
 	})
-	for range cli.TimelineMaxConns + extra {
+	for range cli.MaxHTTPConns + extra {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
-		if _, err := c.Write([]byte("GET /favicon.svg HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+		if _, err := c.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
 			t.Fatal(err)
 		}
 		go func(i int) {
@@ -1006,7 +1015,7 @@ func TestServeTimelineConnectionsBounded(t *testing.T) {
 		}(len(conns) - 1)
 	}
 	var first []int
-	for range cli.TimelineMaxConns {
+	for range cli.MaxHTTPConns {
 		select {
 		case i := <-answered:
 			first = append(first, i)
@@ -1014,9 +1023,9 @@ func TestServeTimelineConnectionsBounded(t *testing.T) {
 			return
 		}
 	}
-	if n := fds(); n > before+cli.TimelineMaxConns+16 {
-		t.Errorf("serve holds %d file descriptors with %d connections open to its page, %d before: want at most %d more",
-			n, len(conns), before, cli.TimelineMaxConns)
+	if n := fds(); n > before+cli.MaxHTTPConns+16 {
+		t.Errorf("serve holds %d file descriptors with %d connections open to %s, %d before: want at most %d more",
+			n, len(conns), addr, before, cli.MaxHTTPConns)
 	}
 	// Those closed, the others are answered.
 	for _, i := range first {

@@ -116,9 +116,7 @@ func (m *metricsFlags) start(ctx context.Context, service string, log *slog.Logg
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = hs.Serve(ln) }()
+	hs, served := serveHTTP(ln, "--metrics-listen", mux, nil)
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	if m.health != nil {
 		log.Info("health", "url", "http://"+ln.Addr().String()+"/healthz")

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
-	"golang.org/x/net/netutil"
 
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/timeline"
@@ -98,20 +95,6 @@ func listenError(flag string, err error) error {
 	return usageError{err}
 }
 
-// TimelineMaxConns is how many connections the timeline page's listener
-// holds at once; more wait, unaccepted, until one closes. Each holds a
-// file descriptor of serve's process, which its NATS server shares: idle
-// keep-alive connections, never closed, held as many as a client opened
-// (3,000 grew serve's RSS by 56 MB; 20,000 took every descriptor, and the
-// NATS server accepted no client, "too many open files": leases could be
-// neither granted nor renewed; found by an outside client). The page's
-// own (MaxFollowers event streams and their assets) fit well within it.
-const TimelineMaxConns = 256
-
-// httpIdleTimeout closes a keep-alive connection of the page idle for
-// this long, giving its slot back.
-const httpIdleTimeout = time.Minute
-
 // serve serves the timeline of hist, with the live leases of st, on ln and logs "http listening" with
 // the address bound. The returned stop ends the page's event streams and
 // closes the server.
@@ -123,14 +106,7 @@ func (h *httpFlags) serve(ln net.Listener, hist *history.Stream, st *kvlease.Sto
 	// The event streams never go idle: ending their requests' context is
 	// what lets Shutdown finish.
 	base, cancel := context.WithCancel(context.Background())
-	var handler http.Handler = th
-	if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
-		handler = loopbackHosts(th)
-	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: httpIdleTimeout,
-		BaseContext: func(net.Listener) context.Context { return base }}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = hs.Serve(netutil.LimitListener(ln, TimelineMaxConns)) }()
+	hs, served := serveHTTP(ln, "the timeline", th, base)
 	addr := ln.Addr().String()
 	log.Info("http listening", "addr", addr, "url", "http://"+addr+"/", "jaeger_ui", h.jaegerUI)
 	return func() {
@@ -142,37 +118,4 @@ func (h *httpFlags) serve(ln net.Listener, hist *history.Stream, st *kvlease.Sto
 		}
 		<-served
 	}, nil
-}
-
-// loopbackHosts serves h only to requests for a host that no DNS answer
-// can make another site's: an IP address, localhost or a name under
-// .localhost (RFC 6761, which browsers resolve to loopback themselves).
-// Others are refused 421. Bound to loopback, the page's only protection,
-// it answered any Host, so a site the operator visited could rebind its
-// own name to 127.0.0.1 and read every lease name, holder and reason
-// with the browser's help, same-origin (DNS rebinding; found by an
-// outside client: curl -H 'Host: evil.example' got the tenures).
-func loopbackHosts(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !loopbackHost(r.Host) {
-			w.Header().Set("X-Content-Type-Options", "nosniff")
-			http.Error(w, fmt.Sprintf("host %q: the timeline on a loopback address answers requests for localhost or an IP address only "+
-				"(another name may be a DNS rebinding attack); behind a proxy, have it send Host: localhost", r.Host),
-				http.StatusMisdirectedRequest)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// loopbackHost reports whether hostport (a request's Host) names an IP
-// address, localhost or a name under .localhost; "" (HTTP/1.0, which
-// browsers do not send) is accepted.
-func loopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")), ".")
-	return host == "" || host == "localhost" || strings.HasSuffix(host, ".localhost") || net.ParseIP(host) != nil
 }
