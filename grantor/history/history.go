@@ -423,7 +423,7 @@ func (h *Stream) ReadIdle(ctx context.Context, prefix string, since time.Time, i
 	timer := time.AfterFunc(idle, func() { cancel(errIdle) })
 	defer timer.Stop()
 	var out []Record
-	err := h.follow(ctx, prefix, since, func() { timer.Reset(idle) }, func(r Record, caughtUp bool) bool {
+	err := h.follow(ctx, prefix, since, Position{}, func() { timer.Reset(idle) }, func(r Record, _ Position, caughtUp bool) bool {
 		if !caughtUp {
 			out = append(out, r)
 		}
@@ -440,11 +440,32 @@ func (h *Stream) ReadIdle(ctx context.Context, prefix string, since time.Time, i
 // stored, until fn returns false or ctx ends. Once the stored records have
 // been delivered it calls fn once with caughtUp set (and a zero record).
 func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn func(r Record, caughtUp bool) bool) error {
-	return h.follow(ctx, prefix, since, nil, fn)
+	return h.follow(ctx, prefix, since, Position{}, nil, func(r Record, _ Position, caughtUp bool) bool { return fn(r, caughtUp) })
 }
 
-// follow is Follow, calling received (if not nil) on each message.
-func (h *Stream) follow(ctx context.Context, prefix string, since time.Time, received func(), fn func(r Record, caughtUp bool) bool) error {
+// Position is a record's place in the stream: its sequence and the
+// (server's) time the stream stored it, which is not the record's Time
+// (the change's: a record appended late, by an observer catching up or
+// taking over, has an older one; one written by a node whose clock runs
+// ahead of the stream's server, such as [Stream.EndLive]'s, a newer one).
+type Position struct {
+	Seq    uint64
+	Stored time.Time
+}
+
+// FollowAfter is [Stream.Follow] resumed after the record at after (a
+// Position fn was given): it delivers every record stored after that one
+// and since the time given, none missed and none again, whatever their
+// Times; after's zero value follows from since. fn is given each record's
+// position (zero with caughtUp).
+func (h *Stream) FollowAfter(ctx context.Context, prefix string, since time.Time, after Position,
+	fn func(r Record, at Position, caughtUp bool) bool) error {
+	return h.follow(ctx, prefix, since, after, nil, fn)
+}
+
+// follow is FollowAfter, calling received (if not nil) on each message.
+func (h *Stream) follow(ctx context.Context, prefix string, since time.Time, after Position, received func(),
+	fn func(r Record, at Position, caughtUp bool) bool) error {
 	filter := filterFor(h.prefix, prefix)
 	// Caught up once the newest record under the filter now is delivered
 	// (the consumer's own "nothing pending" can come early, as the lease
@@ -468,6 +489,13 @@ func (h *Stream) follow(ctx context.Context, prefix string, since time.Time, rec
 	// healthy three-node cluster, none with them; 7 took 1-2 s instead).
 	cfg := follow.Config{Stream: StreamName(h.bucket), Filter: filter,
 		Deliver: jetstream.DeliverByStartTimePolicy, StartTime: &since, Heartbeat: kvlease.WatchHeartbeat}
+	if after.Seq > 0 && after.Seq <= last && !after.Stored.Before(since) {
+		// The stream stores in order of sequence, and so of stored time:
+		// every record after this one was stored since. (A sequence
+		// beyond the last record is of a stream since deleted and made
+		// anew, whose sequences began again: followed from since.)
+		cfg.Deliver, cfg.StartTime, cfg.StartSeq = jetstream.DeliverByStartSequencePolicy, nil, after.Seq+1
+	}
 	fl, err := setup(ctx, func(ctx context.Context) (kvlease.Follow, error) {
 		return kvlease.StartFollow(ctx, "follow history", h.js, cfg)
 	})
@@ -477,8 +505,8 @@ func (h *Stream) follow(ctx context.Context, prefix string, since time.Time, rec
 	defer fl.Stop()
 	stop := context.AfterFunc(ctx, fl.Stop)
 	defer stop()
-	caughtUp := last == 0 || fl.Info().NumPending == 0 // nothing since the start time
-	if caughtUp && !fn(Record{}, true) {
+	caughtUp := last == 0 || fl.Info().NumPending == 0 // nothing since the start
+	if caughtUp && !fn(Record{}, Position{}, true) {
 		return nil
 	}
 	for {
@@ -492,15 +520,20 @@ func (h *Stream) follow(ctx context.Context, prefix string, since time.Time, rec
 		if received != nil {
 			received()
 		}
+		md, mdErr := m.Metadata()
 		var r Record
 		if err := json.Unmarshal(m.Data(), &r); err == nil && strings.HasPrefix(r.Name, prefix) {
-			if !fn(r, false) {
+			var at Position
+			if mdErr == nil {
+				at = Position{Seq: md.Sequence.Stream, Stored: md.Timestamp}
+			}
+			if !fn(r, at, false) {
 				return nil
 			}
 		}
-		if md, err := m.Metadata(); err == nil && !caughtUp && md.Sequence.Stream >= last {
+		if mdErr == nil && !caughtUp && md.Sequence.Stream >= last {
 			caughtUp = true
-			if !fn(Record{}, true) {
+			if !fn(Record{}, Position{}, true) {
 				return nil
 			}
 		}

@@ -27,15 +27,19 @@
 // ([history.Live], with [WithLive]) as an event "record" without an id
 // (sent again on each reconnect, folded into the same tenure), then each
 // stored record as an event "record" whose data is the
-// [history.Record] in JSON and whose id is its time; then one "caughtup"
+// [history.Record] in JSON and whose id is its place in the stream
+// ("<sequence>@<time stored>", [history.Position]); then one "caughtup"
 // event ({"now", "since", "window_ms"}: the server's clock, the start of
 // the window, and its length when since was a duration); then each new
 // record as it is stored, and a "ping" with the server's clock every 15 s.
 // A client that reads nothing for a minute, its connection's buffers full,
 // is dropped (its slot freed).
 // A browser reconnecting after a drop sends the last id it saw
-// (Last-Event-ID) and gets the records from a little before it: the page
-// folds repeats into the tenure they belong to, as [history.Fold] does.
+// (Last-Event-ID) and gets every record appended after that one (within
+// the window), whatever their times: a record appended late, or stamped
+// by a clock ahead of the stream server's, is not missed. Another id is
+// ignored (the window is sent again). The page folds repeats into the
+// tenure they belong to, as [history.Fold] does.
 //
 // # Safety
 //

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,13 +45,8 @@ const MaxReads = 4
 
 // Intervals of /events.
 const (
-	pingEvery = 15 * time.Second // a "ping" with the server's clock; keeps proxies from timing out
-	// resumeOverlap: a reconnecting page gets the records from this long
-	// before the last one it saw. A record's time is the change's, which
-	// precedes its append, so resuming exactly there could skip a record
-	// appended late; repeats are folded away.
-	resumeOverlap = 5 * time.Second
-	readTimeout   = 30 * time.Second // of /api/tenures' read of the stream
+	pingEvery   = 15 * time.Second // a "ping" with the server's clock; keeps proxies from timing out
+	readTimeout = 30 * time.Second // of /api/tenures' read of the stream
 	// writeTimeout bounds each write of /events: a page that has read
 	// nothing for this long is dropped (a browser reads on while its
 	// tab is hidden; one that resumes reconnects).
@@ -410,7 +406,28 @@ type caughtUp struct {
 // followed is one call of the Follow callback.
 type followed struct {
 	r        history.Record
+	at       history.Position
 	caughtUp bool
+}
+
+// eventID is the id of the event of the record at p: its sequence and
+// stored time, "<seq>@<RFC 3339 time>".
+func eventID(p history.Position) string {
+	return strconv.FormatUint(p.Seq, 10) + "@" + p.Stored.UTC().Format(time.RFC3339Nano)
+}
+
+// parseEventID reads an eventID; ok is false (and p zero) for anything else.
+func parseEventID(id string) (p history.Position, ok bool) {
+	seq, stored, found := strings.Cut(id, "@")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if !found || err != nil || n == 0 {
+		return history.Position{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, stored)
+	if err != nil {
+		return history.Position{}, false
+	}
+	return history.Position{Seq: n, Stored: t}, true
 }
 
 func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
@@ -425,11 +442,13 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
 		http.Error(w, fmt.Sprintf("too many open timelines (%d): try again later", MaxFollowers), http.StatusServiceUnavailable)
 		return
 	}
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		if t, err := time.Parse(time.RFC3339Nano, id); err == nil && t.After(q.since) {
-			q.since = t.Add(-resumeOverlap)
-		}
-	}
+	// A reconnecting page resumes after the last record it saw, by its
+	// place in the stream. It resumed 5 s before that record's Time (the
+	// change's), which the stream's order does not follow: after a record
+	// whose Time ran ahead of the stream server's clock (another node's,
+	// as EndLive's is) by more, the records appended next were never sent
+	// to the page. An id not ours (of an older serve) resumes from since.
+	after, _ := parseEventID(r.Header.Get("Last-Event-ID"))
 	// The leases live now, listed before the follow begins: a change
 	// after the listing comes through the follow.
 	live, err := h.listLive(r.Context(), q.prefix)
@@ -445,9 +464,9 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
 	items := make(chan followed)
 	done := make(chan error, 1)
 	go func() {
-		done <- h.hist.Follow(ctx, q.prefix, q.since, func(rec history.Record, cu bool) bool {
+		done <- h.hist.FollowAfter(ctx, q.prefix, q.since, after, func(rec history.Record, at history.Position, cu bool) bool {
 			select {
-			case items <- followed{rec, cu}:
+			case items <- followed{rec, at, cu}:
 				return true
 			case <-ctx.Done():
 				return false
@@ -513,7 +532,11 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
 			}
 			return send("caughtup", "", cu)
 		}
-		return send("record", f.r.Time.UTC().Format(time.RFC3339Nano), f.r)
+		id := "" // kept as it was: a record whose place is unknown resumes after the one before
+		if f.at.Seq > 0 {
+			id = eventID(f.at)
+		}
+		return send("record", id, f.r)
 	}
 	if !write([]byte("retry: 2000\n\n")) {
 		return

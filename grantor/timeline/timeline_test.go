@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -247,8 +248,13 @@ func TestTenuresBounded(t *testing.T) {
 
 // sse reads server-sent events.
 type sse struct {
-	r *bufio.Reader
+	r      *bufio.Reader
+	lastID *string // the id of the last record read, as a browser keeps it
 }
+
+// eventID matches the id of a record's event: its stream sequence and
+// stored time.
+var eventID = regexp.MustCompile(`^[1-9][0-9]*@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z$`)
 
 type event struct{ name, id, data string }
 
@@ -263,6 +269,9 @@ func (s sse) next() (event, error) {
 		switch {
 		case line == "":
 			if ev.name != "" || ev.data != "" {
+				if ev.id != "" {
+					*s.lastID = ev.id
+				}
 				return ev, nil
 			}
 		case strings.HasPrefix(line, "event: "):
@@ -297,7 +306,7 @@ func openEvents(t *testing.T, u string, header http.Header) sse {
 		t.Fatalf("GET %s: %d %s %s", u, resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
 	checkSafetyHeaders(t, resp)
-	return sse{bufio.NewReader(resp.Body)}
+	return sse{bufio.NewReader(resp.Body), new(string)}
 }
 
 // untilCaughtUp returns the records delivered before "caughtup".
@@ -320,8 +329,8 @@ func untilCaughtUp(t *testing.T, s sse) ([]history.Record, event) {
 			if strings.Contains(ev.data, "<") {
 				t.Errorf("record data not escaped: %s", ev.data)
 			}
-			if ev.id != r.Time.Format(time.RFC3339Nano) {
-				t.Errorf("record id %q, time %v", ev.id, r.Time)
+			if !eventID.MatchString(ev.id) {
+				t.Errorf("record id %q, want its place in the stream", ev.id)
 			}
 			recs = append(recs, r)
 		default:
@@ -365,10 +374,51 @@ func TestEventsDeliverNewRecords(t *testing.T) {
 	}
 
 	// A browser reconnecting with the last id it saw gets only what is
-	// newer (less a small overlap): not the records long before.
-	again := openEvents(t, s.URL+"/events?prefix=tl.&since=1h", http.Header{"Last-Event-ID": {time.Now().Add(time.Minute).Format(time.RFC3339Nano)}})
+	// newer: not the records before.
+	again := openEvents(t, s.URL+"/events?prefix=tl.&since=1h", http.Header{"Last-Event-ID": {*ev.lastID}})
 	if got, _ := untilCaughtUp(t, again); len(got) != 0 {
 		t.Errorf("resumed after the last record: got %d records again", len(got))
+	}
+}
+
+// A page reconnecting to /events gets every record appended after the
+// last one it saw, whatever their Times (the changes'), none again: it
+// resumed 5 s before the last record's Time, but the stream keeps them in
+// the order they were appended, so a record whose Time ran ahead of the
+// stream server's clock by more (written by a node whose clock is ahead,
+// as EndLive's end records are) hid every record appended after it from
+// a page that reconnected. A record appended late (its Time long past)
+// must reach it too.
+func TestEventsResumeMissesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ahead time.Duration // of the last record the page sees before it reconnects
+	}{
+		{"after a record stamped ahead", time.Minute},
+		{"after a record stamped now", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := openStream(t)
+			s := newServer(t, h)
+			now := time.Now().Truncate(time.Millisecond).UTC()
+			rec := func(name string, token uint64, at time.Time) history.Record {
+				return history.Record{Kind: history.KindGranted, Name: name, Holder: "h", Token: token, Revision: token, Time: at, GrantedAt: at}
+			}
+			seen := rec("tl.seen", 1, now.Add(tc.ahead))
+			appendAll(t, h, seen)
+			first := openEvents(t, s.URL+"/events?since=1h", nil)
+			if got, _ := untilCaughtUp(t, first); !reflect.DeepEqual(got, []history.Record{seen}) {
+				t.Fatalf("first connection: %+v, want %+v", got, seen)
+			}
+			// While the page is away: a record appended late (an observer
+			// catching up) and one of now.
+			missed := []history.Record{rec("tl.late", 2, now.Add(-30*time.Second)), rec("tl.now", 3, now)}
+			appendAll(t, h, missed...)
+			again := openEvents(t, s.URL+"/events?since=1h", http.Header{"Last-Event-ID": {*first.lastID}})
+			if got, _ := untilCaughtUp(t, again); !reflect.DeepEqual(got, missed) {
+				t.Errorf("reconnected after %s: got %+v\nwant %+v", *first.lastID, got, missed)
+			}
+		})
 	}
 }
 
