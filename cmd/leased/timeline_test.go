@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -29,6 +28,7 @@ import (
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/grantor/history"
+	"github.com/leased/leased/grantor/timeline/timelinetest"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -38,34 +38,6 @@ import (
 const envScreenshotDir = "LEASED_SCREENSHOT_DIR"
 
 const xssHolder = `<img src=x onerror=alert(1)>`
-
-// browser starts headless Chromium for t, or skips t when it is not
-// installed (fails instead under CI, which installs it: .ci/run).
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is not installed (CI is set: .ci/run installs it with apt-get install chromium)")
-		}
-		t.Skip("chromium is not installed: apt-get install chromium")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1280, 660), chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
-		t.Fatalf("start %s: %v", path, err)
-	}
-	return ctx
-}
 
 // pageWatch records what a page must never do: open a dialog (an alert
 // from injected markup), throw, or log an error (a Content-Security-Policy
@@ -244,7 +216,7 @@ func timelineURL(t *testing.T, logs *lines, within time.Duration) string {
 // and end causes, the markup stays text, and a new grant appears without a
 // reload.
 func TestTimelineInBrowser(t *testing.T) {
-	ctx := browser(t)
+	ctx := timelinetest.Browser(t, chromedp.WindowSize(1280, 660))
 	watch := watchPage(t, ctx)
 	s := startServe(t, "", "--http-listen", "127.0.0.1:0", "--jaeger-ui", "http://jaeger.example:16686/")
 	pageURL := timelineURL(t, s.logs, 10*time.Second)
@@ -469,7 +441,7 @@ func TestTimelineInBrowser(t *testing.T) {
 // live, under its successor, two holders at once (found by an outside
 // client).
 func TestTimelineInBrowserEndLostBeforeLaterTenure(t *testing.T) {
-	ctx := browser(t)
+	ctx := timelinetest.Browser(t, chromedp.WindowSize(1280, 660))
 	watch := watchPage(t, ctx)
 	s := startServe(t, "", "--http-listen", "127.0.0.1:0")
 	pageURL := timelineURL(t, s.logs, 10*time.Second)
@@ -631,7 +603,7 @@ func TestServeTimelineFromAnyNode(t *testing.T) {
 // the others are drawn bar by bar, those scrolled to as well; clicks still
 // show details.
 func TestTimelineInBrowserManyTenures(t *testing.T) {
-	ctx := browser(t)
+	ctx := timelinetest.Browser(t, chromedp.WindowSize(1280, 660))
 	watch := watchPage(t, ctx)
 	s := startServe(t, "", "--http-listen", "127.0.0.1:0")
 	pageURL := timelineURL(t, s.logs, 10*time.Second)
@@ -857,7 +829,7 @@ func TestTimelineInBrowserManyTenures(t *testing.T) {
 // lease granted within 512 revisions into one bar with a token the
 // bucket never issued (found by an outside client).
 func TestTimelineInBrowserTokensAbove2To53(t *testing.T) {
-	ctx := browser(t)
+	ctx := timelinetest.Browser(t, chromedp.WindowSize(1280, 660))
 	watch := watchPage(t, ctx)
 	s := startServe(t, "", "--http-listen", "127.0.0.1:0", "--first-token", strconv.FormatUint(uint64(kvlease.MaxFirstToken), 10))
 	pageURL := timelineURL(t, s.logs, 10*time.Second)

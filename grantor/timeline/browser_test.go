@@ -3,8 +3,6 @@ package timeline_test
 import (
 	"context"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -12,36 +10,8 @@ import (
 
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/timeline"
+	"github.com/leased/leased/grantor/timeline/timelinetest"
 )
-
-// browser starts headless Chromium for t, or skips t when it is not
-// installed (fails instead under CI, which installs it), as cmd/leased's
-// browser tests do.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is not installed (CI is set: .ci/run installs it with apt-get install chromium)")
-		}
-		t.Skip("chromium is not installed: apt-get install chromium")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
-		t.Fatalf("start %s: %v", path, err)
-	}
-	return ctx
-}
 
 // The page in a real browser, its event stream dropped and reconnected
 // (as a proxy's timeout or a network change drops it), shows the records
@@ -56,7 +26,7 @@ func TestPageResumesAfterADrop(t *testing.T) {
 	}
 	s := httptest.NewServer(th)
 	t.Cleanup(s.Close) // after the browser's (cleanups run last first): Close waits for the page's stream to end
-	ctx := browser(t)
+	ctx := timelinetest.Browser(t)
 	now := time.Now().Truncate(time.Millisecond).UTC()
 	rec := func(name string, token uint64, at time.Time) history.Record {
 		return history.Record{Kind: history.KindGranted, Name: name, Holder: "h", Token: token, Revision: token, Time: at, GrantedAt: at}
