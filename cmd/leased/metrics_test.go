@@ -262,24 +262,7 @@ func TestServeMetricsAnswersLoopbackHostsOnly(t *testing.T) {
 	s := startServe(t, "", "--metrics-listen", "127.0.0.1:0", "--pprof")
 	base := strings.TrimSuffix(metricsURL(t, s.logs), "metrics")
 	port := strings.TrimSuffix(base[strings.LastIndexByte(base, ':')+1:], "/")
-	get := func(host, path string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(b)
-	}
+	get := func(host, path string) (int, string) { t.Helper(); return getAsHost(t, base+path, host) }
 	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.1.nip.io:" + port, "localhost.evil.example:" + port} {
 		for _, path := range []string{"metrics", "healthz", "debug/pprof/", "debug/pprof/cmdline", "nothing"} {
 			code, body := get(host, path)

@@ -900,25 +900,7 @@ func TestServeTimelineAnswersLoopbackHostsOnly(t *testing.T) {
 		t.Fatal(r.stderr)
 	}
 	port := strings.TrimSuffix(pageURL[strings.LastIndexByte(pageURL, ':')+1:], "/")
-	get := func(host, path string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, pageURL+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-			return resp.StatusCode, "(an event stream)" // it never ends
-		}
-		var b strings.Builder
-		_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
-		return resp.StatusCode, b.String()
-	}
+	get := func(host, path string) (int, string) { t.Helper(); return getAsHost(t, pageURL+path, host) }
 	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.1.nip.io:" + port, "localhost.evil.example:" + port} {
 		for _, path := range []string{"", "api/tenures", "events", "app.js"} {
 			code, body := get(host, path)
@@ -1010,4 +992,26 @@ func checkConnectionsBounded(t *testing.T, s *server, addr, path string) {
 			return
 		}
 	}
+}
+
+// getAsHost GETs url with the Host header host and returns the status and
+// body ("(an event stream)" for one, which never ends).
+func getAsHost(t *testing.T, url, host string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return resp.StatusCode, "(an event stream)"
+	}
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	return resp.StatusCode, b.String()
 }
