@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,9 @@ func TestGrantRetryWhileFirstAttemptInProcess(t *testing.T) {
 	}
 	if !errors.Is(err, kvlease.ErrUnavailable) || errors.Is(err, kvlease.ErrBucket) {
 		t.Errorf("retry while the first attempt is in process: %v, want ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), "quorum") {
+		t.Errorf("retry while the first attempt is in process: %q does not name the likely cause, a leader without a quorum", err)
 	}
 }
 

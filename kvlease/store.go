@@ -2332,7 +2332,12 @@ func translate(op string, err error) error {
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 		return errMismatch
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess:
-		return fmt.Errorf("%w: %s: an earlier attempt of this request is still in process: %w", ErrUnavailable, op, err)
+		// Proposed, not committed: on a replicated bucket, most often a
+		// stream leader that has lost its quorum and keeps leading until
+		// it notices (a newcomer with two of three nodes down read only
+		// "duplicate message id is in process"; found by an outside client).
+		return fmt.Errorf("%w: %s: an earlier attempt of this request is still in process at the bucket's stream leader, not committed "+
+			"(a leader without a quorum of its peers, if the bucket is replicated: see leased status): %w", ErrUnavailable, op, err)
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeReplicasNotSupported:
 		return fmt.Errorf("%w: %s: the NATS server is not in a cluster, so a bucket has one replica (WithReplicas(1); serve --replicas 1): %w", ErrBucket, op, err)
 	case errors.Is(err, nats.ErrMaxPayload):
