@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
