@@ -1030,12 +1030,19 @@ func TestClusterElectWaiterOnKilledMetaLeaderTakesOverAtTheRelease(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for watches := 0; watches < 2; {
-		watches = 0
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		watches := 0
 		for ci := range stream.ListConsumers(ctx).Info() {
 			if ci.Config.FilterSubject == "$KV."+kvlease.DefaultBucket+"."+name {
 				watches++
 			}
+		}
+		if watches >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d consumers on %s 30 s after the candidate waited, want its observer's and its campaign's", watches, name)
 		}
 		time.Sleep(50 * time.Millisecond) // no event says a consumer was made
 	}
