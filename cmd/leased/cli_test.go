@@ -286,6 +286,81 @@ func TestRunPassesTokenAndExitCode(t *testing.T) {
 	}
 }
 
+// The release run sends as its command ends is tried again while the
+// lease would be held anyway, not only for --timeout: one sent while the
+// grantor did not answer for longer (a stream-leader failover took 5.5–7.7
+// s in the cluster tests, the default --timeout is 5 s) failed, and the
+// next holder waited out the TTL (found by an outside client). The
+// server is paused for twice --timeout from the command's end.
+func TestRunReleaseOutlastsAGrantorPause(t *testing.T) {
+	s := startServe(t, "")
+	const timeout = time.Second
+	cmd := exec.Command(leasedBin, "run", "--verbose", "--url", s.url, "--timeout", timeout.String(), "--lease", "paused",
+		"--ttl", "30s", "--", "sh", "-c", "read x; echo ended")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out, logs := readLines(stdout), readLines(stderr)
+	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "command started") })
+	serve := s.cmd.Process.Pid
+	if err := syscall.Kill(serve, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(serve, syscall.SIGCONT)
+	fmt.Fprintln(stdin, "end")
+	out.wait(t, 10*time.Second, func(l string) bool { return l == "ended" })
+	time.Sleep(2 * timeout) // the fault: no answer for longer than --timeout
+	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "release unanswered; trying again") })
+	if err := syscall.Kill(serve, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExit(cmd, 30*time.Second); err != nil {
+		t.Fatalf("run: %v\n%s", err, logs.text())
+	}
+	if strings.Contains(logs.text(), "release failed") {
+		t.Fatalf("run gave up its release:\n%s", logs.text())
+	}
+	if r := leased(t, s.url, "get", "paused"); r.code != 4 {
+		t.Fatalf("the lease after run: exit %d (4: none), %s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// acquire --hold stopped while its grantor does not answer says that it
+// is still trying to release, and a second stop ends it at once (the
+// lease lapses, unless the server still takes the release sent): its
+// release tries again while the lease would be held (up to 30 s here),
+// and the second stop was swallowed.
+func TestHoldEndsAtASecondStopWhileReleasing(t *testing.T) {
+	s := startServe(t, "")
+	hold := exec.Command(leasedBin, "acquire", "unanswered", "--hold", "--ttl", "30s", "--url", s.url)
+	stdout, _ := hold.StdoutPipe()
+	stderr, _ := hold.StderrPipe()
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hold.Process.Kill(); _ = hold.Wait() })
+	out, logs := readLines(stdout), readLines(stderr)
+	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "unanswered") })
+	serve := s.cmd.Process.Pid
+	if err := syscall.Kill(serve, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(serve, syscall.SIGCONT)
+	_ = hold.Process.Signal(syscall.SIGTERM)
+	logs.wait(t, 10*time.Second, func(l string) bool {
+		return strings.Contains(l, "releasing unanswered: no answer yet") && strings.Contains(l, "stop again")
+	})
+	_ = hold.Process.Signal(syscall.SIGTERM)
+	var exit *exec.ExitError
+	if err := waitExit(hold, 5*time.Second); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Fatalf("acquire --hold after a second SIGTERM: %v, want killed by it\n%s", err, logs.text())
+	}
+}
+
 // The command is not given run's secrets (it was: LEASED_PASSWORD, the
 // way the README recommends to give the NATS password, reached it).
 func TestRunKeepsItsSecretsFromTheCommand(t *testing.T) {

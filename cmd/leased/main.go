@@ -11,6 +11,10 @@ import (
 
 func main() {
 	ctx, stop := stopContext(!cli.CatchHangups(os.Args[1:]))
+	if cli.SecondStopEnds(os.Args[1:]) {
+		// From the first stop on, a stop signal has its default action.
+		context.AfterFunc(ctx, stop)
+	}
 	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

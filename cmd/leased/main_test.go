@@ -128,6 +128,7 @@ func (s *server) stop(t *testing.T) {
 	}
 }
 
+// waitExit waits for cmd to exit, killing it after timeout.
 func waitExit(cmd *exec.Cmd, timeout time.Duration) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -136,6 +137,7 @@ func waitExit(cmd *exec.Cmd, timeout time.Duration) error {
 		return err
 	case <-time.After(timeout):
 		_ = cmd.Process.Kill()
+		<-done // one Wait at a time: a cleanup's Wait raced with this one
 		return errors.New("did not exit in time")
 	}
 }

@@ -43,6 +43,18 @@ func CatchHangups(args []string) bool {
 	return true
 }
 
+// SecondStopEnds says whether a second stop signal should end the
+// command args run at once, the first having begun its stop: true for
+// those that release a lease as they stop (acquire, run, elect,
+// register), whose release is tried again while the lease would be held
+// (releaseContext). An operator who will not wait so leaves the lease to
+// lapse; run's guard stops the command's group all the same. serve and
+// dev-cluster bound their own stops.
+func SecondStopEnds(args []string) bool {
+	cmd, _, err := newRoot(io.Discard, io.Discard).Find(args)
+	return err == nil && slices.Contains([]string{"acquire", "run", "elect", "register"}, cmd.Name())
+}
+
 // hangups receives the SIGHUPs CatchHangups caught (nil: none are, as when
 // Main runs in a test).
 var hangups chan os.Signal

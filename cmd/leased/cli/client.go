@@ -861,6 +861,26 @@ func cleanupContext(ctx context.Context, d time.Duration) (context.Context, cont
 	return rctx, func() { tcancel(); cancel(nil) }
 }
 
+// releaseContext is cleanupContext for the release a command sends as it
+// ends, holding l: the release is tried again while l would be held anyway
+// (after that it frees nothing that lapsing does not), and for d at
+// least. Bounded by --timeout (5 s by default), a release sent during a
+// stream-leader failover (5.5–7.7 s in the cluster tests) failed, and the
+// next holder waited out the whole TTL (found by an outside client).
+// Should the release go unanswered for slowRelease, notice is told how
+// long it may still take (the command says so, and that a second stop
+// signal ends it at once: see StopsTwice).
+func releaseContext(ctx context.Context, l *kvlease.Lease, d time.Duration, notice func(left time.Duration)) (context.Context, context.CancelFunc) {
+	end := time.Now().Add(max(d, l.Remaining()))
+	rctx, cancel := cleanupContext(ctx, time.Until(end))
+	t := time.AfterFunc(slowRelease, func() { notice(time.Until(end).Round(time.Second)) })
+	return rctx, func() { t.Stop(); cancel() }
+}
+
+// slowRelease is how long a command's last release goes unanswered before
+// the command says it is still trying.
+const slowRelease = time.Second
+
 // authorizationEnded is the error of a connection whose authorization the
 // server ended after it had connected (credentials that expired, a user
 // revoked), or nil: the command cannot go on, which waiting will not

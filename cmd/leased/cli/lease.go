@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -139,7 +140,9 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 	if lost := keepUntilStop(ctx, k); lost != nil {
 		return lost
 	}
-	lost, err := releaseAfterStop(ctx, k)
+	lost, err := releaseAfterStop(ctx, k, func(left time.Duration) {
+		fmt.Fprintf(stderr, "leased: releasing %s: no answer yet; trying again for up to %v (stop again to stop waiting: it lapses on its own)\n", l.Name(), left)
+	})
 	if lost != nil {
 		return lost
 	}
@@ -156,6 +159,13 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 	return nil
 }
 
+// releaseNotice is releaseContext's notice for a command that logs.
+func releaseNotice(log *slog.Logger) func(left time.Duration) {
+	return func(left time.Duration) {
+		log.Warn("release unanswered; trying again while the lease would be held (stop again to stop waiting: it lapses on its own)", "for", left)
+	}
+}
+
 // releaseAfterStop releases k's lease after a stop that keepUntilStop
 // found it held at, and returns the release's error; or, if the lease was
 // lost meanwhile, the loss (errLost). Close lets a renewal in flight as
@@ -163,8 +173,8 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 // Close then sends a best-effort release and returns nil, the loss only
 // in k.Err(), and acquire --hold and register said "released", exit 0
 // (found in review).
-func releaseAfterStop(ctx context.Context, k *kvlease.Keeper) (lost, err error) {
-	rctx, cancel := cleanupContext(ctx, 5*time.Second)
+func releaseAfterStop(ctx context.Context, k *kvlease.Keeper, notice func(left time.Duration)) (lost, err error) {
+	rctx, cancel := releaseContext(ctx, k.Lease(), 5*time.Second, notice)
 	defer cancel()
 	err = k.Close(rctx)
 	if end := k.Err(); end != nil && !errors.Is(end, kvlease.ErrClosed) {

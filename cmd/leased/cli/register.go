@@ -372,7 +372,7 @@ within seconds. Exit code 5 if the registration is lost while running.`,
 				if lost := keepUntilStop(ctx, k); lost != nil {
 					return lost
 				}
-				lost, err := releaseAfterStop(ctx, k)
+				lost, err := releaseAfterStop(ctx, k, releaseNotice(log))
 				if lost != nil {
 					return lost
 				}

@@ -196,7 +196,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		// Stopped as the lease was taken (its grant answered, the change
 		// events subscribed to): the command was started all the same,
 		// then sent SIGTERM (found reading run with the signals in mind).
-		rctx, cancel := cleanupContext(ctx, c.timeout)
+		rctx, cancel := releaseContext(ctx, k.Lease(), c.timeout, releaseNotice(log))
 		defer cancel()
 		if err := k.Close(rctx); err != nil {
 			log.Warn("release failed", "err", err)
@@ -320,7 +320,7 @@ func superviseUnderLease(ctx context.Context, c *connFlags, name string, grace t
 		releaseAfterLoss(ctx, k)
 		return childStatus(waitErr)
 	}
-	rctx, cancel := cleanupContext(ctx, c.timeout)
+	rctx, cancel := releaseContext(ctx, l, c.timeout, releaseNotice(log))
 	defer cancel()
 	if err := k.Close(rctx); err != nil {
 		if perr := permissionCause(ctx, err); errors.Is(perr, ErrPermissionDenied) {
