@@ -2317,6 +2317,11 @@ const noPeersOffline = "no suitable peers for placement, peer offline"
 // errMismatch, everything that means "no answer" to ErrUnavailable.
 func translate(op string, err error) error {
 	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && err.Error() == "nats: "+apiErr.Error() {
+		// jetstream's publish puts a second "nats: " before its refusal's
+		// own ("nats: nats: API error"); nothing else is lost with it.
+		err = apiErr
+	}
 	switch {
 	case errors.Is(err, ErrPermission):
 		return fmt.Errorf("%s: %w", op, err) // a refusal, which waiting does not change

@@ -2,6 +2,7 @@ package kvlease
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -30,5 +31,18 @@ func TestTranslateNoPeers(t *testing.T) {
 	err = translate("create bucket", &jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: noPeersOffline})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("translate(no peers, peer offline) = %v; want ErrUnavailable (a node not back yet)", err)
+	}
+}
+
+// A publish's refusal, which nats.go wraps in a second "nats: " (its
+// APIError's message begins with one), is told with one: the no-quorum
+// grant said "nats: nats: API error" (found by an outside client). The
+// error is still the APIError underneath.
+func TestTranslateOneNATSPrefix(t *testing.T) {
+	api := &jetstream.APIError{Code: 409, ErrorCode: errCodeDuplicateInProcess, Description: "duplicate message id is in process"}
+	err := translate("grant", fmt.Errorf("nats: %w", api)) // as jetstream's publish returns it
+	var got *jetstream.APIError
+	if !errors.As(err, &got) || got != api || !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "nats: nats:") {
+		t.Fatalf("translate(publish refusal) = %q; want ErrUnavailable over the APIError, with one nats: prefix", err)
 	}
 }
