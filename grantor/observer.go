@@ -422,7 +422,7 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 	o.flaps = telemetry.NewFlapDetector(o.s.flaps.Window, o.s.flaps.Threshold)
 	o.s.seedFlaps(ctx, o.hist, o.flaps)
 	w, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Watcher, error) {
-		return o.s.store.Watch(ctx, "", kvlease.ChangesAfter(after))
+		return o.s.store.Watch(ctx, "", kvlease.ChangesAfter(after), kvlease.ReportFrees())
 	})
 	if err != nil {
 		return err
@@ -694,7 +694,7 @@ func (o *observer) endOverdue(ctx context.Context, open map[string]*openTenure) 
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		r, ok, err := o.hist.LastFor(actx, name)
 		cancel()
-		if err == nil && ok && (r.Token > uint64(t.token) || r.Token == uint64(t.token) && r.Kind == history.KindEnded) {
+		if err == nil && ok && (r.Token > uint64(t.token) || r.Token == uint64(t.token) && r.Ends()) {
 			t.recorded = true
 		}
 		actx, cancel = context.WithTimeout(ctx, attemptTimeout)
@@ -869,7 +869,7 @@ func (p *passLog) done() {
 func endedBy(rec kvlease.Record, last history.Record) bool {
 	switch {
 	case last.Token == uint64(rec.Token):
-		return last.Kind == history.KindEnded && last.Holder == rec.Holder && !last.GrantedAt.IsZero() &&
+		return last.Ends() && last.Holder == rec.Holder && !last.GrantedAt.IsZero() &&
 			last.GrantedAt.Sub(rec.GrantedAt).Abs() <= grantTimeSlack
 	case last.Token > uint64(rec.Token):
 		// last.Time is the server's clock, rec.GrantedAt may be the
@@ -937,7 +937,7 @@ func (o *observer) changes(ctx context.Context, w *kvlease.Watcher, from uint64,
 			o.s.log.Warn("observer fell behind the service's watch; catching up on a watch of its own", "revision", last)
 		}
 		w, err = kvlease.RetryUnavailable(ctx, time.Second, nil, func() (*kvlease.Watcher, error) {
-			return o.s.store.Watch(ctx, "", kvlease.ChangesAfter(last))
+			return o.s.store.Watch(ctx, "", kvlease.ChangesAfter(last), kvlease.ReportFrees())
 		})
 		if err != nil {
 			return err
@@ -1090,6 +1090,14 @@ func (o *observer) startRevision(ctx context.Context, campaigned uint64) (uint64
 
 func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, open map[string]*openTenure) error {
 	switch {
+	case ev.Type == kvlease.EventFreed:
+		// Its revocation ended the tenure, in the history already unless
+		// this observer's watch began after it (a predecessor records
+		// both).
+		if ev.Revision > after {
+			o.recordFreed(ev)
+		}
+		return nil
 	case ev.Replay:
 		// A tenure it knows (replayed again after a cut-off) keeps its count.
 		t := open[ev.Name]
@@ -1148,7 +1156,7 @@ func (o *observer) report(ctx context.Context, ev kvlease.Event, after uint64, o
 			lctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 			r, ok, err := o.hist.LastFor(lctx, ev.Name)
 			cancel()
-			if err == nil && ok && (r.Token > uint64(tok) || r.Token == uint64(tok) && r.Kind == history.KindEnded) {
+			if err == nil && ok && (r.Token > uint64(tok) || r.Token == uint64(tok) && r.Ends()) {
 				return nil
 			}
 		}
@@ -1253,7 +1261,7 @@ func (o *observer) endReplaced(ctx context.Context, ev kvlease.Event, prev *open
 			o.recordMissedWhole(kvlease.Event{Name: ev.Name, Token: kvlease.Token(r.Token), Revision: ev.Revision, Time: ev.Time},
 				0, end)
 			return
-		case prev == nil && err == nil && (!ok || r.Kind == history.KindEnded && r.Token < uint64(end.Token)):
+		case prev == nil && err == nil && (!ok || r.Ends() && r.Token < uint64(end.Token)):
 			// The history has no record of it, its last of the lease is
 			// an earlier tenure's end: this one began and ended while no
 			// observer watched, or its watch lagged past both (found by
@@ -1264,7 +1272,7 @@ func (o *observer) endReplaced(ctx context.Context, ev kvlease.Event, prev *open
 			return // not a tenure the history has open (or it cannot tell)
 		case prev == nil:
 			durationMS, traceID = r.DurationMS, r.TraceID
-		case err == nil && ok && (r.Token > uint64(end.Token) || r.Token == uint64(end.Token) && r.Kind == history.KindEnded):
+		case err == nil && ok && (r.Token > uint64(end.Token) || r.Token == uint64(end.Token) && r.Ends()):
 			return
 		}
 	}
@@ -1329,11 +1337,20 @@ func (o *observer) recordBegin(ev kvlease.Event) {
 func (o *observer) recordEnd(ev kvlease.Event, renewals int, cause string) {
 	r := history.Record{Kind: history.KindEnded, Name: ev.Name, Token: uint64(ev.Token), Holder: ev.Holder,
 		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, EndedBy: cause, Reason: ev.Reason,
-		Renewals: renewals, Observer: o.candidate}
+		HoldMS: ev.Hold.Milliseconds(), Renewals: renewals, Observer: o.candidate}
 	if rec := ev.Record; rec != nil && rec.Token == ev.Token {
 		r.DurationMS, r.TraceID = rec.Duration.Milliseconds(), history.TraceIDOf(*rec)
 	}
 	o.pending = append(o.pending, pendingRecord{rec: r, ev: ev, publish: cause != history.EndUnknown})
+}
+
+// recordFreed queues the record of ev, the free of a hold a revocation
+// left (kvlease.EventFreed), for the next flush. It is not published: it
+// ends no tenure.
+func (o *observer) recordFreed(ev kvlease.Event) {
+	r := history.Record{Kind: history.KindFreed, Name: ev.Name, Token: uint64(ev.Token), Holder: ev.Holder,
+		Revision: ev.Revision, Time: ev.Time, GrantedAt: ev.GrantedAt, Observer: o.candidate}
+	o.pending = append(o.pending, pendingRecord{rec: r, ev: ev})
 }
 
 // flush appends the pending records, retrying while the stream is

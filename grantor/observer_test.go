@@ -129,10 +129,15 @@ func TestObserverRecordsHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	reported()
+	// The revoked holder's release frees the lease the revocation held
+	// (a record of its own, no change event).
+	if err := f.client.Release(ctx, kvlease.ReleaseRequest{Name: "hist.a", Holder: "h2", Token: a2.Token, Revision: a2.Revision, Secret: a2.Secret}); err != nil {
+		t.Fatal(err)
+	}
 	b := grant("hist.b", "h3", time.Second) // lapses by its TTL
 	reported()
 
-	recs := waitRecords(t, f.svc.History(), "hist.", 6)
+	recs := waitRecords(t, f.svc.History(), "hist.", 7)
 	ts := history.Fold(recs)
 	want := []struct {
 		name, holder string
@@ -156,6 +161,18 @@ func TestObserverRecordsHistory(t *testing.T) {
 	}
 	if ts[1].Reason != "stuck" {
 		t.Errorf("revocation reason %q", ts[1].Reason)
+	}
+	// The revocation held the lease, no grant allowed, until its holder's
+	// release freed it: a timeline draws the hold (it showed the lease
+	// free).
+	var hold time.Duration
+	for _, r := range recs {
+		if r.Kind == history.KindEnded && r.EndedBy == history.EndRevoked {
+			hold = time.Duration(r.HoldMS) * time.Millisecond
+		}
+	}
+	if hold <= 10*time.Second || !ts[1].HeldUntil.After(ts[1].To) || !ts[1].HeldUntil.Before(ts[1].To.Add(hold)) {
+		t.Errorf("revoked tenure %+v, its hold %v: want it held after its end until freed, before the hold ran out", ts[1], hold)
 	}
 	// Each end record says the tenure's D, as its begin does: a window
 	// that begins after the grant still shows it (it did not; found by

@@ -342,7 +342,7 @@ func (s *Service) Start(ctx context.Context) error {
 	// for some seconds while its stream catches up.
 	w, err := kvlease.RetryUnavailable(ctx, 2*time.Second, func(err error) {
 		s.log.Info("waiting for JetStream to start a watch", "prefix", "", "err", err)
-	}, func() (*kvlease.Watcher, error) { return s.store.Watch(context.WithoutCancel(ctx), "") })
+	}, func() (*kvlease.Watcher, error) { return s.store.Watch(context.WithoutCancel(ctx), "", kvlease.ReportFrees()) })
 	if err != nil {
 		return err
 	}
@@ -1333,7 +1333,7 @@ func (h *holderIndex) apply(ev kvlease.Event, onChange func(kvlease.Event), onLi
 		onChange(ev)
 	}
 	holder := ev.Holder
-	if ev.Type.Ends() {
+	if ev.Type.Ends() || ev.Type == kvlease.EventFreed { // a free names the tenure its revocation ended
 		holder = ""
 	}
 	h.mu.Lock()

@@ -137,7 +137,10 @@ func TestRevocationHoldsUntilTheHoldersDeadline(t *testing.T) {
 	if _, err := st.Revoke(ctx, "hold.a", "stuck"); err != nil {
 		t.Fatal(err)
 	}
-	kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("hold.a", kvlease.EventRevoked))
+	// Watchers learn how long it holds (a timeline draws it).
+	if ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("hold.a", kvlease.EventRevoked)); ev.Hold != kvlease.ServerTTL(d, kvlease.DefaultGrantorMargin) {
+		t.Errorf("the revocation's event says it holds for %v, want the tenure's server TTL %v", ev.Hold, kvlease.ServerTTL(d, kvlease.DefaultGrantorMargin))
+	}
 	_, err = grant(st, "hold.a", "h2")
 	heldBack(t, err, "h1", first.Token)
 	_, err = grant(other, "hold.a", "h2") // read from the server, not this store's cache
@@ -177,6 +180,9 @@ func TestRevocationHoldsUntilTheHoldersDeadline(t *testing.T) {
 	// FreeNow frees it at once.
 	if _, err := other.Revoke(ctx, "hold.a", "holder is gone", kvlease.FreeNow()); err != nil {
 		t.Fatal(err)
+	}
+	if ev := kvleasetest.NextEvent(t, w, 5*time.Second, kvleasetest.OfType("hold.a", kvlease.EventRevoked)); ev.Hold != 0 {
+		t.Errorf("a revocation with FreeNow says it holds for %v, want 0", ev.Hold)
 	}
 	third, err := grant(st, "hold.a", "h3")
 	if err != nil {

@@ -96,6 +96,11 @@ type Event struct {
 	// tenure the watcher found gone after it was cut off from the server
 	// (see [Store.Watch]), [UnseenEndReason].
 	Reason string
+	// Hold, on [EventRevoked], is how long from Time the revocation holds
+	// the lease, no grant allowed, unless it is freed sooner ([EventFreed],
+	// reported with [ReportFrees]); zero for one that frees it at once
+	// ([FreeNow]). See [Store.Revoke].
+	Hold time.Duration
 	// Replay is true for events that describe the state when the watch
 	// began rather than a change that happened since. A watch whose
 	// consumer the server placed on a node still catching up (just
@@ -743,6 +748,7 @@ func endEvent(ev Event, h nats.Header, live *tenures, replay bool) (Event, bool)
 			return ev, true
 		}
 	case "revoke":
+		ev.Hold = time.Duration(parseUint(h.Get(hdrHold))) * time.Millisecond
 	default: // a plain KV delete or purge by some other client
 		ev.Reason = "kv " + strings.ToLower(h.Get(hdrKVOp))
 	}

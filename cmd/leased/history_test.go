@@ -50,7 +50,7 @@ func TestHistoryCommand(t *testing.T) {
 	want := func(rows []history.Tenure) bool {
 		return len(rows) == 2 && rows[0].Holder == "w1" && rows[0].EndedBy == history.EndReleased &&
 			rows[1].Holder == "w2" && rows[1].EndedBy == history.EndRevoked && rows[1].Reason == "maintenance" &&
-			rows[0].Token < rows[1].Token
+			rows[0].Token < rows[1].Token && rows[1].HeldUntil.After(rows[1].To) // the revocation holds it
 	}
 	var rows []history.Tenure
 	for i := 0; ; i++ { // the observer records a change moments after it is stored
@@ -66,7 +66,7 @@ func TestHistoryCommand(t *testing.T) {
 		}
 	}
 	text := leased(t, s.url, "history", "hist.")
-	for _, w := range []string{"NAME", "w1", "released", "w2", "revoked (maintenance)"} {
+	for _, w := range []string{"NAME", "w1", "released", "w2", "revoked (maintenance), held until "} {
 		if !strings.Contains(text.stdout, w) {
 			t.Errorf("history table lacks %q:\n%s", w, text.stdout)
 		}

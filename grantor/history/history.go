@@ -62,6 +62,12 @@ const duplicates = time.Minute
 const (
 	KindGranted = "granted"
 	KindEnded   = "ended"
+	// KindFreed: the lease that a tenure's revocation held (no grant
+	// allowed, see Record.HoldMS) was freed before the hold ran out, by
+	// the revoked holder's release or a revocation with free_now. It ends
+	// no tenure (the revocation did, in an earlier record); it names the
+	// revoked one.
+	KindFreed = "freed"
 )
 
 // End causes (Record.EndedBy, Tenure.EndedBy).
@@ -89,7 +95,7 @@ const GossipReasonPrefix = "gossip: "
 
 // Record is one begin or end of a tenure, as the stream keeps it.
 type Record struct {
-	Kind  string `json:"kind"` // KindGranted or KindEnded
+	Kind  string `json:"kind"` // KindGranted, KindEnded or KindFreed
 	Name  string `json:"name"`
 	Token uint64 `json:"token,omitempty"` // 0: an end whose tenure no observer saw
 	// Holder of the tenure ("" if unknown).
@@ -106,6 +112,11 @@ type Record struct {
 	// EndedBy and Reason: on ends.
 	EndedBy string `json:"ended_by,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// HoldMS, on a revocation's end, is how long from Time it held the
+	// lease, no grant allowed (until the revoked holder's deadline had
+	// surely passed; kvlease.Store.Revoke), unless a KindFreed record says
+	// it was freed sooner; 0 for one that freed it at once.
+	HoldMS int64 `json:"hold_ms,omitempty"`
 	// Renewals the observer that recorded the end saw (a lower bound if
 	// the observer changed during the tenure).
 	Renewals int `json:"renewals,omitempty"`
@@ -128,11 +139,17 @@ func (r Record) msgID() string {
 	switch {
 	case r.Kind == KindGranted:
 		return "g:" + r.Name + ":" + strconv.FormatUint(r.Token, 10)
+	case r.Kind == KindFreed:
+		return "f:" + r.Name + ":" + strconv.FormatUint(r.Token, 10)
 	case r.Token != 0:
 		return "e:" + r.Name + ":" + strconv.FormatUint(r.Token, 10)
 	}
 	return "e:" + r.Name + ":r" + strconv.FormatUint(r.Revision, 10)
 }
+
+// Ends reports whether r says its tenure had ended: an end, or a free of
+// the hold of a revocation that ended it.
+func (r Record) Ends() bool { return r.Kind == KindEnded || r.Kind == KindFreed }
 
 // Stream is a bucket's history stream.
 type Stream struct {
@@ -654,6 +671,11 @@ type Tenure struct {
 	Reason     string    `json:"reason,omitempty"`
 	Flapping   bool      `json:"flapping,omitempty"`
 	TraceID    string    `json:"trace_id,omitempty"`
+	// HeldUntil, for a tenure whose revocation held the lease (no grant
+	// allowed), is when that hold ended: when the hold ran out, was freed
+	// (KindFreed), or the next tenure began, whichever came first. It may
+	// be later than now.
+	HeldUntil time.Time `json:"held_until,omitzero"`
 }
 
 // Live reports whether the tenure had not ended when read.
@@ -683,6 +705,14 @@ func Fold(records []Record) []Tenure {
 	at := map[key]int{} // index in out
 	for _, r := range records {
 		i, ok := at[key{r.Name, r.Token}]
+		if r.Kind == KindFreed {
+			// Of a hold this fold has: a free whose tenure ended before
+			// the records read is not a tenure of its own.
+			if ok && !out[i].HeldUntil.IsZero() && r.Time.Before(out[i].HeldUntil) {
+				out[i].HeldUntil = r.Time
+			}
+			continue
+		}
 		if !ok || r.Token == 0 { // a new tenure, or an end no observer saw begin: a row of its own
 			i = len(out)
 			out = append(out, Tenure{Name: r.Name, Token: r.Token})
@@ -703,6 +733,9 @@ func Fold(records []Record) []Tenure {
 			// from a server that brought the tenure back after an unclean
 			// restart (kvlease.OverdueGrace), whose end leased wrote again.
 			t.To, t.EndedBy, t.Reason = r.Time, r.EndedBy, r.Reason
+			if r.HoldMS > 0 {
+				t.HeldUntil = r.Time.Add(time.Duration(r.HoldMS) * time.Millisecond)
+			}
 		}
 		if r.Kind == KindEnded {
 			t.Renewals = max(t.Renewals, r.Renewals)
@@ -726,6 +759,9 @@ func Fold(records []Record) []Tenure {
 		t, n := &out[byToken[k]], &out[byToken[k+1]]
 		if t.Name == n.Name && t.Live() {
 			t.To, t.EndedBy = n.start(), EndUnknown
+		}
+		if t.Name == n.Name && !t.HeldUntil.IsZero() && n.start().Before(t.HeldUntil) {
+			t.HeldUntil = n.start() // freed, though no record said so
 		}
 	}
 	return out

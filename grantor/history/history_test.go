@@ -64,6 +64,54 @@ func TestFold(t *testing.T) {
 	}
 }
 
+// A revocation that held the lease (no grant allowed) is folded into its
+// tenure's HeldUntil: the hold's end, or its free, or the next tenure's
+// begin, whichever came first; a free of a tenure that ended before the
+// records read is no tenure of its own.
+func TestFoldHolds(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	revoked := func(name string, token uint64, s int, holdS int64) history.Record {
+		return history.Record{Kind: history.KindEnded, Name: name, Token: token, Holder: "h1", Revision: token + 1, Time: at(s),
+			EndedBy: history.EndRevoked, Reason: "stuck", HoldMS: holdS * 1000}
+	}
+	granted := func(name string, token uint64, s int) history.Record {
+		return history.Record{Kind: history.KindGranted, Name: name, Token: token, Holder: "h1", Revision: token, Time: at(s), GrantedAt: at(s)}
+	}
+	freed := func(name string, token uint64, s int) history.Record {
+		return history.Record{Kind: history.KindFreed, Name: name, Token: token, Holder: "h1", Revision: token + 2, Time: at(s)}
+	}
+	recs := []history.Record{
+		granted("ran-out", 1, 0), revoked("ran-out", 1, 2, 31), // held until its hold ran out
+		granted("freed", 3, 0), revoked("freed", 3, 2, 31), freed("freed", 3, 5), // its holder released it
+		granted("now", 6, 0), revoked("now", 6, 2, 0), // free_now: no hold
+		granted("next", 8, 0), revoked("next", 8, 2, 31), granted("next", 20, 9), // freed with no record of it
+		freed("before", 2, 7), // of a tenure that ended before the records read
+	}
+	got := history.Fold(recs)
+	want := map[string]time.Time{"ran-out": at(33), "freed": at(5), "now": {}, "next": at(9)}
+	for _, tn := range got {
+		if tn.Name == "before" {
+			t.Errorf("a free of a tenure not read is a tenure of its own: %+v", tn)
+			continue
+		}
+		if tn.Token == 20 {
+			continue
+		}
+		if w := want[tn.Name]; !tn.HeldUntil.Equal(w) || tn.EndedBy != history.EndRevoked || !tn.To.Equal(at(2)) {
+			t.Errorf("%s: held until %v, ended %s at %v; want held until %v, revoked at %v", tn.Name, tn.HeldUntil, tn.EndedBy, tn.To, w, at(2))
+		}
+	}
+	if len(got) != 5 {
+		t.Errorf("got %d tenures, want 5: %+v", len(got), got)
+	}
+	for _, r := range recs {
+		if r.Ends() != (r.Kind != history.KindGranted) {
+			t.Errorf("%s record: Ends() = %v", r.Kind, r.Ends())
+		}
+	}
+}
+
 // Opened without a retention, the stream keeps its own, and a new one
 // the default: a grantor restarted without --history-retention cut the
 // week its cluster kept to a day (found by an outside client).

@@ -3,6 +3,7 @@ package timeline_test
 import (
 	"context"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +51,69 @@ func TestPageResumesAfterADrop(t *testing.T) {
 	s.CloseClientConnections() // the page's event stream: it reconnects, saying the last id it saw
 	appendAll(t, h, rec("tl.late", 2, now.Add(-30*time.Second)), rec("tl.now", 3, now))
 	lanes(`!!document.querySelector('#timeline [data-lane="tl.late"]') && !!document.querySelector('#timeline [data-lane="tl.now"]')`)
+}
+
+// A revocation that held the lease (no grant allowed until the revoked
+// holder's deadline had passed, or its release) is drawn after the
+// revoked tenure's bar: the page showed the lease free while no one could
+// take it. One freed early is drawn to its free; one revoked with
+// free_now has none.
+func TestPageDrawsARevocationsHold(t *testing.T) {
+	h := openStream(t)
+	th, err := timeline.New(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(th)
+	t.Cleanup(s.Close)
+	ctx := timelinetest.Browser(t)
+	now := time.Now().Truncate(time.Millisecond).UTC()
+	var recs []history.Record
+	revoked := func(name string, token uint64, hold time.Duration) {
+		recs = append(recs,
+			history.Record{Kind: history.KindGranted, Name: name, Holder: "h", Token: token, Revision: token,
+				Time: now.Add(-20 * time.Second), GrantedAt: now.Add(-20 * time.Second)},
+			history.Record{Kind: history.KindEnded, Name: name, Holder: "h", Token: token, Revision: token + 10,
+				Time: now.Add(-15 * time.Second), EndedBy: history.EndRevoked, Reason: "stuck", HoldMS: hold.Milliseconds()})
+	}
+	revoked("tl.held", 1, 31*time.Second)
+	revoked("tl.freed", 2, 31*time.Second)
+	recs = append(recs, history.Record{Kind: history.KindFreed, Name: "tl.freed", Holder: "h", Token: 2, Revision: 30,
+		Time: now.Add(-12 * time.Second)})
+	revoked("tl.now", 3, 0)
+	appendAll(t, h, recs...)
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.URL+"/?since=1m")); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	ready := `document.body.dataset.state === 'live' && !!document.querySelector('#timeline [data-lane="tl.now"]')`
+	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](ready, chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		t.Fatalf("the page never showed its lanes: %v", err)
+	}
+	// Each lane's hold, as [width of the hold, width of the bar, its title].
+	holds, err := chromedp.Run(wctx, chromedp.Evaluate[map[string][]any](`Object.fromEntries(
+		[...document.querySelectorAll('#timeline .lane')].map(l => {
+			const h = l.querySelector('.hold'), b = l.querySelector('.bar-body');
+			return [l.dataset.lane, h ? [Number(h.getAttribute('width')), Number(b.getAttribute('width')), h.querySelector('title').textContent] : []];
+		}))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	width := func(lane string) (hold, bar float64, title string) {
+		if h := holds[lane]; len(h) == 3 {
+			return h[0].(float64), h[1].(float64), h[2].(string)
+		}
+		return 0, 0, ""
+	}
+	// The bar is 5 s long: a hold to now is 15 s, one freed 3 s in is 3 s.
+	if hold, bar, title := width("tl.held"); hold < 2.5*bar || !strings.Contains(title, "at the latest") {
+		t.Errorf("the hold of tl.held: %v wide after a bar of %v, %q; want three times the bar, held on", hold, bar, title)
+	}
+	if hold, bar, title := width("tl.freed"); hold < 0.4*bar || hold > 0.8*bar || !strings.Contains(title, "freed early") {
+		t.Errorf("the hold of tl.freed: %v wide after a bar of %v, %q; want 3/5 of the bar, freed early", hold, bar, title)
+	}
+	if h := holds["tl.now"]; len(h) != 0 {
+		t.Errorf("a revocation with free_now drawn holding: %v", h)
+	}
 }

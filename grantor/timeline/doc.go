@@ -1,7 +1,8 @@
 // Package timeline serves a web page that shows who held which lease when:
 // one lane per lease, a bar per tenure coloured by its holder, each end
 // marked by its cause (released, revoked, expired, removed by gossip, or
-// still live), flapping leases highlighted. It reads a bucket's
+// still live), the hold a revocation left after its tenure (no grant
+// allowed; [history.Tenure.HeldUntil]), flapping leases highlighted. It reads a bucket's
 // [history.Stream] and, with [WithLive], the leases live now (a lease
 // granted before the window and live through it has no record in the
 // window); `leased serve --http-listen` mounts it.

@@ -145,6 +145,9 @@ func printTenures(p printer, ts []history.Tenure, now time.Time) {
 		if t.Reason != "" {
 			ended += " (" + textSafe(t.Reason) + ")"
 		}
+		if !t.HeldUntil.IsZero() {
+			ended += ", held until " + stamp(t.HeldUntil) // no grant allowed until then
+		}
 		holder := field(t.Holder)
 		if t.Holder == "" {
 			holder = "?"

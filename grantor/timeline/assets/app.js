@@ -79,9 +79,16 @@
     // An end whose begin no observer saw (token 0) is a row of its own.
     const key = r.token ? r.name + '\u0000' + r.token : r.name + '\u0000rev' + r.revision;
     let t = tenures.get(key);
+    if (r.kind === 'freed') {
+      // The hold of a revocation that ended t, freed: a free of a tenure
+      // not in the window is no row of its own.
+      if (t) t.freed = t.freed === null ? ms(r.time) : Math.min(t.freed, ms(r.time));
+      return;
+    }
     if (!t) {
       t = { key, name: r.name, token: r.token, holder: '', from: null, to: null, durationMS: 0,
-        renewals: 0, endedBy: '', reason: '', flapping: false, traceID: '', inferredTo: null };
+        renewals: 0, endedBy: '', reason: '', flapping: false, traceID: '', inferredTo: null,
+        heldUntil: null, freed: null, next: null };
       tenures.set(key, t);
     }
     t.holder = t.holder || String(r.holder || '');
@@ -94,6 +101,8 @@
       t.to = ms(r.time);
       t.endedBy = String(r.ended_by || 'unknown');
       t.reason = String(r.reason || '');
+      // A revocation that held the lease, no grant allowed (history.Tenure.HeldUntil).
+      if (Number(r.hold_ms) > 0 && t.to !== null) t.heldUntil = t.to + Number(r.hold_ms);
     }
     if (r.kind === 'ended') t.renewals = Math.max(t.renewals, Number(r.renewals) || 0);
   }
@@ -105,6 +114,13 @@
   // stands).
   function endOf(t) { return t.to !== null ? t.to : t.inferredTo; }
   function causeOf(t) { return t.endedBy || (t.inferredTo !== null ? 'unknown' : ''); }
+  // The end of the hold a revocation left after t (null: none): when it
+  // ran out (heldUntil) or was freed, or the next tenure began (render
+  // sets next), as history.Tenure.HeldUntil.
+  function holdEnd(t) {
+    if (t.heldUntil === null || endOf(t) === null) return null;
+    return Math.min(t.heldUntil, t.freed !== null ? t.freed : Infinity, t.next !== null ? t.next : Infinity);
+  }
 
   // A holder's colour: a hue from a hash of its name, the same on every
   // page and every load.
@@ -167,6 +183,13 @@
     return m;
   }
 
+  // The fill of a revocation's hold: red stripes, over the lane.
+  function holdPattern(defs, id) {
+    const p = el('pattern', { id, width: 5, height: 5, patternUnits: 'userSpaceOnUse',
+      patternTransform: 'rotate(-45)' }, defs);
+    el('line', { class: 'hold-stripe', x1: 1, y1: 0, x2: 1, y2: 5 }, p);
+  }
+
   function legend() {
     const box = $('legend');
     for (const cause of ['released', 'revoked', 'expired', 'removed', 'unknown', 'live']) {
@@ -180,6 +203,16 @@
       item.appendChild(label);
       box.appendChild(item);
     }
+    const hold = document.createElement('span');
+    hold.className = 'legend-item';
+    const hsvg = el('svg', { width: 18, height: 18, viewBox: '0 0 18 18' }, hold);
+    holdPattern(el('defs', {}, hsvg), 'hold-fill-legend');
+    el('rect', { class: 'hold', x: 1, y: 5, width: 16, height: 8, style: 'fill: url(#hold-fill-legend)' }, hsvg);
+    const hlabel = document.createElement('span');
+    hlabel.textContent = 'held after revocation';
+    hlabel.title = 'a revocation holds the lease, no grant allowed, until the revoked holder\'s deadline has surely passed, or its holder releases it';
+    hold.appendChild(hlabel);
+    box.appendChild(hold);
     const flap = document.createElement('span');
     flap.className = 'legend-item legend-flapping';
     flap.textContent = 'FLAPPING: granted anew too often';
@@ -214,6 +247,13 @@
       (t.reason ? ' (' + t.reason + ')' : '');
   }
 
+  function holdSummary(t, held, now) {
+    const why = held < t.heldUntil ? ' (freed early)'
+      : held > now ? ' at the latest (sooner if its holder releases it)'
+        : ' (by then the revoked holder\'s deadline had passed)';
+    return 'held after the revocation, no grant allowed, until ' + stamp(held) + why;
+  }
+
   const TICKS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
   function render() {
@@ -231,7 +271,10 @@
     // Drawn live, it lay under its successor: two holders at once.
     for (const ts of lanes.values()) {
       const byToken = ts.filter((t) => t.token).sort((a, b) => compareTokens(a.token, b.token));
-      byToken.forEach((t, i) => { t.inferredTo = i + 1 < byToken.length ? start(byToken[i + 1]) : null; });
+      byToken.forEach((t, i) => {
+        t.next = i + 1 < byToken.length ? start(byToken[i + 1]) : null;
+        t.inferredTo = t.next;
+      });
     }
     for (const [name, ts] of lanes) {
       const kept = [];
@@ -292,6 +335,7 @@
       patternTransform: 'rotate(45)' }, defs);
     el('rect', { class: 'cluster-bg', width: 6, height: 6 }, hatch);
     el('line', { class: 'cluster-stripe', x1: 1.5, y1: 0, x2: 1.5, y2: 6 }, hatch);
+    holdPattern(defs, 'hold-fill');
     // Only the lanes within a screen of the viewport are drawn; the
     // others keep their place, empty, until scrolled to (scroll).
     const view = viewport(chart);
@@ -328,6 +372,14 @@
         el('rect', { class: 'bar-body', x: x0, y: mid - BAR_H / 2, width: w, height: BAR_H, rx: 2, fill: colour(t.holder) }, g);
         const chars = Math.floor((w - 8) / 6.6);
         if (chars >= 4 && t.holder) text(g, { class: 'bar-label', x: x0 + 4, y: mid + 4 }, truncate(t.holder, chars));
+        const held = holdEnd(t);
+        if (held !== null && held > endOf(t)) {
+          // The lease stayed held after the revocation: no one could take it.
+          const hx = x(Math.min(held, now));
+          const hold = el('rect', { class: 'hold', x: x0 + w, y: mid - BAR_H / 2 + 3, width: Math.max(hx - x0 - w, 0),
+            height: BAR_H - 6 }, g);
+          title(hold, holdSummary(t, held, now));
+        }
         ends.push([cause, x0 + w]);
       }
       const marks = el('g', { class: 'ends' }, lane);
@@ -516,6 +568,8 @@
     row('renewals', 'Renewals', String(t.renewals) + (to === null ? ' (counted at the end)' : ''));
     row('ended-by', 'Ended by', causeOf(t) || 'live (not ended)');
     if (t.reason) row('reason', 'Reason', t.reason);
+    const held = holdEnd(t);
+    if (held !== null) row('held-after', 'Held after', holdSummary(t, held, now));
     if (t.flapping) row('flapping', 'Flapping', 'yes: granted anew more often than the threshold allows');
     if (t.traceID) {
       if (jaeger && /^[0-9a-f]{16,32}$/.test(t.traceID)) {
