@@ -342,7 +342,9 @@ func (s *Service) Start(ctx context.Context) error {
 	// for some seconds while its stream catches up.
 	w, err := kvlease.RetryUnavailable(ctx, 2*time.Second, func(err error) {
 		s.log.Info("waiting for JetStream to start a watch", "prefix", "", "err", err)
-	}, func() (*kvlease.Watcher, error) { return s.store.Watch(context.WithoutCancel(ctx), "", kvlease.ReportFrees()) })
+	}, func() (*kvlease.Watcher, error) {
+		return s.store.Watch(context.WithoutCancel(ctx), "", kvlease.ReportFrees())
+	})
 	if err != nil {
 		return err
 	}
