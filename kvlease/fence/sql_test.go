@@ -823,10 +823,13 @@ func TestSQLStalledHolderTimedOut(t *testing.T) {
 }
 
 // The psql script of docs/fencing.md ("Without Go"), run with psql as
-// written, which goes on after errors: an older token's write is rolled
-// back, not committed (the bare INSERT … RETURNING the doc showed before
-// refused by returning no row, and a script's write went through: found
-// by an outside client), and so is a token of 0.
+// written: an older token's write is rolled back, not committed (the bare
+// INSERT … RETURNING the doc showed before refused by returning no row,
+// and a script's write went through: found by an outside client), and so
+// is a token of 0. psql runs as a user's would, reading a ~/.psqlrc, one
+// that sets ON_ERROR_ROLLBACK on: psql then rolled back to a savepoint
+// after the check's error, the transaction was no longer aborted, and the
+// older token's write committed (found by an outside client).
 func TestSQLDocumentedScript(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/fencing.md")
 	if err != nil {
@@ -847,6 +850,25 @@ func TestSQLDocumentedScript(t *testing.T) {
 	mustExec(t, db, "CREATE TABLE account (id bigint PRIMARY KEY, balance bigint NOT NULL)")
 	mustExec(t, db, "INSERT INTO account VALUES (42, 100)")
 	psql := pgtest.Psql(t)
+	psqlrc := filepath.Join(t.TempDir(), "psqlrc")
+	if err := os.WriteFile(psqlrc, []byte("\\set ON_ERROR_ROLLBACK on\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// runScript runs the script as a user would, with psqlrc as the
+	// user's ~/.psqlrc, and returns psql's output and exit code (3:
+	// ON_ERROR_STOP's, the script stopped at an error).
+	runScript := func(dsn string, token, balance int) ([]byte, int) {
+		t.Helper()
+		cmd := exec.Command(psql, "-q", "-v", fmt.Sprintf("token=%d", token),
+			"-v", fmt.Sprintf("balance=%d", balance), "-f", script, dsn)
+		cmd.Env = append(os.Environ(), "PSQLRC="+psqlrc)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("psql with token %d: %v\n%s", token, err, out)
+		}
+		return out, cmd.ProcessState.ExitCode()
+	}
 	for _, run := range []struct {
 		token, balance int
 		want           int64  // the balance after
@@ -857,19 +879,19 @@ func TestSQLDocumentedScript(t *testing.T) {
 		{20, 210, 210, ""},
 		{0, 400, 210, "violates check constraint"},
 	} {
-		out, err := exec.Command(psql, "-X", "-q", "-v", fmt.Sprintf("token=%d", run.token),
-			"-v", fmt.Sprintf("balance=%d", run.balance), "-f", script, dsn).CombinedOutput()
-		if err != nil {
-			t.Fatalf("psql with token %d: %v\n%s", run.token, err, out)
-		}
+		out, code := runScript(dsn, run.token, run.balance)
 		var balance int64
 		if err := db.QueryRowContext(t.Context(), "SELECT balance FROM account WHERE id = 42").Scan(&balance); err != nil {
 			t.Fatal(err)
 		}
-		if balance != run.want || (run.says == "") != !strings.Contains(string(out), "ERROR") ||
+		wantCode := 0
+		if run.says != "" {
+			wantCode = 3
+		}
+		if balance != run.want || code != wantCode || (run.says == "") != !strings.Contains(string(out), "ERROR") ||
 			!strings.Contains(string(out), run.says) {
-			t.Errorf("psql with token %d, balance %d: balance now %d, want %d; output:\n%s", run.token, run.balance,
-				balance, run.want, out)
+			t.Errorf("psql with token %d, balance %d: balance now %d, want %d; exit %d, want %d; output:\n%s",
+				run.token, run.balance, balance, run.want, code, wantCode, out)
 		}
 	}
 	// A table of that name made by hand with a text token column, which
@@ -885,10 +907,10 @@ func TestSQLDocumentedScript(t *testing.T) {
 		token int
 		says  string
 	}{{10, ""}, {9, "is stale"}} {
-		out, err := exec.Command(psql, "-X", "-q", "-v", fmt.Sprintf("token=%d", run.token), "-v", "balance=1",
-			"-f", script, dsn2).CombinedOutput()
-		if err != nil || (run.says == "") != !strings.Contains(string(out), "ERROR") || !strings.Contains(string(out), run.says) {
-			t.Errorf("text token column, token %d: %v; output:\n%s", run.token, err, out)
+		out, code := runScript(dsn2, run.token, 1)
+		if (code == 0) != (run.says == "") || (run.says == "") != !strings.Contains(string(out), "ERROR") ||
+			!strings.Contains(string(out), run.says) {
+			t.Errorf("text token column, token %d: exit %d; output:\n%s", run.token, code, out)
 		}
 	}
 	for _, res := range []string{"", strings.Repeat("x", fence.MaxSQLResource+1)} {
