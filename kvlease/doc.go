@@ -52,9 +52,12 @@
 // The token is the revision of the grant that began a tenure. It stays the
 // same across the tenure's renewals and is higher than every revision before
 // it in the bucket, since revisions are the stream's sequence numbers. A
-// bucket that is deleted and recreated starts its revisions again: [Open]
-// never does that, and operators must not either (a fence would then refuse
-// every new holder, which is safe but stuck).
+// bucket that is deleted and recreated starts its revisions again, at 1
+// unless its creator gives a first token above the old bucket's
+// ([WithFirstToken], [WithNewBucketFirstToken]; serve begins a bucket it
+// makes anew above the history it finds): [Open] never deletes a bucket, and
+// operators must not either (a fence would refuse every new holder until
+// their tokens passed the highest it saw, which is safe but stuck).
 //
 // # Group commit
 //

@@ -40,7 +40,10 @@
 //
 // Tokens compare only within one lease bucket: a bucket that is deleted and
 // recreated starts its revisions again, and the fence then refuses every new
-// holder (safe, but stuck; see [github.com/leased/leased/kvlease]).
+// holder (safe, but stuck), unless the new bucket begins above the old
+// one's tokens ([github.com/leased/leased/kvlease.WithFirstToken]; serve's
+// --first-token; serve begins a bucket it makes anew above the history it
+// finds).
 //
 // # Metrics
 //
