@@ -195,7 +195,9 @@ FROM (SELECT $1::regclass::oid AS oid) c`
 // Its late commit is still safe: it is ordered before the successor's
 // write, which then supersedes it. Bound the wait with PostgreSQL's
 // idle_in_transaction_session_timeout (for the holders' sessions: a
-// paused holder's session is ended and its commit fails) or lock_timeout.
+// paused holder's session is ended and its commit fails) or lock_timeout
+// (the waiting Check fails with a [*DatabaseError], SQLSTATE 55P03, which
+// [Retryable] does not count: roll back, and check again later).
 //
 // # Errors
 //
