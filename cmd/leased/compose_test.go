@@ -42,6 +42,12 @@ func TestComposeMatchesDevCluster(t *testing.T) {
 	if m := regexp.MustCompile(`OTEL_EXPORTER_OTLP_ENDPOINT: (\S+)`).FindSubmatch(data); m == nil || !regexp.MustCompile(`:4318$`).Match(m[1]) {
 		t.Errorf("docker-compose.yml's OTEL_EXPORTER_OTLP_ENDPOINT %q: want Jaeger's OTLP/HTTP port 4318", m)
 	}
+	// Jaeger takes traces only: its OTLP receiver answers /v1/metrics 404
+	// (all-in-one's only pipeline is traces), and every node logged a
+	// "telemetry" warning at each metric export, once a minute.
+	if !regexp.MustCompile(`(?m)^    OTEL_METRICS_EXPORTER: "?none"?\s*(#.*)?$`).Match(data) {
+		t.Errorf("docker-compose.yml exports OTLP to Jaeger, which takes no metrics: want OTEL_METRICS_EXPORTER: none in the nodes' environment")
+	}
 	// dev-cluster's flags name the same things.
 	local := cli.LocalCluster(3, "127.0.0.1", 4222, 6222, "/tmp/x")
 	for i := range local {
