@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -85,5 +87,54 @@ func TestRunStoppedPastItsDeadlineCountsALossDuringWork(t *testing.T) {
 	}
 	if n, ok := sink.sum(t, "leased-run", "leased.expiries_during_work", func(n int64, ok bool) bool { return ok }); n != 1 {
 		t.Errorf("leased.expiries_during_work = %d (exported: %v), want 1: the lease ended while the command worked\n%s", n, ok, p.logs.text())
+	}
+}
+
+// Two serves on one host using one NATS (--nats-url, no --name) are two
+// OTLP instances: they exported under one service.instance.id, the host
+// name, and a backend took their cumulative counters for one series, each
+// process's values overwriting the other's (found by an operator, as
+// the holders' was: their service.instance.id is HOST-PID for the same
+// reason). Without --name such a serve is HOST-PID, as its gossip name.
+func TestServesOnOneHostExportApart(t *testing.T) {
+	nats := startServe(t, "")  // the NATS server the other two use; it exports nothing
+	ids := map[string]string{} // test.process -> service.instance.id; guarded by sink.mu
+	sink := startOTLPSink(t, func() *colmetric.ExportMetricsServiceRequest { return new(colmetric.ExportMetricsServiceRequest) },
+		&colmetric.ExportMetricsServiceResponse{}, func(req *colmetric.ExportMetricsServiceRequest) {
+			for _, rm := range req.ResourceMetrics {
+				var proc, id string
+				for _, a := range rm.GetResource().GetAttributes() {
+					switch a.Key {
+					case "test.process":
+						proc = a.Value.GetStringValue()
+					case "service.instance.id":
+						id = a.Value.GetStringValue()
+					}
+				}
+				if proc != "" {
+					ids[proc] = id
+				}
+			}
+		})
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.url)
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	t.Setenv("OTEL_METRIC_EXPORT_INTERVAL", "200") // ms
+	for _, proc := range []string{"a", "b"} {
+		t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "test.process="+proc) // tells the exports apart here only
+		serveOn(t, nats.url).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	}
+	if !sink.until(func() bool { return ids["a"] != "" && ids["b"] != "" }) {
+		t.Fatalf("metrics exported by serve a and b: %v", ids)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if ids["a"] == ids["b"] {
+		t.Errorf("both serves exported as service.instance.id %q: want one each", ids["a"])
+	}
+	host, _ := os.Hostname()
+	for proc, id := range ids {
+		if !strings.HasPrefix(id, host+"-") {
+			t.Errorf("serve %s exported as service.instance.id %q, want %s-PID", proc, id, host)
+		}
 	}
 }

@@ -379,10 +379,14 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	// Traces and metrics: OTLP from the standard OTEL_* variables, and
 	// Prometheus on --metrics-listen.
 	// Each node's spans and metrics say which node it is: in a cluster,
-	// which grantor answered (found by an outside client).
+	// which grantor answered (found by an outside client). With --nats-url
+	// and no --name that is HOST-PID, as its gossip name: serves on one
+	// host share the host name, and their OTLP exports under one
+	// service.instance.id were taken for one process's (found by an
+	// operator).
 	health := &healthCheck{}
 	f.metrics.health = health
-	mp, stopTelemetry, err := f.metrics.start(ctx, "leased", log, semconv.ServiceInstanceID(nodeName(f)))
+	mp, stopTelemetry, err := f.metrics.start(ctx, "leased", log, semconv.ServiceInstanceID(gossipName(f)))
 	if err != nil {
 		return err
 	}
@@ -696,7 +700,8 @@ func nodeName(f serveFlags) string {
 // embedded server's (unique in its NATS cluster); with --nats-url, the
 // host name and the process ID, since grantors on one host share the host
 // name (memberlist refused the second of two under one name: "Conflicting
-// address").
+// address"). Its OTLP service.instance.id is the same, for the same
+// reason.
 func gossipName(f serveFlags) string {
 	if f.name != "" || f.natsURL == "" {
 		return nodeName(f)
