@@ -93,7 +93,8 @@ type doneRecord struct {
 //
 // Errors: [kvlease.ErrInvalidName]; [kvlease.ErrInvalidOption] (nothing
 // sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket] (also for an
-// existing results bucket, NAME-done, whose entries expire, and, nothing
+// existing results bucket, NAME-done, whose entries expire, or that was
+// made for the claims of another lease bucket than store's, and, nothing
 // sent, for a queue whose bucket would be the lease store's).
 func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, name string, opts ...OpenOption) (*Queue, error) {
 	if js == nil || store == nil {
@@ -125,8 +126,12 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 	if q.removeTTL, err = removalTTL(ctx, js, q.items.Bucket()); err != nil {
 		return nil, err
 	}
-	done, err := open(true, jetstream.KeyValueConfig{Bucket: name + "-done", TTL: oo.resultRetention})
+	done, err := open(true, jetstream.KeyValueConfig{Bucket: name + "-done", TTL: oo.resultRetention,
+		Metadata: map[string]string{metaLeaseBucket: store.Bucket()}})
 	if err != nil {
+		return nil, err
+	}
+	if err := sameLeaseBucket(ctx, done, store.Bucket()); err != nil {
 		return nil, err
 	}
 	q.done = kvcas.Doc[doneRecord]{KV: done, JS: js, ReadOp: "read sink", WriteOp: "write sink", Corrupt: "workqueue: sink record"}
@@ -155,6 +160,30 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 }
 
 func (q *Queue) claimPrefix() string { return "claim." + q.name + "." }
+
+// metaLeaseBucket is the sink's stream metadata key that names the lease
+// bucket of the queue's claims.
+const metaLeaseBucket = "leased.workqueue.lease_bucket"
+
+// sameLeaseBucket refuses, with [kvlease.ErrBucket], a sink made for the
+// claims of another lease bucket than bucket. The claims are leases of
+// one bucket and the sink compares their tokens: a worker whose store had
+// another bucket held a claim on an item another worker held (tokens 1
+// and 1 on two new buckets: both passed the sink's bar and any fence of
+// the item), and its claims on items the other bucket's higher tokens had
+// raised were refused for good (found by an outside client). A sink made
+// before the bucket was recorded names none and is not checked.
+func sameLeaseBucket(ctx context.Context, done jetstream.KeyValue, bucket string) error {
+	st, err := done.Status(ctx)
+	if err != nil {
+		return kvlease.JetStreamError("open "+done.Bucket(), err)
+	}
+	if had, ok := st.Metadata()[metaLeaseBucket]; ok && had != bucket {
+		return fmt.Errorf("%w: queue bucket %q holds the results of claims in the lease bucket %q, not %q: open the queue with a store of %q",
+			kvlease.ErrBucket, done.Bucket(), had, bucket, had)
+	}
+	return nil
+}
 
 // itemMarkerTTL is how long the marker of a removed item (completed, or
 // found done) stays in the items bucket: long enough for a follower that

@@ -1068,3 +1068,52 @@ func TestOpenOldQueueWithoutStreamUpdatePermission(t *testing.T) {
 		t.Fatalf("complete with markers kept: %v", err)
 	}
 }
+
+// A queue is its lease bucket's: its claims are leases there, and the
+// sink's bar compares their tokens. Opened with a store of another bucket,
+// a worker's claims were leases in that one: two workers held a claim on
+// the same item at once and both worked it, and the tokens of one bucket's
+// claims, compared with the other's at the sink, refused the lower
+// bucket's workers every item the other had touched, for good (found by an
+// outside client: workers started with two lease buckets on one cluster).
+// Open with another bucket's store is refused with ErrBucket.
+func TestOpenRefusesAnotherLeaseBucket(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	ctx := t.Context()
+	stA := kvleasetest.OpenStoreOn(t, nc, kvlease.WithBucket("leases-a"))
+	stB := kvleasetest.OpenStoreOn(t, nc, kvlease.WithBucket("leases-b"))
+	qA, err := workqueue.Open(ctx, js, stA, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qA.Close()
+	if err := qA.Add(ctx, "item", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := qA.Claim(ctx, "wa", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
+	qB, err := workqueue.Open(ctx, js, stB, "jobs")
+	if err == nil {
+		defer qB.Close()
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if cb, err := qB.Claim(wctx, "wb", 10*time.Second); err == nil {
+			_ = cb.Close(ctx)
+			t.Fatalf("a second claim on %s (token %d, bucket leases-b) while wa holds one (token %d, bucket leases-a)", cb.Item, cb.Token(), c.Token())
+		}
+	}
+	if !errors.Is(err, kvlease.ErrBucket) {
+		t.Fatalf("Open of queue jobs with the store of leases-b, made with leases-a's: %v; want ErrBucket", err)
+	}
+	// The store of its own bucket opens it again.
+	qA2, err := workqueue.Open(ctx, js, stA, "jobs")
+	if err != nil {
+		t.Fatalf("Open again with the store of leases-a: %v", err)
+	}
+	qA2.Close()
+}
