@@ -428,7 +428,10 @@ func (c *Claim) Close(ctx context.Context) error {
 // then free at once, not when the claim's lease would have lapsed.
 //
 // Errors: ctx's; [kvlease.ErrInvalidOption]; the lease's and keeper's
-// validation errors; [kvlease.ErrUnavailable]; once the queue's follows of
+// validation errors; [kvlease.ErrUnavailable]; [kvlease.ErrBucket] for a
+// claim whose token is below the item's bar at the sink (the lease bucket
+// made anew below the tokens the queue has seen; it wraps a
+// [*fence.StaleTokenError]) or a sink record that does not decode; once the queue's follows of
 // its buckets have ended, their error, for every Claim after
 // ([kvlease.ErrConnClosed] on a connection its owner closed,
 // [kvlease.ErrBucketReplaced] for a bucket made anew): open the queue
@@ -487,6 +490,8 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 					heldBack = he.HeldBack
 				}
 				switch {
+				case errors.Is(err, kvlease.ErrBucket):
+					return nil, err // also a stale token from a lease bucket made anew (tokensBehind)
 				case errors.Is(err, kvlease.ErrInvalidName):
 					continue // an item no claim can name (added before Add checked): another's turn
 				case !errors.Is(err, kvlease.ErrHeld) && !errors.Is(err, ErrDone) && !errors.Is(err, kvlease.ErrNotFound) && !errors.Is(err, fence.ErrStaleToken):
@@ -562,7 +567,11 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 		}
 		return doneRecord{Token: l.Token()}, nil
 	}, l.Token()); err != nil {
+		behind := q.tokensBehind(ctx, l, err)
 		_ = l.Release(context.WithoutCancel(ctx))
+		if behind != nil {
+			return nil, behind
+		}
 		if errors.Is(err, ErrDone) {
 			_ = q.remove(ctx, id) // completed, but its deletion was lost
 		}
@@ -583,6 +592,28 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 		return nil, err
 	}
 	return &Claim{Keeper: k, Item: id, Payload: payload, q: q}, nil
+}
+
+// tokensBehind returns an [kvlease.ErrBucket] error if err, the sink's
+// refusal to raise an item's bar to claim l's token, is a bar above the
+// token of a claim that still holds the item: not a newer claim, but a
+// lease bucket whose tokens are below those the sink has seen (made anew
+// below its history). Each Claim then granted and released the item's
+// claim, and woke on its own events to do it again, until the bucket's
+// tokens reached the bar: a thousand tenures, and seconds, for a bar a
+// thousand grants up, which filled the lease history (found by an outside
+// client). Nil otherwise.
+func (q *Queue) tokensBehind(ctx context.Context, l *kvlease.Lease, err error) error {
+	var stale *fence.StaleTokenError
+	if !errors.As(err, &stale) || stale.Highest <= l.Token() || l.Check() != nil {
+		return nil
+	}
+	if rec, gerr := q.store.Get(ctx, l.Name()); gerr != nil || rec.Token != l.Token() {
+		return nil // ended: a newer claim may have raised the bar
+	}
+	return fmt.Errorf("%w: queue %q: claim %q has token %d, below the %d its sink has seen: was the lease bucket %q made anew? "+
+		"Make it with a first token above the sink's (kvlease.WithFirstToken, serve --first-token): %w",
+		kvlease.ErrBucket, q.name, l.Name(), l.Token(), stale.Highest, q.store.Bucket(), err)
 }
 
 // item reads the pending item id's payload through the items stream's

@@ -1117,3 +1117,67 @@ func TestOpenRefusesAnotherLeaseBucket(t *testing.T) {
 	}
 	qA2.Close()
 }
+
+// A lease bucket made anew below the tokens the queue's sink has seen
+// gives claims below an item's bar: Claim says so (ErrBucket, with the
+// stale token), at once. It granted and released the item's claim, woken
+// by its own events, until the bucket's tokens reached the bar: 1,000
+// tenures and 3 s for a bar 2,000 revisions up (found by an outside
+// client).
+func TestClaimRefusesTokensBelowTheSinks(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	ctx := t.Context()
+	st := kvleasetest.OpenStoreOn(t, nc, kvlease.WithBucket("tb"))
+	for range 50 { // the bucket's tokens move on
+		l, err := kvlease.Acquire(ctx, st, "other", "x", 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := workqueue.Open(ctx, js, st, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Add(ctx, "item", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w1", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bar := c.Token() // raised at the sink
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	if err := js.DeleteKeyValue(ctx, "tb"); err != nil {
+		t.Fatal(err)
+	}
+	st2 := kvleasetest.OpenStoreOn(t, nc, kvlease.WithBucket("tb")) // anew, from token 1
+	q2, err := workqueue.Open(ctx, js, st2, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c2, err := q2.Claim(cctx, "w2", 5*time.Second)
+	if err == nil {
+		_ = c2.Close(ctx)
+		t.Fatalf("claimed with token %d, bar %d: want ErrBucket at once", c2.Token(), bar)
+	}
+	if !errors.Is(err, kvlease.ErrBucket) || !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("Claim under a bar of %d on a bucket made anew: %v; want ErrBucket wrapping a stale token", bar, err)
+	}
+	// Nothing granted but the one claim, released: the item is free.
+	if l, err := kvlease.Acquire(ctx, st2, "claim.jobs.item", "probe", 5*time.Second); err != nil {
+		t.Fatalf("the item's claim after the refused Claim: %v", err)
+	} else {
+		_ = l.Release(ctx)
+	}
+}
