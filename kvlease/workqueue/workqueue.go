@@ -91,6 +91,15 @@ type doneRecord struct {
 // ctx), and if the update is refused or not answered (a NATS user that may
 // not update streams gets no answer), this Queue's markers stay for good.
 //
+// Open makes one attempt, unlike [kvlease.Open], which waits for
+// JetStream: a cluster that has just started answers for the lease bucket
+// while the queue's streams are still electing their leaders, and Open
+// then returns [kvlease.ErrUnavailable] (a worker that opened its store
+// and queue as a dev-cluster's nodes restarted got "watch items: context
+// deadline exceeded" once its store had opened; found by an outside
+// client). Open again after it, with [kvlease.RetryUnavailable] for
+// instance.
+//
 // Errors: [kvlease.ErrInvalidName]; [kvlease.ErrInvalidOption] (nothing
 // sent); [kvlease.ErrUnavailable]; [kvlease.ErrBucket] (also for an
 // existing results bucket, NAME-done, whose entries expire, or that was
