@@ -79,7 +79,13 @@ func TestRegistryGossipRemovesDeadNodesRegistrations(t *testing.T) {
 
 func nextChange(t *testing.T, ch <-chan registry.Change, typ string) registry.Change {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
+	return nextChangeWithin(t, ch, typ, 10*time.Second)
+}
+
+// nextChangeWithin is nextChange waiting up to d.
+func nextChangeWithin(t *testing.T, ch <-chan registry.Change, typ string, d time.Duration) registry.Change {
+	t.Helper()
+	timeout := time.After(d)
 	for {
 		select {
 		case c, ok := <-ch:

@@ -3,7 +3,11 @@
 //
 // Nodes use [membership.TestConfig]: 127.0.0.1, a free port each, 100 ms
 // probes and heartbeats. A killed node is declared dead within about 1–1.5 s
-// and a silent one is suspect after about 0.4 s.
+// and a silent one is suspect after about 0.4 s. Those timeouts are tight:
+// on a loaded machine (load 15 on two cores, under the race detector) they
+// also declare live nodes dead. A test whose point is which node gossip
+// declares dead uses [ClusterLAN] (memberlist's own timing, about 5 s to a
+// verdict) and waits longer for it.
 //
 // # What it guarantees
 //

@@ -27,8 +27,26 @@ func Cluster(t testing.TB, names ...string) []*membership.Node {
 	return Start(t, cfgs...)
 }
 
-// Start is [Cluster] with explicit configurations, which should use
-// ProfileTest and distinct names.
+// ClusterLAN is [Cluster] with [membership.ProfileLAN] on free ports:
+// memberlist's own timing (500 ms probe timeout, at least 4 s of suspicion,
+// Lifeguard), so a killed node is declared dead after about 5 s, and
+// later under load; wait for that with a bound of your own ([WaitFor]),
+// not [Timeout]. For tests whose point is that one node and no other is
+// declared dead: on a machine at load 15 the test profile's 50 ms probe
+// timeout and 0.8 s suspicion declared a live node dead.
+func ClusterLAN(t testing.TB, names ...string) []*membership.Node {
+	t.Helper()
+	cfgs := make([]membership.Config, len(names))
+	for i, name := range names {
+		cfgs[i] = membership.DefaultConfig(name)
+		cfgs[i].BindPort = 0
+	}
+	return Start(t, cfgs...)
+}
+
+// Start is [Cluster] with explicit configurations, which should have
+// distinct names and free ports (BindPort 0), and use ProfileTest unless
+// the test waits longer than [Timeout] for a verdict.
 func Start(t testing.TB, cfgs ...membership.Config) []*membership.Node {
 	t.Helper()
 	nodes := make([]*membership.Node, len(cfgs))
