@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/leased/leased/cmd/leased/cli"
+	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/embedded"
+	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
@@ -34,13 +36,17 @@ type devClusterProc struct {
 }
 
 // startDevCluster runs `leased dev-cluster` with args on free ports and
-// data in a temporary directory, and waits until every node is ready.
+// data in a temporary directory, and waits until every node is ready. A
+// "--gossip-port" among args is given its free port.
 func startDevCluster(t *testing.T, args ...string) *devClusterProc {
 	t.Helper()
-	// One range for the three kinds of port: three ranges picked apart
-	// could overlap (a CI run gave n3's timeline page n1's client port).
-	port := kvleasetest.ConsecutiveFreePorts(t, 9)
-	cport, hport := port+3, port+6
+	// One range for the four kinds of port: ranges picked apart could
+	// overlap (a CI run gave n3's timeline page n1's client port).
+	port := kvleasetest.ConsecutiveFreePorts(t, 12)
+	cport, hport, gport := port+3, port+6, port+9
+	if i := slices.Index(args, "--gossip-port"); i >= 0 {
+		args = slices.Insert(slices.Clone(args), i+1, strconv.Itoa(gport))
+	}
 	cmd := exec.Command(leasedBin, append([]string{"dev-cluster", "--data", t.TempDir(),
 		"--port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(cport), "--http-port", strconv.Itoa(hport)}, args...)...)
 	stdout, _ := cmd.StdoutPipe()
@@ -353,5 +359,34 @@ func TestDevClusterFirstToken(t *testing.T) {
 	var got struct{ Token uint64 }
 	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != 0 || err != nil || got.Token < 70000 {
 		t.Fatalf("acquire on dev-cluster --first-token 70000: %+v, %v; want a token of at least 70000", r, err)
+	}
+}
+
+// dev-cluster --gossip-port gossips between its nodes, each a seed of the
+// others: an instance registered through it that dies is removed on
+// gossip's word, long before its TTL. Registration with gossip needed
+// nodes started by hand (found by an outside client).
+func TestDevClusterGossip(t *testing.T) {
+	d := startDevCluster(t, "--gossip-port")
+	line := d.stderr.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "--gossip-seeds ") })
+	seeds := line[strings.LastIndex(line, " ")+1:]
+	if strings.Count(seeds, ",") != 2 {
+		t.Fatalf("gossip seeds %q (from %q), want the three nodes'", seeds, line)
+	}
+	st := kvleasetest.OpenStore(t, d.nodeURL("n1"), kvlease.WithoutCreate())
+	w, err := st.Watch(t.Context(), api.RegistrationPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	reg := startRegister(t, d.url, seeds, "g1", "60s")
+	if in, ok := instance(discover(t, d.url), "g1"); !ok || !in.Gossip {
+		t.Fatalf("discovery: %+v (found %v), want g1 a gossip member", in, ok)
+	}
+	if err := reg.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEventOf(t, w, 40*time.Second, "svc.web.g1"); ev.Type != kvlease.EventRevoked || !strings.HasPrefix(ev.Reason, "gossip") {
+		t.Fatalf("registration ended by %v (%q), want a gossip revocation", ev.Type, ev.Reason)
 	}
 }

@@ -30,6 +30,7 @@ type ClusterNode struct {
 	Port        int    // client port
 	ClusterPort int    // route port
 	HTTPPort    int    // timeline page port (serve --http-listen); 0: none
+	GossipPort  int    // gossip port (serve --gossip-listen, every member a seed); 0: no gossip
 	Data        string // data directory
 	FirstToken  uint64 // serve --first-token; 0: none
 }
@@ -62,6 +63,9 @@ func ClusterServeArgs(nodes []ClusterNode, i int) []string {
 	if n.FirstToken > 0 {
 		args = append(args, "--first-token", strconv.FormatUint(n.FirstToken, 10))
 	}
+	if seeds := GossipSeeds(nodes); n.GossipPort > 0 {
+		args = append(args, "--gossip-listen", net.JoinHostPort(n.Host, strconv.Itoa(n.GossipPort)), "--gossip-seeds", seeds)
+	}
 	if ip := net.ParseIP(n.Host); ip == nil || !ip.IsLoopback() {
 		// Containers (and the partition test's private network) listen
 		// beyond loopback without authorization: the compose set-up is for
@@ -93,6 +97,18 @@ func ClientURLs(nodes []ClusterNode) string {
 	return strings.Join(urls, ",")
 }
 
+// GossipSeeds returns the comma-separated gossip addresses of nodes, for
+// serve's and register's --gossip-seeds ("" without gossip).
+func GossipSeeds(nodes []ClusterNode) string {
+	var seeds []string
+	for _, n := range nodes {
+		if n.GossipPort > 0 {
+			seeds = append(seeds, net.JoinHostPort(n.Host, strconv.Itoa(n.GossipPort)))
+		}
+	}
+	return strings.Join(seeds, ",")
+}
+
 // LocalCluster describes n members on host with consecutive ports.
 func LocalCluster(n int, host string, port, clusterPort int, dataDir string) []ClusterNode {
 	nodes := make([]ClusterNode, n)
@@ -105,7 +121,7 @@ func LocalCluster(n int, host string, port, clusterPort int, dataDir string) []C
 }
 
 func newDevCluster(stdout, stderr io.Writer) *cobra.Command {
-	var n, port, clusterPort, httpPort int
+	var n, port, clusterPort, httpPort, gossipPort int
 	var firstToken uint64
 	var host, data string
 	var restart bool
@@ -119,6 +135,11 @@ listens for clients on --port+i-1, for routes on --cluster-port+i-1 and
 serves the timeline page (who held which lease when) on
 http://127.0.0.1:<--http-port+i-1>/, and keeps its data in --data/n<i>, so a
 restart finds it again.
+
+With --gossip-port, node i also gossips on --gossip-port+i-1 (serve
+--gossip-listen, every node a --gossip-seeds of the others), and dev-cluster
+says the seeds for "leased register --gossip-seeds": a registered instance
+that dies is then removed on gossip's word, not at its TTL.
 
 It says on stderr when each node starts (with its pid), is ready and exits,
 and when all are ready.
@@ -153,6 +174,9 @@ secured cluster.`,
 			if httpPort < 0 || httpPort+n-1 > 65535 {
 				return usageError{fmt.Errorf("--http-port %d: want 1..%d for %d nodes, or 0 for no page", httpPort, 65536-n, n)}
 			}
+			if gossipPort < 0 || gossipPort+n-1 > 65535 {
+				return usageError{fmt.Errorf("--gossip-port %d: want 1..%d for %d nodes, or 0 for no gossip", gossipPort, 65536-n, n)}
+			}
 			for flag, p := range map[string]int{"--port": port, "--cluster-port": clusterPort} {
 				if p < 1 || p+n-1 > 65535 {
 					return usageError{fmt.Errorf("%s %d: want 1..%d for %d nodes", flag, p, 65536-n, n)}
@@ -170,6 +194,9 @@ secured cluster.`,
 				if httpPort > 0 {
 					nodes[i].HTTPPort = httpPort + i
 				}
+				if gossipPort > 0 {
+					nodes[i].GossipPort = gossipPort + i
+				}
 				nodes[i].FirstToken = firstToken
 			}
 			return devCluster(cmd.Context(), exe, nodes, restart, stdout, stderr)
@@ -180,6 +207,8 @@ secured cluster.`,
 	cmd.Flags().IntVar(&port, "port", 4222, "client port of the first node")
 	cmd.Flags().IntVar(&clusterPort, "cluster-port", 6222, "route port of the first node")
 	cmd.Flags().IntVar(&httpPort, "http-port", 8080, "timeline page port of the first node (serve --http-listen; 0: no page)")
+	cmd.Flags().IntVar(&gossipPort, "gossip-port", 0, "gossip port of the first node (serve --gossip-listen, each node a seed of the others), "+
+		"for service registration whose dead instances gossip removes; 0: no gossip")
 	cmd.Flags().StringVar(&data, "data", filepath.Join(defaultDataDir(), "dev-cluster"), "data directory (one subdirectory per node)")
 	cmd.Flags().BoolVar(&restart, "restart", false, "restart a node that exits, on its data, with a backoff")
 	cmd.Flags().Uint64Var(&firstToken, "first-token", 0, "every node's serve --first-token: the first fencing token of the lease bucket when it is created (default: 1)")
@@ -301,6 +330,9 @@ func devCluster(ctx context.Context, exe string, nodes []ClusterNode, restart bo
 		return time.Since(started), "exited (" + ps.String() + ")", ps.Exited() && ps.ExitCode() != 0
 	}
 	fmt.Fprintf(stdout, "LEASED_URL=%s\n", ClientURLs(nodes))
+	if seeds := GossipSeeds(nodes); seeds != "" {
+		say("gossip on %s: register instances with --gossip-seeds %s", seeds, seeds)
+	}
 	for i, n := range nodes {
 		live.Add(1)
 		go func() {
