@@ -295,29 +295,15 @@ func TestRunPassesTokenAndExitCode(t *testing.T) {
 func TestRunReleaseOutlastsAGrantorPause(t *testing.T) {
 	s := startServe(t, "")
 	const timeout = time.Second
-	cmd := exec.Command(leasedBin, "run", "--verbose", "--url", s.url, "--timeout", timeout.String(), "--lease", "paused",
+	cmd, stdin, out, logs := startCLI(t, "run", "--verbose", "--url", s.url, "--timeout", timeout.String(), "--lease", "paused",
 		"--ttl", "30s", "--", "sh", "-c", "read x; echo ended")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	out, logs := readLines(stdout), readLines(stderr)
 	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "command started") })
-	serve := s.cmd.Process.Pid
-	if err := syscall.Kill(serve, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(serve, syscall.SIGCONT)
+	resume := s.pause(t)
 	fmt.Fprintln(stdin, "end")
 	out.wait(t, 10*time.Second, func(l string) bool { return l == "ended" })
 	time.Sleep(2 * timeout) // the fault: no answer for longer than --timeout
 	logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "release unanswered; trying again") })
-	if err := syscall.Kill(serve, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	resume()
 	if err := waitExit(cmd, 30*time.Second); err != nil {
 		t.Fatalf("run: %v\n%s", err, logs.text())
 	}
@@ -336,20 +322,9 @@ func TestRunReleaseOutlastsAGrantorPause(t *testing.T) {
 // and the second stop was swallowed.
 func TestHoldEndsAtASecondStopWhileReleasing(t *testing.T) {
 	s := startServe(t, "")
-	hold := exec.Command(leasedBin, "acquire", "unanswered", "--hold", "--ttl", "30s", "--url", s.url)
-	stdout, _ := hold.StdoutPipe()
-	stderr, _ := hold.StderrPipe()
-	if err := hold.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hold.Process.Kill(); _ = hold.Wait() })
-	out, logs := readLines(stdout), readLines(stderr)
+	hold, _, out, logs := startCLI(t, "acquire", "unanswered", "--hold", "--ttl", "30s", "--url", s.url)
 	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "unanswered") })
-	serve := s.cmd.Process.Pid
-	if err := syscall.Kill(serve, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(serve, syscall.SIGCONT)
+	defer s.pause(t)()
 	_ = hold.Process.Signal(syscall.SIGTERM)
 	logs.wait(t, 10*time.Second, func(l string) bool {
 		return strings.Contains(l, "releasing unanswered: no answer yet") && strings.Contains(l, "stop again")

@@ -128,6 +128,33 @@ func (s *server) stop(t *testing.T) {
 	}
 }
 
+// pause stops the server (SIGSTOP) until the returned resume is called,
+// or the test ends.
+func (s *server) pause(t *testing.T) (resume func()) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume = sync.OnceFunc(func() { _ = s.cmd.Process.Signal(syscall.SIGCONT) })
+	t.Cleanup(resume)
+	return resume
+}
+
+// startCLI starts the CLI with args, killed when the test ends, and
+// returns it, its standard input and the lines of its output and errors.
+func startCLI(t *testing.T, args ...string) (*exec.Cmd, io.WriteCloser, *lines, *lines) {
+	t.Helper()
+	cmd := exec.Command(leasedBin, args...)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, stdin, readLines(stdout), readLines(stderr)
+}
+
 // waitExit waits for cmd to exit, killing it after timeout.
 func waitExit(cmd *exec.Cmd, timeout time.Duration) error {
 	done := make(chan error, 1)
