@@ -1119,6 +1119,13 @@ func TestAdvise(t *testing.T) {
 	if r := leased(t, "", "advise", "--work-p99", "1s"); r.code != 2 {
 		t.Fatalf("advise without --rtt-p99: exit %d", r.code)
 	}
+	// A negative measurement is refused naming its flag (it said only
+	// "measurements cannot be negative"; found by an outside client).
+	for flag, v := range map[string]string{"--work-p99": "-1s", "--pause-p99": "-1ms", "--clock-rate": "-0.001"} {
+		if r := leased(t, "", "advise", "--rtt-p99", "3ms", flag, v); r.code != 2 || !strings.Contains(r.stderr, flag+": ") {
+			t.Errorf("advise %s %s: exit %d, stderr %q; want 2 naming the flag", flag, v, r.code, r.stderr)
+		}
+	}
 	// Measurements no lease can absorb give no advice, and a clock rate
 	// that is no number is bad input (both were advised: ρ 0.5, "+Inf";
 	// found by an outside client). Without --work-p99, nothing is said of

@@ -29,8 +29,10 @@ Clock().Estimate).`,
 			if m.RenewRTT <= 0 {
 				return usageError{fmt.Errorf("--rtt-p99 is required, a positive duration (got %v)", m.RenewRTT)}
 			}
-			if m.Work < 0 || m.Pause < 0 || m.ClockRate < 0 {
-				return usageError{fmt.Errorf("measurements cannot be negative")}
+			for flag, negative := range map[string]bool{"--work-p99": m.Work < 0, "--pause-p99": m.Pause < 0, "--clock-rate": m.ClockRate < 0} {
+				if negative { // it said only "measurements cannot be negative" (found by an outside client)
+					return usageError{fmt.Errorf("%s: a measurement cannot be negative", flag)}
+				}
 			}
 			if output != "text" && output != "json" {
 				return usageError{fmt.Errorf("-o %q: want text or json", output)}
