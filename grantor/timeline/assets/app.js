@@ -207,7 +207,7 @@
     hold.className = 'legend-item';
     const hsvg = el('svg', { width: 18, height: 18, viewBox: '0 0 18 18' }, hold);
     holdPattern(el('defs', {}, hsvg), 'hold-fill-legend');
-    el('rect', { class: 'hold', x: 1, y: 5, width: 16, height: 8, style: 'fill: url(#hold-fill-legend)' }, hsvg);
+    el('rect', { class: 'hold hold-legend', x: 1, y: 5, width: 16, height: 8 }, hsvg); // no inline style: the page's CSP refuses it
     const hlabel = document.createElement('span');
     hlabel.textContent = 'held after revocation';
     hlabel.title = 'a revocation holds the lease, no grant allowed, until the revoked holder\'s deadline has surely passed, or its holder releases it';
