@@ -14,12 +14,10 @@ import (
 	"github.com/leased/leased/grantor/timeline/timelinetest"
 )
 
-// The page in a real browser, its event stream dropped and reconnected
-// (as a proxy's timeout or a network change drops it), shows the records
-// appended meanwhile: it showed none of them, nor any record after, when
-// the last record it had seen was stamped ahead of the stream server's
-// clock (a node's clock ahead), as the stream resumed by that stamp.
-func TestPageResumesAfterADrop(t *testing.T) {
+// openPage serves the timeline of a new history stream and starts a
+// headless browser, whose context it returns, to look at it.
+func openPage(t *testing.T) (*history.Stream, *httptest.Server, context.Context) {
+	t.Helper()
 	h := openStream(t)
 	th, err := timeline.New(h)
 	if err != nil {
@@ -27,7 +25,16 @@ func TestPageResumesAfterADrop(t *testing.T) {
 	}
 	s := httptest.NewServer(th)
 	t.Cleanup(s.Close) // after the browser's (cleanups run last first): Close waits for the page's stream to end
-	ctx := timelinetest.Browser(t)
+	return h, s, timelinetest.Browser(t)
+}
+
+// The page in a real browser, its event stream dropped and reconnected
+// (as a proxy's timeout or a network change drops it), shows the records
+// appended meanwhile: it showed none of them, nor any record after, when
+// the last record it had seen was stamped ahead of the stream server's
+// clock (a node's clock ahead), as the stream resumed by that stamp.
+func TestPageResumesAfterADrop(t *testing.T) {
+	h, s, ctx := openPage(t)
 	now := time.Now().Truncate(time.Millisecond).UTC()
 	rec := func(name string, token uint64, at time.Time) history.Record {
 		return history.Record{Kind: history.KindGranted, Name: name, Holder: "h", Token: token, Revision: token, Time: at, GrantedAt: at}
@@ -59,14 +66,7 @@ func TestPageResumesAfterADrop(t *testing.T) {
 // take it. One freed early is drawn to its free; one revoked with
 // free_now has none.
 func TestPageDrawsARevocationsHold(t *testing.T) {
-	h := openStream(t)
-	th, err := timeline.New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := httptest.NewServer(th)
-	t.Cleanup(s.Close)
-	ctx := timelinetest.Browser(t)
+	h, s, ctx := openPage(t)
 	now := time.Now().Truncate(time.Millisecond).UTC()
 	var recs []history.Record
 	revoked := func(name string, token uint64, hold time.Duration) {
