@@ -662,11 +662,16 @@ func (l *Lease) Renew(ctx context.Context) error {
 	linkTo(span, rec.GrantTrace)
 	next, err := l.renew(ctx, rec, t0, deadline)
 	var stale *StaleRevisionError
-	if errors.As(err, &stale) && stale.Revision > rec.Revision && l.takeUnconfirmed() {
+	for tries := 0; errors.As(err, &stale) && stale.Revision > rec.Revision && l.isUnconfirmed() && tries < 3; tries++ {
 		// An earlier renewal of ours was stored and its reply lost: the
 		// tenure is ours at a newer revision. Renew that revision, as a new
 		// request from now; the grantor checks holder, token and secret
 		// against it, so a tenure renewed by anyone else is still refused.
+		// Told again that the revision is stale, it tries again: more than
+		// one renewal of ours may have gone unanswered (a recovery among
+		// them), and one may land after the grantor named the revision
+		// (found under overload: a lease lost while still ours). The bound
+		// is for a tenure someone else keeps renewing, as in release.
 		span.AddEvent("lease.lost_reply_recovered", trace.WithAttributes(telemetry.AttrRevision.Int64(int64(stale.Revision))))
 		rec.Revision = stale.Revision
 		next, err = l.renew(ctx, rec, l.now(), deadline)
@@ -760,14 +765,15 @@ func (l *Lease) errReleased() error {
 	return fmt.Errorf("%w: lease %q was released", ErrNotFound, l.name)
 }
 
-// takeUnconfirmed reports whether a renewal went unanswered since the last
-// confirmed one, and clears the mark: a lost reply is recovered once.
-func (l *Lease) takeUnconfirmed() bool {
+// isUnconfirmed reports whether a renewal went unanswered since the last
+// confirmed one. Only a confirmed renewal clears the mark: a renewal that
+// went unanswered may land at any time until then, a recovery's as well
+// as the first's (cleared when a recovery was sent, it made the lease lost
+// when a second one landed; found under overload).
+func (l *Lease) isUnconfirmed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	u := l.unconfirmed
-	l.unconfirmed = false
-	return u
+	return l.unconfirmed
 }
 
 // Release ends the tenure at the grantor. The lease is invalid from the

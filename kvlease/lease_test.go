@@ -854,3 +854,85 @@ func TestReleaseOfATenureAnotherTookSince(t *testing.T) {
 		})
 	}
 }
+
+// lateLander passes requests to a real Store. The renewal it is told to
+// hold it answers ErrUnavailable without passing it on (its caller's
+// attempt timed out), and carries it out later, just before the next
+// renewal that names the same revision: as an attempt queued at a slow
+// grantor lands after its caller has sent another.
+type lateLander struct {
+	*kvlease.Store
+	loseNext atomic.Bool   // the next renewal is stored, its reply lost
+	holdRev  atomic.Uint64 // the next renewal naming this revision is held
+	held     chan kvlease.RenewRequest
+}
+
+func (g *lateLander) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlease.Record, error) {
+	select {
+	case h := <-g.held:
+		if h.Revision == req.Revision {
+			if _, err := g.Store.Renew(ctx, h); err != nil {
+				return kvlease.Record{}, fmt.Errorf("the held renewal landing late: %w", err)
+			}
+		} else {
+			g.held <- h
+		}
+	default:
+	}
+	if rev := g.holdRev.Load(); rev != 0 && req.Revision == rev && g.holdRev.CompareAndSwap(rev, 0) {
+		g.held <- req
+		return kvlease.Record{}, fmt.Errorf("%w: renew: no answer in time", kvlease.ErrUnavailable)
+	}
+	rec, err := g.Store.Renew(ctx, req)
+	if err == nil && g.loseNext.Swap(false) {
+		return kvlease.Record{}, fmt.Errorf("%w: renew: reply lost", kvlease.ErrUnavailable)
+	}
+	return rec, err
+}
+
+// Two renewals of a holder go unanswered, the second one the recovery of
+// the first's lost reply (it names the revision the first reached), and
+// lands only after the holder's next renewal was told the revision is
+// stale: that renewal's own recovery is then told the revision is stale
+// again, by a renewal of the holder's own. The tenure is still the
+// holder's: it recovers again. It recovered once per renewal, and lost a
+// lease still its own at the grantor (found under overload of a serve,
+// whose slow replies made attempts time out and land later).
+func TestLeaseRecoversTwoLostRenewalReplies(t *testing.T) {
+	_, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	g := &lateLander{Store: st, held: make(chan kvlease.RenewRequest, 1)}
+	l, err := kvlease.Acquire(ctx, g, "lost-twice", "h1", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.loseNext.Store(true)
+	if err := l.Renew(ctx); !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("renew whose reply is lost: %v, want ErrUnavailable", err)
+	}
+	first, err := st.Get(ctx, l.Name())
+	if err != nil || first.Revision <= l.Record().Revision {
+		t.Fatalf("grantor at %+v (%v), holder at revision %d: the renewal was not stored", first, err, l.Record().Revision)
+	}
+	g.holdRev.Store(first.Revision) // the recovery of that lost reply goes unanswered
+	if err := l.Renew(ctx); !errors.Is(err, kvlease.ErrUnavailable) {
+		t.Fatalf("renew whose recovery goes unanswered: %v, want ErrUnavailable", err)
+	}
+	if len(g.held) != 1 {
+		t.Fatal("the recovery was not sent")
+	}
+	// The next renewal is told of the first's revision, and its recovery
+	// of it meets the held one, landed just before it.
+	if err := l.Renew(ctx); err != nil {
+		cur, gerr := st.Get(ctx, l.Name())
+		t.Fatalf("renew after two lost replies: %v (the grantor has %s token %d at revision %d, %v)",
+			err, cur.Holder, cur.Token, cur.Revision, gerr)
+	}
+	cur, err := st.Get(ctx, l.Name())
+	if err != nil || cur.Revision != l.Record().Revision || cur.Token != l.Token() || cur.Revision <= first.Revision {
+		t.Fatalf("grantor at %+v (%v), holder at %+v: want the holder at the grantor's newest revision, same token", cur, err, l.Record())
+	}
+	if err := l.Check(); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+}
