@@ -187,6 +187,13 @@ type LeaseExpiredError struct {
 	// [ErrNotFound] error, say) that ended the lease before its deadline;
 	// nil otherwise. errors.Is sees through to it.
 	Refused error
+	// Unanswered counts the renewals that went unanswered since the last
+	// confirmed one (or the grant), and LastFailure is the last one's
+	// error (an [ErrUnavailable]): why a lease ran out while its holder
+	// kept renewing. errors.Is does not see through to LastFailure: the
+	// lease is lost, not the grantor unavailable.
+	Unanswered  int
+	LastFailure error
 }
 
 func (e *LeaseExpiredError) Error() string {
@@ -197,8 +204,12 @@ func (e *LeaseExpiredError) Error() string {
 		return fmt.Sprintf("kvlease: lease %q (token %d) is lost: its renewal was refused: %v", e.Name, e.Token, e.Refused)
 	}
 	if e.Remaining <= 0 {
-		return fmt.Sprintf("kvlease: lease %q (token %d) expired %v ago (holder margin %v)",
+		msg := fmt.Sprintf("kvlease: lease %q (token %d) expired %v ago (holder margin %v)",
 			e.Name, e.Token, -e.Remaining, e.Margin)
+		if e.Unanswered > 0 {
+			msg += fmt.Sprintf(": %d renewal(s) unanswered since the last confirmed one, the last: %v", e.Unanswered, e.LastFailure)
+		}
+		return msg
 	}
 	return fmt.Sprintf("kvlease: lease %q (token %d) has %v left, %v needed (holder margin %v)",
 		e.Name, e.Token, e.Remaining, e.Need, e.Margin)

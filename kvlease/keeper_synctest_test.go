@@ -177,6 +177,13 @@ func TestKeeperUnreachableLosesAtDeadline(t *testing.T) {
 				if le.Name != "svc/web" || le.Token != l.Token() || le.Remaining > 0 {
 					t.Errorf("LeaseExpiredError = %+v", *le)
 				}
+				// It says why: the renewals that went unanswered, and the
+				// last one's error; the loss is not "unavailable" itself.
+				if le.Unanswered < 1 || !errors.Is(le.LastFailure, kvlease.ErrUnavailable) ||
+					!strings.Contains(le.Error(), "unanswered") || errors.Is(k.Err(), kvlease.ErrUnavailable) {
+					t.Errorf("Err() = %v (%d unanswered, last %v): want the unanswered renewals and the last one's error, not ErrUnavailable",
+						k.Err(), le.Unanswered, le.LastFailure)
+				}
 				if cause := context.Cause(k.Context()); !errors.Is(cause, kvlease.ErrExpired) {
 					t.Errorf("context cause = %v, want ErrExpired", cause)
 				}
@@ -208,6 +215,9 @@ func TestKeeperUnreachableLosesAtDeadline(t *testing.T) {
 				}
 				if failed == 0 {
 					t.Error("no renewal was attempted while the grantor was unreachable")
+				}
+				if le.Unanswered > failed {
+					t.Errorf("%d renewals unanswered, more than the %d that failed", le.Unanswered, failed)
 				}
 				st := k.Stats()
 				if st.Renewals != int64(tt.goodRenewals) {

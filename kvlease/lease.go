@@ -56,6 +56,11 @@ type Lease struct {
 	// unconfirmed: a renewal went out since the last confirmed one and got
 	// no answer; it may have been stored (see [StaleRevisionError]).
 	unconfirmed bool
+	// unanswered counts the renewals that went unanswered since the last
+	// confirmed one, lastFailure is the last one's error: what a loss at
+	// the deadline says (LeaseExpiredError).
+	unanswered  int
+	lastFailure error
 
 	lateEffects atomic.Int64
 	metrics     atomic.Pointer[telemetry.Metrics] // set by a keeper with metrics
@@ -579,7 +584,7 @@ func (l *Lease) expired() *LeaseExpiredError {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return &LeaseExpiredError{Name: l.name, Token: l.rec.Token, Remaining: l.deadline.Sub(l.now()), Margin: l.margin,
-		Released: l.released, Refused: l.refused}
+		Released: l.released, Refused: l.refused, Unanswered: l.unanswered, LastFailure: l.lastFailure}
 }
 
 // refuse ends the lease for the holder because the grantor answered a
@@ -681,6 +686,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		case errors.Is(err, ErrUnavailable):
 			l.mu.Lock()
 			l.unconfirmed = true
+			l.unanswered, l.lastFailure = l.unanswered+1, err
 			l.mu.Unlock()
 		case isRefusal(err):
 			l.refuse(err)
@@ -718,7 +724,12 @@ func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (
 		// while its renewal was out (found by an outside client: a
 		// SIGSTOPped run's renewal, answered in 4 ms, was counted as a
 		// renewal failure "unavailable" 8 s later).
-		return Record{}, &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(now), Margin: l.margin}
+		l.mu.Lock()
+		l.unanswered, l.lastFailure = l.unanswered+1, err
+		n := l.unanswered
+		l.mu.Unlock()
+		return Record{}, &LeaseExpiredError{Name: l.name, Token: rec.Token, Remaining: deadline.Sub(now), Margin: l.margin,
+			Unanswered: n, LastFailure: err}
 	}
 	if err != nil {
 		return Record{}, err
@@ -742,7 +753,7 @@ func (l *Lease) renew(ctx context.Context, rec Record, t0, deadline time.Time) (
 	if t0.After(l.t0) && !l.released {
 		l.t0, l.deadline = t0, t0.Add(HolderValidity(d, l.rho, l.margin))
 	}
-	l.unconfirmed = false
+	l.unconfirmed, l.unanswered, l.lastFailure = false, 0, nil
 	return next, nil
 }
 
