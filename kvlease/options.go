@@ -215,9 +215,13 @@ func ValidateBucket(name string) error {
 	return nil
 }
 
-// WithReplicas sets the bucket's replica count when Open creates it: 1 on a
-// single server, 3 on a cluster. An existing bucket keeps its own. A count
-// outside 1..5 (JetStream's range) is an error.
+// WithReplicas sets the bucket's replica count when Open creates it. The
+// default is 1 whatever the server, a cluster too (unlike serve, whose
+// default is 3 there): on a cluster give 3, or a bucket Open creates
+// lives on one node, and dies with it (it read "1 on a single server, 3
+// on a cluster", taken for the default; found by an outside client whose
+// bucket on a three-node cluster had one replica). An existing bucket
+// keeps its own. A count outside 1..5 (JetStream's range) is an error.
 func WithReplicas(n int) Option {
 	return func(o *options) error {
 		if n < 1 || n > 5 {
