@@ -628,6 +628,7 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 			return Event{}, nil, false
 		}
 		prev := live.recs[name]
+		changed := prev != nil && prev.Token != rec.Token // a tenure this watcher has not seen live
 		// The tombstone comes after the tenure's last record seen, or (the
 		// end of a record the server kept past its TTL: Store.EndOverdue)
 		// is that record's own revision.
@@ -645,8 +646,12 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		if carried {
 			ev.replaced = t
 		}
+		// A token other than that of the tenure this watcher has live is a
+		// new tenure whether or not it knows every tenure: a watch with
+		// UpdatesOnly reported it as a renewal of a tenure it never saw
+		// granted (found by an outside client).
 		ev.Type = EventRenewed
-		if uint64(rec.Token) == rec.Revision || knowsAll && !replay && (prev == nil || prev.Token != rec.Token) {
+		if uint64(rec.Token) == rec.Revision || !replay && (knowsAll && prev == nil || changed) {
 			ev.Type = EventGranted // or the first sight of a tenure whose grant was replaced unseen
 		}
 		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = &rec, rec.Holder, rec.Token, rec.GrantedAt

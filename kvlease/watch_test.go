@@ -411,3 +411,48 @@ func TestWatchReportsAnEndMissedInAPartition(t *testing.T) {
 		t.Fatalf("part.long: %v %v; want still held", rec, err)
 	}
 }
+
+// A watch with UpdatesOnly that saw a tenure live, cut off while that
+// tenure ended and the next one was granted and renewed (history 1: the
+// renewal replaced the grant), reported the new tenure as "renewed", a
+// renewal of a tenure it had never seen granted, under another token than
+// the one it had live (found by an outside client: `leased watch
+// --updates-only` through a partition printed renewals whose token
+// changed). Having seen the tenure before it, the watch knows the token
+// changed: the new tenure is a grant, as a watch with the state reports it.
+func TestWatchUpdatesOnlyReportsANewTenureAsAGrant(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	far := kvleasetest.OpenStore(t, p.URL())
+	ctx := t.Context()
+	w, err := far.Watch(ctx, "uo.", kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	a, err := st.Grant(ctx, kvlease.GrantRequest{Name: "uo.x", Holder: "a", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.NextEvent(t, w, 10*time.Second, kvleasetest.OfType("uo.x", kvlease.EventGranted))
+	p.Cut()
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "uo.x", Holder: "a", Token: a.Token, Revision: a.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Grant(ctx, kvlease.GrantRequest{Name: "uo.x", Holder: "b", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: "uo.x", Holder: "b", Token: b.Token,
+		Revision: b.Revision, Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	p.Heal()
+	ev := kvleasetest.NextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool {
+		return ev.Name == "uo.x" && ev.Token == b.Token
+	})
+	if ev.Type != kvlease.EventGranted || ev.Holder != "b" {
+		t.Fatalf("tenure %d (b), granted and renewed while the watch was cut off: %v holder %q; want granted (the watch had tenure %d live)",
+			b.Token, ev.Type, ev.Holder, a.Token)
+	}
+}
