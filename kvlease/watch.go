@@ -636,8 +636,14 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		// live only if that report came from a node behind the stream
 		// (see endEvent): the end is reported all the same. Reported or
 		// not, the end is the grant event's (Event.Replaced).
+		// Only the end of that tenure: a tombstone naming another (one
+		// begun and ended while this watcher lagged) was reported as the
+		// end of a tenure never granted, and the one live was dropped
+		// unended (found by an outside client, through a proxy cut). Such
+		// a tenure is only in the history, as a lag's are; the grant
+		// carries its end all the same (Event.Replaced).
 		t, carried := replacedTombstone(h)
-		if carried && prev != nil && prev.Token != rec.Token && t.rev >= prev.Revision && t.rev < ev.Revision {
+		if carried && prev != nil && prev.Token != rec.Token && t.rev >= prev.Revision && t.rev < ev.Revision && t.ends(prev.Token) {
 			if e, ok := endEvent(Event{Name: name, Revision: t.rev, Time: t.at}, t.header(), live, false); ok {
 				before = &e
 			}
@@ -690,6 +696,13 @@ func missedGrant(name string, tok Token, h nats.Header, end time.Time) Event {
 		GrantTrace: h.Get(hdrTrace)}
 	return Event{Type: EventGranted, Name: name, Revision: uint64(tok), Time: granted, Holder: rec.Holder,
 		Token: tok, GrantedAt: granted, Record: &rec}
+}
+
+// ends reports whether t can be the end of tenure tok: it names that
+// tenure, or none (a server's marker, see endEvent).
+func (t *tombstone) ends(tok Token) bool {
+	named := Token(parseUint(t.get(hdrToken)))
+	return named == 0 || named == tok
 }
 
 // endEvent is the event of a tombstone or marker with headers h, stored
@@ -954,7 +967,7 @@ func (rc *reconciler) reconcile(names []string) bool {
 		default:
 			rec, err := rc.s.decode(name, m)
 			t, carried := replacedTombstone(m.Header)
-			if err != nil || rec.Token == prev.Token || carried && t.rev >= prev.Revision {
+			if err != nil || rec.Token == prev.Token || carried && t.rev >= prev.Revision && t.ends(prev.Token) {
 				continue // its renewal, or a grant the consumer reports the end from
 			}
 		}

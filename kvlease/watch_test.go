@@ -456,3 +456,50 @@ func TestWatchUpdatesOnlyReportsANewTenureAsAGrant(t *testing.T) {
 			b.Token, ev.Type, ev.Holder, a.Token)
 	}
 }
+
+// A watch cut off while the tenure it had live was released, and another
+// was granted and released, read only the grant after them, which carries
+// the second one's tombstone: it reported that release, the end of a
+// tenure it never saw granted, and dropped the tenure it had live
+// unended (found by an outside client, folding the events of a watch
+// through a kvleasetest.Proxy cut). The grant's tombstone is reported as
+// an end only for the tenure the watcher has live.
+func TestWatchReportsNoEndOfATenureItNeverSaw(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	far := kvleasetest.OpenStore(t, p.URL())
+	ctx := t.Context()
+	w, err := far.Watch(ctx, "gap.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	grant := func(holder string) kvlease.Record {
+		t.Helper()
+		r, err := st.Grant(ctx, kvlease.GrantRequest{Name: "gap.x", Holder: holder, Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	release := func(r kvlease.Record) {
+		t.Helper()
+		if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "gap.x", Holder: r.Holder, Token: r.Token, Revision: r.Revision}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := grant("a")
+	kvleasetest.NextEvent(t, w, 10*time.Second, kvleasetest.OfType("gap.x", kvlease.EventGranted))
+	p.Cut()
+	release(a)
+	b := grant("b")
+	release(b)
+	c := grant("c") // carries b's tombstone
+	p.Heal()
+	kvleasetest.NextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool {
+		if ev.Name == "gap.x" && ev.Token == b.Token {
+			t.Errorf("%v of tenure %d (b), which the watch never saw granted; it had tenure %d (a) live", ev.Type, b.Token, a.Token)
+		}
+		return ev.Name == "gap.x" && ev.Token == c.Token
+	})
+}
