@@ -321,8 +321,8 @@ const WatchHeartbeat = time.Second
 // tenure before. Likewise a release or revocation right after its grant
 // rolls the grant up before a watcher reads it: the end names the tenure
 // (holder, token, grant time, duration, the grant's trace), and a watcher
-// with the state (not UpdatesOnly) reports the grant from it, just before
-// the end. Events it does deliver are true and in order; decide on the
+// with the state (not UpdatesOnly), or one that saw an earlier tenure of
+// the lease live, reports the grant from it, just before the end. Events it does deliver are true and in order; decide on the
 // store's compare-and-set, not on having seen an end.
 func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (*Watcher, error) {
 	if err := ValidatePrefix(prefix); err != nil {
@@ -669,12 +669,14 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		return ev, before, true
 	}
 	// An end of ours naming a tenure this watcher never saw live, though it
-	// knows every tenure live since it began: the release (or revocation)
-	// came so soon after the grant that it rolled the grant up before this
+	// knows every tenure live since it began, or saw an earlier tenure of
+	// the lease live (a watch with UpdatesOnly reported the end alone;
+	// found by an outside client): the release (or revocation) came so
+	// soon after the grant that it rolled the grant up before this
 	// watcher read it. The grant is reported first, from the end's headers.
 	var missed *Event
-	if tok := Token(parseUint(h.Get(hdrToken))); tok != 0 && knowsAll && !replay && h.Get(hdrOp) != opFree && !endedAgain(h) {
-		if prev := live.recs[name]; prev == nil || prev.Token < tok {
+	if tok := Token(parseUint(h.Get(hdrToken))); tok != 0 && !replay && h.Get(hdrOp) != opFree && !endedAgain(h) {
+		if prev := live.recs[name]; knowsAll && prev == nil || prev != nil && prev.Token < tok {
 			g := missedGrant(name, tok, h, ev.Time)
 			missed = &g
 		}

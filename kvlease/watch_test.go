@@ -503,3 +503,46 @@ func TestWatchReportsNoEndOfATenureItNeverSaw(t *testing.T) {
 		return ev.Name == "gap.x" && ev.Token == c.Token
 	})
 }
+
+// A watch with UpdatesOnly that had a tenure live, cut off while it was
+// released and the next one granted and released at once (the release
+// rolled up the grant), reported that release alone: the end of a tenure
+// it never saw granted (found by an outside client). Having seen the
+// tenure before it, it knows the ended one began after it, and reports
+// its grant first, as a watch with the state does.
+func TestWatchUpdatesOnlyReportsARolledUpGrant(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	far := kvleasetest.OpenStore(t, p.URL())
+	ctx := t.Context()
+	w, err := far.Watch(ctx, "ru.", kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	a, err := st.Grant(ctx, kvlease.GrantRequest{Name: "ru.x", Holder: "a", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.NextEvent(t, w, 10*time.Second, kvleasetest.OfType("ru.x", kvlease.EventGranted))
+	p.Cut()
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "ru.x", Holder: "a", Token: a.Token, Revision: a.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Grant(ctx, kvlease.GrantRequest{Name: "ru.x", Holder: "b", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "ru.x", Holder: "b", Token: b.Token, Revision: b.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	p.Heal()
+	ev := kvleasetest.NextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool { return ev.Name == "ru.x" && ev.Token == b.Token })
+	if ev.Type != kvlease.EventGranted || ev.Holder != "b" {
+		t.Fatalf("first event of tenure %d (b), granted and released while the watch was cut off: %v; want its grant (the watch had tenure %d live)",
+			b.Token, ev.Type, a.Token)
+	}
+	if ev := kvleasetest.NextEvent(t, w, 10*time.Second, func(ev kvlease.Event) bool { return ev.Name == "ru.x" }); ev.Type != kvlease.EventReleased || ev.Token != b.Token {
+		t.Fatalf("after the grant of tenure %d: %v of token %d; want its release", b.Token, ev.Type, ev.Token)
+	}
+}
