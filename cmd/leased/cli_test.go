@@ -1220,6 +1220,11 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"register", "web", "i3", "--addr", "10.0.0.7:80", "--gossip-seeds", "10.0.0.1:7946"}, "need --gossip-listen"},
 		{"", []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--gossip-listen", "localhost:7946"}, "want an IP address"},
 		{nowhere, []string{"bench", "--prefix", "_leased", "--ops", "1"}, "the grantor's own"},
+		// ls and watch leave the grantor's own leases out: under their
+		// prefix they printed nothing, watch for good (found by an
+		// outside client).
+		{nowhere, []string{"watch", "_leased."}, "the grantor's own"},
+		{nowhere, []string{"ls", "_leased.obs"}, "the grantor's own"},
 		// A bucket name no stream can have is bad input, as history says
 		// (status and bench --compare said "grantor unavailable", exit 1).
 		{nowhere, []string{"status", "--bucket", "a b"}, "--bucket: invalid option"},

@@ -25,7 +25,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
@@ -91,8 +90,8 @@ func (f *benchFlags) check(changed func(string) bool) error {
 	if err := kvlease.ValidateName(f.prefix); err != nil {
 		return bad("--prefix: %w", err)
 	}
-	if strings.HasPrefix(f.prefix+".", grantor.ReservedPrefix) {
-		return bad("--prefix %q: names beginning %q are the grantor's own", f.prefix, grantor.ReservedPrefix)
+	if err := grantorsOwn("--prefix", f.prefix); err != nil {
+		return err
 	}
 	switch {
 	case f.raw && !f.direct:
