@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -421,28 +422,8 @@ func TestWatchReportsAnEndMissedInAPartition(t *testing.T) {
 // changed). Having seen the tenure before it, the watch knows the token
 // changed: the new tenure is a grant, as a watch with the state reports it.
 func TestWatchUpdatesOnlyReportsANewTenureAsAGrant(t *testing.T) {
-	srv, st := kvleasetest.NewStore(t)
-	p := kvleasetest.NewProxy(t, srv.Addr())
-	far := kvleasetest.OpenStore(t, p.URL())
 	ctx := t.Context()
-	w, err := far.Watch(ctx, "uo.", kvlease.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	a, err := st.Grant(ctx, kvlease.GrantRequest{Name: "uo.x", Holder: "a", Duration: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kvleasetest.NextEvent(t, w, 10*time.Second, kvleasetest.OfType("uo.x", kvlease.EventGranted))
-	p.Cut()
-	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "uo.x", Holder: "a", Token: a.Token, Revision: a.Revision}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := st.Grant(ctx, kvlease.GrantRequest{Name: "uo.x", Holder: "b", Duration: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, w, p, a, b := cutWhileATenureEnds(t, "uo.x", kvlease.UpdatesOnly())
 	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: "uo.x", Holder: "b", Token: b.Token,
 		Revision: b.Revision, Duration: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -465,36 +446,15 @@ func TestWatchUpdatesOnlyReportsANewTenureAsAGrant(t *testing.T) {
 // through a kvleasetest.Proxy cut). The grant's tombstone is reported as
 // an end only for the tenure the watcher has live.
 func TestWatchReportsNoEndOfATenureItNeverSaw(t *testing.T) {
-	srv, st := kvleasetest.NewStore(t)
-	p := kvleasetest.NewProxy(t, srv.Addr())
-	far := kvleasetest.OpenStore(t, p.URL())
 	ctx := t.Context()
-	w, err := far.Watch(ctx, "gap.")
+	st, w, p, a, b := cutWhileATenureEnds(t, "gap.x")
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "gap.x", Holder: "b", Token: b.Token, Revision: b.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.Grant(ctx, kvlease.GrantRequest{Name: "gap.x", Holder: "c", Duration: time.Minute}) // carries b's tombstone
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
-	grant := func(holder string) kvlease.Record {
-		t.Helper()
-		r, err := st.Grant(ctx, kvlease.GrantRequest{Name: "gap.x", Holder: holder, Duration: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	release := func(r kvlease.Record) {
-		t.Helper()
-		if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "gap.x", Holder: r.Holder, Token: r.Token, Revision: r.Revision}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a := grant("a")
-	kvleasetest.NextEvent(t, w, 10*time.Second, kvleasetest.OfType("gap.x", kvlease.EventGranted))
-	p.Cut()
-	release(a)
-	b := grant("b")
-	release(b)
-	c := grant("c") // carries b's tombstone
 	p.Heal()
 	kvleasetest.NextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool {
 		if ev.Name == "gap.x" && ev.Token == b.Token {
@@ -511,28 +471,8 @@ func TestWatchReportsNoEndOfATenureItNeverSaw(t *testing.T) {
 // tenure before it, it knows the ended one began after it, and reports
 // its grant first, as a watch with the state does.
 func TestWatchUpdatesOnlyReportsARolledUpGrant(t *testing.T) {
-	srv, st := kvleasetest.NewStore(t)
-	p := kvleasetest.NewProxy(t, srv.Addr())
-	far := kvleasetest.OpenStore(t, p.URL())
 	ctx := t.Context()
-	w, err := far.Watch(ctx, "ru.", kvlease.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	a, err := st.Grant(ctx, kvlease.GrantRequest{Name: "ru.x", Holder: "a", Duration: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kvleasetest.NextEvent(t, w, 10*time.Second, kvleasetest.OfType("ru.x", kvlease.EventGranted))
-	p.Cut()
-	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "ru.x", Holder: "a", Token: a.Token, Revision: a.Revision}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := st.Grant(ctx, kvlease.GrantRequest{Name: "ru.x", Holder: "b", Duration: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, w, p, a, b := cutWhileATenureEnds(t, "ru.x", kvlease.UpdatesOnly())
 	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "ru.x", Holder: "b", Token: b.Token, Revision: b.Revision}); err != nil {
 		t.Fatal(err)
 	}
@@ -545,4 +485,36 @@ func TestWatchUpdatesOnlyReportsARolledUpGrant(t *testing.T) {
 	if ev := kvleasetest.NextEvent(t, w, 10*time.Second, func(ev kvlease.Event) bool { return ev.Name == "ru.x" }); ev.Type != kvlease.EventReleased || ev.Token != b.Token {
 		t.Fatalf("after the grant of tenure %d: %v of token %d; want its release", b.Token, ev.Type, ev.Token)
 	}
+}
+
+// cutWhileATenureEnds watches name's prefix (up to its first dot) through
+// a proxy with opts, grants name to "a" and waits until the watch has
+// seen it, then cuts the watch off, releases a's tenure and grants name
+// to "b". It returns the store, the watch (stopped when the test ends),
+// the proxy to heal, and the two tenures.
+func cutWhileATenureEnds(t *testing.T, name string, opts ...kvlease.WatchOption) (*kvlease.Store, *kvlease.Watcher, *kvleasetest.Proxy, kvlease.Record, kvlease.Record) {
+	t.Helper()
+	srv, st := kvleasetest.NewStore(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	far := kvleasetest.OpenStore(t, p.URL())
+	ctx := t.Context()
+	w, err := far.Watch(ctx, name[:strings.Index(name, ".")+1], opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	a, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "a", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.NextEvent(t, w, 10*time.Second, kvleasetest.OfType(name, kvlease.EventGranted))
+	p.Cut()
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: name, Holder: "a", Token: a.Token, Revision: a.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "b", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, w, p, a, b
 }
