@@ -195,17 +195,20 @@ func ChangesAfter(rev uint64) WatchOption {
 // comes just before that end: each after events of other leases stored
 // between the two.
 type Watcher struct {
-	updatesOnly bool
-	exact       bool // ExactName
-	frees       bool // ReportFrees
-	events      chan Event
-	synced      chan struct{}
-	done        chan struct{}
-	stop        func()
-	interrupts  chan struct{}
-	following   func() bool
-	mu          sync.Mutex
-	err         error
+	// knownAfter is the revision past which the watch knows every tenure
+	// granted (see Store.classify): 0 for a watch with the state, where
+	// the stream stood when it began for one with UpdatesOnly.
+	knownAfter uint64
+	exact      bool // ExactName
+	frees      bool // ReportFrees
+	events     chan Event
+	synced     chan struct{}
+	done       chan struct{}
+	stop       func()
+	interrupts chan struct{}
+	following  func() bool
+	mu         sync.Mutex
+	err        error
 }
 
 // Events returns the event channel, closed when the watcher stops. It holds
@@ -321,9 +324,13 @@ const WatchHeartbeat = time.Second
 // tenure before. Likewise a release or revocation right after its grant
 // rolls the grant up before a watcher reads it: the end names the tenure
 // (holder, token, grant time, duration, the grant's trace), and a watcher
-// with the state (not UpdatesOnly), or one that saw an earlier tenure of
-// the lease live, reports the grant from it, just before the end. Events it does deliver are true and in order; decide on the
-// store's compare-and-set, not on having seen an end.
+// reports the grant from it, just before the end, if the tenure was
+// granted after the watch began, or the watch replayed the state, or
+// saw an earlier tenure of the lease live (with [UpdatesOnly], a tenure
+// granted before the watch began and first seen by its end is reported
+// by its end alone, and one first seen by a renewal as renewed). Events
+// it does deliver are true and in order; decide on the store's
+// compare-and-set, not on having seen an end.
 func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (*Watcher, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
@@ -393,17 +400,21 @@ func (s *Store) Watch(ctx context.Context, prefix string, opts ...WatchOption) (
 		return nil, err
 	}
 	w := &Watcher{
-		updatesOnly: o.updatesOnly,
-		exact:       o.exact,
-		frees:       o.frees,
-		events:      make(chan Event, 256),
-		synced:      make(chan struct{}),
-		done:        make(chan struct{}),
-		interrupts:  interrupts,
-		following:   fl.Following,
+		exact:      o.exact,
+		frees:      o.frees,
+		events:     make(chan Event, 256),
+		synced:     make(chan struct{}),
+		done:       make(chan struct{}),
+		interrupts: interrupts,
+		following:  fl.Following,
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
+	if o.updatesOnly {
+		// Delivered: where the stream stood at the consumer's creation,
+		// the last revision it does not deliver.
+		w.knownAfter = fl.Info().Delivered.Stream
+	}
 	if o.updatesOnly || fl.Info().NumPending == 0 {
 		close(w.synced)
 	}
@@ -502,7 +513,7 @@ func (w *Watcher) run(ctx context.Context, s *Store, fl Follow, rc *reconciler, 
 		replay := !synced() && md.Sequence.Stream <= before
 		rc.delivered(md)
 		if name := strings.TrimPrefix(m.Subject(), s.prefix); strings.HasPrefix(name, prefix) && (!w.exact || name == prefix) && !rc.reported(name, md, m) {
-			if ev, before, ok := s.classify(name, md, m, live, replay, !w.updatesOnly); ok {
+			if ev, before, ok := s.classify(name, md, m, live, replay, w.knownAfter); ok {
 				for _, e := range []*Event{before, &ev} {
 					if e == nil || e.Type == EventFreed && !w.frees {
 						continue
@@ -606,9 +617,12 @@ func (t *tenures) record(name string, rev uint64, stored time.Time, ttl time.Dur
 // During replay only live tenures are reported: how a lease ended before the
 // watch began is history, not state.
 //
-// knowsAll says that live holds every tenure live since the watch began (it
-// replayed the state first): then a renewal of a tenure not in live is a
-// tenure whose grant this watcher missed.
+// knownAfter says which tenures live holds every one of: those whose
+// tokens are past it, granted since the watch began (0 for a watch that
+// replayed the state first: every tenure live since it began). A renewal
+// of such a tenure not in live is a tenure whose grant this watcher
+// missed (the renewal replaced it), and an end of one a tenure whose
+// grant the end rolled up.
 //
 // A grant that replaced a tombstone this watcher did not see (the bucket
 // keeps one message per lease, so a watch that lags past a release sees
@@ -618,7 +632,7 @@ func (t *tenures) record(name string, rev uint64, stored time.Time, ttl time.Dur
 // whose grant this watcher never read (the end rolled it up) is reported
 // after that grant, made from the end's headers. before is that event,
 // delivered before ev.
-func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live *tenures, replay, knowsAll bool) (ev Event, before *Event, ok bool) {
+func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg, live *tenures, replay bool, knownAfter uint64) (ev Event, before *Event, ok bool) {
 	h := m.Headers()
 	ev = Event{Name: name, Revision: md.Sequence.Stream, Time: md.Timestamp, Replay: replay}
 	if !Removed(h) {
@@ -655,9 +669,12 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		// A token other than that of the tenure this watcher has live is a
 		// new tenure whether or not it knows every tenure: a watch with
 		// UpdatesOnly reported it as a renewal of a tenure it never saw
-		// granted (found by an outside client).
+		// granted (found by an outside client). So is one granted since
+		// the watch began that it has not seen: such a watch reported a
+		// tenure granted and renewed while it was cut off as renewed,
+		// even after it had seen the lease end.
 		ev.Type = EventRenewed
-		if uint64(rec.Token) == rec.Revision || !replay && (knowsAll && prev == nil || changed) {
+		if uint64(rec.Token) == rec.Revision || !replay && (prev == nil && uint64(rec.Token) > knownAfter || changed) {
 			ev.Type = EventGranted // or the first sight of a tenure whose grant was replaced unseen
 		}
 		ev.Record, ev.Holder, ev.Token, ev.GrantedAt = &rec, rec.Holder, rec.Token, rec.GrantedAt
@@ -669,14 +686,15 @@ func (s *Store) classify(name string, md *jetstream.MsgMetadata, m jetstream.Msg
 		return ev, before, true
 	}
 	// An end of ours naming a tenure this watcher never saw live, though it
-	// knows every tenure live since it began, or saw an earlier tenure of
-	// the lease live (a watch with UpdatesOnly reported the end alone;
-	// found by an outside client): the release (or revocation) came so
+	// knows every tenure granted since it began and this one is, or saw an
+	// earlier tenure of the lease live (a watch with UpdatesOnly reported
+	// the end alone; found by an outside client): the release (or
+	// revocation) came so
 	// soon after the grant that it rolled the grant up before this
 	// watcher read it. The grant is reported first, from the end's headers.
 	var missed *Event
 	if tok := Token(parseUint(h.Get(hdrToken))); tok != 0 && !replay && h.Get(hdrOp) != opFree && !endedAgain(h) {
-		if prev := live.recs[name]; knowsAll && prev == nil || prev != nil && prev.Token < tok {
+		if prev := live.recs[name]; prev == nil && uint64(tok) > knownAfter || prev != nil && prev.Token < tok {
 			g := missedGrant(name, tok, h, ev.Time)
 			missed = &g
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"math"
 	"reflect"
 	"strconv"
 	"testing"
@@ -23,6 +24,10 @@ type storedMsg struct {
 
 func (m storedMsg) Headers() nats.Header { return m.h }
 func (m storedMsg) Data() []byte         { return m.data }
+
+// knowsNone is classify's knownAfter for a watcher with UpdatesOnly that
+// knows no tenure's grant: 0 is one that knows every tenure.
+const knowsNone = math.MaxUint64
 
 // A tombstone names the tenure it ended. After a gap in a watch's delivery
 // (the bucket keeps one entry per lease) that is a later tenure than the
@@ -61,7 +66,7 @@ func TestTombstoneNamesItsTenure(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			live := newTenures()
 			live.put(seen, nil, nil)
-			ev, _, ok := s.classify("a", md, c.msg, live, false, true)
+			ev, _, ok := s.classify("a", md, c.msg, live, false, 0)
 			if !ok || ev.Type != EventRevoked || ev.Holder != c.wantHolder || ev.Token != c.wantToken ||
 				(ev.Record != nil) != c.wantRecord || ev.GrantedAt.IsZero() {
 				t.Fatalf("event %+v (ok %v), want revoked, holder %s, token %d, record %v", ev, ok, c.wantHolder, c.wantToken, c.wantRecord)
@@ -104,7 +109,7 @@ func TestWatcherRecordOfARepeatedRenewal(t *testing.T) {
 		m := renewalMsg(2, granted, c.d)
 		_, reused := live.raws["a"]
 		reused = reused && string(live.raws["a"]) == string(m.data)
-		ev, _, ok := s.classify("a", at(c.rev), m, live, false, false)
+		ev, _, ok := s.classify("a", at(c.rev), m, live, false, knowsNone)
 		if !ok || ev.Type != EventRenewed {
 			t.Fatalf("renewal %d: event %+v (ok %v), want renewed", i, ev, ok)
 		}
@@ -123,7 +128,7 @@ func TestWatcherRecordOfARepeatedRenewal(t *testing.T) {
 	h := nats.Header{}
 	h.Set(hdrKVOp, kvOpPurge)
 	h.Set(hdrOp, "release")
-	if ev, _, ok := s.classify("a", at(8), storedMsg{h: h}, live, false, false); !ok || ev.Type != EventReleased {
+	if ev, _, ok := s.classify("a", at(8), storedMsg{h: h}, live, false, knowsNone); !ok || ev.Type != EventReleased {
 		t.Fatalf("release: %+v (ok %v)", ev, ok)
 	}
 	if len(live.recs)+len(live.raws) != 0 {
@@ -159,7 +164,7 @@ func TestWatcherSharesTheStoresRenewalValue(t *testing.T) {
 				s.cache.putSure(rec, time.Time{}, c.own)
 			}
 			live := newTenures()
-			if ev, _, ok := s.classify("a", md, m, live, false, false); !ok || ev.Type != EventRenewed {
+			if ev, _, ok := s.classify("a", md, m, live, false, knowsNone); !ok || ev.Type != EventRenewed {
 				t.Fatalf("event %+v (ok %v), want renewed", ev, ok)
 			}
 			kept := live.raws["a"]
@@ -178,14 +183,14 @@ func TestWatcherSharesTheStoresRenewalValue(t *testing.T) {
 	// it kept a copy; at the next it takes the Store's.
 	s.cache.m = map[string]cacheEntry{}
 	live := newTenures()
-	if _, _, ok := s.classify("a", md, m, live, false, false); !ok {
+	if _, _, ok := s.classify("a", md, m, live, false, knowsNone); !ok {
 		t.Fatal("not classified")
 	}
 	own := bytes.Clone(m.data)
 	rec.Revision = 4
 	s.cache.putSure(rec, time.Time{}, own)
 	md4 := &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: 4}, Timestamp: granted.Add(2 * time.Second)}
-	if _, _, ok := s.classify("a", md4, m, live, false, false); !ok {
+	if _, _, ok := s.classify("a", md4, m, live, false, knowsNone); !ok {
 		t.Fatal("not classified")
 	}
 	if kept := live.raws["a"]; &kept[0] != &own[0] {
@@ -213,7 +218,7 @@ func BenchmarkClassifyRenewal(b *testing.B) {
 			for i := range b.N {
 				rev++
 				md := &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: rev}, Timestamp: granted}
-				if _, _, ok := s.classify("a", md, msgs[(i/c.every)%2], live, false, false); !ok {
+				if _, _, ok := s.classify("a", md, msgs[(i/c.every)%2], live, false, knowsNone); !ok {
 					b.Fatal("not classified")
 				}
 			}
@@ -254,7 +259,7 @@ func TestReplayFromABehindNodeEndsWhatItReplayedLive(t *testing.T) {
 	}
 	replay := func(live *tenures, rev uint64, m storedMsg) []Event {
 		t.Helper()
-		ev, before, ok := s.classify("a", at(rev), m, live, true, true)
+		ev, before, ok := s.classify("a", at(rev), m, live, true, 0)
 		var evs []Event
 		if before != nil {
 			evs = append(evs, *before)
@@ -311,8 +316,8 @@ func TestGrantEventCarriesTheEndItReplaced(t *testing.T) {
 	h.Set(hdrOp, "grant")
 	overdueTombstone(kept).addTo(h)
 	md := &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: 9}, Timestamp: stored.Add(time.Minute)}
-	for _, knowsAll := range []bool{true, false} {
-		ev, before, ok := s.classify("a", md, storedMsg{h: h, data: value{Holder: "new", DurationMS: 10_000}.encode()}, newTenures(), false, knowsAll)
+	for _, knownAfter := range []uint64{0, knowsNone} {
+		ev, before, ok := s.classify("a", md, storedMsg{h: h, data: value{Holder: "new", DurationMS: 10_000}.encode()}, newTenures(), false, knownAfter)
 		if !ok || before != nil || ev.Type != EventGranted || ev.Token != 9 {
 			t.Fatalf("the grant: %+v, %+v, %v; want the grant of token 9 alone (the watcher never saw token 3)", ev, before, ok)
 		}
@@ -325,7 +330,7 @@ func TestGrantEventCarriesTheEndItReplaced(t *testing.T) {
 	// A grant of a free name carries none.
 	plain := nats.Header{}
 	plain.Set(hdrOp, "grant")
-	ev, _, _ := s.classify("a", md, storedMsg{h: plain, data: value{Holder: "new", DurationMS: 10_000}.encode()}, newTenures(), false, true)
+	ev, _, _ := s.classify("a", md, storedMsg{h: plain, data: value{Holder: "new", DurationMS: 10_000}.encode()}, newTenures(), false, 0)
 	if end, ok := ev.Replaced(); ok {
 		t.Errorf("a grant that carries no tombstone: replaced %+v", end)
 	}

@@ -487,6 +487,72 @@ func TestWatchUpdatesOnlyReportsARolledUpGrant(t *testing.T) {
 	}
 }
 
+// A watch with UpdatesOnly cut off while a lease was granted and renewed
+// (the renewal replaced the grant) reported the tenure as renewed, and one
+// granted and released (the release rolled up the grant) by its release
+// alone, unless it had seen an earlier tenure of the lease live: a watch
+// that had seen the lease end before reported the next tenure as a
+// renewal. Every tenure whose token is past where the watch began was
+// granted since, so the watch knows it is new: it reports its grant, as a
+// watch with the state does. A tenure granted before the watch began is
+// still only renewed.
+func TestWatchUpdatesOnlyReportsTenuresGrantedSinceAsGrants(t *testing.T) {
+	ctx := t.Context()
+	srv, st := kvleasetest.NewStore(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	far := kvleasetest.OpenStore(t, p.URL())
+	grant := func(name string) kvlease.Record {
+		t.Helper()
+		rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "h", Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	renew := func(rec kvlease.Record) {
+		t.Helper()
+		if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: rec.Name, Holder: "h", Token: rec.Token,
+			Revision: rec.Revision, Duration: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, ended := grant("since.old"), grant("since.ended")
+	w, err := far.Watch(ctx, "since.", kvlease.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "since.ended", Holder: "h", Token: ended.Token, Revision: ended.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.NextEvent(t, w, 10*time.Second, kvleasetest.OfType("since.ended", kvlease.EventReleased))
+	p.Cut()
+	renew(grant("since.ended")) // the watch saw the lease end, then this
+	renew(grant("since.x"))
+	y := grant("since.y")
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: "since.y", Holder: "h", Token: y.Token, Revision: y.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	renew(old)
+	p.Heal()
+	seen := map[string][]kvlease.EventType{}
+	kvleasetest.NextEvent(t, w, 15*time.Second, func(ev kvlease.Event) bool {
+		seen[ev.Name] = append(seen[ev.Name], ev.Type)
+		return ev.Name == "since.old"
+	})
+	want := map[string][]kvlease.EventType{
+		"since.ended": {kvlease.EventGranted},
+		"since.x":     {kvlease.EventGranted},
+		"since.y":     {kvlease.EventGranted, kvlease.EventReleased},
+		"since.old":   {kvlease.EventRenewed},
+	}
+	for name, types := range want {
+		if fmt.Sprint(seen[name]) != fmt.Sprint(types) {
+			t.Errorf("%s: the watch reported %v; want %v", name, seen[name], types)
+		}
+	}
+}
+
 // cutWhileATenureEnds watches name's prefix (up to its first dot) through
 // a proxy with opts, grants name to "a" and waits until the watch has
 // seen it, then cuts the watch off, releases a's tenure and grants name
