@@ -39,6 +39,12 @@
 // [WithResultRetention] bounds it, and gives up that guarantee past the
 // retention (opt-in).
 //
+// An item that no claim completes is claimed again, for good: one whose
+// payload crashes every worker that takes it is taken by each in turn.
+// [WithMaxClaims] bounds that: an item claimed n times gives up at the
+// next Claim, which records it at the sink with its payload
+// ([GaveUpError], from [Queue.Result]) and removes it from the queue.
+//
 // # Options
 //
 // [Queue.Claim] takes [kvlease.WithLease] (a holder margin, a clock guard: the

@@ -14,6 +14,7 @@ type OpenOption func(*openOptions) error
 type openOptions struct {
 	replicas        int
 	resultRetention time.Duration // 0: for good
+	maxClaims       int           // 0: no bound
 }
 
 // newOpenOptions applies opts over the default: the lease store's
@@ -68,6 +69,28 @@ func WithResultRetention(d time.Duration) OpenOption {
 			return fmt.Errorf("%w: result retention %v, below %v", kvlease.ErrInvalidOption, d, MinResultRetention)
 		}
 		o.resultRetention = d
+		return nil
+	}
+}
+
+// WithMaxClaims gives an item up after n claims that did not complete it
+// (each ended by its worker's Close, its lapse or its revocation): the
+// Claim that finds an item claimed n times already claims it no more, but
+// records it at the sink as given up, with its payload, and removes it
+// from the queue, as a dead-letter queue would. [Queue.Result] then
+// returns a [*GaveUpError] for it, and [Queue.Add] refuses its id. By
+// default an item is claimed again for as long as it is not completed: a
+// payload that crashes every worker that takes it (a poison message) is
+// then taken by each worker in turn, for good. Open every worker of a
+// queue with the same n: the Claim that comes to an item decides by its
+// own (claims of one item are counted one at a time, each under the
+// item's lease, so none passes n). An n below 1 is an error.
+func WithMaxClaims(n int) OpenOption {
+	return func(o *openOptions) error {
+		if n < 1 {
+			return fmt.Errorf("%w: max claims %d, below 1", kvlease.ErrInvalidOption, n)
+		}
+		o.maxClaims = n
 		return nil
 	}
 }

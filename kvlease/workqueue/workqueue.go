@@ -50,6 +50,7 @@ type Queue struct {
 	// removeTTL is the TTL of the markers of removed items (removalTTL).
 	removeTTL time.Duration
 	done      kvcas.Doc[doneRecord]
+	maxClaims int // WithMaxClaims; 0: no bound
 
 	// Per-item state holds only what is live: an item leaves pending when
 	// it is deleted from the items bucket (completed), and claimed when its
@@ -76,11 +77,45 @@ type Queue struct {
 // ErrDone: the item was already completed.
 var ErrDone = errors.New("workqueue: item already completed")
 
+// ErrGaveUp: the item was given up after as many claims as
+// [WithMaxClaims] allows (see [GaveUpError]).
+var ErrGaveUp = errors.New("workqueue: item given up")
+
+// GaveUpError says that an item was given up (see [WithMaxClaims]): it was
+// claimed Claims times without being completed. It wraps [ErrGaveUp].
+type GaveUpError struct {
+	Item   string
+	Claims int
+	// Payload is the item's, kept at the sink when it was given up (nil
+	// if the payload did not fit in one message with the record).
+	Payload []byte
+}
+
+func (e *GaveUpError) Error() string {
+	return fmt.Sprintf("workqueue: item %q given up after %d claims that did not complete it", e.Item, e.Claims)
+}
+
+func (e *GaveUpError) Unwrap() error { return ErrGaveUp }
+
+// doneRecord is an item's sink record: the bar its claims raise (Token),
+// how many claims raised it (Claims), and its end, if it has ended:
+// completed with Result, or given up (GaveUp, with the item's Payload).
 type doneRecord struct {
-	Token  kvlease.Token `json:"token"`
-	Done   bool          `json:"done"`
-	Worker string        `json:"worker,omitempty"`
-	Result []byte        `json:"result,omitempty"`
+	Token   kvlease.Token `json:"token"`
+	Done    bool          `json:"done"`
+	Worker  string        `json:"worker,omitempty"`
+	Result  []byte        `json:"result,omitempty"`
+	Claims  int           `json:"claims,omitempty"`
+	GaveUp  bool          `json:"gave_up,omitempty"`
+	Payload []byte        `json:"payload,omitempty"`
+}
+
+// gaveUp is the error of a record given up, nil for any other.
+func (r doneRecord) gaveUp(id string) error {
+	if !r.GaveUp {
+		return nil
+	}
+	return &GaveUpError{Item: id, Claims: r.Claims, Payload: r.Payload}
 }
 
 // Open opens (creating if missing) the queue's buckets, replicated as
@@ -128,7 +163,7 @@ func Open(ctx context.Context, js jetstream.JetStream, store *kvlease.Store, nam
 		return kvcas.OpenBucket(ctx, js, cfg, keep, "open "+cfg.Bucket)
 	}
 	q := &Queue{name: name, store: store, js: js, pending: map[string]bool{}, claimed: map[string]bool{},
-		changed: make(chan struct{})}
+		changed: make(chan struct{}), maxClaims: oo.maxClaims}
 	if q.items, err = open(false, jetstream.KeyValueConfig{Bucket: name + "-items", LimitMarkerTTL: itemMarkerTTL}); err != nil {
 		return nil, err
 	}
@@ -349,7 +384,8 @@ func (q *Queue) followClaims() {
 
 // Add puts an item on the queue. Errors: [kvlease.ErrInvalidName]; [kvlease.ErrHeld] if an
 // item of that id is pending; [ErrDone] if it was completed (ids are not
-// reused: the sink keeps each item's result); [kvlease.ErrTooLarge] for a
+// reused: the sink keeps each item's result); a [*GaveUpError] if it was
+// given up ([WithMaxClaims]); [kvlease.ErrTooLarge] for a
 // payload over the server's max_payload; [kvlease.ErrUnavailable], after
 // which the item may or may not have been added: Add it again to know.
 func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
@@ -382,6 +418,9 @@ func (q *Queue) Add(ctx context.Context, id string, payload []byte) error {
 	// stream's leader (a direct get, from any replica, could lag the
 	// Complete on R3), so a second look is exact.
 	switch done, _, _, _, err := q.Result(ctx, id); {
+	case errors.Is(err, ErrGaveUp): // given up between the two, as a Complete can end it
+		_ = q.remove(ctx, id, jetstream.LastRevision(rev))
+		return err
 	case err != nil && !errors.Is(err, kvlease.ErrNotFound):
 		// It said nil, and a Complete it raced dropped the item unseen
 		// (found in review).
@@ -503,7 +542,8 @@ func (q *Queue) Claim(ctx context.Context, worker string, d time.Duration, opts 
 					return nil, err // also a stale token from a lease bucket made anew (tokensBehind)
 				case errors.Is(err, kvlease.ErrInvalidName):
 					continue // an item no claim can name (added before Add checked): another's turn
-				case !errors.Is(err, kvlease.ErrHeld) && !errors.Is(err, ErrDone) && !errors.Is(err, kvlease.ErrNotFound) && !errors.Is(err, fence.ErrStaleToken):
+				case !errors.Is(err, kvlease.ErrHeld) && !errors.Is(err, ErrDone) && !errors.Is(err, ErrGaveUp) &&
+					!errors.Is(err, kvlease.ErrNotFound) && !errors.Is(err, fence.ErrStaleToken):
 					return nil, err
 				}
 			}
@@ -569,20 +609,40 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 		return nil, err
 	}
 	// Raise the sink's bar to this claim, so that any older claim's
-	// completion is refused from now on.
-	if err := q.sink(ctx, id, func(cur doneRecord) (doneRecord, error) {
-		if cur.Done {
-			return cur, ErrDone
+	// completion is refused from now on; or, past the claims allowed, give
+	// the item up under this claim's token, as a completion would end it.
+	var gaveUp *doneRecord
+	raise := func(keep []byte) func(doneRecord) (doneRecord, error) {
+		return func(cur doneRecord) (doneRecord, error) {
+			gaveUp = nil
+			switch {
+			case cur.GaveUp:
+				return cur, cur.gaveUp(id)
+			case cur.Done:
+				return cur, ErrDone
+			case q.maxClaims > 0 && cur.Claims >= q.maxClaims:
+				r := doneRecord{Token: l.Token(), Done: true, GaveUp: true, Claims: cur.Claims, Payload: keep}
+				gaveUp = &r
+				return r, nil
+			}
+			return doneRecord{Token: l.Token(), Claims: cur.Claims + 1}, nil
 		}
-		return doneRecord{Token: l.Token()}, nil
-	}, l.Token()); err != nil {
+	}
+	err = q.sink(ctx, id, raise(payload), l.Token())
+	if errors.Is(err, kvlease.ErrTooLarge) {
+		err = q.sink(ctx, id, raise(nil), l.Token()) // given up without its payload, which does not fit beside the record
+	}
+	if err == nil && gaveUp != nil {
+		err = gaveUp.gaveUp(id)
+	}
+	if err != nil {
 		behind := q.tokensBehind(ctx, l, err)
 		_ = l.Release(context.WithoutCancel(ctx))
 		if behind != nil {
 			return nil, behind
 		}
-		if errors.Is(err, ErrDone) {
-			_ = q.remove(ctx, id) // completed, but its deletion was lost
+		if errors.Is(err, ErrDone) || errors.Is(err, ErrGaveUp) {
+			_ = q.remove(ctx, id) // ended, but its deletion was lost (or this Claim gave it up)
 		}
 		return nil, err
 	}
@@ -699,7 +759,7 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 		case cur.Token != token:
 			return cur, &fence.StaleTokenError{Resource: c.Item, Token: token, Highest: cur.Token}
 		}
-		return doneRecord{Token: token, Done: true, Worker: c.Lease().Holder(), Result: result}, nil
+		return doneRecord{Token: token, Done: true, Worker: c.Lease().Holder(), Result: result, Claims: cur.Claims}, nil
 	}, token); err != nil && !errors.Is(err, errRecorded) {
 		if errors.Is(err, kvlease.ErrTooLarge) {
 			// Refused before it was sent: the claim is as it was, renewed,
@@ -731,7 +791,8 @@ var errRecorded = errors.New("workqueue: result recorded")
 // Result returns an item's sink record: whether it is done, by which
 // worker, with which token, and its result. A pending item is not done.
 //
-// Errors: [kvlease.ErrInvalidName]; [kvlease.ErrNotFound] for an id that
+// Errors: a [*GaveUpError] for an item given up ([WithMaxClaims]): not
+// done, nor pending; [kvlease.ErrInvalidName]; [kvlease.ErrNotFound] for an id that
 // is neither pending nor done (never added: it read as pending; found by
 // an outside client); [kvlease.ErrUnavailable].
 func (q *Queue) Result(ctx context.Context, id string) (done bool, worker string, token kvlease.Token, result []byte, err error) {
@@ -749,6 +810,9 @@ func (q *Queue) Result(ctx context.Context, id string) (done bool, worker string
 		case err != nil:
 			return false, "", 0, nil, err
 		}
+	}
+	if err := r.gaveUp(id); err != nil {
+		return false, "", r.Token, nil, err
 	}
 	return r.Done, r.Worker, r.Token, r.Result, nil
 }

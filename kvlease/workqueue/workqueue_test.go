@@ -1181,3 +1181,117 @@ func TestClaimRefusesTokensBelowTheSinks(t *testing.T) {
 		_ = l.Release(ctx)
 	}
 }
+
+// An item that no claim completes, a poison message that crashes every
+// worker that takes it, was claimed again for good. With WithMaxClaims(2)
+// its third Claim gives it up: it is recorded at the sink with its
+// payload, removed from the queue and its claim released, Result says so
+// with a *GaveUpError, Add refuses the id, and the next item is claimed.
+func TestMaxClaimsGivesAnItemUp(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	if _, err := workqueue.Open(ctx, js, st, "poison", workqueue.WithMaxClaims(0)); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Fatalf("WithMaxClaims(0): %v; want ErrInvalidOption", err)
+	}
+	q, err := workqueue.Open(ctx, js, st, "poison", workqueue.WithMaxClaims(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "bad", []byte("crashes its worker")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		c, err := q.Claim(ctx, fmt.Sprintf("w%d", i), 10*time.Second)
+		if err != nil || c.Item != "bad" {
+			t.Fatalf("claim %d: %v, %v", i+1, c, err)
+		}
+		if err := c.Close(ctx); err != nil { // the worker gave the item back: not completed
+			t.Fatal(err)
+		}
+	}
+	// The third claim gives the item up and, the queue then empty, waits.
+	cctx, cancel := context.WithCancel(ctx)
+	claimed := make(chan error, 1)
+	go func() {
+		c, err := q.Claim(cctx, "w2", 10*time.Second)
+		if err == nil {
+			err = fmt.Errorf("claimed %q (token %d)", c.Item, c.Token())
+		}
+		claimed <- err
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if pending, claims, err := q.WaitStateSize(wctx, func(pending, claimed int) bool { return pending == 0 && claimed == 0 }); err != nil {
+		t.Fatalf("the item given up: still %d pending, %d claimed", pending, claims)
+	}
+	cancel()
+	if err := <-claimed; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the third Claim: %v; want to wait on (the item given up), until its ctx ended", err)
+	}
+	_, _, _, _, err = q.Result(ctx, "bad")
+	var gave *workqueue.GaveUpError
+	if !errors.As(err, &gave) || !errors.Is(err, workqueue.ErrGaveUp) || gave.Item != "bad" || gave.Claims != 2 ||
+		string(gave.Payload) != "crashes its worker" {
+		t.Fatalf("Result of the item given up: %v (%+v); want a GaveUpError after 2 claims, with the payload", err, gave)
+	}
+	if err := q.Add(ctx, "bad", []byte("again")); !errors.Is(err, workqueue.ErrGaveUp) {
+		t.Fatalf("Add of the id given up: %v; want ErrGaveUp", err)
+	}
+	if _, err := st.Get(ctx, "claim.poison.bad"); !errors.Is(err, kvlease.ErrNotFound) {
+		t.Fatalf("the claim of the item given up: %v; want released", err)
+	}
+	if err := q.Add(ctx, "good", []byte("fine")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w3", 10*time.Second)
+	if err != nil || c.Item != "good" {
+		t.Fatalf("the next item: %v, %v", c, err)
+	}
+	if err := c.Complete(ctx, []byte("done")); err != nil {
+		t.Fatal(err)
+	}
+	if done, _, _, _, err := q.Result(ctx, "good"); !done || err != nil {
+		t.Fatalf("the next item: done %v, %v", done, err)
+	}
+}
+
+// An item given up whose payload does not fit beside its sink record (a
+// record holds it encoded, larger than the item) is given up all the same,
+// without it: a GaveUpError whose Payload is nil.
+func TestMaxClaimsGivesUpALargePayloadWithoutIt(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "large", workqueue.WithMaxClaims(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	payload := make([]byte, nc.MaxPayload()*7/8) // fits; base64 in JSON does not
+	if err := q.Add(ctx, "big", payload); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w0", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Orphan() // the worker crashed: its claim lapses
+	cctx, cancel := context.WithCancel(ctx)
+	claimed := make(chan error, 1)
+	go func() { _, err := q.Claim(cctx, "w1", 10*time.Second); claimed <- err }()
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	if pending, claims, err := q.WaitStateSize(wctx, func(pending, claimed int) bool { return pending == 0 && claimed == 0 }); err != nil {
+		t.Fatalf("the item given up: still %d pending, %d claimed", pending, claims)
+	}
+	cancel()
+	<-claimed
+	_, _, _, _, err = q.Result(ctx, "big")
+	var gave *workqueue.GaveUpError
+	if !errors.As(err, &gave) || gave.Claims != 1 || gave.Payload != nil {
+		t.Fatalf("Result: %v (%+v); want a GaveUpError after 1 claim, without the payload", err, gave)
+	}
+}
