@@ -90,13 +90,15 @@ func (f *SQL) Table() string { return f.table }
 //
 // and checks that the table it finds has that shape: a token column of
 // another type compares tokens as that type does ("10" <= "9" as text).
+// It refuses an UNLOGGED or TEMPORARY table too: a crash of the server
+// empties an unlogged table, and a missing row accepts any token.
 // A table that exists is only checked, so a role that may not create
 // tables in its schema (on PostgreSQL 15 and later, any role but the
 // database's owner in a new database's public schema) can call it on a
 // table its migrations made.
 //
 // Errors: [ErrDatabase]; [kvlease.ErrInvalidOption] for a table of
-// another shape.
+// another shape, or not permanent.
 func (f *SQL) CreateTable(ctx context.Context, db *sql.DB) error {
 	// Looked up first: CREATE TABLE IF NOT EXISTS checks the schema's
 	// CREATE privilege before it looks for the table, and refused an
@@ -120,8 +122,8 @@ func (f *SQL) CreateTable(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	var resource, token string
-	var keyed bool
-	if err := db.QueryRowContext(ctx, shapeQuery, f.quoted).Scan(&resource, &token, &keyed); err != nil {
+	var keyed, permanent bool
+	if err := db.QueryRowContext(ctx, shapeQuery, f.quoted).Scan(&resource, &token, &keyed, &permanent); err != nil {
 		return dbError("read the table's columns", "", err)
 	}
 	if resource != "text" || token != "bigint" || !keyed {
@@ -130,18 +132,28 @@ func (f *SQL) CreateTable(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("%w: fence table %s exists with resource %q and token %q (primary key on resource: %v); "+
 			"want resource text PRIMARY KEY, token bigint", kvlease.ErrInvalidOption, f.table, resource, token, keyed)
 	}
+	if !permanent {
+		// An UNLOGGED table is emptied by a crash of the server, and a
+		// missing row accepts any token: after a restart a stale holder's
+		// write was accepted (found by an outside client). A TEMPORARY
+		// one is one session's own.
+		return fmt.Errorf("%w: fence table %s is UNLOGGED or TEMPORARY: a crash empties an unlogged table, "+
+			"and a missing row accepts any token; want a permanent, logged table", kvlease.ErrInvalidOption, f.table)
+	}
 	return nil
 }
 
-// shapeQuery reads the types of a table's resource and token columns and
-// whether resource alone is its primary key.
+// shapeQuery reads the types of a table's resource and token columns,
+// whether resource alone is its primary key, and whether the table is
+// permanent (neither UNLOGGED nor TEMPORARY).
 const shapeQuery = `SELECT
   coalesce((SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
             WHERE a.attrelid = c.oid AND a.attname = 'resource' AND NOT a.attisdropped), ''),
   coalesce((SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
             WHERE a.attrelid = c.oid AND a.attname = 'token' AND NOT a.attisdropped), ''),
   EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-          WHERE i.indrelid = c.oid AND i.indisprimary AND i.indnatts = 1 AND a.attname = 'resource')
+          WHERE i.indrelid = c.oid AND i.indisprimary AND i.indnatts = 1 AND a.attname = 'resource'),
+  (SELECT r.relpersistence = 'p' FROM pg_class r WHERE r.oid = c.oid)
 FROM (SELECT $1::regclass::oid AS oid) c`
 
 // Check raises resource's token to token inside tx, or refuses token if a

@@ -646,6 +646,58 @@ func TestNewSQLTable(t *testing.T) {
 	}
 }
 
+// CreateTable refuses an UNLOGGED fence table (and a TEMPORARY one): a
+// crash of the server empties an unlogged table, and a missing row
+// accepts any token, so a stale holder's write was accepted after a
+// restart (found by an outside client, whose hand-made table CreateTable
+// had accepted).
+func TestSQLCreateTableRefusesAnUnloggedTable(t *testing.T) {
+	srv := pgtest.NewServer(t)
+	db := openDB(t, srv.DSN())
+	ctx := t.Context()
+	mustExec(t, db, "CREATE UNLOGGED TABLE leased_fence (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0))")
+	f, err := fence.NewSQL(fence.DefaultSQLTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.CreateTable(ctx, db)
+	if !errors.Is(err, kvlease.ErrInvalidOption) || !strings.Contains(err.Error(), "UNLOGGED") {
+		t.Errorf("CreateTable on an UNLOGGED table = %v, want ErrInvalidOption naming UNLOGGED", err)
+	}
+
+	// Why: used anyway, the fence forgets its tokens in a crash.
+	mustExec(t, db, "CREATE TABLE account (id text PRIMARY KEY, value text NOT NULL, token bigint NOT NULL)")
+	if err := fencedWrite(ctx, db, f, nil, "r", 100, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil { // -m immediate: a crash
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxIdleConns(0) // drop the pool's dead connections
+	if err := fencedWrite(ctx, db, f, nil, "r", 5, "stale"); err != nil {
+		t.Logf("after the crash: %v", err)
+	} else if v, _ := account(t, db, "r"); v == "stale" {
+		t.Logf("after the crash the unlogged fence accepted token 5 after 100 (account = %q): hence the refusal", v)
+	}
+
+	// A TEMPORARY table is one session's own: refused too (one
+	// connection, so that CreateTable's statements run in the session
+	// that made it).
+	one := openDB(t, srv.DSN())
+	one.SetMaxOpenConns(1)
+	mustExec(t, one, "CREATE TEMPORARY TABLE tmp_fence (resource text PRIMARY KEY, token bigint NOT NULL)")
+	tmp, err := fence.NewSQL("tmp_fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tmp.CreateTable(ctx, one); !errors.Is(err, kvlease.ErrInvalidOption) {
+		t.Errorf("CreateTable on a TEMPORARY table = %v, want ErrInvalidOption", err)
+	}
+}
+
 // First CreateTable calls racing on a new database all succeed: one
 // creates the table, the others find it. Besides the races it knew
 // (23505, 42P07), one lost with 42710, "type … already exists" (the
