@@ -216,7 +216,9 @@ FROM (SELECT $1::regclass::oid AS oid) c`
 // [ErrInvalidToken] (0, or above the largest bigint) and
 // [ErrInvalidResource] (see [MaxSQLResource]), with nothing sent;
 // [sql.ErrTxDone] (tx is nil, committed or rolled back); [*StaleTokenError]
-// (counted in [SQL.Rejected]; roll back, and stop acting as the holder);
+// (counted in [SQL.Rejected]; roll back, and stop acting as the holder: a
+// refusal also aborts tx, so that its later statements fail and its
+// Commit rolls back, should a caller go on);
 // [*DatabaseError], matching [ErrDatabase], and [ErrSerialization] when
 // retrying the transaction may succeed. After any error, roll tx back:
 // Check has raised nothing that will commit.
@@ -246,8 +248,17 @@ func (f *SQL) Check(ctx context.Context, tx *sql.Tx, resource string, token kvle
 	}
 	f.rejected.Add(1)
 	f.Metrics.StaleTokenRejected(ctx, resource)
+	// Fail closed: a caller that went on in spite of the refusal (an
+	// error dropped) committed its stale write, where the plain-SQL
+	// function of docs/fencing.md raises an exception (found by an outside
+	// client). Aborted, the transaction refuses every later statement,
+	// and its COMMIT rolls back. This statement's own error is that abort.
+	_, _ = tx.ExecContext(ctx, abortStale)
 	return &StaleTokenError{Resource: resource, Token: token, Highest: kvlease.Token(highest)}
 }
+
+// abortStale aborts the transaction it runs in, SQLSTATE P0001.
+const abortStale = `DO $$BEGIN RAISE EXCEPTION 'leased fence: stale token refused; this transaction is aborted'; END$$`
 
 // RowQuerier is what [SQL.Highest] reads through: a [*sql.DB], [*sql.Tx]
 // or [*sql.Conn].

@@ -179,6 +179,39 @@ func TestSQLFenceTokens(t *testing.T) {
 	}
 }
 
+// A caller that ignores Check's refusal and goes on to write and commit
+// committed its stale write: the refusal left the transaction open and
+// usable (found by an outside client; the plain-SQL function of
+// docs/fencing.md fails closed, with an exception). A refusal now aborts
+// the transaction: its later statements fail and its Commit rolls back.
+func TestSQLRefusalAbortsTheTransaction(t *testing.T) {
+	db, f := sqlFence(t)
+	ctx := t.Context()
+	const res = "account-7"
+	if err := fencedWrite(ctx, db, f, nil, res, 9, "newer"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := f.Check(ctx, tx, res, 3); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("Check(3) after 9: %v; want ErrStaleToken", err)
+	}
+	_, werr := tx.ExecContext(ctx, "UPDATE account SET value = 'stale', token = 3 WHERE id = $1", res)
+	cerr := tx.Commit()
+	if werr == nil {
+		t.Errorf("a write after the refusal, in its transaction, succeeded; want it refused")
+	}
+	if cerr == nil {
+		t.Errorf("Commit after the refusal: nil; want an error (the transaction rolled back)")
+	}
+	if value, tok := account(t, db, res); value != "newer" || tok != 9 {
+		t.Fatalf("account = %q (token %d) after a stale holder committed in spite of the refusal; want %q (token 9)", value, tok, "newer")
+	}
+}
+
 // A rolled-back transaction raises nothing, even after its Check and
 // guarded write succeeded: a lower token than the rolled-back one is
 // accepted afterwards.
