@@ -60,6 +60,35 @@ func TestOpenWhileClusterForms(t *testing.T) {
 	}
 }
 
+// A forming cluster's meta leader can refuse an R3 bucket for too few
+// servers before it has heard of all three (seen under load in
+// TestOpenWhileClusterForms): Open returned that refusal at once, as it
+// does for a cluster that has too few for good. It now waits a while for
+// more servers, and only a cluster that keeps too few gets the refusal,
+// ErrBucket, once that patience is spent (here a two-node cluster, with
+// the patience set to 2 s).
+func TestOpenWaitsForAFormingClustersServers(t *testing.T) {
+	defer kvlease.SetNoPeersPatience(2 * time.Second)()
+	servers := kvleasetest.NewCluster(t, 2)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// The cluster answers: an R1 bucket is placed.
+	if _, err := kvlease.Open(ctx, js, kvlease.WithBucket("one")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := kvlease.Open(ctx, js, kvlease.WithReplicas(3))
+	took := time.Since(start)
+	if !errors.Is(err, kvlease.ErrBucket) || errors.Is(err, kvlease.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "fewer JetStream servers than the replicas") {
+		t.Fatalf("Open of an R3 bucket on two servers: %v; want the refusal, ErrBucket", err)
+	}
+	if took < 2*time.Second || ctx.Err() != nil {
+		t.Fatalf("Open returned the refusal after %v; want it after the patience (2 s), before its ctx ended", took.Round(time.Millisecond))
+	}
+}
+
 func longTests() bool { return os.Getenv("LEASED_LONG") == "1" }
 
 // A grant retried while its first attempt is still in process at the

@@ -117,3 +117,12 @@ func BucketConfig(bucket string) jetstream.KeyValueConfig {
 	o.bucket = bucket
 	return bucketConfig(o)
 }
+
+// SetNoPeersPatience sets how long Open takes a placement refused for too
+// few servers for a cluster still forming, until the returned function
+// restores it.
+func SetNoPeersPatience(d time.Duration) (restore func()) {
+	was := noPeersPatience
+	noPeersPatience = d
+	return func() { noPeersPatience = was }
+}

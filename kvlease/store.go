@@ -214,7 +214,10 @@ var _ Grantor = (*Store)(nil)
 // While JetStream is unavailable (a cluster still electing its leaders does
 // not answer at all; a bucket being created answers "not found" for a
 // moment), Open retries with backoff, each attempt bounded by a few seconds,
-// and returns [ErrUnavailable] only once ctx ends. Refusals (a bucket that
+// and returns [ErrUnavailable] only once ctx ends. A bucket refused for too
+// few servers to place its replicas on is asked for again for 15 s (a
+// cluster still forming may not know all its servers yet), then that
+// refusal is returned ([ErrBucket]). Refusals (a bucket that
 // is missing under [WithoutCreate], or unfit for leases) return at once,
 // as does [ErrInvalidOption] for an option that refuses its value, and
 // [ErrPermission] (the NATS server's permissions refused a request Open
@@ -231,12 +234,23 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 	}
 	nc := js.Conn()
 	before := lastError(nc)
+	start := time.Now()
 	return RetryUnavailable(ctx, 2*time.Second, func(err error) {
 		o.logger.Info("waiting for JetStream", "bucket", o.bucket, "err", err)
 	}, func() (*Store, error) {
 		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
 		defer cancel()
 		st, err := open(actx, js, o)
+		if refusal, ok := tooFewPeers(err); ok && time.Since(start) < noPeersPatience {
+			// A cluster still forming: its meta leader can place a stream
+			// before it has heard of every server, and refuses it for too
+			// few of them (seen under load: a 3-node cluster's R3 bucket,
+			// in a CI-like run of TestOpenWhileClusterForms). A cluster of
+			// fewer servers than the replicas refuses it for good: said so
+			// once the patience is spent.
+			return nil, fmt.Errorf("%w: open bucket %q: too few JetStream servers for %d replicas yet (a cluster still forming?): %w",
+				ErrUnavailable, o.bucket, o.replicas, refusal)
+		}
 		if errors.Is(err, ErrUnavailable) {
 			// An attempt that went unanswered because the server refused
 			// one of its requests (a user that may not create the bucket,
@@ -2310,8 +2324,25 @@ const (
 )
 
 // noPeersOffline is errCodeNoPeers's description when a peer being
-// offline is its only reason (nats-server v2.15.2's selectPeerError).
-const noPeersOffline = "no suitable peers for placement, peer offline"
+// offline is its only reason (nats-server v2.15.2's selectPeerError), and
+// noPeers when it gives none: fewer servers known than the replicas.
+const (
+	noPeersOffline = "no suitable peers for placement, peer offline"
+	noPeers        = "no suitable peers for placement"
+)
+
+// noPeersPatience is how long [Open] takes a placement refused for too
+// few servers, with no other reason, for a cluster still forming, before
+// it returns the refusal (ErrBucket).
+var noPeersPatience = 15 * time.Second
+
+// tooFewPeers returns the refusal in err if it is a placement refused for
+// too few servers, with no other reason.
+func tooFewPeers(err error) (*jetstream.APIError, bool) {
+	var apiErr *jetstream.APIError
+	ok := errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers && apiErr.Description == noPeers
+	return apiErr, ok
+}
 
 // translate maps NATS errors to kvlease's: compare-and-set conflicts to
 // errMismatch, everything that means "no answer" to ErrUnavailable.
