@@ -219,10 +219,21 @@ func (f *KV) Read(ctx context.Context, resource string) (Value, error) {
 	}
 	v, rev, err := f.doc.Get(ctx, resource)
 	if err == nil && rev == 0 {
-		err = fmt.Errorf("%w: no value for %q", kvlease.ErrNotFound, resource)
+		err = noValueError(resource)
 	}
 	return v, err
 }
+
+// noValueError is Read's [kvlease.ErrNotFound] for a resource that has no
+// value, said as a resource's: wrapped, the sentinel's own text called it
+// a lease ("kvlease: lease not found: no value for …").
+type noValueError string
+
+func (e noValueError) Error() string {
+	return fmt.Sprintf("fence: resource %q not found: no value written (or none kept)", string(e))
+}
+
+func (e noValueError) Is(target error) bool { return target == kvlease.ErrNotFound }
 
 // validResource refuses a resource name that could not be a key: it
 // follows the lease names' rules, and the error says it is the resource's.
