@@ -219,6 +219,12 @@ func newRenew(stdout io.Writer) *cobra.Command {
 		Short: "Renew a lease once (prints the renewed lease, with its new revision and its secret: the next --lease-file)",
 		Args:  nameArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// 0 is --ttl left out (the tenure's own duration): one given
+			// renewed with the old duration, exit 0, where acquire, run,
+			// elect and the API refuse it.
+			if cmd.Flags().Changed("ttl") && ttl <= 0 {
+				return usageError{fmt.Errorf("--ttl %v: want a positive duration (leave --ttl out to keep the tenure's)", ttl)}
+			}
 			if err := h.resolve(cmd, args[0], &c, cmd.InOrStdin(), stdout); err != nil {
 				return err
 			}

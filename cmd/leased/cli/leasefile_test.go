@@ -144,3 +144,22 @@ func TestLeaseFileEmptiedByItsOwnRedirect(t *testing.T) {
 		}
 	}
 }
+
+// renew --ttl 0s is refused as run's and elect's are: it was taken for
+// --ttl left out, and renewed the tenure with its own duration, exit 0,
+// where acquire, run, elect and the API (an explicit "0s") refuse it.
+func TestRenewZeroTTLIsRefused(t *testing.T) {
+	t.Setenv("LEASED_SECRET", "")
+	file := filepath.Join(t.TempDir(), "lease.json")
+	lease := `{"name":"jobs.a","holder":"w1","token":7,"revision":9,"ttl":"30s","secret":"5f0c"}`
+	if err := os.WriteFile(file, []byte(lease), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []string{"0s", "-5s"} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), []string{"renew", "jobs.a", "--lease-file", file, "--ttl", ttl, "--url", "nats://127.0.0.1:1"}, &stdout, &stderr)
+		if want := "--ttl " + ttl + ": want a positive duration"; code != ExitUsage || !strings.Contains(stderr.String(), want) {
+			t.Errorf("renew --ttl %s: exit %d, stderr %q; want %d, %q", ttl, code, stderr.String(), ExitUsage, want)
+		}
+	}
+}
