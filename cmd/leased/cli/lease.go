@@ -290,6 +290,8 @@ type holderFlags struct {
 	leaseFile       string
 	token, revision uint64
 	secret          string
+	// revisionGiven: --revision overrode --lease-file's revision.
+	revisionGiven bool
 }
 
 func (h *holderFlags) register(cmd *cobra.Command) {
@@ -354,7 +356,7 @@ func (h *holderFlags) resolve(cmd *cobra.Command, name string, c *connFlags, std
 		}
 		c.holder, h.token, h.revision, h.secret = l.Holder, l.Token, l.Revision, l.Secret
 		if explicit {
-			h.revision = revision
+			h.revision, h.revisionGiven = revision, true
 		}
 	}
 	if h.secret == "" {
@@ -390,6 +392,12 @@ func (h *holderFlags) behind(err error) error {
 	var stale *kvlease.StaleRevisionError
 	if h.leaseFile == "" || !errors.As(err, &stale) {
 		return err
+	}
+	if h.revisionGiven {
+		// The file's revision was not the one sent: it blamed the file
+		// for the --revision typed beside it (found trying it).
+		return fmt.Errorf("%w; --revision %d is behind its tenure (it overrides --lease-file %s's): give --revision %d",
+			err, h.revision, h.leaseFile, stale.Revision)
 	}
 	return fmt.Errorf("%w; --lease-file %s is behind its tenure, which a later renewal took to revision %d "+
 		"(one whose answer was lost, or whose output is another file): give --revision %d", err, h.leaseFile, stale.Revision, stale.Revision)
