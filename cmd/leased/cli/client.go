@@ -349,6 +349,17 @@ func (e *PermissionError) Error() string {
 		msg += " (this command reads the lease bucket's stream itself, not through the lease service: elect, watch, " +
 			"status, history (for the live leases) and bench --direct need JetStream access to it, as the operator user of docs/api.md has; " +
 			"through the service, as its app user may: acquire, run, register, get and ls)"
+	case e.Op == "publish" && strings.HasPrefix(e.Subject, "$JS.API.") && strings.Contains(e.Subject, ".LEASED_HISTORY_") &&
+		!strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE."):
+		// The app user's history said only which subject (found following
+		// the documented users, s21b).
+		msg += " (history reads the grantor's history stream itself, not through the lease service: allow this user " +
+			"to read it, as the auditor user of docs/api.md may, or the operator)"
+	case e.Op == "publish" && strings.HasPrefix(e.Subject, "svc.v1."):
+		// The app user of docs/api.md registers through lease.v1.>, but
+		// may not ask the registry (found following the documented users).
+		msg += fmt.Sprintf(" (the service registry answers on svc.v1.>, which the app user of docs/api.md may not publish to "+
+			"(it registers through lease.v1.>): allow this user to publish to %s)", e.Subject)
 	case strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.KV_") || strings.HasPrefix(e.Subject, "$JS.API.STREAM.UPDATE.LEASED_HISTORY_"):
 		// serve refused to start, exit 7, saying only this (found by an
 		// outside client with a user of its own for leased).

@@ -64,3 +64,20 @@ func TestPermissionCauseOfARefusalTheCallReturned(t *testing.T) {
 		t.Fatal("an error that is no refusal changed")
 	}
 }
+
+// A refusal of what a command needs beyond the lease service says which
+// user of docs/api.md may: the app user's history and discover said only
+// which subject was refused, where elect, watch and status name the
+// bucket's reader (found following the documented users, s21b).
+func TestPermissionErrorSaysWhoMay(t *testing.T) {
+	for _, tc := range []struct{ subject, want string }{
+		{"$JS.API.STREAM.INFO.LEASED_HISTORY_leases", "the auditor user of docs/api.md"},
+		{"$JS.API.CONSUMER.CREATE.LEASED_HISTORY_leases.x.y", "the auditor user of docs/api.md"},
+		{"svc.v1.discover", "svc.v1.discover"},
+	} {
+		err := &PermissionError{Op: "publish", Subject: tc.subject, Err: nats.ErrPermissionViolation}
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || !strings.Contains(msg, " (") {
+			t.Errorf("publish to %s refused: %q, want a hint naming %q", tc.subject, msg, tc.want)
+		}
+	}
+}
