@@ -679,6 +679,39 @@ func TestLeaseRepliesNameTheirNode(t *testing.T) {
 	}
 }
 
+// The service's INFO metadata names the server it connected to without
+// its credentials: a token URL (nats://TOKEN@host) was published whole, as
+// nats.go's ConnectedUrlRedacted hides only a password, and `nats micro
+// info leased` showed the token to anyone who may ask (found running serve
+// --nats-url nats://TOKEN@host against a token-authorized server, s21b).
+func TestInfoMetadataHidesCredentials(t *testing.T) {
+	srv := kvleasetest.NewServer(t) // without authorization: it takes any
+	hostPort := strings.TrimPrefix(srv.ClientURL(), "nats://")
+	for _, tc := range []struct{ userinfo, want string }{
+		{"s3cret-token", "nats://xxxxx@" + hostPort},
+		{"leased:s3cret-password", "nats://leased:xxxxx@" + hostPort},
+	} {
+		t.Run(tc.userinfo, func(t *testing.T) {
+			nc := kvleasetest.Connect(t, "nats://"+tc.userinfo+"@"+hostPort)
+			startOnConn(t, nc, grantor.DefaultConfig())
+			reply, err := nc.Request("$SRV.INFO.leased", nil, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(reply.Data), "s3cret") {
+				t.Fatalf("INFO carries the URL's credentials: %s", reply.Data)
+			}
+			var info micro.Info
+			if err := json.Unmarshal(reply.Data, &info); err != nil {
+				t.Fatal(err)
+			}
+			if got := info.Metadata["nats_url"]; got != tc.want {
+				t.Errorf("metadata nats_url %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // The service's INFO metadata has the keys docs/api.md lists, and "build"
 // only when the build says which it is (docs/api.md: "absent if the build
 // does not say"): a build without version control information answered
