@@ -1227,6 +1227,8 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		// outside client).
 		{nowhere, []string{"watch", "_leased."}, "the grantor's own"},
 		{nowhere, []string{"ls", "_leased.obs"}, "the grantor's own"},
+		// So does history: it printed an empty table, exit 0 (s21b).
+		{nowhere, []string{"history", "_leased."}, "the grantor's own"},
 		// A bucket name no stream can have is bad input, as history says
 		// (status and bench --compare said "grantor unavailable", exit 1).
 		{nowhere, []string{"status", "--bucket", "a b"}, "--bucket: invalid option"},

@@ -48,6 +48,10 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 			if err := kvlease.ValidatePrefix(prefix); err != nil {
 				return usageError{err}
 			}
+			if err := grantorsOwn("PREFIX", prefix); err != nil {
+				// It printed an empty table, exit 0, as ls did (s21b).
+				return err
+			}
 			if err := kvlease.ValidateBucket(bucket); err != nil {
 				// It said "grantor unavailable: invalid stream name", exit
 				// 1 (found by an outside client).

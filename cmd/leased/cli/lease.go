@@ -560,7 +560,8 @@ func newList(stdout io.Writer) *cobra.Command {
 }
 
 // grantorsOwn refuses a prefix (flag or argument what) within the
-// grantor's own names, which ls, watch and bench leave out: ls printed
+// grantor's own names, which ls, watch, history and bench leave out (the
+// observer records no tenure of theirs): ls and history printed
 // nothing, and watch nothing for good, with no word why (found by an
 // outside client).
 func grantorsOwn(what, prefix string) error {
