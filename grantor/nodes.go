@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 )
 
 // Node is a running lease service, as it answers the NATS service
@@ -45,35 +45,12 @@ const (
 // infoMetadata is the metadata the service's INFO answers with: "build"
 // only if the build says (docs/api.md), not as "".
 func (s *Service) infoMetadata() map[string]string {
-	md := map[string]string{metaBucket: s.store.Bucket(), metaNode: s.node, metaNATSURL: redactedURL(s.nc.ConnectedUrl()),
+	md := map[string]string{metaBucket: s.store.Bucket(), metaNode: s.node, metaNATSURL: redact.URL(s.nc.ConnectedUrl()),
 		metaPolicy: policyOf(s.store)}
 	if b := Build(); b != "" {
 		md[metaBuild] = b
 	}
 	return md
-}
-
-// redactedURL is u with its password, or its token (a user name standing
-// alone, nats://TOKEN@host, as nats.go sends it), as xxxxx: nats.go's
-// ConnectedUrlRedacted hides only a password, and the INFO published a
-// token whole to whoever may ask for it.
-func redactedURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		if at := strings.LastIndexByte(u, '@'); at >= 0 {
-			return "xxxxx" + u[at:] // not a URL nats.go made: no userinfo shown
-		}
-		return u
-	}
-	if p.User == nil {
-		return u
-	}
-	if _, ok := p.User.Password(); ok {
-		p.User = url.UserPassword(p.User.Username(), "xxxxx")
-	} else {
-		p.User = url.User("xxxxx")
-	}
-	return p.String()
 }
 
 // policyOf says a Store's grantor margin and duration range, as a service

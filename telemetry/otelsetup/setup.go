@@ -24,6 +24,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leased/leased/kvlease/redact"
 	"github.com/leased/leased/telemetry"
 )
 
@@ -166,7 +167,7 @@ func checkOTLPEnv(signal string) error {
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_" + signal + "_ENDPOINT"} {
 		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
 			if err := checkEndpoint(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%s: %w", name, redactURL(v), err))
+				errs = append(errs, fmt.Errorf("%s=%s: %w", name, redact.URL(v), err))
 			}
 		}
 	}
@@ -186,19 +187,6 @@ func checkEndpoint(v string) error {
 		return errors.New("not an http:// or https:// URL with a host (e.g. http://localhost:4318; OTLP/HTTP only)")
 	}
 	return nil
-}
-
-// redactURL is v with whatever comes before an '@' (a user and password)
-// as xxxxx.
-func redactURL(v string) string {
-	if i := strings.LastIndex(v, "@"); i >= 0 {
-		scheme, _, ok := strings.Cut(v[:i], "://")
-		if ok {
-			return scheme + "://xxxxx" + v[i:]
-		}
-		return "xxxxx" + v[i:]
-	}
-	return v
 }
 
 // checkHeaders checks v as the SDK parses it (key=value,…, the value

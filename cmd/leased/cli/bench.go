@@ -28,6 +28,7 @@ import (
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/embedded"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 )
 
 // Defaults of leased bench.
@@ -271,7 +272,7 @@ was live at the end, or the serve process named exited during the run).`,
 				}
 			}
 			return withConn(cmd, &c, func(ctx context.Context, nc *nats.Conn) error {
-				b := &bench{f: &f, timeout: c.timeout, holder: c.holder, url: RedactURL(c.url), via: "service",
+				b := &bench{f: &f, timeout: c.timeout, holder: c.holder, url: redact.URL(c.url), via: "service",
 					run: newRunID()}
 				p := c.printer(stdout)
 				if f.compare > 0 { // opens what it compares

@@ -32,6 +32,7 @@ import (
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 )
 
 // More exit codes, for client commands.
@@ -146,14 +147,14 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 		// run as a user with more permissions than the one asked for
 		// (found by an outside client).
 		return nil, usageError{fmt.Errorf("NATS URL %s carries credentials, and so do --user (or LEASED_USER), --creds or --nkey: give them one way",
-			RedactURL(url))}
+			redact.URL(url))}
 	}
 	nc, err := nats.Connect(url, opts...)
 	var badURL *neturl.Error
 	switch {
 	case errors.As(err, &badURL):
 		// Its text would carry the URL whole, password and all.
-		return nil, usageError{fmt.Errorf("NATS URL %s: %v", RedactURL(url), badURL.Err)}
+		return nil, usageError{fmt.Errorf("NATS URL %s: %v", redact.URL(url), badURL.Err)}
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		errors.Is(err, nats.ErrAccountAuthExpired):
 		// Not "unavailable": waiting or retrying will not help.
@@ -164,26 +165,26 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 			hint = fmt.Sprintf("--user %q (or LEASED_USER) without a password: set LEASED_PASSWORD, or --password", n.user)
 		}
 		return nil, fmt.Errorf("%w: connect to %s: the NATS server refused the credentials (%s): %w",
-			ErrPermissionDenied, RedactURL(url), hint, err)
+			ErrPermissionDenied, redact.URL(url), hint, err)
 	case serverNotTrusted(err):
 		// This client's refusal of the server's certificate: a failure of
 		// its set-up (exit 1), not the server's refusal of its
 		// credentials (exit 7; found by an outside client).
 		return nil, fmt.Errorf("connect to %s: the server's TLS certificate is not trusted (--tls-ca: the CA that signed it; "+
-			"a host name or address it names): %w", RedactURL(url), err)
+			"a host name or address it names): %w", redact.URL(url), err)
 	case tlsFailure(err):
 		// Most often the server's refusal of this client's certificate,
 		// which it names only in its own log.
 		return nil, fmt.Errorf("%w: connect to %s: TLS failed (check --tls-ca; a server that verifies client certificates "+
 			"refuses a missing one, an expired one or one of another CA: --tls-cert and --tls-key; its log says which): %w",
-			ErrPermissionDenied, RedactURL(url), err)
+			ErrPermissionDenied, redact.URL(url), err)
 	case silent(err):
 		// A raw "i/o timeout" said nothing of the likely cause (found by
 		// an outside client, asking a stopped node for its status).
 		return nil, fmt.Errorf("%w: connect to %s: no NATS server answered in time (%v each; one that accepts connections "+
-			"and says nothing is stopped or overloaded): %w", kvlease.ErrUnavailable, RedactURL(url), timeout, err)
+			"and says nothing is stopped or overloaded): %w", kvlease.ErrUnavailable, redact.URL(url), timeout, err)
 	case err != nil:
-		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, RedactURL(url), err)
+		return nil, fmt.Errorf("%w: connect to %s: %w", kvlease.ErrUnavailable, redact.URL(url), err)
 	}
 	return nc, nil
 }
@@ -248,12 +249,12 @@ func checkURLs(urls string) error {
 			start = j + len("://")
 			if scheme := strings.ToLower(u[:j]); !slices.Contains(natsSchemes, scheme) {
 				return usageError{fmt.Errorf("NATS URL %s: scheme %q: want nats://, tls:// (TLS required), ws:// or wss://",
-					RedactURL(u), u[:j])}
+					redact.URL(u), u[:j])}
 			}
 		}
 		if at := strings.LastIndexByte(u, '@'); at > start && strings.ContainsAny(u[start:at], "#?/") {
 			return usageError{fmt.Errorf("NATS URL %s: the user or password has a '#', '?' or '/', which ends a URL's host: write them %%23, %%3F and %%2F",
-				RedactURL(u))}
+				redact.URL(u))}
 		}
 		if !strings.Contains(u, "://") {
 			u = "nats://" + u // as nats.go reads a URL without a scheme
@@ -261,13 +262,13 @@ func checkURLs(urls string) error {
 		p, err := neturl.Parse(u)
 		if err == nil && p.Host == "" {
 			// "nats://" was "grantor unavailable", exit 1.
-			return usageError{fmt.Errorf("NATS URL %s: no host: want, for example, nats://127.0.0.1:4222", RedactURL(u))}
+			return usageError{fmt.Errorf("NATS URL %s: no host: want, for example, nats://127.0.0.1:4222", redact.URL(u))}
 		}
 		if err != nil || p.Port() == "" {
 			continue
 		}
 		if n, err := strconv.Atoi(p.Port()); err != nil || n < 1 || n > 65535 {
-			return usageError{fmt.Errorf("NATS URL %s: port %s out of range 1..65535", RedactURL(u), p.Port())}
+			return usageError{fmt.Errorf("NATS URL %s: port %s out of range 1..65535", redact.URL(u), p.Port())}
 		}
 	}
 	return nil
@@ -383,42 +384,6 @@ func serviceSubject(subject string) bool {
 
 func (e *PermissionError) Unwrap() []error { return []error{ErrPermissionDenied, e.Err} }
 
-// RedactURL returns urls (one URL or a comma-separated list) with the
-// password of each replaced by xxxxx, and a user name standing alone (a
-// token, nats://TOKEN@host) replaced whole. Every URL the command prints
-// goes through it.
-func RedactURL(urls string) string {
-	return replaceUserinfo(urls, func(userinfo string) string {
-		if user, _, ok := strings.Cut(userinfo, ":"); ok {
-			return user + ":xxxxx@"
-		}
-		return "xxxxx@"
-	})
-}
-
-// withoutCredentials is urls with no user, password or token in any.
-func withoutCredentials(urls string) string {
-	return replaceUserinfo(urls, func(string) string { return "" })
-}
-
-// replaceUserinfo replaces the userinfo and its "@" of each of the
-// comma-separated urls that has one with what by returns for it.
-func replaceUserinfo(urls string, by func(userinfo string) string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		at := strings.LastIndexByte(p, '@')
-		if at < 0 {
-			continue
-		}
-		start := 0
-		if j := strings.Index(p, "://"); j >= 0 && j < at {
-			start = j + len("://")
-		}
-		parts[i] = p[:start] + by(p[start:at]) + p[at+1:]
-	}
-	return strings.Join(parts, ",")
-}
-
 // connFlags are the flags every client command takes.
 type connFlags struct {
 	natsFlags
@@ -440,7 +405,7 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.url, "url", url, "NATS server URL(s), comma-separated (env LEASED_URL)")
 	// --help prints the default: LEASED_URL's password or token as xxxxx
 	// (it printed them: found by an outside client).
-	fs.Lookup("url").DefValue = RedactURL(url)
+	fs.Lookup("url").DefValue = redact.URL(url)
 	c.natsFlags.register(fs)
 	fs.StringVarP(&c.output, "output", "o", "text", "output format: text or json (one JSON object per line: per lease, event or row)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "time to wait for the server, connecting included (for a grant: all its attempts)")

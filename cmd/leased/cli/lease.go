@@ -21,6 +21,7 @@ import (
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 )
 
 func newAcquire(stdout, stderr io.Writer) *cobra.Command {
@@ -629,7 +630,7 @@ after the last change it printed.`,
 					if prev != nil {
 						prev(nc)
 					}
-					fmt.Fprintf(stderr, "leased: watch: %s: reconnected to %s\n", time.Now().UTC().Format(time.RFC3339Nano), RedactURL(nc.ConnectedUrl()))
+					fmt.Fprintf(stderr, "leased: watch: %s: reconnected to %s\n", time.Now().UTC().Format(time.RFC3339Nano), redact.URL(nc.ConnectedUrl()))
 				})
 				var opts []kvlease.WatchOption
 				if updatesOnly {

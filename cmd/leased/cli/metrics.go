@@ -21,6 +21,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 	"github.com/leased/leased/telemetry/otelsetup"
 )
 
@@ -142,7 +143,7 @@ var secretFlags = []string{"--password", "--secret"}
 
 // redactArgs returns args with the values of secretFlags (as "--flag V"
 // or "--flag=V") replaced by xxxxx, and every other argument through
-// RedactURL.
+// redact.URL.
 func redactArgs(args []string) []string {
 	out := make([]string, len(args))
 	hideNext := false
@@ -153,7 +154,7 @@ func redactArgs(args []string) []string {
 		case slices.Contains(secretFlags, a):
 			out[i], hideNext = a, true
 		default:
-			out[i] = RedactURL(a)
+			out[i] = redact.URL(a)
 			if name, _, ok := strings.Cut(a, "="); ok && slices.Contains(secretFlags, name) {
 				out[i] = name + "=xxxxx"
 			}

@@ -10,22 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-func TestRedactURL(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
-		{"nats://leased:pw@127.0.0.1:4222", "nats://leased:xxxxx@127.0.0.1:4222"},
-		{"nats://s3cr3t-token@h:4222", "nats://xxxxx@h:4222"},
-		{"tls://u:p@a:1,nats://b:2,nats://v:q:r@c:3", "tls://u:xxxxx@a:1,nats://b:2,nats://v:xxxxx@c:3"},
-		{"u:p@host:4222", "u:xxxxx@host:4222"},
-		{"nats://u:p%40x@h:1", "nats://u:xxxxx@h:1"},
-		{"", ""},
-	} {
-		if got := RedactURL(c.in); got != c.want {
-			t.Errorf("RedactURL(%q) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}
-
 func TestPermissionError(t *testing.T) {
 	for _, c := range []struct {
 		msg, op, subject string

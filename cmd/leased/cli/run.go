@@ -20,6 +20,7 @@ import (
 
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 )
 
 // exitStatus carries a child's exit code out of `leased run`.
@@ -456,7 +457,7 @@ func commandEnv(env []string) []string {
 	})
 	for i, kv := range env {
 		if url, ok := strings.CutPrefix(kv, "LEASED_URL="); ok {
-			env[i] = "LEASED_URL=" + withoutCredentials(url)
+			env[i] = "LEASED_URL=" + redact.WithoutCredentials(url)
 		}
 	}
 	return env

@@ -29,6 +29,7 @@ import (
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/grantor/registry"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 	"github.com/leased/leased/membership"
 )
 
@@ -503,7 +504,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	regOpts := []registry.Option{registry.WithLogger(log)}
 	if f.gossip.enabled() {
-		gn, err := f.gossip.start(gossipName(f), map[string]string{"role": roleGrantor, "nats_url": RedactURL(url)}, log)
+		gn, err := f.gossip.start(gossipName(f), map[string]string{"role": roleGrantor, "nats_url": redact.URL(url)}, log)
 		if err != nil {
 			return err
 		}
@@ -557,7 +558,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		natsHealth = func() error { return natsServerHealth(srv.NATS(), ours) }
 	}
 	health.set(serveHealth(nc, natsHealth, st)) // before "ready": a probe told so finds it
-	log.Info("ready", "url", RedactURL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
+	log.Info("ready", "url", redact.URL(url), "bucket", st.Bucket(), "embedded", f.natsURL == "", "group_commit", st.Batching(),
 		"build", grantor.Build())
 	var failed error
 	for serving := true; serving; {
@@ -858,14 +859,14 @@ func (f serveFlags) connectWaiting(ctx context.Context, url string, srv *embedde
 				}
 			})
 			nc.SetReconnectHandler(func(nc *nats.Conn) {
-				log.Info("reconnected to NATS", "url", RedactURL(nc.ConnectedUrl()), "server", nc.ConnectedServerName(),
+				log.Info("reconnected to NATS", "url", redact.URL(nc.ConnectedUrl()), "server", nc.ConnectedServerName(),
 					"server_id", nc.ConnectedServerId())
 			})
 		}
 		if err == nil || srv != nil || !errors.Is(err, nats.ErrNoServers) {
 			return nc, err
 		}
-		log.Info("waiting for NATS", "url", RedactURL(url), "err", err)
+		log.Info("waiting for NATS", "url", redact.URL(url), "err", err)
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -1014,7 +1015,7 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	if f.allowInsecure {
 		log.Warn("--allow-insecure: ports on non-loopback addresses may accept clients and routes without authorization")
 	}
-	log.Info("embedded NATS server started", "name", srv.Name(), "url", RedactURL(srv.ClientURL()), "cluster", srv.ClusterAddr(),
+	log.Info("embedded NATS server started", "name", srv.Name(), "url", redact.URL(srv.ClientURL()), "cluster", srv.ClusterAddr(),
 		"data", f.data, "sync", srv.Sync().String())
 	return srv, nil
 }

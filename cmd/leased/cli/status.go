@@ -18,6 +18,7 @@ import (
 	"github.com/leased/leased/grantor/api"
 	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/redact"
 )
 
 // Status is what `leased status -o json` prints.
@@ -326,7 +327,7 @@ func grantorNodes(nc *nats.Conn, bucket string, wait time.Duration) (nodes, othe
 	found, err := grantor.Nodes(nc, wait)
 	nodes = make([]GrantorNode, 0, len(found))
 	for _, n := range found {
-		g := GrantorNode{Node: n.Node, ID: n.ID, NATSURL: RedactURL(n.NATSURL), Version: n.Version, Policy: n.Policy, Build: n.Build}
+		g := GrantorNode{Node: n.Node, ID: n.ID, NATSURL: redact.URL(n.NATSURL), Version: n.Version, Policy: n.Policy, Build: n.Build}
 		if n.Bucket != bucket {
 			g.Bucket = n.Bucket
 			others = append(others, g)
