@@ -87,6 +87,7 @@ type leaseOptions struct {
 	guard     func(rho float64) bool
 	tp        trace.TracerProvider
 	attempt   time.Duration // bound on one grant attempt
+	onRetry   func(error)   // called before each wait to send the grant again
 }
 
 // DefaultAttemptTimeout bounds one attempt of [Acquire]'s grant
@@ -103,6 +104,21 @@ func WithAttemptTimeout(d time.Duration) LeaseOption {
 			return fmt.Errorf("%w: attempt timeout %v: at least %v", ErrInvalidOption, d, MinAttemptTimeout)
 		}
 		o.attempt = d
+		return nil
+	}
+}
+
+// WithOnGrantRetry calls f, with the attempt's error (it wraps
+// [ErrUnavailable]), each time [Acquire] waits to send its grant again
+// because the grantor did not answer it, or it could not be sent (not
+// connected): a caller whose ctx allows a long wait can say why it waits.
+// Calls are on Acquire's goroutine, not concurrent. A nil f is an error.
+func WithOnGrantRetry(f func(error)) LeaseOption {
+	return func(o *leaseOptions) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil OnGrantRetry", ErrInvalidOption)
+		}
+		o.onRetry = f
 		return nil
 	}
 }
@@ -230,7 +246,7 @@ func Acquire(ctx context.Context, g Grantor, name, holder string, d time.Duratio
 	l := &Lease{g: g, name: name, holder: holder, d: d, margin: o.margin, rho: o.rho, now: o.now, guard: o.guard,
 		tracer: o.tp.Tracer(instrumentationName), renewing: make(chan struct{}, 1), cut: make(chan struct{})}
 	ctx, span := l.startSpan(ctx, "acquire")
-	rec, t0, attempts, unanswered, err := l.grant(ctx, GrantRequest{Name: name, Holder: holder, Duration: d, Attributes: o.attrs}, o.attempt)
+	rec, t0, attempts, unanswered, err := l.grant(ctx, GrantRequest{Name: name, Holder: holder, Duration: d, Attributes: o.attrs}, o.attempt, o.onRetry)
 	span.SetAttributes(telemetry.AttrAttempts.Int(attempts))
 	if err != nil {
 		if unanswered != nil {
@@ -314,7 +330,7 @@ type LateBounder interface {
 // unanswered, with an error, is the request if an attempt of it went
 // unanswered (the ctx ended during it, say): one that the grantor may have
 // carried out, or may yet.
-func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Duration) (rec Record, t0 time.Time, n int,
+func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Duration, onRetry func(error)) (rec Record, t0 time.Time, n int,
 	unanswered *GrantRequest, err error) {
 	var lateUntil time.Time // no unanswered attempt of this request is carried out after it
 	lateKnown := true       // false once an unanswered attempt has no bound
@@ -383,7 +399,13 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			return Record{}, t0, n, unanswered, err // it never comes back
 		case errors.Is(err, ErrNotSent) && ctx.Err() == nil:
 			// Nothing went: no attempt to wait out.
+			if onRetry != nil {
+				onRetry(err)
+			}
 		case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
+			if onRetry != nil {
+				onRetry(err)
+			}
 			w, ok := time.Duration(0), false
 			if lb != nil {
 				w, ok = lb.LateWindow()

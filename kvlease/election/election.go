@@ -115,10 +115,18 @@ func (e *Election) Campaign(ctx context.Context, candidate string, d time.Durati
 	}()
 	var lapse lapseTimer // the held tenure's end, if its event never comes
 	defer lapse.clear()
+	leaseOpts := o.Lease
+	if o.OnUnavailable != nil {
+		// Acquire sends an unanswered grant again until ctx ends, and
+		// returns only then: OnUnavailable, called only by the retry
+		// below, was never called for a grantor that fell silent while
+		// this candidate waited (found by an outside client).
+		leaseOpts = append(leaseOpts[:len(leaseOpts):len(leaseOpts)], kvlease.WithOnGrantRetry(o.OnUnavailable))
+	}
 	for {
 		// While the server does not answer, try again shortly.
 		l, err := kvlease.RetryUnavailable(ctx, time.Second, o.OnUnavailable, func() (*kvlease.Lease, error) {
-			return kvlease.Acquire(ctx, e.store, e.name, candidate, d, o.Lease...)
+			return kvlease.Acquire(ctx, e.store, e.name, candidate, d, leaseOpts...)
 		})
 		switch {
 		case err == nil:

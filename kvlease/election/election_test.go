@@ -414,3 +414,63 @@ func proxiedStore(t *testing.T) (*kvlease.Store, *kvleasetest.Proxy) {
 	}
 	return st, p
 }
+
+// A candidate already waiting, its watch running, whose grantor falls
+// silent says so through WithOnUnavailable as its grant goes unanswered,
+// not only one that starts without a grantor: Acquire tried its grant
+// again until the campaign's ctx ended and never returned to the
+// campaign's retry loop, so the callback was never called and `leased
+// elect` said nothing through an outage (found by an outside client: a
+// waiting elect silent for 15 s with its serve SIGKILLed).
+func TestWaitingCampaignSaysTheGrantorDoesNotAnswer(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	far := kvleasetest.OpenStore(t, p.URL())
+	ctx := t.Context()
+	e, _ := election.New(st, "leader.silent-wait")
+	lead, err := e.Campaign(ctx, "a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Orphan()
+	fe, _ := election.New(far, "leader.silent-wait")
+	unavailable := make(chan error, 1)
+	done := make(chan error, 1)
+	cctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); <-done }()
+	go func() {
+		l, err := fe.Campaign(cctx, "b", time.Second, kvlease.WithOnUnavailable(func(err error) {
+			select {
+			case unavailable <- err:
+			default:
+			}
+		}))
+		if err == nil {
+			l.Orphan()
+		}
+		done <- err
+	}()
+	// Waiting: the leader, on its own connection, is seen through b's watch.
+	changes, err := fe.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ch := range changes {
+		if ch.Leader != nil && ch.Leader.Holder == "a" {
+			break
+		}
+	}
+	p.Cut()
+	defer p.Heal()
+	lead.Orphan() // the lease lapses; b's grant goes unanswered
+	select {
+	case err := <-unavailable:
+		if !errors.Is(err, kvlease.ErrUnavailable) {
+			t.Fatalf("OnUnavailable got %v; want an error wrapping ErrUnavailable", err)
+		}
+	case err := <-done:
+		t.Fatalf("campaign ended while the grantor was cut off: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("OnUnavailable not called in 15 s of a silent grantor")
+	}
+}
