@@ -217,7 +217,7 @@ func WithAttributes(attrs map[string]string) LeaseOption {
 // it is not carried out that late.
 //
 // A grant answered only after the holder's deadline (counted from the
-// first attempt) had passed, a grantor that stalled (a quorum loss), is
+// first attempt sent) had passed, a grantor that stalled (a quorum loss), is
 // no lease to return: Acquire gives that tenure back (its release sent
 // past ctx, within a second, again while unanswered) and asks anew, and
 // gives up with [ErrUnavailable] after 3 such answers in a
@@ -335,9 +335,10 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 	var lateUntil time.Time // no unanswered attempt of this request is carried out after it
 	lateKnown := true       // false once an unanswered attempt has no bound
 	lb, _ := l.g.(LateBounder)
+	sent := false // an attempt of this request has gone out
 	renew := func() {
 		req.RequestID, req.Secret = NewRequestID()
-		t0, lateUntil, lateKnown, unanswered = l.now(), time.Time{}, true, nil
+		t0, lateUntil, lateKnown, unanswered, sent = l.now(), time.Time{}, true, nil, false
 	}
 	renew()
 	// late: rec, an answer, leaves the holder no time, though its duration
@@ -362,11 +363,23 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 			return Record{}, t0, n, unanswered, translate("grant", err)
 		}
 		n++
-		sent := time.Now()
+		if !sent {
+			// The deadline counts from the first attempt that goes out:
+			// one not sent took no effect. Counted from the first attempt
+			// made, a grant answered as the connection came back after an
+			// outage longer than the lease's validity was taken for a late
+			// answer, given back and asked for again (found by an outside
+			// client: a tenure held by no one, which observers saw lead).
+			t0 = l.now()
+		}
+		sentAt := time.Now()
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		ends, _ := actx.Deadline()
 		rec, err = l.g.Grant(actx, req)
 		cancel()
+		if !errors.Is(err, ErrNotSent) {
+			sent = true
+		}
 		if errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrNotSent) {
 			u := req
 			unanswered = &u
@@ -421,12 +434,12 @@ func (l *Lease) grant(ctx context.Context, req GrantRequest, attempt time.Durati
 				return Record{}, t0, n, unanswered, err
 			}
 			orphan, wait = nil, firstWait/2 // soon, and the backoff grows again from there (0 stayed 0)
-		case errors.Is(err, ErrHeld) && lateKnown && sent.Before(lateUntil):
+		case errors.Is(err, ErrHeld) && lateKnown && sentAt.Before(lateUntil):
 			// An unanswered attempt may still be carried out after this
 			// one's read: wait it out, then ask once more.
 			wait = time.Until(lateUntil)
 		default:
-			if errors.Is(err, ErrHeld) && lateKnown && !sent.Before(lateUntil) {
+			if errors.Is(err, ErrHeld) && lateKnown && !sentAt.Before(lateUntil) {
 				// Answered after every unanswered attempt's last chance to
 				// be carried out: there is nothing to give back (found in
 				// review: a throwaway grant and release otherwise, if the

@@ -533,6 +533,45 @@ func (g *notSentGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (k
 	return g.lateGrantor.Grant(ctx, req)
 }
 
+// unsentUntilGrantor sends no grant (ErrNotSent: not connected) until
+// its time, then grants as the fake does.
+type unsentUntilGrantor struct {
+	*kvleasetest.FakeGrantor
+	until time.Time
+}
+
+func (g unsentUntilGrantor) Grant(ctx context.Context, req kvlease.GrantRequest) (kvlease.Record, error) {
+	if time.Now().Before(g.until) {
+		return kvlease.Record{}, fmt.Errorf("%w: %w: grant: not connected to NATS (RECONNECTING)", kvlease.ErrUnavailable, kvlease.ErrNotSent)
+	}
+	return g.FakeGrantor.Grant(ctx, req)
+}
+
+// A holder's deadline counts from the first attempt that was sent, not
+// from attempts that never went (ErrNotSent): after an outage longer than
+// the lease's validity, the grant answered as the connection came back
+// was taken for a late answer, given back and asked for again, a tenure
+// held by no one that observers saw as a leader (found by an outside
+// client: a candidate, its server SIGKILLed for 15 s, was granted token
+// 674, released it and led with 677 a second later).
+func TestAcquireDeadlineCountsFromTheFirstAttemptSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 2 * time.Second
+		fake := kvleasetest.NewFakeGrantor()
+		g := unsentUntilGrantor{FakeGrantor: fake, until: time.Now().Add(3 * d)}
+		l, err := kvlease.Acquire(t.Context(), g, "job", "h", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, rel := fake.Grants(), len(fake.Releases()); n != 1 || rel != 0 {
+			t.Errorf("%d grants and %d releases for one Acquire; want 1 and 0 (the first answer given back as late)", n, rel)
+		}
+		if got, want := l.Remaining(), kvlease.HolderValidity(d, kvlease.DefaultClockRate, kvlease.DefaultHolderMargin(d)); got != want {
+			t.Errorf("remaining %v after the grant; want the whole validity %v, counted from the attempt that was sent", got, want)
+		}
+	})
+}
+
 // An attempt that was never sent (ErrNotSent) is no attempt to wait out,
 // and does not make Acquire forget the late window of the ones that were:
 // a refusal after it is still waited out (it took the late window as
