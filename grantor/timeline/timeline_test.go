@@ -132,6 +132,10 @@ func TestBadRequests(t *testing.T) {
 		{"events: bad since", "/events?since=soon", `since "soon"`},
 		{"events: bad prefix", "/events?prefix=a%20b", "prefix"},
 		{"page: bad prefix", "/?prefix=a*", "prefix"},
+		// The history has no record of the grantor's own leases: the
+		// page and /api/tenures showed none, with no word why (s21d).
+		{"the grantor's own prefix", "/api/tenures?prefix=_leased.", "the grantor's own"},
+		{"page: the grantor's own prefix", "/?prefix=_leased", "the grantor's own"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := get(t, http.MethodGet, s.URL+tc.path)
