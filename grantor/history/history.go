@@ -232,18 +232,24 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 		default:
 			return nil, kvlease.JetStreamError("open history", oerr)
 		}
-		cfg := jetstream.StreamConfig{
-			Name:        StreamName(bucket),
-			Description: "leased: history of the tenures of lease bucket " + bucket,
-			Subjects:    []string{h.prefix + ">"},
-			Storage:     jetstream.FileStorage,
-			Replicas:    o.Replicas,
-			MaxAge:      o.Retention,
-			Discard:     jetstream.DiscardOld,
-			Duplicates:  duplicates,
-			// The observer appends a backlog as one batch: one sync.
-			AllowAtomicPublish: true,
+		// An update changes only what Open sets, as kvlease.Open's do: it
+		// sent this config whole, and a size bound an operator had given
+		// the stream (MaxBytes, MaxMsgs: the only bound of the history by
+		// size), its compression or placement were dropped without a word
+		// at a restart with another retention (found by an outside client).
+		var cfg jetstream.StreamConfig
+		if oerr == nil {
+			cfg = old.CachedInfo().Config
 		}
+		cfg.Name = StreamName(bucket)
+		cfg.Description = "leased: history of the tenures of lease bucket " + bucket
+		cfg.Subjects = []string{h.prefix + ">"}
+		cfg.Storage = jetstream.FileStorage
+		cfg.Replicas = o.Replicas
+		cfg.MaxAge = o.Retention
+		cfg.Discard = jetstream.DiscardOld
+		cfg.Duplicates = duplicates
+		cfg.AllowAtomicPublish = true // the observer appends a backlog as one batch: one sync
 		// Created if missing, updated only if it differs: a NATS user that
 		// may create streams but not update them (whose update the server
 		// answers with nothing) could not start serve, even on a stream as

@@ -164,6 +164,40 @@ func TestOpenWithoutRetentionKeepsTheStreams(t *testing.T) {
 	}
 }
 
+// Open changes only what it sets: a size bound an operator gave the
+// stream (the one bound of the history by size: JetStream's storage full
+// of it refuses every grant) stays when a grantor opens it with another
+// retention. The update sent Open's whole config, and dropped it without
+// a word (found by an outside client, s21d).
+func TestOpenKeepsWhatItDoesNotSet(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	if _, err := history.Open(ctx, js, "leases", history.Options{Create: true}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, history.StreamName("leases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config // as `nats stream edit --max-bytes 1MiB --max-msgs 5000` sets it
+	cfg.MaxBytes, cfg.MaxMsgs = 1<<20, 5000
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := history.Open(ctx, js, "leases", history.Options{Create: true, Retention: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	st, err = js.Stream(ctx, history.StreamName("leases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config; got.MaxAge != 2*time.Hour || got.MaxBytes != 1<<20 || got.MaxMsgs != 5000 {
+		t.Errorf("opened with retention 2h: max age %v, max bytes %d, max msgs %d; want 2h, %d, 5000 (the operator's)",
+			got.MaxAge, got.MaxBytes, got.MaxMsgs, 1<<20)
+	}
+}
+
 // Records are kept once per change even when appended twice (a new
 // observer re-reporting what a paused one had already recorded); Last and
 // LastFor read them back; Follow delivers the stored ones, then the new.
