@@ -31,6 +31,11 @@ const (
 // long as it held the lease (found by an outside client).
 const ReservedPrefix = "_leased."
 
+// Reserved reports whether every lease name that begins with prefix is a
+// grantor's own (begins [ReservedPrefix]): a listing, watch or history of
+// such a prefix shows nothing, as the grantor leaves its own leases out.
+func Reserved(prefix string) bool { return strings.HasPrefix(prefix+".", ReservedPrefix) }
+
 type grantorKey struct{}
 
 // GrantorContext returns ctx marked as a grantor's own, whose grants may

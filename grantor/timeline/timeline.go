@@ -323,7 +323,7 @@ func validatePrefix(prefix string) error {
 	if err := kvlease.ValidateName(strings.TrimSuffix(prefix, ".")); err != nil {
 		return fmt.Errorf("prefix %q: not the beginning of a lease name: %v", prefix, err)
 	}
-	if strings.HasPrefix(prefix+".", kvlease.ReservedPrefix) {
+	if kvlease.Reserved(prefix) {
 		return fmt.Errorf("prefix %q: names beginning %q are the grantor's own, which the history leaves out", prefix,
 			kvlease.ReservedPrefix)
 	}

@@ -566,7 +566,7 @@ func newList(stdout io.Writer) *cobra.Command {
 // nothing, and watch nothing for good, with no word why (found by an
 // outside client).
 func grantorsOwn(what, prefix string) error {
-	if strings.HasPrefix(prefix+".", grantor.ReservedPrefix) {
+	if kvlease.Reserved(prefix) {
 		return usageError{fmt.Errorf("%s %q: names beginning %q are the grantor's own, which this leaves out (leased get shows one)",
 			what, prefix, grantor.ReservedPrefix)}
 	}
