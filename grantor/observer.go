@@ -73,6 +73,21 @@ func WithHistoryRetention(d time.Duration) Option {
 	}
 }
 
+// WithHistoryMaxBytes bounds the history stream's size: past it the oldest
+// records are dropped (-1: no bound; see [history.Options].MaxBytes, which
+// refuses other values under [history.MinMaxBytes] as this does). Without
+// it a service leaves the stream's bound as it is, and a new stream has
+// none.
+func WithHistoryMaxBytes(n int64) Option {
+	return func(s *Service) error {
+		if n != -1 && n < history.MinMaxBytes {
+			return fmt.Errorf("%w: history max bytes %d, want -1 (none) or at least %d", ErrConfig, n, history.MinMaxBytes)
+		}
+		s.historyMaxBytes = n
+		return nil
+	}
+}
+
 // WithSuccession names this service instance in the observer lease's
 // attributes (default: a new [nuid]) and, if predecessor is not empty,
 // says that the instance so named has stopped: an observer lease it still
@@ -197,7 +212,8 @@ func (s *Service) History() *history.Stream {
 // missing, with the store's replicas, and appended to in batches only if
 // the store batches its own writes.
 func (s *Service) historyOptions() history.Options {
-	return history.Options{Retention: s.retention, Replicas: s.store.Replicas(), Create: true, Singles: !s.store.Batching()}
+	return history.Options{Retention: s.retention, MaxBytes: s.historyMaxBytes, Replicas: s.store.Replicas(), Create: true,
+		Singles: !s.store.Batching()}
 }
 
 // startObserver opens the history stream and starts the campaign; it

@@ -145,9 +145,10 @@ type Service struct {
 	// flaps counts the new tenures this node's watch sees, on every node
 	// (for the flapping mark in grant spans and list replies); the
 	// observer keeps a detector of its own for what it reports.
-	flaps     *telemetry.FlapDetector
-	retention time.Duration // of the history stream; 0: the default
-	obs       *observer     // set by Start
+	flaps           *telemetry.FlapDetector
+	retention       time.Duration // of the history stream; 0: the default
+	historyMaxBytes int64         // of the history stream; 0: the stream's bound
+	obs             *observer     // set by Start
 	// instance and predecessor are WithSuccession's.
 	instance, predecessor string
 	// onObserved, if set (tests), is called by the observer with the

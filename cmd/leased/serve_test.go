@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -100,6 +101,9 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--history-retention", "-1h"},
 		// What JetStream would refuse for ever (serve waited on it):
 		{"serve", "--history-retention", "1s"}, // under the duplicates window
+		{"serve", "--history-max-bytes", "1KB"},
+		{"serve", "--history-max-bytes", "lots"},
+		{"serve", "--history-max-bytes", "-5MiB"},
 		{"serve", "--bucket", "bad.name"},
 		{"serve", "--bucket", ""},
 		{"serve", "--gossip-seeds", "node1"}, // refused before the embedded server starts
@@ -553,5 +557,39 @@ func fillDisk(t *testing.T, pid int, dir string) string {
 		if _, err := f.Write(chunk); err != nil {
 			return f.Name() // ENOSPC
 		}
+	}
+}
+
+// The history shares the NATS server's storage with the lease bucket,
+// whose every write a full storage refuses, and was bounded by age only: a
+// churn of leases filled a 6 MB store with 4 MB of history, and every
+// grant was refused (found by an outside client). --history-max-bytes
+// bounds it; a serve started without it keeps the stream's bound, and
+// "none" removes it.
+func TestServeBoundsTheHistory(t *testing.T) {
+	dir := t.TempDir()
+	maxBytes := func(s *server) int64 {
+		t.Helper()
+		js := kvleasetest.JetStream(t, kvleasetest.Connect(t, s.url))
+		st, err := js.Stream(t.Context(), history.StreamName("leases"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.MaxBytes
+	}
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{
+		{[]string{"--history-max-bytes", "64MiB"}, 64 << 20},
+		{nil, 64 << 20},
+		{[]string{"--history-max-bytes", "1.5GB"}, 1_500_000_000},
+		{[]string{"--history-max-bytes", "none"}, -1},
+	} {
+		s := startServe(t, dir, c.args...)
+		if got := maxBytes(s); got != c.want {
+			t.Errorf("serve %v: the history's max bytes %d, want %d", c.args, got, c.want)
+		}
+		s.stop(t)
 	}
 }

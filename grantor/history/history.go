@@ -49,6 +49,10 @@ import (
 // DefaultRetention is how long records are kept.
 const DefaultRetention = 24 * time.Hour
 
+// MinMaxBytes is the smallest bound of the history's size: a record is
+// about 300 bytes, so a few thousand tenures.
+const MinMaxBytes = 1 << 20
+
 // MinRetention is the shortest retention: JetStream refuses a stream that
 // keeps messages for less than its duplicates window, which must cover an
 // observer's takeover (see Open).
@@ -182,7 +186,14 @@ type Options struct {
 	// exists, or DefaultRetention for a new one, so that a grantor
 	// started without one does not cut what the others keep.
 	Retention time.Duration
-	Replicas  int // 0: 1
+	// MaxBytes bounds the stream's size: past it the oldest records are
+	// dropped. 0: the stream's bound, if it exists (an operator's `nats
+	// stream edit --max-bytes`), or none; -1: none. Under [MinMaxBytes] is
+	// an error. The history shares the NATS server's storage with the
+	// lease bucket, whose every write a full storage refuses: a bound
+	// keeps a churn of leases from filling it with history.
+	MaxBytes int64
+	Replicas int // 0: 1
 	// Create, if set, creates the stream if missing (or updates its
 	// retention and replicas, only if they differ: a user that may not
 	// update streams can open one as it is); otherwise Open only opens it.
@@ -203,6 +214,9 @@ type Options struct {
 func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options) (*Stream, error) {
 	if o.Retention < 0 || o.Retention > 0 && o.Retention < MinRetention {
 		return nil, fmt.Errorf("%w: history retention %v, want at least %v", kvlease.ErrInvalidOption, o.Retention, MinRetention)
+	}
+	if o.MaxBytes < -1 || o.MaxBytes > 0 && o.MaxBytes < MinMaxBytes {
+		return nil, fmt.Errorf("%w: history max bytes %d, want -1 (none) or at least %d", kvlease.ErrInvalidOption, o.MaxBytes, MinMaxBytes)
 	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
@@ -247,6 +261,12 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 		cfg.Storage = jetstream.FileStorage
 		cfg.Replicas = o.Replicas
 		cfg.MaxAge = o.Retention
+		if o.MaxBytes != 0 {
+			cfg.MaxBytes = o.MaxBytes
+		}
+		if cfg.MaxBytes == 0 {
+			cfg.MaxBytes = -1 // a new stream's: none
+		}
 		cfg.Discard = jetstream.DiscardOld
 		cfg.Duplicates = duplicates
 		cfg.AllowAtomicPublish = true // the observer appends a backlog as one batch: one sync
@@ -282,7 +302,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, o Options)
 // is already what want, the config Open would give it, sets.
 func sameStream(have, want jetstream.StreamConfig) bool {
 	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
-		have.Storage == want.Storage && have.Replicas == want.Replicas && have.MaxAge == want.MaxAge &&
+		have.Storage == want.Storage && have.Replicas == want.Replicas && have.MaxAge == want.MaxAge && have.MaxBytes == want.MaxBytes &&
 		have.Discard == want.Discard && have.Duplicates == want.Duplicates && have.AllowAtomicPublish == want.AllowAtomicPublish
 }
 

@@ -198,6 +198,64 @@ func TestOpenKeepsWhatItDoesNotSet(t *testing.T) {
 	}
 }
 
+// The history's retention was by age only, and it shares the NATS
+// server's storage with the bucket: a churn of leases filled the storage
+// with history, and every grant was refused (found by an outside client:
+// a 6 MB store, 4 MB of it history). MaxBytes bounds it, dropping the
+// oldest records; 0 keeps the stream's bound, -1 removes it.
+func TestOpenBoundsTheHistorysSize(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	for _, bad := range []int64{-2, 1000, history.MinMaxBytes - 1} {
+		if _, err := history.Open(ctx, js, "leases", history.Options{Create: true, MaxBytes: bad}); !errors.Is(err, kvlease.ErrInvalidOption) {
+			t.Errorf("max bytes %d: %v; want ErrInvalidOption", bad, err)
+		}
+	}
+	maxBytes := func() int64 {
+		t.Helper()
+		st, err := js.Stream(ctx, history.StreamName("leases"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.MaxBytes
+	}
+	const bound = history.MinMaxBytes
+	h, err := history.Open(ctx, js, "leases", history.Options{Create: true, MaxBytes: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := maxBytes(); got != bound {
+		t.Fatalf("created with max bytes %d: %d", bound, got)
+	}
+	// More than the bound: the oldest records go.
+	at := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	var recs []history.Record
+	for i := range 6000 {
+		recs = append(recs, history.Record{Kind: history.KindGranted, Name: fmt.Sprintf("churn.%d", i), Token: uint64(i + 1),
+			Holder: "holder-with-a-name-of-some-length", Revision: uint64(i + 1), Time: at, GrantedAt: at})
+		if len(recs) == 500 {
+			if _, err := h.AppendAll(ctx, recs); err != nil {
+				t.Fatal(err)
+			}
+			recs = recs[:0]
+		}
+	}
+	st, err := js.Stream(ctx, history.StreamName("leases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Bytes > bound || info.State.FirstSeq == 1 {
+		t.Fatalf("after 6,000 records: %+v, %v; want at most %d bytes, the first records dropped", info.State, err, bound)
+	}
+	if _, err := history.Open(ctx, js, "leases", history.Options{Create: true}); err != nil || maxBytes() != bound {
+		t.Fatalf("opened without max bytes: %v, max bytes %d; want the stream's %d kept", err, maxBytes(), bound)
+	}
+	if _, err := history.Open(ctx, js, "leases", history.Options{Create: true, MaxBytes: -1}); err != nil || maxBytes() != -1 {
+		t.Fatalf("opened with max bytes -1: %v, max bytes %d; want none (-1)", err, maxBytes())
+	}
+}
+
 // Records are kept once per change even when appended twice (a new
 // observer re-reporting what a paused one had already recorded); Last and
 // LastFor read them back; Follow delivers the stored ones, then the new.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -62,6 +63,7 @@ type serveFlags struct {
 	namePrefixes  []string
 	retention     time.Duration // of the history stream
 	retentionSet  bool          // --history-retention given: else the stream's stays
+	historyMax    string        // --history-max-bytes: "" leaves the stream's bound
 	batch         batchFlags
 
 	// reread reads --config again and layers it under the flags, as at the
@@ -283,6 +285,9 @@ nothing changes (nor does it without --config, or with --nats-url).`,
 	fl.Lookup("metrics-listen").Usage = "serve Prometheus metrics on http://HOST:PORT/metrics, and the node's health at /healthz (default: off)"
 	fl.DurationVar(&f.retention, "history-retention", 0, fmt.Sprintf("how long the history of tenures (leased history) is kept "+
 		"(default: as the history stream keeps it, %v for a new one)", history.DefaultRetention))
+	fl.StringVar(&f.historyMax, "history-max-bytes", "", "bound the history stream's size, dropping its oldest records past it "+
+		"(e.g. 500MiB, 2GB; none: no bound; default: as the history stream has it, none for a new one). "+
+		"The history shares the NATS server's storage with the lease bucket, whose every write a full storage refuses")
 	f.batch.register(fl)
 	f.http.register(fl)
 	fl.StringSliceVar(&f.namePrefixes, "metric-name-prefixes", nil, "label the ownership-change metric with the lease name for leases with these name prefixes (comma-separated; each such lease is a series: keep it to a few)")
@@ -332,6 +337,10 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	if f.retentionSet && f.retention < history.MinRetention {
 		return usageError{fmt.Errorf("--history-retention %v: want at least %v", f.retention, history.MinRetention)}
+	}
+	historyMax, err := historyMaxBytes(f.historyMax)
+	if err != nil {
+		return usageError{err}
 	}
 	if err := kvlease.ValidateBucket(f.bucket); err != nil {
 		return usageError{fmt.Errorf("--bucket: %w", err)}
@@ -519,6 +528,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		grantor.WithMetricNamePrefixes(f.namePrefixes...), grantor.WithExtension(reg)}
 	if f.retentionSet {
 		svcOpts = append(svcOpts, grantor.WithHistoryRetention(f.retention))
+	}
+	if historyMax != 0 {
+		svcOpts = append(svcOpts, grantor.WithHistoryMaxBytes(historyMax))
 	}
 	if srv != nil {
 		// What this node's process before held is ended, not waited out:
@@ -1018,4 +1030,29 @@ func startEmbedded(f serveFlags, log *slog.Logger) (*embedded.Server, error) {
 	log.Info("embedded NATS server started", "name", srv.Name(), "url", redact.URL(srv.ClientURL()), "cluster", srv.ClusterAddr(),
 		"data", f.data, "sync", srv.Sync().String())
 	return srv, nil
+}
+
+// historyMaxBytes parses --history-max-bytes: a size in bytes, with an
+// optional unit (KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB:
+// powers of 1024), "none" (-1: no bound), or "" (0: the stream's bound).
+func historyMaxBytes(v string) (int64, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "":
+		return 0, nil
+	case "none":
+		return -1, nil
+	}
+	num := strings.TrimRightFunc(v, unicode.IsLetter)
+	unit := strings.ToLower(strings.TrimSpace(v[len(num):]))
+	mult, ok := map[string]float64{"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+		"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}[unit]
+	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if !ok || err != nil || !(n*mult >= 0 && n*mult <= math.MaxInt64) { // NaN fails both
+		return 0, fmt.Errorf("--history-max-bytes %q: want a size such as 500MiB or 2GB, or none", v)
+	}
+	b := int64(n * mult)
+	if b < history.MinMaxBytes {
+		return 0, fmt.Errorf("--history-max-bytes %s: want at least %d bytes (1MiB), or none", v, history.MinMaxBytes)
+	}
+	return b, nil
 }
