@@ -29,6 +29,10 @@ func (q *Queue) WaitStateSize(ctx context.Context, ok func(pending, claimed int)
 // done and its create of the item.
 func (q *Queue) SetBeforeCreate(f func()) { q.beforeCreate = f }
 
+// SetAfterRaise makes Claim call f once it has raised an item's bar at
+// the sink to its claim's token, before it hands the claim over.
+func (q *Queue) SetAfterRaise(f func()) { q.afterRaise = f }
+
 // MarkPending marks ids pending in the queue's own view, as the view of a
 // worker that was paused while others completed them still has them.
 func (q *Queue) MarkPending(ids ...string) {

@@ -72,6 +72,7 @@ type Queue struct {
 	wg       sync.WaitGroup
 
 	beforeCreate func() // tests: called by Add between its check and its create
+	afterRaise   func() // tests: called by Claim once it has raised an item's bar to its claim
 }
 
 // ErrDone: the item was already completed.
@@ -469,9 +470,10 @@ func (c *Claim) Close(ctx context.Context) error {
 // polling. The claim is a lease of duration d, taken with [kvlease.WithLease]'s
 // options (a holder margin, a clock guard) and kept with [kvlease.WithKeeper]'s.
 //
-// ctx bounds the wait only, as it bounds an election's Campaign: once made,
-// the claim is kept renewed until [Claim.Complete], Close, Orphan or its
-// loss, whatever becomes of ctx (unlike [kvlease.Keep], whose ctx ending
+// ctx bounds the wait only, as it bounds an election's Campaign: a claim
+// granted before ctx ends is returned, and once made, the claim is kept
+// renewed until [Claim.Complete], Close, Orphan or its loss, whatever
+// becomes of ctx (unlike [kvlease.Keep], whose ctx ending
 // releases the lease). Close a claim whose work you give up: the item is
 // then free at once, not when the claim's lease would have lapsed.
 //
@@ -608,6 +610,12 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 		// item is not marked here, where a mark could outlive the claim.
 		return nil, err
 	}
+	// The claim is made: ctx bounds the wait only, and the rest is bounded
+	// by the claim's deadline. A ctx that ended here returned its error
+	// after the sink had counted the claim, and WithMaxClaims gave items
+	// up that no worker had held (found by an outside client).
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), l.Deadline())
+	defer cancel()
 	// Raise the sink's bar to this claim, so that any older claim's
 	// completion is refused from now on; or, past the claims allowed, give
 	// the item up under this claim's token, as a completion would end it.
@@ -634,6 +642,9 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 	}
 	if err == nil && gaveUp != nil {
 		err = gaveUp.gaveUp(id)
+	}
+	if err == nil && q.afterRaise != nil {
+		q.afterRaise()
 	}
 	if err != nil {
 		behind := q.tokensBehind(ctx, l, err)

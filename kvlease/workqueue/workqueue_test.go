@@ -1295,3 +1295,45 @@ func TestMaxClaimsGivesUpALargePayloadWithoutIt(t *testing.T) {
 		t.Fatalf("Result: %v (%+v); want a GaveUpError after 1 claim, without the payload", err, gave)
 	}
 }
+
+// A Claim whose ctx ends once its claim is made hands the claim over, as
+// Campaign does a won election: ctx bounds the wait only. It returned
+// ctx's error instead, after the sink had counted the claim, so a worker
+// whose Claim timed out at that moment used up one of WithMaxClaims'
+// claims on an item it never got (found by an outside client: 24 of 40
+// items given up, by MaxClaims 1, that no worker had ever held, claimed
+// under deadlines of a few ms).
+func TestClaimWhoseContextEndsAsItIsMadeHandsItOver(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "q", workqueue.WithMaxClaims(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "item-1", []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	q.SetAfterRaise(cancel) // the worker's Claim timed out just then
+	c, err := q.Claim(cctx, "w0", 10*time.Second)
+	q.SetAfterRaise(nil)
+	if err != nil {
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer wcancel()
+		next, nerr := q.Claim(wctx, "w1", 10*time.Second)
+		_, _, _, _, rerr := q.Result(ctx, "item-1")
+		t.Fatalf("Claim whose ctx ended as its claim was made: %v; want the claim. "+
+			"The next Claim: %v, %v; the item: %v", err, next, nerr, rerr)
+	}
+	if c.Item != "item-1" || c.Lease().Check() != nil {
+		t.Fatalf("claimed %q: %v", c.Item, c.Lease().Check())
+	}
+	if err := c.Complete(ctx, []byte("done")); err != nil {
+		t.Fatal(err)
+	}
+	if done, worker, _, _, err := q.Result(ctx, "item-1"); !done || worker != "w0" || err != nil {
+		t.Fatalf("Result: done %v by %q, %v", done, worker, err)
+	}
+}
