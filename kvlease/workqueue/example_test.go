@@ -2,6 +2,7 @@ package workqueue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -51,4 +52,49 @@ func ExampleQueue() {
 	// Output:
 	// worker-3 claimed img-0042 (cat.png) with token 1
 	// done: true by worker-3 result cat-thumb.png
+}
+
+// An item that no claim completes (a payload that crashes every worker
+// that takes it) is given up after as many claims as WithMaxClaims allows,
+// as a dead-letter queue would: its payload is kept at the sink.
+func ExampleWithMaxClaims() {
+	st, js, stop, err := kvleasetest.StartStore()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	q, err := workqueue.Open(ctx, js, st, "imports", workqueue.WithMaxClaims(1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "row-7", []byte("malformed")); err != nil {
+		log.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "worker-1", 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = c.Close(ctx) // the worker failed on it and gave it back
+
+	// The next Claim gives the item up instead of claiming it, and waits
+	// for another item.
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	defer wcancel()
+	_, err = q.Claim(wctx, "worker-2", 5*time.Second)
+	fmt.Println("claim:", err)
+
+	_, _, _, _, err = q.Result(ctx, "row-7")
+	var gaveUp *workqueue.GaveUpError
+	if errors.As(err, &gaveUp) {
+		fmt.Printf("%s given up after %d claim(s), payload %q\n", gaveUp.Item, gaveUp.Claims, gaveUp.Payload)
+	}
+	fmt.Println("refused again:", errors.Is(q.Add(ctx, "row-7", nil), workqueue.ErrGaveUp))
+	// Output:
+	// claim: context deadline exceeded
+	// row-7 given up after 1 claim(s), payload "malformed"
+	// refused again: true
 }
