@@ -79,3 +79,37 @@ func TestRefusedClaimCannotComplete(t *testing.T) {
 		t.Fatalf("sink after a refused completion: done=%v %v", done, err)
 	}
 }
+
+// A claim past its deadline that never sent a completion is refused with
+// its expiry at once, with nothing sent: nothing it could have written
+// needs looking up. Complete read the sink first, and with the server
+// gone said kvlease.ErrUnavailable ("call Complete again") instead
+// (found by an outside client: "read sink: context deadline exceeded"
+// after its ctx's 1 s, for a claim lost 2 s after its server was
+// SIGSTOPped, whose worker then retried until the server came back).
+func TestExpiredClaimsCompleteIsRefusedWithoutTheServer(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "eq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "item", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	<-c.Done() // lost at its deadline, renewals unanswered
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err = c.Complete(cctx, []byte("late"))
+	var expired *kvlease.LeaseExpiredError
+	if !errors.As(err, &expired) {
+		t.Fatalf("Complete of a claim past its deadline, the server gone: %v; want a *kvlease.LeaseExpiredError", err)
+	}
+}

@@ -443,6 +443,9 @@ type Claim struct {
 	// dropped: a Complete that failed stopped renewing the claim (an
 	// Orphan of the keeper, whose Close then releases nothing).
 	dropped atomic.Bool
+	// sent: a Complete has sent its result to the sink (it may have
+	// been written, whatever that Complete returned).
+	sent atomic.Bool
 }
 
 // Token returns the claim's fencing token.
@@ -749,6 +752,14 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 	token := c.Token()
 	recorded := func(cur doneRecord) bool { return cur.Done && cur.Token == token && bytes.Equal(cur.Result, result) }
 	if err := c.Lease().Check(); err != nil {
+		if !c.sent.Load() {
+			// Nothing of this claim's can be at the sink: refused now,
+			// with nothing sent. It read the sink first, and with the
+			// server gone said ErrUnavailable, "call Complete again", for
+			// a claim that could never complete (found by an outside
+			// client).
+			return err
+		}
 		// Past the deadline, or released by an earlier Complete that then
 		// failed: done if that one wrote the result.
 		cur, _, gerr := c.q.done.Get(ctx, c.Item)
@@ -761,7 +772,7 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 		default:
 			return err
 		}
-	} else if err := c.q.sink(ctx, c.Item, func(cur doneRecord) (doneRecord, error) {
+	} else if err := c.send(ctx, func(cur doneRecord) (doneRecord, error) {
 		switch {
 		case recorded(cur):
 			return cur, errRecorded
@@ -793,6 +804,13 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 	// releases nothing: the claim stayed held, unrenewed, for its TTL
 	// (found in review). A release already made is not made again.
 	return c.Lease().Release(ctx)
+}
+
+// send applies fn to the claim's item at the sink, as q.sink does, once
+// it has marked the claim as having sent a result.
+func (c *Claim) send(ctx context.Context, fn func(doneRecord) (doneRecord, error), token kvlease.Token) error {
+	c.sent.Store(true)
+	return c.q.sink(ctx, c.Item, fn, token)
 }
 
 // errRecorded: the sink has the claim's result already (an earlier
