@@ -25,3 +25,11 @@ func TestURL(t *testing.T) {
 		}
 	}
 }
+
+// An OTLP endpoint is one URL: a comma in its password is no separator.
+func TestOneURL(t *testing.T) {
+	in := "https://u:pa,ss@collector:4318/v1"
+	if got, want := redact.OneURL(in), "https://u:xxxxx@collector:4318/v1"; got != want {
+		t.Errorf("OneURL(%q) = %q, want %q", in, got, want)
+	}
+}

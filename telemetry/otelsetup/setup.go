@@ -167,7 +167,7 @@ func checkOTLPEnv(signal string) error {
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_" + signal + "_ENDPOINT"} {
 		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
 			if err := checkEndpoint(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%s: %w", name, redact.URL(v), err))
+				errs = append(errs, fmt.Errorf("%s=%s: %w", name, redact.OneURL(v), err))
 			}
 		}
 	}

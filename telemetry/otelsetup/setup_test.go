@@ -81,6 +81,8 @@ func TestBadOTLPEnvironment(t *testing.T) {
 			[]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=localhost:4318"}},
 		{"endpoint with a password that does not parse", "OTEL_EXPORTER_OTLP_ENDPOINT",
 			[]string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://u:" + secret + "@[::1"}},
+		{"endpoint with a comma in a password that does not parse", "OTEL_EXPORTER_OTLP_ENDPOINT",
+			[]string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://u:" + secret + ",x@[::1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			stdout, stderr := runSetup(t, c.env...)
