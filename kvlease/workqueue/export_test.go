@@ -50,3 +50,7 @@ func SetItemMarkerTTL(d time.Duration) (restore func()) {
 	itemMarkerTTL = d
 	return func() { itemMarkerTTL = was }
 }
+
+// MarkSent marks c as having sent a result, as a Complete that sent one and
+// then failed does: a later Complete past the deadline reads the sink.
+func (c *Claim) MarkSent() { c.sent.Store(true) }

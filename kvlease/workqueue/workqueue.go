@@ -745,7 +745,8 @@ func (q *Queue) sink(ctx context.Context, id string, fn func(doneRecord) (doneRe
 // Errors: [*kvlease.LeaseExpiredError] (nothing written; the claim will lapse and
 // the item be redone); [*fence.StaleTokenError] (a newer claim has raised
 // the bar); [ErrDone] (another claim, or this one with another result,
-// completed it); [kvlease.ErrTooLarge] (the result does not fit in one
+// completed it); a [*GaveUpError] (a Claim gave the item up after this
+// claim ended: [WithMaxClaims]); [kvlease.ErrTooLarge] (the result does not fit in one
 // NATS message: nothing sent, the claim kept); [kvlease.ErrUnavailable]
 // (the outcome unknown: call Complete again).
 func (c *Claim) Complete(ctx context.Context, result []byte) error {
@@ -767,22 +768,29 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 		case gerr != nil:
 			return gerr // whether an earlier Complete wrote it is unknown
 		case recorded(cur):
+		case cur.GaveUp:
+			return cur.gaveUp(c.Item) // not done: said ErrDone, "another claim completed it"
 		case cur.Done:
 			return ErrDone // it will not be redone
 		default:
 			return err
 		}
 	} else if err := c.send(ctx, func(cur doneRecord) (doneRecord, error) {
+		// The bar check of q.sink is this token check's, but that an item
+		// given up says so (a revoked claim was told a newer claim had
+		// raised the bar, as if the item would be redone).
 		switch {
 		case recorded(cur):
 			return cur, errRecorded
+		case cur.GaveUp:
+			return cur, cur.gaveUp(c.Item)
 		case cur.Done:
 			return cur, ErrDone
 		case cur.Token != token:
 			return cur, &fence.StaleTokenError{Resource: c.Item, Token: token, Highest: cur.Token}
 		}
 		return doneRecord{Token: token, Done: true, Worker: c.Lease().Holder(), Result: result, Claims: cur.Claims}, nil
-	}, token); err != nil && !errors.Is(err, errRecorded) {
+	}); err != nil && !errors.Is(err, errRecorded) {
 		if errors.Is(err, kvlease.ErrTooLarge) {
 			// Refused before it was sent: the claim is as it was, renewed,
 			// for a smaller result or a Close that releases it (orphaned,
@@ -806,11 +814,11 @@ func (c *Claim) Complete(ctx context.Context, result []byte) error {
 	return c.Lease().Release(ctx)
 }
 
-// send applies fn to the claim's item at the sink, as q.sink does, once
-// it has marked the claim as having sent a result.
-func (c *Claim) send(ctx context.Context, fn func(doneRecord) (doneRecord, error), token kvlease.Token) error {
+// send applies fn, which checks the claim's token itself, to the claim's
+// item at the sink, once it has marked the claim as having sent a result.
+func (c *Claim) send(ctx context.Context, fn func(doneRecord) (doneRecord, error)) error {
 	c.sent.Store(true)
-	return c.q.sink(ctx, c.Item, fn, token)
+	return c.q.done.Update(ctx, c.Item, fn)
 }
 
 // errRecorded: the sink has the claim's result already (an earlier

@@ -1337,3 +1337,47 @@ func TestClaimWhoseContextEndsAsItIsMadeHandsItOver(t *testing.T) {
 		t.Fatalf("Result: done %v by %q, %v", done, worker, err)
 	}
 }
+
+// A claim that ended uncompleted (its worker paused past its deadline, or
+// gave it back) and completes late, after the next Claim gave the item up,
+// is told that the item was given up: it was told ErrDone ("another claim
+// completed it"), and a worker took its work for recorded.
+func TestCompleteOfAnItemGivenUpSaysSo(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "late", workqueue.WithMaxClaims(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "x", []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w0", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Lease().Release(ctx); err != nil { // ended under its worker (as a lapse would)
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	claimed := make(chan error, 1)
+	go func() { _, err := q.Claim(cctx, "w1", 10*time.Second); claimed <- err }()
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if pending, claims, err := q.WaitStateSize(wctx, func(pending, claimed int) bool { return pending == 0 && claimed == 0 }); err != nil {
+		t.Fatalf("the item given up: still %d pending, %d claimed", pending, claims)
+	}
+	cancel()
+	<-claimed
+	// An earlier Complete had sent its result and failed (unanswered): this
+	// one reads the sink, which says the item was given up. (One that never
+	// sent is refused at once with the claim's expiry, nothing read.)
+	c.MarkSent()
+	err = c.Complete(ctx, []byte("r"))
+	var gave *workqueue.GaveUpError
+	if !errors.As(err, &gave) || errors.Is(err, workqueue.ErrDone) || gave.Item != "x" {
+		t.Fatalf("Complete of the item given up: %v; want a *GaveUpError, not ErrDone", err)
+	}
+}
