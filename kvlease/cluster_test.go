@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -88,6 +89,82 @@ func TestOpenWaitsForAFormingClustersServers(t *testing.T) {
 		t.Fatalf("Open returned the refusal after %v; want it after the patience (2 s), before its ctx ended", took.Round(time.Millisecond))
 	}
 }
+
+// The patience for a placement refused for too few servers counts from
+// the first such refusal, not from Open's start: a forming cluster that
+// answered nothing for longer than the patience (no meta leader yet, as
+// under load), and then refused for too few servers because its new meta
+// leader had not heard of them all, was given no patience at all.
+func TestOpenPatienceCountsFromTheFirstRefusal(t *testing.T) {
+	const patience = 2 * time.Second
+	defer kvlease.SetNoPeersPatience(patience)()
+	servers := kvleasetest.NewCluster(t, 2)
+	p := kvleasetest.NewProxy(t, servers[0].Addr())
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, p.URL()))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if _, err := kvlease.Open(ctx, js, kvlease.WithBucket("one")); err != nil { // the cluster answers
+		t.Fatal(err)
+	}
+	p.Cut() // silence, as of a cluster with no meta leader yet
+	waiting := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var refused time.Time // when Open first logged a refusal for too few servers
+	log := slog.New(slogHandlerFunc(func(r slog.Record) {
+		if r.Message != "waiting for JetStream" {
+			return
+		}
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" && strings.Contains(a.Value.String(), "too few JetStream servers") {
+				mu.Lock()
+				if refused.IsZero() {
+					refused = time.Now()
+				}
+				mu.Unlock()
+			}
+			return true
+		})
+	}))
+	start := time.Now()
+	opened := make(chan error, 1)
+	go func() {
+		_, err := kvlease.Open(ctx, js, kvlease.WithReplicas(3), kvlease.WithLogger(log))
+		opened <- err
+	}()
+	select {
+	case <-waiting:
+	case err := <-opened:
+		t.Fatalf("Open through a cut proxy: %v; want it to wait", err)
+	}
+	time.Sleep(patience - time.Since(start) + 500*time.Millisecond) // the silence outlasts the patience
+	p.Heal()
+	err := <-opened
+	returned := time.Now()
+	if !errors.Is(err, kvlease.ErrBucket) {
+		t.Fatalf("Open of an R3 bucket on two servers: %v; want the refusal, ErrBucket", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if refused.IsZero() {
+		t.Fatalf("Open returned the first refusal for too few servers (%v), its silence having outlasted the patience; "+
+			"want it asked for again for the patience (%v)", err, patience)
+	}
+	if took := returned.Sub(refused); took < patience-time.Second { // the first retry's log comes after the first refusal
+		t.Fatalf("Open returned the refusal %v after the first; want it after the patience (%v)", took.Round(time.Millisecond), patience)
+	}
+}
+
+// slogHandlerFunc is a slog.Handler that calls itself for each record.
+type slogHandlerFunc func(slog.Record)
+
+func (f slogHandlerFunc) Enabled(context.Context, slog.Level) bool      { return true }
+func (f slogHandlerFunc) Handle(_ context.Context, r slog.Record) error { f(r); return nil }
+func (f slogHandlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return f }
+func (f slogHandlerFunc) WithGroup(string) slog.Handler                 { return f }
 
 func longTests() bool { return os.Getenv("LEASED_LONG") == "1" }
 

@@ -234,14 +234,21 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, 
 	}
 	nc := js.Conn()
 	before := lastError(nc)
-	start := time.Now()
+	// The first refusal for too few servers: the patience counts from
+	// it, not from Open's start (a forming cluster silent for longer than
+	// the patience was given none).
+	var refused time.Time
 	return RetryUnavailable(ctx, 2*time.Second, func(err error) {
 		o.logger.Info("waiting for JetStream", "bucket", o.bucket, "err", err)
 	}, func() (*Store, error) {
 		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
 		defer cancel()
 		st, err := open(actx, js, o)
-		if refusal, ok := tooFewPeers(err); ok && time.Since(start) < noPeersPatience {
+		refusal, tooFew := tooFewPeers(err)
+		if tooFew && refused.IsZero() {
+			refused = time.Now()
+		}
+		if tooFew && time.Since(refused) < noPeersPatience {
 			// A cluster still forming: its meta leader can place a stream
 			// before it has heard of every server, and refuses it for too
 			// few of them (seen under load: a 3-node cluster's R3 bucket,
