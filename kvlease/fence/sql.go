@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/leased/leased/kvlease"
@@ -253,9 +254,19 @@ func (f *SQL) Check(ctx context.Context, tx *sql.Tx, resource string, token kvle
 	// function of docs/fencing.md raises an exception (found by an outside
 	// client). Aborted, the transaction refuses every later statement,
 	// and its COMMIT rolls back. This statement's own error is that abort.
-	_, _ = tx.ExecContext(ctx, abortStale)
+	// Sent past ctx: database/sql sends nothing on a ctx that has ended,
+	// and a Check whose own ctx ended as it refused left the transaction
+	// open to a stale write that committed (found in review). Bounded,
+	// for a database that stopped answering: a statement cut off by its
+	// ctx loses its connection, and the transaction with it.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer cancel()
+	_, _ = tx.ExecContext(actx, abortStale)
 	return &StaleTokenError{Resource: resource, Token: token, Highest: kvlease.Token(highest)}
 }
+
+// abortTimeout bounds the statement that aborts a refused transaction.
+const abortTimeout = 5 * time.Second
 
 // abortStale aborts the transaction it runs in, SQLSTATE P0001.
 const abortStale = `DO $$BEGIN RAISE EXCEPTION 'leased fence: stale token refused; this transaction is aborted'; END$$`
