@@ -111,6 +111,9 @@ func newNode(cfg Config) (*Node, error) {
 // gossip: expect [EventJoin] for each member over the next gossip rounds.
 // It blocks for up to the profile's TCP timeout (10 s LAN, 1 s test) per
 // unreachable seed. A node that is first in its cluster need not call Join.
+// Each seed that does not answer while another does (this node's own
+// address, listed among the seeds, always does) is logged: as a warning
+// when its gossip key is not this node's.
 //
 // Errors wrap [ErrJoin] (none answered, or seeds is empty) or [ErrClosed].
 func (n *Node) Join(seeds []string) (int, error) {
@@ -122,11 +125,36 @@ func (n *Node) Join(seeds []string) (int, error) {
 	if len(seeds) == 0 {
 		return 0, fmt.Errorf("%w: no seeds", ErrJoin)
 	}
-	k, err := n.ml.Load().Join(seeds)
-	if err != nil {
-		return k, fmt.Errorf("%w: %s", ErrJoin, oneLine(err))
+	k, failed := n.join(seeds)
+	if k == 0 {
+		return 0, fmt.Errorf("%w: %s", ErrJoin, strings.Join(failed, "; "))
+	}
+	for _, f := range failed {
+		if strings.Contains(f, "crypt") { // memberlist's words for a key that is not the seed's
+			n.log.Warn("gossip seed not joined: "+f, "hint", "the seed gossips with another key, or none, than this member's: give every member the same key, or none")
+		} else {
+			n.log.Info("gossip seed not joined: "+f, "hint", "down or unreachable (it may not have started yet)")
+		}
 	}
 	return k, nil
+}
+
+// join joins each seed in turn and returns how many answered and, on one
+// line each, why the others did not. memberlist's Join of them all drops
+// the others' errors once one answers, and a node's own address, listed
+// among a cluster's seeds, always does: a member whose gossip key was not
+// the others' joined no one else without a word (found by an outside
+// client).
+func (n *Node) join(seeds []string) (k int, failed []string) {
+	ml := n.ml.Load()
+	for _, seed := range seeds {
+		answered, err := ml.Join([]string{seed})
+		k += answered
+		if err != nil {
+			failed = append(failed, oneLine(err))
+		}
+	}
+	return k, failed
 }
 
 // KeepJoined joins seeds again, every interval until Shutdown or Leave,
