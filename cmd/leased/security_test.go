@@ -79,6 +79,21 @@ func TestServeRefusesInsecureListen(t *testing.T) {
 			}
 		})
 	}
+	// With --nats-url, --allow-insecure allows the gossip port: it was
+	// refused as a flag of the embedded server, though the refusal of
+	// keyless gossip beyond loopback said to give it (found by an outside
+	// client). A bad --suspicion-threshold, checked next, stops it before
+	// it connects or binds anything.
+	closed := "nats://127.0.0.1:1" // never dialled: refused before
+	r := leased(t, "", "serve", "--nats-url", closed, "--gossip-listen", "0.0.0.0:0", "--allow-insecure", "--suspicion-threshold", "-1")
+	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "--suspicion-threshold") {
+		t.Fatalf("serve --nats-url --gossip-listen 0.0.0.0:0 --allow-insecure: exit %d, stderr:\n%s\nwant its gossip port allowed (then refused for --suspicion-threshold)", r.code, r.stderr)
+	}
+	// Without a gossip port it allows nothing: still refused.
+	r = leased(t, "", "serve", "--nats-url", closed, "--allow-insecure")
+	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "--allow-insecure configures the embedded server") {
+		t.Fatalf("serve --nats-url --allow-insecure: exit %d, stderr:\n%s\nwant it refused", r.code, r.stderr)
+	}
 	// dev-cluster's nodes have no authorization: loopback only.
 	if r := leased(t, "", "dev-cluster", "--host", "0.0.0.0", "--data", t.TempDir()); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "loopback") {
 		t.Fatalf("dev-cluster --host 0.0.0.0: exit %d, stderr:\n%s\nwant exit %d asking for a loopback address", r.code, r.stderr, cli.ExitUsage)

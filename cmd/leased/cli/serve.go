@@ -227,6 +227,13 @@ nothing changes (nor does it without --config, or with --nats-url).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.natsURL != "" {
 				for _, name := range []string{"listen", "data", "sync", "cluster-name", "cluster-listen", "routes", "config", "allow-insecure"} {
+					if name == "allow-insecure" && f.gossip.listen != "" {
+						// It allows this grantor's gossip port too: refused
+						// here, keyless gossip beyond loopback had no way
+						// with --nats-url, whose refusal said to give it
+						// (found by an outside client).
+						continue
+					}
 					if cmd.Flags().Changed(name) {
 						return usageError{fmt.Errorf("--%s configures the embedded server; with --nats-url, configure the NATS servers "+
 							"themselves (for durability: jetstream { sync_interval: always })", name)}
