@@ -84,7 +84,14 @@ func WithResultRetention(d time.Duration) OpenOption {
 // then taken by each worker in turn, for good. Open every worker of a
 // queue with the same n: the Claim that comes to an item decides by its
 // own (claims of one item are counted one at a time, each under the
-// item's lease, so none passes n). An n below 1 is an error.
+// item's lease, so none passes n). A claim counts once it has raised the
+// item's bar at the sink, before it is handed over: a Claim that fails
+// after that (the server stops answering, or the item goes) has used one
+// up, so a queue on a flaky network wants n above a worker's own retries.
+// Nothing is logged or counted in metrics when an item is given up:
+// [Queue.Result] of its id says so. With [WithResultRetention], a given-up
+// item's record, payload included, goes after the retention as a result's
+// does. An n below 1 is an error.
 func WithMaxClaims(n int) OpenOption {
 	return func(o *openOptions) error {
 		if n < 1 {
