@@ -50,7 +50,7 @@ func TestCLI(t *testing.T) {
 		return ev
 	}
 
-	r := leased(t, url, "acquire", "jobs.a", "--ttl", "30s", "--holder", "alice", "--attr", "role=primary", "-o", "json")
+	r := leased(t, url, "acquire", "jobs.a", "--ttl", "5m", "--holder", "alice", "--attr", "role=primary", "-o", "json")
 	if r.code != 0 {
 		t.Fatalf("acquire: %d %s", r.code, r.stderr)
 	}
@@ -107,7 +107,7 @@ func TestCLI(t *testing.T) {
 	// Scripts keep the grant in a file and hand it back.
 	leaseFile := filepath.Join(t.TempDir(), "lease.json")
 	behindFile := filepath.Join(t.TempDir(), "behind.json") // the grant, left behind by the renewal
-	if r := leased(t, url, "acquire", "jobs.f", "--ttl", "30s", "-o", "json"); r.code != 0 {
+	if r := leased(t, url, "acquire", "jobs.f", "--ttl", "5m", "-o", "json"); r.code != 0 {
 		t.Fatal(r.stderr)
 	} else if err := errors.Join(os.WriteFile(leaseFile, []byte(r.stdout), 0o600), os.WriteFile(behindFile, []byte(r.stdout), 0o600)); err != nil {
 		t.Fatal(err)
