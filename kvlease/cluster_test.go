@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -388,5 +389,96 @@ func TestRevokeThroughFailoverAndRenewals(t *testing.T) {
 	}
 	if _, err := st.Grant(rctx, kvlease.GrantRequest{Name: "failover", Holder: "h2", Duration: 30 * time.Second}); !errors.Is(err, kvlease.ErrHeld) {
 		t.Fatalf("grant after the revocation: %v, want held back", err)
+	}
+}
+
+// A node that joined the cluster and left for good still counts in
+// JetStream's meta group: with it gone and one of the bucket's followers
+// down, the bucket's stream keeps its leader and majority, but every
+// JetStream API request, STREAM.MSG.GET included, is answered "JetStream
+// system temporarily unavailable" (10008). A renewal or release through a
+// Store that has not cached the tenure's revision (another node granted
+// it, or this one restarted) reads that revision to verify the claim, and
+// failed: tried by an outside client with four `serve` nodes, one gone
+// for good and one stopped, holders of 20 s leases lost them (4 of 20
+// `acquire --hold`, 5 `leased run`s within 70 s; 2 of 10 with nothing
+// else running). The record at a revision never changes, so the Store now
+// reads it by direct get, which the stream's replicas answer, when the
+// leader's API says 10008; the compare-and-set still decides.
+func TestRenewWithoutMetaQuorum(t *testing.T) {
+	servers := kvleasetest.NewCluster(t, 4)
+	js0 := kvleasetest.JetStream(t, kvleasetest.Connect(t, servers[0].ClientURL()))
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	if _, err := kvlease.Open(ctx, js0, kvlease.WithReplicas(3)); err != nil {
+		t.Fatal(err)
+	}
+	leader := streamLeader(t, js0, servers)
+	stream, err := js0.Stream(ctx, "KV_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inStream := map[string]bool{info.Cluster.Leader: true}
+	for _, p := range info.Cluster.Replicas {
+		inStream[p.Name] = true
+	}
+	var outsider, follower, survivor *kvleasetest.Server
+	for _, s := range servers {
+		switch {
+		case !inStream[s.Name()]:
+			outsider = s
+		case s == leader:
+		case follower == nil:
+			follower = s
+		default:
+			survivor = s
+		}
+	}
+	if outsider == nil || follower == nil || survivor == nil {
+		t.Fatalf("placement %v on %d servers: want three members and one outsider", inStream, len(servers))
+	}
+	holder := kvleasetest.OpenStore(t, leader.ClientURL())
+	other := kvleasetest.OpenStore(t, survivor.ClientURL()) // has not seen the grant
+	outsider.Shutdown()
+	follower.Shutdown()
+	// Wait until both survivors see no meta leader (a first refused read
+	// can come before: the renewal then went through).
+	for _, s := range []*kvleasetest.Server{leader, survivor} {
+		for {
+			jsz, err := s.NATS().Jsz(&server.JSzOptions{})
+			if err == nil && jsz.Meta != nil && jsz.Meta.Leader == "" {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s still sees a meta leader with two of four servers down: %v", s.Name(), err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// The stream commits: a grant goes through, and the Store that wrote
+	// it renews.
+	rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer rcancel()
+	rec, err := holder.Grant(rctx, kvlease.GrantRequest{Name: "job", Holder: "a", Duration: 20 * time.Second, Secret: "0123456789abcdef"})
+	if err != nil {
+		t.Fatalf("grant, the stream's majority up: %v", err)
+	}
+	rec, err = holder.Renew(rctx, kvlease.RenewRequest{Name: "job", Holder: "a", Token: rec.Token, Revision: rec.Revision,
+		Secret: "0123456789abcdef"})
+	if err != nil {
+		t.Fatalf("renewal through the store that granted, the stream's majority up: %v", err)
+	}
+	got, err := other.Renew(rctx, kvlease.RenewRequest{Name: "job", Holder: "a", Token: rec.Token, Revision: rec.Revision,
+		Secret: "0123456789abcdef"})
+	if err != nil {
+		t.Fatalf("renewal through a store without the revision cached, the stream's majority up: %v", err)
+	}
+	if err := other.Release(rctx, kvlease.ReleaseRequest{Name: "job", Holder: "a", Token: got.Token, Revision: got.Revision,
+		Secret: "0123456789abcdef"}); err != nil {
+		t.Fatalf("release through that store: %v", err)
 	}
 }

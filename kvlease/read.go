@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +17,9 @@ import (
 // buckets allow it), which any replica may answer, and a follower that has
 // not yet applied a revision answers "not found": a renewal verified that
 // way would be refused although the holder still holds the lease.
+// The one exception is a tenure's revision when the leader's API answers
+// "JetStream system temporarily unavailable" (no meta leader): see
+// directGetSeq.
 
 type msgGetRequest struct {
 	Seq     uint64 `json:"seq,omitempty"`
@@ -52,6 +56,35 @@ func apiPrefix(js jetstream.JetStream) string {
 	default:
 		return jetstream.DefaultAPIPrefix
 	}
+}
+
+// directGetSeq reads the message at seq by direct get, which any of the
+// stream's replicas answers without JetStream's API (and so without a meta
+// leader). Only for what cannot change under a stale replica: the message
+// at a sequence. A replica that lacks it answers 404, returned as
+// errNoMessage, which does not say that the leader lacks it.
+func (s *Store) directGetSeq(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	body, _ := json.Marshal(msgGetRequest{Seq: seq})
+	reply, err := s.nc.RequestWithContext(ctx, s.directGetSubj, body)
+	if err != nil {
+		return nil, err
+	}
+	if st := reply.Header.Get("Status"); st != "" {
+		if st == "404" {
+			return nil, errNoMessage
+		}
+		return nil, fmt.Errorf("direct get: status %s %s", st, reply.Header.Get("Description"))
+	}
+	subj, ts := reply.Header.Get(jetstream.SubjectHeader), reply.Header.Get(jetstream.TimeStampHeaer)
+	got, err := strconv.ParseUint(reply.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil || subj == "" || got != seq {
+		return nil, fmt.Errorf("direct get: bad reply for sequence %d: %v", seq, reply.Header)
+	}
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return nil, fmt.Errorf("direct get: bad time: %w", err)
+	}
+	return &jetstream.RawStreamMsg{Subject: subj, Sequence: got, Header: reply.Header, Data: reply.Data, Time: t}, nil
 }
 
 // leaderGet reads one message through the stream leader. Under a ctx

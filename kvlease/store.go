@@ -188,6 +188,7 @@ type Store struct {
 	prefix  string // "$KV.<bucket>."
 
 	msgGetSubject string // the stream's STREAM.MSG.GET API subject
+	directGetSubj string // the stream's DIRECT.GET subject
 	cache         revCache
 	w             *writer // the group commit; nil without batching
 	revoking      revocations
@@ -396,6 +397,7 @@ func open(ctx context.Context, js jetstream.JetStream, o options) (*Store, error
 		js:            js,
 		nc:            js.Conn(),
 		msgGetSubject: apiPrefix(js) + "STREAM.MSG.GET." + stream.CachedInfo().Config.Name,
+		directGetSubj: apiPrefix(js) + "DIRECT.GET." + stream.CachedInfo().Config.Name,
 		stream:        stream,
 		o:             o,
 		tracer:        o.tracerProvider().Tracer(instrumentationName),
@@ -1693,6 +1695,16 @@ func (s *Store) verify(ctx context.Context, c tenureClaim) (Record, error) {
 	cur, ok := s.cache.get(c.name, c.rev)
 	if !ok {
 		m, err := s.leaderGet(ctx, msgGetRequest{Seq: c.rev})
+		if isLeaderless(err) {
+			// No meta leader (a departed node still counted, one more
+			// down) refuses every API read while the stream's own group
+			// commits. The message at a sequence never changes, so any
+			// replica that has it may say what it is; one that has not
+			// applied it yet says nothing, and the leader's answer stands.
+			if dm, derr := s.directGetSeq(ctx, c.rev); derr == nil {
+				m, err = dm, nil
+			}
+		}
 		switch {
 		case errors.Is(err, errNoMessage):
 			return Record{}, s.explainMismatch(ctx, c, errMismatch)
