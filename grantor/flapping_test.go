@@ -30,7 +30,7 @@ func TestFlappingFlagged(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	var logged lockedBuffer
+	var logged kvleasetest.Logs
 	f := start(t, grantor.DefaultConfig(), grantor.WithMeterProvider(mp), grantor.WithFlapping(time.Minute, 2),
 		grantor.WithTracerProvider(tp), grantor.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	ctx := t.Context()

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -226,7 +225,7 @@ func TestRequestPastItsDeadlineNotCarriedOut(t *testing.T) {
 // all it queued late, and any caller may send them (a line each, 5,000 in
 // 0.2 s; found by an outside client).
 func TestTooLateLoggedAtMostOnceASecond(t *testing.T) {
-	var logs lockedBuffer
+	var logs kvleasetest.Logs
 	f := start(t, grantor.DefaultConfig(), grantor.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	const n = 200
 	began := time.Now()
@@ -333,29 +332,11 @@ func TestRequestWorksAsLongAsItsCallerWaits(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log destination safe for the service's workers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A request that takes over a second is logged, with its subject, code
 // and time (no body: it may hold a secret), before its reply goes out; a
 // quick one is not.
 func TestSlowRequestLogged(t *testing.T) {
-	var logs lockedBuffer
+	var logs kvleasetest.Logs
 	f := start(t, grantor.DefaultConfig(), grantor.WithExtension(timeLeft{}),
 		grantor.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
 	send := func(subject, timeoutMS string) {
@@ -503,7 +484,7 @@ func TestClientReadsAgainWhenUnanswered(t *testing.T) {
 // max_file_store). A Go client's error is kvlease.ErrStoreFull, as a
 // Store's caller's is (it was only ErrUnavailable through the service).
 func TestFullStoreLogged(t *testing.T) {
-	var logs lockedBuffer
+	var logs kvleasetest.Logs
 	srv := kvleasetest.NewServer(t, kvleasetest.WithMaxStore(64<<10))
 	f := startOn(t, srv.ClientURL(), grantor.DefaultConfig(), grantor.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
 	pad := map[string]string{"pad": strings.Repeat("x", 1000)}

@@ -1150,7 +1150,7 @@ func TestHolderThatIsNotUTF8IsRefused(t *testing.T) {
 // out, with its reason, and so is freeing a held lease at once, which the
 // history does not record (found by an outside client).
 func TestRevocationLogged(t *testing.T) {
-	var logged lockedBuffer
+	var logged kvleasetest.Logs
 	f := start(t, grantor.DefaultConfig(), grantor.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	ctx := t.Context()
 	if _, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "audited", Holder: "h", Duration: 10 * time.Second}); err != nil {

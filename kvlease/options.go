@@ -384,7 +384,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithStoreMeterProvider sets where the store's metrics go: messages per
 // write by kind (single publish or atomic batch; see
 // telemetry.MetricStoreWrites), which shows how well group commit merges
-// concurrent writes. Default: the global provider. A nil provider is an
+// concurrent writes; and those of the recipes built on the Store
+// (kvlease/workqueue's items given up). Default: the global provider. A nil provider is an
 // error. For the holder's metrics see [WithMeterProvider].
 func WithStoreMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) error {

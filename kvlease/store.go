@@ -627,6 +627,15 @@ func checkBucket(st jetstream.KeyValueStatus) error {
 // the Store sends its holder spans there too.
 func (s *Store) TracerProvider() trace.TracerProvider { return s.o.tracerProvider() }
 
+// Logger returns the Store's logger ([WithLogger]). The recipes built on a
+// Store (kvlease/workqueue) log there too.
+func (s *Store) Logger() *slog.Logger { return s.log }
+
+// Metrics returns the instruments the Store records on (on the provider
+// of [WithStoreMeterProvider]). The recipes built on a Store count there
+// too: kvlease/workqueue its items given up.
+func (s *Store) Metrics() *telemetry.Metrics { return s.metrics }
+
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.o.bucket }
 

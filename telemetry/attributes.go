@@ -56,6 +56,9 @@ const (
 	// AttrWriteKind is how the store sent a write to the bucket: single
 	// (one publish) or batch (one atomic batch, committed with one sync).
 	AttrWriteKind = attribute.Key("write.kind")
+	// AttrQueue is a work queue's name (kvlease/workqueue): a metric
+	// label, as queues are few and named by their operators.
+	AttrQueue = attribute.Key("workqueue.name")
 )
 
 // Metric names: the instruments [NewMetrics] creates. Prometheus exporters
@@ -74,4 +77,5 @@ const (
 	MetricRequestDuration    = "leased.request.duration"
 	MetricLeaseEvents        = "leased.lease.events"
 	MetricStoreWrites        = "leased.store.write.messages"
+	MetricItemsGivenUp       = "leased.workqueue.items_given_up"
 )

@@ -35,6 +35,7 @@ type Metrics struct {
 	requestDuration metric.Float64Histogram
 	leaseEvents     metric.Int64Counter
 	storeWrites     metric.Int64Histogram
+	givenUp         metric.Int64Counter
 
 	namePrefixes []string
 	namedMu      sync.Mutex
@@ -167,6 +168,9 @@ func NewMetrics(mp metric.MeterProvider, opts ...MetricsOption) (*Metrics, error
 		metric.WithDescription("Messages per write the lease store sent to the bucket, by write.kind (single or batch): the count is the writes (each synced on its own), the sum the messages"),
 		metric.WithExplicitBucketBoundaries(WriteBuckets...))
 	set(e)
+	x.givenUp, e = m.Int64Counter(MetricItemsGivenUp,
+		metric.WithDescription("Work items given up after as many claims as the queue allows (workqueue.WithMaxClaims), by workqueue.name"))
+	set(e)
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +297,14 @@ func (m *Metrics) LeaseEvent(ctx context.Context, event string) {
 func (m *Metrics) StaleTokenRejected(ctx context.Context, resource string) {
 	if m != nil {
 		m.rejections.Add(ctx, 1)
+	}
+}
+
+// ItemGivenUp records a work item of queue given up (a dead letter). The
+// item is not a label: a queue holds as many items as it is given.
+func (m *Metrics) ItemGivenUp(ctx context.Context, queue string) {
+	if m != nil {
+		m.givenUp.Add(ctx, 1, metric.WithAttributes(AttrQueue.String(queue)))
 	}
 }
 

@@ -88,8 +88,10 @@ func WithResultRetention(d time.Duration) OpenOption {
 // item's bar at the sink, before it is handed over: a Claim that fails
 // after that (the server stops answering, or the item goes) has used one
 // up, so a queue on a flaky network wants n above a worker's own retries.
-// Nothing is logged or counted in metrics when an item is given up:
-// [Queue.Result] of its id says so. With [WithResultRetention], a given-up
+// The Claim that gives an item up logs it (a warning, on the Store's
+// [kvlease.WithLogger]) and counts it in leased.workqueue.items_given_up
+// (on the Store's [kvlease.WithStoreMeterProvider], by workqueue.name);
+// [Queue.Result] of its id returns the payload. With [WithResultRetention], a given-up
 // item's record, payload included, goes after the retention as a result's
 // does. An n below 1 is an error.
 func WithMaxClaims(n int) OpenOption {

@@ -645,6 +645,9 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 	}
 	if err == nil && gaveUp != nil {
 		err = gaveUp.gaveUp(id)
+		q.store.Logger().Warn("work item given up", "queue", q.name, "item", id, "claims", gaveUp.Claims,
+			"token", l.Token(), "payload_kept", gaveUp.Payload != nil)
+		q.store.Metrics().ItemGivenUp(ctx, q.name)
 	}
 	if err == nil && q.afterRaise != nil {
 		q.afterRaise()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -20,11 +21,15 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/fence"
 	"github.com/leased/leased/kvlease/kvleasetest"
 	"github.com/leased/leased/kvlease/workqueue"
+	"github.com/leased/leased/telemetry"
+	"github.com/leased/leased/telemetry/telemetrytest"
 )
 
 // A claim whose lease lapsed cannot complete; the item is redone under a
@@ -1254,6 +1259,73 @@ func TestMaxClaimsGivesAnItemUp(t *testing.T) {
 	}
 	if done, _, _, _, err := q.Result(ctx, "good"); !done || err != nil {
 		t.Fatalf("the next item: done %v, %v", done, err)
+	}
+}
+
+// The Claim that gives an item up says so where an operator looks: a
+// warning on the Store's logger, naming the queue, the item and its
+// claims, and leased.workqueue.items_given_up on the Store's meter
+// provider, by queue. Before, a dead letter showed only to a caller of
+// Result that knew its id.
+func TestMaxClaimsLogsAndCountsTheGiveUp(t *testing.T) {
+	var logs kvleasetest.Logs
+	reader := sdkmetric.NewManualReader()
+	srv, st := kvleasetest.NewStore(t, kvlease.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))),
+		kvlease.WithStoreMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, srv.ClientURL()))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "letters", workqueue.WithMaxClaims(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "poison", []byte("crashes its worker")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w0", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := telemetrytest.Sum(t, reader, telemetry.MetricItemsGivenUp); n != 0 {
+		t.Fatalf("items given up after one claim of one allowed: %d, want 0", n)
+	}
+	// The second Claim gives the item up and, the queue then empty, waits
+	// until its ctx ends.
+	cctx, cancel := context.WithCancel(ctx)
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := q.Claim(cctx, "w1", 10*time.Second)
+		claimed <- err
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if pending, claims, err := q.WaitStateSize(wctx, func(pending, claimed int) bool { return pending == 0 && claimed == 0 }); err != nil {
+		t.Fatalf("the item given up: still %d pending, %d claimed", pending, claims)
+	}
+	cancel()
+	if err := <-claimed; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the second Claim: %v; want to wait on, the item given up", err)
+	}
+	s, ok := telemetrytest.Metric(t, reader, telemetry.MetricItemsGivenUp).(metricdata.Sum[int64])
+	if !ok || len(s.DataPoints) != 1 || s.DataPoints[0].Value != 1 {
+		t.Fatalf("%s: %+v; want one item given up", telemetry.MetricItemsGivenUp, s)
+	}
+	if v, _ := s.DataPoints[0].Attributes.Value(telemetry.AttrQueue); v.AsString() != "letters" {
+		t.Errorf("%s by %s: %q, want the queue's name", telemetry.MetricItemsGivenUp, telemetry.AttrQueue, v.AsString())
+	}
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, `"msg":"work item given up"`) {
+			line = l
+		}
+	}
+	for _, want := range []string{`"level":"WARN"`, `"queue":"letters"`, `"item":"poison"`, `"claims":1`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the give-up's log line %q: want %s in it; the log:\n%s", line, want, logs.String())
+		}
 	}
 }
 
