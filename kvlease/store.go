@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -195,6 +196,9 @@ type Store struct {
 	// staleLog limits "stale read of a lease": any caller may name a
 	// revision above the lease's, which reads as stale every time.
 	staleLog telemetry.LogLimit
+	// lastFull is when a write was last refused for the server's storage
+	// limit (UnixNano), 0 once a write is accepted after it (StorageFull).
+	lastFull atomic.Int64
 }
 
 var _ Grantor = (*Store)(nil)
@@ -2209,11 +2213,34 @@ func (s *Store) write(req *writeReq) (uint64, error) {
 		return 0, fmt.Errorf("%w: %s of %q: its message takes about %d bytes, over the NATS server's max_payload of %d "+
 			"(smaller attributes, or a larger max_payload)", ErrTooLarge, req.op, req.name, size, limit)
 	}
+	var rev uint64
+	var err error
 	if s.w == nil {
 		s.metrics.StoreWrite(req.ctx, false, 1)
-		return s.publishOne(req)
+		rev, err = s.publishOne(req)
+	} else {
+		rev, err = s.w.submit(req)
 	}
-	return s.w.submit(req)
+	switch {
+	case err == nil:
+		if s.lastFull.Load() != 0 {
+			s.lastFull.Store(0)
+		}
+	case errors.Is(err, ErrStoreFull):
+		s.lastFull.Store(time.Now().UnixNano())
+	}
+	return rev, err
+}
+
+// StorageFull returns when a write of the Store was last refused for the
+// NATS server's storage limit ([ErrStoreFull]), if no write it sent since
+// was accepted; the zero time otherwise. A write refused for its
+// expectation (another's tenure) or unanswered says nothing either way.
+func (s *Store) StorageFull() time.Time {
+	if n := s.lastFull.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // msgSize bounds the size nats.go gives a write's message as it checks

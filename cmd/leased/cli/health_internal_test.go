@@ -5,7 +5,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
 
@@ -47,5 +51,68 @@ func TestServeHealthOverlooksAPassingFailure(t *testing.T) {
 				t.Errorf("nats-server's health asked %d times, want it asked again", looks.Load())
 			}
 		})
+	}
+}
+
+// A node whose writes are refused for the NATS server's storage limit can
+// grant nothing: /healthz says so (it said 200 ok, its reads answering,
+// while every grant and renewal was refused), until a write is accepted.
+func TestServeHealthSaysStorageIsFull(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	st := kvleasetest.OpenStoreOn(t, nc)
+	health := serveHealth(nc, nil, st)
+	ctx := t.Context()
+	first, err := st.Grant(ctx, kvlease.GrantRequest{Name: "first", Holder: "h", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := func(store int64) {
+		t.Helper()
+		err := srv.NATS().GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
+			"": {MaxMemory: -1, MaxStore: store, MaxStreams: -1, MaxConsumers: -1, MaxAckPending: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	renew := func() error {
+		_, err := st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision,
+			Duration: time.Minute})
+		return err
+	}
+	limit(1) // under what is stored: nothing more fits
+	if err := renew(); !errors.Is(err, kvlease.ErrStoreFull) {
+		t.Fatalf("renewal past the account's storage limit: %v, want ErrStoreFull", err)
+	}
+	if err := health(); err == nil || !strings.Contains(err.Error(), "storage is full") {
+		t.Errorf("/healthz's check while writes are refused for the storage limit: %v, want it to say the storage is full", err)
+	}
+	limit(-1)
+	if err := renew(); err != nil {
+		t.Fatalf("renewal once the limit is lifted: %v", err)
+	}
+	if err := health(); err != nil {
+		t.Errorf("/healthz's check once a write is accepted again: %v, want ok", err)
+	}
+}
+
+// A refusal for the storage limit is /healthz's answer for a minute, if
+// no write is accepted after it: a node no one writes to whose limit was
+// raised is healthy again.
+func TestStorageFullHealthLasts(t *testing.T) {
+	refused := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		refused time.Time
+		now     time.Time
+		full    bool
+	}{
+		{time.Time{}, refused, false},
+		{refused, refused.Add(time.Second), true},
+		{refused, refused.Add(storageFullFor - time.Millisecond), true},
+		{refused, refused.Add(storageFullFor), false},
+	} {
+		if err := storageFull(tc.refused, tc.now); (err != nil) != tc.full {
+			t.Errorf("refused at %v, asked at %v: %v, want full %v", tc.refused, tc.now, err, tc.full)
+		}
 	}
 }

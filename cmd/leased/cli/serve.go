@@ -624,7 +624,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 // cluster, a meta leader, and those streams current), asked again while it
 // fails (see askAgain); and a read of the bucket through its stream's
 // leader, which on NATS of its own is what says a cluster that lost its
-// majority (at most one a second: probes share the last answer).
+// majority (at most one a second: probes share the last answer); and the
+// Store's last writes, refused for the server's storage limit
+// (storageFull).
 func serveHealth(nc *nats.Conn, natsHealth func() error, st *kvlease.Store) func() error {
 	var mu sync.Mutex
 	var read time.Time
@@ -637,6 +639,9 @@ func serveHealth(nc *nats.Conn, natsHealth func() error, st *kvlease.Store) func
 			if err := askAgain(natsHealth, healthRecheckFor, healthRecheckEvery); err != nil {
 				return err
 			}
+		}
+		if err := storageFull(st.StorageFull(), time.Now()); err != nil {
+			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -652,6 +657,25 @@ func serveHealth(nc *nats.Conn, natsHealth func() error, st *kvlease.Store) func
 		return readErr
 	}
 }
+
+// storageFull is /healthz's answer for a Store whose last write was
+// refused at refused (the zero time: none) for the NATS server's storage
+// limit, at now: the node can grant nothing, though its reads answer (it
+// said 200 ok while every grant and renewal was refused). It says so for
+// storageFullFor after the refusal unless a write is accepted first (a
+// node in use writes again within that, renewals at least): a node no one
+// writes to whose limit was raised is healthy again after it.
+func storageFull(refused, now time.Time) error {
+	if refused.IsZero() || now.Sub(refused) >= storageFullFor {
+		return nil
+	}
+	return fmt.Errorf("the NATS server's storage is full: a write to the lease bucket was refused %v ago, and none was accepted since "+
+		"(raise JetStream's max_file_store or the account's limit, or free the disk)", now.Sub(refused).Round(time.Millisecond))
+}
+
+// storageFullFor is how long after a write refused for the storage limit
+// /healthz says so, if no write is accepted in between.
+const storageFullFor = time.Minute
 
 // natsServerHealth is nats-server's own health check of s, but for
 // another stream's trouble (or its consumers'): what the server says of
