@@ -203,17 +203,27 @@ func WithMeterProvider(mp metric.MeterProvider) KeeperOption {
 // next one due (or one a [WithRenewNow] hint brings forward), and at the
 // deadline when renewals go unanswered (each retried while time remains).
 //
-// Errors: [ErrInvalidOption] for an option that refuses its value;
-// [ErrInvalidTiming] if the interval does not fit the lease.
+// One Keeper keeps a lease at a time: a second Keep of it while the first
+// runs is refused (two renewed it twice as often, and the first's Close
+// released it under the second, which then lost it); once the first is
+// Done (after [Keeper.Orphan], say) l may be kept again.
+//
+// Errors: [ErrInvalidOption] for an option that refuses its value, or a
+// lease a Keeper keeps already; [ErrInvalidTiming] if the interval does
+// not fit the lease.
 func Keep(ctx context.Context, l *Lease, opts ...KeeperOption) (*Keeper, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil lease", ErrInvalidOption)
+	}
+	if !l.kept.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("%w: lease %q is kept by a Keeper already (one at a time: Close or Orphan it first)", ErrInvalidOption, l.name)
 	}
 	k := &Keeper{l: l, stop: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{}),
 		resumed: make(chan struct{}, 1)}
 	// The interval and the timing check go by what was granted, which a
 	// grantor may make shorter than what was asked.
 	if err := k.apply(granted(l.d, l.Record()), l.margin, l.rho, opts); err != nil {
+		l.kept.Store(false)
 		return nil, err
 	}
 	if k.metrics != nil {
@@ -412,6 +422,7 @@ func (k *Keeper) run(parent context.Context, asleep time.Duration) {
 		if release {
 			k.releaseAfterCancel()
 		}
+		k.l.kept.Store(false)
 		close(k.done)
 		// Not parent.Err(): a holder that cancels ctx once Context ends
 		// (a deferred cancel) would have ended it by now, and its loss

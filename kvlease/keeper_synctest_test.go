@@ -1610,3 +1610,36 @@ func TestKeeperOrphanAsCtxEndsDoesNotRelease(t *testing.T) {
 		}
 	})
 }
+
+// One Keeper keeps a lease at a time: a second Keep while the first runs
+// is refused (two renewed it twice as often, and the first's Close
+// released it under the second), and once the first has orphaned the
+// lease another may keep it, its renewals going on.
+func TestKeepRefusesASecondKeeper(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 30 * time.Second
+		g := kvleasetest.NewFakeGrantor()
+		l := mustAcquire(t, g, "svc/web", d)
+		first, err := kvlease.Keep(t.Context(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k, err := kvlease.Keep(t.Context(), l); !errors.Is(err, kvlease.ErrInvalidOption) {
+			if k != nil {
+				_ = k.Close(t.Context())
+			}
+			t.Fatalf("a second Keep of a kept lease: %v, want ErrInvalidOption", err)
+		}
+		first.Orphan()
+		second, err := kvlease.Keep(t.Context(), l)
+		if err != nil {
+			t.Fatalf("Keep after the first keeper orphaned the lease: %v", err)
+		}
+		defer func() { _ = second.Close(t.Context()) }()
+		time.Sleep(d/3 + time.Second)
+		synctest.Wait()
+		if n := len(g.Renewals()); n != 1 {
+			t.Fatalf("%d renewals by the second keeper in its first interval, want 1", n)
+		}
+	})
+}

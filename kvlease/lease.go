@@ -64,6 +64,7 @@ type Lease struct {
 
 	lateEffects atomic.Int64
 	metrics     atomic.Pointer[telemetry.Metrics] // set by a keeper with metrics
+	kept        atomic.Bool                       // a Keeper runs on the lease (Keep refuses a second)
 }
 
 // Format prints what identifies the lease, and never its secret (%+v
