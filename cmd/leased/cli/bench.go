@@ -1085,7 +1085,7 @@ func (b *bench) runLive(ctx context.Context, pid int, stderr io.Writer) (LiveRes
 	f := b.f
 	interval := kvlease.DefaultRenewInterval(f.ttl)
 	retry := max(interval/10, 10*time.Millisecond) // as the keeper backs off
-	attempt := min(interval/2, b.timeout)          // as the keeper bounds an attempt
+	attempt := min(interval/2, b.timeout)          // half an interval, as the keeper's (which caps it at 2 s, --timeout here)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
