@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/leased/leased/kvlease"
@@ -269,22 +268,14 @@ func TestAccountStoreFullIsSaidSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limit := func(store int64) {
-		t.Helper()
-		err := srv.NATS().GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
-			"": {MaxMemory: -1, MaxStore: store, MaxStreams: -1, MaxConsumers: -1, MaxAckPending: -1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	limit(64 << 10)
+	srv.LimitAccountStore(t, 64<<10)
 	grantUntilFull(t, st, "past the account's limit")
-	limit(1 << 10) // under what is stored: the renewal's few bytes fit no more
+	srv.LimitAccountStore(t, 1<<10) // under what is stored: the renewal's few bytes fit no more
 	_, err = st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision, Duration: time.Minute})
 	if !errors.Is(err, kvlease.ErrStoreFull) || !errors.Is(err, kvlease.ErrUnavailable) {
 		t.Fatalf("renewal past the account's limit: %v, want ErrStoreFull and ErrUnavailable", err)
 	}
-	limit(-1)
+	srv.LimitAccountStore(t, -1)
 	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision, Duration: time.Minute}); err != nil {
 		t.Errorf("renewal once the limit is raised: %v", err)
 	}

@@ -234,6 +234,18 @@ func (s *Server) DataDir() string { return s.cfg.dataDir }
 // NATS returns the underlying nats-server.
 func (s *Server) NATS() *server.Server { return s.ns }
 
+// LimitAccountStore sets the JetStream file storage the global account
+// may use to bytes (-1: no limit); one under what is stored refuses every
+// new message, as a full account does.
+func (s *Server) LimitAccountStore(tb testing.TB, bytes int64) {
+	tb.Helper()
+	err := s.ns.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
+		"": {MaxMemory: -1, MaxStore: bytes, MaxStreams: -1, MaxConsumers: -1, MaxAckPending: -1}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // Restart starts a server that has been shut down again, with the same
 // name, store and routes (and a new client port unless [WithPort] chose
 // one): a node coming back.

@@ -1216,25 +1216,7 @@ func TestMaxClaimsGivesAnItemUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The third claim gives the item up and, the queue then empty, waits.
-	cctx, cancel := context.WithCancel(ctx)
-	claimed := make(chan error, 1)
-	go func() {
-		c, err := q.Claim(cctx, "w2", 10*time.Second)
-		if err == nil {
-			err = fmt.Errorf("claimed %q (token %d)", c.Item, c.Token())
-		}
-		claimed <- err
-	}()
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer wcancel()
-	if pending, claims, err := q.WaitStateSize(wctx, func(pending, claimed int) bool { return pending == 0 && claimed == 0 }); err != nil {
-		t.Fatalf("the item given up: still %d pending, %d claimed", pending, claims)
-	}
-	cancel()
-	if err := <-claimed; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the third Claim: %v; want to wait on (the item given up), until its ctx ended", err)
-	}
+	giveUpByAClaim(t, q, "w2")
 	_, _, _, _, err = q.Result(ctx, "bad")
 	var gave *workqueue.GaveUpError
 	if !errors.As(err, &gave) || !errors.Is(err, workqueue.ErrGaveUp) || gave.Item != "bad" || gave.Claims != 2 ||
@@ -1292,23 +1274,7 @@ func TestMaxClaimsLogsAndCountsTheGiveUp(t *testing.T) {
 	if n := telemetrytest.Sum(t, reader, telemetry.MetricItemsGivenUp); n != 0 {
 		t.Fatalf("items given up after one claim of one allowed: %d, want 0", n)
 	}
-	// The second Claim gives the item up and, the queue then empty, waits
-	// until its ctx ends.
-	cctx, cancel := context.WithCancel(ctx)
-	claimed := make(chan error, 1)
-	go func() {
-		_, err := q.Claim(cctx, "w1", 10*time.Second)
-		claimed <- err
-	}()
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer wcancel()
-	if pending, claims, err := q.WaitStateSize(wctx, func(pending, claimed int) bool { return pending == 0 && claimed == 0 }); err != nil {
-		t.Fatalf("the item given up: still %d pending, %d claimed", pending, claims)
-	}
-	cancel()
-	if err := <-claimed; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the second Claim: %v; want to wait on, the item given up", err)
-	}
+	giveUpByAClaim(t, q, "w1")
 	s, ok := telemetrytest.Metric(t, reader, telemetry.MetricItemsGivenUp).(metricdata.Sum[int64])
 	if !ok || len(s.DataPoints) != 1 || s.DataPoints[0].Value != 1 {
 		t.Fatalf("%s: %+v; want one item given up", telemetry.MetricItemsGivenUp, s)
@@ -1326,6 +1292,31 @@ func TestMaxClaimsLogsAndCountsTheGiveUp(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Errorf("the give-up's log line %q: want %s in it; the log:\n%s", line, want, logs.String())
 		}
+	}
+}
+
+// giveUpByAClaim runs a Claim by worker on q, whose one item has been
+// claimed as often as q allows: the Claim gives it up and, the queue then
+// empty, waits, until the test cancels it.
+func giveUpByAClaim(t *testing.T, q *workqueue.Queue, worker string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	claimed := make(chan error, 1)
+	go func() {
+		c, err := q.Claim(ctx, worker, 10*time.Second)
+		if err == nil {
+			err = fmt.Errorf("claimed %q (token %d)", c.Item, c.Token())
+		}
+		claimed <- err
+	}()
+	wctx, wcancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer wcancel()
+	if pending, claims, err := q.WaitStateSize(wctx, func(pending, claimed int) bool { return pending == 0 && claimed == 0 }); err != nil {
+		t.Fatalf("the item given up: still %d pending, %d claimed", pending, claims)
+	}
+	cancel()
+	if err := <-claimed; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the Claim past the claims allowed: %v; want to wait on (the item given up), until its ctx ended", err)
 	}
 }
 
@@ -1433,16 +1424,7 @@ func TestCompleteOfAnItemGivenUpSaysSo(t *testing.T) {
 	if err := c.Lease().Release(ctx); err != nil { // ended under its worker (as a lapse would)
 		t.Fatal(err)
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	claimed := make(chan error, 1)
-	go func() { _, err := q.Claim(cctx, "w1", 10*time.Second); claimed <- err }()
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer wcancel()
-	if pending, claims, err := q.WaitStateSize(wctx, func(pending, claimed int) bool { return pending == 0 && claimed == 0 }); err != nil {
-		t.Fatalf("the item given up: still %d pending, %d claimed", pending, claims)
-	}
-	cancel()
-	<-claimed
+	giveUpByAClaim(t, q, "w1")
 	// An earlier Complete had sent its result and failed (unanswered): this
 	// one reads the sink, which says the item was given up. (One that never
 	// sent is refused at once with the claim's expiry, nothing read.)

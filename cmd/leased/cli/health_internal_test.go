@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -67,27 +65,19 @@ func TestServeHealthSaysStorageIsFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limit := func(store int64) {
-		t.Helper()
-		err := srv.NATS().GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
-			"": {MaxMemory: -1, MaxStore: store, MaxStreams: -1, MaxConsumers: -1, MaxAckPending: -1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	renew := func() error {
 		_, err := st.Renew(ctx, kvlease.RenewRequest{Name: "first", Holder: "h", Token: first.Token, Revision: first.Revision,
 			Duration: time.Minute})
 		return err
 	}
-	limit(1) // under what is stored: nothing more fits
+	srv.LimitAccountStore(t, 1) // under what is stored: nothing more fits
 	if err := renew(); !errors.Is(err, kvlease.ErrStoreFull) {
 		t.Fatalf("renewal past the account's storage limit: %v, want ErrStoreFull", err)
 	}
 	if err := health(); err == nil || !strings.Contains(err.Error(), "storage is full") {
 		t.Errorf("/healthz's check while writes are refused for the storage limit: %v, want it to say the storage is full", err)
 	}
-	limit(-1)
+	srv.LimitAccountStore(t, -1)
 	if err := renew(); err != nil {
 		t.Fatalf("renewal once the limit is lifted: %v", err)
 	}
