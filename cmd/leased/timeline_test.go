@@ -685,10 +685,12 @@ func TestTimelineInBrowserManyTenures(t *testing.T) {
 	t.Logf("%d history records published in %v", rev, time.Since(start).Round(time.Millisecond))
 
 	loaded := time.Now()
-	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL+"?prefix=dense.")); err != nil {
+	const total = denseLanes*bursts*perBurst + lanes*perLane + 3
+	// Past the page's default limit of tenures (the most recently active
+	// of a window holding more; TestPageLimited): asked for all.
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL+"?prefix=dense.&limit="+strconv.Itoa(total))); err != nil {
 		t.Fatal(err)
 	}
-	const total = denseLanes*bursts*perBurst + lanes*perLane + 3
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.body.dataset.state === 'live' && /\b`+strconv.Itoa(total)+` tenures/.test(document.getElementById('status').textContent)`,
 		chromedp.WithPollingTimeout(25*time.Second))); err != nil {
 		status, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.getElementById('status').textContent`))

@@ -702,6 +702,13 @@ type Tenure struct {
 	// (KindFreed), or the next tenure began, whichever came first. It may
 	// be later than now.
 	HeldUntil time.Time `json:"held_until,omitzero"`
+	// HoldMS is the hold its revocation's record gave, from To, in
+	// milliseconds (HeldUntil is earlier if the hold was freed or the next
+	// tenure began sooner).
+	HoldMS int64 `json:"hold_ms,omitempty"`
+	// EndInferred says no record ended the tenure: its end (EndUnknown)
+	// is the begin of the next tenure of its lease.
+	EndInferred bool `json:"end_inferred,omitempty"`
 }
 
 // Live reports whether the tenure had not ended when read.
@@ -760,7 +767,7 @@ func Fold(records []Record) []Tenure {
 			// restart (kvlease.OverdueGrace), whose end leased wrote again.
 			t.To, t.EndedBy, t.Reason = r.Time, r.EndedBy, r.Reason
 			if r.HoldMS > 0 {
-				t.HeldUntil = r.Time.Add(time.Duration(r.HoldMS) * time.Millisecond)
+				t.HeldUntil, t.HoldMS = r.Time.Add(time.Duration(r.HoldMS)*time.Millisecond), r.HoldMS
 			}
 		}
 		if r.Kind == KindEnded {
@@ -784,7 +791,7 @@ func Fold(records []Record) []Tenure {
 	for k := 0; k+1 < len(byToken); k++ {
 		t, n := &out[byToken[k]], &out[byToken[k+1]]
 		if t.Name == n.Name && t.Live() {
-			t.To, t.EndedBy = n.start(), EndUnknown
+			t.To, t.EndedBy, t.EndInferred = n.start(), EndUnknown, true
 		}
 		if t.Name == n.Name && !t.HeldUntil.IsZero() && n.start().Before(t.HeldUntil) {
 			t.HeldUntil = n.start() // freed, though no record said so

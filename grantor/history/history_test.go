@@ -48,7 +48,7 @@ func TestFold(t *testing.T) {
 		{Name: "a", Token: 6, Holder: "h2", From: at(1), Flapping: true},
 		{Name: "a", To: at(3), EndedBy: history.EndExpired},
 		{Name: "b", Token: 5, Holder: "h1", From: at(0), To: at(4), DurationMS: 3000, Renewals: 2, EndedBy: history.EndReleased},
-		{Name: "c", Token: 20, Holder: "h1", From: at(10), To: at(19), EndedBy: history.EndUnknown},
+		{Name: "c", Token: 20, Holder: "h1", From: at(10), To: at(19), EndedBy: history.EndUnknown, EndInferred: true},
 		{Name: "c", Token: 31, Holder: "h2", From: at(19)},
 	}
 	if len(got) != len(want) {

@@ -12,17 +12,32 @@
 // All are read-only: GET and HEAD, other methods are refused with 405.
 //
 //	/                     the page (HTML, JS and CSS embedded in the binary)
-//	/api/tenures          JSON: {"prefix", "since", "now", "tenures": [history.Tenure…]}
+//	/api/tenures          JSON: {"prefix", "since", "window_ms", "now", "limit", "truncated", "total", "after", "tenures": [history.Tenure…]}
 //	/events               server-sent events: the history records, then each new one
 //
 // Each takes prefix (lease names beginning with it; "" for all) and since
 // (a duration back from now such as 1h or 90m, or an RFC 3339 time; 1h by
 // default). A bad parameter, or one the endpoint does not know, is answered
-// 400 with a plain-text message. /api/tenures reads at most
-// [DefaultMaxRecords] records ([WithMaxRecords]); a window holding more is
-// answered 422, saying so. It serves at most [MaxReads] requests at once;
-// more are answered 503 with Retry-After. /events' listing of the live
-// leases takes one of the same slots, waiting for one.
+// 400 with a plain-text message.
+//
+// /api/tenures answers at most limit tenures ([DefaultLimit] unless the
+// request gives limit, at most [MaxLimit]): if the window holds more,
+// those whose records came last (the most recently active, the live
+// leases among them), with "truncated": true and "total" the window's
+// tenures as counted while read; a narrower prefix or a later since shows
+// the others. What a request holds is bounded by its limit, not by the
+// window: the records of the tenures kept, and the live leases' listing.
+// "after" is the id of the last record read (as /events gives ids).
+// It reads at most [DefaultMaxRecords] records ([WithMaxRecords]); a
+// window holding more is answered 422, saying so. It serves at most
+// [MaxReads] requests at once; more are answered 503 with Retry-After.
+// /events' listing of the live leases takes one of the same slots,
+// waiting for one.
+//
+// The page reads /api/tenures (passing on its own prefix, since and
+// limit), draws what it gives, with a notice "N of M tenures shown" when
+// truncated, then follows /events?after=<after>; it keeps at most limit
+// tenures, the least recently active let go as new ones come.
 //
 // /events sends first the grant record of each lease live now
 // ([history.Live], with [WithLive]) as an event "record" without an id
@@ -35,6 +50,10 @@
 // record as it is stored, and a "ping" with the server's clock every 15 s.
 // A client that reads nothing for a minute, its connection's buffers full,
 // is dropped (its slot freed).
+// With after (an id, as /api/tenures' "after" gives it; or empty: from
+// since), /events sends neither the live leases nor the records up to that
+// one: only those stored after it (within the window), then "caughtup",
+// and so on; a Last-Event-ID header takes its place.
 // A browser reconnecting after a drop sends the last id it saw
 // (Last-Event-ID) and gets every record appended after that one (within
 // the window), whatever their times: a record appended late, or stamped

@@ -2,6 +2,7 @@ package timeline
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"embed"
 	"encoding/json"
@@ -287,9 +288,25 @@ type query struct {
 	prefix string
 	since  time.Time
 	window time.Duration // since as a duration back from now; 0 if given as a time
+	limit  int           // of /api/tenures' reply
+	// after (of /events) is where to resume; hasAfter says it was given,
+	// even empty: the caller has the window and the live leases already.
+	after    history.Position
+	hasAfter bool
 }
 
-// parseQuery reads prefix and since from raw, refusing anything else.
+// Bounds of /api/tenures' reply (its limit parameter).
+const (
+	// DefaultLimit is how many tenures /api/tenures answers at most when
+	// a request names no limit, and the page shows.
+	DefaultLimit = 2000
+	// MaxLimit is the highest limit a request may ask. A page showing
+	// this many takes some seconds to load (33,000 took 11 s).
+	MaxLimit = 50_000
+)
+
+// parseQuery reads prefix, since, limit and after from raw, refusing
+// anything else.
 func parseQuery(raw string, now time.Time) (query, error) {
 	v, err := url.ParseQuery(raw)
 	if err != nil {
@@ -297,15 +314,28 @@ func parseQuery(raw string, now time.Time) (query, error) {
 	}
 	for k, vals := range v {
 		switch {
-		case k != "prefix" && k != "since":
-			return query{}, fmt.Errorf("unknown query parameter %q (want prefix, since)", k)
+		case k != "prefix" && k != "since" && k != "limit" && k != "after":
+			return query{}, fmt.Errorf("unknown query parameter %q (want prefix, since, limit, after)", k)
 		case len(vals) > 1:
 			return query{}, fmt.Errorf("query parameter %q given %d times", k, len(vals))
 		}
 	}
-	q := query{prefix: v.Get("prefix")}
+	q := query{prefix: v.Get("prefix"), limit: DefaultLimit}
 	if err := validatePrefix(q.prefix); err != nil {
 		return query{}, err
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxLimit {
+			return query{}, fmt.Errorf("limit %q: want a number of tenures from 1 to %d", s, MaxLimit)
+		}
+		q.limit = n
+	}
+	if q.hasAfter = v.Has("after"); q.hasAfter && v.Get("after") != "" {
+		var ok bool
+		if q.after, ok = parseEventID(v.Get("after")); !ok {
+			return query{}, fmt.Errorf("after %q: want an event id (<sequence>@<RFC 3339 time>), as /api/tenures' \"after\" gives it", v.Get("after"))
+		}
 	}
 	q.since, q.window, err = parseSince(v.Get("since"), now)
 	return q, err
@@ -340,10 +370,98 @@ func parseSince(s string, now time.Time) (time.Time, time.Duration, error) {
 
 // TenuresReply is the body of /api/tenures.
 type TenuresReply struct {
-	Prefix  string           `json:"prefix"`
-	Since   time.Time        `json:"since"`
-	Now     time.Time        `json:"now"`
+	Prefix   string    `json:"prefix"`
+	Since    time.Time `json:"since"`
+	WindowMS int64     `json:"window_ms,omitempty"` // since as a duration, if given so
+	Now      time.Time `json:"now"`
+	// Limit is the most tenures the reply holds (the request's limit, or
+	// DefaultLimit). Truncated says the window holds more: Tenures are
+	// then the Limit whose records came last (the most recently active,
+	// the live leases among them), and Total counts the window's
+	// tenures (as read: a tenure whose grant the observer missed and
+	// whose end came after Limit others is counted twice).
+	Limit     int  `json:"limit"`
+	Truncated bool `json:"truncated"`
+	Total     int  `json:"total"`
+	// After is the id of the last record read (as /events gives ids), ""
+	// if none: /events?after=<After> follows the records stored after it.
+	After   string           `json:"after"`
 	Tenures []history.Tenure `json:"tenures"` // history.Fold order: by name, then begin
+}
+
+// recent keeps the records of the limit tenures whose records came last
+// (the most recently active), as a request reads a window: what it holds
+// is bounded by limit, not by how many tenures the window has.
+type recent struct {
+	limit int
+	since time.Time
+	order *list.List // of *recentTenure, the most recently active last
+	at    map[tenureKey]*list.Element
+	total int  // tenures seen (see TenuresReply.Total)
+	gone  bool // a tenure was let go
+}
+
+// tenureKey names a tenure as history.Fold does: by lease and token, an
+// end whose begin no observer saw (token 0) by its revision.
+type tenureKey struct {
+	name     string
+	token    uint64
+	revision uint64 // with token 0
+}
+
+type recentTenure struct {
+	key  tenureKey
+	recs []history.Record
+}
+
+// maxRecordsPerTenure bounds the records kept for one tenure: its grant,
+// its end and a free, and a few repeats (Fold keeps the first of each).
+const maxRecordsPerTenure = 6
+
+func newRecent(limit int, since time.Time) *recent {
+	return &recent{limit: limit, since: since, order: list.New(), at: map[tenureKey]*list.Element{}}
+}
+
+// add keeps r, its tenure now the most recently active, letting the least
+// recently active go if there are more than limit. live says r is a live
+// lease's ([history.Live]), not the stream's.
+func (c *recent) add(r history.Record, live bool) {
+	k := tenureKey{name: r.Name, token: r.Token}
+	if r.Token == 0 {
+		k.revision = r.Revision
+	}
+	if e, ok := c.at[k]; ok {
+		t := e.Value.(*recentTenure)
+		if len(t.recs) < maxRecordsPerTenure {
+			t.recs = append(t.recs, r)
+		}
+		c.order.MoveToBack(e)
+		return
+	}
+	if r.Kind == history.KindFreed {
+		return // of a tenure not kept: Fold makes no row of it
+	}
+	// A tenure not kept: counted unless its grant is in the window, and
+	// so was counted (a tenure let go before its end, a live lease whose
+	// grant was read).
+	if !live && r.Kind == history.KindGranted || r.Token == 0 || r.GrantedAt.IsZero() || r.GrantedAt.Before(c.since) {
+		c.total++
+	}
+	c.at[k] = c.order.PushBack(&recentTenure{key: k, recs: []history.Record{r}})
+	if c.order.Len() > c.limit {
+		old := c.order.Remove(c.order.Front()).(*recentTenure)
+		delete(c.at, old.key)
+		c.gone = true
+	}
+}
+
+// tenures folds the records kept.
+func (c *recent) tenures() []history.Tenure {
+	var recs []history.Record
+	for e := c.order.Front(); e != nil; e = e.Next() {
+		recs = append(recs, e.Value.(*recentTenure).recs...)
+	}
+	return history.Fold(recs)
 }
 
 func (h *Handler) tenures(w http.ResponseWriter, r *http.Request, q query) {
@@ -359,17 +477,27 @@ func (h *Handler) tenures(w http.ResponseWriter, r *http.Request, q query) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
 	now := time.Now()
-	var recs []history.Record
-	tooMany := false
-	err := h.hist.Follow(ctx, q.prefix, q.since, func(r history.Record, caughtUp bool) bool {
+	// The tenures whose records come last are kept, at most q.limit: what
+	// the request holds is bounded by its limit, not by the window (it
+	// read the whole window into memory and answered every tenure in it:
+	// 6 MB and 90 MB of RSS for 33,000 leases, which a page took 11 s to
+	// draw).
+	kept := newRecent(q.limit, q.since)
+	var last history.Position
+	read, tooMany := 0, false
+	err := h.hist.FollowAfter(ctx, q.prefix, q.since, history.Position{}, func(r history.Record, at history.Position, caughtUp bool) bool {
 		switch {
 		case caughtUp:
 			return false
-		case len(recs) == h.maxRecs:
+		case read == h.maxRecs:
 			tooMany = true
 			return false
 		}
-		recs = append(recs, r)
+		read++
+		kept.add(r, false)
+		if at.Seq > 0 {
+			last = at
+		}
 		return true
 	})
 	switch {
@@ -388,8 +516,14 @@ func (h *Handler) tenures(w http.ResponseWriter, r *http.Request, q query) {
 		http.Error(w, "live leases unavailable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	recs = append(recs, live...)
-	reply := TenuresReply{Prefix: q.prefix, Since: q.since.UTC(), Now: now.UTC(), Tenures: history.Fold(recs)}
+	for _, r := range live {
+		kept.add(r, true)
+	}
+	reply := TenuresReply{Prefix: q.prefix, Since: q.since.UTC(), WindowMS: q.window.Milliseconds(), Now: now.UTC(),
+		Limit: q.limit, Truncated: kept.gone, Total: kept.total, Tenures: kept.tenures()}
+	if last.Seq > 0 {
+		reply.After = eventID(last)
+	}
 	if reply.Tenures == nil {
 		reply.Tenures = []history.Tenure{}
 	}
@@ -455,10 +589,20 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, q query) {
 	// whose Time ran ahead of the stream server's clock (another node's,
 	// as EndLive's is) by more, the records appended next were never sent
 	// to the page. An id not ours (of an older serve) resumes from since.
-	after, _ := parseEventID(r.Header.Get("Last-Event-ID"))
+	after, ok := parseEventID(r.Header.Get("Last-Event-ID"))
+	if !ok {
+		after = q.after // the page's first connection, after its read of /api/tenures
+	}
 	// The leases live now, listed before the follow begins: a change
-	// after the listing comes through the follow.
-	live, err := h.listLive(r.Context(), q.prefix)
+	// after the listing comes through the follow. A client that gave
+	// after has them (from /api/tenures): a listing sent every live lease
+	// under the prefix, however many, to a page that shows a bounded
+	// number.
+	var live []history.Record
+	var err error
+	if !q.hasAfter {
+		live, err = h.listLive(r.Context(), q.prefix)
+	}
 	switch {
 	case r.Context().Err() != nil:
 		return // the page has gone

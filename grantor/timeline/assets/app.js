@@ -1,6 +1,8 @@
-// The lease timeline. It follows /events (the history records, then each
-// new one), folds the records into tenures as history.Fold does, and draws
-// one lane per lease in SVG.
+// The lease timeline. It reads the window's tenures from /api/tenures (at
+// most its limit, the most recently active), then follows /events after
+// the last record read (each new one), folds the records into tenures as
+// history.Fold does, keeping at most the limit (the least recently active
+// let go), and draws one lane per lease in SVG.
 //
 // Lease names, holders and reasons are chosen by callers: they reach the
 // document only through textContent and setAttribute, never as HTML.
@@ -11,6 +13,7 @@
   const params = new URLSearchParams(location.search);
   const prefix = params.get('prefix') || '';
   const since = params.get('since') || '';
+  const limitParam = params.get('limit') || '';
   const jaeger = (document.body.dataset.jaeger || '').replace(/\/+$/, '');
 
   const LABEL_W = 210; // lease names
@@ -21,7 +24,12 @@
   const MIN_SPAN = 5000; // ms: the narrowest window drawn
   const MIN_BAR_W = 2; // px: the narrowest bar drawn
 
-  const tenures = new Map(); // key → tenure
+  // key → tenure, the least recently active first (fold moves a tenure
+  // it adds a record to last): at most limit, the first let go.
+  const tenures = new Map();
+  let limit = Infinity; // of the server's reply
+  let total = 0; // tenures in the window, as counted (the server's, and new ones since)
+  let truncated = false; // the window holds more than are shown
   let offset = 0; // the server's clock less the browser's, ms
   let windowMS = 0; // since as a duration (a sliding window), or 0
   let sinceMS = null; // since as a time; null until caught up
@@ -79,6 +87,10 @@
     // An end whose begin no observer saw (token 0) is a row of its own.
     const key = r.token ? r.name + '\u0000' + r.token : r.name + '\u0000rev' + r.revision;
     let t = tenures.get(key);
+    if (t) { // now the most recently active
+      tenures.delete(key);
+      tenures.set(key, t);
+    }
     if (r.kind === 'freed') {
       // The hold of a revocation that ended t, freed: a free of a tenure
       // not in the window is no row of its own.
@@ -89,7 +101,10 @@
       t = { key, name: r.name, token: r.token, holder: '', from: null, to: null, durationMS: 0,
         renewals: 0, endedBy: '', reason: '', flapping: false, traceID: '', inferredTo: null,
         heldUntil: null, freed: null, next: null };
-      tenures.set(key, t);
+      add(t);
+      // Counted unless its grant, in the window, was (as the server counts).
+      const granted = ms(r.granted_at);
+      if (r.kind === 'granted' || !r.token || granted === null || (sinceMS !== null && granted < sinceMS)) total++;
     }
     t.holder = t.holder || String(r.holder || '');
     t.traceID = t.traceID || String(r.trace_id || '');
@@ -105,6 +120,38 @@
       if (Number(r.hold_ms) > 0 && t.to !== null) t.heldUntil = t.to + Number(r.hold_ms);
     }
     if (r.kind === 'ended') t.renewals = Math.max(t.renewals, Number(r.renewals) || 0);
+  }
+
+  // add adds a new tenure, letting the least recently active go if there
+  // are more than limit: a page followed for days on a busy node kept
+  // every tenure of its window, however many.
+  function add(t) {
+    tenures.set(t.key, t);
+    if (tenures.size > limit) {
+      tenures.delete(tenures.keys().next().value);
+      truncated = true;
+    }
+  }
+
+  // fromReply adds a tenure of /api/tenures' reply (history.Tenure in
+  // JSON, its token as decimal text); i makes the key of one whose begin
+  // no observer saw (token 0) its own.
+  function fromReply(x, i) {
+    if (typeof x !== 'object' || x === null || typeof x.name !== 'string') return;
+    const token = /^[1-9][0-9]*$/.test(x.token) ? x.token : '';
+    const key = token ? x.name + '\u0000' + token : x.name + '\u0000api' + i;
+    // An end inferred from the next tenure's begin is inferred again
+    // (render), so that a record of the end that comes later stands.
+    const endedBy = x.end_inferred === true ? '' : String(x.ended_by || '');
+    const to = endedBy ? ms(x.to) : null;
+    // The hold its revocation gave (hold_ms), and its end if sooner: a
+    // free, or the next tenure's begin.
+    const heldUntil = to !== null && Number(x.hold_ms) > 0 ? to + Number(x.hold_ms) : null;
+    const heldEnd = ms(x.held_until);
+    add({ key, name: x.name, token, holder: String(x.holder || ''), from: ms(x.from), to,
+      durationMS: Number(x.duration_ms) || 0, renewals: Number(x.renewals) || 0, endedBy, reason: String(x.reason || ''),
+      flapping: x.flapping === true, traceID: String(x.trace_id || ''), inferredTo: null,
+      heldUntil, freed: heldUntil !== null && heldEnd !== null && heldEnd < heldUntil ? heldEnd : null, next: null });
   }
 
   function start(t) { return t.from !== null ? t.from : t.to; }
@@ -398,6 +445,12 @@
     $('empty').hidden = names.length > 0;
     const n = [...lanes.values()].reduce((a, ts) => a + ts.length, 0);
     status('live · ' + names.length + (names.length === 1 ? ' lease, ' : ' leases, ') + n + (n === 1 ? ' tenure' : ' tenures'));
+    const notice = $('notice');
+    notice.hidden = !truncated;
+    if (truncated) {
+      notice.textContent = n + ' of ' + Math.max(total, n) + ' tenures shown, the most recently active (at most ' + limit +
+        '): narrow by prefix or since to see the others';
+    }
     if (shown !== null) details(find(shown));
   }
 
@@ -631,33 +684,73 @@
   const qs = new URLSearchParams();
   if (prefix) qs.set('prefix', prefix);
   if (since) qs.set('since', since);
-  const events = new EventSource('events' + (qs.toString() ? '?' + qs : ''));
-  events.addEventListener('record', (e) => {
-    fold(record(e.data));
-    if (caughtUp) schedule();
-  });
-  events.addEventListener('caughtup', (e) => {
-    const d = JSON.parse(e.data);
-    const now = ms(d.now);
-    if (now !== null) offset = now - Date.now();
-    if (sinceMS === null) {
-      sinceMS = ms(d.since);
-      windowMS = Number(d.window_ms) || 0;
+  if (limitParam) qs.set('limit', limitParam);
+
+  // load reads the window's tenures, then follows what comes after; a
+  // read refused while the server is busy is asked again.
+  async function load() {
+    let res;
+    try {
+      res = await fetch('api/tenures' + (qs.toString() ? '?' + qs : ''), { cache: 'no-store' });
+    } catch (err) {
+      status('unreachable (' + err + '); trying again…');
+      setTimeout(load, 2000);
+      return;
     }
+    const body = await res.text();
+    if (res.status === 503) {
+      status('waiting: ' + body.trim());
+      setTimeout(load, 1000 * (Number(res.headers.get('Retry-After')) || 1));
+      return;
+    }
+    if (!res.ok) {
+      document.body.dataset.state = 'stopped';
+      status('stopped: ' + body.trim());
+      return;
+    }
+    const reply = JSON.parse(body.replace(/"token":(\d+)/g, '"token":"$1"'));
+    const now = ms(reply.now);
+    if (now !== null) offset = now - Date.now();
+    sinceMS = ms(reply.since);
+    windowMS = Number(reply.window_ms) || 0;
+    limit = Number(reply.limit) || Infinity;
+    total = Number(reply.total) || 0;
+    truncated = reply.truncated === true;
+    (reply.tenures || []).forEach(fromReply);
     caughtUp = true;
     document.body.dataset.state = 'live';
     schedule();
-  });
-  events.addEventListener('ping', (e) => {
-    const now = ms(JSON.parse(e.data).now);
-    if (now !== null) offset = now - Date.now();
-  });
-  events.addEventListener('error', () => {
-    document.body.dataset.state = events.readyState === EventSource.CLOSED ? 'stopped' : 'reconnecting';
-    status(events.readyState === EventSource.CLOSED ? 'stopped: the server refused the stream (reload to retry)' : 'reconnecting…');
-  });
-  // Live bars grow with the clock.
-  setInterval(() => {
-    if (caughtUp && events.readyState === EventSource.OPEN) schedule();
-  }, 1000);
+    follow(String(reply.after || ''));
+  }
+
+  // follow opens /events after the record at after (the last one read):
+  // the records stored since, then each new one.
+  function follow(after) {
+    const eq = new URLSearchParams(qs);
+    eq.set('after', after);
+    const events = new EventSource('events?' + eq);
+    events.addEventListener('record', (e) => {
+      fold(record(e.data));
+      if (caughtUp) schedule();
+    });
+    events.addEventListener('caughtup', (e) => {
+      const now = ms(JSON.parse(e.data).now);
+      if (now !== null) offset = now - Date.now();
+      document.body.dataset.state = 'live';
+      schedule();
+    });
+    events.addEventListener('ping', (e) => {
+      const now = ms(JSON.parse(e.data).now);
+      if (now !== null) offset = now - Date.now();
+    });
+    events.addEventListener('error', () => {
+      document.body.dataset.state = events.readyState === EventSource.CLOSED ? 'stopped' : 'reconnecting';
+      status(events.readyState === EventSource.CLOSED ? 'stopped: the server refused the stream (reload to retry)' : 'reconnecting…');
+    });
+    // Live bars grow with the clock.
+    setInterval(() => {
+      if (caughtUp && events.readyState === EventSource.OPEN) schedule();
+    }, 1000);
+  }
+  load();
 })();
