@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -31,11 +32,16 @@ type Node struct {
 	metaMap map[string]string      // guarded by mu
 	mu      sync.Mutex             // guards r, metaMap; never held while calling memberlist
 	r       *roster
-	queue   *eventQueue
-	events  chan Event
-	seq     uint64 // heartbeat sequence; heartbeat loop only
-	paused  atomic.Bool
-	left    atomic.Bool
+	// suspicion is memberlist's timing that SuspicionTimeout reports.
+	suspicion struct {
+		mult, maxMult int
+		probe         time.Duration
+	}
+	queue  *eventQueue
+	events chan Event
+	seq    uint64 // heartbeat sequence; heartbeat loop only
+	paused atomic.Bool
+	left   atomic.Bool
 	// nameTaken is the address of another member gossip says has this
 	// node's name (set by the conflict delegate), or nil.
 	nameTaken atomic.Pointer[string]
@@ -65,6 +71,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.ml.Store(ml)
 	n.self = copyNode(ml.LocalNode())
+	n.suspicion.mult, n.suspicion.maxMult, n.suspicion.probe = mc.SuspicionMult, mc.SuspicionMaxTimeoutMult, mc.ProbeInterval
 
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.queue.run(n.events, n.stop) }()
@@ -349,6 +356,27 @@ func (n *Node) LocalHealth() int {
 		return ml.GetHealthScore()
 	}
 	return 0
+}
+
+// SuspicionTimeout returns how long gossip takes, at most, from a probe
+// of a member that fails to the verdict that it is dead, at the current
+// number of live members: one probe interval (stretched by the local
+// health score, as memberlist stretches it) and memberlist's longest
+// suspicion timeout, SuspicionMaxTimeoutMult · SuspicionMult ·
+// max(1, log10 n) · ProbeInterval (fast profile: 0.25 + 2.5 s; LAN, below
+// ten members: 1 + 24 s, which Lifeguard's confirmations shorten to 4 s). A
+// member that is alive refutes a suspicion well within it: a verdict that
+// comes later than that after this node resumed from a stall rests on
+// evidence gathered since. 0 if the node was never started.
+func (n *Node) SuspicionTimeout() time.Duration {
+	ml := n.ml.Load()
+	if ml == nil {
+		return 0
+	}
+	s := n.suspicion
+	scale := math.Max(1, math.Log10(float64(max(1, ml.NumMembers()))))
+	timeout := time.Duration(float64(s.mult) * scale * float64(s.probe))
+	return time.Duration(s.maxMult)*timeout + time.Duration(1+ml.GetHealthScore())*s.probe
 }
 
 // RTT returns the round-trip time of the last direct probe of the named

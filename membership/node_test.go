@@ -553,3 +553,24 @@ func TestRestartOnAnotherAddressReclaimsADeadName(t *testing.T) {
 		t.Errorf("b after its restart: %+v, want alive at %s", m, again.Addr())
 	}
 }
+
+// SuspicionTimeout is memberlist's longest suspicion timeout plus a probe
+// interval, by profile: what the registry waits after a stall before it
+// trusts a dead verdict.
+func TestSuspicionTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		p    membership.Profile
+		want time.Duration
+	}{
+		{membership.ProfileFast, 2500*time.Millisecond + 250*time.Millisecond},
+		{membership.ProfileTest, 3*8*100*time.Millisecond + 100*time.Millisecond},
+		{membership.ProfileLAN, 6*4*time.Second + time.Second},
+	} {
+		cfg := membership.ProfileConfig("n-"+tc.p.String(), tc.p)
+		cfg.BindPort = 0
+		n := membershiptest.Start(t, cfg)[0]
+		if got := n.SuspicionTimeout(); got != tc.want {
+			t.Errorf("%v: SuspicionTimeout() = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+}

@@ -11,7 +11,9 @@
 // registrations of nodes gossip declares dead, or that leave it, at once
 // (cause "gossip"), instead of waiting for their TTL; but not while most
 // other members look dead or suspect at once, which says this grantor is
-// the one cut off (see [WithGossip]).
+// the one cut off, nor within gossip's suspicion timeout of a stall of
+// this grantor, whose verdicts rest on probes no one could answer (see
+// [WithGossip]).
 //
 // As a [grantor.Extension] ([grantor.WithExtension]) the registry serves
 // svc.v1.register, svc.v1.deregister and svc.v1.discover on the lease
