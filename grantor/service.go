@@ -1,6 +1,7 @@
 package grantor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -1218,7 +1219,16 @@ func (s *Service) revoke(ctx context.Context, data []byte) (any, error) {
 	if rec.Revision == 0 { // a hold freed: no record ended (kvlease.FreeNow)
 		return api.FreedHold{Name: rec.Name, Holder: rec.Holder, Token: uint64(rec.Token), ServerTime: time.Now(), Node: s.node}, nil
 	}
-	return toWire(rec, time.Now()), nil
+	l := toWire(rec, time.Now())
+	if !req.FreeNow {
+		// Held for the tenure's server TTL from the revocation (as
+		// kvlease.Store.Revoke holds it), said in the reply: a client
+		// cannot tell otherwise, and a grantor older than the hold
+		// frees the lease at once.
+		hold := cmp.Or(rec.TTL, kvlease.ServerTTL(rec.Duration, s.store.GrantorMargin()))
+		l.HeldBackMS = (hold + time.Millisecond - 1).Milliseconds()
+	}
+	return l, nil
 }
 
 func (s *Service) checkAttributes(attrs map[string]string) error {

@@ -1208,6 +1208,47 @@ func TestRevokeWireReplies(t *testing.T) {
 	}
 }
 
+// A revocation's reply says whether the lease stays held: held_back_ms,
+// about how long from server_time no grant is allowed, absent with
+// free_now. A client cannot tell otherwise whether the grantor held it:
+// one older than the revocation hold frees the lease at once, and
+// `leased revoke` said "held until that holder's deadline has passed"
+// all the same, while a grant went through at once (found trying an
+// upgrade: a new CLI against an older grantor).
+func TestRevokeReplySaysHowLongItHolds(t *testing.T) {
+	f := start(t, grantor.DefaultConfig())
+	for _, tc := range []struct {
+		req  string
+		held bool
+	}{
+		{`{"name":"hb"}`, true},
+		{`{"name":"hb","free_now":true}`, false},
+	} {
+		if _, code := request(t, f.nc, api.SubjectGrant, `{"name":"hb","holder":"w7","ttl":"30s"}`); code != "" {
+			t.Fatal(code)
+		}
+		reply, err := f.nc.Request(api.SubjectRevoke, []byte(tc.req), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(reply.Data, &body); err != nil || reply.Header.Get(api.HeaderErrorCode) != "" {
+			t.Fatalf("revoke %s: %s %v", tc.req, reply.Data, err)
+		}
+		ms, ok := body["held_back_ms"].(float64)
+		// The tenure's server TTL: 30 s and the grantor's margin.
+		if tc.held && (!ok || ms < 30000 || ms > 35000) {
+			t.Errorf("revoke %s replied %s; want held_back_ms of the tenure's server TTL, 30 s and the margin", tc.req, reply.Data)
+		}
+		if !tc.held && ok {
+			t.Errorf("revoke %s replied %s; want no held_back_ms (the lease is free)", tc.req, reply.Data)
+		}
+		if _, code := request(t, f.nc, api.SubjectRevoke, `{"name":"hb","free_now":true}`); tc.held && code != "" {
+			t.Fatal(code)
+		}
+	}
+}
+
 // Through the service client too, an Acquire on a closed connection fails
 // at once with ErrConnClosed, not "the grantor did not answer a read of
 // its clock in time" once its context has ended (found by an outside

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"golang.org/x/sys/unix"
 
 	"github.com/leased/leased/cmd/leased/cli"
@@ -1376,6 +1377,33 @@ func TestAcquireHoldLosesOnRevokeAtOnce(t *testing.T) {
 	// exited: it is free now (it stayed held for the 30 s).
 	if r := leased(t, s.url, "acquire", "held.r", "--ttl", "30s"); r.code != 0 {
 		t.Fatalf("acquire after acquire --hold lost it: exit %d %s, want the lease free", r.code, r.stderr)
+	}
+}
+
+// revoke says the lease stays held only when the grantor says it does
+// (the reply's held_back_ms): a grantor older than the revocation hold
+// frees a revoked lease at once, and revoke said "held until that holder's
+// deadline has passed" all the same, while the next grant went through at
+// once (found trying an upgrade: a new CLI against an older grantor). The
+// older grantor is stood in for by its reply, as it answered then.
+func TestRevokeThroughAnOlderGrantorClaimsNoHold(t *testing.T) {
+	url := kvleasetest.NewServer(t).ClientURL()
+	nc := kvleasetest.Connect(t, url)
+	kvleasetest.Subscribe(t, nc, api.SubjectRevoke, func(m *nats.Msg) {
+		_ = m.Respond([]byte(`{"name":"old.r","holder":"zz","token":185,"revision":185,"ttl":"1m0s","server_ttl":"1m1s",` +
+			`"stored_at":"2026-12-07T18:28:09.803787045Z","granted_at":"2026-12-07T18:28:09.803787045Z",` +
+			`"expires_at":"2026-12-07T18:29:10.803787045Z","server_time":"2026-12-07T18:28:18.002440212Z","node":"vm"}`))
+	})
+	r := leased(t, url, "revoke", "old.r")
+	if r.code != 0 || !strings.Contains(r.stdout, "this grantor did not say whether it holds the lease") {
+		t.Fatalf("revoke through a grantor that does not say whether it holds: exit %d, %q %q; want it said it did not say", r.code, r.stdout, r.stderr)
+	}
+	s := startServe(t, "")
+	if r := leased(t, s.url, "acquire", "new.r", "--ttl", "30s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if r := leased(t, s.url, "revoke", "new.r"); r.code != 0 || !strings.Contains(r.stdout, "held until that holder's deadline has passed") {
+		t.Fatalf("revoke through this grantor: exit %d, %q %q; want it said held", r.code, r.stdout, r.stderr)
 	}
 }
 

@@ -271,6 +271,12 @@ type Lease struct {
 	// Flapping is set in list replies for a lease granted anew (to any
 	// holder) more often than the grantor's flapping threshold allows.
 	Flapping bool `json:"flapping,omitempty"`
+	// HeldBackMS is set in the reply to a revocation without free_now: the
+	// lease stays held, no grant allowed, for about this long from
+	// ServerTime (until the revoked holder's deadline has passed). A
+	// grantor older than the revocation hold does not set it: it freed
+	// the lease at once.
+	HeldBackMS int64 `json:"held_back_ms,omitempty"`
 }
 
 // Format prints l with its secret (a grant's reply's) redacted, as

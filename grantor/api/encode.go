@@ -88,6 +88,9 @@ func (l *Lease) appendPlain(b []byte) ([]byte, bool) {
 	if l.Flapping {
 		b = append(b, `,"flapping":true`...)
 	}
+	if l.HeldBackMS != 0 {
+		b = strconv.AppendInt(append(b, `,"held_back_ms":`...), l.HeldBackMS, 10)
+	}
 	return append(b, '}'), ok
 }
 

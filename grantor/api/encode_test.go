@@ -12,17 +12,18 @@ import (
 // and times, and that the fast path is the one leased's own leases take.
 func FuzzLeaseJSON(f *testing.F) {
 	f.Add("jobs.nightly", "worker-7", uint64(12), uint64(40), int64(15e9), int64(17e9), int64(1764633600123456789),
-		"role", "primary", "0123456789abcdef0123456789abcdef", "req-1", false, "node-1", true, int64(3600))
+		"role", "primary", "0123456789abcdef0123456789abcdef", "req-1", false, "node-1", true, int64(3600), int64(31000))
 	f.Add("a<b>", "h\u2028", uint64(0), uint64(1<<63), int64(-1), int64(0), int64(-1<<63),
-		"", "\x00", "\"", "\\", true, "", false, int64(-7200))
-	f.Add("a", "b", uint64(1), uint64(2), int64(1), int64(2), int64(1<<62), "k", "v\xff", "", "", false, "n", false, int64(25*3600))
+		"", "\x00", "\"", "\\", true, "", false, int64(-7200), int64(-1))
+	f.Add("a", "b", uint64(1), uint64(2), int64(1), int64(2), int64(1<<62), "k", "v\xff", "", "", false, "n", false, int64(25*3600), int64(0))
 	f.Fuzz(func(t *testing.T, name, holder string, token, rev uint64, ttl, serverTTL, at int64,
-		k, v, secret, rid string, recovered bool, node string, flapping bool, offset int64) {
+		k, v, secret, rid string, recovered bool, node string, flapping bool, offset, heldBack int64) {
 		zone := time.FixedZone("z", int(offset))
 		l := Lease{
 			Name: name, Holder: holder, Token: token, Revision: rev, TTL: Duration(ttl), ServerTTL: Duration(serverTTL),
 			StoredAt: time.Unix(0, at).UTC(), GrantedAt: time.Unix(0, at/2).In(zone), ExpiresAt: time.Unix(0, at).Add(time.Duration(ttl)),
 			Secret: secret, RequestID: rid, GrantTrace: rid + secret, Recovered: recovered, ServerTime: time.Unix(at%1e12, 0), Node: node, Flapping: flapping,
+			HeldBackMS: heldBack,
 		}
 		if k != "" || v != "" {
 			l.Attributes = map[string]string{k: v, "z" + k: v + "z"}

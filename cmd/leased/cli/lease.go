@@ -487,9 +487,17 @@ get shows it): if the lease has changed hands since, nothing is revoked
 				if err != nil {
 					return err
 				}
-				if now {
+				switch {
+				case now:
 					c.printer(stdout).line("revoked %s (holder %s, token %d); it is free now", l.Name, l.Holder, l.Token)
-				} else {
+				case l.HeldBackMS == 0:
+					// A grantor older than held_back_ms in this reply: one
+					// built before 2026-12-05 frees the lease at once, one
+					// built since holds it without saying so.
+					c.printer(stdout).line("revoked %s (holder %s, token %d); this grantor did not say whether it holds the lease until that holder's deadline "+
+						"(a leased built before 2026-12-05 frees it at once): `leased acquire` is refused `held` while it does",
+						l.Name, l.Holder, l.Token)
+				default:
 					c.printer(stdout).line("revoked %s (holder %s, token %d); held until that holder's deadline has passed, or it releases",
 						l.Name, l.Holder, l.Token)
 				}
