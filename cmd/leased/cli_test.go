@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sys/unix"
 
 	"github.com/leased/leased/cmd/leased/cli"
@@ -393,6 +394,73 @@ func TestWatchSaysWhenTheServerIsAway(t *testing.T) {
 		t.Fatal(r.stderr)
 	}
 	out.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "away.after") })
+	// The consumer lost with the connection is said once, as the
+	// connection's loss.
+	errs.mu.Lock()
+	defer errs.mu.Unlock()
+	for _, l := range errs.all {
+		if strings.Contains(l, "lost its consumer") {
+			t.Errorf("stderr line %q: the loss of the connection said twice", l)
+		}
+	}
+}
+
+// watch says on stderr when it lost its consumer with its connection up
+// (the consumer's node died, two heartbeats missed, the consumer
+// deleted): what was stored meanwhile comes as each lease's latest
+// change, as after a reconnect, but it said nothing then, and a user
+// could not tell that a tenure begun and ended meanwhile was not printed
+// (found by an outside client: a consumer node SIGKILLed in a cluster, a
+// connection blackholed for 2 s).
+func TestWatchSaysWhenItLostItsConsumer(t *testing.T) {
+	s := startServe(t, "")
+	cmd := exec.Command(leasedBin, "watch", "gap.")
+	cmd.Env = append(os.Environ(), "LEASED_URL="+s.url)
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out, errs := readLines(stdout), readLines(stderr)
+	if r := leased(t, s.url, "acquire", "gap.before", "--ttl", "30s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "gap.before") })
+
+	// Delete the watch's consumer, as the death of its node does.
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, "KV_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for ci := range stream.ListConsumers(ctx).Info() {
+		if ci.Config.FilterSubject == "$KV.leases.gap.>" {
+			if err := stream.DeleteConsumer(ctx, ci.Name); err != nil {
+				t.Fatal(err)
+			}
+			deleted++
+		}
+	}
+	if deleted != 1 {
+		t.Fatalf("found %d consumers of the watch, want 1", deleted)
+	}
+	lost := errs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "lost") })
+	if !regexp.MustCompile(`^leased: watch: \d{4}-\d\d-\d\dT[0-9:.]+Z: `).MatchString(lost) || !strings.Contains(lost, "each lease's latest change") {
+		t.Errorf("stderr line %q: want the time it was lost, and what the catch-up gives", lost)
+	}
+	if r := leased(t, s.url, "acquire", "gap.after", "--ttl", "30s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	out.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "gap.after") })
 }
 
 // Revoked: the command is stopped before the holder's deadline.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -592,7 +593,9 @@ func newWatch(stdout io.Writer) *cobra.Command {
 until interrupted. It reads the lease bucket's stream directly (it needs
 JetStream access to the bucket), so it sees expiries by TTL as they happen.
 When the connection drops it says so on stderr and reconnects, and goes on
-after the last change it printed.`,
+after the last change it printed; so too when it loses its consumer on the
+server with the connection up (the consumer's node died, say). Either way
+what was stored meanwhile comes as each lease's latest change.`,
 		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
@@ -621,10 +624,14 @@ after the last change it printed.`,
 				// Say why nothing comes while the server is away (the
 				// watch goes on once it is back: nothing is lost).
 				stderr := cmd.ErrOrStderr()
+				// Disconnects said on stderr and not yet matched by the
+				// consumer's loss, which the reconnect causes.
+				var away atomic.Int64
 				nc.SetDisconnectErrHandler(func(nc *nats.Conn, err error) {
 					if err == nil || nc.IsClosed() {
 						return // our own Close, at the end
 					}
+					away.Add(1)
 					// Said as it is: the bucket keeps one entry a lease, so
 					// the catch-up gives each lease's latest change, and a
 					// tenure that began and ended meanwhile is only in the
@@ -649,6 +656,28 @@ after the last change it printed.`,
 					return err
 				}
 				defer w.Stop()
+				// The consumer lost with the connection up (its node died,
+				// heartbeats missed, deleted) leaves the same gap as a
+				// reconnect, and it said nothing of it (found by an outside
+				// client: a consumer node SIGKILLed, a connection
+				// blackholed for 2 s).
+				stopped := make(chan struct{})
+				defer close(stopped)
+				go func() {
+					for {
+						select {
+						case <-w.Interrupts():
+						case <-stopped:
+							return
+						}
+						if away.Swap(0) > 0 || nc.Status() != nats.CONNECTED {
+							continue // said as the connection was lost
+						}
+						fmt.Fprintf(stderr, "leased: watch: %s: lost its consumer on the server (its node down, its heartbeats missed, or deleted); making another "+
+							"(then each lease's latest change follows; a tenure begun and ended meanwhile is only in leased history)\n",
+							time.Now().UTC().Format(time.RFC3339Nano))
+					}
+				}()
 				p := c.printer(stdout)
 				for ev := range w.Events() {
 					if strings.HasPrefix(ev.Name, grantor.ReservedPrefix) {
