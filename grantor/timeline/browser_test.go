@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +173,50 @@ func TestPageLimited(t *testing.T) {
 	got = wait("the new leases", `s.lanes.includes('lim.069')`)
 	if len(got.Lanes) != limit || !strings.Contains(got.Notice, fmt.Sprintf("%d of %d tenures shown", limit, leases+10)) {
 		t.Errorf("after 10 new leases: %d lanes %q, notice %q; want %d, a notice of %d of %d", len(got.Lanes), got.Lanes, got.Notice, limit, limit, leases+10)
+	}
+}
+
+// The page lets go of the least recently active tenure when a new one
+// comes past its limit, whatever the leases' names: it took /api/tenures'
+// reply (by name, then begin) as its order of activity, and let go of
+// the first by name, the lease granted last and live among them, while
+// older ones stayed (found in review: a live lease vanished from the page
+// as the next lease was granted).
+func TestPageLetsGoOfTheLeastRecentlyActive(t *testing.T) {
+	h, s, ctx := openPage(t)
+	now := time.Now().Truncate(time.Millisecond).UTC()
+	const leases, limit = 30, 20
+	var recs []history.Record
+	for i := range leases { // granted last, named first
+		at := now.Add(time.Duration(i-leases) * time.Second)
+		recs = append(recs, history.Record{Kind: history.KindGranted, Name: fmt.Sprintf("rev.%03d", 99-i), Holder: "h",
+			Token: uint64(i + 1), Revision: uint64(i + 1), Time: at, GrantedAt: at})
+	}
+	appendAll(t, h, recs...)
+	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/?since=1h&limit=%d", s.URL, limit))); err != nil {
+		t.Fatal(err)
+	}
+	lanes := func(want string) []string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		const shown = `[...document.querySelectorAll('#timeline .lane')].map(l => l.dataset.lane)`
+		js := `document.body.dataset.state === 'live' && !!document.getElementById('timeline') && (() => { const s = ` + shown +
+			`; return ` + want + ` ? s : null })()`
+		got, err := chromedp.Run(wctx, chromedp.Poll[[]string](js, chromedp.WithPollingTimeout(15*time.Second)))
+		if err != nil {
+			now, _ := chromedp.Run(context.WithoutCancel(wctx), chromedp.Evaluate[[]string](shown))
+			t.Fatalf("the page never showed %s: %v; its lanes: %q", want, err, now)
+		}
+		return got
+	}
+	// The last granted, rev.070 (i = 29), to rev.089 (i = 10).
+	lanes(`s.length === 20 && s.includes('rev.070') && s.includes('rev.089')`)
+	at := time.Now().UTC()
+	appendAll(t, h, history.Record{Kind: history.KindGranted, Name: "rev.new", Holder: "h", Token: 100, Revision: 100, Time: at, GrantedAt: at})
+	got := lanes(`s.includes('rev.new')`)
+	if len(got) != limit || !slices.Contains(got, "rev.070") || slices.Contains(got, "rev.089") {
+		t.Errorf("after a new lease: lanes %q; want %d, rev.070 (granted last before it) kept and rev.089 (the least recently active) let go",
+			got, limit)
 	}
 }

@@ -154,6 +154,17 @@
       heldUntil, freed: heldUntil !== null && heldEnd !== null && heldEnd < heldUntil ? heldEnd : null, next: null });
   }
 
+  // lastActive orders a tenure of /api/tenures' reply by its last record,
+  // as the server does: its end (its begin if that was inferred); the
+  // live ones after all others (the server read the live leases last),
+  // by their begin.
+  const LIVE = 1e15; // ms: past any time's
+  function lastActive(x) {
+    if (typeof x !== 'object' || x === null) return -Infinity;
+    const at = !x.ended_by || x.end_inferred === true ? ms(x.from) : ms(x.to);
+    return (x.ended_by ? 0 : LIVE) + (at !== null ? at : 0);
+  }
+
   function start(t) { return t.from !== null ? t.from : t.to; }
   // A tenure's end and its cause ('' while live): its end record's, or, as
   // history.Fold has it, the begin of the next tenure of its lease when
@@ -716,7 +727,11 @@
     limit = Number(reply.limit) || Infinity;
     total = Number(reply.total) || 0;
     truncated = reply.truncated === true;
-    (reply.tenures || []).forEach(fromReply);
+    // Added in the order of their activity, as the server kept them (the
+    // reply is by name, then begin): add lets the first go.
+    const tenuresRead = Array.isArray(reply.tenures) ? reply.tenures : [];
+    tenuresRead.map((x, i) => [lastActive(x), i]).sort((a, b) => a[0] - b[0] || a[1] - b[1])
+      .forEach(([, i]) => fromReply(tenuresRead[i], i));
     caughtUp = true;
     document.body.dataset.state = 'live';
     schedule();
