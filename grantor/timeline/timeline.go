@@ -399,6 +399,9 @@ type recent struct {
 	at    map[tenureKey]*list.Element
 	total int  // tenures seen (see TenuresReply.Total)
 	gone  bool // a tenure was let go
+	// maxRev is the highest bucket revision of a record read from the
+	// stream: a live lease granted after it was not read, nor counted.
+	maxRev uint64
 }
 
 // tenureKey names a tenure as history.Fold does: by lease and token, an
@@ -426,6 +429,9 @@ func newRecent(limit int, since time.Time) *recent {
 // recently active go if there are more than limit. live says r is a live
 // lease's ([history.Live]), not the stream's.
 func (c *recent) add(r history.Record, live bool) {
+	if !live {
+		c.maxRev = max(c.maxRev, r.Revision)
+	}
 	k := tenureKey{name: r.Name, token: r.Token}
 	if r.Token == 0 {
 		k.revision = r.Revision
@@ -443,8 +449,11 @@ func (c *recent) add(r history.Record, live bool) {
 	}
 	// A tenure not kept: counted unless its grant is in the window, and
 	// so was counted (a tenure let go before its end, a live lease whose
-	// grant was read).
-	if !live && r.Kind == history.KindGranted || r.Token == 0 || r.GrantedAt.IsZero() || r.GrantedAt.Before(c.since) {
+	// grant was read). A live lease granted after the last record read
+	// was not (its grant stored after the read, or not yet: it counted
+	// none of them, total below the tenures answered).
+	if !live && r.Kind == history.KindGranted || r.Token == 0 || r.GrantedAt.IsZero() || r.GrantedAt.Before(c.since) ||
+		live && r.Revision > c.maxRev {
 		c.total++
 	}
 	c.at[k] = c.order.PushBack(&recentTenure{key: k, recs: []history.Record{r}})
