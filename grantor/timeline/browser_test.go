@@ -220,3 +220,55 @@ func TestPageLetsGoOfTheLeastRecentlyActive(t *testing.T) {
 			got, limit)
 	}
 }
+
+// The page keeps a live lease in view while more new tenures than its
+// limit come, as /api/tenures keeps the live leases: it let go of the least
+// recently active tenure, which a lease held for long (a leader's, with
+// no record since its grant) soon was, and the lease vanished from the
+// page while held (found in review).
+func TestPageKeepsALiveLeasePastItsLimit(t *testing.T) {
+	h, s, ctx := openPage(t)
+	now := time.Now().Truncate(time.Millisecond).UTC()
+	const limit = 20
+	at := now.Add(-time.Hour + time.Minute)
+	recs := []history.Record{{Kind: history.KindGranted, Name: "keep.leader", Holder: "h", Token: 1, Revision: 1, Time: at, GrantedAt: at}}
+	tenure := func(i int, at time.Time) []history.Record {
+		name := fmt.Sprintf("keep.churn.%03d", i)
+		return []history.Record{
+			{Kind: history.KindGranted, Name: name, Holder: "h", Token: uint64(2*i + 2), Revision: uint64(2*i + 2), Time: at, GrantedAt: at},
+			{Kind: history.KindEnded, Name: name, Holder: "h", Token: uint64(2*i + 2), Revision: uint64(2*i + 3), Time: at.Add(time.Millisecond),
+				GrantedAt: at, EndedBy: history.EndReleased},
+		}
+	}
+	for i := range limit - 1 {
+		recs = append(recs, tenure(i, now.Add(time.Duration(i-limit)*time.Second))...)
+	}
+	appendAll(t, h, recs...)
+	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/?since=1h&limit=%d", s.URL, limit))); err != nil {
+		t.Fatal(err)
+	}
+	const shown = `[...document.querySelectorAll('#timeline .lane')].map(l => l.dataset.lane)`
+	wait := func(want string) []string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		js := `document.body.dataset.state === 'live' && !!document.getElementById('timeline') && (() => { const s = ` + shown +
+			`; return ` + want + ` ? s : null })()`
+		got, err := chromedp.Run(wctx, chromedp.Poll[[]string](js, chromedp.WithPollingTimeout(15*time.Second)))
+		if err != nil {
+			now, _ := chromedp.Run(context.WithoutCancel(wctx), chromedp.Evaluate[[]string](shown))
+			t.Fatalf("the page never showed %s: %v; its lanes: %q", want, err, now)
+		}
+		return got
+	}
+	wait(`s.length === 20 && s.includes('keep.leader')`)
+	recs = recs[:0]
+	for i := limit - 1; i < 3*limit; i++ { // more than the page holds
+		recs = append(recs, tenure(i, time.Now().UTC())...)
+	}
+	appendAll(t, h, recs...)
+	got := wait(fmt.Sprintf(`s.includes('keep.churn.%03d')`, 3*limit-1))
+	if len(got) != limit || !slices.Contains(got, "keep.leader") {
+		t.Errorf("after %d tenures more: %d lanes %q; want %d, keep.leader (live) among them", 2*limit+1, len(got), got, limit)
+	}
+}

@@ -37,7 +37,8 @@
 // The page reads /api/tenures (passing on its own prefix, since and
 // limit), draws what it gives, with a notice "N of M tenures shown" when
 // truncated, then follows /events?after=<after>; it keeps at most limit
-// tenures, the least recently active let go as new ones come.
+// tenures, the least recently active that has ended let go as new ones
+// come (a live lease stays, however long since its grant).
 //
 // /events sends first the grant record of each lease live now
 // ([history.Live], with [WithLive]) as an event "record" without an id

@@ -2,7 +2,7 @@
 // most its limit, the most recently active), then follows /events after
 // the last record read (each new one), folds the records into tenures as
 // history.Fold does, keeping at most the limit (the least recently active
-// let go), and draws one lane per lease in SVG.
+// that has ended let go), and draws one lane per lease in SVG.
 //
 // Lease names, holders and reasons are chosen by callers: they reach the
 // document only through textContent and setAttribute, never as HTML.
@@ -122,15 +122,23 @@
     if (r.kind === 'ended') t.renewals = Math.max(t.renewals, Number(r.renewals) || 0);
   }
 
-  // add adds a new tenure, letting the least recently active go if there
-  // are more than limit: a page followed for days on a busy node kept
-  // every tenure of its window, however many.
+  // add adds a new tenure, letting the least recently active that has
+  // ended go if there are more than limit (a page followed for days on a
+  // busy node kept every tenure of its window, however many), a live one
+  // only if none has: a lease held for long, with no record since its
+  // grant, vanished from the page while held, as /api/tenures keeps it.
   function add(t) {
     tenures.set(t.key, t);
-    if (tenures.size > limit) {
-      tenures.delete(tenures.keys().next().value);
-      truncated = true;
+    if (tenures.size <= limit) return;
+    let drop = tenures.keys().next().value;
+    for (const [k, x] of tenures) {
+      if (x.endedBy || x.to !== null || x.inferredTo !== null) {
+        drop = k;
+        break;
+      }
     }
+    tenures.delete(drop);
+    truncated = true;
   }
 
   // fromReply adds a tenure of /api/tenures' reply (history.Tenure in
