@@ -34,13 +34,13 @@ const DefaultSince = time.Hour
 const MaxFollowers = 64
 
 // MaxReads is how many /api/tenures requests a handler serves at once;
-// more are refused 503 with Retry-After. Each holds up to the records'
-// bound ([WithMaxRecords]) and their tenures and JSON until it is
-// answered, some hundred MB at the default: what the handler holds is
-// then bounded by the two, not by how many clients ask at once (twelve
-// reads at once of 100 s of a bench's history grew serve's RSS from 0.75
-// to 1.7 GB, and each was answered 503 after 30 s; found by an outside
-// client). An /events stream's listing of the live leases ([WithLive])
+// more are refused 503 with Retry-After. Each holds the records of up to
+// its limit of tenures ([MaxLimit] at most) and their JSON until it is
+// answered, and reads up to the records' bound ([WithMaxRecords]): what
+// the handler holds is then bounded by the two, not by how many clients
+// ask at once (twelve reads at once of 100 s of a bench's history grew
+// serve's RSS from 0.75 to 1.7 GB, and each was answered 503 after 30 s;
+// found by an outside client). An /events stream's listing of the live leases ([WithLive])
 // takes one of the same slots while it lists, waiting for one.
 const MaxReads = 4
 
@@ -55,10 +55,11 @@ const (
 )
 
 // DefaultMaxRecords is how many history records /api/tenures reads for
-// one request at most (about 300 bytes each in memory): a window holding
-// more is refused, not read, so that what one request holds is bounded by
-// this and not by the stream's retention (a day of a few changes a second
-// is some hundred thousand records). [WithMaxRecords] sets another bound.
+// one request at most: a window holding more is refused, not read, so
+// that how long one request reads is bounded by this and not by the
+// stream's retention (a day of a few changes a second is some hundred
+// thousand records); what it holds is bounded by its limit of tenures.
+// [WithMaxRecords] sets another bound.
 const DefaultMaxRecords = 200_000
 
 // Handler serves the timeline of one history stream (see the package
