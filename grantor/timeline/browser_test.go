@@ -272,3 +272,58 @@ func TestPageKeepsALiveLeasePastItsLimit(t *testing.T) {
 		t.Errorf("after %d tenures more: %d lanes %q; want %d, keep.leader (live) among them", 2*limit+1, len(got), got, limit)
 	}
 }
+
+// The page shows a window holding more records than /api/tenures reads
+// (WithMaxRecords; 200,000 by default, an hour of some 30 tenures a
+// second): it follows /events from the window's start instead, as it did
+// before it read /api/tenures, keeping at most its limit of tenures. It
+// stopped, saying "the window holds more than 200000 history records …
+// or follow /events" (found in review).
+func TestPageShowsAWindowPastTheReadsBound(t *testing.T) {
+	h := openStream(t)
+	th, err := timeline.New(h, timeline.WithMaxRecords(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(th)
+	t.Cleanup(s.Close)
+	ctx := timelinetest.Browser(t)
+	now := time.Now().Truncate(time.Millisecond).UTC()
+	var recs []history.Record
+	for i := range 12 {
+		at := now.Add(time.Duration(i-12) * time.Second)
+		recs = append(recs, history.Record{Kind: history.KindGranted, Name: fmt.Sprintf("big.%02d", i), Holder: "h",
+			Token: uint64(i + 1), Revision: uint64(i + 1), Time: at, GrantedAt: at})
+	}
+	appendAll(t, h, recs...)
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.URL+"/?since=1h&limit=10")); err != nil {
+		t.Fatal(err)
+	}
+	const state = `({state: document.body.dataset.state, status: document.getElementById('status').textContent,
+		lanes: [...document.querySelectorAll('#timeline .lane')].map(l => l.dataset.lane),
+		notice: document.getElementById('notice').hidden ? '' : document.getElementById('notice').textContent})`
+	type shown struct {
+		State, Status, Notice string
+		Lanes                 []string
+	}
+	wait := func(what, cond string) shown {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		js := `document.body.dataset.state === 'live' && !!document.getElementById('timeline') && (() => { const s = ` + state +
+			`; return ` + cond + ` ? s : null })()`
+		got, err := chromedp.Run(wctx, chromedp.Poll[shown](js, chromedp.WithPollingTimeout(15*time.Second)))
+		if err != nil {
+			now, _ := chromedp.Run(context.WithoutCancel(wctx), chromedp.Evaluate[shown](state))
+			t.Fatalf("the page never showed %s: %v; it shows %+v", what, err, now)
+		}
+		return got
+	}
+	got := wait("the last leases granted", `s.lanes.includes('big.11')`)
+	if len(got.Lanes) != 10 || !strings.Contains(got.Notice, "10 of 12 tenures shown") {
+		t.Errorf("lanes %q, notice %q; want the last 10 granted, 10 of 12 shown", got.Lanes, got.Notice)
+	}
+	at := time.Now().UTC()
+	appendAll(t, h, history.Record{Kind: history.KindGranted, Name: "big.new", Holder: "h", Token: 100, Revision: 100, Time: at, GrantedAt: at})
+	wait("a new lease", `s.lanes.includes('big.new') && s.lanes.length === 10`)
+}

@@ -36,7 +36,8 @@
 //
 // The page reads /api/tenures (passing on its own prefix, since and
 // limit), draws what it gives, with a notice "N of M tenures shown" when
-// truncated, then follows /events?after=<after>; it keeps at most limit
+// truncated, then follows /events?after=<after> (a window /api/tenures
+// answers 422, from its start: all its records); it keeps at most limit
 // tenures, the least recently active that has ended let go as new ones
 // come (a live lease stays, however long since its grant).
 //

@@ -27,6 +27,7 @@
   // key → tenure, the least recently active first (fold moves a tenure
   // it adds a record to last): at most limit, the first let go.
   const tenures = new Map();
+  const DEFAULT_LIMIT = 2000; // the server's (timeline.DefaultLimit)
   let limit = Infinity; // of the server's reply
   let total = 0; // tenures in the window, as counted (the server's, and new ones since)
   let truncated = false; // the window holds more than are shown
@@ -722,6 +723,14 @@
       setTimeout(load, 1000 * (Number(res.headers.get('Retry-After')) || 1));
       return;
     }
+    if (res.status === 422) {
+      // The window holds more records than one read takes: follow them
+      // all from its start instead, keeping at most the limit (it
+      // stopped, showing nothing of a busy node's hour).
+      limit = Number(limitParam) || DEFAULT_LIMIT;
+      follow(null);
+      return;
+    }
     if (!res.ok) {
       document.body.dataset.state = 'stopped';
       status('stopped: ' + body.trim());
@@ -747,18 +756,25 @@
   }
 
   // follow opens /events after the record at after (the last one read):
-  // the records stored since, then each new one.
+  // the records stored since, then each new one; with after null, from
+  // the window's start, the live leases first.
   function follow(after) {
     const eq = new URLSearchParams(qs);
-    eq.set('after', after);
+    if (after !== null) eq.set('after', after);
     const events = new EventSource('events?' + eq);
     events.addEventListener('record', (e) => {
       fold(record(e.data));
       if (caughtUp) schedule();
     });
     events.addEventListener('caughtup', (e) => {
-      const now = ms(JSON.parse(e.data).now);
+      const d = JSON.parse(e.data);
+      const now = ms(d.now);
       if (now !== null) offset = now - Date.now();
+      if (sinceMS === null) { // followed from the window's start
+        sinceMS = ms(d.since);
+        windowMS = Number(d.window_ms) || 0;
+      }
+      caughtUp = true;
       document.body.dataset.state = 'live';
       schedule();
     });
