@@ -195,10 +195,11 @@ is refused unless --allow-insecure is given.
 
 --http-listen serves the timeline page: who held which lease when, read from
 the bucket's history stream (any node can serve it), live; /api/tenures has
-the same data as JSON. It is read-only and has no authorization of its own:
-a non-loopback address is refused unless --allow-public-http is given (a
-flag of its own, because the risk is another: not writes to the bucket, as
-with --allow-insecure, but every lease name, holder and reason shown to
+the same data as JSON, at most 2,000 tenures (the most recently active) unless
+it asks ?limit= (at most 50,000), "truncated" saying there were more. It is
+read-only and has no authorization of its own: a non-loopback address is
+refused unless --allow-public-http is given (a flag of its own, because the
+risk is another: not writes to the bucket, as with --allow-insecure, but every lease name, holder and reason shown to
 anyone who reaches the port, --config's users and TLS notwithstanding).
 On loopback it answers only requests for localhost or an IP address (421
 for other Host names: a DNS rebinding defence). --jaeger-ui links each tenure to its grant's trace.
