@@ -197,8 +197,9 @@ type Store struct {
 	// revision above the lease's, which reads as stale every time.
 	staleLog telemetry.LogLimit
 	// lastFull is when a write was last refused for the server's storage
-	// limit (UnixNano), 0 once a write is accepted after it (StorageFull).
-	lastFull atomic.Int64
+	// limit (with its monotonic reading: a step of the wall clock does not
+	// move it), nil once a write is accepted after it (StorageFull).
+	lastFull atomic.Pointer[time.Time]
 }
 
 var _ Grantor = (*Store)(nil)
@@ -2223,11 +2224,12 @@ func (s *Store) write(req *writeReq) (uint64, error) {
 	}
 	switch {
 	case err == nil:
-		if s.lastFull.Load() != 0 {
-			s.lastFull.Store(0)
+		if s.lastFull.Load() != nil {
+			s.lastFull.Store(nil)
 		}
 	case errors.Is(err, ErrStoreFull):
-		s.lastFull.Store(time.Now().UnixNano())
+		now := time.Now()
+		s.lastFull.Store(&now)
 	}
 	return rev, err
 }
@@ -2237,8 +2239,8 @@ func (s *Store) write(req *writeReq) (uint64, error) {
 // was accepted; the zero time otherwise. A write refused for its
 // expectation (another's tenure) or unanswered says nothing either way.
 func (s *Store) StorageFull() time.Time {
-	if n := s.lastFull.Load(); n != 0 {
-		return time.Unix(0, n)
+	if t := s.lastFull.Load(); t != nil {
+		return *t
 	}
 	return time.Time{}
 }
