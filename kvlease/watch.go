@@ -216,18 +216,23 @@ type Watcher struct {
 func (w *Watcher) Events() <-chan Event { return w.events }
 
 // Interrupts receives a value (one is kept, not one per interruption)
-// when the watch loses the consumer it reads the stream with (its
-// connection reconnected, the node of the consumer died, a gap): until
-// the watch has a consumer again ([Watcher.Interrupted] reports false)
-// it delivers nothing, and making one can take seconds (a cluster whose
-// meta leader died elects another first). What was stored meanwhile is
-// delivered then. A reader that must not wait that long for a change
-// (an election's candidate, for its leader's release) can ask the store
-// meanwhile.
+// when the watch is cut off from the stream: as its connection is lost
+// (nats.go reconnecting), or as it loses the consumer it reads the stream
+// with while the connection is up (the node of the consumer died, two
+// heartbeats missed ([WatchHeartbeat]), a gap), whichever comes first;
+// once per interruption, not again at the reconnect that ends it. Until
+// the watch has a consumer again on a connection that is up
+// ([Watcher.Interrupted] reports false) it delivers nothing, and making
+// one can take seconds (a cluster whose meta leader died elects another
+// first). What was stored meanwhile is delivered then. A reader that
+// must not wait that long for a change (an election's candidate, for its
+// leader's release) can ask the store meanwhile. A quiet watch not
+// interrupted is following, or was two heartbeats ago at most.
 func (w *Watcher) Interrupts() <-chan struct{} { return w.interrupts }
 
-// Interrupted reports whether the watch has lost its consumer and not yet
-// made another (see [Watcher.Interrupts]), or has stopped.
+// Interrupted reports whether the watch is cut off (see
+// [Watcher.Interrupts]): its connection lost and not back, or its
+// consumer lost and no other made yet; or whether it has stopped.
 func (w *Watcher) Interrupted() bool { return !w.following() }
 
 // Synced is closed once the watcher has caught up with the bucket: every

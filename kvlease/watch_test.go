@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leased/leased/kvlease"
@@ -583,4 +584,79 @@ func cutWhileATenureEnds(t *testing.T, name string, opts ...kvlease.WatchOption)
 		t.Fatal(err)
 	}
 	return st, w, p, a, b
+}
+
+// A watch says it is cut off while it is: Interrupts receives a value and
+// Interrupted reports true from when the connection is lost, or its
+// consumer's heartbeats are missed, whichever comes first, until it
+// follows again. Cut off by a server that went away (the connection
+// closed, nats.go reconnecting), it said nothing until the connection came
+// back: Interrupted was false and Interrupts silent for the whole cut,
+// and a reader (an election's candidate, `leased watch`) could not tell a
+// quiet bucket from a server it could not reach (found in review: a cut of
+// 15 s gave no interrupt). Blackholed, the connection looks up until its
+// pings go unanswered, and the missed heartbeats say it. A handler the
+// connection's owner set is called as before.
+func TestWatchSaysItIsCutOff(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cut  func(srv *kvleasetest.Server, p *kvleasetest.Proxy)
+		heal func(t *testing.T, srv *kvleasetest.Server, p *kvleasetest.Proxy)
+	}{
+		{"server gone", func(srv *kvleasetest.Server, _ *kvleasetest.Proxy) { srv.Shutdown() },
+			func(t *testing.T, srv *kvleasetest.Server, _ *kvleasetest.Proxy) {
+				if err := srv.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{"blackholed", func(_ *kvleasetest.Server, p *kvleasetest.Proxy) { p.Cut() },
+			func(_ *testing.T, _ *kvleasetest.Server, p *kvleasetest.Proxy) { p.Heal() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := kvleasetest.NewServer(t, kvleasetest.WithPort(kvleasetest.FreePort(t)))
+			p := kvleasetest.NewProxy(t, srv.Addr())
+			lost := make(chan struct{}, 1)
+			nc := kvleasetest.Connect(t, p.URL(), append(kvlease.ConnOptions(),
+				nats.DisconnectErrHandler(func(*nats.Conn, error) {
+					select {
+					case lost <- struct{}{}:
+					default:
+					}
+				}))...)
+			w := kvleasetest.Watch(t, kvleasetest.OpenStoreOn(t, nc), "cut.")
+			if w.Interrupted() {
+				t.Fatal("interrupted while following")
+			}
+			cut := time.Now()
+			tc.cut(srv, p)
+			// Two heartbeats missed, and a moment to see it.
+			within := 3 * kvlease.WatchHeartbeat
+			select {
+			case <-w.Interrupts():
+			case <-time.After(within):
+				t.Fatalf("no interrupt %v into the cut (interrupted %v, connection %v)", within, w.Interrupted(), nc.Status())
+			}
+			// Still cut off past the time a reconnect would take.
+			for time.Since(cut) < 6*kvlease.WatchHeartbeat {
+				if !w.Interrupted() {
+					t.Fatalf("not interrupted %v into the cut (connection %v)", time.Since(cut).Round(time.Millisecond), nc.Status())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			select {
+			case <-lost:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the connection's own disconnect handler was not called")
+			}
+			tc.heal(t, srv, p)
+			st := kvleasetest.OpenStore(t, srv.ClientURL())
+			if _, err := st.Grant(t.Context(), kvlease.GrantRequest{Name: "cut.after", Holder: "h", Duration: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			kvleasetest.NextEvent(t, w, 20*time.Second, kvleasetest.OfType("cut.after", kvlease.EventGranted))
+			if w.Interrupted() {
+				t.Fatal("interrupted once following again")
+			}
+		})
+	}
 }

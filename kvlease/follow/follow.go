@@ -61,13 +61,17 @@ type Config struct {
 	// delivers: a reader that keeps state can look for such losses here.
 	// It may block (Next waits for it); Stop does not interrupt it.
 	OnReopen func(info *jetstream.ConsumerInfo)
-	// OnDrop, if not nil, is called each time the Follower gives up a
-	// consumer it read from (a reconnect, missed heartbeats, a gap), as
-	// it does so and before it makes the next: until then nothing is
-	// delivered, and making one can take seconds (a cluster whose meta
-	// leader died elects another first). Not on Stop. It is called from
-	// Next's goroutine or the connection's status listener, and must not
-	// block.
+	// OnDrop, if not nil, is called each time the Follower stops
+	// following: it loses its connection (nats.go reconnecting) while it
+	// reads from a consumer, or gives up a consumer with its connection up
+	// (missed heartbeats, a gap, deletion). Until it has made the next
+	// consumer, on a connection that is up, nothing is delivered, and
+	// making one can take seconds (a cluster whose meta leader died elects
+	// another first). Once per loss: the reconnect that ends a lost
+	// connection drops the consumer read from before it, which was lost
+	// with the connection, without another call. Not on Stop. It is
+	// called from Next's goroutine or the connection's status listener,
+	// and must not block.
 	OnDrop func()
 }
 
@@ -107,6 +111,10 @@ type Follower struct {
 	// reconnects counts the connection's reconnects: a consumer whose
 	// creation began before one is not used.
 	reconnects int
+	// cut: the connection was lost and has not come back. Its consumer
+	// delivers nothing meanwhile (nats.go stops its heartbeat check, so
+	// nothing else says so), and is dropped when it comes back.
+	cut bool
 }
 
 // Start makes the first consumer in one attempt bounded by ctx and
@@ -119,13 +127,15 @@ func Start(ctx context.Context, js jetstream.JetStream, cfg Config) (*Follower, 
 	}
 	f := &Follower{js: js, cfg: cfg}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	connected := js.Conn().StatusChanged(nats.CONNECTED)
+	// A listener of its own: handlers the connection's owner set are
+	// left as they are.
+	status := js.Conn().StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
 	actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
 	defer cancel()
 	cons, err := f.open(actx)
 	if err != nil {
 		f.cancel()
-		js.Conn().RemoveStatusListener(connected)
+		js.Conn().RemoveStatusListener(status)
 		return nil, err
 	}
 	f.info = cons.CachedInfo()
@@ -135,17 +145,18 @@ func Start(ctx context.Context, js jetstream.JetStream, cfg Config) (*Follower, 
 		// there when the first consumer is replaced.
 		f.resume = f.info.Delivered.Stream + 1
 	}
-	go f.dropOnReconnect(connected)
+	go f.followConn(status)
 	return f, nil
 }
 
-// Following reports whether the Follower has a consumer to read from now:
-// false from a drop (see Config.OnDrop) until the next consumer is made,
-// and once stopped.
+// Following reports whether the Follower has a consumer to read from now,
+// on a connection that is up: false from a loss (see Config.OnDrop) until
+// the next consumer is made once the connection is back, and once
+// stopped.
 func (f *Follower) Following() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.it != nil
+	return f.it != nil && !f.cut
 }
 
 // Info is the first consumer's info at its creation: NumPending is what
@@ -218,26 +229,49 @@ func (f *Follower) Stop() {
 	})
 }
 
-// dropOnReconnect drops the consumer whenever the connection comes back:
-// what the server sent it while the connection was down is lost, and the
-// consumer, which acknowledges nothing, will not send it again (a watch
-// cut off by a partition missed the release and the grant made meanwhile,
-// and then everything, as nothing more came to show a gap).
-func (f *Follower) dropOnReconnect(connected chan nats.Status) {
-	defer f.js.Conn().RemoveStatusListener(connected)
+// followConn follows the connection's status. A connection lost (nats.go
+// reconnecting, or closing) cuts the Follower off: said at once (OnDrop,
+// Following false), as nothing else says it until the connection is back
+// (a watch cut off for 15 s reported no interrupt, Interrupted false,
+// found in review). The consumer is dropped whenever the connection comes
+// back: what the server sent it while the connection was down is lost,
+// and the consumer, which acknowledges nothing, will not send it again (a
+// watch cut off by a partition missed the release and the grant made
+// meanwhile, and then everything, as nothing more came to show a gap).
+func (f *Follower) followConn(status chan nats.Status) {
+	defer f.js.Conn().RemoveStatusListener(status)
 	for {
 		select {
-		case _, ok := <-connected:
+		case s, ok := <-status:
 			if !ok {
 				return // the listener was removed
 			}
+			if s != nats.CONNECTED {
+				f.mu.Lock()
+				lost := f.it != nil && !f.cut
+				f.cut = true
+				f.mu.Unlock()
+				if lost {
+					f.dropped()
+				}
+				continue
+			}
 			f.mu.Lock()
 			f.reconnects++
+			it, cons, cut := f.it, f.cons, f.cut
+			f.it, f.cons, f.cut = nil, nil, false
 			f.mu.Unlock()
-			f.drop(false)
+			f.release(it, cons, false, !cut)
 		case <-f.ctx.Done():
 			return
 		}
+	}
+}
+
+// dropped calls OnDrop, unless the Follower is stopped.
+func (f *Follower) dropped() {
+	if f.cfg.OnDrop != nil && f.ctx.Err() == nil {
+		f.cfg.OnDrop()
 	}
 }
 
@@ -246,13 +280,19 @@ func (f *Follower) dropOnReconnect(connected chan nats.Status) {
 // signal for every message stored.
 func (f *Follower) drop(wait bool) {
 	f.mu.Lock()
-	it, cons := f.it, f.cons
+	it, cons, cut := f.it, f.cons, f.cut
 	f.it, f.cons = nil, nil
 	f.mu.Unlock()
+	f.release(it, cons, wait, !wait && !cut)
+}
+
+// release stops it and deletes cons, as drop says, calling OnDrop if
+// lost and there was a consumer to lose.
+func (f *Follower) release(it jetstream.MessagesContext, cons jetstream.Consumer, wait, lost bool) {
 	if it != nil {
 		it.Stop()
-		if !wait && f.cfg.OnDrop != nil && f.ctx.Err() == nil {
-			f.cfg.OnDrop()
+		if lost {
+			f.dropped()
 		}
 	}
 	if cons == nil {

@@ -478,9 +478,9 @@ func TestNextWaitsOutJetStreamsSilence(t *testing.T) {
 }
 
 // A Follower says when it loses its consumer (OnDrop; Following false
-// until Next has made another), as its connection comes back, so that a
-// reader can act while nothing is delivered: making the next consumer
-// can take seconds. Stop is no loss.
+// until Next has made another), as its connection is lost, once (not
+// again as it comes back), so that a reader can act while nothing is
+// delivered: making the next consumer can take seconds. Stop is no loss.
 func TestFollowerSaysWhenItLosesItsConsumer(t *testing.T) {
 	js, _ := newStream(t)
 	dropped := make(chan struct{}, 2)
@@ -517,7 +517,7 @@ func TestFollowerSaysWhenItLosesItsConsumer(t *testing.T) {
 	}
 	select {
 	case <-dropped:
-		t.Fatal("OnDrop called by Stop")
+		t.Fatal("OnDrop called twice for one reconnect, or by Stop")
 	default:
 	}
 }
