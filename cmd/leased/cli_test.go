@@ -428,8 +428,24 @@ func TestWatchSaysWhenItLostItsConsumer(t *testing.T) {
 	}
 	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "gap.before") })
 
-	// Delete the watch's consumer, as the death of its node does.
-	nc, err := nats.Connect(s.url)
+	deleteWatchConsumer(t, s.url, "gap.")
+	lost := errs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "lost") })
+	if !regexp.MustCompile(`^leased: watch: \d{4}-\d\d-\d\dT[0-9:.]+Z: `).MatchString(lost) || !strings.Contains(lost, "each lease's latest change") {
+		t.Errorf("stderr line %q: want the time it was lost, and what the catch-up gives", lost)
+	}
+	if r := leased(t, s.url, "acquire", "gap.after", "--ttl", "30s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	out.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "gap.after") })
+}
+
+// deleteWatchConsumer deletes the consumers of the one watch of prefix
+// on the server at url, as the death of their node does: the one it
+// reads, and any it gave up whose deletion was lost (cut off, it left
+// them to the server's inactive threshold).
+func deleteWatchConsumer(t *testing.T, url, prefix string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,24 +459,74 @@ func TestWatchSaysWhenItLostItsConsumer(t *testing.T) {
 	}
 	deleted := 0
 	for ci := range stream.ListConsumers(ctx).Info() {
-		if ci.Config.FilterSubject == "$KV.leases.gap.>" {
+		if ci.Config.FilterSubject == "$KV.leases."+prefix+">" {
 			if err := stream.DeleteConsumer(ctx, ci.Name); err != nil {
 				t.Fatal(err)
 			}
 			deleted++
 		}
 	}
-	if deleted != 1 {
-		t.Fatalf("found %d consumers of the watch, want 1", deleted)
+	if deleted == 0 {
+		t.Fatal("found no consumer of the watch")
 	}
-	lost := errs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "lost") })
-	if !regexp.MustCompile(`^leased: watch: \d{4}-\d\d-\d\dT[0-9:.]+Z: `).MatchString(lost) || !strings.Contains(lost, "each lease's latest change") {
-		t.Errorf("stderr line %q: want the time it was lost, and what the catch-up gives", lost)
+}
+
+// watch says each loss of its consumer with the connection up, whatever
+// came before. Blackholed, it missed its consumer's heartbeats first
+// (said as a lost consumer), then the connection's pings (said as a lost
+// connection) while it was making another consumer; the reconnect then
+// gave it no interrupt to match the disconnect with, and the disconnect,
+// counted as waiting for one, swallowed the next real loss of its
+// consumer: it said nothing of it (found in review). A lost connection
+// now interrupts the watch as it is lost.
+func TestWatchSaysEachLossOfItsConsumer(t *testing.T) {
+	s := startServe(t, "")
+	p := kvleasetest.NewProxy(t, strings.TrimPrefix(s.url, "nats://"))
+	cmd := exec.Command(leasedBin, "watch", "loss.")
+	cmd.Env = append(os.Environ(), "LEASED_URL="+p.URL())
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	if r := leased(t, s.url, "acquire", "gap.after", "--ttl", "30s"); r.code != 0 {
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out, errs := readLines(stdout), readLines(stderr)
+	consumerLost := func() int {
+		errs.mu.Lock()
+		defer errs.mu.Unlock()
+		n := 0
+		for _, l := range errs.all {
+			if strings.Contains(l, "lost its consumer") {
+				n++
+			}
+		}
+		return n
+	}
+	if r := leased(t, s.url, "acquire", "loss.before", "--ttl", "30s"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
-	out.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "gap.after") })
+	out.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "loss.before") })
+	p.Cut()
+	errs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "connection to the server lost") })
+	p.Heal()
+	errs.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "reconnected to") })
+	if r := leased(t, s.url, "acquire", "loss.after", "--ttl", "30s"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	out.wait(t, 20*time.Second, func(l string) bool { return strings.Contains(l, "loss.after") })
+	said := consumerLost()
+	deleteWatchConsumer(t, s.url, "loss.")
+	for deadline := time.Now().Add(10 * time.Second); consumerLost() == said; {
+		if time.Now().After(deadline) {
+			errs.mu.Lock()
+			defer errs.mu.Unlock()
+			t.Fatalf("no stderr line 10 s after its consumer was deleted, the connection up; stderr:\n%s", strings.Join(errs.all, "\n"))
+		}
+		select {
+		case <-errs.added:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Revoked: the command is stopped before the holder's deadline.

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -624,14 +623,10 @@ what was stored meanwhile comes as each lease's latest change.`,
 				// Say why nothing comes while the server is away (the
 				// watch goes on once it is back: nothing is lost).
 				stderr := cmd.ErrOrStderr()
-				// Disconnects said on stderr and not yet matched by the
-				// consumer's loss, which the reconnect causes.
-				var away atomic.Int64
 				nc.SetDisconnectErrHandler(func(nc *nats.Conn, err error) {
 					if err == nil || nc.IsClosed() {
 						return // our own Close, at the end
 					}
-					away.Add(1)
 					// Said as it is: the bucket keeps one entry a lease, so
 					// the catch-up gives each lease's latest change, and a
 					// tenure that began and ended meanwhile is only in the
@@ -660,7 +655,13 @@ what was stored meanwhile comes as each lease's latest change.`,
 				// heartbeats missed, deleted) leaves the same gap as a
 				// reconnect, and it said nothing of it (found by an outside
 				// client: a consumer node SIGKILLed, a connection
-				// blackholed for 2 s).
+				// blackholed for 2 s). A lost connection interrupts the
+				// watch as it is lost, and is said above: an interrupt is
+				// the connection's while it is not back. Counting
+				// disconnects to match with interrupts, a disconnect that
+				// found the watch already interrupted (heartbeats missed,
+				// then pings) left a count that swallowed the next loss of
+				// the consumer (found in review).
 				stopped := make(chan struct{})
 				defer close(stopped)
 				go func() {
@@ -670,7 +671,7 @@ what was stored meanwhile comes as each lease's latest change.`,
 						case <-stopped:
 							return
 						}
-						if away.Swap(0) > 0 || nc.Status() != nats.CONNECTED {
+						if nc.Status() != nats.CONNECTED {
 							continue // said as the connection was lost
 						}
 						fmt.Fprintf(stderr, "leased: watch: %s: lost its consumer on the server (its node down, its heartbeats missed, or deleted); making another "+
