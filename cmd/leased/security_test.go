@@ -493,3 +493,48 @@ func TestServeReloadsConfigOnSIGHUP(t *testing.T) {
 	s.stop(t)
 	plain.stop(t)
 }
+
+// A reload that would no longer let serve's own user in (its password
+// changed in the file, or the user removed) is refused, as one that cannot
+// be applied while serve runs: serve's credentials come from its flags and
+// environment, which a SIGHUP does not change. It was applied: nats-server
+// disconnected serve's own connection, which reconnected in vain with the
+// old password, and the service answered nothing until a restart (found
+// by an operator rotating the leased user's password).
+func TestServeRefusesAReloadThatLocksItselfOut(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const app = `{ user: app, password: app-pw }`
+	write(`authorization { users = [ { user: leased, password: leased-pw }, ` + app + ` ] }`)
+	s := startServe(t, "", "--config", conf, "--user", "leased", "--password", "leased-pw")
+	asApp := strings.Replace(s.url, "nats://", "nats://app:app-pw@", 1)
+	hup := func(want string) {
+		t.Helper()
+		if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		s.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, want) })
+	}
+	for i, c := range []struct{ what, users string }{
+		{"its password changed", `{ user: leased, password: rotated-pw }, ` + app},
+		{"its user removed", app},
+	} {
+		write(`authorization { users = [ ` + c.users + ` ] }`)
+		hup("configuration not reloaded; serving on as before")
+		if r := leased(t, asApp, "acquire", fmt.Sprintf("reload.lockout%d", i), "--timeout", "5s"); r.code != 0 {
+			t.Fatalf("acquire after a reload with serve's user %s: exit %d, %s; want 0: the reload refused, serving on",
+				c.what, r.code, r.stderr)
+		}
+	}
+	// The password changed the same way in the file and for serve (its
+	// restart, say) is another matter: a bcrypt hash of the same password
+	// is reloaded.
+	write(`authorization { users = [ { user: leased, password: "$2a$04$HQ1V79u4EixVcrW4FWLwzODrRoZzqv5pW2cfVMNjGcjQDnFhRQAiu" }, ` + app + ` ] }`)
+	hup("SIGHUP: configuration reloaded")
+	s.stop(t)
+}

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,9 +23,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
@@ -222,8 +227,9 @@ flight, and exits. It releases no lease: leases belong to their holders.
 SIGHUP reads --config again and applies it to the embedded server, as
 nats-server's own reload does: users, permissions, accounts, TLS certificates,
 routes and limits change without a restart; a change that cannot be made while
-the server runs (its name, ports, data directory, cluster name) is logged and
-nothing changes (nor does it without --config, or with --nats-url).`,
+the server runs (its name, ports, data directory, cluster name), or that would
+shut serve out of its own server (its --user removed or given another
+password, its --nkey removed), is logged and nothing changes (nor does it without --config, or with --nats-url).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.natsURL != "" {
@@ -985,6 +991,9 @@ func (f serveFlags) reload(srv *embedded.Server, log *slog.Logger) {
 	}
 	cfg, err := f.reread(log)
 	if err == nil {
+		err = f.lockedOut(cfg.Base)
+	}
+	if err == nil {
 		err = srv.Reload(cfg)
 	}
 	if err != nil {
@@ -992,6 +1001,82 @@ func (f serveFlags) reload(srv *embedded.Server, log *slog.Logger) {
 		return
 	}
 	log.Info("SIGHUP: configuration reloaded", "config", f.config)
+}
+
+// lockedOut returns an error if o, --config read again, would no longer
+// let serve's own connection in: a user (--user) it does not list, or
+// lists with another password, or an nkey (--nkey) it does not list.
+// serve's credentials come from its flags and environment, which a SIGHUP
+// does not change: nats-server disconnected serve's own connection on such
+// a reload, which then reconnected in vain, and the service answered
+// nothing until a restart (found by an operator rotating the leased user's
+// password). Where something else may let it in (operator JWTs, an auth
+// callout, users mapped from TLS certificates) it cannot tell, and returns
+// nil.
+func (f serveFlags) lockedOut(o *server.Options) error {
+	if o == nil || o.AuthCallout != nil || len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.TLSMap ||
+		o.CustomClientAuthentication != nil {
+		return nil
+	}
+	authRequired := o.Username != "" || o.Authorization != "" || len(o.Users) > 0 || len(o.Nkeys) > 0
+	switch {
+	case f.user != "":
+		password := cmp.Or(f.password, os.Getenv("LEASED_PASSWORD"))
+		users := o.Users
+		if o.Username != "" {
+			users = append(slices.Clip(users), &server.User{Username: o.Username, Password: o.Password})
+		}
+		for _, u := range users {
+			if u.Username == f.user {
+				if !samePassword(u.Password, password) {
+					return fmt.Errorf("%w: it gives serve's own user %q another password than serve's (--password or "+
+						"LEASED_PASSWORD, which a reload does not change): serve would be disconnected from its own server; "+
+						"restart serve with the new password instead", embedded.ErrReload, f.user)
+				}
+				return nil
+			}
+		}
+		if authRequired {
+			return fmt.Errorf("%w: it has no user %q, serve's own (--user): serve would be disconnected from its own server",
+				embedded.ErrReload, f.user)
+		}
+	case f.nkey != "":
+		seed, err := os.ReadFile(f.nkey)
+		if err != nil {
+			return nil // serve connected with it: gone since, it cannot tell
+		}
+		kp, err := nkeys.ParseDecoratedNKey(seed)
+		if err != nil {
+			return nil
+		}
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return nil
+		}
+		for _, u := range o.Nkeys {
+			if u.Nkey == pub {
+				return nil
+			}
+		}
+		if authRequired {
+			return fmt.Errorf("%w: it does not list serve's own nkey (--nkey %s, %s): serve would be disconnected from its own server",
+				embedded.ErrReload, f.nkey, pub)
+		}
+	}
+	return nil
+}
+
+// bcryptHash is nats-server's test for a password given as a bcrypt hash.
+var bcryptHash = regexp.MustCompile(`^\$2[abxy]\$\d{2}\$.*`)
+
+// samePassword says whether nats-server, with configured as a user's
+// password, accepts given, comparing them as it does: configured is a
+// bcrypt hash or the password itself.
+func samePassword(configured, given string) bool {
+	if strings.HasPrefix(configured, "$") && bcryptHash.MatchString(configured) {
+		return bcrypt.CompareHashAndPassword([]byte(configured), []byte(given)) == nil
+	}
+	return subtle.ConstantTimeCompare([]byte(configured), []byte(given)) == 1
 }
 
 // embeddedConfig is the embedded server's configuration from the flags
