@@ -18,7 +18,8 @@ import (
 // sent at once, with none of kvlease.Store's work around it (no read, no
 // revision cache, no group commit, no request IDs, no tracing): a grant
 // is a create with the lease's TTL, a renewal a publish expecting the
-// last revision with the TTL, a release a purge expecting it. Its values
+// last revision with the TTL, a release a purge expecting it whose
+// tombstone lapses as the Store's do (kvlease.DefaultMarkerTTL). Its values
 // are lease records that watchers (and a running service's observer)
 // read as such. It is what group commit is measured against: the
 // ratio of --direct to --raw on the same deployment, run after run, is
@@ -90,7 +91,11 @@ func (g *rawGrantor) Renew(ctx context.Context, req kvlease.RenewRequest) (kvlea
 }
 
 func (g *rawGrantor) Release(ctx context.Context, req kvlease.ReleaseRequest) error {
-	return rawError(g.kv.Purge(ctx, req.Name, jetstream.LastRevision(req.Revision)), kvlease.ErrStaleRevision)
+	// The tombstone lapses, as the Store's: without a TTL every lease a
+	// --raw or --compare run released left one in the bucket for good
+	// (found by an outside client).
+	err := g.kv.Purge(ctx, req.Name, jetstream.LastRevision(req.Revision), jetstream.PurgeTTL(kvlease.DefaultMarkerTTL))
+	return rawError(err, kvlease.ErrStaleRevision)
 }
 
 // rawError gives a failed expectation (the key exists, or has moved on)
