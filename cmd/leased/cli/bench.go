@@ -742,24 +742,27 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 				}
 			case benchRenew:
 				for n := 1; claim(); {
-					if l := leases[w]; l != nil {
-						timed(l.Renew)
-						if l.Check() == nil {
+					if l := leases[w]; l == nil || l.Check() != nil {
+						// Refused or lapsed (counted): a new tenure, untimed,
+						// for this operation to renew. Granted as the last
+						// one failed, it was also granted after the run's
+						// last operation, a second --timeout past --duration
+						// against a stopped server (found by an outside
+						// client).
+						octx, ocancel := opCtx()
+						l, err := kvlease.Acquire(octx, b.g, b.name("renew", w, n), b.holderOf(w, n), f.ttl)
+						ocancel()
+						n++
+						leases[w] = l
+						if err != nil {
+							s.fail(err)
+							if fatalBenchError(err) {
+								cancel(err)
+							}
 							continue
 						}
 					}
-					// Refused or lapsed (counted above): a new tenure, untimed.
-					octx, ocancel := opCtx()
-					l, err := kvlease.Acquire(octx, b.g, b.name("renew", w, n), b.holderOf(w, n), f.ttl)
-					ocancel()
-					n++
-					leases[w] = l
-					if err != nil {
-						s.fail(err)
-						if fatalBenchError(err) {
-							cancel(err)
-						}
-					}
+					timed(leases[w].Renew)
 				}
 			case benchRelease:
 				// What is not released (cut off, or failed: a release that

@@ -354,3 +354,26 @@ func TestBenchGivesBackWhatItDidNotRelease(t *testing.T) {
 		})
 	}
 }
+
+// --op renew grants a caller's next tenure, after a refused renewal, for
+// the operation that renews it: it granted one right after the refusal,
+// also after the run's last operation, which (against a stopped server)
+// kept the run going a second --timeout past --duration, and granted a
+// lease only to give it back (found by an outside client).
+func TestBenchRenewGrantsNoTenureItDoesNotRenew(t *testing.T) {
+	g := kvleasetest.NewFakeGrantor()
+	g.SetMode(kvleasetest.FakeRefuse) // grants go through, renewals are refused
+	f := defaultBenchFlags()
+	f.op, f.clients, f.ops, f.duration, f.ttl = benchRenew, 1, 3, 0, time.Minute
+	b := &bench{f: &f, g: g, via: "direct", run: "r", holder: "h", timeout: 5 * time.Second}
+	r, err := b.runOps(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Errors != 3 || r.ErrorKind["not_holder"] != 3 {
+		t.Errorf("errors %v; want the 3 renewals refused", r.ErrorKind)
+	}
+	if grants, renewals := g.Grants(), len(g.Renewals()); grants != renewals {
+		t.Errorf("%d tenures granted for %d renewals; want one for each", grants, renewals)
+	}
+}
