@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -1258,10 +1259,30 @@ func TestAdvise(t *testing.T) {
 	}
 	// A negative measurement is refused naming its flag (it said only
 	// "measurements cannot be negative"; found by an outside client).
-	for flag, v := range map[string]string{"--work-p99": "-1s", "--pause-p99": "-1ms", "--clock-rate": "-0.001"} {
+	for flag, v := range map[string]string{"--work-p99": "-1s", "--pause-p99": "-1ms"} {
 		if r := leased(t, "", "advise", "--rtt-p99", "3ms", flag, v); r.code != 2 || !strings.Contains(r.stderr, flag+": ") {
 			t.Errorf("advise %s %s: exit %d, stderr %q; want 2 naming the flag", flag, v, r.code, r.stderr)
 		}
+	}
+	// A clock-rate error is signed (Clock().Estimate's rate is negative
+	// for a grantor clock slower than the holder's): it is advised on as
+	// the error it is, as kvlease.Advise does, not refused as a negative
+	// measurement (found by an outside client).
+	slow := leased(t, "", "advise", "--rtt-p99", "1ms", "--pause-p99", "740ms", "--clock-rate", "-0.009", "-o", "json")
+	fast := leased(t, "", "advise", "--rtt-p99", "1ms", "--pause-p99", "740ms", "--clock-rate", "0.009", "-o", "json")
+	figures := func(out string) map[string]any {
+		var m map[string]any
+		if json.Unmarshal([]byte(out), &m) != nil {
+			return nil
+		}
+		delete(m, "reasons")
+		return m
+	}
+	if slow.code != 0 || fast.code != 0 || figures(slow.stdout) == nil || !reflect.DeepEqual(figures(slow.stdout), figures(fast.stdout)) {
+		t.Errorf("advise --clock-rate -0.009: exit %d\n%s%s\nwant the advice for 0.009:\n%s", slow.code, slow.stdout, slow.stderr, fast.stdout)
+	}
+	if r := leased(t, "", "advise", "--rtt-p99", "3ms", "--clock-rate", "-0.01"); r.code != 2 || !strings.Contains(r.stderr, "--clock-rate -0.01:") {
+		t.Errorf("advise --clock-rate -0.01: exit %d, stderr %q; want 2, naming the figure given", r.code, r.stderr)
 	}
 	// Measurements no lease can absorb give no advice, and a clock rate
 	// that is no number is bad input (both were advised: ρ 0.5, "+Inf";
