@@ -42,6 +42,9 @@ const (
 	// service's per-holder limit (default 1000), without making a holder
 	// (an entry in the service's per-holder count) per lease.
 	benchHolderBatch = 100
+	// benchMaxClients bounds --clients: far past where one connection's
+	// callers still measure the deployment rather than the bench.
+	benchMaxClients = 10000
 	// benchProgressEvery is how often --live prints progress to stderr.
 	benchProgressEvery = 10 * time.Second
 	// userHZ is the unit of the CPU times in /proc/PID/stat (USER_HZ,
@@ -87,6 +90,12 @@ func (f *benchFlags) check(changed func(string) bool) error {
 	bad := func(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 	if f.clients < 1 {
 		return bad("--clients %d: want at least 1", f.clients)
+	}
+	if f.clients > benchMaxClients {
+		// Each caller is a goroutine with figures of its own: 100,000,000
+		// took 13 GB and ten minutes, deaf to SIGTERM, before the first
+		// request (found by an outside client).
+		return bad("--clients %d: want at most %d (callers on one connection)", f.clients, benchMaxClients)
 	}
 	if err := kvlease.ValidateName(f.prefix); err != nil {
 		return bad("--prefix: %w", err)
@@ -181,7 +190,7 @@ func defaultBenchFlags() benchFlags {
 
 func (f *benchFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.op, "op", f.op, "what one timed operation is: "+strings.Join(benchOps, ", ")+" (see above)")
-	fl.IntVar(&f.clients, "clients", f.clients, "concurrent callers (with --live: workers renewing and granting)")
+	fl.IntVar(&f.clients, "clients", f.clients, "concurrent callers, at most 10000 (with --live: workers renewing and granting)")
 	fl.DurationVar(&f.duration, "duration", f.duration, "how long to run (not with --ops)")
 	fl.IntVar(&f.ops, "ops", 0, "run this many operations instead of for --duration")
 	fl.DurationVar(&f.ttl, "ttl", f.ttl, "lease duration D (--op release: default 1m, or 2×--duration+10s if longer, at most 1h)")

@@ -242,6 +242,15 @@ func TestBenchFlags(t *testing.T) {
 		{name: "compare with raw", args: []string{"--direct", "--raw", "--compare", "2"}, wantErr: "runs --raw, --batching=false and --batching=true itself"},
 		{name: "compare with live", args: []string{"--direct", "--compare", "2", "--live", "5"}, wantErr: "--compare does not go with --live"},
 		{name: "clients", args: []string{"--clients", "0"}, wantErr: "--clients 0"},
+		// A caller is a goroutine with its own figures: 100,000,000 of them
+		// took 13 GB and ten minutes, deaf to SIGTERM, before the first
+		// request (found by an outside client).
+		{name: "clients past the bound", args: []string{"--clients", "100000000"}, wantErr: "--clients 100000000: want at most 10000"},
+		{name: "clients at the bound", args: []string{"--clients", "10000"}, check: func(t *testing.T, f benchFlags) {
+			if f.clients != 10000 {
+				t.Errorf("clients %d", f.clients)
+			}
+		}},
 		{name: "live zero", args: []string{"--live", "0"}, wantErr: "--live 0"},
 		{name: "live with ops", args: []string{"--live", "5", "--ops", "5"}, wantErr: "--ops does not go with --live"},
 		{name: "data without live", args: []string{"--data", "/x"}, wantErr: "--data goes with --live"},
