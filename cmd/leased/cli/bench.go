@@ -226,7 +226,9 @@ All callers share one NATS connection.
   release        release a granted lease: the leases are granted first,
                  untimed (as many as --ops, or for --duration), then released
                  timed; their default --ttl outlives both phases, and one that
-                 lapses before its release counts as a not_found error
+                 lapses before its release counts as an error: expired
+                 through the service, not_found with --direct,
+                 stale_revision with --raw (its expiry moved the revision)
   grant-release  grant a new lease and release it: one op is both requests
 It runs for --duration (default 10s) or --ops operations, then prints ops/s,
 the latency percentiles p50, p99, p999 and max of the timed operations, and
