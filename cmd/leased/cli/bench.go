@@ -672,12 +672,13 @@ func (b *bench) runOps(parent context.Context) (OpsResult, error) {
 	// of its pool, and every --op renew its callers' leases, held for
 	// --ttl (found in review).
 	defer b.releaseUntimed(pools, leases)
-	switch {
-	case parent.Err() == nil && context.Cause(ctx) != nil:
+	switch cause := context.Cause(ctx); {
+	case cause != nil && !errors.Is(cause, context.Canceled):
 		// A refusal every grant would meet (a --ttl out of the grantor's
-		// range): said, not counted as "no renew succeeded" (found by an
-		// outside client).
-		return OpsResult{}, fmt.Errorf("bench %s: %w", f.op, context.Cause(ctx))
+		// range), or the connection's (a publish the server denies):
+		// said, not counted as "no renew succeeded", nor as an interrupt
+		// (found by outside clients).
+		return OpsResult{}, fmt.Errorf("bench %s: %w", f.op, cause)
 	case parent.Err() != nil || setup != nil && setup.Granted == 0:
 		// Interrupted while granting, or nothing granted to time: what
 		// was measured is printed, and no timed phase runs (it printed

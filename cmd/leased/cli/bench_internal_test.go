@@ -386,3 +386,22 @@ func TestBenchRenewGrantsNoTenureItDoesNotRenew(t *testing.T) {
 		t.Errorf("%d tenures granted for %d renewals; want one for each", grants, renewals)
 	}
 }
+
+// A run whose connection was cancelled by a refusal (the NATS server
+// denying a publish to the bucket) says so, not "stopped early
+// (interrupted)" with the figures of a setup that granted nothing: no one
+// interrupted it (found by an outside client, --direct --raw --op renew
+// as a user without write access to the bucket).
+func TestBenchRefusedIsNotInterrupted(t *testing.T) {
+	parent, cancel := context.WithCancelCause(t.Context())
+	cancel(&PermissionError{Op: "publish", Subject: "$KV.leases.bench.r.renew.0"})
+	g := kvleasetest.NewFakeGrantor()
+	g.SetMode(kvleasetest.FakeUnreachable) // the denied publish is never answered
+	f := defaultBenchFlags()
+	f.op, f.clients, f.ops, f.duration = benchRenew, 2, 10, 0
+	b := &bench{f: &f, g: g, via: "raw", run: "r", holder: "h", timeout: 100 * time.Millisecond}
+	r, err := b.runOps(parent)
+	if !errors.Is(err, ErrPermissionDenied) || r.StoppedEarly {
+		t.Fatalf("runOps: %+v, %v; want the refusal, not stopped early", r, err)
+	}
+}
