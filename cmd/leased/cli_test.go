@@ -363,21 +363,28 @@ func TestRunKeepsItsSecretsFromTheCommand(t *testing.T) {
 	}
 }
 
-// watch says on stderr when the server goes away and when it is back (it
-// said nothing, and a user could not tell a quiet bucket from a dead
-// server), and goes on with the changes made meanwhile.
-func TestWatchSaysWhenTheServerIsAway(t *testing.T) {
-	dir := t.TempDir()
-	s := startServe(t, dir)
-	cmd := exec.Command(leasedBin, "watch", "away.")
-	cmd.Env = append(os.Environ(), "LEASED_URL="+s.url)
+// startWatch starts `leased watch prefix` on url, killed on cleanup, and
+// returns its stdout's and stderr's lines.
+func startWatch(t *testing.T, url, prefix string) (out, errs *lines) {
+	t.Helper()
+	cmd := exec.Command(leasedBin, "watch", prefix)
+	cmd.Env = append(os.Environ(), "LEASED_URL="+url)
 	stdout, _ := cmd.StdoutPipe()
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	out, errs := readLines(stdout), readLines(stderr)
+	return readLines(stdout), readLines(stderr)
+}
+
+// watch says on stderr when the server goes away and when it is back (it
+// said nothing, and a user could not tell a quiet bucket from a dead
+// server), and goes on with the changes made meanwhile.
+func TestWatchSaysWhenTheServerIsAway(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, dir)
+	out, errs := startWatch(t, s.url, "away.")
 	if r := leased(t, s.url, "acquire", "away.before", "--ttl", "30s"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
@@ -415,15 +422,7 @@ func TestWatchSaysWhenTheServerIsAway(t *testing.T) {
 // connection blackholed for 2 s).
 func TestWatchSaysWhenItLostItsConsumer(t *testing.T) {
 	s := startServe(t, "")
-	cmd := exec.Command(leasedBin, "watch", "gap.")
-	cmd.Env = append(os.Environ(), "LEASED_URL="+s.url)
-	stdout, _ := cmd.StdoutPipe()
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	out, errs := readLines(stdout), readLines(stderr)
+	out, errs := startWatch(t, s.url, "gap.")
 	if r := leased(t, s.url, "acquire", "gap.before", "--ttl", "30s"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
@@ -483,15 +482,7 @@ func deleteWatchConsumer(t *testing.T, url, prefix string) {
 func TestWatchSaysEachLossOfItsConsumer(t *testing.T) {
 	s := startServe(t, "")
 	p := kvleasetest.NewProxy(t, strings.TrimPrefix(s.url, "nats://"))
-	cmd := exec.Command(leasedBin, "watch", "loss.")
-	cmd.Env = append(os.Environ(), "LEASED_URL="+p.URL())
-	stdout, _ := cmd.StdoutPipe()
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	out, errs := readLines(stdout), readLines(stderr)
+	out, errs := startWatch(t, p.URL(), "loss.")
 	consumerLost := func() int {
 		errs.mu.Lock()
 		defer errs.mu.Unlock()

@@ -1,7 +1,6 @@
 package registry_test
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -27,7 +26,7 @@ func TestRegistryLeavesRegistrationsToTheirTTLWhenMostNodesGoAtOnce(t *testing.T
 	_, st := kvleasetest.NewStore(t)
 	ctx := t.Context()
 	warnings := make(chan slog.Record, 16)
-	reg := startRegistry(t, st, registry.WithGossip(nodes[0], 8), registry.WithLogger(slog.New(warnHandler(warnings))))
+	reg := startRegistry(t, st, registry.WithGossip(nodes[0], 8), registry.WithLogger(slog.New(kvleasetest.Warnings(warnings))))
 	changes := reg.Watch(ctx, "web")
 	const ttl = 6 * time.Second // gossip's verdicts (test profile) come 1–2 s after the nodes stop
 	var expiry time.Time
@@ -122,19 +121,4 @@ func waitAllDead(t *testing.T, n *membership.Node, names ...string) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling a condition
 	}
-}
-
-// warnHandler sends the records at level Warn and above to ch, dropping
-// what does not fit.
-type warnHandler chan<- slog.Record
-
-func (h warnHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h warnHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
-func (h warnHandler) WithGroup(string) slog.Handler                { return h }
-func (h warnHandler) Handle(_ context.Context, r slog.Record) error {
-	select {
-	case h <- r.Clone():
-	default:
-	}
-	return nil
 }

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"strings"
@@ -50,7 +49,7 @@ func TestRegistryWaitsOutGossipVerdictsThatComeWithAStall(t *testing.T) {
 	ctx := t.Context()
 	clock := &manualClock{t: time.Now()}
 	warnings := make(chan slog.Record, 64)
-	r, err := New(st, WithGossip(nodes[0], 8), WithLogger(slog.New(warnings2(warnings))))
+	r, err := New(st, WithGossip(nodes[0], 8), WithLogger(slog.New(kvleasetest.Warnings(warnings))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,19 +219,4 @@ func waitAlive(t *testing.T, n *membership.Node, name string) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling a condition
 	}
-}
-
-// warnings2 sends the records at level Warn and above to ch, dropping
-// what does not fit.
-type warnings2 chan<- slog.Record
-
-func (h warnings2) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h warnings2) WithAttrs([]slog.Attr) slog.Handler           { return h }
-func (h warnings2) WithGroup(string) slog.Handler                { return h }
-func (h warnings2) Handle(_ context.Context, r slog.Record) error {
-	select {
-	case h <- r.Clone():
-	default:
-	}
-	return nil
 }

@@ -196,20 +196,7 @@ func TestPageLetsGoOfTheLeastRecentlyActive(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/?since=1h&limit=%d", s.URL, limit))); err != nil {
 		t.Fatal(err)
 	}
-	lanes := func(want string) []string {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		const shown = `[...document.querySelectorAll('#timeline .lane')].map(l => l.dataset.lane)`
-		js := `document.body.dataset.state === 'live' && !!document.getElementById('timeline') && (() => { const s = ` + shown +
-			`; return ` + want + ` ? s : null })()`
-		got, err := chromedp.Run(wctx, chromedp.Poll[[]string](js, chromedp.WithPollingTimeout(15*time.Second)))
-		if err != nil {
-			now, _ := chromedp.Run(context.WithoutCancel(wctx), chromedp.Evaluate[[]string](shown))
-			t.Fatalf("the page never showed %s: %v; its lanes: %q", want, err, now)
-		}
-		return got
-	}
+	lanes := func(want string) []string { return waitLanes(t, ctx, want) }
 	// The last granted, rev.070 (i = 29), to rev.089 (i = 10).
 	lanes(`s.length === 20 && s.includes('rev.070') && s.includes('rev.089')`)
 	at := time.Now().UTC()
@@ -247,20 +234,7 @@ func TestPageKeepsALiveLeasePastItsLimit(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/?since=1h&limit=%d", s.URL, limit))); err != nil {
 		t.Fatal(err)
 	}
-	const shown = `[...document.querySelectorAll('#timeline .lane')].map(l => l.dataset.lane)`
-	wait := func(want string) []string {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		js := `document.body.dataset.state === 'live' && !!document.getElementById('timeline') && (() => { const s = ` + shown +
-			`; return ` + want + ` ? s : null })()`
-		got, err := chromedp.Run(wctx, chromedp.Poll[[]string](js, chromedp.WithPollingTimeout(15*time.Second)))
-		if err != nil {
-			now, _ := chromedp.Run(context.WithoutCancel(wctx), chromedp.Evaluate[[]string](shown))
-			t.Fatalf("the page never showed %s: %v; its lanes: %q", want, err, now)
-		}
-		return got
-	}
+	wait := func(want string) []string { return waitLanes(t, ctx, want) }
 	wait(`s.length === 20 && s.includes('keep.leader')`)
 	recs = recs[:0]
 	for i := limit - 1; i < 3*limit; i++ { // more than the page holds
@@ -326,4 +300,22 @@ func TestPageShowsAWindowPastTheReadsBound(t *testing.T) {
 	at := time.Now().UTC()
 	appendAll(t, h, history.Record{Kind: history.KindGranted, Name: "big.new", Holder: "h", Token: 100, Revision: 100, Time: at, GrantedAt: at})
 	wait("a new lease", `s.lanes.includes('big.new') && s.lanes.length === 10`)
+}
+
+// waitLanes waits until the live page shows lanes for which the
+// JavaScript expression want, over their names s, is true, and returns
+// them.
+func waitLanes(t *testing.T, ctx context.Context, want string) []string {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	const shown = `[...document.querySelectorAll('#timeline .lane')].map(l => l.dataset.lane)`
+	js := `document.body.dataset.state === 'live' && !!document.getElementById('timeline') && (() => { const s = ` + shown +
+		`; return ` + want + ` ? s : null })()`
+	got, err := chromedp.Run(wctx, chromedp.Poll[[]string](js, chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil {
+		now, _ := chromedp.Run(context.WithoutCancel(wctx), chromedp.Evaluate[[]string](shown))
+		t.Fatalf("the page never showed %s: %v; its lanes: %q", want, err, now)
+	}
+	return got
 }

@@ -1,6 +1,8 @@
 package kvleasetest
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"sync"
 )
@@ -24,4 +26,21 @@ func (l *Logs) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Warnings is a slog handler that sends the records at level Warn and
+// above to its channel, dropping what does not fit:
+// slog.New(kvleasetest.Warnings(ch)), for a test that waits on a warning.
+type Warnings chan<- slog.Record
+
+func (h Warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h Warnings) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h Warnings) WithGroup(string) slog.Handler                { return h }
+
+func (h Warnings) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h <- r.Clone():
+	default:
+	}
+	return nil
 }
