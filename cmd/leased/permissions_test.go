@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,6 +97,9 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 	{ user: norenew, password: "norenew-pw", permissions: {
 		publish: { allow: ["lease.v1.>"], deny: ["lease.v1.renew"] }
 		subscribe: { allow: ["_INBOX.>", "lease.events.v1.>"] } } }
+	{ user: nokeep, password: "nokeep-pw", permissions: {
+		publish: { allow: ["lease.v1.>"], deny: ["lease.v1.renew", "lease.v1.release"] }
+		subscribe: { allow: ["_INBOX.>", "lease.events.v1.>"] } } }
 	` + more + `
 ] }`
 	}
@@ -173,6 +177,17 @@ func TestRefusalsAfterTheStart(t *testing.T) {
 	check("acquire --hold whose renewal is denied", nr, nrErr, time.Now(), 8*time.Second, `publish to "lease.v1.renew"`)
 	if r := leased(t, as("leased"), "get", "perm.norenew"); r.code != 4 {
 		t.Errorf("after acquire --hold whose renewal was denied (stderr %q): get exits %d (%q); want 4, released", nrErr.String(), r.code, r.stdout)
+	}
+
+	// A holder that may neither renew nor release says both: the renewal
+	// refused, and the release refused, the lease then held for its TTL.
+	// It blamed the renewal's refusal on the release ("release: permission
+	// denied … publish to "lease.v1.renew""; found by an outside client).
+	nk, nkErr, _ := begin("nokeep", "acquire", "perm.nokeep", "--hold", "--ttl", "3s")
+	check("acquire --hold whose renewal and release are denied", nk, nkErr, time.Now(), 8*time.Second, `publish to "lease.v1.release"`)
+	if s := nkErr.String(); !strings.Contains(s, `publish to "lease.v1.renew"`) || !strings.Contains(s, "perm.nokeep stays held until its TTL lapses") ||
+		regexp.MustCompile(`release: [^;]*lease\.v1\.renew`).MatchString(s) {
+		t.Errorf("acquire --hold whose renewal and release are denied: stderr %q; want the renewal's refusal, then the release's, and that it stays held", s)
 	}
 
 	// So does run, which said first "renewal failed; trying again", as if

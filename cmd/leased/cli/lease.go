@@ -152,6 +152,12 @@ func holdLease(ctx context.Context, l *kvlease.Lease, stderr io.Writer, opts ...
 		// lapses, which the refusal alone did not say (found by an
 		// outside client, a user who may not release).
 		if err := permissionCause(ctx, err); errors.Is(err, ErrPermissionDenied) {
+			// A refusal that stopped the hold first (a renewal denied)
+			// is said as such: it was said as the release's (found by an
+			// outside client, a user who may neither renew nor release).
+			if stopped := permissionCause(ctx, nil); stopped != nil && stopped.Error() != err.Error() {
+				return fmt.Errorf("%w; release: %w; so %s stays held until its TTL lapses", stopped, err, l.Name())
+			}
 			return fmt.Errorf("release: %w; so %s stays held until its TTL lapses", err, l.Name())
 		}
 		return fmt.Errorf("release: %w", err)
@@ -180,6 +186,9 @@ func releaseAfterStop(ctx context.Context, k *kvlease.Keeper, notice func(left t
 	err = k.Close(rctx)
 	if end := k.Err(); end != nil && !errors.Is(end, kvlease.ErrClosed) {
 		return fmt.Errorf("%w: %s: %w", errLost, k.Lease().Name(), end), nil
+	}
+	if cause := context.Cause(rctx); err != nil && errors.Is(cause, ErrPermissionDenied) {
+		err = cause // the release's own refusal, which ended its wait
 	}
 	return nil, err
 }
