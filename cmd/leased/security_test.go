@@ -538,3 +538,26 @@ func TestServeRefusesAReloadThatLocksItselfOut(t *testing.T) {
 	hup("SIGHUP: configuration reloaded")
 	s.stop(t)
 }
+
+// A client given a certificate (--tls-cert/--tls-key, no --tls-ca) asks for
+// TLS: against a server without TLS it fails rather than connect in the
+// clear, and says so as a failure of its set-up. It said "grantor
+// unavailable", as for a server that is down, which points the user at
+// the wrong cause (nats.go v1.56's text names the option that asked).
+func TestClientCertificateAsksForTLS(t *testing.T) {
+	_, cert, key := writeTestPKI(t, t.TempDir())
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	r := leased(t, "nats://"+ns.Addr().String(), "ls", "--tls-cert", cert, "--tls-key", key)
+	if r.code != cli.ExitError || !strings.Contains(r.stderr, "TLS is asked for") || strings.Contains(r.stderr, "unavailable") {
+		t.Fatalf("ls with a client certificate against a server without TLS: exit %d, stdout %q, stderr %q; want exit %d, "+
+			"a failure of the set-up that says TLS is not offered, not \"grantor unavailable\"", r.code, r.stdout, r.stderr, cli.ExitError)
+	}
+}

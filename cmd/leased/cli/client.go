@@ -172,6 +172,13 @@ func (n *natsFlags) connect(url, name string, timeout time.Duration, onErr func(
 		// credentials (exit 7; found by an outside client).
 		return nil, fmt.Errorf("connect to %s: the server's TLS certificate is not trusted (--tls-ca: the CA that signed it; "+
 			"a host name or address it names): %w", redact.URL(url), err)
+	case errors.Is(err, nats.ErrSecureConnWanted), errors.Is(err, nats.ErrSecureConnRequired):
+		// One side asks for TLS and the other does not offer it: a
+		// failure of the set-up that no retry mends, not "grantor
+		// unavailable". A client given --tls-ca or --tls-cert never
+		// falls back to a plaintext link.
+		return nil, fmt.Errorf("connect to %s: TLS is asked for on one side and not offered on the other (--tls-ca, --tls-cert and "+
+			"tls:// ask for it; the server offers it where its configuration has a tls block): %w", redact.URL(url), err)
 	case tlsFailure(err):
 		// Most often the server's refusal of this client's certificate,
 		// which it names only in its own log.
