@@ -251,7 +251,21 @@ func (r *Registry) Stop() {
 
 func (r *Registry) follow() {
 	defer close(r.done)
-	for ev := range r.watcher.Events() {
+	for {
+		var ev kvlease.Event
+		select {
+		case <-r.watcher.Interrupts():
+			// The one sign an operator had none of: the view stood still,
+			// no error anywhere (found by an outside client).
+			r.log.Warn("the registry's watch of the bucket is cut off: discovery lists registrations as last seen, and leaves them out at their expiry, until it is back",
+				"prefix", api.RegistrationPrefix)
+			continue
+		case e, ok := <-r.watcher.Events():
+			if !ok {
+				return
+			}
+			ev = e
+		}
 		rec := ev.Record
 		if rec == nil {
 			rec = &kvlease.Record{Name: ev.Name, Holder: ev.Holder, Token: ev.Token}
@@ -664,7 +678,12 @@ func (r *Registry) instance(rec kvlease.Record) api.Instance {
 // ask the server for its time, within ctx): the server has lapsed them, or
 // kept them past their TTL after an unclean restart (nats-server issue
 // 8505), and a watch that is behind (this node was paused, or cut off)
-// still holds them.
+// still holds them. While the watch is cut off from the stream
+// ([kvlease.Watcher.Interrupted]: its connection lost, or its consumer)
+// this node's clock alone decides, the server unasked; and what was
+// stored meanwhile (a deregistration, a revocation, a new registration)
+// is seen once the watch is back: until then a registration that ended
+// is listed until its expiry, and one made since is not listed.
 func (r *Registry) Discover(ctx context.Context, service string, maxSuspicion float64) []api.Instance {
 	r.mu.Lock()
 	byInst := r.instances[service]
@@ -673,7 +692,23 @@ func (r *Registry) Discover(ctx context.Context, service string, maxSuspicion fl
 		recs = append(recs, byInst[inst])
 	}
 	r.mu.Unlock()
-	expired := r.store.Expired(ctx, slices.Values(recs), 0)
+	var expired []kvlease.Record
+	if r.watcher != nil && r.watcher.Interrupted() {
+		// Cut off: the view hears of no renewal and no end, and the
+		// server cannot confirm an expiry (its time is asked on the
+		// connection that is cut): a lapsed registration was listed for
+		// as long as the cut lasted, each call waiting 5 s for the
+		// server's answer (found by an outside client). This node's
+		// clock alone decides then.
+		now := time.Now()
+		for _, rec := range recs {
+			if rec.TTL > 0 && now.After(rec.ExpiresAt()) {
+				expired = append(expired, rec)
+			}
+		}
+	} else {
+		expired = r.store.Expired(ctx, slices.Values(recs), 0)
+	}
 	out := make([]api.Instance, 0, len(recs))
 	for _, rec := range recs {
 		if slices.ContainsFunc(expired, func(e kvlease.Record) bool { return e.Revision == rec.Revision }) {

@@ -1,0 +1,72 @@
+package registry
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/kvlease"
+	"github.com/leased/leased/kvlease/kvleasetest"
+)
+
+// A registry cut off from the server (its connection blackholed: open,
+// no bytes) sees no renewal, no end and no new registration, and cannot
+// ask the server's clock to confirm an expiry: Discover listed a
+// registration that had lapsed for as long as the cut lasted (20 s and
+// more), each call waiting 5 s for the server's time, with no sign
+// (found by an outside client). While its watch is interrupted, a
+// registration past its expiry by this node's clock is left out, and a
+// warning says the view is cut off.
+func TestDiscoverLeavesOutLapsedRegistrationsWhileCutOff(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	warnings := make(chan slog.Record, 16)
+	r, err := New(kvleasetest.OpenStore(t, proxy.URL(), kvlease.WithoutCreate()),
+		WithLogger(slog.New(kvleasetest.Warnings(warnings))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	changes := r.Watch(ctx, "web")
+	reg := api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:1"}
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: reg.LeaseName(), Holder: "i1", Duration: 2 * time.Second,
+		Attributes: reg.Attributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, changes, ChangeAdded)
+	proxy.Cut()
+	timeout := time.After(10 * time.Second)
+wait:
+	for {
+		select {
+		case w := <-warnings:
+			if strings.Contains(w.Message, "cut off") {
+				break wait
+			}
+		case <-timeout:
+			t.Error("no warning that the registry's watch is cut off") // and the view is looked at anyway
+			break wait
+		}
+	}
+	time.Sleep(time.Until(rec.ExpiresAt().Add(10 * time.Millisecond))) // a deadline: the record's own expiry
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if got := r.Discover(dctx, "web", 0); len(got) != 0 {
+		t.Errorf("discover past the registration's expiry (%v), cut off (took %v): %+v; want none",
+			rec.ExpiresAt(), time.Since(start).Round(time.Millisecond), got)
+	}
+	proxy.Heal()
+	if c := waitChange(t, changes, ChangeRemoved); c.Cause != CauseTTL {
+		t.Errorf("removed after the cut healed: %+v, want cause ttl", c)
+	}
+}
