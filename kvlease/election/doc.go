@@ -35,8 +35,9 @@
 // candidate may lead at once: the old leader learns of it from its watch
 // of the lease a moment later (its keeper renews now on the change, and
 // the renewal is refused), and its window overlaps the new leader's until
-// then. Use FreeNow only for a leader known to be gone, or a resource that
-// checks tokens.
+// then: until its own deadline if it is cut off from the server, its
+// watch interrupted and its renewals unanswered. Use FreeNow only for a
+// leader known to be gone, or a resource that checks tokens.
 //
 // # Options
 //
