@@ -70,3 +70,44 @@ wait:
 		t.Errorf("removed after the cut healed: %+v, want cause ttl", c)
 	}
 }
+
+// A registry cut off from the server for longer than the bucket keeps
+// a release's tombstone finds the registration gone when its watch is
+// back, with no end in the stream to say how it ended: it told its
+// watchers the instance was removed with cause "ttl", for an instance
+// that had deregistered (found by an outside client, after a 5.5 min
+// cut). The cause is "unknown", as the history has it.
+func TestRegistryRemovalUnseenWhileCutOffHasCauseUnknown(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithMarkerTTL(time.Second))
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	warnings := make(chan slog.Record, 16)
+	r, err := New(kvleasetest.OpenStore(t, proxy.URL(), kvlease.WithoutCreate()),
+		WithLogger(slog.New(kvleasetest.Warnings(warnings))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	changes := r.Watch(ctx, "web")
+	reg := api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:1"}
+	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: reg.LeaseName(), Holder: "i1", Duration: time.Minute,
+		Attributes: reg.Attributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, changes, ChangeAdded)
+	proxy.Cut()
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: rec.Name, Holder: rec.Holder, Token: rec.Token, Revision: rec.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	kvleasetest.WaitEmpty(t, st, rec.Name, 10*time.Second) // the tombstone lapses by its own TTL
+	proxy.Heal()
+	c := waitChange(t, changes, ChangeRemoved)
+	if c.Instance.Instance != "i1" || c.Cause != CauseUnknown {
+		t.Errorf("removed after the cut: %+v, want i1 with cause %q", c, CauseUnknown)
+	}
+}

@@ -25,6 +25,10 @@ const (
 	CauseTTL          = "ttl"          // it lapsed: no renewal in time
 	CauseGossip       = "gossip"       // gossip declared its node dead, or the node left
 	CauseRevoked      = "revoked"      // an operator revoked it
+	// CauseUnknown: the registry's watch, cut off from the server, found
+	// it gone when it was back, its end no longer in the bucket to say how
+	// it ended ([kvlease.UnseenEndReason]).
+	CauseUnknown = "unknown"
 )
 
 // The revocation reasons the registry writes: one of them and the node's
@@ -44,7 +48,7 @@ const (
 type Change struct {
 	Type     string       `json:"type"` // ChangeAdded or ChangeRemoved
 	Instance api.Instance `json:"instance"`
-	Cause    string       `json:"cause,omitempty"` // for "removed": deregistered, ttl, gossip, revoked
+	Cause    string       `json:"cause,omitempty"` // for "removed": deregistered, ttl, gossip, revoked, unknown
 	Time     time.Time
 }
 
@@ -319,6 +323,8 @@ func (r *Registry) follow() {
 
 func causeOf(ev kvlease.Event) string {
 	switch {
+	case ev.Reason == kvlease.UnseenEndReason:
+		return CauseUnknown // reported as an expiry: it was "ttl", for a deregistration too
 	case ev.Type == kvlease.EventReleased:
 		return CauseDeregistered
 	case ev.Type == kvlease.EventExpired:
