@@ -29,7 +29,9 @@
 // # What it does not do
 //
 // Discovery is a view, not the truth: it lags the bucket by the stream's
-// delivery, and suspicion levels are this grantor node's opinion. It does
+// delivery, and, while its watch is cut off from the server, by the cut
+// (a warning says so; see [Registry.Discover]); suspicion levels are this
+// grantor node's opinion. It does
 // not health-check instances itself. This is the only library package that
 // imports [github.com/leased/leased/membership].
 package registry
