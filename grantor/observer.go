@@ -476,6 +476,8 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 		cancel()
 		checkers.Wait()
 	}()
+	vanished := make(chan []history.Record)
+	checkers.Go(func() { o.endVanished(ctx, after, vanished) })
 	o.pending = o.pending[:0] // a predecessor reports what a lost leadership left unwritten
 	o.ended = nil
 	// The records of changes that come close together go together: until
@@ -517,6 +519,17 @@ func (o *observer) observe(ctx context.Context, lead *election.Leadership) error
 		}
 		select {
 		case ev, ok = <-events:
+		case ends := <-vanished:
+			for _, r := range ends {
+				r.Revision = max(handled, after)
+				o.pending = append(o.pending, pendingRecord{rec: r})
+			}
+			if len(o.pending) >= maxPending {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			continue
 		case <-lingered:
 			if err := flush(); err != nil {
 				return err
@@ -848,6 +861,106 @@ func (o *observer) endEndedAgain(ctx context.Context, replayed []kvlease.Record)
 		}
 	}
 	return failed
+}
+
+// vanishedIdle bounds endVanished's read of the history (see
+// history.Stream.LastOfEach).
+const vanishedIdle = 10 * time.Second
+
+// endVanished records an end ([history.EndUnknown], [history.VanishedReason]) of
+// each tenure the history shows held, of a change at or below after (the
+// revision this observer's watch starts after), of whose lease the bucket
+// keeps no entry at all, so that nothing is left for the watch to bring: when
+// no grantor observed for longer than an end's marker is kept (5 min),
+// the ends of that time left nothing in the bucket, and the history showed
+// those tenures held until its records aged out (a day), `leased history`
+// and the timeline with them (found by an outside client: a lone grantor
+// cut off from its server for 5.5 min). It runs once per takeover, off
+// the observer's goroutine: it reads each lease's last record of the
+// history (one message per lease) and the live leases, then each lease
+// the two disagree on, paced as endEndedAgain's reads are, and sends the
+// ends to the observer's goroutine, which appends them in order with its
+// own records (a record's revision is how far the history has gone: see
+// startRevision). Unavailable, it tries again until ctx ends.
+func (o *observer) endVanished(ctx context.Context, after uint64, vanished chan<- []history.Record) {
+	held, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() ([]history.Record, error) {
+		return o.hist.LastOfEach(ctx, vanishedIdle)
+	})
+	if err != nil {
+		return
+	}
+	held = slices.DeleteFunc(held, func(r history.Record) bool {
+		return r.Kind != history.KindGranted || r.Token == 0 || r.Revision > after
+	})
+	if len(held) == 0 {
+		return
+	}
+	live, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() ([]kvlease.Record, error) {
+		return o.s.store.List(ctx, "")
+	})
+	if err != nil {
+		return
+	}
+	tokens := make(map[string]kvlease.Token, len(live))
+	for _, l := range live {
+		tokens[l.Name] = l.Token
+	}
+	var ends []history.Record
+	read := 0
+	for _, r := range held {
+		if tokens[r.Name] == kvlease.Token(r.Token) {
+			continue
+		}
+		if read > 0 && read%resurrectChecks == 0 {
+			select {
+			case <-time.After(resurrectPause):
+			case <-ctx.Done():
+				return
+			}
+		}
+		read++
+		e, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (lastEntry, error) {
+			actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+			defer cancel()
+			rec, live, err := o.s.store.Last(actx, r.Name)
+			return lastEntry{rec, live}, err
+		})
+		last, isLive := e.rec, e.live
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				o.s.log.Warn("cannot check a lease the history shows held", "lease", r.Name, "token", r.Token, "err", err)
+			}
+			continue
+		case isLive || last.Revision != 0:
+			// Held, or an entry left: a change the watch brings, or a
+			// record the server kept past its TTL, which the overdue
+			// sweep (or a grant over it) ends with its true cause.
+			continue
+		}
+		// At the time it was found gone: before any grant of the lease
+		// that may follow.
+		ends = append(ends, history.Record{Kind: history.KindEnded, Name: r.Name, Token: r.Token, Holder: r.Holder,
+			Time: time.Now(), GrantedAt: r.GrantedAt, DurationMS: r.DurationMS,
+			EndedBy: history.EndUnknown, Reason: history.VanishedReason, TraceID: r.TraceID, Observer: o.candidate})
+	}
+	if len(ends) == 0 {
+		return
+	}
+	for chunk := range slices.Chunk(ends, maxPending) {
+		select {
+		case vanished <- chunk:
+		case <-ctx.Done():
+			return
+		}
+	}
+	o.s.log.Warn("the history showed held tenures that ended while no grantor observed; it records their ends", "tenures", len(ends))
+}
+
+// lastEntry is what Store.Last returns, as one value.
+type lastEntry struct {
+	rec  kvlease.Record
+	live bool
 }
 
 // passLog logs what one pass of a sweep did to each lease, as msg with

@@ -482,3 +482,60 @@ func TestObserverSucceedsItsStoppedPredecessor(t *testing.T) {
 		t.Errorf("a successor named as its predecessor: %v, want ErrConfig", err)
 	}
 }
+
+// A tenure that ended while no grantor observed, for longer than its end's
+// marker is kept, leaves nothing in the bucket for the next observer's
+// watch: the observer that takes over records its end (cause unknown),
+// and leaves a tenure still held alone. The history showed such tenures
+// held until its records aged out, a day later (found by an outside
+// client: a lone grantor cut off from its server for 5.5 min).
+func TestObserverEndsTenuresThatEndedUnobserved(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	markers := kvlease.WithMarkerTTL(time.Second) // as the 5 min the server keeps them, shortened
+	f := startOnStore(t, p.URL(), []kvlease.Option{markers}, grantor.DefaultConfig())
+	direct := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate(), markers)
+	ctx := t.Context()
+	expired, err := direct.Grant(ctx, kvlease.GrantRequest{Name: "x.0", Holder: "h", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := direct.Grant(ctx, kvlease.GrantRequest{Name: "r.0", Holder: "h", Duration: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := direct.Grant(ctx, kvlease.GrantRequest{Name: "k.0", Holder: "h", Duration: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRecords(t, f.svc.History(), "", 3)
+	p.Cut() // the only grantor: nobody observes
+	if err := direct.Release(ctx, kvlease.ReleaseRequest{Name: released.Name, Holder: released.Holder, Token: released.Token,
+		Revision: released.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{expired.Name, released.Name, grantor.ObserverLease} {
+		kvleasetest.WaitEmpty(t, direct, name, 20*time.Second) // their ends' markers lapsed too
+	}
+	p.Heal()
+	waitRecords(t, f.svc.History(), "", 5)
+	recs, err := f.svc.History().Read(ctx, "", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := map[string]history.Tenure{}
+	for _, tn := range history.Fold(recs) {
+		if !tn.Live() {
+			ended[tn.Name] = tn
+		}
+	}
+	for _, want := range []kvlease.Record{expired, released} {
+		tn, ok := ended[want.Name]
+		if !ok || tn.Token != uint64(want.Token) || tn.EndedBy != history.EndUnknown || tn.Reason != history.VanishedReason {
+			t.Errorf("tenure %s %d: %+v; want ended, cause unknown, reason %q", want.Name, want.Token, tn, history.VanishedReason)
+		}
+	}
+	if tn, ok := ended[held.Name]; ok || len(recs) != 5 {
+		t.Errorf("the held tenure %s: %+v ended %v; %d records, want 5: %+v", held.Name, tn, ok, len(recs), recs)
+	}
+}

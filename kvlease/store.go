@@ -1622,6 +1622,22 @@ func (s *Store) Get(ctx context.Context, name string) (Record, error) {
 	return rec, nil
 }
 
+// Last returns the last entry the bucket keeps of a lease, read through the
+// stream leader: its live tenure (live true); or, with live false, the
+// revision of the entry that ended the last one (a release's or a
+// revocation's tombstone, the server's marker of an expiry), 0 if the bucket
+// keeps no entry of it at all (its end's own TTL has lapsed: a watch started
+// since sees nothing of the lease). Get is the read for a caller that needs
+// only the live tenure.
+//
+// Errors: [ErrInvalidName]; [ErrUnavailable].
+func (s *Store) Last(ctx context.Context, name string) (rec Record, live bool, err error) {
+	if err := ValidateName(name); err != nil {
+		return Record{}, false, err
+	}
+	return s.last(ctx, name)
+}
+
 // heldBy is the refusal a grant of name would meet if its last entry, at
 // revision rev, is t, a revocation whose hold has not passed; else nil.
 // known is false if t is not the entry at rev (nil, or another's): then

@@ -383,6 +383,12 @@ func (h *Stream) Last(ctx context.Context) (r Record, ok bool, err error) {
 const BucketGoneReason = "the lease bucket was deleted and made anew: the tenure ended with the old bucket, " +
 	"at the latest when leased found the new one"
 
+// VanishedReason is the reason of the end an observer records, as it
+// takes over, of a tenure the history shows held that the bucket no
+// longer holds and keeps no trace of ([EndUnknown]).
+const VanishedReason = "no observer saw this tenure end: the bucket kept no trace of it by the time one took over " +
+	"(no grantor observed for longer than an end's marker is kept); ended at the latest when that observer found it gone"
+
 // endLiveIdle bounds EndLive's read of the history: it fails once the
 // stream has sent nothing for this long (see [Stream.ReadIdle]).
 const endLiveIdle = 10 * time.Second
@@ -460,13 +466,43 @@ func (h *Stream) Read(ctx context.Context, prefix string, since time.Time) ([]Re
 // client). Messages of leases not under prefix, which a prefix that is
 // not whole dot-separated tokens reads too, count as coming.
 func (h *Stream) ReadIdle(ctx context.Context, prefix string, since time.Time, idle time.Duration) ([]Record, error) {
+	return h.readIdle(ctx, prefix, since, false, idle)
+}
+
+// LastOfEach returns the last record of each lease the history holds, in
+// the order they were stored, bounded by idle as [Stream.ReadIdle] is. It
+// reads one message per lease, not the whole history: a lease whose last
+// record is a begin ([KindGranted]) is one the history shows held.
+func (h *Stream) LastOfEach(ctx context.Context, idle time.Duration) ([]Record, error) {
+	recs, err := h.readIdle(ctx, "", time.Time{}, true, idle)
+	if err != nil {
+		return nil, err
+	}
+	// A consumer made anew during the read goes on from where the last
+	// delivered, message by message: a lease's later record replaces its
+	// earlier one.
+	at := make(map[string]int, len(recs))
+	out := recs[:0]
+	for _, r := range recs {
+		if i, ok := at[r.Name]; ok {
+			out[i] = r
+			continue
+		}
+		at[r.Name] = len(out)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// readIdle is ReadIdle, of each lease's last record alone if lastOnly.
+func (h *Stream) readIdle(ctx context.Context, prefix string, since time.Time, lastOnly bool, idle time.Duration) ([]Record, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	errIdle := fmt.Errorf("%w: read history: nothing received for %v", kvlease.ErrUnavailable, idle.Round(time.Millisecond))
 	timer := time.AfterFunc(idle, func() { cancel(errIdle) })
 	defer timer.Stop()
 	var out []Record
-	err := h.follow(ctx, prefix, since, Position{}, func() { timer.Reset(idle) }, func(r Record, _ Position, caughtUp bool) bool {
+	err := h.follow(ctx, prefix, since, Position{}, lastOnly, func() { timer.Reset(idle) }, func(r Record, _ Position, caughtUp bool) bool {
 		if !caughtUp {
 			out = append(out, r)
 		}
@@ -483,7 +519,7 @@ func (h *Stream) ReadIdle(ctx context.Context, prefix string, since time.Time, i
 // stored, until fn returns false or ctx ends. Once the stored records have
 // been delivered it calls fn once with caughtUp set (and a zero record).
 func (h *Stream) Follow(ctx context.Context, prefix string, since time.Time, fn func(r Record, caughtUp bool) bool) error {
-	return h.follow(ctx, prefix, since, Position{}, nil, func(r Record, _ Position, caughtUp bool) bool { return fn(r, caughtUp) })
+	return h.follow(ctx, prefix, since, Position{}, false, nil, func(r Record, _ Position, caughtUp bool) bool { return fn(r, caughtUp) })
 }
 
 // Position is a record's place in the stream: its sequence and the
@@ -503,11 +539,13 @@ type Position struct {
 // position (zero with caughtUp).
 func (h *Stream) FollowAfter(ctx context.Context, prefix string, since time.Time, after Position,
 	fn func(r Record, at Position, caughtUp bool) bool) error {
-	return h.follow(ctx, prefix, since, after, nil, fn)
+	return h.follow(ctx, prefix, since, after, false, nil, fn)
 }
 
-// follow is FollowAfter, calling received (if not nil) on each message.
-func (h *Stream) follow(ctx context.Context, prefix string, since time.Time, after Position, received func(),
+// follow is FollowAfter, calling received (if not nil) on each message;
+// with lastOnly, it delivers the last record of each lease (since and
+// after are not used) and is caught up at the newest.
+func (h *Stream) follow(ctx context.Context, prefix string, since time.Time, after Position, lastOnly bool, received func(),
 	fn func(r Record, at Position, caughtUp bool) bool) error {
 	filter := filterFor(h.prefix, prefix)
 	// Caught up once the newest record under the filter now is delivered
@@ -532,7 +570,10 @@ func (h *Stream) follow(ctx context.Context, prefix string, since time.Time, aft
 	// healthy three-node cluster, none with them; 7 took 1-2 s instead).
 	cfg := follow.Config{Stream: StreamName(h.bucket), Filter: filter,
 		Deliver: jetstream.DeliverByStartTimePolicy, StartTime: &since, Heartbeat: kvlease.WatchHeartbeat}
-	if after.Seq > 0 && after.Seq <= last && !after.Stored.Before(since) {
+	switch {
+	case lastOnly:
+		cfg.Deliver, cfg.StartTime = jetstream.DeliverLastPerSubjectPolicy, nil
+	case after.Seq > 0 && after.Seq <= last && !after.Stored.Before(since):
 		// The stream stores in order of sequence, and so of stored time:
 		// every record after this one was stored since. (A sequence
 		// beyond the last record is of a stream since deleted and made
