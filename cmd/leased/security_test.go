@@ -561,3 +561,40 @@ func TestClientCertificateAsksForTLS(t *testing.T) {
 			"a failure of the set-up that says TLS is not offered, not \"grantor unavailable\"", r.code, r.stdout, r.stderr, cli.ExitError)
 	}
 }
+
+// serve started on a --config without authorization connects to its own
+// server with no user: a reload that adds authorization (users, a token)
+// shuts it out as a removed user does, and is refused as that is. It was
+// applied: "SIGHUP: configuration reloaded", then serve's own connection
+// refused ("authorization violation"), /healthz 503 and every request
+// unanswered ("no responders") until a restart.
+func TestServeRefusesAReloadThatAddsAuthorization(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`max_payload: 1048576`)
+	s := startServe(t, "", "--config", conf)
+	hup := func(want string) {
+		t.Helper()
+		if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		s.logs.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, want) })
+	}
+	const users = `users = [ { user: app, password: app-pw } ]`
+	for i, auth := range []string{users, `token: "s3cr3t-t0ken"`} {
+		write(`authorization { ` + auth + ` }`)
+		hup("configuration not reloaded; serving on as before")
+		if r := leased(t, s.url, "acquire", fmt.Sprintf("reload.noauth%d", i), "--timeout", "5s"); r.code != 0 {
+			t.Fatalf("acquire after a reload adding authorization (%s) to serve's server, serve with no user: exit %d, %s; "+
+				"want 0: the reload refused, serving on", auth, r.code, r.stderr)
+		}
+	}
+	write(`max_payload: 2097152`) // no authorization still: reloaded
+	hup("SIGHUP: configuration reloaded")
+	s.stop(t)
+}

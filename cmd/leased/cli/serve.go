@@ -229,7 +229,8 @@ nats-server's own reload does: users, permissions, accounts, TLS certificates,
 routes and limits change without a restart; a change that cannot be made while
 the server runs (its name, ports, data directory, cluster name), or that would
 shut serve out of its own server (its --user removed or given another
-password, its --nkey removed), is logged and nothing changes (nor does it without --config, or with --nats-url).`,
+password, its --nkey removed, authorization added for a serve started
+with no user), is logged and nothing changes (nor does it without --config, or with --nats-url).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.natsURL != "" {
@@ -1005,7 +1006,8 @@ func (f serveFlags) reload(srv *embedded.Server, log *slog.Logger) {
 
 // lockedOut returns an error if o, --config read again, would no longer
 // let serve's own connection in: a user (--user) it does not list, or
-// lists with another password, or an nkey (--nkey) it does not list.
+// lists with another password, an nkey (--nkey) it does not list, or
+// authorization at all for a serve that connects with no user.
 // serve's credentials come from its flags and environment, which a SIGHUP
 // does not change: nats-server disconnected serve's own connection on such
 // a reload, which then reconnected in vain, and the service answered
@@ -1062,6 +1064,13 @@ func (f serveFlags) lockedOut(o *server.Options) error {
 			return fmt.Errorf("%w: it does not list serve's own nkey (--nkey %s, %s): serve would be disconnected from its own server",
 				embedded.ErrReload, f.nkey, pub)
 		}
+	case f.creds == "" && authRequired && o.NoAuthUser == "":
+		// serve started without authorization, and connected with no
+		// user: a reload that adds some shut it out as one that removes
+		// its user does (found in review).
+		return fmt.Errorf("%w: it requires authorization, and serve connects to its own server with no user (--user, --nkey or --creds, "+
+			"which a reload does not change; or the file's no_auth_user): serve would be disconnected from its own server; "+
+			"restart serve with a user of the file instead", embedded.ErrReload)
 	}
 	return nil
 }
