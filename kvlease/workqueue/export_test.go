@@ -33,6 +33,10 @@ func (q *Queue) SetBeforeCreate(f func()) { q.beforeCreate = f }
 // the sink to its claim's token, before it hands the claim over.
 func (q *Queue) SetAfterRaise(f func()) { q.afterRaise = f }
 
+// SetBeforeGiveUp makes Claim call f as it decides to give an item up, before
+// it writes the give-up at the sink.
+func (q *Queue) SetBeforeGiveUp(f func()) { q.beforeGiveUp = f }
+
 // MarkPending marks ids pending in the queue's own view, as the view of a
 // worker that was paused while others completed them still has them.
 func (q *Queue) MarkPending(ids ...string) {

@@ -90,7 +90,9 @@ func WithResultRetention(d time.Duration) OpenOption {
 // up, so a queue on a flaky network wants n above a worker's own retries.
 // The Claim that gives an item up logs it (a warning, on the Store's
 // [kvlease.WithLogger]) and counts it in leased.workqueue.items_given_up
-// (on the Store's [kvlease.WithStoreMeterProvider], by workqueue.name);
+// (on the Store's [kvlease.WithStoreMeterProvider], by workqueue.name),
+// once: a give-up whose write goes unanswered is read back, and counted
+// if it landed (unless that read fails too, for 2 s);
 // [Queue.Result] of its id returns the payload. With [WithResultRetention], a given-up
 // item's record, payload included, goes after the retention as a result's
 // does. An n below 1 is an error.

@@ -73,6 +73,7 @@ type Queue struct {
 
 	beforeCreate func() // tests: called by Add between its check and its create
 	afterRaise   func() // tests: called by Claim once it has raised an item's bar to its claim
+	beforeGiveUp func() // tests: called by Claim as it decides to give an item up, before it writes that
 }
 
 // ErrDone: the item was already completed.
@@ -634,6 +635,9 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 			case q.maxClaims > 0 && cur.Claims >= q.maxClaims:
 				r := doneRecord{Token: l.Token(), Done: true, GaveUp: true, Claims: cur.Claims, Payload: keep}
 				gaveUp = &r
+				if q.beforeGiveUp != nil {
+					q.beforeGiveUp()
+				}
 				return r, nil
 			}
 			return doneRecord{Token: l.Token(), Claims: cur.Claims + 1}, nil
@@ -642,6 +646,9 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 	err = q.sink(ctx, id, raise(payload), l.Token())
 	if errors.Is(err, kvlease.ErrTooLarge) {
 		err = q.sink(ctx, id, raise(nil), l.Token()) // given up without its payload, which does not fit beside the record
+	}
+	if err != nil && gaveUp != nil && errors.Is(err, kvlease.ErrUnavailable) && q.gaveUpBy(ctx, id, l.Token()) {
+		err = nil // it landed, its reply lost: said and counted as any other
 	}
 	if err == nil && gaveUp != nil {
 		err = gaveUp.gaveUp(id)
@@ -679,6 +686,27 @@ func (q *Queue) tryClaim(ctx context.Context, worker, id string, d time.Duration
 	}
 	return &Claim{Keeper: k, Item: id, Payload: payload, q: q}, nil
 }
+
+// gaveUpBy reports whether the sink has item id given up under token: a
+// give-up whose write went unanswered (its outcome unknown) that landed.
+// That Claim alone logs and counts it: the next Claim finds the item given
+// up, removes it and says nothing, and the give-up went unlogged and
+// uncounted (found in review). It reads for up to giveUpCheck, whatever
+// ctx allows (the write's wait may have ended with the claim's deadline).
+func (q *Queue) gaveUpBy(ctx context.Context, id string, token kvlease.Token) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUpCheck)
+	defer cancel()
+	cur, err := kvlease.RetryUnavailable(ctx, 250*time.Millisecond, nil, func() (doneRecord, error) {
+		actx, cancel := context.WithTimeout(ctx, giveUpCheck/4)
+		defer cancel()
+		cur, _, err := q.done.Get(actx, id)
+		return cur, err
+	})
+	return err == nil && cur.GaveUp && cur.Token == token
+}
+
+// giveUpCheck bounds gaveUpBy's reads.
+const giveUpCheck = 2 * time.Second
 
 // tokensBehind returns an [kvlease.ErrBucket] error if err, the sink's
 // refusal to raise an item's bar to claim l's token, is a bar above the

@@ -1435,3 +1435,79 @@ func TestCompleteOfAnItemGivenUpSaysSo(t *testing.T) {
 		t.Fatalf("Complete of the item given up: %v; want a *GaveUpError, not ErrDone", err)
 	}
 }
+
+// A give-up whose write lands at the sink but whose reply is lost (the
+// outcome unknown, kvlease.ErrUnavailable) is logged and counted all the
+// same: the Claim reads the sink and finds its own give-up there. It was
+// neither (the Claim returned ErrUnavailable, and the next one, finding
+// the item given up, removed it without a word): an item given up that
+// the warning and leased.workqueue.items_given_up never showed.
+func TestMaxClaimsCountsAGiveUpWhoseReplyIsLost(t *testing.T) {
+	var logs kvleasetest.Logs
+	reader := sdkmetric.NewManualReader()
+	srv, st := kvleasetest.NewStore(t, kvlease.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))),
+		kvlease.WithStoreMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	js := kvleasetest.JetStream(t, kvleasetest.Connect(t, proxy.URL(), kvlease.ConnOptions()...))
+	ctx := t.Context()
+	q, err := workqueue.Open(ctx, js, st, "letters", workqueue.WithMaxClaims(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Add(ctx, "poison", []byte("crashes its worker")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Claim(ctx, "w0", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The give-up's write goes to the server, and every reply from then
+	// on is dropped, until the queue's connection asks the sink again.
+	var armed atomic.Bool
+	q.SetBeforeGiveUp(func() {
+		if armed.CompareAndSwap(false, true) {
+			proxy.DropReplies()
+		}
+	})
+	kvleasetest.Subscribe(t, kvleasetest.Connect(t, srv.ClientURL()), "$JS.API.STREAM.MSG.GET.KV_letters-done", func(*nats.Msg) {
+		if armed.Load() {
+			proxy.Heal()
+		}
+	})
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	claimed := make(chan error, 1)
+	go func() {
+		c, err := q.Claim(cctx, "w1", 2*time.Second)
+		if err == nil {
+			err = fmt.Errorf("claimed %q (token %d)", c.Item, c.Token())
+		}
+		claimed <- err
+	}()
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		_, _, _ = q.WaitStateSize(cctx, func(pending, claimed int) bool { return pending == 0 && claimed == 0 })
+	}()
+	select {
+	case err := <-claimed:
+		t.Logf("the Claim that gave the item up, its reply lost: %v", err)
+	case <-gone: // given up, the item removed; the Claim waits on
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Claim neither returned nor gave the item up in 20 s")
+	}
+	proxy.Heal()
+	if !armed.Load() {
+		t.Fatal("the Claim gave nothing up")
+	}
+	if n := telemetrytest.Sum(t, reader, telemetry.MetricItemsGivenUp); n != 1 {
+		t.Errorf("%s after a give-up whose reply was lost: %d, want 1", telemetry.MetricItemsGivenUp, n)
+	}
+	if !strings.Contains(logs.String(), `"msg":"work item given up"`) {
+		t.Errorf("no warning \"work item given up\" for a give-up whose reply was lost; the log:\n%s", logs.String())
+	}
+}
