@@ -27,7 +27,9 @@
 // tenures as counted while read; a narrower prefix or a later since shows
 // the others. What a request holds is bounded by its limit, not by the
 // window: the records of the tenures kept, and the live leases' listing.
-// "after" is the id of the last record read (as /events gives ids).
+// "after" is the id of the last record read (as /events gives ids); it is
+// /events' parameter (/api/tenures refuses it), and /events ignores limit
+// (the page passes its own on to both).
 // It reads at most [DefaultMaxRecords] records ([WithMaxRecords]); a
 // window holding more is answered 422, saying so. It serves at most
 // [MaxReads] requests at once; more are answered 503 with Retry-After.

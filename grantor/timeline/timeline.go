@@ -278,6 +278,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hdr.Set("Cache-Control", "no-cache")
 		_, _ = w.Write(h.page)
 	case "/api/tenures":
+		if q.hasAfter {
+			// It answered the whole window, as if after were not given, to
+			// a client reading on from its last reply (found in review).
+			http.Error(w, "after: /api/tenures reads the whole window (since, at most limit tenures); "+
+				"/events?after=<its \"after\"> follows the records stored after that one", http.StatusBadRequest)
+			return
+		}
 		h.tenures(w, r, q)
 	case "/events":
 		h.events(w, r, q)

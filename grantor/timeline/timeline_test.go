@@ -129,6 +129,9 @@ func TestBadRequests(t *testing.T) {
 		{"markup in prefix", "/api/tenures?prefix=" + url.QueryEscape(xss), "prefix"},
 		{"unknown parameter", "/api/tenures?sinse=1h", `unknown query parameter "sinse"`},
 		{"repeated parameter", "/api/tenures?since=1h&since=2h", "2 times"},
+		// after is /events': /api/tenures answered the whole window, as
+		// if not asked, to a client reading on after its last reply.
+		{"tenures: after", "/api/tenures?after=1@2026-12-07T21:00:00Z", "/events?after="},
 		{"bad query", "/api/tenures?since=%zz", "bad query"},
 		{"events: bad since", "/events?since=soon", `since "soon"`},
 		{"events: bad prefix", "/events?prefix=a%20b", "prefix"},
