@@ -299,3 +299,52 @@ func grantUntilFull(t *testing.T, st *kvlease.Store, where string) {
 	}
 	t.Fatalf("1000 grants of 1 KiB %s, and none refused", where)
 }
+
+// StorageFull goes by the order the answers came in: a refusal for the
+// storage limit answered before an acceptance, whose writer notes it after
+// (scheduled late), is not what it says. It said the storage full, and
+// serve's /healthz 503 for a minute on a node whose writes were accepted
+// since, if none came after (found in review).
+func TestStorageFullGoesByTheAnswersOrder(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	ctx := t.Context()
+	var recs []kvlease.Record
+	for _, name := range []string{"refused", "accepted"} {
+		rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: name, Holder: "h", Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	renew := func(r kvlease.Record) error {
+		_, err := st.Renew(ctx, kvlease.RenewRequest{Name: r.Name, Holder: "h", Token: r.Token, Revision: r.Revision, Duration: time.Minute})
+		return err
+	}
+	refused, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	kvlease.SetWroteHook(st, func(err error) {
+		if errors.Is(err, kvlease.ErrStoreFull) {
+			once.Do(func() { close(refused); <-resume })
+		}
+	})
+	srv.LimitAccountStore(t, 1) // under what is stored: nothing more fits
+	done := make(chan error, 1)
+	go func() { done <- renew(recs[0]) }()
+	select {
+	case <-refused:
+	case err := <-done:
+		t.Fatalf("renewal past the account's storage limit: %v, want ErrStoreFull", err)
+	}
+	srv.LimitAccountStore(t, -1)
+	if err := renew(recs[1]); err != nil {
+		t.Fatalf("renewal once the limit is lifted: %v", err)
+	}
+	close(resume)
+	if err := <-done; !errors.Is(err, kvlease.ErrStoreFull) {
+		t.Fatalf("renewal past the account's storage limit: %v, want ErrStoreFull", err)
+	}
+	if full := st.StorageFull(); !full.IsZero() {
+		t.Errorf("StorageFull after a refusal answered before an acceptance: %v ago, want none", time.Since(full))
+	}
+}

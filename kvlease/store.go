@@ -196,10 +196,14 @@ type Store struct {
 	// staleLog limits "stale read of a lease": any caller may name a
 	// revision above the lease's, which reads as stale every time.
 	staleLog telemetry.LogLimit
-	// lastFull is when a write was last refused for the server's storage
-	// limit (with its monotonic reading: a step of the wall clock does not
-	// move it), nil once a write is accepted after it (StorageFull).
-	lastFull atomic.Pointer[time.Time]
+	// lastFull and lastAccepted are when a write's answer last said the
+	// server's storage limit refused it, and that it was accepted: on
+	// the monotonic clock (monoSince; a step of the wall clock moves
+	// neither), 0 for none (StorageFull). Each keeps the latest answer,
+	// whatever order the writers note them in.
+	lastFull, lastAccepted atomic.Int64
+	// wroteHook (tests) is called as a write's answer is noted.
+	wroteHook func(err error)
 }
 
 var _ Grantor = (*Store)(nil)
@@ -2238,25 +2242,45 @@ func (s *Store) write(req *writeReq) (uint64, error) {
 	} else {
 		rev, err = s.w.submit(req)
 	}
-	switch {
+	// Noted by when the answer came, not in the order writers note them:
+	// a refusal answered before an acceptance, its writer noting it after
+	// (a goroutine scheduled late), kept /healthz at 503 for a minute on
+	// a node whose writes were accepted since (found in review).
+	switch at := monoSince(); {
 	case err == nil:
-		if s.lastFull.Load() != nil {
-			s.lastFull.Store(nil)
+		if s.wroteHook != nil {
+			s.wroteHook(err)
 		}
+		storeLater(&s.lastAccepted, at)
 	case errors.Is(err, ErrStoreFull):
-		now := time.Now()
-		s.lastFull.Store(&now)
+		if s.wroteHook != nil {
+			s.wroteHook(err)
+		}
+		storeLater(&s.lastFull, at)
 	}
 	return rev, err
 }
 
+// monoBase is monoSince's origin.
+var monoBase = time.Now()
+
+// monoSince is the time on the monotonic clock, in nanoseconds since
+// monoBase: above 0.
+func monoSince() int64 { return int64(time.Since(monoBase)) + 1 }
+
+// storeLater sets v to at unless it holds a later time.
+func storeLater(v *atomic.Int64, at int64) {
+	for cur := v.Load(); cur < at && !v.CompareAndSwap(cur, at); cur = v.Load() {
+	}
+}
+
 // StorageFull returns when a write of the Store was last refused for the
-// NATS server's storage limit ([ErrStoreFull]), if no write it sent since
-// was accepted; the zero time otherwise. A write refused for its
+// NATS server's storage limit ([ErrStoreFull]), if no write was accepted
+// since (by when their answers came); the zero time otherwise. A write refused for its
 // expectation (another's tenure) or unanswered says nothing either way.
 func (s *Store) StorageFull() time.Time {
-	if t := s.lastFull.Load(); t != nil {
-		return *t
+	if full := s.lastFull.Load(); full != 0 && full > s.lastAccepted.Load() {
+		return monoBase.Add(time.Duration(full - 1)) // with its monotonic reading
 	}
 	return time.Time{}
 }
