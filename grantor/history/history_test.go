@@ -513,6 +513,10 @@ func TestReadIdle(t *testing.T) {
 // had been serving for 25.
 func TestReadWhileTheStreamHasNoLeader(t *testing.T) {
 	servers := kvleasetest.NewCluster(t, 3)
+	// The lease bucket first, as serve opens it: its Open waits for a
+	// cluster still forming, whose placement of three replicas is refused
+	// until every server has joined.
+	kvleasetest.OpenStore(t, servers[0].ClientURL(), kvlease.WithReplicas(3))
 	nc := kvleasetest.Connect(t, servers[0].ClientURL())
 	js := kvleasetest.JetStream(t, nc)
 	ctx := t.Context()
