@@ -451,3 +451,27 @@ func TestUserWithoutPasswordIsToldSo(t *testing.T) {
 		t.Fatalf("ls --user app with a wrong password: exit %d, stderr %q; want 7, the general hint", r.code, r.stderr)
 	}
 }
+
+// A user that may read JetStream but not ask the lease services for their
+// info ($SRV.INFO.leased) is refused, exit 7, with the refusal named and
+// no status printed: status printed its table with "leases unknown
+// (JetStream did not answer the count)" above the refusal, though
+// JetStream was never asked the count, only cut off by the refusal (found
+// by an outside client, s25d).
+func TestStatusUserThatMayNotAskTheServices(t *testing.T) {
+	hostPort, _ := authServer(t, `authorization { users = [
+	{ user: admin, password: "admin-pw" }
+	{ user: monitor, password: "monitor-pw", permissions: {
+		publish: { allow: ["$JS.API.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
+] }`)
+	as := func(user string) string { return "nats://" + user + ":" + user + "-pw@" + hostPort }
+	serveOn(t, as("admin")).wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, `"msg":"ready"`) })
+	for _, out := range []string{"text", "json"} {
+		r := leased(t, as("monitor"), "status", "-o", out)
+		if r.code != cli.ExitDenied || !strings.Contains(r.stderr, `"$SRV.INFO.leased"`) ||
+			strings.Contains(r.stdout+r.stderr, "did not answer") || r.stdout != "" {
+			t.Errorf("status -o %s as a user that may not publish to $SRV.INFO: exit %d\nstdout %q\nstderr %q\nwant %d, the refusal named, no status",
+				out, r.code, r.stdout, r.stderr, cli.ExitDenied)
+		}
+	}
+}

@@ -184,14 +184,22 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 	if s.Grantors, s.OtherBuckets, err = grantorNodes(nc, bucket, min(timeout, 500*time.Millisecond)); err != nil {
 		return Status{}, err
 	}
+	// A refusal of the services' info ($SRV.INFO, to a user allowed
+	// JetStream only) leaves no grantor found and cuts off the count that
+	// follows: status printed its table, no grantor and "leases unknown
+	// (JetStream did not answer the count)", which JetStream was never
+	// asked, above the refusal (found by an outside client).
+	if cause := context.Cause(ctx); errors.Is(cause, ErrPermissionDenied) {
+		return Status{}, cause
+	}
 	if !s.NoLeader && !s.LostQuorum {
 		count := client.Count
 		if len(s.Grantors) == 0 {
 			count = func(ctx context.Context, _ string) (int, error) { return direct(ctx) }
 		}
 		if s.Leases, err = count(ctx, ""); err != nil {
-			if !errors.Is(err, kvlease.ErrUnavailable) {
-				return Status{}, err
+			if cause := context.Cause(ctx); !errors.Is(err, kvlease.ErrUnavailable) || errors.Is(cause, ErrPermissionDenied) {
+				return Status{}, permissionCause(ctx, err)
 			}
 			// The stream answered (its leader, its followers) but the
 			// count's read did not: status printed nothing but the read's
