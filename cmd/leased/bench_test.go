@@ -496,6 +496,26 @@ func TestBenchCompareInterrupted(t *testing.T) {
 	}
 }
 
+// Interrupted in its first round, --compare has no round to compare: it
+// says so and fails (exit 1). It exited 0 with "rounds":null and no
+// median, which a script took for a run (found by an outside client,
+// s25d).
+func TestBenchCompareInterruptedInTheFirstRound(t *testing.T) {
+	s := startServe(t, "")
+	// Round 1 runs raw first, for a minute: its first lease is live well
+	// before the round ends.
+	cmd, out, errOut := startBenchHolding(t, s.url, "cmpfirst", 1,
+		"--compare", "3", "--duration", "1m", "--clients", "4", "--ttl", "1m", "-o", "json")
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := waitExit(cmd, 30*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errOut.String(), "no round completed") {
+		t.Fatalf("bench --compare interrupted in round 1: %v\n%s%s\nwant exit 1, saying no round completed", err, out.String(), errOut.String())
+	}
+}
+
 // A --compare whose server is killed under it fails (exit 1) with the
 // rounds it completed printed: it printed none of them (found by an
 // outside client).

@@ -247,7 +247,8 @@ work around it. --compare N runs all three in turns, N rounds, and prints
 each variant's medians and its ops/s as a ratio to raw's in the same round:
 what group commit buys on that deployment. Without --direct, --compare runs
 the service against the raw writes under it (which needs access to the
-bucket too). Interrupted, it prints the rounds it completed.
+bucket too). Interrupted, it prints the rounds it completed (in the first
+round, none: it says so and exits 1).
 
 --live N grants N leases (PREFIX.RUN.live.I, with --clients callers) and keeps
 every one renewed every TTL/3 (kvlease.Lease.Renew, which refuses to send

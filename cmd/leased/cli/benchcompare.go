@@ -51,10 +51,11 @@ type CompareMedian struct {
 // batching and with it (as serve runs it), else the service. Each round
 // starts with the next variant, so that none always runs first, or always
 // right after the others (whose leases lapse, and load the server, during
-// later runs). Interrupted, it returns the rounds it completed, without
-// the one cut off, which has no ratio to raw's for every variant (it
-// failed "no grant succeeded" instead, and printed none of the rounds it
-// had measured; found by an outside client). A run in which nothing
+// later runs). Interrupted, it returns the rounds it completed (none:
+// [ErrBenchFailed]), without the one cut off, which has no ratio to
+// raw's for every variant (it failed "no grant succeeded" instead, and
+// printed none of the rounds it had measured; found by an outside
+// client). A run in which nothing
 // succeeded (the server gone) ends it with [ErrBenchFailed], and the
 // rounds completed before it.
 func (b *bench) runCompare(ctx context.Context, c *connFlags, nc *nats.Conn) (CompareResult, error) {
@@ -101,6 +102,12 @@ rounds:
 	}
 	res.Median = map[string]CompareMedian{}
 	if len(res.Rounds) == 0 { // interrupted, or failed, in the first round
+		if failed == nil {
+			// Nothing to compare: it exited 0 with no round and no
+			// median, which a script took for a run (found by an
+			// outside client).
+			failed = fmt.Errorf("%w: interrupted in round 1: no round completed, nothing to compare", ErrBenchFailed)
+		}
 		return res, failed
 	}
 	for _, v := range variants {
