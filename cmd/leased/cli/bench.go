@@ -236,7 +236,12 @@ the errors by kind. Names are PREFIX.RUN.…, RUN a random id of this run;
 holders are HOLDER-cC-bN (caller C), one per 100 leases, far under the
 service's --max-leases-per-holder. Interrupted (SIGINT), it stops and
 prints what it measured; the requests the interrupt cut off are not
-counted, and the leases an interrupted setup granted are released.
+counted (a grant-release pair in flight finishes, within --timeout).
+What a run granted and did not release (--op renew's leases, the pool of
+an interrupted --op release, a release that failed) it releases as it
+ends, interrupted or not, waiting at most 5 s for that: a run can end an
+operation's --timeout and those 5 s after --duration, and what is still
+held then lapses by --ttl, as --op grant's leases all do.
 
 With --direct the lease store commits concurrent writes together (group
 commit), as serve does; --batching=false sends each on its own. --direct --raw
