@@ -268,8 +268,9 @@ renewal did not succeed before its holder deadline, including one still
 waiting for a worker at its deadline), refusals, the renewal latency, how
 late renewals were sent after they were due, and, with --serve-pid P or
 --data DIR (the pid in DIR/leased.lock, which serve writes), that local
-process's CPU (share of one core over the keep phase) and RSS (VmRSS and
-its peak VmHWM). It prints progress to stderr every 10s. At the end the
+process's CPU (share of one core over the keep phase) and RSS (VmRSS at
+the end, and its peak VmHWM since the process started: a serve that held
+more before the run shows that). It prints progress to stderr every 10s. At the end the
 leases are left to lapse by their TTL, or released with --release.
 
 Exit status 2 for bad flags (nothing is sent), 1 if the server cannot be
@@ -1065,7 +1066,11 @@ func (r LiveResult) print(p printer) {
 		p.line("serve pid=%d exited during the run: no CPU or RSS figures", s.PID)
 	default:
 		p.line("serve pid=%d cpu=%.3f cores (over the keep phase)", s.PID, s.CPUCores)
-		p.line("serve rss=%.1fMiB peak=%.1fMiB", float64(s.RSS)/(1<<20), float64(s.HWM)/(1<<20))
+		// The peak is the process's since it started, not the keep
+		// phase's: printed under "(over the keep phase)" unlabelled, a
+		// serve's earlier peak read as the run's (found by an outside
+		// client).
+		p.line("serve rss=%.1fMiB peak=%.1fMiB (since it started)", float64(s.RSS)/(1<<20), float64(s.HWM)/(1<<20))
 	}
 	if r.StoppedEarly {
 		p.line("stopped early (interrupted)")
