@@ -1301,6 +1301,15 @@ func TestAdvise(t *testing.T) {
 			t.Errorf("advise %v: exit %d, stdout %q, stderr %q; want 2 and no advice", args, r.code, r.stdout, r.stderr)
 		}
 	}
+	// The figure over the bound is the one named: a --work-p99 over it
+	// was refused as "--rtt-p99 and --pause-p99 over 1h0m0s" (found by
+	// an outside client, s25d).
+	for _, args := range [][]string{{"--rtt-p99", "2h"}, {"--rtt-p99", "3ms", "--pause-p99", "2h"}, {"--rtt-p99", "3ms", "--work-p99", "1000000h"}} {
+		flag := args[len(args)-2]
+		if r := leased(t, "", append([]string{"advise"}, args...)...); r.code != 2 || !regexp.MustCompile(`leased: `+flag+` \S+: over `).MatchString(r.stderr) {
+			t.Errorf("advise %v: exit %d, stderr %q; want 2, naming %s", args, r.code, r.stderr, flag)
+		}
+	}
 	if r := leased(t, "", "advise", "--rtt-p99", "1ms", "--pause-p99", "740ms", "--clock-rate", "0.009"); r.code != 0 ||
 		!strings.Contains(r.stdout, "more for ρ") {
 		t.Errorf("advise with ρ 0.09: exit %d\n%s%s\nwant a D grown for ρ", r.code, r.stdout, r.stderr)

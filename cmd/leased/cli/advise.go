@@ -45,8 +45,16 @@ fast one).`,
 			// Beyond any lease (whose durations are at most hours): the
 			// arithmetic overflowed, and advice wrapped to 1 s (found by
 			// an outside client).
-			if m.RenewRTT > maxMeasured || m.Pause > maxMeasured || m.Work > 1000*maxMeasured {
-				return usageError{fmt.Errorf("--rtt-p99 and --pause-p99 over %v are no lease's to absorb", maxMeasured)}
+			// The flag named is the one over its bound: a --work-p99 over
+			// it was refused as "--rtt-p99 and --pause-p99 over 1h0m0s"
+			// (found by an outside client).
+			for _, f := range []struct {
+				flag     string
+				v, bound time.Duration
+			}{{"--rtt-p99", m.RenewRTT, maxMeasured}, {"--pause-p99", m.Pause, maxMeasured}, {"--work-p99", m.Work, 1000 * maxMeasured}} {
+				if f.v > f.bound {
+					return usageError{fmt.Errorf("%s %v: over %v, no lease's to absorb", f.flag, f.v, f.bound)}
+				}
 			}
 			if math.IsNaN(m.ClockRate) || math.IsInf(m.ClockRate, 0) {
 				return usageError{fmt.Errorf("--clock-rate %v: want a number, such as 0.0001", m.ClockRate)}
