@@ -53,7 +53,12 @@ func Advise(m Measurements) Advice {
 	// outside client).
 	if rate := math.Abs(m.ClockRate); rate > 0 {
 		a.ClockRate = max(10*rate, 1e-4)
-		a.Reasons = append(a.Reasons, fmt.Sprintf("ρ %g: ten times the measured clock-rate error %g", a.ClockRate, m.ClockRate))
+		if 10*rate < 1e-4 {
+			// It said "ten times the measured error" of the floor too.
+			a.Reasons = append(a.Reasons, fmt.Sprintf("ρ %g: the floor; ten times the measured clock-rate error %g is less", a.ClockRate, m.ClockRate))
+		} else {
+			a.Reasons = append(a.Reasons, fmt.Sprintf("ρ %g: ten times the measured clock-rate error %g", a.ClockRate, m.ClockRate))
+		}
 	} else {
 		a.Reasons = append(a.Reasons, fmt.Sprintf("ρ %g: the default, since the clock-rate error was not measured", a.ClockRate))
 	}

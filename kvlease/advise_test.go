@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +75,20 @@ func TestAdviseNegativeClockRate(t *testing.T) {
 	m.ClockRate = -2e-4
 	if slow := kvlease.Advise(m); slow.ClockRate != fast.ClockRate || slow.ClockRate == kvlease.DefaultClockRate {
 		t.Errorf("ρ for a clock-rate error of -2e-4: %g, want %g as for +2e-4", slow.ClockRate, fast.ClockRate)
+	}
+}
+
+// A clock-rate error measured small (1e-6, an NTP-disciplined clock's)
+// gets ρ's floor, and the reason says so: it said "ρ 0.0001: ten times
+// the measured clock-rate error 1e-06" (found by an outside client).
+func TestAdviseClockRateFloor(t *testing.T) {
+	a := kvlease.Advise(kvlease.Measurements{RenewRTT: 3 * time.Millisecond, Pause: 40 * time.Millisecond, ClockRate: 1e-6})
+	if a.ClockRate != 1e-4 {
+		t.Fatalf("ρ for a clock-rate error of 1e-6: %g, want the floor 1e-4", a.ClockRate)
+	}
+	for _, r := range a.Reasons {
+		if strings.HasPrefix(r, "ρ ") && !strings.HasPrefix(r, "ρ 0.0001: the floor") {
+			t.Errorf("reason %q: want the floor said, not ten times the measurement", r)
+		}
 	}
 }
