@@ -406,6 +406,12 @@ func TestStatusOfABucketWrittenDirectly(t *testing.T) {
 		strings.Contains(r.stdout, "WARNING") {
 		t.Fatalf("status --bucket elections: exit %d, stdout %q, stderr %q; want its 1 lease and leases's grantor named elsewhere", r.code, r.stdout, r.stderr)
 	}
+	// No grantor serves it, and status says so: it said nothing, and a
+	// bucket whose grantors had all stopped looked served (found by an
+	// outside client, s25d).
+	if !strings.Contains(r.stdout, "grantor   none answered") {
+		t.Errorf("status --bucket elections, which no grantor serves: stdout %q; want 'grantor   none answered'", r.stdout)
+	}
 }
 
 // A node whose store fails a write (its disk full) stops, saying why, and

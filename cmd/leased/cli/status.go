@@ -181,7 +181,7 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 	}
 	s.NoLeader = s.Replicas > 1 && s.Leader == ""
 	s.LostQuorum = lostQuorum(s)
-	if s.Grantors, s.OtherBuckets, err = grantorNodes(nc, bucket, min(timeout, 500*time.Millisecond)); err != nil {
+	if s.Grantors, s.OtherBuckets, err = grantorNodes(nc, bucket, min(timeout, grantorsWait)); err != nil {
 		return Status{}, err
 	}
 	// A refusal of the services' info ($SRV.INFO, to a user allowed
@@ -221,6 +221,10 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 	}
 	return s, nil
 }
+
+// grantorsWait is how long status waits for the grantors' answers (less
+// if --timeout is shorter).
+const grantorsWait = 500 * time.Millisecond
 
 // bucketsShareSubjects says whether lease services of two buckets answer on
 // this account: this bucket's and another's, or two others'. They share
@@ -393,6 +397,12 @@ func printStatus(p printer, s Status) {
 		if !disagree {
 			fmt.Fprintf(p.w, "policy    %s\n", policy)
 		}
+	}
+	if len(s.Grantors) == 0 {
+		// It said nothing: a bucket whose grantors had all stopped looked
+		// like one served, its leases counted (found by an outside client).
+		fmt.Fprintf(p.w, "grantor   none answered (no leased serve of this bucket runs, or none answered within %v: "+
+			"the service's grants, renewals and releases fail until one does)\n", grantorsWait)
 	}
 	for _, g := range s.Grantors {
 		line := fmt.Sprintf("grantor   %s %s", g.Node, g.NATSURL)

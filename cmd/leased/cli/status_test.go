@@ -135,8 +135,8 @@ func TestPrintStatusWithoutALeader(t *testing.T) {
 	var b strings.Builder
 	printStatus(printer{w: &b}, Status{Bucket: "leases", Replicas: 3, NoLeader: true, Peers: []PeerStatus{
 		{Name: "n1", Unreachable: true}, {Name: "n2", Unreachable: true},
-	}})
-	want := "bucket    leases (R3)\nleader    none (no quorum: nothing is granted or renewed)\nreplica   n1\nreplica   n2\n"
+	}, Grantors: []GrantorNode{{Node: "n3", NATSURL: "nats://127.0.0.1:4224"}}})
+	want := "bucket    leases (R3)\nleader    none (no quorum: nothing is granted or renewed)\nreplica   n1\nreplica   n2\ngrantor   n3 nats://127.0.0.1:4224\n"
 	if b.String() != want {
 		t.Errorf("status without a leader:\n%s\nwant\n%s", b.String(), want)
 	}
