@@ -215,12 +215,16 @@ func status(ctx context.Context, nc *nats.Conn, client *client.Client, bucket st
 				// the deadline: an interrupt, or a refusal withConn
 				// cancels for, was told to try a longer --timeout (found
 				// in review).
-				s.LeasesUnknown = "no answer within --timeout (connecting included): a longer one may do, unless the server is stopped or overloaded"
+				s.LeasesUnknown = countTimedOut
 			}
 		}
 	}
 	return s, nil
 }
+
+// countTimedOut is Status.LeasesUnknown for a count that status's own
+// --timeout cut off.
+const countTimedOut = "no answer within --timeout (connecting included): a longer one may do, unless the server is stopped or overloaded"
 
 // grantorsWait is how long status waits for the grantors' answers (less
 // if --timeout is shorter).
@@ -375,8 +379,13 @@ func printStatus(p printer, s Status) {
 			fmt.Fprintf(p.w, "follower  %s %s\n", peerName(peer.Name), peerState(peer))
 		}
 		switch {
+		case s.LeasesUnknown == countTimedOut:
+			// Not "JetStream did not answer the count": the count is the
+			// grantors' unless none answers, and this was status's own
+			// deadline (found by an outside client).
+			fmt.Fprintf(p.w, "leases    unknown (no answer within --timeout)\n")
 		case s.LeasesUnknown != "":
-			fmt.Fprintf(p.w, "leases    unknown (JetStream did not answer the count)\n")
+			fmt.Fprintf(p.w, "leases    unknown (the count could not be read)\n")
 		case !s.LostQuorum:
 			fmt.Fprintf(p.w, "leases    %d live\n", s.Leases)
 		}

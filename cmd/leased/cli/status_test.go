@@ -392,3 +392,21 @@ func TestStatusCountCancelledNotTimedOut(t *testing.T) {
 		t.Errorf("count of a status interrupted within its --timeout: leases unknown %q; want it said, and not as --timeout's", s.LeasesUnknown)
 	}
 }
+
+// A count not read says why in a word, not "JetStream did not answer the
+// count": the count is the grantors' (JetStream's only when none
+// answers), and one cut off by --timeout was no JetStream's silence
+// (found by an outside client, s25d: status --timeout 50ms).
+func TestPrintStatusCountNotRead(t *testing.T) {
+	for _, c := range []struct{ unknown, want string }{
+		{"no answer within --timeout (connecting included): a longer one may do, unless the server is stopped or overloaded", "leases    unknown (no answer within --timeout)\n"},
+		{"grantor unavailable: JetStream system temporarily unavailable", "leases    unknown (the count could not be read)\n"},
+	} {
+		var b strings.Builder
+		printStatus(printer{w: &b}, Status{Bucket: "leases", Replicas: 1, Leader: "n1", LeasesUnknown: c.unknown,
+			Grantors: []GrantorNode{{Node: "n1", NATSURL: "nats://127.0.0.1:4222"}}})
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("status with the count unknown (%s):\n%s\nwant %q", c.unknown, b.String(), c.want)
+		}
+	}
+}
