@@ -720,6 +720,33 @@ func TestRunSeesItsCommandExitAfterTheDeadline(t *testing.T) {
 	}
 }
 
+// run stopping its command waits for the guard's word of its exit; a guard
+// stopped on its own (SIGSTOP to its pid, shown in ps as "leased __guard")
+// never gave it: run, sent SIGTERM, killed the command and then waited for
+// good, its lease neither released nor let go of (found by an outside
+// client). run continues the guard as it stops the command, as it does the
+// command's group.
+func TestRunStopsItsCommandWithItsGuardStopped(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "guardstopped", "--ttl", "30s", "--", "sh", "-c", "echo child-pid=$$ >&2; exec sleep 60")
+	command := p.childPID(t)
+	_, guard, _, ok := procStatOf(command)
+	if !ok {
+		t.Fatal("the command is gone")
+	}
+	_ = syscall.Kill(guard, syscall.SIGSTOP)
+	defer syscall.Kill(guard, syscall.SIGCONT)
+	waitStopped(t, guard)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	// The grace is 2 s (TTL/10, at most 2 s).
+	if err, ee := waitExit(p.cmd, 10*time.Second), (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 128+15 {
+		t.Fatalf("run, its guard stopped, sent SIGTERM: %v, want exit 143 (the command's SIGTERM)\n%s", err, p.logs.text())
+	}
+	if r := leased(t, s.url, "acquire", "guardstopped", "--ttl", "30s"); r.code != 0 {
+		t.Fatalf("acquire after run stopped: exit %d %s, want the lease released", r.code, r.stderr)
+	}
+}
+
 // A command that exits 0 on its own, within its lease, while run is
 // stopped, is run's success however late run resumes: the guard saw the
 // exit in time. run exited 5 ("the command exited 0 after the lease was

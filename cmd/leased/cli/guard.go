@@ -634,9 +634,18 @@ func (g *guarded) writeDeadlines() {
 	}
 }
 
-// stopping tells the guard that run is stopping the command itself. It
-// never blocks.
-func (g *guarded) stopping() { g.stopOnce.Do(func() { close(g.stops) }) }
+// stopping tells the guard that run is stopping the command itself, and
+// continues the guard, as stop does the command's group: run learns of the
+// command's exit from the guard alone, and with the guard stopped (SIGSTOP
+// to its pid) run, sent SIGTERM, killed the command and waited for good,
+// renewing the lease of a command that was gone (found by an outside
+// client). It never blocks.
+func (g *guarded) stopping() {
+	g.stopOnce.Do(func() {
+		close(g.stops)
+		_ = g.guard.Process.Signal(syscall.SIGCONT)
+	})
+}
 
 // close closes run's end of the life pipe, so that the guard kills what is
 // left of the command (killAll) and exits, and waits for it. Once.
