@@ -747,6 +747,30 @@ func TestRunStopsItsCommandWithItsGuardStopped(t *testing.T) {
 	}
 }
 
+// A command that exits on its own while its guard is stopped: run heard
+// nothing of the exit and kept renewing the lease of a command that was
+// gone, for as long as the guard stayed stopped (found by an outside
+// client). run continues the guard at each renewal.
+func TestRunSeesItsCommandExitWithItsGuardStopped(t *testing.T) {
+	s := startServe(t, "")
+	p := startRun(t, s.url, "--lease", "guardstopped.exit", "--ttl", "3s", "--", "sh", "-c", "echo child-pid=$$ >&2; exec sleep 2")
+	command := p.childPID(t)
+	_, guard, _, ok := procStatOf(command)
+	if !ok {
+		t.Fatal("the command is gone")
+	}
+	_ = syscall.Kill(guard, syscall.SIGSTOP)
+	defer syscall.Kill(guard, syscall.SIGCONT)
+	waitStopped(t, guard)
+	// Renewed every second: the exit is seen within one renewal of it.
+	if err := waitExit(p.cmd, 10*time.Second); err != nil {
+		t.Fatalf("run, its guard stopped, its command done: %v, want exit 0\n%s", err, p.logs.text())
+	}
+	if r := leased(t, s.url, "acquire", "guardstopped.exit", "--ttl", "30s"); r.code != 0 {
+		t.Fatalf("acquire after run's command exited: exit %d %s, want the lease released", r.code, r.stderr)
+	}
+}
+
 // A command that exits 0 on its own, within its lease, while run is
 // stopped, is run's success however late run resumes: the guard saw the
 // exit in time. run exited 5 ("the command exited 0 after the lease was

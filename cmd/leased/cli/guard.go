@@ -601,8 +601,12 @@ func (g *guarded) wait() (late bool, err error) {
 // extend tells the guard the command's new deadline (commandDeadline). It
 // never blocks: a guard that does not read (stopped) holds up only the
 // writer, which then writes the latest deadline given. After close it
-// does nothing.
+// does nothing. It continues a guard stopped on its own (SIGSTOP to its
+// pid): run hears of the command's exit from the guard alone, and kept
+// renewing the lease of a command gone, for as long as the guard stayed
+// stopped (found by an outside client).
 func (g *guarded) extend(deadline int64) {
+	_ = g.guard.Process.Signal(syscall.SIGCONT)
 	for {
 		select {
 		case g.deadlines <- deadline:
