@@ -65,7 +65,9 @@ all the same, having caught the SIGTERM, if its exit 0 was seen only after
 the lease's deadline (run stopped meanwhile), or if the lease's deadline
 passed before it could start), or 3 if the lease was held by someone else and the
 command never started. On SIGINT, SIGTERM or SIGHUP, run stops the command the same way
-(SIGTERM, then SIGKILL after --grace) and releases the lease.`,
+(SIGTERM, then SIGKILL after --grace) and releases the lease. A second one
+ends run at once (killed by it): the command's group gets SIGKILL, its grace
+cut short, and the lease, not released, lapses at its TTL.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if at := cmd.ArgsLenAtDash(); at > 0 {
 				// `run NAME -- cmd`: elect's form (found by an outside client).
