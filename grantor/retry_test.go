@@ -17,6 +17,7 @@ import (
 
 	"github.com/leased/leased/grantor"
 	"github.com/leased/leased/grantor/api"
+	"github.com/leased/leased/grantor/client"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
 )
@@ -506,4 +507,73 @@ func TestFullStoreLogged(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"the NATS server's storage is full`) {
 		t.Errorf("no line in the log says the storage is full:\n%s", logs.String())
 	}
+}
+
+// A renewal, release or revocation refused for JetStream's storage limit
+// is answered at once, saying the storage is full and that the lease is
+// still held: the service tried each again until its caller's deadline,
+// and `leased release --timeout 20s` waited 20 s to say "context deadline
+// exceeded", while a grant said the storage was full at once (found by an
+// outside client).
+func TestFullStoreAnsweredAtOnce(t *testing.T) {
+	srv := kvleasetest.NewServer(t, kvleasetest.WithMaxStore(64<<10))
+	f := startOn(t, srv.ClientURL(), grantor.DefaultConfig())
+	ctx := t.Context()
+	secret := strings.Repeat("s", 16)
+	held, err := f.client.Grant(ctx, kvlease.GrantRequest{Name: "held", Holder: "h", Duration: time.Minute, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grantUntilFull(t, f.client)
+	const timeout = 10 * time.Second
+	for _, c := range []struct {
+		verb, says string
+		call       func(context.Context) error
+	}{
+		{"renew", "not renewed", func(ctx context.Context) error {
+			_, err := f.client.Renew(ctx, kvlease.RenewRequest{Name: "held", Holder: "h", Token: held.Token, Revision: held.Revision,
+				Secret: secret})
+			return err
+		}},
+		{"release", "not released", func(ctx context.Context) error {
+			return f.client.Release(ctx, kvlease.ReleaseRequest{Name: "held", Holder: "h", Token: held.Token, Revision: held.Revision,
+				Secret: secret})
+		}},
+		{"revoke", "not revoked", func(ctx context.Context) error {
+			_, err := f.client.Revoke(ctx, "held", "test")
+			return err
+		}},
+	} {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		began := time.Now()
+		err := c.call(cctx)
+		took := time.Since(began)
+		cancel()
+		if !errors.Is(err, kvlease.ErrStoreFull) || !strings.Contains(err.Error(), c.says) || took > timeout/2 {
+			t.Errorf("%s in a full store: %v after %v; want ErrStoreFull at once, saying %q", c.verb, err, took.Round(time.Millisecond), c.says)
+		}
+		if l, err := f.client.Get(ctx, "held"); err != nil || l.Token != uint64(held.Token) {
+			t.Fatalf("after the %s refused for a full store: %+v, %v; want token %d still held", c.verb, l, err, held.Token)
+		}
+	}
+}
+
+// grantUntilFull grants leases of 1 KiB of attributes through c until
+// one is refused, which must be for a full store, within 1000 grants.
+func grantUntilFull(t *testing.T, c *client.Client) {
+	t.Helper()
+	pad := map[string]string{"pad": strings.Repeat("x", 1000)}
+	for i := range 1000 {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		_, err := c.Grant(ctx, kvlease.GrantRequest{Name: fmt.Sprintf("fill.%d", i), Holder: "h", Duration: time.Minute, Attributes: pad})
+		cancel()
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, kvlease.ErrStoreFull) {
+			t.Fatalf("grant %d into a full store: %v, want ErrStoreFull", i, err)
+		}
+		return
+	}
+	t.Fatal("1000 grants of 1 KiB, and none refused")
 }

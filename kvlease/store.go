@@ -1093,7 +1093,7 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 	// tenure's newer revision, and renews from it (the claim is checked
 	// on it again).
 	unanswered := false
-	return writeAttempts(ctx, func(error) { unanswered = true }, func(ctx context.Context) (Record, error) {
+	rec, err = writeAttempts(ctx, func(error) { unanswered = true }, func(ctx context.Context) (Record, error) {
 		rec, err := s.renew(ctx, req, span)
 		var stale *StaleRevisionError
 		if unanswered && errors.As(err, &stale) && stale.Revision > req.Revision {
@@ -1102,6 +1102,11 @@ func (s *Store) Renew(ctx context.Context, req RenewRequest) (rec Record, err er
 		}
 		return rec, err
 	})
+	if errors.Is(err, ErrStoreFull) {
+		err = fmt.Errorf("%w (%q not renewed: its tenure lasts until its deadline, unless a renewal goes through once room is made)",
+			err, req.Name)
+	}
+	return rec, err
 }
 
 // writeAttemptTimeout bounds one attempt of a renewal or release. A write
@@ -1121,25 +1126,28 @@ const writeAttemptTimeout = 2 * time.Second
 // for a batch's ack). A [StaleReadError] is answered at once: the attempt
 // read again for a while already, and a revision never issued (a
 // caller's mistake) reads as one; retried, it took the caller's whole
-// deadline to say so.
+// deadline to say so. So is [ErrStoreFull], a write refused (not stored):
+// tried again until the caller's deadline, a release through the service
+// said only "context deadline exceeded" after 20 s, while a grant said the
+// storage was full at once (found by an outside client).
 func writeAttempts[T any](ctx context.Context, onWait func(error), attempt func(context.Context) (T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		return attempt(ctx)
 	}
-	var stale error
+	var final error // answered at once, not tried again
 	v, err := RetryUnavailable(ctx, time.Second, onWait, func() (T, error) {
 		actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
 		defer cancel()
 		v, err := attempt(actx)
-		if sr := (*StaleReadError)(nil); errors.As(err, &sr) {
-			stale = err
+		if sr := (*StaleReadError)(nil); errors.As(err, &sr) || errors.Is(err, ErrStoreFull) {
+			final = err
 			return v, nil
 		}
 		return v, err
 	})
-	if stale != nil {
+	if final != nil {
 		var zero T
-		return zero, stale
+		return zero, final
 	}
 	return v, err
 }
@@ -1258,6 +1266,10 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (err error) {
 	released, err = writeAttempts(ctx, nil, func(ctx context.Context) (Record, error) {
 		return s.release(ctx, req)
 	})
+	if errors.Is(err, ErrStoreFull) {
+		err = fmt.Errorf("%w (%q not released: it stays held until its TTL runs out, unless a release goes through once room is made)",
+			err, req.Name)
+	}
 	return err
 }
 
@@ -1414,6 +1426,12 @@ func (s *Store) Revoke(ctx context.Context, name, reason string, opts ...RevokeO
 		rec, err = s.revokeOnce(actx, name, reason, o, &revoking)
 		cancel()
 		switch {
+		case errors.Is(err, ErrStoreFull):
+			// Refused, not unanswered: said at once, as a grant's is (tried
+			// again, it said "context deadline exceeded" when the caller's
+			// deadline came; found by an outside client).
+			return Record{}, fmt.Errorf("%w (%q not revoked: its tenure stays live, unless a revocation goes through once room is made)",
+				err, name)
 		case err == nil, !errors.Is(err, errMismatch) && !errors.Is(err, ErrUnavailable):
 			return rec, err
 		case ctx.Err() != nil && errors.Is(err, errMismatch):
