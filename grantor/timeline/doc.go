@@ -22,11 +22,15 @@
 //
 // /api/tenures answers at most limit tenures ([DefaultLimit] unless the
 // request gives limit, at most [MaxLimit]): if the window holds more,
-// those whose records came last (the most recently active, the live
-// leases among them), with "truncated": true and "total" the window's
+// those read last, with "truncated": true and "total" the window's
 // tenures as counted while read; a narrower prefix or a later since shows
-// the others. What a request holds is bounded by its limit, not by the
-// window: the records of the tenures kept, and the live leases' listing.
+// the others. The live leases under the prefix are read after the
+// window's records, so they are kept first: all of them if they are at
+// most limit, else the last limit by name and no tenure that has ended;
+// then the ended tenures whose records came last (the most recently
+// active). What a request keeps of the window's records is bounded by
+// its limit, not by the window; the live leases' listing is not: it
+// reads every live lease under the prefix.
 // "after" is the id of the last record read (as /events gives ids); it is
 // /events' parameter (/api/tenures refuses it), and /events ignores limit
 // (the page passes its own on to both).

@@ -384,8 +384,10 @@ type TenuresReply struct {
 	Now      time.Time `json:"now"`
 	// Limit is the most tenures the reply holds (the request's limit, or
 	// DefaultLimit). Truncated says the window holds more: Tenures are
-	// then the Limit whose records came last (the most recently active,
-	// the live leases among them), and Total counts the window's
+	// then the Limit read last: the live leases (read after the window's
+	// records: all of them if at most Limit, else the last Limit by name),
+	// then the ended tenures whose records came last (the most recently
+	// active), and Total counts the window's
 	// tenures (as read: a tenure whose grant the observer missed and
 	// whose end came after Limit others is counted twice).
 	Limit     int  `json:"limit"`
@@ -495,7 +497,9 @@ func (h *Handler) tenures(w http.ResponseWriter, r *http.Request, q query) {
 	defer cancel()
 	now := time.Now()
 	// The tenures whose records come last are kept, at most q.limit: what
-	// the request holds is bounded by its limit, not by the window (it
+	// the request keeps of the history is bounded by its limit, not by the
+	// window (the live leases under the prefix are listed in full, and
+	// added last: they are kept first, the last q.limit by name if more) (it
 	// read the whole window into memory and answered every tenure in it:
 	// 6 MB and 90 MB of RSS for 33,000 leases, which a page took 11 s to
 	// draw).

@@ -905,3 +905,53 @@ func TestTenuresTotalCountsALiveLeaseNotRead(t *testing.T) {
 		}
 	}
 }
+
+// /api/tenures keeps the live leases first, as README and docs/api.md
+// say: they are read after the window's records, so with more live
+// leases than limit it answers the last limit of them by name and no
+// ended tenure, and with fewer, all of them and then the ended tenures
+// whose records came last. The docs said "the most recently active (the
+// live leases among them)": with limit 2 and 5 live leases, 3 were
+// missing (found by an outside client).
+func TestTenuresKeepLiveLeasesFirst(t *testing.T) {
+	h := openStream(t)
+	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC()
+	var recs []history.Record
+	for i, name := range []string{"lf.old", "lf.new"} {
+		granted, ended := at.Add(time.Duration(i)*time.Second), at.Add(time.Duration(i)*time.Second+500*time.Millisecond)
+		tok := uint64(2*i + 1)
+		recs = append(recs,
+			history.Record{Kind: history.KindGranted, Name: name, Holder: "h", Token: tok, Revision: tok, Time: granted, GrantedAt: granted},
+			history.Record{Kind: history.KindEnded, Name: name, Holder: "h", Token: tok, Revision: tok + 1, Time: ended, GrantedAt: granted,
+				EndedBy: history.EndReleased})
+	}
+	appendAll(t, h, recs...)
+	var live []kvlease.Record
+	for i, name := range []string{"lf.a", "lf.b", "lf.c", "lf.d", "lf.e"} { // name order, as Store.List gives them
+		live = append(live, kvlease.Record{Name: name, Holder: "h", Token: kvlease.Token(10 + i), GrantedAt: at.Add(10 * time.Second),
+			Duration: time.Hour})
+	}
+	s := newServer(t, h, timeline.WithLive(func(context.Context, string) ([]kvlease.Record, error) { return live, nil }))
+	for _, c := range []struct {
+		limit int
+		want  []string
+	}{
+		{2, []string{"lf.d", "lf.e"}},
+		{6, []string{"lf.a", "lf.b", "lf.c", "lf.d", "lf.e", "lf.new"}},
+		{7, []string{"lf.a", "lf.b", "lf.c", "lf.d", "lf.e", "lf.new", "lf.old"}},
+	} {
+		resp, body := get(t, http.MethodGet, fmt.Sprintf("%s/api/tenures?prefix=lf.&limit=%d", s.URL, c.limit))
+		var got timeline.TenuresReply
+		if err := json.Unmarshal([]byte(body), &got); resp.StatusCode != http.StatusOK || err != nil {
+			t.Fatalf("%d %s (%v)", resp.StatusCode, body, err)
+		}
+		var names []string
+		for _, tn := range got.Tenures {
+			names = append(names, tn.Name)
+		}
+		if !slices.Equal(names, c.want) || got.Truncated != (c.limit < 7) || got.Total != 7 {
+			t.Errorf("limit %d: %v, truncated %v, total %d; want %v, truncated %v, total 7",
+				c.limit, names, got.Truncated, got.Total, c.want, c.limit < 7)
+		}
+	}
+}

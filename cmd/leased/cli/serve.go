@@ -200,7 +200,7 @@ is refused unless --allow-insecure is given.
 
 --http-listen serves the timeline page: who held which lease when, read from
 the bucket's history stream (any node can serve it), live; /api/tenures has
-the same data as JSON, at most 2,000 tenures (the most recently active) unless
+the same data as JSON, at most 2,000 tenures (the live leases, then the most recently active) unless
 it asks ?limit= (at most 50,000), "truncated" saying there were more. It is
 read-only and has no authorization of its own: a non-loopback address is
 refused unless --allow-public-http is given (a flag of its own, because the
