@@ -468,7 +468,7 @@
     const notice = $('notice');
     notice.hidden = !truncated;
     if (truncated) {
-      notice.textContent = n + ' of ' + Math.max(total, n) + ' tenures shown, the most recently active (at most ' + limit +
+      notice.textContent = n + ' of ' + Math.max(total, n) + ' tenures shown, the live ones first, then the most recently active (at most ' + limit +
         '): narrow by prefix or since to see the others';
     }
     if (shown !== null) details(find(shown));
