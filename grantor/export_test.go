@@ -3,6 +3,7 @@ package grantor
 import (
 	"time"
 
+	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 )
 
@@ -55,6 +56,16 @@ func WithHistoryLinger(d time.Duration, reported func(rev uint64)) Option {
 func WithEndCheckedHook(f func(rec kvlease.Record, ended bool, err error)) Option {
 	return func(s *Service) error {
 		s.onEndChecked = f
+		return nil
+	}
+}
+
+// WithVanishedHook makes s's observer call f with the ends of tenures that
+// ended unobserved it found at a takeover (endVanished): before it queues
+// them (sent false), and with those it queued (sent true).
+func WithVanishedHook(f func(ends []history.Record, sent bool)) Option {
+	return func(s *Service) error {
+		s.onVanished = f
 		return nil
 	}
 }

@@ -539,3 +539,61 @@ func TestObserverEndsTenuresThatEndedUnobserved(t *testing.T) {
 		t.Errorf("the held tenure %s: %+v ended %v; %d records, want 5: %+v", held.Name, tn, ok, len(recs), recs)
 	}
 }
+
+// A tenure found ended unobserved whose lease is granted again before the
+// observer queues its end: the end must not follow the new tenure's begin
+// in the history, where it would be the lease's last record, and the next
+// observer's takeover (history.Stream.LastOfEach) would not see the new
+// tenure held, nor end it if it too ended unobserved (found in review).
+func TestObserverVanishedEndDoesNotFollowANewGrant(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	p := kvleasetest.NewProxy(t, srv.Addr())
+	markers := kvlease.WithMarkerTTL(time.Second)
+	direct := func() *kvlease.Store { return nil }
+	var again kvlease.Record
+	queued := make(chan []history.Record, 1)
+	var f fixture
+	f = startOnStore(t, p.URL(), []kvlease.Option{markers}, grantor.DefaultConfig(),
+		grantor.WithVanishedHook(func(ends []history.Record, sent bool) {
+			if sent {
+				queued <- ends
+				return
+			}
+			// Granted again after the observer found it gone, before it
+			// queued its end: the new tenure's begin is recorded first.
+			var err error
+			again, err = direct().Grant(t.Context(), kvlease.GrantRequest{Name: "x.0", Holder: "h2", Duration: time.Hour})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			waitRecords(t, f.svc.History(), "x.", 2)
+		}))
+	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate(), markers)
+	direct = func() *kvlease.Store { return st }
+	ctx := t.Context()
+	expired, err := st.Grant(ctx, kvlease.GrantRequest{Name: "x.0", Holder: "h", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRecords(t, f.svc.History(), "", 1)
+	p.Cut() // the only grantor: nobody observes
+	for _, name := range []string{expired.Name, grantor.ObserverLease} {
+		kvleasetest.WaitEmpty(t, st, name, 20*time.Second)
+	}
+	p.Heal()
+	select {
+	case <-queued:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the observer queued no ends")
+	}
+	// Whatever it queued is in the history before this marker's begin.
+	if _, err := st.Grant(ctx, kvlease.GrantRequest{Name: "m.0", Holder: "h", Duration: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	waitRecords(t, f.svc.History(), "m.", 1)
+	last, ok, err := f.svc.History().LastFor(ctx, "x.0")
+	if err != nil || !ok || last.Kind != history.KindGranted || last.Token != uint64(again.Token) {
+		t.Errorf("the last record of x.0: %+v (%v, %v); want the begin of tenure %d, held", last, ok, err, again.Token)
+	}
+}

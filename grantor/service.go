@@ -172,6 +172,10 @@ type Service struct {
 	// history (endEndedAgain), and whether it was ended, or with the
 	// check's error.
 	onEndChecked func(rec kvlease.Record, ended bool, err error)
+	// onVanished, if set (tests), is called by the observer with the ends
+	// of tenures that ended unobserved it found at a takeover, before it
+	// queues them (sent false), and with those it queued (sent true).
+	onVanished func(ends []history.Record, sent bool)
 
 	mp           metric.MeterProvider
 	namePrefixes []string
