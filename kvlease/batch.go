@@ -72,6 +72,9 @@ type writeReq struct {
 	done   chan writeResult // buffered (1): the writer never blocks on it
 	seq    uint64           // when it queued (writer.arrivals), if it did
 	wrote  uint64           // the revision it was written at, once answered so (see screenLocked)
+	// answered is when its answer came (monoSince), set where it comes
+	// (publishOne, answer): its caller may wake to it late (StorageFull).
+	answered int64
 	// tooLate, if set (renewals), says why the write must no longer be
 	// sent (Store.Renew's guard): checked again as it goes out, as its
 	// context is, however long it queued.
@@ -100,6 +103,7 @@ func (r *writeReq) answer(rev uint64, err error) {
 	if err == nil {
 		r.wrote = rev
 	}
+	r.answered = monoSince()
 	r.done <- writeResult{rev, err}
 }
 
@@ -681,6 +685,7 @@ func (s *Store) publishOne(r *writeReq) (uint64, error) {
 		opts = append(opts, jetstream.WithMsgTTL(r.ttl))
 	}
 	ack, err := s.js.PublishMsg(r.ctx, r.msg, opts...)
+	r.answered = monoSince()
 	switch {
 	case err != nil:
 		return 0, translate(r.op, err)

@@ -18,9 +18,10 @@ func SetSendHook(st *Store, f func(batch bool, names []string)) {
 	}
 }
 
-// SetWroteHook makes st call f as it notes a write's answer (accepted, or
-// refused for the storage limit), before StorageFull says it. Call it
-// before st writes.
+// SetWroteHook makes st call f once a write's answer (accepted, or refused
+// for the storage limit) has reached its writer, before the writer notes
+// it for StorageFull: as a writer woken late would. Call it before st
+// writes.
 func SetWroteHook(st *Store, f func(err error)) { st.wroteHook = f }
 
 // SetQueueHook makes st call f after a request queues, with the queue's

@@ -202,7 +202,8 @@ type Store struct {
 	// neither), 0 for none (StorageFull). Each keeps the latest answer,
 	// whatever order the writers note them in.
 	lastFull, lastAccepted atomic.Int64
-	// wroteHook (tests) is called as a write's answer is noted.
+	// wroteHook (tests) is called once a write's answer has reached its
+	// writer, before it is noted.
 	wroteHook func(err error)
 }
 
@@ -2266,21 +2267,22 @@ func (s *Store) write(req *writeReq) (uint64, error) {
 	} else {
 		rev, err = s.w.submit(req)
 	}
-	// Noted by when the answer came, not in the order writers note them:
-	// a refusal answered before an acceptance, its writer noting it after
-	// (a goroutine scheduled late), kept /healthz at 503 for a minute on
-	// a node whose writes were accepted since (found in review).
-	switch at := monoSince(); {
+	if s.wroteHook != nil && (err == nil || errors.Is(err, ErrStoreFull)) {
+		s.wroteHook(err)
+	}
+	// Noted by when the answer came (req.answered, taken where it came),
+	// not in the order writers note them: a refusal answered before an
+	// acceptance, its writer noting it after (a goroutine scheduled late),
+	// kept /healthz at 503 for a minute on a node whose writes were
+	// accepted since (found in review). The time the writer woke was no
+	// better: a writer woken late took a late time.
+	// (Read only of an answer this goroutine has: one given up on, its
+	// context ended, may be answered yet.)
+	switch {
 	case err == nil:
-		if s.wroteHook != nil {
-			s.wroteHook(err)
-		}
-		storeLater(&s.lastAccepted, at)
+		storeLater(&s.lastAccepted, cmp.Or(req.answered, monoSince()))
 	case errors.Is(err, ErrStoreFull):
-		if s.wroteHook != nil {
-			s.wroteHook(err)
-		}
-		storeLater(&s.lastFull, at)
+		storeLater(&s.lastFull, cmp.Or(req.answered, monoSince()))
 	}
 	return rev, err
 }
