@@ -567,7 +567,15 @@ func TestObserverVanishedEndDoesNotFollowANewGrant(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			waitRecords(t, f.svc.History(), "x.", 2)
+			// Not waitRecords: t.Fatal is for the test's own goroutine.
+			wctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+			defer cancel()
+			err = f.svc.History().Follow(wctx, "x.", time.Now().Add(-time.Hour), func(r history.Record, caughtUp bool) bool {
+				return caughtUp || r.Kind != history.KindGranted || r.Token != uint64(again.Token)
+			})
+			if err != nil {
+				t.Errorf("the begin of tenure %d not recorded: %v", again.Token, err)
+			}
 		}))
 	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithoutCreate(), markers)
 	direct = func() *kvlease.Store { return st }
