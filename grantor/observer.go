@@ -877,8 +877,12 @@ func (o *observer) endEndedAgain(ctx context.Context, replayed []kvlease.Record)
 }
 
 // vanishedIdle bounds endVanished's read of the history (see
-// history.Stream.LastOfEach).
-const vanishedIdle = 10 * time.Second
+// history.Stream.Held), and vanishedRecheck is how long it waits before it
+// reads again the leases it found gone.
+const (
+	vanishedIdle    = 10 * time.Second
+	vanishedRecheck = time.Second
+)
 
 // endVanished records an end ([history.EndUnknown], [history.VanishedReason]) of
 // each tenure the history shows held, of a change at or below after (the
@@ -889,22 +893,23 @@ const vanishedIdle = 10 * time.Second
 // those tenures held until its records aged out (a day), `leased history`
 // and the timeline with them (found by an outside client: a lone grantor
 // cut off from its server for 5.5 min). It runs once per takeover, off
-// the observer's goroutine: it reads each lease's last record of the
-// history (one message per lease) and the live leases, then each lease
-// the two disagree on, paced as endEndedAgain's reads are, and sends the
-// ends to the observer's goroutine, which appends them in order with its
-// own records (a record's revision is how far the history has gone: see
+// the observer's goroutine: it reads the history's held tenures (one
+// message per lease) and the live leases, then each lease the two
+// disagree on, paced as endEndedAgain's reads are, and those it finds
+// gone once more a moment later (a stream leader that resumes answers
+// from its old state until it hears of the new one: no entry, for a
+// lease granted since; found in review). It sends the ends to the
+// observer's goroutine, which appends them in order with its own records
+// (a record's revision is how far the history has gone: see
 // startRevision). Unavailable, it tries again until ctx ends.
 func (o *observer) endVanished(ctx context.Context, after uint64, vanished chan<- []history.Record) {
 	held, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() ([]history.Record, error) {
-		return o.hist.LastOfEach(ctx, vanishedIdle)
+		return o.hist.Held(ctx, vanishedIdle)
 	})
 	if err != nil {
 		return
 	}
-	held = slices.DeleteFunc(held, func(r history.Record) bool {
-		return r.Kind != history.KindGranted || r.Token == 0 || r.Revision > after
-	})
+	held = slices.DeleteFunc(held, func(r history.Record) bool { return r.Token == 0 || r.Revision > after })
 	if len(held) == 0 {
 		return
 	}
@@ -918,47 +923,25 @@ func (o *observer) endVanished(ctx context.Context, after uint64, vanished chan<
 	for _, l := range live {
 		tokens[l.Name] = l.Token
 	}
-	var ends []history.Record
-	read := 0
-	for _, r := range held {
-		if tokens[r.Name] == kvlease.Token(r.Token) {
-			continue
+	held = slices.DeleteFunc(held, func(r history.Record) bool { return tokens[r.Name] == kvlease.Token(r.Token) })
+	found := time.Now() // gone by then: before any grant of the lease that may follow
+	gone := o.gone(ctx, held)
+	if len(gone) > 0 {
+		select {
+		case <-time.After(vanishedRecheck):
+		case <-ctx.Done():
+			return
 		}
-		if read > 0 && read%resurrectChecks == 0 {
-			select {
-			case <-time.After(resurrectPause):
-			case <-ctx.Done():
-				return
-			}
-		}
-		read++
-		e, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (lastEntry, error) {
-			actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-			defer cancel()
-			rec, live, err := o.s.store.Last(actx, r.Name)
-			return lastEntry{rec, live}, err
-		})
-		last, isLive := e.rec, e.live
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				o.s.log.Warn("cannot check a lease the history shows held", "lease", r.Name, "token", r.Token, "err", err)
-			}
-			continue
-		case isLive || last.Revision != 0:
-			// Held, or an entry left: a change the watch brings, or a
-			// record the server kept past its TTL, which the overdue
-			// sweep (or a grant over it) ends with its true cause.
-			continue
-		}
-		// At the time it was found gone: before any grant of the lease
-		// that may follow.
-		ends = append(ends, history.Record{Kind: history.KindEnded, Name: r.Name, Token: r.Token, Holder: r.Holder,
-			Time: time.Now(), GrantedAt: r.GrantedAt, DurationMS: r.DurationMS,
-			EndedBy: history.EndUnknown, Reason: history.VanishedReason, TraceID: r.TraceID, Observer: o.candidate})
+		gone = o.gone(ctx, gone)
 	}
-	if len(ends) == 0 {
+	if len(gone) == 0 {
 		return
+	}
+	ends := make([]history.Record, len(gone))
+	for i, r := range gone {
+		ends[i] = history.Record{Kind: history.KindEnded, Name: r.Name, Token: r.Token, Holder: r.Holder,
+			Time: found, GrantedAt: r.GrantedAt, DurationMS: r.DurationMS,
+			EndedBy: history.EndUnknown, Reason: history.VanishedReason, TraceID: r.TraceID, Observer: o.candidate}
 	}
 	if o.s.onVanished != nil {
 		o.s.onVanished(ends, false)
@@ -970,7 +953,40 @@ func (o *observer) endVanished(ctx context.Context, after uint64, vanished chan<
 			return
 		}
 	}
-	o.s.log.Warn("the history showed held tenures that ended while no grantor observed; it records their ends", "tenures", len(ends))
+	o.s.log.Warn("found tenures the history showed held that ended while no grantor observed; recording their ends", "tenures", len(ends))
+}
+
+// gone returns the tenures of held whose leases the bucket keeps no entry
+// of at all, reading each lease, paced as endEndedAgain's reads are.
+func (o *observer) gone(ctx context.Context, held []history.Record) []history.Record {
+	var out []history.Record
+	for i, r := range held {
+		if i > 0 && i%resurrectChecks == 0 {
+			select {
+			case <-time.After(resurrectPause):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		e, err := kvlease.RetryUnavailable(ctx, time.Second, nil, func() (lastEntry, error) {
+			actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+			defer cancel()
+			rec, live, err := o.s.store.Last(actx, r.Name)
+			return lastEntry{rec, live}, err
+		})
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			o.s.log.Warn("cannot check a lease the history shows held", "lease", r.Name, "token", r.Token, "err", err)
+		case !e.live && e.rec.Revision == 0:
+			out = append(out, r)
+		}
+		// Else held, or an entry left: a change the watch brings, or a
+		// record the server kept past its TTL, which the overdue sweep
+		// (or a grant over it) ends with its true cause.
+	}
+	return out
 }
 
 // lastEntry is what Store.Last returns, as one value.

@@ -543,7 +543,7 @@ func TestObserverEndsTenuresThatEndedUnobserved(t *testing.T) {
 // A tenure found ended unobserved whose lease is granted again before the
 // observer queues its end: the end must not follow the new tenure's begin
 // in the history, where it would be the lease's last record, and the next
-// observer's takeover (history.Stream.LastOfEach) would not see the new
+// observer's takeover (history.Stream.Held) would not see the new
 // tenure held, nor end it if it too ended unobserved (found in review).
 func TestObserverVanishedEndDoesNotFollowANewGrant(t *testing.T) {
 	srv := kvleasetest.NewServer(t)

@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -466,52 +467,56 @@ func (h *Stream) Read(ctx context.Context, prefix string, since time.Time) ([]Re
 // client). Messages of leases not under prefix, which a prefix that is
 // not whole dot-separated tokens reads too, count as coming.
 func (h *Stream) ReadIdle(ctx context.Context, prefix string, since time.Time, idle time.Duration) ([]Record, error) {
-	return h.readIdle(ctx, prefix, since, false, idle)
-}
-
-// LastOfEach returns the last record of each lease the history holds, in
-// the order they were stored, bounded by idle as [Stream.ReadIdle] is. It
-// reads one message per lease, not the whole history: a lease whose last
-// record is a begin ([KindGranted]) is one the history shows held.
-func (h *Stream) LastOfEach(ctx context.Context, idle time.Duration) ([]Record, error) {
-	recs, err := h.readIdle(ctx, "", time.Time{}, true, idle)
-	if err != nil {
+	var out []Record
+	if err := h.readEach(ctx, prefix, since, false, idle, func(r Record) { out = append(out, r) }); err != nil {
 		return nil, err
-	}
-	// A consumer made anew during the read goes on from where the last
-	// delivered, message by message: a lease's later record replaces its
-	// earlier one.
-	at := make(map[string]int, len(recs))
-	out := recs[:0]
-	for _, r := range recs {
-		if i, ok := at[r.Name]; ok {
-			out[i] = r
-			continue
-		}
-		at[r.Name] = len(out)
-		out = append(out, r)
 	}
 	return out, nil
 }
 
-// readIdle is ReadIdle, of each lease's last record alone if lastOnly.
-func (h *Stream) readIdle(ctx context.Context, prefix string, since time.Time, lastOnly bool, idle time.Duration) ([]Record, error) {
+// Held returns the tenures the history shows held: the begin record
+// ([KindGranted]) of each lease whose last record is one, in order of
+// revision, bounded by idle as [Stream.ReadIdle] is. It reads one message
+// per lease, not the whole history, and keeps only those begins: what it
+// holds is bounded by the leases held, not by the names the history has
+// seen (the last records of 100,000 names, kept, were 90 MB; found in
+// review).
+func (h *Stream) Held(ctx context.Context, idle time.Duration) ([]Record, error) {
+	held := map[string]Record{}
+	err := h.readEach(ctx, "", time.Time{}, true, idle, func(r Record) {
+		// A consumer made anew during the read goes on from where the
+		// last delivered, message by message: a lease's later record
+		// stands.
+		if r.Kind == KindGranted {
+			held[r.Name] = r
+		} else {
+			delete(held, r.Name)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return slices.SortedFunc(maps.Values(held), func(a, b Record) int { return cmp.Compare(a.Revision, b.Revision) }), nil
+}
+
+// readEach is ReadIdle calling fn with each record instead of returning
+// them, of each lease's last record alone if lastOnly.
+func (h *Stream) readEach(ctx context.Context, prefix string, since time.Time, lastOnly bool, idle time.Duration, fn func(Record)) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	errIdle := fmt.Errorf("%w: read history: nothing received for %v", kvlease.ErrUnavailable, idle.Round(time.Millisecond))
 	timer := time.AfterFunc(idle, func() { cancel(errIdle) })
 	defer timer.Stop()
-	var out []Record
 	err := h.follow(ctx, prefix, since, Position{}, lastOnly, func() { timer.Reset(idle) }, func(r Record, _ Position, caughtUp bool) bool {
 		if !caughtUp {
-			out = append(out, r)
+			fn(r)
 		}
 		return !caughtUp
 	})
 	if err != nil && context.Cause(ctx) == errIdle {
-		return nil, errIdle
+		return errIdle
 	}
-	return out, err
+	return err
 }
 
 // Follow calls fn with every record of leases whose names start with

@@ -444,34 +444,35 @@ func TestEndLive(t *testing.T) {
 	}
 }
 
-// LastOfEach gives each lease's last record, in the order stored, and
-// nothing for an empty history.
-func TestLastOfEach(t *testing.T) {
+// Held gives the begin of each lease whose last record is one, in order of
+// revision, and nothing for an empty history.
+func TestHeld(t *testing.T) {
 	ctx := t.Context()
 	h, _, _ := newStream(t)
-	if got, err := h.LastOfEach(ctx, 5*time.Second); err != nil || len(got) != 0 {
+	if got, err := h.Held(ctx, 5*time.Second); err != nil || len(got) != 0 {
 		t.Fatalf("an empty history: %+v, %v; want none", got, err)
 	}
 	t0 := time.Now().Add(-time.Minute)
 	rec := func(kind, name string, tok, rev uint64) history.Record {
 		return history.Record{Kind: kind, Name: name, Token: tok, Holder: "h", Revision: rev, Time: t0, GrantedAt: t0}
 	}
+	freed := rec(history.KindFreed, "d", 7, 9)
 	recs := []history.Record{rec(history.KindGranted, "a.x", 1, 1), rec(history.KindGranted, "b", 2, 2),
 		rec(history.KindEnded, "a.x", 1, 3), rec(history.KindGranted, "a.x", 4, 4), rec(history.KindGranted, "c", 5, 5),
-		rec(history.KindEnded, "c", 5, 6)}
+		rec(history.KindEnded, "c", 5, 6), rec(history.KindGranted, "d", 7, 7), rec(history.KindEnded, "d", 7, 8), freed}
 	if _, err := h.AppendAll(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
-	got, err := h.LastOfEach(ctx, 5*time.Second)
+	got, err := h.Held(ctx, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last []string
+	var held []string
 	for _, r := range got {
-		last = append(last, fmt.Sprintf("%s %s %d", r.Name, r.Kind, r.Token))
+		held = append(held, fmt.Sprintf("%s %s %d", r.Name, r.Kind, r.Token))
 	}
-	if want := []string{"b granted 2", "a.x granted 4", "c ended 5"}; !slices.Equal(last, want) {
-		t.Errorf("last records %q, want %q", last, want)
+	if want := []string{"b granted 2", "a.x granted 4"}; !slices.Equal(held, want) {
+		t.Errorf("held %q, want %q", held, want)
 	}
 }
 
