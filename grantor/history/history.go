@@ -175,6 +175,9 @@ type Stream struct {
 // by an outside client).
 func (h *Stream) Shortened() time.Duration { return h.shortened }
 
+// Replicas is the stream's replica count as Open found it.
+func (h *Stream) Replicas() int { return h.stream.CachedInfo().Config.Replicas }
+
 // StreamName is the name of bucket's history stream.
 func StreamName(bucket string) string { return "LEASED_HISTORY_" + bucket }
 
@@ -738,7 +741,7 @@ type Tenure struct {
 	From       time.Time `json:"from,omitzero"`
 	To         time.Time `json:"to,omitzero"`
 	DurationMS int64     `json:"duration_ms,omitempty"`
-	Renewals   int       `json:"renewals"`
+	Renewals   int       `json:"renewals"`           // left out while live (counted at the end)
 	EndedBy    string    `json:"ended_by,omitempty"` // "" while live
 	Reason     string    `json:"reason,omitempty"`
 	Flapping   bool      `json:"flapping,omitempty"`
@@ -759,6 +762,20 @@ type Tenure struct {
 
 // Live reports whether the tenure had not ended when read.
 func (t Tenure) Live() bool { return t.EndedBy == "" }
+
+// MarshalJSON leaves a live tenure's renewals out: they are counted when
+// it ends (the text shows "-"). It said "renewals":0, read as none (found
+// by an outside client).
+func (t Tenure) MarshalJSON() ([]byte, error) {
+	type plain Tenure
+	if !t.Live() {
+		return json.Marshal(plain(t))
+	}
+	return json.Marshal(struct {
+		plain
+		Renewals *int `json:"renewals,omitempty"` // shadows plain's
+	}{plain: plain(t)})
+}
 
 // Held is how long the tenure lasted (until now, while live; 0 if its
 // begin is unknown).

@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -663,6 +664,37 @@ func TestOpenWithoutStreamUpdatePermission(t *testing.T) {
 					Time: time.Now(), GrantedAt: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// A live tenure's renewals are counted when it ends: its JSON (history
+// -o json, /api/tenures) leaves them out, as the text shows "-", and an
+// ended tenure's say 0 when there were none. A live tenure said
+// "renewals":0, read as none (found by an outside client).
+func TestTenureJSONLeavesALiveTenuresRenewalsOut(t *testing.T) {
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		t    history.Tenure
+		want string
+	}{
+		{"live", history.Tenure{Name: "a", Holder: "h", Token: 3, From: at, Renewals: 4},
+			`{"name":"a","holder":"h","token":3,"from":"2026-12-07T12:00:00Z"}`},
+		{"ended, none", history.Tenure{Name: "a", Holder: "h", Token: 3, From: at, To: at.Add(time.Second), EndedBy: history.EndReleased},
+			`{"name":"a","holder":"h","token":3,"from":"2026-12-07T12:00:00Z","to":"2026-12-07T12:00:01Z","renewals":0,"ended_by":"released"}`},
+		{"ended, some", history.Tenure{Name: "a", Holder: "h", Token: 3, Renewals: 2, EndedBy: history.EndExpired},
+			`{"name":"a","holder":"h","token":3,"renewals":2,"ended_by":"expired"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := json.Marshal(c.t)
+			if err != nil || string(b) != c.want {
+				t.Fatalf("json: %s, %v\nwant %s", b, err, c.want)
+			}
+			var back history.Tenure
+			if err := json.Unmarshal(b, &back); err != nil || back.Renewals != c.t.Renewals && !c.t.Live() {
+				t.Fatalf("read back: %+v, %v", back, err)
 			}
 		})
 	}
