@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/leased/leased/grantor/history"
 	"github.com/leased/leased/kvlease"
 	"github.com/leased/leased/kvlease/kvleasetest"
@@ -117,7 +120,27 @@ func TestHistoryShowsALeaseHeldSinceBeforeTheWindow(t *testing.T) {
 	if r := leased(t, s.url, "acquire", "long.held", "--holder", "old-timer", "--ttl", "30s"); r.code != 0 {
 		t.Fatalf("acquire: %+v", r)
 	}
-	since := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano) // after the grant, by any clock here
+	// After the grant's record, which the observer stores moments after
+	// the grant; not after now, which is refused.
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	h, err := history.Open(t.Context(), js, "leases", history.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok, err := h.LastFor(t.Context(), "long.held"); err == nil && ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the grant's record not in the history after 20 s")
+		}
+	}
+	since := time.Now().UTC().Format(time.RFC3339Nano)
 	r := leased(t, s.url, "history", "long.", "--since", since, "-o", "json")
 	rows := tenureRows(t, r.stdout)
 	if r.code != 0 || len(rows) != 1 || rows[0].Holder != "old-timer" || !rows[0].Live() || rows[0].From.IsZero() {

@@ -29,9 +29,11 @@ func newHistory(stdout io.Writer) *cobra.Command {
 		Long: `history prints the tenures of the leases whose names start with PREFIX (all
 if none) that the grantor's history holds since --since (ago, or a time): one row per tenure,
 with its holder, token, start and end, how long it was held, the renewals its
-observer saw (counted when the tenure ends), how it ended (released, revoked, expired, removed by gossip; live
+observer saw (counted when the tenure ends: "-" while live, and no
+"renewals" with -o json), how it ended (released, revoked, expired, removed by gossip; live
 if it has not) and whether the lease was flapping; a lease granted before
---since ago and live now is listed too. It reads the history stream
+--since ago and live now is listed too (--since 0s: those alone; a time after now is
+refused). It reads the history stream
 (LEASED_HISTORY_<bucket>) and the lease bucket directly, so it needs
 JetStream access to both; the
 cluster's observer node writes it (serve --history-retention, default 24h).`,
@@ -41,9 +43,9 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			from, _, err := history.ParseSince(since, time.Now())
+			from, err := historySince(since, time.Now())
 			if err != nil {
-				return usageError{fmt.Errorf("--%w", err)}
+				return err
 			}
 			if err := kvlease.ValidatePrefix(prefix); err != nil {
 				return usageError{err}
@@ -92,7 +94,7 @@ cluster's observer node writes it (serve --history-retention, default 24h).`,
 				// history however long (found by an outside client).
 				recs, err := h.ReadIdle(ctx, prefix, from, c.timeout)
 				if err != nil {
-					return err
+					return historyReadHint(err, h.Replicas())
 				}
 				// Tenures granted before the window and live through it
 				// have no record in it: the bucket has them. Without it
@@ -182,4 +184,29 @@ func liveLeases(ctx context.Context, c *connFlags, nc *nats.Conn, bucket, prefix
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	return st.List(ctx, prefix)
+}
+
+// historySince is --since's start, refusing a time after now: it printed
+// the live leases alone, exit 0, as if the window had held nothing (found
+// by an outside client). "0s" asks for the live leases alone.
+func historySince(s string, now time.Time) (time.Time, error) {
+	from, _, err := history.ParseSince(s, now)
+	if err != nil {
+		return time.Time{}, usageError{fmt.Errorf("--%w", err)}
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil && t.After(now) {
+		return time.Time{}, usageError{fmt.Errorf("--since %q: in the future (it is %s here): give a time before now, or how far back (1h; 0s for the live leases alone)",
+			s, now.Format(time.RFC3339))}
+	}
+	return from, nil
+}
+
+// historyReadHint adds to a read of a replicated history stream that got
+// nothing what status says of a stream without a quorum, the usual cause:
+// it said only "nothing received for 2s" (found by an outside client).
+func historyReadHint(err error, replicas int) error {
+	if replicas > 1 && errors.Is(err, kvlease.ErrUnavailable) {
+		return fmt.Errorf("%w (the history stream is replicated (R%d): %s)", err, replicas, noQuorum)
+	}
+	return err
 }

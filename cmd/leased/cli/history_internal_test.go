@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -47,5 +49,53 @@ func TestTextFieldsQuoteHolders(t *testing.T) {
 	printer{w: &b}.leases([]api.Lease{{Name: "x", Holder: "a b", Token: 3}})
 	if !strings.Contains(b.String(), `x     "a b"`) {
 		t.Errorf("ls table:\n%s\nwant the holder quoted", b.String())
+	}
+}
+
+// A --since after now is refused, exit 2, as a negative one is: it printed
+// the live leases alone, exit 0, as if the window had held nothing (found
+// by an outside client). "0s" still asks for the live leases alone.
+func TestHistorySinceInTheFuture(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	for s, refused := range map[string]bool{
+		"2026-12-07T13:00:00Z":          true,
+		"9999-12-31T23:59:59Z":          true,
+		"2026-12-07T12:00:00.001+00:00": true,
+		"2026-12-07T11:00:00Z":          false,
+		"0s":                            false,
+		"1h":                            false,
+	} {
+		_, err := historySince(s, now)
+		if got := err != nil; got != refused || refused && (exitCode(err) != ExitUsage || !strings.Contains(err.Error(), "in the future")) {
+			t.Errorf("--since %s: %v (exit %d); want refused %t, exit %d, saying it is in the future", s, err, exitCode(err), refused, ExitUsage)
+		}
+	}
+}
+
+// A read of the history that got nothing from a replicated stream says
+// what leased status says of a stream without a quorum: it said only
+// "nothing received for 2s" while status said why (found by an outside
+// client).
+func TestHistoryUnavailableHintsAtQuorum(t *testing.T) {
+	idle := fmt.Errorf("%w: read history: nothing received for 2s", kvlease.ErrUnavailable)
+	for _, c := range []struct {
+		name     string
+		err      error
+		replicas int
+		hint     bool
+	}{
+		{"R3, nothing received", idle, 3, true},
+		{"R1, nothing received", idle, 1, false},
+		{"R3, another error", errors.New("bad"), 3, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := historyReadHint(c.err, c.replicas)
+			if !errors.Is(err, c.err) || strings.Contains(err.Error(), "leased status") != c.hint || strings.Contains(err.Error(), "majority") != c.hint {
+				t.Errorf("historyReadHint(%v, R%d) = %v; want the error kept, a hint %t", c.err, c.replicas, err, c.hint)
+			}
+			if c.hint && noQuorumHint(err.Error()) != "" {
+				t.Errorf("%v gets the hint again", err)
+			}
+		})
 	}
 }
