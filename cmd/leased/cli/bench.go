@@ -236,7 +236,9 @@ the errors by kind. Names are PREFIX.RUN.…, RUN a random id of this run;
 holders are HOLDER-cC-bN (caller C), one per 100 leases, far under the
 service's --max-leases-per-holder. Interrupted (SIGINT), it stops and
 prints what it measured; the requests the interrupt cut off are not
-counted (a grant-release pair in flight finishes, within --timeout).
+counted (a grant-release pair in flight finishes, within --timeout), and
+interrupted before any operation succeeded (in --op renew's or release's
+untimed setup, say) it measured nothing and exits 1.
 What a run granted and did not release (--op renew's leases, the pool of
 an interrupted --op release, a release that failed) it releases as it
 ends, interrupted or not, waiting at most 5 s for that: a run can end an
@@ -275,7 +277,7 @@ leases are left to lapse by their TTL, or released with --release.
 
 Exit status 2 for bad flags (nothing is sent), 1 if the server cannot be
 reached (with --op: at the start, or at the end, the connection lost during
-the run) or no operation succeeded (with --live: no lease was granted, none
+the run) or no operation succeeded, interrupted or not (with --live: no lease was granted, none
 was live at the end, or the serve process named exited during the run).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -339,7 +341,13 @@ was live at the end, or the serve process named exited during the run).`,
 					return err
 				}
 				r.print(p)
-				if r.Ops == 0 && !r.StoppedEarly { // interrupted, it measured what it could
+				switch {
+				case r.Ops == 0 && r.StoppedEarly:
+					// It timed nothing: it exited 0 with ops=0, which a
+					// script took for a run, while --compare interrupted in
+					// its first round fails (found by an outside client).
+					return fmt.Errorf("%w: interrupted before any %s succeeded: nothing measured", ErrBenchFailed, f.op)
+				case r.Ops == 0:
 					return fmt.Errorf("%w: no %s succeeded", ErrBenchFailed, f.op)
 				}
 				if st := nc.Status(); st != nats.CONNECTED && !r.StoppedEarly {
