@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -604,7 +605,8 @@ func (p printer) leases(ls []api.Lease) {
 		}
 		return
 	}
-	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
+	tw, flush := p.table()
+	defer flush()
 	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES IN\tFLAGS")
 	now := time.Now()
 	for _, l := range ls {
@@ -618,7 +620,20 @@ func (p printer) leases(ls []api.Lease) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\t%s\n", l.Name, field(l.Holder), l.Token, time.Duration(l.TTL), in, flag)
 	}
-	tw.Flush()
+}
+
+// table is a tabwriter for a text table of p's, with its flush: it writes
+// to p.w through a buffer, whole blocks of rows at once. It wrote each
+// cell and its padding on its own, 18 writes a row of history's, and
+// 100,000 tenures as text took 6.8 s against -o json's 1.3 s, in writes
+// to an unbuffered stdout (found by an outside client).
+func (p printer) table() (*tabwriter.Writer, func()) {
+	bw := bufio.NewWriterSize(p.w, 64<<10)
+	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
+	return tw, func() {
+		tw.Flush()
+		bw.Flush()
+	}
 }
 
 func (p printer) obj(v any) error {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -138,7 +137,8 @@ func printTenures(p printer, ts []history.Tenure, now time.Time) {
 		}
 		return t.Local().Format("15:04:05.000")
 	}
-	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
+	tw, flush := p.table()
+	defer flush()
 	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tFROM\tTO\tHELD\tRENEWALS\tENDED BY\tFLAGS")
 	for _, t := range ts {
 		to, ended, held := stamp(t.To), t.EndedBy, "?"
@@ -169,7 +169,6 @@ func printTenures(p printer, ts []history.Tenure, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, holder, t.Token, stamp(t.From), to, held,
 			renewals, ended, flag)
 	}
-	tw.Flush()
 }
 
 // liveLeases lists the bucket's live leases under prefix, within --timeout
