@@ -111,3 +111,72 @@ func TestRegistryRemovalUnseenWhileCutOffHasCauseUnknown(t *testing.T) {
 		t.Errorf("removed after the cut: %+v, want i1 with cause %q", c, CauseUnknown)
 	}
 }
+
+// A registry cut off from the server while an instance deregistered and
+// registered again finds, once its watch is back, the new tenure's
+// latest record: a renewal, if the cut outlasted the new tenure's first
+// renewal, which replaced the grant that carried the old tenure's end.
+// Its watchers were told the instance was added again, and never that
+// the tenure they had was removed (found by an outside client: `leased
+// register` stopped and started again during a 4 min blackhole of a
+// registry's connection; Watch said "added web/i2" and nothing else).
+// The tenure seen live is reported removed, with cause "unknown", before
+// the new one is reported added.
+func TestRegistryTenureReplacedWhileCutOffIsRemovedFirst(t *testing.T) {
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL())
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	warnings := make(chan slog.Record, 16)
+	r, err := New(kvleasetest.OpenStore(t, proxy.URL(), kvlease.WithoutCreate()),
+		WithLogger(slog.New(kvleasetest.Warnings(warnings))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	changes := r.Watch(ctx, "web")
+	reg := api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:1", Node: "web-i1-1"}
+	old, err := st.Grant(ctx, kvlease.GrantRequest{Name: reg.LeaseName(), Holder: "h1", Duration: time.Minute,
+		Attributes: reg.Attributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, changes, ChangeAdded)
+	proxy.Cut()
+	if err := st.Release(ctx, kvlease.ReleaseRequest{Name: old.Name, Holder: old.Holder, Token: old.Token, Revision: old.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	reg.Node = "web-i1-2"
+	cur, err := st.Grant(ctx, kvlease.GrantRequest{Name: reg.LeaseName(), Holder: "h2", Duration: time.Minute,
+		Attributes: reg.Attributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Renew(ctx, kvlease.RenewRequest{Name: cur.Name, Holder: cur.Holder, Token: cur.Token,
+		Revision: cur.Revision, Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Heal()
+	var got []Change
+	timeout := time.After(10 * time.Second)
+	for len(got) < 2 {
+		select {
+		case c := <-changes:
+			got = append(got, c)
+		case <-timeout:
+			t.Fatalf("after the cut: %+v; want i1's tenure %d removed, then tenure %d added", got, old.Token, cur.Token)
+		}
+	}
+	if c := got[0]; c.Type != ChangeRemoved || c.Instance.Token != uint64(old.Token) || c.Cause != CauseUnknown {
+		t.Errorf("first change after the cut: %+v; want tenure %d removed with cause %q", c, old.Token, CauseUnknown)
+	}
+	if c := got[1]; c.Type != ChangeAdded || c.Instance.Token != uint64(cur.Token) || c.Instance.Node != "web-i1-2" {
+		t.Errorf("second change after the cut: %+v; want tenure %d added, on web-i1-2", c, cur.Token)
+	}
+	if ins := r.Discover(ctx, "web", 0); len(ins) != 1 || ins[0].Token != uint64(cur.Token) {
+		t.Errorf("discover after the cut: %+v; want tenure %d alone", ins, cur.Token)
+	}
+}

@@ -27,7 +27,8 @@ const (
 	CauseRevoked      = "revoked"      // an operator revoked it
 	// CauseUnknown: the registry's watch, cut off from the server, found
 	// it gone when it was back, its end no longer in the bucket to say how
-	// it ended ([kvlease.UnseenEndReason]).
+	// it ended ([kvlease.UnseenEndReason]), or found a later registration
+	// of the instance in its place (reported added just after).
 	CauseUnknown = "unknown"
 )
 
@@ -308,9 +309,18 @@ func (r *Registry) follow() {
 				byInst = map[string]kvlease.Record{}
 				r.instances[reg.Service] = byInst
 			}
-			_, existed := byInst[reg.Instance]
+			cur, existed := byInst[reg.Instance]
+			if existed && cur.Token != rec.Token {
+				// Another tenure than the one watchers were told of, its
+				// end unseen: a cut outlasted the new tenure's first
+				// renewal, which replaced the grant that carried the end
+				// (kvlease.Store.Watch). Watchers were told it was added
+				// again and never that theirs was removed (found by an
+				// outside client).
+				r.notifyLocked(Change{Type: ChangeRemoved, Instance: r.instance(cur), Cause: CauseUnknown, Time: ev.Time})
+			}
 			byInst[reg.Instance] = *rec
-			if existed && ev.Type == kvlease.EventRenewed {
+			if existed && cur.Token == rec.Token && ev.Type == kvlease.EventRenewed {
 				r.mu.Unlock()
 				continue // a renewal changes nothing a watcher acts on
 			}
