@@ -699,7 +699,12 @@ func (r *Registry) instance(rec kvlease.Record) api.Instance {
 // this node's clock alone decides, the server unasked; and what was
 // stored meanwhile (a deregistration, a revocation, a new registration)
 // is seen once the watch is back: until then a registration that ended
-// is listed until its expiry, and one made since is not listed.
+// is listed until its expiry, one made since is not listed, and a live
+// one whose renewals the watch has not seen drops out at the expiry the
+// watch last saw (a cut longer than a TTL leaves the list empty: this
+// node cannot tell a live instance from a dead one, and a lease that
+// cannot be seen renewed counts as lapsed). It comes back once the watch
+// is.
 func (r *Registry) Discover(ctx context.Context, service string, maxSuspicion float64) []api.Instance {
 	r.mu.Lock()
 	byInst := r.instances[service]
