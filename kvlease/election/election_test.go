@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/leased/leased/kvlease"
@@ -472,5 +474,85 @@ func TestWaitingCampaignSaysTheGrantorDoesNotAnswer(t *testing.T) {
 		t.Fatalf("campaign ended while the grantor was cut off: %v", err)
 	case <-time.After(15 * time.Second):
 		t.Fatal("OnUnavailable not called in 15 s of a silent grantor")
+	}
+}
+
+// A leader whose watch is cut off from the stream (it lost its consumer
+// and cannot make another: a cluster whose meta leader died, here the
+// stream's limit on consumers) renews at once, and every second while the
+// watch is interrupted: a revocation meanwhile ends leadership then, not
+// at the next renewal (a third of the TTL later) or when the watch is
+// back. Its watchEnd did not look at the watch's interruptions, as the
+// candidate's waitVacant does, and heard of the revocation at neither
+// (found by an outside client).
+func TestLeaderRenewsWhileItsWatchIsInterrupted(t *testing.T) {
+	srv, st := kvleasetest.NewStore(t)
+	ctx := t.Context()
+	e, _ := election.New(st, "leader.interrupted")
+	renewed := make(chan struct{}, 16)
+	lead, err := e.Campaign(ctx, "a", time.Minute, kvlease.WithKeeper(kvlease.WithOnRenew(func(kvlease.Record, time.Time) {
+		select {
+		case renewed <- struct{}{}:
+		default:
+		}
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Orphan()
+	nc := kvleasetest.Connect(t, srv.ClientURL())
+	js := kvleasetest.JetStream(t, nc)
+	stream := kvlease.StreamName(kvlease.DefaultBucket)
+	consumers := kvleasetest.ConsumerNames(t, js, stream) // the leader's watch's
+	if len(consumers) != 1 {
+		t.Fatalf("consumers of %s: %v, want the leader's watch's", stream, consumers)
+	}
+	// No consumer can be made once the watch's is gone.
+	if err := srv.NATS().GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
+		"": {MaxMemory: -1, MaxStore: -1, MaxStreams: -1, MaxConsumers: 1, MaxAckPending: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "blocker", AckPolicy: jetstream.AckNonePolicy}); !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+		t.Fatalf("a second consumer: %v, want ErrMaximumConsumersLimit", err)
+	}
+	// Take the watch's place, so that its attempts to make another are
+	// refused; it may make one first: take that one's place then.
+	for {
+		for _, c := range kvleasetest.ConsumerNames(t, js, stream) {
+			if err := js.DeleteConsumer(ctx, stream, c); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				t.Fatal(err)
+			}
+		}
+		_, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "blocker", AckPolicy: jetstream.AckNonePolicy})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+			t.Fatal(err)
+		}
+	}
+	// Two heartbeats missed, and the interrupt's renewal, or the next
+	// recheck's if the watch was interrupted already: long before the next
+	// one due (20 s).
+	for len(renewed) > 0 {
+		<-renewed
+	}
+	select {
+	case <-renewed:
+	case <-time.After(3*kvlease.WatchHeartbeat + 5*time.Second):
+		t.Fatal("the leader did not renew as its watch was interrupted")
+	}
+	revoked := time.Now()
+	if _, err := st.Revoke(ctx, e.Name(), "test", kvlease.FreeNow()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lead.Done():
+		t.Logf("leadership ended %v after the revocation", time.Since(revoked).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("leadership outlived its revocation by 5 s while the leader's watch was interrupted")
+	}
+	if c := kvleasetest.ConsumerNames(t, js, stream); len(c) != 1 || c[0] != "blocker" {
+		t.Fatal("the watch made a consumer: it was not interrupted throughout")
 	}
 }
