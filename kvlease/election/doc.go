@@ -36,7 +36,11 @@
 // of the lease a moment later (its keeper renews now on the change, and
 // the renewal is refused), and its window overlaps the new leader's until
 // then: until its own deadline if it is cut off from the server, its
-// watch interrupted and its renewals unanswered. Use FreeNow only for a
+// watch interrupted and its renewals unanswered. A watch interrupted
+// while the server still answers (it lost its consumer, and making
+// another waits for a new meta leader) makes it renew at once and every
+// second until the watch is back: it learns of the revocation then.
+// Use FreeNow only for a
 // leader known to be gone, or a resource that checks tokens.
 //
 // # Options

@@ -58,7 +58,8 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.Close(ctx) }
 // Orphan or its loss, whatever becomes of ctx. A leader keeps watching the
 // lease on the bucket's stream: the end of its tenure (a revocation) or a
 // newer tenure makes its keeper renew at once, and the refusal ends
-// leadership then, not at the next renewal ([kvlease.WithRenewNow]).
+// leadership then, not at the next renewal ([kvlease.WithRenewNow]); so
+// does the watch's cut-off, and every second until it is back.
 //
 // Errors: ctx's; [kvlease.ErrInvalidOption]; validation errors
 // ([kvlease.ErrInvalidHolder], [kvlease.ErrDurationOutOfRange],
