@@ -1233,6 +1233,51 @@ func TestElectHandsOver(t *testing.T) {
 	t.Logf("hand-over %v after the first leader was told to step down", time.Since(stepped).Round(time.Millisecond))
 }
 
+// startElect starts `leased elect NAME ARGS... -- sh -c 'echo leading …;
+// exec sleep 60'` against url, and returns its stdout and stderr lines.
+func startElect(t *testing.T, url, name string, args ...string) (*exec.Cmd, *lines, *lines) {
+	t.Helper()
+	cmd := exec.Command(leasedBin, append(append([]string{"elect", name, "--url", url}, args...),
+		"--", "sh", "-c", `echo "leading $LEASED_TOKEN"; exec sleep 60`)...)
+	out, _ := cmd.StdoutPipe()
+	errs, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, readLines(out), readLines(errs)
+}
+
+// A candidate started with the leader's own --holder (a second instance
+// of the same name) says so as it waits: it waited without a word, its
+// line of who leads kept for other names, so as not to name itself once
+// it won (found by an outside client).
+func TestElectSaysTheLeaderHasItsOwnName(t *testing.T) {
+	s := startServe(t, "")
+	_, firstOut, _ := startElect(t, s.url, "leader.twin", "--holder", "twin")
+	firstOut.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "leading") })
+	_, _, secondLog := startElect(t, s.url, "leader.twin", "--holder", "twin")
+	secondLog.wait(t, 10*time.Second, func(l string) bool {
+		return strings.Contains(l, "level=WARN") && strings.Contains(l, "this candidate's own name") && strings.Contains(l, "leader=twin")
+	})
+}
+
+// A waiting candidate that said it waits for the grantor, which does not
+// answer (its server paused), says when it answers again: it said the
+// first alone, and nothing while it went on waiting for the leader
+// (found by an outside client).
+func TestElectSaysTheGrantorAnswersAgain(t *testing.T) {
+	s := startServe(t, "")
+	_, firstOut, _ := startElect(t, s.url, "leader.silent", "--holder", "cand-1", "--ttl", "1m")
+	firstOut.wait(t, 10*time.Second, func(l string) bool { return strings.HasPrefix(l, "leading") })
+	_, _, secondLog := startElect(t, s.url, "leader.silent", "--holder", "cand-2", "--ttl", "1m")
+	secondLog.wait(t, 10*time.Second, func(l string) bool { return strings.Contains(l, "another candidate leads") })
+	resume := kvleasetest.PauseProcess(t, s.cmd.Process)
+	secondLog.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, "waiting for the grantor, which does not answer") })
+	resume()
+	secondLog.wait(t, 30*time.Second, func(l string) bool { return strings.Contains(l, "the grantor answers again") })
+}
+
 // SIGHUP (a terminal or ssh session closed) stops run as SIGTERM does:
 // its command gets SIGTERM, then run releases the lease. It killed run
 // outright, its command got SIGKILL with no SIGTERM, and the lease stayed

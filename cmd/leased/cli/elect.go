@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -74,17 +75,14 @@ exits 1, saying the command did not run.`,
 					func(ctx context.Context, opts ...kvlease.KeeperOption) (*kvlease.Keeper, error) {
 						stopSaying := sayLeaders(ctx, e, c.holder, stderr, c.output)
 						defer stopSaying()
-						waiting := false
+						gw := grantorWait{e: e, log: newLineLog(stderr, c.output)}
+						defer gw.stop()
 						lead, err := e.Campaign(ctx, c.holder, ttl, kvlease.WithLease(kvlease.WithHolderMargin(margin)), kvlease.WithKeeper(opts...),
-							kvlease.WithOnUnavailable(func(err error) {
-								if !waiting { // once: a cluster without a quorum can take minutes
-									waiting = true
-									newLineLog(stderr, c.output).print(slog.LevelWarn, "waiting for the grantor, which does not answer: "+api.Message(err))
-								}
-							}))
+							kvlease.WithOnUnavailable(func(err error) { gw.unavailable(ctx, err) }))
 						if err != nil {
 							return nil, err
 						}
+						gw.answered()
 						return lead.Keeper, nil
 					})
 			})
@@ -100,26 +98,116 @@ exits 1, saying the command did not run.`,
 	return cmd
 }
 
+// grantorWait says once that the grantor does not answer (a cluster
+// without a quorum can take minutes), then that it answers again: it
+// asks every grantorProbe until it does. It said the first alone, and a
+// candidate left waiting for a leader once the grantor was back said
+// nothing more (found by an outside client).
+type grantorWait struct {
+	e   *election.Election
+	log lineLog
+
+	mu      sync.Mutex
+	waiting bool
+	cancel  context.CancelFunc // the probe's
+	wg      sync.WaitGroup
+}
+
+// grantorProbe spaces the reads that look for the grantor's answer.
+const grantorProbe = time.Second
+
+// unavailable is the campaign's OnUnavailable.
+func (g *grantorWait) unavailable(ctx context.Context, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.waiting {
+		return
+	}
+	g.waiting = true
+	g.log.print(slog.LevelWarn, "waiting for the grantor, which does not answer: "+api.Message(err))
+	if g.cancel != nil {
+		g.cancel() // the last probe's, which has returned
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	g.cancel = cancel
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		t := time.NewTicker(grantorProbe)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+			case <-pctx.Done():
+				return
+			}
+			rctx, rcancel := context.WithTimeout(pctx, grantorProbe)
+			_, err := g.e.Leader(rctx)
+			rcancel()
+			if err == nil || errors.Is(err, kvlease.ErrNotFound) {
+				g.answered()
+				return
+			}
+		}
+	}()
+}
+
+// answered says the grantor answers again if it was said not to.
+func (g *grantorWait) answered() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.waiting {
+		g.waiting = false
+		g.log.print(slog.LevelInfo, "the grantor answers again")
+	}
+}
+
+// stop ends the probe and waits for it.
+func (g *grantorWait) stop() {
+	g.mu.Lock()
+	if g.cancel != nil {
+		g.cancel()
+	}
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
 // sayLeaders logs who leads election e, and each new leader, while this
 // candidate (self) waits: a waiting elect said nothing, even with -v, where
 // client-go's leader election says "new leader elected" and Curator lists
 // the participants (found by an outside client). stop ends it, and returns
 // once it has: no such line comes after the command has started.
+//
+// A leader of this candidate's own name is said to be one at the start
+// only: it began its watch before it returns, so that leader, shown by
+// the watch's replay, held the lease before this candidate asked for it
+// (another process started with the same --holder, or one that did not
+// release); later it may be this candidate, which wins. A candidate
+// started with the current leader's name waited without a word (found by
+// an outside client).
 func sayLeaders(ctx context.Context, e *election.Election, self string, stderr io.Writer, format string) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
+	changes, err := e.Observe(ctx)
+	if err != nil {
+		cancel()
+		return func() {} // the campaign says why, as it meets the same trouble
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		changes, err := e.Observe(ctx)
-		if err != nil {
-			return // the campaign says why, as it meets the same trouble
-		}
 		log, _ := newLogger(stderr, format, slog.LevelInfo) // format was checked with the flags
 		log = log.With("lease", e.Name())
+		first := true
 		for ch := range changes {
-			if ch.Leader != nil && ch.Leader.Holder != self && ctx.Err() == nil { // none once stopped: this candidate may lead
+			switch {
+			case ch.Leader == nil || ctx.Err() != nil: // none once stopped: this candidate may lead
+			case ch.Leader.Holder != self:
 				log.Info("waiting: another candidate leads", "leader", ch.Leader.Holder, "token", uint64(ch.Leader.Token))
+			case first:
+				log.Warn("waiting: the leader has this candidate's own name: another process with the same --holder leads",
+					"leader", ch.Leader.Holder, "token", uint64(ch.Leader.Token))
 			}
+			first = false
 		}
 	}()
 	return func() { cancel(); <-done }
