@@ -1452,8 +1452,14 @@ func TestClientBadInputNeedsNoServer(t *testing.T) {
 		{nowhere, []string{"elect", "a b", "--", "true"}, "invalid lease name"},
 		{nowhere, []string{"run", "--lease", "a b", "--", "true"}, "invalid lease name"},
 		// Not taken for the default holder (it acquired as HOST-PID).
-		{nowhere, []string{"acquire", "x", "--holder", ""}, "empty holder name"},
-		{nowhere, []string{"elect", "x", "--holder", "", "--", "true"}, "empty holder name"},
+		{nowhere, []string{"acquire", "x", "--holder", ""}, "invalid holder: empty"},
+		{nowhere, []string{"elect", "x", "--holder", "", "--", "true"}, "invalid holder: empty"},
+		// Nor is one the grant would refuse: refused only by the grant,
+		// it said "grantor unavailable", exit 1 (found by an outside client).
+		{nowhere, []string{"acquire", "x", "--holder", strings.Repeat("h", 2000)}, "invalid holder: 2000 bytes, at most 255"},
+		{nowhere, []string{"run", "--lease", "x", "--holder", strings.Repeat("h", 2000), "--", "true"}, "invalid holder: 2000 bytes, at most 255"},
+		{nowhere, []string{"elect", "x", "--holder", strings.Repeat("h", 2000), "--", "true"}, "invalid holder: 2000 bytes, at most 255"},
+		{nowhere, []string{"elect", "x", "--holder", " web-1", "--", "true"}, "begins or ends with a space"},
 		// The TTL is named, not the grace it leaves no room for.
 		{nowhere, []string{"run", "--lease", "x", "--ttl", "0s", "--", "true"}, "--ttl 0s: want a positive"},
 		{nowhere, []string{"elect", "x", "--ttl", "-5s", "--", "true"}, "--ttl -5s: want a positive"},
@@ -1566,16 +1572,21 @@ func TestElectFollowsTheServersPolicy(t *testing.T) {
 
 // A duration the grantor's policy refuses names --ttl, with exit 2:
 // acquire and register said only "duration out of range" (found by an
+// outside client). It says so in the same words whether the service
+// refused it or the bucket's policy (elect): run said "ttl_out_of_range:
+// duration out of range", elect "duration out of range" (found by an
 // outside client).
 func TestTTLOutOfRangeNamesTheFlag(t *testing.T) {
 	s := startServe(t, "")
+	const want = "leased: --ttl: duration out of range: 100h0m0s not in [1s, 1h0m0s]\n"
 	for _, args := range [][]string{
 		{"acquire", "ttl.flag", "--ttl", "100h"},
 		{"register", "web", "ttl1", "--addr", "127.0.0.1:80", "--ttl", "100h"},
 		{"run", "--lease", "ttl.flag", "--ttl", "100h", "--", "true"},
+		{"elect", "ttl.flag", "--ttl", "100h", "--", "true"},
 	} {
-		if r := leased(t, s.url, args...); r.code != 2 || !strings.Contains(r.stderr, "--ttl: ") || !strings.Contains(r.stderr, "out of range") {
-			t.Errorf("%v: exit %d, stderr %q; want 2, naming --ttl", args, r.code, r.stderr)
+		if r := leased(t, s.url, args...); r.code != 2 || r.stderr != want {
+			t.Errorf("%v: exit %d, stderr %q; want 2, %q", args, r.code, r.stderr, want)
 		}
 	}
 }

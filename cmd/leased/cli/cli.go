@@ -79,7 +79,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f := cmd.Flags().Lookup("ttl"); f != nil && errors.Is(err, kvlease.ErrDurationOutOfRange) && !strings.Contains(msg, "--ttl") {
 		// The grantor's policy refused it: acquire and register said
 		// only "duration out of range" (found by an outside client).
-		msg = "--ttl: " + msg
+		// The flag named, the service's code is left out: run said
+		// "ttl_out_of_range: duration out of range", elect, which asks
+		// the bucket, "duration out of range" (found by an outside client).
+		msg = "--ttl: " + strings.Replace(msg, api.CodeTTLOutOfRange+": ", "", 1)
 	}
 	say := lineLog{w: stderr}
 	if logsJSON(cmd) {

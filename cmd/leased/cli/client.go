@@ -434,14 +434,18 @@ func (c *connFlags) registerHolder(fs *pflag.FlagSet) {
 }
 
 // holderValue is --holder's value: an empty one is refused, not taken for
-// the default (`--holder "$UNSET"` acquired as HOST-PID, unnoticed).
+// the default (`--holder "$UNSET"` acquired as HOST-PID, unnoticed), and
+// so is any the grant would refuse, before connecting: a holder of 2000
+// bytes was refused only by the grant, and "grantor unavailable" (exit 1)
+// without a server, where an empty one was refused here (found by an
+// outside client).
 type holderValue string
 
 func (h *holderValue) String() string { return string(*h) }
 func (h *holderValue) Type() string   { return "string" }
 func (h *holderValue) Set(v string) error {
-	if v == "" {
-		return errors.New("empty holder name")
+	if err := kvlease.ValidateHolder(v); err != nil {
+		return err
 	}
 	*h = holderValue(v)
 	return nil
