@@ -205,10 +205,12 @@ func (e *Election) watch(ctx context.Context) (w *kvlease.Watcher, unwatch conte
 // While w is interrupted ([kvlease.Watcher.Interrupts]) it shows nothing,
 // for seconds if the cluster's meta leader died with its consumer: k is
 // hinted as the interruption begins and every interruptedRecheck until
-// the watch is back, as a waiting candidate tries its grant. A leader
-// whose watch had lost its consumer heard of a revocation with FreeNow
-// only at its next renewal, 12 s after it with a 1 m lease (found by an
-// outside client). A watch that follows costs nothing more.
+// the watch is back, as a waiting candidate tries its grant, while the
+// connection is up: a renewal is not sent on one that is down, and would
+// only fail. A leader whose watch had lost its consumer heard of a
+// revocation with FreeNow only at its next renewal, 12 s after it with a
+// 1 m lease (found by an outside client). A watch that follows costs
+// nothing more.
 func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- struct{}) {
 	defer w.Stop()
 	token := k.Lease().Token()
@@ -216,6 +218,12 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 		select {
 		case now <- struct{}{}:
 		default:
+		}
+	}
+	nc := e.store.JetStream().Conn()
+	interruptHint := func() {
+		if nc.IsConnected() {
+			hint()
 		}
 	}
 	recheck := time.NewTimer(interruptedRecheck)
@@ -231,11 +239,11 @@ func (e *Election) watchEnd(w *kvlease.Watcher, k *kvlease.Keeper, now chan<- st
 				hint()
 			}
 		case <-w.Interrupts():
-			hint()
+			interruptHint()
 			recheck.Reset(interruptedRecheck)
 		case <-recheck.C:
 			if w.Interrupted() {
-				hint()
+				interruptHint()
 				recheck.Reset(interruptedRecheck)
 			}
 		case <-k.Done():

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -556,3 +557,57 @@ func TestLeaderRenewsWhileItsWatchIsInterrupted(t *testing.T) {
 		t.Fatal("the watch made a consumer: it was not interrupted throughout")
 	}
 }
+
+// A leader whose connection is down does not try renewals as its watch
+// is interrupted: they would not be sent, only fail, each one logged and
+// counted by `leased elect` where a short outage between two renewals
+// cost nothing. Once back it hears of a revocation from its watch.
+func TestLeaderWithoutAConnectionDoesNotRenewOnInterrupts(t *testing.T) {
+	srv := kvleasetest.NewServer(t, kvleasetest.WithPort(kvleasetest.FreePort(t)))
+	lost := make(chan struct{}, 1)
+	nc := kvleasetest.Connect(t, srv.ClientURL(), append(kvlease.ConnOptions(),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) {
+			select {
+			case lost <- struct{}{}:
+			default:
+			}
+		}))...)
+	st := kvleasetest.OpenStoreOn(t, nc)
+	ctx := t.Context()
+	e, _ := election.New(st, "leader.disconnected")
+	failed := make(chan error, 16)
+	lead, err := e.Campaign(ctx, "a", time.Minute, kvlease.WithKeeper(kvlease.WithOnRenewFailure(func(err error, _ time.Duration) {
+		select {
+		case failed <- err:
+		default:
+		}
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Orphan()
+	srv.Shutdown()
+	<-lost
+	// The interrupt comes with the disconnect, a recheck a second later:
+	// a renewal each would have failed by now.
+	select {
+	case err := <-failed:
+		t.Fatalf("a renewal was tried without a connection: %v", err)
+	case <-time.After(2*interruptedRecheck + 500*time.Millisecond):
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvleasetest.OpenStore(t, srv.ClientURL()).Revoke(ctx, e.Name(), "test", kvlease.FreeNow()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lead.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("leadership outlived its revocation by 10 s once the server was back")
+	}
+}
+
+// interruptedRecheck is election's: how often an interrupted watch's
+// leader renews.
+const interruptedRecheck = time.Second
