@@ -21,20 +21,8 @@ import (
 // registration past its expiry by this node's clock is left out, and a
 // warning says the view is cut off.
 func TestDiscoverLeavesOutLapsedRegistrationsWhileCutOff(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
-	st := kvleasetest.OpenStore(t, srv.ClientURL())
-	proxy := kvleasetest.NewProxy(t, srv.Addr())
-	warnings := make(chan slog.Record, 16)
-	r, err := New(kvleasetest.OpenStore(t, proxy.URL(), kvlease.WithoutCreate()),
-		WithLogger(slog.New(kvleasetest.Warnings(warnings))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, proxy, r, warnings := cutOffRegistry(t)
 	ctx := t.Context()
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
 	changes := r.Watch(ctx, "web")
 	reg := api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:1"}
 	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: reg.LeaseName(), Holder: "i1", Duration: 2 * time.Second,
@@ -78,20 +66,8 @@ wait:
 // that had deregistered (found by an outside client, after a 5.5 min
 // cut). The cause is "unknown", as the history has it.
 func TestRegistryRemovalUnseenWhileCutOffHasCauseUnknown(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
-	st := kvleasetest.OpenStore(t, srv.ClientURL(), kvlease.WithMarkerTTL(time.Second))
-	proxy := kvleasetest.NewProxy(t, srv.Addr())
-	warnings := make(chan slog.Record, 16)
-	r, err := New(kvleasetest.OpenStore(t, proxy.URL(), kvlease.WithoutCreate()),
-		WithLogger(slog.New(kvleasetest.Warnings(warnings))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, proxy, r, _ := cutOffRegistry(t, kvlease.WithMarkerTTL(time.Second))
 	ctx := t.Context()
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
 	changes := r.Watch(ctx, "web")
 	reg := api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:1"}
 	rec, err := st.Grant(ctx, kvlease.GrantRequest{Name: reg.LeaseName(), Holder: "i1", Duration: time.Minute,
@@ -123,20 +99,8 @@ func TestRegistryRemovalUnseenWhileCutOffHasCauseUnknown(t *testing.T) {
 // The tenure seen live is reported removed, with cause "unknown", before
 // the new one is reported added.
 func TestRegistryTenureReplacedWhileCutOffIsRemovedFirst(t *testing.T) {
-	srv := kvleasetest.NewServer(t)
-	st := kvleasetest.OpenStore(t, srv.ClientURL())
-	proxy := kvleasetest.NewProxy(t, srv.Addr())
-	warnings := make(chan slog.Record, 16)
-	r, err := New(kvleasetest.OpenStore(t, proxy.URL(), kvlease.WithoutCreate()),
-		WithLogger(slog.New(kvleasetest.Warnings(warnings))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, proxy, r, _ := cutOffRegistry(t)
 	ctx := t.Context()
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
 	changes := r.Watch(ctx, "web")
 	reg := api.Registration{Service: "web", Instance: "i1", Addr: "127.0.0.1:1", Node: "web-i1-1"}
 	old, err := st.Grant(ctx, kvlease.GrantRequest{Name: reg.LeaseName(), Holder: "h1", Duration: time.Minute,
@@ -179,4 +143,25 @@ func TestRegistryTenureReplacedWhileCutOffIsRemovedFirst(t *testing.T) {
 	if ins := r.Discover(ctx, "web", 0); len(ins) != 1 || ins[0].Token != uint64(cur.Token) {
 		t.Errorf("discover after the cut: %+v; want tenure %d alone", ins, cur.Token)
 	}
+}
+
+// cutOffRegistry starts a registry whose connection goes through a proxy
+// the test can cut, and a Store of its own on the server directly, made
+// with storeOpts; the registry's warnings go to the channel.
+func cutOffRegistry(t *testing.T, storeOpts ...kvlease.Option) (*kvlease.Store, *kvleasetest.Proxy, *Registry, chan slog.Record) {
+	t.Helper()
+	srv := kvleasetest.NewServer(t)
+	st := kvleasetest.OpenStore(t, srv.ClientURL(), storeOpts...)
+	proxy := kvleasetest.NewProxy(t, srv.Addr())
+	warnings := make(chan slog.Record, 16)
+	r, err := New(kvleasetest.OpenStore(t, proxy.URL(), kvlease.WithoutCreate()),
+		WithLogger(slog.New(kvleasetest.Warnings(warnings))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return st, proxy, r, warnings
 }
