@@ -204,7 +204,7 @@ func sayLeaders(ctx context.Context, e *election.Election, self string, stderr i
 			case ch.Leader.Holder != self:
 				log.Info("waiting: another candidate leads", "leader", ch.Leader.Holder, "token", uint64(ch.Leader.Token))
 			case first:
-				log.Warn("waiting: the leader has this candidate's own name: another process with the same --holder leads",
+				log.Warn("waiting: the leader has this candidate's own name: another process with the same --holder leads, or an earlier run that did not release (its lease lapses at its TTL)",
 					"leader", ch.Leader.Holder, "token", uint64(ch.Leader.Token))
 			}
 			first = false
