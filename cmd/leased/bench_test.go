@@ -390,8 +390,8 @@ func TestBenchOpsSetupFailures(t *testing.T) {
 	narrow := startServeWith(t, leasedBin, "", "--min-ttl", "10s", "--default-ttl", "20s", "--max-ttl", "1m")
 	for _, op := range []string{"renew", "release"} {
 		r := leased(t, narrow.url, "bench", "--op", op, "--ops", "20", "--ttl", "5s")
-		if r.code != 2 || !strings.Contains(r.stderr, "ttl_out_of_range") {
-			t.Errorf("bench --op %s with a --ttl the grantor refuses: exit %d\n%s%s\nwant exit 2 and ttl_out_of_range", op, r.code, r.stdout, r.stderr)
+		if r.code != 2 || !strings.Contains(r.stderr, "--ttl") || !strings.Contains(r.stderr, "duration out of range") {
+			t.Errorf("bench --op %s with a --ttl the grantor refuses: exit %d\n%s%s\nwant exit 2 and --ttl: … duration out of range", op, r.code, r.stdout, r.stderr)
 		}
 	}
 

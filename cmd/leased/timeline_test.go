@@ -504,12 +504,24 @@ func TestTimelineInBrowserEndLostBeforeLaterTenure(t *testing.T) {
 }
 
 // click clicks the element css selects, failing t if there is none within
-// 10 s (chromedp waits for it for as long as its context lasts).
+// 10 s.
 func click(t *testing.T, ctx context.Context, css string) {
 	t.Helper()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := chromedp.Do(cctx, chromedp.Click(chromedp.CSS(css))); err != nil {
+	// In one task of the page's: a live page draws its lanes anew every
+	// second (its bars grow with the clock), and chromedp's Click, which
+	// finds the node, then its box, then presses the mouse there, failed
+	// now and then with the node it had found already replaced ("Could not
+	// find node with given id", 1 CI run in many).
+	sel, err := json.Marshal(css)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => {
+		const el = document.querySelector(`+string(sel)+`);
+		if (!el) return false;
+		el.dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true, view: window}));
+		return true;
+	})()`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
 		t.Fatalf("click %s: %v", css, err)
 	}
 }
