@@ -19,6 +19,14 @@ import (
 // exits while its other threads run: its /proc/PID/stat says zombie.
 const mainThreadExitsRole = "LEASED_TEST_MAIN_THREAD_EXITS"
 
+// init locks the main goroutine to the main thread for mainThreadExitsRole:
+// init functions run on it, and the lock keeps main (and TestMain) there.
+func init() {
+	if os.Getenv(mainThreadExitsRole) != "" {
+		runtime.LockOSThread()
+	}
+}
+
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == guardCommand { // startGuarded's /proc/self/exe
 		err := guard(os.Args[2:], os.Stderr)
@@ -32,7 +40,11 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if os.Getenv(mainThreadExitsRole) != "" {
-		runtime.LockOSThread() // the main goroutine on the main thread
+		// Locked to the main thread since init: a lock taken here held the
+		// main goroutine to whichever thread it ran on by then, not always
+		// the main one, whose exit alone makes the stat say zombie (the
+		// test failed now and then, in CI: "the main thread did not
+		// exit").
 		go func() {
 			for {
 				time.Sleep(time.Hour)
